@@ -1,0 +1,121 @@
+// core/cuda.cu: CUDA runtime calls for core/ (device and pinned allocation,
+// copies) and the element-wise dtype conversion and fill kernels behind
+// tr_tensor_copy and tr_tensor_fill for cuda tensors.
+#include "config.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "core/cuda.h"
+#include "trainrun/error.h"
+#include "trainrun/log.h"
+#include "trainrun/tensor.h"
+
+// Convert a CUDA error at the boundary: log CUDA's text, return TR_ECUDA.
+static int cuda_check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return 0;
+  TR_LOG_ERROR(CORE, "%s failed: %s (%s)", what, cudaGetErrorString(e),
+               cudaGetErrorName(e));
+  return e == cudaErrorMemoryAllocation ? TR_ENOMEM : TR_ECUDA;
+}
+
+// ---- kernels ----
+
+__device__ static double load_elem(const void* p, int dt, int64_t i) {
+  switch (dt) {
+    case TR_F32: return ((const float*)p)[i];
+    case TR_BF16: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+    case TR_F16: return __half2float(((const __half*)p)[i]);
+    case TR_I32: return ((const int32_t*)p)[i];
+    case TR_I64: return (double)((const int64_t*)p)[i];
+    case TR_U16: return ((const uint16_t*)p)[i];
+    default: return ((const uint8_t*)p)[i];
+  }
+}
+
+__device__ static void store_elem(void* p, int dt, int64_t i, double v) {
+  switch (dt) {
+    case TR_F32: ((float*)p)[i] = (float)v; break;
+    case TR_BF16: ((__nv_bfloat16*)p)[i] = __float2bfloat16((float)v); break;
+    case TR_F16: ((__half*)p)[i] = __float2half((float)v); break;
+    case TR_I32: ((int32_t*)p)[i] = (int32_t)v; break;
+    case TR_I64: ((int64_t*)p)[i] = (int64_t)v; break;
+    case TR_U16: ((uint16_t*)p)[i] = (uint16_t)v; break;
+    default: ((uint8_t*)p)[i] = (uint8_t)v; break;
+  }
+}
+
+__global__ static void convert_kernel(void* dst, int ddt, const void* src,
+                                      int sdt, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    store_elem(dst, ddt, i, load_elem(src, sdt, i));
+}
+
+__global__ static void fill_kernel(void* dst, int dt, double v, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    store_elem(dst, dt, i, v);
+}
+
+// ---- launchers ----
+
+static unsigned grid_for(int64_t n) {
+  int64_t blocks = (n + 255) / 256;
+  return (unsigned)(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
+}
+
+extern "C" int tr__cuda_malloc(int device, size_t n, void** out) {
+  int rc = cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  if (rc < 0) return rc;
+  return cuda_check(cudaMalloc(out, n), "cudaMalloc");
+}
+
+extern "C" void tr__cuda_free(int device, void* p) {
+  cudaSetDevice(device);
+  cuda_check(cudaFree(p), "cudaFree");
+}
+
+extern "C" int tr__cuda_host_alloc(size_t n, void** out) {
+  return cuda_check(cudaHostAlloc(out, n, cudaHostAllocPortable),
+                    "cudaHostAlloc");
+}
+
+extern "C" void tr__cuda_host_free(void* p) {
+  cuda_check(cudaFreeHost(p), "cudaFreeHost");
+}
+
+extern "C" int tr__cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+extern "C" int tr__cuda_memcpy(void* dst, const void* src, size_t n) {
+  return cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
+}
+
+extern "C" int tr__cuda_convert(int device, void* dst, int dst_dtype,
+                                const void* src, int src_dtype, int64_t n) {
+  int rc = cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  if (rc < 0 || n == 0) return rc;
+  convert_kernel<<<grid_for(n), 256>>>(dst, dst_dtype, src, src_dtype, n);
+  rc = cuda_check(cudaGetLastError(), "convert_kernel launch");
+  if (rc < 0) return rc;
+  return cuda_check(cudaDeviceSynchronize(), "convert_kernel");
+}
+
+extern "C" int tr__cuda_fill(int device, void* dst, int dtype, double value,
+                             int64_t n) {
+  int rc = cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  if (rc < 0 || n == 0) return rc;
+  fill_kernel<<<grid_for(n), 256>>>(dst, dtype, value, n);
+  rc = cuda_check(cudaGetLastError(), "fill_kernel launch");
+  if (rc < 0) return rc;
+  return cuda_check(cudaDeviceSynchronize(), "fill_kernel");
+}

@@ -1,0 +1,125 @@
+/* core/mem.c: the host, pinned-host and device allocators with byte
+ * accounting (current, peak, live and total allocations per kind/device). */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/cuda.h"
+#include "trainrun/error.h"
+#include "trainrun/log.h"
+#include "trainrun/param.h"
+#include "trainrun/tensor.h"
+
+typedef struct {
+  int64_t current, peak, live, total;
+} mem_counter_t;
+
+/* [kind][device]; host and pinned use device 0 only. */
+static mem_counter_t counters[3][TR_MAX_DEVICES];
+
+static mem_counter_t* counter(tr_mem_kind_t kind, int device) {
+  if (kind != TR_MEM_DEVICE) device = 0;
+  if (device < 0 || device >= TR_MAX_DEVICES) device = TR_MAX_DEVICES - 1;
+  return &counters[kind][device];
+}
+
+static void account(mem_counter_t* c, int64_t delta) {
+  int64_t now = __atomic_add_fetch(&c->current, delta, __ATOMIC_RELAXED);
+  if (delta > 0) {
+    __atomic_add_fetch(&c->live, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&c->total, 1, __ATOMIC_RELAXED);
+    int64_t peak = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
+    while (now > peak &&
+           !__atomic_compare_exchange_n(&c->peak, &peak, now, 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+  } else {
+    __atomic_sub_fetch(&c->live, 1, __ATOMIC_RELAXED);
+  }
+}
+
+static size_t host_align(void) {
+  size_t a = (size_t)tr_param_int(TR_PARAM_ALLOC_ALIGN);
+  if (a & (a - 1)) a = 64; /* not a power of two: the registry bounds it */
+  return a;
+}
+
+int tr_mem_alloc(tr_mem_kind_t kind, int device, size_t nbytes, void** out) {
+  void* p = NULL;
+  /* a zero-byte request still gets a distinct buffer */
+  size_t n = nbytes ? nbytes : 1;
+  switch (kind) {
+    case TR_MEM_HOST: {
+      size_t a = host_align();
+      if (posix_memalign(&p, a < sizeof(void*) ? sizeof(void*) : a, n) != 0)
+        return TR_ENOMEM;
+      break;
+    }
+    case TR_MEM_PINNED: {
+#ifdef HAVE_CUDA
+      int rc = tr__cuda_host_alloc(n, &p);
+      if (rc < 0) return rc;
+#else
+      long page = sysconf(_SC_PAGESIZE);
+      if (posix_memalign(&p, page > 0 ? (size_t)page : 4096, n) != 0)
+        return TR_ENOMEM;
+#endif
+      break;
+    }
+    case TR_MEM_DEVICE: {
+#ifdef HAVE_CUDA
+      if (device < 0 || device >= TR_MAX_DEVICES) return TR_EINVAL;
+      int rc = tr__cuda_malloc(device, n, &p);
+      if (rc < 0) return rc;
+#else
+      TR_LOG_ERROR(CORE, "cannot allocate %zu bytes on cuda:%d: built without CUDA",
+                   nbytes, device);
+      return TR_EUNSUPPORTED;
+#endif
+      break;
+    }
+    default:
+      return TR_EINVAL;
+  }
+  account(counter(kind, device), (int64_t)nbytes);
+  *out = p;
+  return 0;
+}
+
+void tr_mem_free(tr_mem_kind_t kind, int device, void* p, size_t nbytes) {
+  if (!p) return;
+  switch (kind) {
+    case TR_MEM_HOST:
+      free(p);
+      break;
+    case TR_MEM_PINNED:
+#ifdef HAVE_CUDA
+      tr__cuda_host_free(p);
+#else
+      free(p);
+#endif
+      break;
+    case TR_MEM_DEVICE:
+#ifdef HAVE_CUDA
+      tr__cuda_free(device, p);
+#endif
+      break;
+  }
+  account(counter(kind, device), -(int64_t)nbytes);
+}
+
+void tr_mem_stats(tr_mem_kind_t kind, int device, tr_mem_stats_t* out) {
+  mem_counter_t* c = counter(kind, device);
+  out->current_bytes = __atomic_load_n(&c->current, __ATOMIC_RELAXED);
+  out->peak_bytes = __atomic_load_n(&c->peak, __ATOMIC_RELAXED);
+  out->live_allocs = __atomic_load_n(&c->live, __ATOMIC_RELAXED);
+  out->total_allocs = __atomic_load_n(&c->total, __ATOMIC_RELAXED);
+}
+
+void tr_mem_reset_peak(tr_mem_kind_t kind, int device) {
+  mem_counter_t* c = counter(kind, device);
+  __atomic_store_n(&c->peak, __atomic_load_n(&c->current, __ATOMIC_RELAXED),
+                   __ATOMIC_RELAXED);
+}
