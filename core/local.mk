@@ -4,7 +4,11 @@ libtrainrun_la_SOURCES += \
 	core/log.c \
 	core/param.c \
 	core/mem.c \
-	core/tensor.c
+	core/tensor.c \
+	core/toml.c \
+	core/toml_value.c \
+	core/config.c
+noinst_HEADERS += core/toml_internal.h
 noinst_HEADERS += core/cuda.h
 if HAVE_CUDA
 libtrainrun_la_SOURCES += core/cuda.cu
@@ -13,7 +17,10 @@ trainruninclude_HEADERS += \
 	include/trainrun/error.h \
 	include/trainrun/log.h \
 	include/trainrun/param.h \
-	include/trainrun/tensor.h
+	include/trainrun/tensor.h \
+	include/trainrun/toml.h \
+	include/trainrun/config.h \
+	include/trainrun/config_schema.h
 
 check_PROGRAMS += tests/check_core
 TESTS += tests/check_core
@@ -26,3 +33,27 @@ TESTS += tests/check_tensor
 tests_check_tensor_SOURCES = tests/check_tensor.c
 tests_check_tensor_CFLAGS = $(TEST_CFLAGS)
 tests_check_tensor_LDADD = $(TEST_LIBS)
+
+# TOML: the Check suite, the toml-test decoder and the tomllib differential
+# test (tests/toml_diff.test runs tests/toml_diff.py over tests/toml/).
+check_PROGRAMS += tests/check_toml tests/toml-decoder
+TESTS += tests/check_toml tests/toml_diff.test
+tests_check_toml_SOURCES = tests/check_toml.c
+tests_check_toml_CFLAGS = $(TEST_CFLAGS)
+tests_check_toml_LDADD = $(TEST_LIBS)
+# The differential test starts the decoder once per corpus document: it is
+# built from the parser's sources alone, without libtrainrun's dependencies
+# (CUDA, OpenBLAS) or a libtool wrapper script, so it starts in a millisecond.
+tests_toml_decoder_SOURCES = tests/toml-decoder.c core/toml.c \
+	core/toml_value.c core/error.c
+tests_toml_decoder_CFLAGS = $(AM_CFLAGS)
+EXTRA_DIST += tests/toml_diff.test tests/toml_diff.py tests/toml
+
+# Job config: the Check suite (it also fails when man/trainrun.toml.5 differs
+# from what the schema generates: `make update-man-config` regenerates it).
+check_PROGRAMS += tests/check_config
+TESTS += tests/check_config
+tests_check_config_SOURCES = tests/check_config.c
+tests_check_config_CFLAGS = $(TEST_CFLAGS)
+tests_check_config_LDADD = $(TEST_LIBS) $(JANSSON_LIBS)
+dist_man_MANS += man/trainrun.toml.5

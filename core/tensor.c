@@ -235,6 +235,15 @@ void tr_tensor_view(tr_tensor_t* dst, const tr_tensor_t* src) {
   if (dst != src) *dst = *src;
 }
 
+/* Store view v of src into dst: a new reference, unless dst is src itself,
+ * whose reference the view takes over. */
+static void view_assign(tr_tensor_t* dst, const tr_tensor_t* src,
+                        const tr_tensor_t* v) {
+  if (dst != src && v->storage)
+    __atomic_add_fetch(&v->storage->refcount, 1, __ATOMIC_RELAXED);
+  *dst = *v;
+}
+
 /* ---- views ---- */
 
 void tr_chunk_range(int64_t n, int chunks, int index, int64_t* start,
@@ -261,7 +270,7 @@ int tr_tensor_narrow(tr_tensor_t* dst, const tr_tensor_t* src, int dim,
   tr_tensor_t v = *src;
   v.offset += start * src->stride[dim];
   v.shape[dim] = length;
-  tr_tensor_view(dst, &v);
+  view_assign(dst, src, &v);
   return 0;
 }
 
@@ -302,7 +311,7 @@ int tr_tensor_reshape(tr_tensor_t* dst, const tr_tensor_t* src, int ndim,
   TR_CHECK(set_shape(&v, src->dtype, src->device, ndim, shp));
   v.storage = src->storage;
   v.offset = src->offset;
-  tr_tensor_view(dst, &v);
+  view_assign(dst, src, &v);
   return 0;
 }
 
@@ -314,7 +323,7 @@ int tr_tensor_transpose(tr_tensor_t* dst, const tr_tensor_t* src, int d0,
   v.shape[d1] = src->shape[d0];
   v.stride[d0] = src->stride[d1];
   v.stride[d1] = src->stride[d0];
-  tr_tensor_view(dst, &v);
+  view_assign(dst, src, &v);
   return 0;
 }
 

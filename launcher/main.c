@@ -7,17 +7,45 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "launcher/commands.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/param.h"
 
+/* The subcommands: `trainrun NAME args...` calls fn(argc - 1, argv + 1). */
+static const struct {
+  const char* name;
+  int (*fn)(int argc, char** argv);
+} commands[] = {
+    {"config", tr_cmd_config},
+    {"store", tr_cmd_store},
+    {"data", tr_cmd_data},
+    {"eval", tr_cmd_eval},
+    {"sample", tr_cmd_sample},
+    {"status", tr_cmd_status},
+};
+
 static void usage(FILE* out) {
   fprintf(out,
           "usage: trainrun [flags] JOB.toml [--section.key value ...]\n"
+          "       trainrun [flags] --exec PROGRAM [ARGS...]\n"
           "       trainrun COMMAND [args]\n"
           "\n"
           "commands:\n"
           "  config JOB.toml [overrides] [--json]   print the resolved job config\n"
+          "  store --port P [--host H] [--token-env] run a TCPStore server\n"
+          "  data prepare FILE... -o DIR            text files to token shards\n"
+          "  eval JOB.toml --weights FILE           validation loss of weights\n"
+          "  sample --weights FILE --prompt TEXT    generate text\n"
+          "  status                                 jobs running on this machine\n"
+          "\n"
+          "launcher flags (torchrun's; see trainrun(1)):\n"
+          "  --nnodes N|MIN:MAX  --nproc-per-node N|gpu|cpu|auto  --node-rank R\n"
+          "  --rdzv-endpoint HOST[:PORT]  --rdzv-id ID  --rdzv-conf K=V,...\n"
+          "  --standalone  --max-restarts N  --monitor-interval S\n"
+          "  --log-dir DIR  --redirects S  --tee S  --local-ranks-filter LIST\n"
+          "  --dry-run     check the job and layout for the world, run nothing\n"
+          "  --exec        run PROGRAM as the workers instead of a job\n"
           "\n"
           "flags:\n"
           "  --help        this text\n"
@@ -45,7 +73,9 @@ int main(int argc, char** argv) {
     tr_param_print(stdout);
     return 0;
   }
-  fprintf(stderr, "trainrun: unknown command '%s'\n", cmd);
-  usage(stderr);
-  return 2;
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(cmd, commands[i].name) == 0)
+      return commands[i].fn(argc - 1, argv + 1);
+  /* no subcommand: `trainrun [flags] JOB.toml [overrides]` */
+  return tr_launch_job(argc - 1, argv + 1);
 }

@@ -154,6 +154,27 @@ START_TEST(test_chunk_matches_torch) {
 }
 END_TEST
 
+START_TEST(test_in_place_views_keep_one_reference) {
+  tr_mem_stats_t s0, s1;
+  tr_mem_stats(TR_MEM_HOST, 0, &s0);
+  int64_t shape[2] = {4, 6}, flat[1] = {24};
+  tr_tensor_t t = arange(2, shape);
+  ck_assert_int_eq(tr_tensor_transpose(&t, &t, 0, 1), 0);
+  ck_assert_int_eq(tr_tensor_narrow(&t, &t, 0, 1, 2), 0);
+  ck_assert_double_eq(tr_tensor_get(&t, 0), 1); /* t^T[1][0] = t[0][1] */
+  tr_tensor_t u = arange(2, shape);
+  ck_assert_int_eq(tr_tensor_reshape(&u, &u, 1, flat), 0);
+  ck_assert_int_eq(tr_tensor_chunk(&u, &u, 0, 4, 3), 0);
+  ck_assert_double_eq(tr_tensor_get(&u, 0), 18);
+  tr_tensor_release(&t);
+  tr_tensor_release(&u);
+  /* one release each frees both buffers: no reference leaked */
+  tr_mem_stats(TR_MEM_HOST, 0, &s1);
+  ck_assert_int_eq(s1.current_bytes, s0.current_bytes);
+  ck_assert_int_eq(s1.live_allocs, s0.live_allocs);
+}
+END_TEST
+
 START_TEST(test_reshape) {
   int64_t shape[2] = {4, 6}, ns[3] = {2, -1, 3}, bad[2] = {5, 5};
   tr_tensor_t t = arange(2, shape), r, tt;
@@ -303,6 +324,7 @@ int main(void) {
   tcase_add_test(tc, test_narrow_and_transpose_views);
   tcase_add_test(tc, test_chunk_matches_torch);
   tcase_add_test(tc, test_reshape);
+  tcase_add_test(tc, test_in_place_views_keep_one_reference);
   tcase_add_test(tc, test_copy_converts_and_gathers);
   tcase_add_test(tc, test_bad_shapes);
   suite_add_tcase(s, tc);

@@ -36,6 +36,8 @@ typedef enum {
      "model,dtensor,fsdp,pp,ckpt,train,daemon,launch; all; ^name excludes")    \
   XX(NUM_THREADS, "TRAINRUN_NUM_THREADS", INT, "0", 0, 4096,                   \
      "CPU kernel threads per rank; 0 = OMP_NUM_THREADS, else the cores")       \
+  XX(OMP_NUM_THREADS, "OMP_NUM_THREADS", INT, "0", 0, 4096,                  \
+     "read when TRAINRUN_NUM_THREADS is 0: CPU kernel threads; 0 = cores")     \
   XX(STORE_TOKEN, "TRAINRUN_STORE_TOKEN", STRING, "", 0, 0,                    \
      "shared secret trainrun store clients prove before any command")          \
   XX(STORE_MAX_KEY, "TRAINRUN_STORE_MAX_KEY_BYTES", INT, "8192", 1, 1048576,   \
@@ -46,8 +48,65 @@ typedef enum {
      1048576, INT64_MAX, "total key+value bytes the store server holds")      \
   XX(STORE_MAX_CONNS, "TRAINRUN_STORE_MAX_CONNECTIONS", INT, "262144", 1,      \
      16777216, "connections the store server accepts at once")                 \
+  XX(STORE_MAX_KEYS, "TRAINRUN_STORE_MAX_KEYS_PER_REQUEST", INT, "131072", 1, \
+     16777216, "keys in one store CHECK, WAIT, MULTI_GET or MULTI_SET")        \
+  XX(STORE_MAX_REQUEST, "TRAINRUN_STORE_MAX_REQUEST_BYTES", INT, "268435456", \
+     1024, 17179869184, "largest store request, and largest MULTI_GET reply") \
   XX(ALLOC_ALIGN, "TRAINRUN_HOST_ALLOC_ALIGN", INT, "64", 16, 4096,            \
-     "alignment in bytes of host tensor allocations (a power of two)")
+     "alignment in bytes of host tensor allocations (a power of two)")         \
+  XX(GLOO_SOCKET_IFNAME, "TRAINRUN_GLOO_SOCKET_IFNAME", STRING, "", 0, 0,      \
+     "network interface Gloo binds; empty: the address that routes to the "   \
+     "store")                                                                  \
+  XX(PG_WATCHDOG_MS, "TRAINRUN_PG_WATCHDOG_MS", INT, "100", 10, 60000,         \
+     "period of the process-group watchdog (op timeouts, error reports)")     \
+  XX(WORKER, "TRAINRUN_WORKER", BOOL, "0", 0, 1,                               \
+     "set by the daemon in each worker: `trainrun JOB.toml` runs one rank "   \
+     "of the world RANK and WORLD_SIZE describe")                              \
+  XX(RANK, "RANK", INT, "0", 0, 2147483647,                                    \
+     "worker: its global rank (set by the daemon, as torchrun does)")         \
+  XX(LOCAL_RANK, "LOCAL_RANK", INT, "0", 0, 2147483647,                        \
+     "worker: its rank among the workers of its host")                        \
+  XX(WORLD_SIZE, "WORLD_SIZE", INT, "1", 1, 2147483647,                        \
+     "worker: the number of ranks of the job")                                 \
+  XX(STOP_TIMEOUT, "TRAINRUN_STOP_TIMEOUT", DOUBLE, "30", 0, 86400,            \
+     "seconds the daemon waits after SIGTERM before it kills a worker it "    \
+     "stops because another failed")                                           \
+  XX(TMPDIR, "TMPDIR", STRING, "/tmp", 0, 0,                                   \
+     "folder of the daemons' status sockets and of default log folders")      \
+  XX(PATH, "PATH", STRING, "/usr/local/bin:/usr/bin:/bin", 0, 0,               \
+     "where the daemon looks for a worker program named without a '/'")       \
+  XX(CUDA_VISIBLE_DEVICES, "CUDA_VISIBLE_DEVICES", STRING, "", 0, 0,           \
+     "GPUs the workers may use: passed on as is; counted by "                 \
+     "--nproc-per-node gpu")                                                   \
+  XX(CUDA_DEVICE_ORDER, "CUDA_DEVICE_ORDER", STRING, "", 0, 0,                 \
+     "unset: the daemon gives workers PCI_BUS_ID, the order its CPU "         \
+     "affinity assumes")                                                       \
+  XX(MASTER_ADDR, "MASTER_ADDR", STRING, "", 0, 0,                             \
+     "under mpirun: the rendezvous host when --rdzv-endpoint is not given")   \
+  XX(MASTER_PORT, "MASTER_PORT", INT, "29500", 1, 65535,                       \
+     "under mpirun: the rendezvous port with MASTER_ADDR")                     \
+  XX(SLURM_JOB_ID, "SLURM_JOB_ID", STRING, "", 0, 0,                           \
+     "Slurm: the default --rdzv-id")                                           \
+  XX(SLURM_STEP_NUM_NODES, "SLURM_STEP_NUM_NODES", INT, "1", 1, 16777216,     \
+     "srun: nodes of the step (--nnodes); marks a run under srun")             \
+  XX(SLURM_STEP_NUM_TASKS, "SLURM_STEP_NUM_TASKS", INT, "1", 1, 16777216,     \
+     "srun: tasks of the step; more than nodes: every task is a node")         \
+  XX(SLURM_STEP_NODELIST, "SLURM_STEP_NODELIST", STRING, "", 0, 0,             \
+     "srun: hosts of the step; the first is the rendezvous endpoint")         \
+  XX(SLURM_JOB_NODELIST, "SLURM_JOB_NODELIST", STRING, "", 0, 0,               \
+     "Slurm: hosts of the job, when SLURM_STEP_NODELIST is not set")           \
+  XX(SLURM_NODEID, "SLURM_NODEID", INT, "0", 0, 16777216,                      \
+     "srun: this node's index in the step (--node-rank)")                      \
+  XX(SLURM_PROCID, "SLURM_PROCID", INT, "0", 0, 16777216,                      \
+     "srun: this task's rank (--node-rank with several tasks per node)")       \
+  XX(SLURM_NNODES, "SLURM_NNODES", INT, "1", 1, 16777216,                      \
+     "Slurm: nodes of the allocation (a hint to use srun when > 1)")           \
+  XX(OMPI_SIZE, "OMPI_COMM_WORLD_SIZE", INT, "1", 1, 16777216,                 \
+     "mpirun: processes (--nnodes); marks a run under Open MPI")               \
+  XX(OMPI_RANK, "OMPI_COMM_WORLD_RANK", INT, "0", 0, 16777216,                 \
+     "mpirun: this process's rank (--node-rank)")                              \
+  XX(OMPI_LOCAL_SIZE, "OMPI_COMM_WORLD_LOCAL_SIZE", INT, "1", 1, 16777216,     \
+     "mpirun: processes on this host; > 1: one worker per process")
 
 typedef enum {
 #define TR__PARAM_ENUM(id, env, type, def, lo, hi, doc) TR_PARAM_##id,

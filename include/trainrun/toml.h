@@ -9,6 +9,16 @@
  * Ownership: tr_toml_parse() returns a tree owned by the caller, freed with
  * tr_toml_free(). Every pointer obtained from the tree (values, keys,
  * strings) lives until that call.
+ *
+ * Errors point where the offending token starts: the key that is defined
+ * twice, the number, the escape sequence, the byte that is not UTF-8; an
+ * unterminated string, array or inline table at its opening character.
+ * Tables and arrays nest at most 256 levels below the root (deeper is an
+ * error), so code that walks a tree recursively needs no guard of its own.
+ * Where TOML leaves a choice: newlines in multi-line strings read as LF, a
+ * UTF-8 byte order mark may start the text, leap seconds (:60) are
+ * rejected, integers must fit in int64_t, and a float that overflows
+ * double reads as an infinity.
  */
 #ifndef TRAINRUN_TOML_H
 #define TRAINRUN_TOML_H
@@ -34,11 +44,11 @@ typedef enum {
 } tr_toml_type_t;
 
 typedef struct {
-  int year, month, day;          /* valid for DATETIME*, DATE_LOCAL */
-  int hour, minute, second;      /* valid for DATETIME*, TIME_LOCAL */
-  int nanosecond;                /* fractional seconds, truncated to ns */
-  int frac_digits;               /* digits written after '.', 0 if none */
-  int offset_minutes;            /* DATETIME only; Z and +00:00 give 0 */
+  int year, month, day;     /* valid for DATETIME*, DATE_LOCAL */
+  int hour, minute, second; /* valid for DATETIME*, TIME_LOCAL */
+  int nanosecond;           /* fractional seconds, truncated to ns */
+  int frac_digits;          /* digits written after '.', 0 if none */
+  int offset_minutes;       /* DATETIME only; Z and +00:00 give 0 */
 } tr_toml_datetime_t;
 
 typedef struct tr_toml_value tr_toml_value_t;
@@ -51,17 +61,22 @@ typedef struct {
 
 /* Parse text[0..len) (need not be NUL-terminated). On success *root is a
  * TABLE and 0 is returned; on failure TR_EPARSE with *err filled (line, col
- * and a lowercase message like "duplicate key 'a'"), or TR_ENOMEM. */
+ * and a lowercase message like "duplicate key 'a'"), TR_ENOMEM, or
+ * TR_ELIMIT for a text over INT_MAX bytes. err may be NULL. */
 int tr_toml_parse(const char* text, size_t len, tr_toml_value_t** root,
                   tr_toml_error_t* err);
 
-/* Read and parse a file; errors from reading carry line 0. */
+/* Read and parse a file; errors from reading return the negated errno and
+ * carry line 0 and a message like "cannot read 'job.toml': no such file or
+ * directory". */
 int tr_toml_parse_file(const char* path, tr_toml_value_t** root,
                        tr_toml_error_t* err);
 
+/* Free a tree from tr_toml_parse(); NULL, or a value that is not a root,
+ * is ignored. */
 void tr_toml_free(tr_toml_value_t* root);
 
-tr_toml_type_t tr_toml_type(const tr_toml_value_t* v);
+tr_toml_type_t tr_toml_type(const tr_toml_value_t* v); /* v != NULL */
 const char* tr_toml_type_name(tr_toml_type_t t); /* "string", "integer" ... */
 int tr_toml_line(const tr_toml_value_t* v);      /* where the value starts */
 int tr_toml_col(const tr_toml_value_t* v);
@@ -82,6 +97,9 @@ size_t tr_toml_count(const tr_toml_value_t* v);
 const tr_toml_value_t* tr_toml_at(const tr_toml_value_t* v, size_t i);
 /* Table entries: key, and position of the key where it was (last) written. */
 const char* tr_toml_key_at(const tr_toml_value_t* table, size_t i);
+/* Length of tr_toml_key_at(table, i) in bytes: a quoted key may hold NULs
+ * ("\u0000"); 0 when i is out of range. */
+size_t tr_toml_key_len(const tr_toml_value_t* table, size_t i);
 int tr_toml_key_line(const tr_toml_value_t* table, size_t i);
 int tr_toml_key_col(const tr_toml_value_t* table, size_t i);
 /* Lookup by one (unquoted, undotted) key; NULL when absent. */

@@ -1,0 +1,480 @@
+/* bench/coll_bench.c: bus bandwidth of all_reduce, all_gather and
+ * reduce_scatter through trainrun's process groups, over a range of sizes,
+ * as nccl-tests reports it (algbw = size / time; busbw = algbw x 2(n-1)/n
+ * for all_reduce, x (n-1)/n for all_gather and reduce_scatter, size being
+ * the whole buffer: the all_reduce tensor, the all_gather output, the
+ * reduce_scatter input). With NCCL, --raw times the same calls made
+ * directly on a communicator of its own in the same run, next to ours.
+ *
+ *   coll_bench -b gloo -n 2 --max 64M           # CPU, 2 forked ranks
+ *   coll_bench -b nccl --raw --max 1G           # one rank per GPU
+ *   mpirun -np 4 coll_bench -b mpi              # MPI's ranks
+ *
+ * Ranks are forked from this process (not under mpirun) and rendezvous
+ * through a store server on 127.0.0.1. Rank 0 prints one line per op and
+ * size; the time is the slowest rank's mean over the timed iterations. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef HAVE_NCCL
+#include <cuda_runtime_api.h> /* raw NCCL timing: streams, buffers */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+#endif
+
+#include "trainrun/error.h"
+#include "trainrun/pg.h"
+#include "trainrun/store.h"
+#include "trainrun/tensor.h"
+
+typedef struct {
+  const char* backend;
+  int n;
+  int64_t min_bytes, max_bytes;
+  int factor;
+  int warmup, iters;
+  tr_dtype_t dtype;
+  int ops; /* bit i: op i of k_ops */
+  int raw;
+  int check;
+  int gpu; /* CUDA tensors */
+} opts_t;
+
+static const struct {
+  const char* name;
+  tr_pg_op_t op;
+} k_ops[] = {{"all_reduce", TR_PG_OP_ALL_REDUCE},
+             {"all_gather", TR_PG_OP_ALL_GATHER},
+             {"reduce_scatter", TR_PG_OP_REDUCE_SCATTER}};
+#define NOPS 3
+
+static void die(const char* what, int rc) {
+  fprintf(stderr, "coll_bench: %s: %s\n", what, tr_strerror(rc));
+  exit(1);
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t parse_size(const char* s) {
+  char* end;
+  double v = strtod(s, &end);
+  switch (*end) {
+    case 'k':
+    case 'K':
+      v *= 1024;
+      break;
+    case 'm':
+    case 'M':
+      v *= 1024 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
+  }
+  return (int64_t)v;
+}
+
+static double bus_factor(tr_pg_op_t op, int n) {
+  if (n <= 1) return 0;
+  return op == TR_PG_OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+}
+
+/* The slowest rank's value, through the group's CPU backend when it has
+ * one, else on the GPU. */
+static int64_t max_over_ranks(tr_pg_t* pg, int64_t v, tr_device_t dev) {
+  tr_tensor_t t, h;
+  int64_t one[1] = {1};
+  if (tr_pg_backend(pg, TR_DEV_CPU) != TR_PG_BACKEND_NONE)
+    dev = TR_DEVICE_CPU;
+  if (tr_tensor_empty(&h, TR_I64, TR_DEVICE_CPU, 1, one) < 0) return v;
+  *(int64_t*)tr_tensor_data(&h) = v;
+  if (dev.type == TR_DEV_CPU) {
+    t = h;
+  } else {
+    if (tr_tensor_empty(&t, TR_I64, dev, 1, one) < 0) return v;
+    tr_tensor_copy(&t, &h);
+  }
+  int rc = tr_pg_all_reduce(pg, &t, TR_PG_MAX, NULL);
+  if (rc < 0) die("all_reduce of the timings", rc);
+  if (dev.type != TR_DEV_CPU) {
+    tr_tensor_copy(&h, &t);
+    tr_tensor_release(&t);
+  }
+  v = *(int64_t*)tr_tensor_data(&h);
+  tr_tensor_release(&h);
+  return v;
+}
+
+static int issue(tr_pg_t* pg, tr_pg_op_t op, tr_tensor_t* a, tr_tensor_t* b,
+                 tr_pg_work_t** w) {
+  switch (op) {
+    case TR_PG_OP_ALL_REDUCE:
+      return tr_pg_all_reduce(pg, a, TR_PG_SUM, w);
+    case TR_PG_OP_ALL_GATHER:
+      return tr_pg_all_gather(pg, b, a, w); /* a: shard, b: full */
+    default:
+      return tr_pg_reduce_scatter(pg, a, b, TR_PG_SUM, w); /* b full */
+  }
+}
+
+/* Mean time of one op over o->iters, in ns (this rank). Ops are issued
+ * back to back; the last one's completion bounds them all. */
+static int64_t time_op(tr_pg_t* pg, const opts_t* o, tr_pg_op_t op,
+                       tr_tensor_t* a, tr_tensor_t* b) {
+  for (int i = 0; i < o->warmup; i++) {
+    int rc = issue(pg, op, a, b, NULL);
+    if (rc < 0) die(tr_pg_op_name(op), rc);
+  }
+  tr_pg_work_t* w = NULL;
+  int rc = tr_pg_barrier(pg, NULL);
+  if (rc < 0) die("barrier", rc);
+  int64_t t0 = now_ns();
+  for (int i = 0; i < o->iters; i++) {
+    rc = issue(pg, op, a, b, i == o->iters - 1 ? &w : NULL);
+    if (rc < 0) die(tr_pg_op_name(op), rc);
+  }
+  rc = tr_pg_work_wait(w, 0);
+  if (rc < 0) die(tr_pg_op_name(op), rc);
+  int64_t t = (now_ns() - t0) / o->iters;
+  tr_pg_work_free(w);
+  return t;
+}
+
+#ifdef HAVE_NCCL
+/* The same op straight on NCCL: a communicator and stream of its own. */
+typedef struct {
+  ncclComm_t comm;
+  cudaStream_t stream;
+} raw_t;
+
+static int raw_init(raw_t* r, tr_store_client_t* c, int rank, int n) {
+  ncclUniqueId id;
+  if (rank == 0) {
+    if (ncclGetUniqueId(&id) != ncclSuccess) return TR_ENCCL;
+    TR_CHECK(tr_store_client_set(c, "bench/raw_uid", &id, sizeof id));
+  } else {
+    void* v = NULL;
+    size_t len = 0;
+    TR_CHECK(tr_store_client_get(c, "bench/raw_uid", &v, &len));
+    if (len != sizeof id) return TR_EPROTO;
+    memcpy(&id, v, sizeof id);
+    free(v);
+  }
+  if (ncclCommInitRank(&r->comm, n, id, rank) != ncclSuccess) return TR_ENCCL;
+  if (cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) !=
+      cudaSuccess)
+    return TR_ECUDA;
+  return 0;
+}
+
+static ncclDataType_t raw_type(tr_dtype_t dt) {
+  switch (dt) {
+    case TR_BF16:
+      return ncclBfloat16;
+    case TR_F16:
+      return ncclFloat16;
+    case TR_I32:
+      return ncclInt32;
+    case TR_I64:
+      return ncclInt64;
+    case TR_U8:
+      return ncclUint8;
+    default:
+      return ncclFloat32;
+  }
+}
+
+static int64_t raw_time(raw_t* r, const opts_t* o, tr_pg_op_t op,
+                        tr_tensor_t* a, tr_tensor_t* b, int n) {
+  void* pa = tr_tensor_data(a);
+  void* pb = tr_tensor_data(b);
+  size_t na = (size_t)tr_tensor_numel(a);
+  ncclDataType_t t = raw_type(a->dtype);
+  int64_t t0 = 0;
+  for (int i = 0; i < o->warmup + o->iters; i++) {
+    if (i == o->warmup) {
+      cudaStreamSynchronize(r->stream);
+      t0 = now_ns();
+    }
+    ncclResult_t rc;
+    if (op == TR_PG_OP_ALL_REDUCE)
+      rc = ncclAllReduce(pa, pa, na, t, ncclSum, r->comm, r->stream);
+    else if (op == TR_PG_OP_ALL_GATHER)
+      rc = ncclAllGather(pa, pb, na, t, r->comm, r->stream);
+    else
+      rc = ncclReduceScatter(pb, pa, na, t, ncclSum, r->comm, r->stream);
+    if (rc != ncclSuccess) die("raw NCCL call", TR_ENCCL);
+  }
+  cudaStreamSynchronize(r->stream);
+  (void)n;
+  return (now_ns() - t0) / o->iters;
+}
+#endif
+
+static void fill_check(tr_pg_t* pg, tr_pg_op_t op, tr_tensor_t* a,
+                       tr_tensor_t* b, int n) {
+  /* ones in, n (all_reduce, reduce_scatter) or ones (all_gather) out */
+  tr_tensor_fill(a, 1);
+  tr_tensor_fill(b, 1);
+  int rc = issue(pg, op, a, b, NULL);
+  if (rc < 0) die(tr_pg_op_name(op), rc);
+  tr_tensor_t* out = op == TR_PG_OP_ALL_GATHER ? b : a;
+  tr_tensor_t h;
+  if (tr_tensor_empty(&h, out->dtype, TR_DEVICE_CPU, out->ndim, out->shape) <
+      0)
+    return;
+  tr_tensor_copy(&h, out);
+  double want = op == TR_PG_OP_ALL_GATHER ? 1 : n;
+  int64_t k = tr_tensor_numel(&h);
+  for (int64_t i = 0; i < k; i += k / 7 + 1)
+    if (tr_tensor_get(&h, i) != want) {
+      fprintf(stderr, "coll_bench: %s: element %lld is %g, not %g\n",
+              tr_pg_op_name(op), (long long)i, tr_tensor_get(&h, i), want);
+      exit(1);
+    }
+  tr_tensor_release(&h);
+}
+
+static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
+                tr_device_t dev) {
+  int n = tr_pg_size(pg), rank = tr_pg_rank(pg);
+  const char* be = tr_pg_backend_name(tr_pg_backend(pg, dev.type));
+  size_t esz = tr_dtype_size(o->dtype);
+#ifdef HAVE_NCCL
+  raw_t raw;
+  int use_raw = o->raw && dev.type == TR_DEV_CUDA && store;
+  if (use_raw) {
+    cudaSetDevice(dev.index);
+    int rc = raw_init(&raw, store, rank, n);
+    if (rc < 0) die("raw NCCL set-up", rc);
+  }
+#else
+  int use_raw = 0;
+  (void)store;
+#endif
+  if (rank == 0) {
+    printf("# coll_bench: %s, %d ranks, %s, %d iterations (%d warm-up)\n", be,
+           n, tr_dtype_name(o->dtype), o->iters, o->warmup);
+    printf("# %12s  %-15s %12s %12s %12s%s\n", "size(B)", "op", "time(us)",
+           "algbw(GB/s)", "busbw(GB/s)",
+           use_raw ? "   raw(GB/s)  ratio" : "");
+  }
+  for (int64_t size = o->min_bytes; size <= o->max_bytes; size *= o->factor) {
+    /* whole buffer: a multiple of n elements */
+    int64_t elems = size / (int64_t)esz / n * n;
+    if (elems < n) elems = n;
+    for (int k = 0; k < NOPS; k++) {
+      if (!(o->ops & (1 << k))) continue;
+      tr_pg_op_t op = k_ops[k].op;
+      int64_t full[1] = {elems}, part[1] = {elems / n};
+      tr_tensor_t a, b;
+      int rc = tr_tensor_empty(&a, o->dtype, dev, 1,
+                               op == TR_PG_OP_ALL_REDUCE ? full : part);
+      if (rc == 0) rc = tr_tensor_empty(&b, o->dtype, dev, 1, full);
+      if (rc < 0) die("allocation", rc);
+      if (op == TR_PG_OP_ALL_REDUCE) tr_tensor_fill(&a, 0);
+      if (o->check) fill_check(pg, op, &a, &b, n);
+      int64_t t = max_over_ranks(pg, time_op(pg, o, op, &a, &b), dev);
+      int64_t traw = 0;
+#ifdef HAVE_NCCL
+      if (use_raw) traw = max_over_ranks(pg, raw_time(&raw, o, op, &a, &b, n),
+                                         dev);
+#endif
+      if (rank == 0) {
+        double bytes = (double)elems * (double)esz;
+        double alg = bytes / (double)t; /* bytes/ns = GB/s */
+        double bus = alg * bus_factor(op, n);
+        printf("  %12.0f  %-15s %12.2f %12.3f %12.3f", bytes, k_ops[k].name,
+               (double)t / 1000, alg, bus);
+        if (use_raw) {
+          double rbus = bytes / (double)traw * bus_factor(op, n);
+          printf(" %12.3f %6.3f", rbus, rbus > 0 ? bus / rbus : 0);
+        }
+        printf("\n");
+        fflush(stdout);
+      }
+      tr_tensor_release(&a);
+      tr_tensor_release(&b);
+    }
+  }
+#ifdef HAVE_NCCL
+  if (use_raw) {
+    ncclCommDestroy(raw.comm);
+    cudaStreamDestroy(raw.stream);
+  }
+#endif
+}
+
+static int rank_main(const opts_t* o, int rank, int port) {
+  tr_store_client_t* c = NULL;
+  if (port > 0) {
+    tr_store_client_opts_t co;
+    tr_store_client_opts_init(&co);
+    co.host = "127.0.0.1";
+    co.port = port;
+    co.timeout_ms = 60000;
+    int rc = tr_store_client_connect(&co, &c);
+    if (rc < 0) die("store", rc);
+  }
+  tr_pg_opts_t po;
+  tr_pg_opts_init(&po);
+  po.rank = rank;
+  po.world_size = o->n;
+  po.store = c;
+  po.backend = o->backend;
+  po.timeout_ms = 600000;
+  tr_pg_t* pg = NULL;
+  int rc = tr_pg_init(&po, &pg);
+  if (rc < 0) die("tr_pg_init", rc);
+  tr_device_t dev = TR_DEVICE_CPU;
+  if (o->gpu) {
+    int ng = tr_cuda_device_count();
+    dev = (tr_device_t){TR_DEV_CUDA, ng > 0 ? tr_pg_rank(pg) % ng : 0};
+  }
+  run(pg, c, o, dev);
+  tr_pg_free(pg);
+  tr_store_client_free(c);
+  return 0;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: coll_bench [-b gloo|nccl|mpi] [-n ranks] [-o ops] [-d dtype]\n"
+          "                  [--min SIZE] [--max SIZE] [-f factor] [-w warmup]\n"
+          "                  [-i iters] [--raw] [--check]\n"
+          "  ops: comma list of all_reduce, all_gather, reduce_scatter\n"
+          "  SIZE: bytes with K/M/G suffixes (1K .. 64M; nccl: 1K .. 1G)\n"
+          "  --raw: nccl only, time raw NCCL calls next to ours\n");
+  exit(2);
+}
+
+/* Device count without initialising CUDA here (ranks are forked). */
+static int count_gpus(void) {
+  pid_t p = fork();
+  if (p == 0) _exit(tr_cuda_device_count() & 0x7f);
+  int st = 0;
+  if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st)) return 0;
+  return WEXITSTATUS(st);
+}
+
+int main(int argc, char** argv) {
+  opts_t o = {"gloo", 2, 1024, -1, 2, 5, 20, TR_F32, 7, 0, 0, 0};
+  static const struct option lo[] = {{"min", required_argument, 0, 1},
+                                     {"max", required_argument, 0, 2},
+                                     {"raw", no_argument, 0, 3},
+                                     {"check", no_argument, 0, 4},
+                                     {"help", no_argument, 0, 'h'},
+                                     {0, 0, 0, 0}};
+  int ch, n_set = 0;
+  while ((ch = getopt_long(argc, argv, "b:n:o:d:f:w:i:h", lo, NULL)) != -1) {
+    switch (ch) {
+      case 'b':
+        o.backend = optarg;
+        break;
+      case 'n':
+        o.n = atoi(optarg);
+        n_set = 1;
+        break;
+      case 'o':
+        o.ops = 0;
+        for (int k = 0; k < NOPS; k++)
+          if (strstr(optarg, k_ops[k].name)) o.ops |= 1 << k;
+        if (!o.ops) usage();
+        break;
+      case 'd':
+        if (tr_dtype_parse(optarg, &o.dtype) < 0) usage();
+        break;
+      case 'f':
+        o.factor = atoi(optarg);
+        break;
+      case 'w':
+        o.warmup = atoi(optarg);
+        break;
+      case 'i':
+        o.iters = atoi(optarg);
+        break;
+      case 1:
+        o.min_bytes = parse_size(optarg);
+        break;
+      case 2:
+        o.max_bytes = parse_size(optarg);
+        break;
+      case 3:
+        o.raw = 1;
+        break;
+      case 4:
+        o.check = 1;
+        break;
+      default:
+        usage();
+    }
+  }
+  int gpu = strstr(o.backend, "nccl") != NULL;
+  o.gpu = gpu;
+  if (o.max_bytes < 0) o.max_bytes = gpu ? (int64_t)1 << 30 : 64 << 20;
+  if (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.min_bytes < 1)
+    usage();
+
+  const char* mpi_size = getenv("OMPI_COMM_WORLD_SIZE");
+  if (mpi_size) { /* under mpirun: MPI's ranks, no store */
+    o.n = atoi(mpi_size);
+    return rank_main(&o, atoi(getenv("OMPI_COMM_WORLD_RANK")), 0);
+  }
+  if (gpu && !n_set) o.n = count_gpus();
+  if (o.n < 1 || o.n > 64) {
+    fprintf(stderr, "coll_bench: need 1..64 ranks (GPUs: %d)\n", o.n);
+    return 1;
+  }
+
+  /* the store server in a process of its own; ranks forked from here */
+  int fd[2];
+  if (pipe(fd) < 0) die("pipe", tr_err_from_errno());
+  pid_t srv = fork();
+  if (srv == 0) {
+    tr_store_server_opts_t so;
+    tr_store_server_opts_init(&so);
+    so.host = "127.0.0.1";
+    tr_store_server_t* s = NULL;
+    int port = tr_store_server_start(&so, &s) < 0 ? -1
+                                                   : tr_store_server_port(s);
+    if (write(fd[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
+    for (;;) pause();
+  }
+  int port = -1;
+  if (read(fd[0], &port, sizeof port) != (ssize_t)sizeof port || port <= 0)
+    die("store server", TR_EIO);
+  pid_t pids[64];
+  fflush(stdout);
+  for (int r = 0; r < o.n; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(rank_main(&o, r, port));
+  }
+  int failed = 0;
+  for (int r = 0; r < o.n; r++) {
+    int st;
+    waitpid(pids[r], &st, 0);
+    failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+  }
+  kill(srv, SIGKILL);
+  waitpid(srv, NULL, 0);
+  return failed;
+}

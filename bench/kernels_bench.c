@@ -1,0 +1,752 @@
+/* bench/kernels_bench.c: per-kernel timings of the CUDA kernels at the
+ * shapes of a GPT-2 124M step (B 64, T 1024, bf16) and of a Llama-3 1B-like
+ * layer, with the two ceilings they are judged against measured first: a
+ * device-to-device copy (bytes read + written per second) and a large bf16
+ * GEMM through the same cuBLASLt path.
+ *
+ * Each figure is the median of `iters` launches timed one by one with CUDA
+ * events, after warm-up. Inputs are random (never zeros): one host block of
+ * random bf16/fp32 values tiled over each buffer. GB/s counts the bytes a
+ * kernel must move at least (each input read once, each output written
+ * once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
+ * half only, the backward as 2.5 forwards, FlashAttention's convention).
+ *
+ * usage: kernels_bench [-q] [-i iters] [-f filter]
+ *   -q        quick: smaller batch (B 8), fewer iterations
+ *   -f text   only benchmarks whose name contains text
+ * Exits 77 without a GPU.
+ */
+#include "config.h"
+
+#include <cuda_runtime_api.h> /* events, malloc, memcpy (C API) */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainrun/kernels.h"
+#include "trainrun/kernels_cuda.h"
+#include "trainrun/tensor.h"
+
+/* kernels/cuda/flash_attention.cu's forward variant at head dim 64 (a
+ * switch for this benchmark, not an API): 0 = 4 warps of 32 query rows
+ * (the default), 1 = 4 warps of 16 */
+void tr__flash_set_fwd_variant(int variant);
+
+static int iters = 50;
+static const char* filter;
+
+static void die(const char* what, cudaError_t e) {
+  fprintf(stderr, "kernels_bench: %s: %s\n", what, cudaGetErrorString(e));
+  exit(1);
+}
+#define CK(call)                           \
+  do {                                     \
+    cudaError_t _e = (call);               \
+    if (_e != cudaSuccess) die(#call, _e); \
+  } while (0)
+#define OK(call)                                                      \
+  do {                                                                \
+    int _rc = (call);                                                 \
+    if (_rc != 0) {                                                   \
+      fprintf(stderr, "kernels_bench: %s failed (%d)\n", #call, _rc); \
+      exit(1);                                                        \
+    }                                                                 \
+  } while (0)
+
+/* ---- buffers ---- */
+
+static void* rnd_src_bf16;
+static void* rnd_src_f32;
+#define RND_ELEMS ((size_t)1 << 24)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float urand(void) {
+  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (float)((double)(z >> 11) * 0x1p-52 - 1.0);
+}
+
+static void rnd_init(void) {
+  uint16_t* hb = malloc(RND_ELEMS * 2);
+  float* hf = malloc(RND_ELEMS * 4);
+  for (size_t i = 0; i < RND_ELEMS; i++) {
+    hf[i] = urand();
+    hb[i] = tr_f32_to_bf16(hf[i]);
+  }
+  CK(cudaMalloc(&rnd_src_bf16, RND_ELEMS * 2));
+  CK(cudaMalloc(&rnd_src_f32, RND_ELEMS * 4));
+  CK(cudaMemcpy(rnd_src_bf16, hb, RND_ELEMS * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(rnd_src_f32, hf, RND_ELEMS * 4, cudaMemcpyHostToDevice));
+  free(hb);
+  free(hf);
+}
+
+/* device buffer of n elements of dt, filled with random values in [-1, 1)
+ * times scale */
+static void* dbuf(tr_dtype_t dt, int64_t n, float scale) {
+  size_t es = tr_dtype_size(dt);
+  void* p;
+  CK(cudaMalloc(&p, (size_t)n * es + 256));
+  const char* src = dt == TR_BF16 ? rnd_src_bf16 : rnd_src_f32;
+  for (int64_t off = 0; off < n; off += (int64_t)RND_ELEMS) {
+    int64_t m = n - off < (int64_t)RND_ELEMS ? n - off : (int64_t)RND_ELEMS;
+    CK(cudaMemcpy((char*)p + off * es, src, (size_t)m * es,
+                  cudaMemcpyDeviceToDevice));
+  }
+  if (scale != 1.0f) OK(tr_kern_cuda_scale(dt, p, scale, n, NULL));
+  return p;
+}
+
+static int32_t* dtokens(int64_t n, int V) {
+  int32_t* h = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    h[i] = (int32_t)((urand() + 1.0f) * 0.5f * (float)V) % V;
+  int32_t* d;
+  CK(cudaMalloc((void**)&d, sizeof(int32_t) * (size_t)n));
+  CK(cudaMemcpy(d, h, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+/* ---- timing ---- */
+
+typedef void (*bench_fn)(void* ctx);
+
+static int cmp_f(const void* a, const void* b) {
+  float x = *(const float*)a, y = *(const float*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* median milliseconds of one call */
+static double time_ms(bench_fn fn, void* ctx) {
+  int warm = 3;
+  for (int i = 0; i < warm; i++) fn(ctx);
+  CK(cudaDeviceSynchronize());
+  cudaEvent_t* ev = malloc(sizeof(cudaEvent_t) * (size_t)(2 * iters));
+  for (int i = 0; i < 2 * iters; i++) CK(cudaEventCreate(&ev[i]));
+  for (int i = 0; i < iters; i++) {
+    CK(cudaEventRecord(ev[2 * i], 0));
+    fn(ctx);
+    CK(cudaEventRecord(ev[2 * i + 1], 0));
+  }
+  CK(cudaDeviceSynchronize());
+  CK(cudaGetLastError());
+  float* t = malloc(sizeof(float) * (size_t)iters);
+  for (int i = 0; i < iters; i++)
+    CK(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
+  qsort(t, (size_t)iters, sizeof(float), cmp_f);
+  double med =
+      iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+  for (int i = 0; i < 2 * iters; i++) cudaEventDestroy(ev[i]);
+  free(ev);
+  free(t);
+  return med;
+}
+
+static int wanted(const char* name) {
+  return !filter || strstr(name, filter) != NULL;
+}
+
+/* print one row: flops and bytes may be 0 (not reported) */
+static void report(const char* name, const char* shape, double ms, double flops,
+                   double bytes) {
+  printf("%-34s %-30s %9.3f ms", name, shape, ms);
+  if (flops > 0) printf("  %7.1f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+  if (bytes > 0) printf("  %7.0f GB/s", bytes / (ms * 1e-3) / 1e9);
+  printf("\n");
+  fflush(stdout);
+}
+
+#define BENCH(name, shape, flops, bytes, ctx, fn) \
+  do {                                            \
+    if (wanted(name)) {                           \
+      double _ms = time_ms(fn, ctx);              \
+      report(name, shape, _ms, flops, bytes);     \
+    }                                             \
+  } while (0)
+
+/* ---- ceilings ---- */
+
+typedef struct {
+  void *a, *b;
+  size_t n;
+} copy_ctx;
+static void run_copy(void* c) {
+  copy_ctx* x = c;
+  CK(cudaMemcpyAsync(x->b, x->a, x->n, cudaMemcpyDeviceToDevice, 0));
+}
+
+typedef struct {
+  tr_cuda_gemm_t g;
+} gemm_ctx;
+static void run_gemm(void* c) { OK(tr_kern_cuda_gemm(&((gemm_ctx*)c)->g, 0)); }
+
+static void gemm_setup(gemm_ctx* c, int ta, int tb, int64_t M, int64_t N,
+                       int64_t K, tr_dtype_t ab, tr_dtype_t ct, float beta) {
+  memset(c, 0, sizeof *c);
+  c->g.transa = ta;
+  c->g.transb = tb;
+  c->g.M = M;
+  c->g.N = N;
+  c->g.K = K;
+  c->g.A = dbuf(ab, M * K, 1.0f);
+  c->g.lda = ta ? M : K;
+  c->g.B = dbuf(ab, K * N, 1.0f);
+  c->g.ldb = tb ? K : N;
+  c->g.C = dbuf(ct, M * N, 1.0f);
+  c->g.ldc = N;
+  c->g.ab_type = ab;
+  c->g.c_type = ct;
+  c->g.alpha = 1.0f;
+  c->g.beta = beta;
+}
+static void gemm_free(gemm_ctx* c) {
+  cudaFree((void*)c->g.A);
+  cudaFree((void*)c->g.B);
+  cudaFree(c->g.C);
+}
+
+static void ceilings(void) {
+  if (wanted("ceiling copy")) {
+    copy_ctx c = {NULL, NULL, (size_t)1 << 30};
+    CK(cudaMalloc(&c.a, c.n));
+    CK(cudaMalloc(&c.b, c.n));
+    CK(cudaMemset(c.a, 1, c.n));
+    double ms = time_ms(run_copy, &c);
+    report("ceiling copy d2d", "1 GiB", ms, 0, 2.0 * (double)c.n);
+    cudaFree(c.a);
+    cudaFree(c.b);
+  }
+  if (wanted("ceiling gemm")) {
+    gemm_ctx c;
+    gemm_setup(&c, 0, 1, 8192, 8192, 8192, TR_BF16, TR_BF16, 0.0f);
+    double ms = time_ms(run_gemm, &c);
+    report("ceiling gemm bf16", "8192^3 NT", ms, 2.0 * 8192.0 * 8192 * 8192, 0);
+    gemm_free(&c);
+  }
+}
+
+/* ---- GEMMs of the model ---- */
+
+typedef struct {
+  int64_t N;
+  int IC, OC, gelu, bias;
+  void *x, *w, *b, *out, *pre, *dout, *dinp;
+  float *dw, *db;
+} lin_ctx;
+
+static void lin_setup(lin_ctx* c, int64_t N, int IC, int OC, int gelu,
+                      int bias) {
+  memset(c, 0, sizeof *c);
+  c->N = N;
+  c->IC = IC;
+  c->OC = OC;
+  c->gelu = gelu;
+  c->bias = bias;
+  c->x = dbuf(TR_BF16, N * IC, 1.0f);
+  c->w = dbuf(TR_BF16, (int64_t)OC * IC, 0.05f);
+  c->b = dbuf(TR_BF16, OC, 0.1f);
+  c->out = dbuf(TR_BF16, N * OC, 1.0f);
+  c->pre = gelu ? dbuf(TR_BF16, N * OC, 1.0f) : NULL;
+  c->dout = dbuf(TR_BF16, N * OC, 1.0f);
+  c->dinp = dbuf(TR_BF16, N * IC, 1.0f);
+  c->dw = dbuf(TR_F32, (int64_t)OC * IC, 0.01f);
+  c->db = dbuf(TR_F32, OC, 0.01f);
+}
+static void lin_free(lin_ctx* c) {
+  void* ps[] = {c->x,    c->w,    c->b,  c->out, c->pre,
+                c->dout, c->dinp, c->dw, c->db};
+  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+    if (ps[i]) cudaFree(ps[i]);
+}
+static void run_lin_fwd(void* p) {
+  lin_ctx* c = p;
+  OK(tr_kern_cuda_linear_fwd(TR_BF16, c->out, c->pre, c->x, c->w,
+                             c->bias ? c->b : NULL, c->N, c->IC, c->OC, c->gelu,
+                             0));
+}
+static void run_lin_dinp(void* p) {
+  lin_ctx* c = p;
+  OK(tr_kern_cuda_linear_bwd(TR_BF16, c->dinp, NULL, NULL, c->dout, c->x, c->w,
+                             NULL, c->N, c->IC, c->OC, 0));
+}
+static void run_lin_dw(void* p) {
+  lin_ctx* c = p;
+  OK(tr_kern_cuda_linear_bwd(TR_BF16, NULL, c->dw, c->bias ? c->db : NULL,
+                             c->dout, c->x, c->w, NULL, c->N, c->IC, c->OC, 0));
+}
+
+static void bench_linear(const char* tag, int64_t N, int IC, int OC, int gelu,
+                         int bias) {
+  char name[64], shape[64];
+  int any = 0;
+  const char* parts[3] = {"fwd", "bwd dinp", "bwd dw+db"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof name, "linear %s %s", tag, parts[i]);
+    any |= wanted(name);
+  }
+  if (!any) return;
+  lin_ctx c;
+  lin_setup(&c, N, IC, OC, gelu, bias);
+  double fl = 2.0 * (double)N * IC * OC;
+  snprintf(shape, sizeof shape, "%lldx%d->%d%s", (long long)N, IC, OC,
+           gelu ? " +gelu" : (bias ? " +bias" : ""));
+  snprintf(name, sizeof name, "linear %s fwd", tag);
+  BENCH(name, shape, fl, 0, &c, run_lin_fwd);
+  snprintf(name, sizeof name, "linear %s bwd dinp", tag);
+  BENCH(name, shape, fl, 0, &c, run_lin_dinp);
+  snprintf(name, sizeof name, "linear %s bwd dw+db", tag);
+  BENCH(name, shape, fl, 0, &c, run_lin_dw);
+  lin_free(&c);
+}
+
+/* ---- norms, activations, rope, embedding ---- */
+
+typedef struct {
+  int64_t N;
+  int C;
+  void *a, *b, *res, *out, *w, *bias, *dout, *dinp;
+  float *mean, *rstd, *dw, *db;
+} norm_ctx;
+
+static void norm_setup(norm_ctx* c, int64_t N, int C) {
+  memset(c, 0, sizeof *c);
+  c->N = N;
+  c->C = C;
+  c->a = dbuf(TR_BF16, N * C, 1.0f);
+  c->b = dbuf(TR_BF16, N * C, 1.0f);
+  c->res = dbuf(TR_BF16, N * C, 1.0f);
+  c->out = dbuf(TR_BF16, N * C, 1.0f);
+  c->w = dbuf(TR_BF16, C, 1.0f);
+  c->bias = dbuf(TR_BF16, C, 0.1f);
+  c->dout = dbuf(TR_BF16, N * C, 1.0f);
+  c->dinp = dbuf(TR_BF16, N * C, 1.0f);
+  c->mean = dbuf(TR_F32, N, 0.1f);
+  c->rstd = dbuf(TR_F32, N, 1.0f);
+  c->dw = dbuf(TR_F32, C, 0.1f);
+  c->db = dbuf(TR_F32, C, 0.1f);
+  OK(tr_kern_cuda_layernorm_fwd(TR_BF16, c->out, c->mean, c->rstd, c->a, c->w,
+                                c->bias, N, C, 1e-5f, 0));
+}
+static void norm_free(norm_ctx* c) {
+  void* ps[] = {c->a,    c->b,    c->res,  c->out,  c->w,  c->bias,
+                c->dout, c->dinp, c->mean, c->rstd, c->dw, c->db};
+  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
+}
+static void run_ln_fwd(void* p) {
+  norm_ctx* c = p;
+  OK(tr_kern_cuda_layernorm_fwd(TR_BF16, c->out, c->mean, c->rstd, c->a, c->w,
+                                c->bias, c->N, c->C, 1e-5f, 0));
+}
+static void run_res_ln_fwd(void* p) {
+  norm_ctx* c = p;
+  OK(tr_kern_cuda_residual_layernorm_fwd(TR_BF16, c->res, c->out, c->mean,
+                                         c->rstd, c->a, c->b, c->w, c->bias,
+                                         c->N, c->C, 1e-5f, 0));
+}
+static void run_ln_bwd(void* p) {
+  norm_ctx* c = p;
+  OK(tr_kern_cuda_layernorm_bwd(TR_BF16, c->dinp, c->dw, c->db, c->dout, c->a,
+                                c->w, c->mean, c->rstd, c->N, c->C, 0));
+}
+static void run_rms_fwd(void* p) {
+  norm_ctx* c = p;
+  OK(tr_kern_cuda_rmsnorm_fwd(TR_BF16, c->out, c->rstd, c->a, c->w, c->N, c->C,
+                              1e-5f, 0));
+}
+static void run_rms_bwd(void* p) {
+  norm_ctx* c = p;
+  OK(tr_kern_cuda_rmsnorm_bwd(TR_BF16, c->dinp, c->dw, c->dout, c->a, c->w,
+                              c->rstd, c->N, c->C, 0));
+}
+
+typedef struct {
+  int64_t n;
+  void *x, *y, *g, *dx, *dy;
+} ew_ctx;
+static void run_gelu_fwd(void* p) {
+  ew_ctx* c = p;
+  OK(tr_kern_cuda_gelu_fwd(TR_BF16, c->y, c->x, c->n, 0));
+}
+static void run_gelu_bwd(void* p) {
+  ew_ctx* c = p;
+  OK(tr_kern_cuda_gelu_bwd(TR_BF16, c->dx, c->g, c->x, c->n, 0));
+}
+static void run_swiglu_fwd(void* p) {
+  ew_ctx* c = p;
+  OK(tr_kern_cuda_swiglu_fwd(TR_BF16, c->y, c->x, c->g, c->n, 0));
+}
+static void run_swiglu_bwd(void* p) {
+  ew_ctx* c = p;
+  OK(tr_kern_cuda_swiglu_bwd(TR_BF16, c->dx, c->dy, c->y, c->x, c->g, c->n, 0));
+}
+
+typedef struct {
+  int B, T, H, D;
+  int64_t stride;
+  void* x;
+  float *cs, *sn;
+} rope_ctx;
+static void run_rope(void* p) {
+  rope_ctx* c = p;
+  OK(tr_kern_cuda_rope(TR_BF16, c->x, c->cs, c->sn, c->B, c->T, c->H, c->D,
+                       c->stride, 0, 0));
+}
+
+typedef struct {
+  int B, T, C, V;
+  int32_t* tok;
+  void *wte, *wpe, *out, *dout;
+  float *dwte, *dwpe;
+} emb_ctx;
+static void run_emb_fwd(void* p) {
+  emb_ctx* c = p;
+  OK(tr_kern_cuda_embedding_fwd(TR_BF16, c->out, c->tok, c->wte, c->wpe, c->B,
+                                c->T, c->C, c->V, 0));
+}
+static void run_emb_bwd(void* p) {
+  emb_ctx* c = p;
+  OK(tr_kern_cuda_embedding_bwd(TR_BF16, c->dwte, c->dwpe, c->dout, c->tok,
+                                c->B, c->T, c->C, c->V, 0));
+}
+
+/* ---- classifier ---- */
+
+typedef struct {
+  int64_t N, ld;
+  int V;
+  void* logits;
+  float *losses, *lse;
+  int32_t* tg;
+} cls_ctx;
+static void run_cls(void* p) {
+  cls_ctx* c = p;
+  OK(tr_kern_cuda_classifier(TR_BF16, c->logits, c->ld, c->losses, c->lse,
+                             c->tg, c->N, c->V, 1.0f / (float)c->N, 1, NULL,
+                             0));
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+  int B, T, H, KVH, D;
+  int64_t W;
+  char *qkv, *dqkv;
+  void *out, *dout;
+  float* lse;
+} att_ctx;
+static void run_att_fwd(void* p) {
+  att_ctx* c = p;
+  size_t ko = (size_t)c->H * c->D * 2, vo = (size_t)(c->H + c->KVH) * c->D * 2;
+  OK(tr_kern_cuda_attention_fwd(TR_BF16, c->out, c->lse, c->qkv, c->qkv + ko,
+                                c->qkv + vo, c->B, c->T, c->H, c->KVH, c->D,
+                                c->W, c->W, 0));
+}
+static void run_att_bwd(void* p) {
+  att_ctx* c = p;
+  size_t ko = (size_t)c->H * c->D * 2, vo = (size_t)(c->H + c->KVH) * c->D * 2;
+  OK(tr_kern_cuda_attention_bwd(TR_BF16, c->dqkv, c->dqkv + ko, c->dqkv + vo,
+                                c->dout, c->qkv, c->qkv + ko, c->qkv + vo,
+                                c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D,
+                                c->W, c->W, 0, 0));
+}
+
+static void bench_attention(const char* tag, int B, int T, int H, int KVH,
+                            int D) {
+  char name[64], shape[64];
+  int any = 0;
+  const char* impls[2] = {"flash", "simt"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(name, sizeof name, "attention %s %s fwd", tag, impls[i]);
+    any |= wanted(name);
+    snprintf(name, sizeof name, "attention %s %s bwd", tag, impls[i]);
+    any |= wanted(name);
+  }
+  if (!any) return;
+  att_ctx c = {B,    T,    H,    KVH,  D,   (int64_t)(H + 2 * KVH) * D,
+               NULL, NULL, NULL, NULL, NULL};
+  int64_t N = (int64_t)B * T;
+  c.qkv = dbuf(TR_BF16, N * c.W, 1.0f);
+  c.dqkv = dbuf(TR_BF16, N * c.W, 1.0f);
+  c.out = dbuf(TR_BF16, N * H * D, 1.0f);
+  c.dout = dbuf(TR_BF16, N * H * D, 1.0f);
+  c.lse = dbuf(TR_F32, N * H, 1.0f);
+  double fl = 4.0 * B * H * (double)T * T * D / 2.0;
+  snprintf(shape, sizeof shape, "B%d T%d H%d/%d D%d", B, T, H, KVH, D);
+  for (int i = 0; i < 2; i++) {
+    tr_kern_cuda_set_attention(i == 0 ? TR_CUDA_ATTN_FLASH : TR_CUDA_ATTN_SIMT);
+    snprintf(name, sizeof name, "attention %s %s fwd", tag, impls[i]);
+    BENCH(name, shape, fl, 0, &c, run_att_fwd);
+    if (i == 0 && D == 64) { /* the other forward variant */
+      tr__flash_set_fwd_variant(1);
+      snprintf(name, sizeof name, "attention %s flash fwd (16 rows/warp)", tag);
+      BENCH(name, shape, fl, 0, &c, run_att_fwd);
+      tr__flash_set_fwd_variant(0);
+    }
+    snprintf(name, sizeof name, "attention %s %s bwd", tag, impls[i]);
+    BENCH(name, shape, 2.5 * fl, 0, &c, run_att_bwd);
+  }
+  tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
+  cudaFree(c.qkv);
+  cudaFree(c.dqkv);
+  cudaFree(c.out);
+  cudaFree(c.dout);
+  cudaFree(c.lse);
+}
+
+/* ---- optimizer ---- */
+
+typedef struct {
+  int n;
+  tr_cuda_adamw_tensor_t* t;
+  tr_adamw_args_t args;
+  tr_cuda_span_t* spans;
+  double* sumsq;
+  float* factor;
+} opt_ctx;
+static void run_adamw(void* p) {
+  opt_ctx* c = p;
+  OK(tr_kern_cuda_adamw(c->t, c->n, &c->args, c->factor, 0));
+}
+static void run_norm2(void* p) {
+  opt_ctx* c = p;
+  OK(tr_kern_cuda_sum_squares(c->sumsq, c->spans, c->n, 0));
+  OK(tr_kern_cuda_clip_factor(c->factor, NULL, c->sumsq, 1.0f, 0));
+}
+
+/* GPT-2 124M's parameter list: wte, wpe, then per layer 12 tensors */
+static void bench_optimizer(void) {
+  if (!wanted("adamw") && !wanted("grad norm")) return;
+  int64_t sizes[2 + 12 * 12 + 2];
+  int n = 0;
+  sizes[n++] = 50304LL * 768;
+  sizes[n++] = 1024LL * 768;
+  for (int l = 0; l < 12; l++) {
+    int64_t per[12] = {768, 768, 2304LL * 768, 2304, 768LL * 768,  768,
+                       768, 768, 3072LL * 768, 3072, 768LL * 3072, 768};
+    for (int i = 0; i < 12; i++) sizes[n++] = per[i];
+  }
+  sizes[n++] = 768;
+  sizes[n++] = 768;
+  opt_ctx c;
+  memset(&c, 0, sizeof c);
+  c.n = n;
+  c.t = calloc((size_t)n, sizeof *c.t);
+  c.spans = calloc((size_t)n, sizeof *c.spans);
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    c.t[i].n = sizes[i];
+    c.t[i].param = dbuf(TR_F32, sizes[i], 0.1f);
+    c.t[i].grad = dbuf(TR_F32, sizes[i], 0.01f);
+    c.t[i].m = dbuf(TR_F32, sizes[i], 0.001f);
+    /* v >= 0: every byte 0x3c makes each float 0.0115 */
+    CK(cudaMalloc((void**)&c.t[i].v, sizeof(float) * (size_t)sizes[i]));
+    CK(cudaMemset(c.t[i].v, 0x3c, sizeof(float) * (size_t)sizes[i]));
+    c.t[i].param_bf16 = dbuf(TR_BF16, sizes[i], 1.0f);
+    c.t[i].decay = sizes[i] > 4096;
+    c.spans[i] = (tr_cuda_span_t){c.t[i].grad, TR_F32, sizes[i]};
+    total += sizes[i];
+  }
+  CK(cudaMalloc((void**)&c.sumsq, sizeof(double)));
+  CK(cudaMalloc((void**)&c.factor, sizeof(float)));
+  c.args = (tr_adamw_args_t){6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10};
+  OK(tr_kern_cuda_sum_squares(c.sumsq, c.spans, n, 0));
+  OK(tr_kern_cuda_clip_factor(c.factor, NULL, c.sumsq, 1.0f, 0));
+  char shape[64];
+  snprintf(shape, sizeof shape, "%lld params, %d tensors", (long long)total, n);
+  /* p rw, g r, m rw, v rw, bf16 copy w */
+  BENCH("adamw multi-tensor +bf16 copy", shape, 0, 30.0 * (double)total, &c,
+        run_adamw);
+  BENCH("grad norm + clip factor", shape, 0, 4.0 * (double)total, &c,
+        run_norm2);
+  for (int i = 0; i < n; i++) {
+    cudaFree(c.t[i].param);
+    cudaFree((void*)c.t[i].grad);
+    cudaFree(c.t[i].m);
+    cudaFree(c.t[i].v);
+    cudaFree(c.t[i].param_bf16);
+  }
+  cudaFree(c.sumsq);
+  cudaFree(c.factor);
+  free(c.t);
+  free(c.spans);
+}
+
+/* ---- main ---- */
+
+int main(int argc, char** argv) {
+  int quick = 0, opt;
+  while ((opt = getopt(argc, argv, "qi:f:")) != -1) {
+    if (opt == 'q') {
+      quick = 1;
+    } else if (opt == 'i') {
+      iters = atoi(optarg);
+    } else if (opt == 'f') {
+      filter = optarg;
+    } else {
+      fprintf(stderr, "usage: %s [-q] [-i iters] [-f filter]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (tr_cuda_device_count() == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  if (quick && iters == 50) iters = 10;
+  if (iters < 1) iters = 1;
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("device: %s, %d SMs, %.0f GiB; median of %d timed runs\n", prop.name,
+         prop.multiProcessorCount, (double)prop.totalGlobalMem / (1 << 30),
+         iters);
+  OK(tr_kern_cuda_init());
+  rnd_init();
+  ceilings();
+
+  /* GPT-2 124M: B 64 (8 quick), T 1024, C 768, 12 heads, Vp 50304 */
+  const int B = quick ? 8 : 64, T = 1024, C = 768, V = 50257, Vp = 50304;
+  const int64_t N = (int64_t)B * T;
+  bench_linear("gpt2 qkv", N, C, 3 * C, 0, 1);
+  bench_linear("gpt2 attn.proj", N, C, C, 0, 1);
+  bench_linear("gpt2 fc+gelu", N, C, 4 * C, 1, 1);
+  bench_linear("gpt2 mlp.proj", N, 4 * C, C, 0, 1);
+  bench_linear("gpt2 lm_head", N, C, Vp, 0, 0);
+  bench_attention("gpt2", B, T, 12, 12, 64);
+  {
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%d", (long long)N, C);
+    int any = wanted("layernorm") || wanted("residual+layernorm");
+    if (any) {
+      norm_ctx c;
+      norm_setup(&c, N, C);
+      double nc = (double)N * C;
+      BENCH("layernorm fwd", shape, 0, nc * 4 + N * 8.0, &c, run_ln_fwd);
+      BENCH("residual+layernorm fwd", shape, 0, nc * 8 + N * 8.0, &c,
+            run_res_ln_fwd);
+      BENCH("layernorm bwd (+dw,db)", shape, 0, nc * 8 + N * 8.0, &c,
+            run_ln_bwd);
+      norm_free(&c);
+    }
+  }
+  if (wanted("gelu")) {
+    ew_ctx c;
+    c.n = N * 4 * C;
+    c.x = dbuf(TR_BF16, c.n, 2.0f);
+    c.y = dbuf(TR_BF16, c.n, 1.0f);
+    c.g = dbuf(TR_BF16, c.n, 1.0f);
+    c.dx = dbuf(TR_BF16, c.n, 1.0f);
+    c.dy = NULL;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lld", (long long)c.n);
+    BENCH("gelu fwd", shape, 0, 4.0 * c.n, &c, run_gelu_fwd);
+    BENCH("gelu bwd", shape, 0, 8.0 * c.n, &c, run_gelu_bwd);
+    cudaFree(c.x);
+    cudaFree(c.y);
+    cudaFree(c.g);
+    cudaFree(c.dx);
+  }
+  if (wanted("embedding")) {
+    emb_ctx c = {B,
+                 T,
+                 C,
+                 V,
+                 dtokens(N, V),
+                 dbuf(TR_BF16, (int64_t)Vp * C, 1),
+                 dbuf(TR_BF16, (int64_t)T * C, 1),
+                 dbuf(TR_BF16, N * C, 1),
+                 dbuf(TR_BF16, N * C, 1),
+                 dbuf(TR_F32, (int64_t)Vp * C, 1),
+                 dbuf(TR_F32, (int64_t)T * C, 1)};
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d T%d C%d", B, T, C);
+    BENCH("embedding fwd", shape, 0, N * C * 6.0, &c, run_emb_fwd);
+    BENCH("embedding bwd", shape, 0, N * C * 10.0, &c, run_emb_bwd);
+    void* ps[] = {c.tok, c.wte, c.wpe, c.out, c.dout, c.dwte, c.dwpe};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
+  }
+  if (wanted("classifier")) {
+    cls_ctx c = {N,
+                 Vp,
+                 V,
+                 dbuf(TR_BF16, N * Vp, 4.0f),
+                 dbuf(TR_F32, N, 1),
+                 dbuf(TR_F32, N, 1),
+                 dtokens(N, V)};
+    /* the kernel turns logits into gradients: each run reads what the last
+     * wrote, the same traffic */
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lldx%d (ld %d)", (long long)N, V, Vp);
+    BENCH("classifier fused fwd+bwd", shape, 0, 3.0 * 2 * (double)N * Vp, &c,
+          run_cls);
+    cudaFree(c.logits);
+    cudaFree(c.losses);
+    cudaFree(c.lse);
+    cudaFree(c.tg);
+  }
+  bench_optimizer();
+
+  /* Llama-3 1B-like layer: C 2048, 32 heads of 64, 8 kv heads, FFN 8192 */
+  {
+    const int LB = quick ? 2 : 16, LC = 2048, LF = 8192;
+    const int64_t LN = (int64_t)LB * T;
+    bench_linear("llama qkv", LN, LC, LC + 2 * 512, 0, 0);
+    bench_linear("llama w1|w3", LN, LC, 2 * LF, 0, 0);
+    bench_linear("llama w2", LN, LF, LC, 0, 0);
+    bench_attention("llama", LB, T, 32, 8, 64);
+    if (wanted("rmsnorm")) {
+      norm_ctx c;
+      norm_setup(&c, LN, LC);
+      char shape[64];
+      snprintf(shape, sizeof shape, "%lldx%d", (long long)LN, LC);
+      double nc = (double)LN * LC;
+      BENCH("rmsnorm fwd", shape, 0, nc * 4 + LN * 4.0, &c, run_rms_fwd);
+      BENCH("rmsnorm bwd (+dw)", shape, 0, nc * 8 + LN * 4.0, &c, run_rms_bwd);
+      norm_free(&c);
+    }
+    if (wanted("swiglu")) {
+      ew_ctx c;
+      c.n = LN * LF;
+      c.x = dbuf(TR_BF16, c.n, 2.0f);
+      c.g = dbuf(TR_BF16, c.n, 1.0f);
+      c.y = dbuf(TR_BF16, c.n, 1.0f);
+      c.dx = dbuf(TR_BF16, c.n, 1.0f);
+      c.dy = dbuf(TR_BF16, c.n, 1.0f);
+      char shape[64];
+      snprintf(shape, sizeof shape, "%lld", (long long)c.n);
+      BENCH("swiglu fwd", shape, 0, 6.0 * c.n, &c, run_swiglu_fwd);
+      BENCH("swiglu bwd", shape, 0, 14.0 * c.n, &c, run_swiglu_bwd);
+      cudaFree(c.x);
+      cudaFree(c.g);
+      cudaFree(c.y);
+      cudaFree(c.dx);
+      cudaFree(c.dy);
+    }
+    if (wanted("rope")) {
+      rope_ctx c = {LB, T, 32, 64, LC + 2 * 512, NULL, NULL, NULL};
+      c.x = dbuf(TR_BF16, LN * c.stride, 1.0f);
+      float* hc = malloc(sizeof(float) * T * 32);
+      float* hs = malloc(sizeof(float) * T * 32);
+      OK(tr_kern_rope_table(hc, hs, T, 64, 500000.0, NULL));
+      CK(cudaMalloc((void**)&c.cs, sizeof(float) * T * 32));
+      CK(cudaMalloc((void**)&c.sn, sizeof(float) * T * 32));
+      CK(cudaMemcpy(c.cs, hc, sizeof(float) * T * 32, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(c.sn, hs, sizeof(float) * T * 32, cudaMemcpyHostToDevice));
+      char shape[64];
+      snprintf(shape, sizeof shape, "B%d T%d H32 D64 (q)", LB, T);
+      BENCH("rope (q, in place)", shape, 0, 4.0 * LN * LC, &c, run_rope);
+      free(hc);
+      free(hs);
+      cudaFree(c.x);
+      cudaFree(c.cs);
+      cudaFree(c.sn);
+    }
+  }
+  CK(cudaDeviceSynchronize());
+  tr_kern_cuda_release();
+  return 0;
+}

@@ -1,0 +1,651 @@
+/* collectives/nccl.c: the NCCL backend for CUDA tensors. Per group: one
+ * communicator (unique id through the store, after a store barrier that
+ * bounds the wait for the other ranks; or ncclCommSplit of the parent's),
+ * aborted by the watchdog when an op passes its deadline; one
+ * high-priority comm stream. An op
+ * records an event on the group's user stream and makes the comm stream
+ * wait for it, records a start event, issues the NCCL calls in one group
+ * call, records a done event -- no host synchronisation anywhere. The
+ * watchdog (and waiters) poll the events: start -> start hook, done ->
+ * complete; an op past its deadline gets ncclCommAbort. uint16 reductions
+ * are staged through uint32 and integer AVG is SUM then a division
+ * (collectives/nccl_cuda.cu). */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h> /* streams, events, stream-ordered malloc */
+/* nccl.h declares `ncclGroupStart()` without void */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "collectives/internal.h"
+#include "collectives/nccl_cuda.h"
+#include "trainrun/error.h"
+#include "trainrun/log.h"
+
+#define EVENT_POOL 64
+
+typedef struct {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  cudaEvent_t ready; /* recorded on the user stream, waited by ours */
+  int device;
+  pthread_mutex_t mu;
+  int aborted;
+  cudaEvent_t pool[EVENT_POOL];
+  int npool;
+  tr_pg_work_t** pending; /* issued, not retired */
+  int npending, cap;
+} nccl_impl_t;
+
+typedef struct {
+  cudaEvent_t start, done;
+  int start_seen;
+} nccl_work_t;
+
+/* ---- errors at the boundary ---- */
+
+static int cuda_fail(cudaError_t e, const char* what, char* err,
+                     size_t errlen) {
+  if (e == cudaSuccess) return 0;
+  snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? TR_ENOMEM : TR_ECUDA;
+}
+
+static int nccl_fail(ncclResult_t r, ncclComm_t comm, const char* what,
+                     char* err, size_t errlen) {
+  if (r == ncclSuccess) return 0;
+  const char* last = ncclGetLastError(comm);
+  snprintf(err, errlen, "%s: %s%s%s", what, ncclGetErrorString(r),
+           last && *last ? ": " : "", last ? last : "");
+  return TR_ENCCL;
+}
+
+/* Wait until comm leaves ncclInProgress (set-up and calls return it only
+ * on nonblocking communicators; checked all the same). */
+static int wait_ready(ncclComm_t comm, int64_t deadline_ns, const char* what,
+                      char* err, size_t errlen) {
+  long sleep_ns = 1000;
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &st);
+    if (r != ncclSuccess) return nccl_fail(r, comm, what, err, errlen);
+    if (st == ncclSuccess) return 0;
+    if (st != ncclInProgress) return nccl_fail(st, comm, what, err, errlen);
+    if (tr__now_ns() >= deadline_ns) {
+      snprintf(err, errlen, "%s: timed out", what);
+      return TR_ETIMEDOUT;
+    }
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    if (sleep_ns < 1000000) sleep_ns *= 2;
+  }
+}
+
+static int pick_device(tr__pg_world_t* wd, int* dev, char* err,
+                       size_t errlen) {
+  int n = tr_cuda_device_count();
+  if (n <= 0) {
+    snprintf(err, errlen, "no CUDA device for NCCL");
+    return TR_EDEVICE;
+  }
+  *dev = wd->cuda_device >= 0 ? wd->cuda_device : wd->rank % n;
+  if (*dev >= n) {
+    snprintf(err, errlen, "CUDA device %d does not exist (%d visible)", *dev,
+             n);
+    return TR_EDEVICE;
+  }
+  return 0;
+}
+
+/* The stream and event of a communicator that exists. */
+static int impl_new(ncclComm_t comm, int dev, nccl_impl_t** out, char* err,
+                    size_t errlen) {
+  nccl_impl_t* im = calloc(1, sizeof *im);
+  if (!im) return TR_ENOMEM;
+  im->comm = comm;
+  im->device = dev;
+  int lo = 0, hi = 0, rc;
+  cudaDeviceGetStreamPriorityRange(&lo, &hi);
+  rc = cuda_fail(cudaStreamCreateWithPriority(&im->stream,
+                                              cudaStreamNonBlocking, hi),
+                 "cudaStreamCreateWithPriority", err, errlen);
+  if (rc == 0)
+    rc = cuda_fail(cudaEventCreateWithFlags(&im->ready,
+                                            cudaEventDisableTiming),
+                   "cudaEventCreate", err, errlen);
+  if (rc < 0) {
+    if (im->stream) cudaStreamDestroy(im->stream);
+    free(im);
+    return rc;
+  }
+  pthread_mutex_init(&im->mu, NULL);
+  *out = im;
+  return 0;
+}
+
+static int nccl_create(tr__pg_backend_t* be, char* err, size_t errlen) {
+  tr_pg_t* pg = be->pg;
+  int dev, rc;
+  TR_CHECK(pick_device(pg->world, &dev, err, errlen));
+  TR_CHECK(cuda_fail(cudaSetDevice(dev), "cudaSetDevice", err, errlen));
+  int64_t timeout = tr_pg_timeout(pg);
+  int64_t deadline = tr__now_ns() + timeout * 1000000;
+
+  ncclUniqueId id;
+  tr_store_client_t* sc = NULL;
+  tr_store_prefix_t sp;
+  rc = tr__pg_store_open(pg, &sc, &sp);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot connect to the store: %s", tr_strerror(rc));
+    return rc;
+  }
+  if (pg->rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    rc = nccl_fail(r, NULL, "ncclGetUniqueId", err, errlen);
+    if (rc == 0) {
+      rc = tr_store_prefix_set(&sp, "nccl/uid", &id, sizeof id);
+      if (rc < 0)
+        snprintf(err, errlen, "cannot publish the NCCL id: %s",
+                 tr_strerror(rc));
+    }
+  } else {
+    void* v = NULL;
+    size_t n = 0;
+    rc = tr_store_prefix_get(&sp, "nccl/uid", &v, &n);
+    if (rc < 0) {
+      snprintf(err, errlen, "cannot get the NCCL id from rank 0: %s",
+               tr_strerror(rc));
+    } else if (n != sizeof id) {
+      snprintf(err, errlen, "the NCCL id in the store has %zu bytes, not %zu",
+               n, sizeof id);
+      rc = TR_EPROTO;
+    } else {
+      memcpy(&id, v, sizeof id);
+    }
+    free(v);
+  }
+  /* Everyone must have arrived before anyone enters ncclCommInitRank,
+   * which blocks until all ranks do: this wait is bounded, that one is
+   * not. */
+  if (rc == 0) {
+    int64_t v = 0;
+    rc = tr_store_prefix_add(&sp, "nccl/arrived", 1, &v);
+    if (rc == 0 && v == pg->size)
+      rc = tr_store_prefix_set(&sp, "nccl/all_arrived", "1", 1);
+    const char* k = "nccl/all_arrived";
+    if (rc == 0) rc = tr_store_prefix_wait(&sp, &k, 1, timeout);
+    if (rc < 0)
+      snprintf(err, errlen, "not every rank of the group came to set up "
+               "NCCL within %lld ms: %s", (long long)timeout,
+               tr_strerror(rc));
+  }
+  tr__pg_store_close(sc, &sp);
+  if (rc < 0) return rc;
+
+  /* Blocking communicators: a nonblocking one launches every group call
+   * from a thread of its own (~100 us an op). */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1;
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, pg->size, id, pg->rank, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return nccl_fail(r, comm, "ncclCommInitRankConfig", err, errlen);
+  rc = wait_ready(comm, deadline, "ncclCommInitRankConfig", err, errlen);
+  nccl_impl_t* im = NULL;
+  if (rc == 0) rc = impl_new(comm, dev, &im, err, errlen);
+  if (rc < 0) {
+    if (comm) ncclCommAbort(comm);
+    return rc;
+  }
+  be->impl = im;
+  return 0;
+}
+
+int tr__nccl_split(tr__pg_backend_t* parent, tr_pg_t* child, int color,
+                   int key, char* err, size_t errlen) {
+  nccl_impl_t* pim = parent->impl;
+  int rc;
+  pthread_mutex_lock(&pim->mu);
+  if (pim->aborted) {
+    pthread_mutex_unlock(&pim->mu);
+    snprintf(err, errlen, "the parent communicator was aborted");
+    return TR_EABORTED;
+  }
+  cudaSetDevice(pim->device);
+  int64_t deadline = tr__now_ns() + tr_pg_timeout(parent->pg) * 1000000;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1;
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommSplit(pim->comm, color < 0 ? NCCL_SPLIT_NOCOLOR
+                                                      : color,
+                                 key, &comm, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    rc = nccl_fail(r, pim->comm, "ncclCommSplit", err, errlen);
+    pthread_mutex_unlock(&pim->mu);
+    return rc;
+  }
+  rc = wait_ready(pim->comm, deadline, "ncclCommSplit", err, errlen);
+  if (rc == 0 && comm)
+    rc = wait_ready(comm, deadline, "ncclCommSplit", err, errlen);
+  pthread_mutex_unlock(&pim->mu);
+  if (rc < 0) {
+    if (comm) ncclCommAbort(comm);
+    return rc;
+  }
+  if (!child) {
+    if (comm) ncclCommDestroy(comm);
+    return 0;
+  }
+  tr__pg_backend_t* be = calloc(1, sizeof *be);
+  nccl_impl_t* im = NULL;
+  if (!be) rc = TR_ENOMEM;
+  if (rc == 0) rc = impl_new(comm, pim->device, &im, err, errlen);
+  if (rc < 0) {
+    free(be);
+    ncclCommAbort(comm);
+    return rc;
+  }
+  be->vt = &tr__pg_nccl_vt;
+  be->pg = child;
+  be->dev = TR_DEV_CUDA;
+  be->impl = im;
+  pthread_mutex_lock(&child->mu);
+  child->be[TR_DEV_CUDA] = be;
+  pthread_mutex_unlock(&child->mu);
+  return 0;
+}
+
+/* ---- ops ---- */
+
+static ncclDataType_t nccl_type(tr_dtype_t dt) {
+  switch (dt) {
+    case TR_F32:
+      return ncclFloat32;
+    case TR_BF16:
+      return ncclBfloat16;
+    case TR_F16:
+      return ncclFloat16;
+    case TR_I32:
+      return ncclInt32;
+    case TR_I64:
+      return ncclInt64;
+    case TR_U16:
+      return ncclUint32; /* staged */
+    default:
+      return ncclUint8;
+  }
+}
+
+static int is_int(tr_dtype_t dt) {
+  return dt == TR_I32 || dt == TR_I64 || dt == TR_U16 || dt == TR_U8;
+}
+
+/* AVG of integers is SUM and a division afterwards. */
+static ncclRedOp_t nccl_op(tr_pg_reduce_op_t op, tr_dtype_t dt) {
+  switch (op) {
+    case TR_PG_AVG:
+      return is_int(dt) ? ncclSum : ncclAvg;
+    case TR_PG_MAX:
+      return ncclMax;
+    case TR_PG_MIN:
+      return ncclMin;
+    case TR_PG_PRODUCT:
+      return ncclProd;
+    default:
+      return ncclSum;
+  }
+}
+
+static int reducing(tr_pg_op_t t) {
+  return t == TR_PG_OP_ALL_REDUCE || t == TR_PG_OP_REDUCE_SCATTER ||
+         t == TR_PG_OP_REDUCE;
+}
+
+/* uint16 staging buffers of one op. */
+typedef struct {
+  void* in;
+  void* out;
+} stage_t;
+
+static int issue(nccl_impl_t* im, tr_pg_t* pg, tr__pg_op_t* op, stage_t* st,
+                 char* err, size_t errlen) {
+  ncclComm_t c = im->comm;
+  cudaStream_t s = im->stream;
+  tr_dtype_t dt = op->out.storage ? op->out.dtype : op->in.dtype;
+  void* out = op->out.storage ? tr_tensor_data(&op->out) : NULL;
+  void* in = op->in.storage ? tr_tensor_data(&op->in) : NULL;
+  size_t nout = op->out.storage ? (size_t)tr_tensor_numel(&op->out) : 0;
+  size_t bout = op->out.storage ? tr_tensor_nbytes(&op->out) : 0;
+  size_t bin = op->in.storage ? tr_tensor_nbytes(&op->in) : 0;
+  ncclDataType_t nt = nccl_type(dt);
+  ncclRedOp_t no = nccl_op(op->rop, dt);
+  ncclResult_t r = ncclSuccess;
+  if (dt == TR_U16 && st->out) { /* staged uint16 reduction */
+    out = st->out;
+    in = st->in;
+  }
+  switch (op->type) {
+    case TR_PG_OP_ALL_REDUCE:
+      r = ncclAllReduce(out, out, nout, nt, no, c, s);
+      break;
+    case TR_PG_OP_ALL_GATHER:
+      r = ncclAllGather(in, out, bin, ncclUint8, c, s);
+      break;
+    case TR_PG_OP_REDUCE_SCATTER:
+      r = ncclReduceScatter(in, out, nout, nt, no, c, s);
+      break;
+    case TR_PG_OP_BROADCAST:
+      r = ncclBroadcast(out, out, bout, ncclUint8, op->peer, c, s);
+      break;
+    case TR_PG_OP_REDUCE:
+      r = ncclReduce(out, out, nout, nt, no, op->peer, c, s);
+      break;
+    case TR_PG_OP_ALL_TO_ALL: {
+      size_t esz = tr_dtype_size(dt), so = 0, ro = 0;
+      for (int j = 0; j < pg->size && r == ncclSuccess; j++) {
+        size_t sb = op->in_counts ? (size_t)op->in_counts[j] * esz
+                                  : bin / (size_t)pg->size;
+        size_t rb = op->out_counts ? (size_t)op->out_counts[j] * esz
+                                   : bout / (size_t)pg->size;
+        r = ncclSend((char*)in + so, sb, ncclUint8, j, c, s);
+        if (r == ncclSuccess)
+          r = ncclRecv((char*)out + ro, rb, ncclUint8, j, c, s);
+        so += sb;
+        ro += rb;
+      }
+      break;
+    }
+    case TR_PG_OP_SEND:
+      r = ncclSend(in, bin, ncclUint8, op->peer, c, s);
+      break;
+    case TR_PG_OP_RECV:
+      r = ncclRecv(out, bout, ncclUint8, op->peer, c, s);
+      break;
+    default:
+      snprintf(err, errlen, "%s is not an NCCL op", tr_pg_op_name(op->type));
+      return TR_EINVAL;
+  }
+  return nccl_fail(r, c, tr_pg_op_name(op->type), err, errlen);
+}
+
+/* Before the NCCL calls: widen uint16 reductions into uint32 buffers. */
+static int pre_op(nccl_impl_t* im, tr__pg_op_t* op, stage_t* st, char* err,
+                  size_t errlen) {
+  if (!reducing(op->type) || op->out.dtype != TR_U16) return 0;
+  cudaStream_t s = im->stream;
+  size_t nout = (size_t)tr_tensor_numel(&op->out);
+  const tr_tensor_t* src = op->type == TR_PG_OP_REDUCE_SCATTER ? &op->in
+                                                               : &op->out;
+  size_t nsrc = (size_t)tr_tensor_numel(src);
+  TR_CHECK(cuda_fail(cudaMallocAsync(&st->out, 4 * (nout ? nout : 1), s),
+                     "cudaMallocAsync", err, errlen));
+  if (op->type == TR_PG_OP_REDUCE_SCATTER) {
+    TR_CHECK(cuda_fail(cudaMallocAsync(&st->in, 4 * (nsrc ? nsrc : 1), s),
+                       "cudaMallocAsync", err, errlen));
+    return tr__nccl_u16_to_u32(tr_tensor_data(src), st->in, (int64_t)nsrc, s);
+  }
+  st->in = st->out;
+  return tr__nccl_u16_to_u32(tr_tensor_data(src), st->out, (int64_t)nsrc, s);
+}
+
+/* After them: narrow uint16 back, divide integer AVG. */
+static int post_op(nccl_impl_t* im, tr_pg_t* pg, tr__pg_op_t* op,
+                   stage_t* st) {
+  if (!reducing(op->type)) return 0;
+  if (op->type == TR_PG_OP_REDUCE && pg->rank != op->peer) return 0;
+  tr_dtype_t dt = op->out.dtype;
+  int64_t n = tr_tensor_numel(&op->out);
+  int div = op->rop == TR_PG_AVG ? pg->size : 1;
+  if (dt == TR_U16)
+    return tr__nccl_u32_to_u16(st->out, tr_tensor_data(&op->out), n, div,
+                               im->stream);
+  if (is_int(dt) && div > 1)
+    return tr__nccl_div_int(tr_tensor_data(&op->out), (int)dt, n, div,
+                            im->stream);
+  return 0;
+}
+
+static cudaEvent_t get_event(nccl_impl_t* im) {
+  if (im->npool > 0) return im->pool[--im->npool];
+  cudaEvent_t e = NULL;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
+    return NULL;
+  return e;
+}
+
+static void put_event(nccl_impl_t* im, cudaEvent_t e) {
+  if (!e) return;
+  if (im->npool < EVENT_POOL)
+    im->pool[im->npool++] = e;
+  else
+    cudaEventDestroy(e);
+}
+
+static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
+                      size_t errlen) {
+  nccl_impl_t* im = be->impl;
+  tr_pg_t* pg = be->pg;
+  int rc = 0;
+  pthread_mutex_lock(&im->mu);
+  if (im->aborted) {
+    pthread_mutex_unlock(&im->mu);
+    snprintf(err, errlen, "the communicator was aborted");
+    return TR_EABORTED;
+  }
+  if (im->npending == im->cap) {
+    int cap = im->cap ? im->cap * 2 : 64;
+    tr_pg_work_t** p = realloc(im->pending, sizeof *p * (size_t)cap);
+    if (!p) {
+      pthread_mutex_unlock(&im->mu);
+      return TR_ENOMEM;
+    }
+    im->pending = p;
+    im->cap = cap;
+  }
+  nccl_work_t* nw = calloc(1, sizeof *nw);
+  stage_t* st = calloc((size_t)w->n_ops, sizeof *st);
+  if (!nw || !st) {
+    free(nw);
+    free(st);
+    pthread_mutex_unlock(&im->mu);
+    return TR_ENOMEM;
+  }
+  cudaSetDevice(im->device);
+  cudaStream_t user = (cudaStream_t)pg->cuda_stream;
+  nw->start = get_event(im);
+  nw->done = get_event(im);
+  if (!nw->start || !nw->done) {
+    rc = TR_ECUDA;
+    snprintf(err, errlen, "cannot create CUDA events");
+    goto out_fail;
+  }
+  TR_CHECK_GOTO(cuda_fail(cudaEventRecord(im->ready, user), "cudaEventRecord",
+                          err, errlen),
+                rc, out_fail);
+  TR_CHECK_GOTO(cuda_fail(cudaStreamWaitEvent(im->stream, im->ready, 0),
+                          "cudaStreamWaitEvent", err, errlen),
+                rc, out_fail);
+  for (int i = 0; i < w->n_ops; i++)
+    TR_CHECK_GOTO(pre_op(im, &w->ops[i], &st[i], err, errlen), rc, out_fail);
+  TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->start, im->stream),
+                          "cudaEventRecord", err, errlen),
+                rc, out_fail);
+  TR_CHECK_GOTO(nccl_fail(ncclGroupStart(), im->comm, "ncclGroupStart", err,
+                          errlen),
+                rc, out_fail);
+  for (int i = 0; i < w->n_ops && rc == 0; i++)
+    rc = issue(im, pg, &w->ops[i], &st[i], err, errlen);
+  ncclResult_t r = ncclGroupEnd();
+  if (rc == 0 && r == ncclInProgress)
+    rc = wait_ready(im->comm, w->deadline_ns, "ncclGroupEnd", err, errlen);
+  else if (rc == 0)
+    rc = nccl_fail(r, im->comm, "ncclGroupEnd", err, errlen);
+  if (rc < 0) goto out_fail;
+  for (int i = 0; i < w->n_ops; i++)
+    TR_CHECK_GOTO(post_op(im, pg, &w->ops[i], &st[i]), rc, out_fail);
+  TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->done, im->stream),
+                          "cudaEventRecord", err, errlen),
+                rc, out_fail);
+  for (int i = 0; i < w->n_ops; i++) {
+    if (st[i].in && st[i].in != st[i].out) cudaFreeAsync(st[i].in, im->stream);
+    if (st[i].out) cudaFreeAsync(st[i].out, im->stream);
+  }
+  free(st);
+  w->be_data = nw;
+  im->pending[im->npending++] = w;
+  pthread_mutex_unlock(&im->mu);
+  return 1;
+
+out_fail:
+  for (int i = 0; i < w->n_ops; i++) {
+    if (st[i].in && st[i].in != st[i].out) cudaFreeAsync(st[i].in, im->stream);
+    if (st[i].out) cudaFreeAsync(st[i].out, im->stream);
+  }
+  free(st);
+  put_event(im, nw->start);
+  put_event(im, nw->done);
+  free(nw);
+  pthread_mutex_unlock(&im->mu);
+  return rc;
+}
+
+/* Take w off the pending list (under im->mu); 1 when it was there. */
+static int claim(nccl_impl_t* im, tr_pg_work_t* w) {
+  for (int i = 0; i < im->npending; i++)
+    if (im->pending[i] == w) {
+      im->pending[i] = im->pending[--im->npending];
+      nccl_work_t* nw = w->be_data;
+      put_event(im, nw->start);
+      put_event(im, nw->done);
+      free(nw);
+      w->be_data = NULL;
+      return 1;
+    }
+  return 0;
+}
+
+static int nccl_poll(tr__pg_backend_t* be, tr_pg_work_t* w) {
+  nccl_impl_t* im = be->impl;
+  char err[512] = "";
+  int status = 1, started = 0;
+  pthread_mutex_lock(&im->mu);
+  nccl_work_t* nw = w->be_data;
+  if (!nw) {
+    pthread_mutex_unlock(&im->mu);
+    return 1;
+  }
+  cudaSetDevice(im->device);
+  if (!nw->start_seen && cudaEventQuery(nw->start) == cudaSuccess)
+    nw->start_seen = started = 1;
+  cudaError_t q = cudaEventQuery(nw->done);
+  if (q == cudaSuccess) {
+    status = 0;
+  } else if (q != cudaErrorNotReady) {
+    status = cuda_fail(q, "cudaEventQuery", err, sizeof err);
+  } else if (im->comm) {
+    ncclResult_t st = ncclSuccess;
+    if (ncclCommGetAsyncError(im->comm, &st) == ncclSuccess &&
+        st != ncclSuccess && st != ncclInProgress)
+      status = nccl_fail(st, im->comm, "NCCL", err, sizeof err);
+  }
+  if (status != 1) claim(im, w);
+  pthread_mutex_unlock(&im->mu);
+  if (started) tr__work_started(w);
+  if (status == 1) return 0;
+  if (status == 0)
+    tr__work_finish(w, 0, NULL);
+  else
+    tr__work_finish(w, status, "failed: %s", err);
+  tr__work_retire(w);
+  return 1;
+}
+
+static int nccl_wait_stream(tr__pg_backend_t* be, tr_pg_work_t* w,
+                            void* stream) {
+  nccl_impl_t* im = be->impl;
+  int rc = 0;
+  pthread_mutex_lock(&im->mu);
+  nccl_work_t* nw = w->be_data;
+  if (nw) {
+    cudaSetDevice(im->device);
+    char err[256];
+    rc = cuda_fail(cudaStreamWaitEvent((cudaStream_t)stream, nw->done, 0),
+                   "cudaStreamWaitEvent", err, sizeof err);
+    if (rc < 0) TR_LOG_ERROR(COLL, "%s", err);
+  }
+  pthread_mutex_unlock(&im->mu);
+  if (!nw) return tr_pg_work_status(w);
+  return rc;
+}
+
+static void nccl_abort(tr__pg_backend_t* be) {
+  nccl_impl_t* im = be->impl;
+  if (!im) return;
+  pthread_mutex_lock(&im->mu);
+  if (!im->aborted) {
+    im->aborted = 1;
+    cudaSetDevice(im->device);
+    if (im->comm) ncclCommAbort(im->comm);
+    im->comm = NULL;
+  }
+  int n = im->npending;
+  tr_pg_work_t** list = malloc(sizeof *list * (size_t)(n ? n : 1));
+  for (int i = 0; list && i < n; i++) list[i] = im->pending[i];
+  for (int i = 0; list && i < n; i++) claim(im, list[i]);
+  pthread_mutex_unlock(&im->mu);
+  for (int i = 0; list && i < n; i++) {
+    tr__work_finish(list[i], TR_EABORTED,
+                    "aborted: the NCCL communicator was aborted");
+    tr__work_retire(list[i]);
+  }
+  free(list);
+}
+
+static void nccl_destroy(tr__pg_backend_t* be) {
+  nccl_impl_t* im = be->impl;
+  if (!im) return;
+  if (im->npending) nccl_abort(be); /* none are left after tr_pg_free */
+  cudaSetDevice(im->device);
+  if (im->comm) {
+    char err[256];
+    int64_t deadline = tr__now_ns() + (int64_t)10000 * 1000000;
+    ncclResult_t r = ncclCommFinalize(im->comm);
+    int rc = r == ncclSuccess || r == ncclInProgress
+                 ? wait_ready(im->comm, deadline, "ncclCommFinalize", err,
+                              sizeof err)
+                 : nccl_fail(r, im->comm, "ncclCommFinalize", err, sizeof err);
+    if (rc == 0) {
+      ncclCommDestroy(im->comm);
+    } else {
+      TR_LOG_WARN(COLL, "%s; aborting the communicator", err);
+      ncclCommAbort(im->comm);
+    }
+  }
+  for (int i = 0; i < im->npool; i++) cudaEventDestroy(im->pool[i]);
+  cudaEventDestroy(im->ready);
+  cudaStreamDestroy(im->stream);
+  pthread_mutex_destroy(&im->mu);
+  free(im->pending);
+  free(im);
+  be->impl = NULL;
+}
+
+const tr__pg_backend_vt_t tr__pg_nccl_vt = {
+    .kind = TR_PG_BACKEND_NCCL,
+    .name = "nccl",
+    .threaded = 0,
+    .create = nccl_create,
+    .start = nccl_start,
+    .abort = nccl_abort,
+    .poll = nccl_poll,
+    .wait_stream = nccl_wait_stream,
+    .destroy = nccl_destroy,
+};

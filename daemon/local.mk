@@ -1,0 +1,35 @@
+# daemon/local.mk: trainrund, the node daemon -- launcher flags and cluster
+# environments, rendezvous, worker spawn and output, supervision and
+# restarts, the status socket; the trainrund program; its tests.
+libtrainrun_la_SOURCES += \
+	daemon/opts.c \
+	daemon/nodelist.c \
+	daemon/rendezvous.c \
+	daemon/spawn.c \
+	daemon/output.c \
+	daemon/supervise.c \
+	daemon/status.c
+noinst_HEADERS += daemon/internal.h
+trainruninclude_HEADERS += include/trainrun/daemon.h
+
+# CPU affinity near each GPU: hwloc's flags only for the file that uses it.
+noinst_LTLIBRARIES = daemon/libtrdevices.la
+daemon_libtrdevices_la_SOURCES = daemon/devices.c
+daemon_libtrdevices_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS)
+daemon_libtrdevices_la_LIBADD = $(HWLOC_LIBS)
+libtrainrun_la_LIBADD += daemon/libtrdevices.la
+
+bin_PROGRAMS += trainrund
+trainrund_SOURCES = daemon/main.c
+trainrund_LDADD = libtrainrun.la
+dist_man_MANS += man/trainrund.8
+
+# The daemon's unit tests (options, Slurm host lists, rendezvous, output)
+# and its multi-process tests with tests/fake_worker: spawn, output,
+# filters, restarts, signals, two nodes on loopback, start-up time.
+check_PROGRAMS += tests/check_daemon tests/fake_worker
+TESTS += tests/check_daemon
+tests_check_daemon_SOURCES = tests/check_daemon.c
+tests_check_daemon_CFLAGS = $(TEST_CFLAGS)
+tests_check_daemon_LDADD = $(TEST_LIBS)
+tests_fake_worker_SOURCES = tests/fake_worker.c

@@ -1,0 +1,1040 @@
+/* daemon/supervise.c: tr_daemon_run -- the daemon's life: the store, then
+ * rounds of rendezvous, spawn and supervision until the job ends.
+ *
+ * One thread, one poll() loop per round over: a self-pipe the signal
+ * handlers write to (SIGCHLD, SIGINT, SIGTERM, SIGHUP), the workers' output
+ * pipes and the status socket. Every --monitor-interval it looks at the
+ * store; every keep_alive_interval it beats its heartbeat and checks the
+ * other nodes'.
+ *
+ * How a round ends, under "trainrun/<run id>/r<round>/":
+ *
+ *   endclaim  COMPARE_SET "" -> "<kind> <node> <pid>": the first daemon to
+ *             end the round wins; it ADDs 1 to "failures" (for a failure),
+ *             SETs r<round+1>/expect (the nodes the next round waits for;
+ *             daemon/rendezvous.c) and then SETs
+ *   end       "fail" (a worker failed), "lost" (a node stopped beating),
+ *             "abort" (a worker could not be started: no restart helps),
+ *             "scale" (a node waits to join: start a bigger round), "stop"
+ *             (a stop signal: every rank finishes its step and exits)
+ *   failure   COMPARE_SET: the first failure's report (rank, how, last
+ *             lines)
+ *   left      ADD 1 by a daemon once its workers are gone; the last one
+ *             SETs "alldone"
+ *   hb/<n>    ADD 1 every keep_alive_interval by node n
+ *   exited    ADD 1 by a daemon leaving the job; the last SETs "allexited",
+ *             which the daemon hosting the store waits for before it stops
+ *             the store
+ *
+ * Every daemon that sees "end" stops its workers (SIGTERM, SIGKILL after
+ * TRAINRUN_STOP_TIMEOUT), then joins round + 1 when restarts are left
+ * (failures <= --max-restarts) or ends with the failure's report. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/internal.h"
+#include "trainrun/error.h"
+#include "trainrun/log.h"
+#include "trainrun/param.h"
+
+/* ---- signals ---- */
+
+static volatile sig_atomic_t sig_fd = -1;
+static volatile sig_atomic_t interrupted; /* the last stop signal, or 0 */
+
+static void on_signal(int sig) {
+  int saved = errno;
+  if (sig != SIGCHLD) interrupted = sig;
+  unsigned char b = (unsigned char)sig;
+  if (sig_fd >= 0) {
+    ssize_t w = write(sig_fd, &b, 1);
+    (void)w;
+  }
+  errno = saved;
+}
+
+int tr__daemon_interrupted(void) { return interrupted != 0; }
+
+double tr__daemon_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char* signame(int sig) {
+  const char* s = sigabbrev_np(sig);
+  return s ? s : "?";
+}
+
+const char* tr__daemon_describe_status(int status, char* buf, size_t cap) {
+  if (WIFEXITED(status))
+    snprintf(buf, cap, "exited with code %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(buf, cap, "was killed by signal %d (SIG%s)%s", WTERMSIG(status),
+             signame(WTERMSIG(status)),
+             WCOREDUMP(status) ? ", core dumped" : "");
+  else
+    snprintf(buf, cap, "ended with wait status %d", status);
+  return buf;
+}
+
+/* ---- round-end bookkeeping in the store ---- */
+
+enum { END_NONE, END_FAIL, END_LOST, END_ABORT, END_SCALE, END_STOP };
+static const char* const end_names[] = {"",      "fail",  "lost",
+                                        "abort", "scale", "stop"};
+
+static int end_parse(const char* s, size_t len) {
+  for (int k = END_FAIL; k <= END_STOP; k++)
+    if (strlen(end_names[k]) == len && memcmp(s, end_names[k], len) == 0)
+      return k;
+  return END_FAIL; /* a value we do not know: treat as a failure */
+}
+
+static void rkey(const tr__daemon_t* d, char* buf, size_t cap,
+                 const char* name) {
+  snprintf(buf, cap, "r%d/%s", d->rdzv.round, name);
+}
+
+/* End the round as `kind` unless another daemon did first. */
+static int post_end(tr__daemon_t* d, int kind) {
+  char k_claim[48], k_end[48], mine[96];
+  rkey(d, k_claim, sizeof k_claim, "endclaim");
+  rkey(d, k_end, sizeof k_end, "end");
+  int n = snprintf(mine, sizeof mine, "%s %d %d", end_names[kind],
+                   d->rdzv.node_rank, (int)getpid());
+  void* cur = NULL;
+  size_t clen = 0;
+  TR_CHECK(tr_store_prefix_compare_set(&d->st, k_claim, "", 0, mine, (size_t)n,
+                                       &cur, &clen));
+  int won = clen == (size_t)n && memcmp(cur, mine, clen) == 0;
+  free(cur);
+  if (!won) return 0;
+  if (kind == END_FAIL || kind == END_LOST || kind == END_ABORT)
+    TR_CHECK(tr_store_prefix_add(&d->st, "failures", 1, NULL));
+  if (kind == END_FAIL || kind == END_LOST || kind == END_SCALE) {
+    /* the next round expects the nodes of this one: all of them after a
+     * worker failure, one less after a lost node, plus those waiting */
+    int64_t expect = d->rdzv.nnodes - (kind == END_LOST ? 1 : 0);
+    if (kind == END_SCALE) {
+      char k_wait[48];
+      int64_t waiting = 0;
+      rkey(d, k_wait, sizeof k_wait, "waiting");
+      TR_CHECK(tr_store_prefix_add(&d->st, k_wait, 0, &waiting));
+      expect += waiting;
+    }
+    if (expect > d->o->nnodes_max) expect = d->o->nnodes_max;
+    if (expect >= 1) {
+      char k_expect[48], v[24];
+      snprintf(k_expect, sizeof k_expect, "r%d/expect", d->rdzv.round + 1);
+      int vl = snprintf(v, sizeof v, "%lld", (long long)expect);
+      TR_CHECK(tr_store_prefix_set(&d->st, k_expect, v, (size_t)vl));
+    }
+  }
+  return tr_store_prefix_set(&d->st, k_end, end_names[kind],
+                             strlen(end_names[kind]));
+}
+
+/* Record the first failure's report (the others are kept out). */
+static int post_failure(tr__daemon_t* d, const char* msg) {
+  char k[48];
+  rkey(d, k, sizeof k, "failure");
+  void* cur = NULL;
+  size_t clen;
+  int rc = tr_store_prefix_compare_set(&d->st, k, "", 0, msg, strlen(msg), &cur,
+                                       &clen);
+  free(cur);
+  return rc;
+}
+
+/* The round's failure report, or NULL. */
+static char* read_failure(tr__daemon_t* d) {
+  char k[48];
+  rkey(d, k, sizeof k, "failure");
+  const char* keys[1] = {k};
+  int ready = 0;
+  if (tr_store_prefix_check(&d->st, keys, 1, &ready) < 0 || !ready) return NULL;
+  void* v = NULL;
+  size_t len;
+  if (tr_store_prefix_get(&d->st, k, &v, &len) < 0) return NULL;
+  return v; /* NUL-terminated by the client */
+}
+
+/* ---- workers ---- */
+
+static int running_count(const tr__daemon_t* d) {
+  int n = 0;
+  for (int i = 0; i < d->nworkers; i++) n += d->workers[i].running;
+  return n;
+}
+
+static void signal_workers(tr__daemon_t* d, int sig, int group) {
+  for (int i = 0; i < d->nworkers; i++) {
+    tr__worker_t* w = &d->workers[i];
+    if (w->running && w->pid > 0) kill(group ? -w->pid : w->pid, sig);
+  }
+}
+
+static void release_workers(tr__daemon_t* d) {
+  for (int i = 0; i < d->nworkers; i++) {
+    tr__worker_t* w = &d->workers[i];
+    tr__stream_close(&w->out, &w->tail);
+    tr__stream_close(&w->err, &w->tail);
+    tr__tail_release(&w->tail);
+  }
+  free(d->workers);
+  d->workers = NULL;
+  d->nworkers = 0;
+}
+
+/* Read what is left in a worker's pipes (it has exited: no more comes,
+ * except from children it left behind, which we do not wait for). */
+static void drain(tr__worker_t* w) {
+  while (tr__stream_read(&w->out, &w->tail) == 2) {
+  }
+  while (tr__stream_read(&w->err, &w->tail) == 2) {
+  }
+}
+
+/* "rank 3 (local rank 1, pid 4242) on node 1 'hostb' exited with code 7"
+ * followed by its last lines. */
+static char* failure_report(const tr__daemon_t* d, const tr__worker_t* w,
+                            const char* how) {
+  char* tail = tr__tail_format(&w->tail, "  ");
+  char* s = NULL;
+  int rc;
+  if (tail && *tail)
+    rc = asprintf(&s,
+                  "rank %d (local rank %d, pid %d) on node %d '%s' %s\n"
+                  "last lines of rank %d:\n%s",
+                  w->rank, w->local_rank, (int)w->pid, d->rdzv.node_rank,
+                  d->host, how, w->rank, tail);
+  else
+    rc = asprintf(&s, "rank %d (local rank %d, pid %d) on node %d '%s' %s",
+                  w->rank, w->local_rank, (int)w->pid, d->rdzv.node_rank,
+                  d->host, how);
+  free(tail);
+  if (rc < 0) return NULL;
+  size_t n = strlen(s); /* no trailing newline */
+  while (n && s[n - 1] == '\n') s[--n] = '\0';
+  return s;
+}
+
+/* The first line of a report. */
+static void first_line(const char* s, char* out, size_t cap) {
+  size_t n = strcspn(s, "\n");
+  if (n >= cap) n = cap - 1;
+  memcpy(out, s, n);
+  out[n] = '\0';
+}
+
+static int make_log_dir(tr__daemon_t* d, tr_errmsg_t* err) {
+  const tr_daemon_opts_t* o = d->o;
+  int any = o->redirects.def || o->tee.def || o->redirects.n || o->tee.n;
+  if (o->log_dir || !any || d->tmp_log_dir) return 0;
+  char* dir = NULL;
+  if (asprintf(&dir, "%s/trainrun_%s_XXXXXX", tr_param_str(TR_PARAM_TMPDIR),
+               o->run_id) < 0)
+    return TR_ENOMEM;
+  if (!mkdtemp(dir)) {
+    int rc = tr_err_from_errno();
+    tr_errmsg_set(err, rc, "cannot create a log folder '%s': %s", dir,
+                  tr_strerror(rc));
+    free(dir);
+    return rc;
+  }
+  d->tmp_log_dir = dir;
+  fprintf(stderr, "%s: worker logs in %s\n", o->prog, dir);
+  return 0;
+}
+
+static int shown(const tr_daemon_opts_t* o, int local_rank) {
+  if (!o->ranks_filter) return 1;
+  for (int i = 0; i < o->nranks_filter; i++)
+    if (o->ranks_filter[i] == local_rank) return 1;
+  return 0;
+}
+
+static int cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  return 1;
+}
+
+/* The environment every worker of this round shares. */
+static int base_env(tr__daemon_t* d, tr__env_t* e) {
+  const tr_daemon_opts_t* o = d->o;
+  const tr__rdzv_t* r = &d->rdzv;
+  TR_CHECK(tr__env_init(e));
+  int rc = 0;
+#define SET(...) \
+  if (rc == 0) rc = tr__env_set(e, __VA_ARGS__)
+  SET("WORLD_SIZE", "%d", r->world_size);
+  SET("LOCAL_WORLD_SIZE", "%d", r->local_world);
+  SET("GROUP_RANK", "%d", r->node_rank);
+  SET("GROUP_WORLD_SIZE", "%d", r->nnodes);
+  SET("ROLE_NAME", "%s", o->role);
+  SET("ROLE_WORLD_SIZE", "%d", r->world_size);
+  SET("MASTER_ADDR", "%s", d->store_host);
+  SET("MASTER_PORT", "%d", d->store_port);
+  SET("TORCHELASTIC_RESTART_COUNT", "%d", r->round);
+  SET("TORCHELASTIC_MAX_RESTARTS", "%d", o->max_restarts);
+  SET("TORCHELASTIC_RUN_ID", "%s", o->run_id);
+  SET("TORCHELASTIC_USE_AGENT_STORE", "True");
+  SET("TRAINRUN_RESTART_COUNT", "%d", r->round);
+  SET("TRAINRUN_STORE", "%s:%d", d->store_host, d->store_port);
+  SET("TRAINRUN_WORKER", "1");
+  /* several CPU-hungry workers per host: share the cores, as torchrun's
+   * OMP_NUM_THREADS=1 does, less bluntly */
+  if (r->local_world > 1 && !tr_param_is_set(TR_PARAM_OMP_NUM_THREADS) &&
+      !tr__env_get(e, "OMP_NUM_THREADS")) {
+    int t = cpu_count() / r->local_world;
+    SET("OMP_NUM_THREADS", "%d", t > 0 ? t : 1);
+  }
+  if (tr_daemon_gpu_count() > 0 && !tr_param_is_set(TR_PARAM_CUDA_DEVICE_ORDER))
+    SET("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+#undef SET
+  if (rc < 0) tr__env_release(e);
+  return rc;
+}
+
+static int spawn_workers(tr__daemon_t* d, tr_errmsg_t* err) {
+  const tr_daemon_opts_t* o = d->o;
+  int n = o->nproc_per_node, rc = 0;
+  d->workers = calloc((size_t)n, sizeof *d->workers);
+  if (!d->workers) return TR_ENOMEM;
+  d->nworkers = n;
+  for (int i = 0; i < n; i++) {
+    tr__worker_t* w = &d->workers[i];
+    w->index = i;
+    w->local_rank = d->rdzv.local_base + i;
+    w->rank = d->rdzv.rank_base + i;
+    tr__stream_init(&w->out, -1, -1, -1, w->rank);
+    tr__stream_init(&w->err, -1, -1, -1, w->rank);
+  }
+  TR_CHECK(make_log_dir(d, err));
+  const char* log_dir = o->log_dir ? o->log_dir : d->tmp_log_dir;
+
+  /* CPU affinity near each worker's GPU (LOCAL_RANK modulo the GPUs) */
+  int gpus = tr_daemon_gpu_count();
+  cpu_set_t* sets = NULL;
+  int* found = NULL;
+  if (gpus > 0) {
+    sets = calloc((size_t)n, sizeof *sets);
+    found = calloc((size_t)n, sizeof *found);
+    int* ord = calloc((size_t)n, sizeof *ord);
+    if (sets && found && ord) {
+      for (int i = 0; i < n; i++) ord[i] = d->workers[i].local_rank % gpus;
+      tr__gpu_cpusets(ord, n, sets, found);
+    }
+    free(ord);
+  }
+
+  tr__env_t base;
+  rc = base_env(d, &base);
+  for (int i = 0; i < n && rc == 0; i++) {
+    tr__worker_t* w = &d->workers[i];
+    tr__env_t e = {0};
+    rc = tr__env_copy(&e, base.v); /* the shared part, then this worker's */
+    if (rc == 0) rc = tr__env_set(&e, "RANK", "%d", w->rank);
+    if (rc == 0) rc = tr__env_set(&e, "LOCAL_RANK", "%d", w->local_rank);
+    if (rc == 0) rc = tr__env_set(&e, "ROLE_RANK", "%d", w->rank);
+    int out_file = -1, err_file = -1;
+    if (rc == 0 && log_dir) {
+      out_file = rc =
+          tr__log_file_open(log_dir, d->rdzv.round, w->rank, "stdout", err);
+      if (rc >= 0)
+        err_file = rc =
+            tr__log_file_open(log_dir, d->rdzv.round, w->rank, "stderr", err);
+      if (rc >= 0) rc = 0;
+    }
+    int out_fd = -1, err_fd = -1;
+    if (rc == 0) {
+      tr__spawn_req_t req = {d->path, d->argv, e.v,
+                             found && found[i] ? &sets[i] : NULL};
+      rc = tr__spawn(&req, &w->pid, &out_fd, &err_fd, err);
+    }
+    if (rc == 0) {
+      int red = tr_daemon_std_for(&o->redirects, w->local_rank);
+      int vis = shown(o, w->local_rank);
+      tr__stream_init(&w->out, out_fd, vis && !(red & TR_STD_OUT) ? 1 : -1,
+                      out_file, w->rank);
+      tr__stream_init(&w->err, err_fd, vis && !(red & TR_STD_ERR) ? 2 : -1,
+                      err_file, w->rank);
+      w->running = 1;
+      w->started = tr__daemon_now();
+    } else {
+      if (out_file >= 0) close(out_file);
+      if (err_file >= 0) close(err_file);
+    }
+    tr__env_release(&e);
+  }
+  if (base.v) tr__env_release(&base);
+  free(sets);
+  free(found);
+  return rc;
+}
+
+/* ---- one round ---- */
+
+enum {
+  OUT_DONE,    /* every node's workers ended (check "failure") */
+  OUT_RESTART, /* a failure or a lost node: new round if restarts are left */
+  OUT_SCALE,   /* a node waits: new round */
+  OUT_ABORT,   /* a worker could not start: the job ends */
+  OUT_HARD,    /* a second signal killed the workers */
+  OUT_ERROR    /* the store is gone */
+};
+
+typedef struct {
+  int stopping;   /* workers were told to stop */
+  double kill_at; /* SIGKILL the rest then; 0: not planned */
+  int end_kind;   /* what "end" says, once seen */
+  int left;       /* we ADDed "left" */
+  int alldone;
+  int stop_forwarded;
+  int lost;          /* a node stopped beating */
+  int store_err;     /* a store call failed */
+  int local_failure; /* a worker of this node failed first */
+  int64_t* hb;       /* last heartbeat counts, by node rank */
+  double* hb_at;     /* when they last changed */
+  double next_tick, next_hb;
+} round_t;
+
+static void begin_stop(tr__daemon_t* d, round_t* r, int sig, double grace) {
+  if (!r->stopping) signal_workers(d, sig, 0);
+  r->stopping = 1;
+  double at = tr__daemon_now() + grace;
+  if (!r->kill_at || at < r->kill_at) r->kill_at = at;
+}
+
+static void store_failed(tr__daemon_t* d, round_t* r, int rc,
+                         tr_errmsg_t* err) {
+  if (r->store_err) return;
+  r->store_err = 1;
+  tr_errmsg_set(err, rc, "lost the rendezvous store at %s: %s",
+                tr_store_client_peer(d->client), tr_strerror(rc));
+  if (running_count(d) > 0)
+    fprintf(stderr, "%s: %s: stopping the workers\n", d->o->prog, err->message);
+  begin_stop(d, r, SIGTERM, tr_param_double(TR_PARAM_STOP_TIMEOUT));
+}
+
+static void on_worker_exit(tr__daemon_t* d, round_t* r, tr__worker_t* w,
+                           tr_errmsg_t* err) {
+  char how[96];
+  tr__daemon_describe_status(w->status, how, sizeof how);
+  TR_LOG_INFO(DAEMON, "rank %d (pid %d) %s", w->rank, (int)w->pid, how);
+  int ok = WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0;
+  if (ok) return;
+  /* killed by the stop signal we forwarded: stopped, not failed */
+  if (d->stop_signal && WIFSIGNALED(w->status) &&
+      (WTERMSIG(w->status) == d->stop_signal || WTERMSIG(w->status) == SIGTERM))
+    return;
+  /* the store is gone: the report is about that, and every store call
+   * would only wait out read_timeout reconnecting */
+  if (d->hard_signal || r->store_err) return;
+  int stopping_for_other =
+      r->stopping && !d->stop_signal && r->end_kind != END_STOP;
+  if (stopping_for_other) return; /* we stopped it after another failed */
+  char* rep = failure_report(d, w, how);
+  if (!rep) return;
+  if (r->end_kind == END_NONE && !d->stop_signal) r->local_failure = 1;
+  int rc = post_failure(d, rep);
+  if (rc == 0 && !d->stop_signal && r->end_kind != END_STOP)
+    rc = post_end(d, END_FAIL);
+  free(rep);
+  if (rc < 0) store_failed(d, r, rc, err);
+  if (!r->stopping)
+    begin_stop(d, r, SIGTERM, tr_param_double(TR_PARAM_STOP_TIMEOUT));
+}
+
+static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
+  if (!d->stop_signal) {
+    d->stop_signal = sig;
+    fprintf(stderr,
+            "%s: got SIG%s: stopping every rank after its current step "
+            "(again to kill them now)\n",
+            d->o->prog, signame(sig));
+    signal_workers(d, sig == SIGHUP ? SIGTERM : sig, 0);
+    r->stopping = 1;
+    if (d->in_round && !r->store_err && r->end_kind == END_NONE)
+      post_end(d, END_STOP); /* the other nodes stop too */
+  } else if (!d->hard_signal) {
+    d->hard_signal = sig;
+    fprintf(stderr, "%s: got SIG%s again: killing the workers\n", d->o->prog,
+            signame(sig));
+    signal_workers(d, SIGKILL, 1);
+  }
+}
+
+/* Heartbeats: beat ours, check the others'. */
+static int heartbeat(tr__daemon_t* d, round_t* r) {
+  int N = d->rdzv.nnodes;
+  char k[48];
+  snprintf(k, sizeof k, "r%d/hb/%d", d->rdzv.round, d->rdzv.node_rank);
+  TR_CHECK(tr_store_prefix_add(&d->st, k, 1, NULL));
+  if (N == 1) return 0;
+  char** keys = calloc((size_t)N, sizeof *keys);
+  void** vals = calloc((size_t)N, sizeof *vals);
+  size_t* lens = calloc((size_t)N, sizeof *lens);
+  int rc = keys && vals && lens ? 0 : TR_ENOMEM;
+  for (int i = 0; i < N && rc == 0; i++)
+    if (asprintf(&keys[i], "r%d/hb/%d", d->rdzv.round, i) < 0) rc = TR_ENOMEM;
+  int ready = 0;
+  if (rc == 0)
+    rc = tr_store_prefix_check(&d->st, (const char* const*)keys, (size_t)N,
+                               &ready);
+  if (rc == 0 && ready)
+    rc = tr_store_prefix_multi_get(&d->st, (const char* const*)keys, (size_t)N,
+                                   vals, lens);
+  double now = tr__daemon_now();
+  double limit = d->o->keep_alive_interval * d->o->keep_alive_max_attempt;
+  for (int i = 0; i < N && rc == 0; i++) {
+    if (ready) {
+      int64_t v = vals[i] ? strtoll(vals[i], NULL, 10) : 0;
+      if (v != r->hb[i]) {
+        r->hb[i] = v;
+        r->hb_at[i] = now;
+      }
+    } else if (!keys[i]) {
+      continue;
+    }
+    if (i == d->rdzv.node_rank || r->lost || now - r->hb_at[i] <= limit)
+      continue;
+    r->lost = 1;
+    char* msg = NULL;
+    if (asprintf(&msg,
+                 "node %d '%s' stopped sending heartbeats (none for %.1fs): "
+                 "its daemon died or cannot reach the store",
+                 i, d->rdzv.nodes[i].host, now - r->hb_at[i]) < 0) {
+      rc = TR_ENOMEM;
+      break;
+    }
+    if (r->end_kind != END_NONE) /* nobody else will say it */
+      fprintf(stderr, "%s: %s\n", d->o->prog, msg);
+    else {
+      rc = post_failure(d, msg);
+      if (rc == 0) rc = post_end(d, END_LOST);
+    }
+    free(msg);
+  }
+  for (int i = 0; i < N; i++) {
+    if (keys) free(keys[i]);
+    if (vals) free(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
+  return rc;
+}
+
+/* What the store says, every monitor interval. */
+static int tick(tr__daemon_t* d, round_t* r) {
+  char k_end[48], k_done[48], k_wait[48];
+  rkey(d, k_end, sizeof k_end, "end");
+  rkey(d, k_done, sizeof k_done, "alldone");
+  rkey(d, k_wait, sizeof k_wait, "waiting");
+  int ready = 0;
+  const char* keys[1] = {k_end};
+  if (r->end_kind == END_NONE) {
+    TR_CHECK(tr_store_prefix_check(&d->st, keys, 1, &ready));
+    if (ready) {
+      void* v;
+      size_t len;
+      TR_CHECK(tr_store_prefix_get(&d->st, k_end, &v, &len));
+      r->end_kind = end_parse(v, len);
+      free(v);
+      if (r->end_kind == END_STOP) {
+        if (!d->stop_signal && !r->stop_forwarded) {
+          fprintf(stderr,
+                  "%s: another node got a stop signal: stopping every rank "
+                  "after its current step\n",
+                  d->o->prog);
+          signal_workers(d, SIGTERM, 0);
+          r->stopping = 1;
+        }
+        r->stop_forwarded = 1;
+      } else if (r->end_kind != END_SCALE) {
+        char* f = read_failure(d);
+        char line[512];
+        first_line(f ? f : "a worker failed", line, sizeof line);
+        if (running_count(d) > 0 && !r->local_failure)
+          fprintf(stderr, "%s: %s: stopping the workers\n", d->o->prog, line);
+        free(f);
+        begin_stop(d, r, SIGTERM, tr_param_double(TR_PARAM_STOP_TIMEOUT));
+      } else {
+        fprintf(stderr,
+                "%s: a new node waits to join: restarting the "
+                "workers in a bigger round\n",
+                d->o->prog);
+        begin_stop(d, r, SIGTERM, tr_param_double(TR_PARAM_STOP_TIMEOUT));
+      }
+    }
+  }
+  double now = tr__daemon_now();
+  if (now >= r->next_hb) {
+    r->next_hb = now + d->o->keep_alive_interval;
+    TR_CHECK(heartbeat(d, r));
+  }
+  if (r->left && !r->alldone) {
+    const char* dk[1] = {k_done};
+    TR_CHECK(tr_store_prefix_check(&d->st, dk, 1, &r->alldone));
+  }
+  /* a node that arrived late waits: grow the round */
+  if (r->end_kind == END_NONE && d->rdzv.nnodes < d->o->nnodes_max &&
+      !d->stop_signal) {
+    const char* wk[1] = {k_wait};
+    TR_CHECK(tr_store_prefix_check(&d->st, wk, 1, &ready));
+    if (ready) TR_CHECK(post_end(d, END_SCALE));
+  }
+  return 0;
+}
+
+static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
+  const tr_daemon_opts_t* o = d->o;
+  round_t r = {0};
+  int N = d->rdzv.nnodes;
+  r.hb = calloc((size_t)N, sizeof *r.hb);
+  r.hb_at = calloc((size_t)N, sizeof *r.hb_at);
+  if (!r.hb || !r.hb_at) {
+    free(r.hb);
+    free(r.hb_at);
+    return TR_ENOMEM;
+  }
+  double t0 = tr__daemon_now();
+  for (int i = 0; i < N; i++) r.hb_at[i] = t0;
+  r.next_tick = t0;
+  r.next_hb = t0;
+  d->phase = "running";
+
+  int rc = spawn_workers(d, err);
+  if (rc < 0) {
+    /* a worker that cannot start will not start on a restart either */
+    fprintf(stderr, "%s: %s\n", o->prog, err->message);
+    char* msg = NULL;
+    if (asprintf(&msg, "node %d '%s' could not start its workers: %s",
+                 d->rdzv.node_rank, d->host, err->message) >= 0) {
+      if (post_failure(d, msg) == 0) post_end(d, END_ABORT);
+      free(msg);
+    }
+    r.end_kind = END_ABORT;
+    begin_stop(d, &r, SIGTERM, tr_param_double(TR_PARAM_STOP_TIMEOUT));
+  }
+
+  int n = d->nworkers;
+  struct pollfd* fds = calloc((size_t)(2 * n + 2), sizeof *fds);
+  int outcome = -1;
+  if (!fds) outcome = OUT_ERROR;
+  while (outcome < 0) {
+    /* what to wait for */
+    int k = 0;
+    fds[k].fd = d->sig_pipe[0];
+    fds[k++].events = POLLIN;
+    fds[k].fd = d->status_fd;
+    fds[k++].events = POLLIN;
+    for (int i = 0; i < n; i++) {
+      fds[k].fd = d->workers[i].out.fd;
+      fds[k++].events = POLLIN;
+      fds[k].fd = d->workers[i].err.fd;
+      fds[k++].events = POLLIN;
+    }
+    double now = tr__daemon_now();
+    double until = r.next_tick;
+    if (r.kill_at && r.kill_at < until) until = r.kill_at;
+    int timeout = until <= now ? 0 : (int)((until - now) * 1000) + 1;
+    if (r.left && !r.alldone && !r.store_err && timeout > 0 &&
+        (r.end_kind == END_NONE || r.end_kind == END_STOP)) {
+      /* done here, the others still run: wait in the store, which wakes
+       * us the moment the last node is done (signals wait that long) */
+      char k_done[48];
+      rkey(d, k_done, sizeof k_done, "alldone");
+      const char* dk[1] = {k_done};
+      rc = tr_store_prefix_wait(&d->st, dk, 1, timeout);
+      if (rc == 0)
+        r.alldone = 1;
+      else if (rc != TR_ETIMEDOUT)
+        store_failed(d, &r, rc, err);
+      timeout = 0;
+    }
+    int pr = poll(fds, (nfds_t)k, timeout);
+    if (pr < 0 && errno != EINTR) {
+      rc = tr_err_from_errno();
+      tr_errmsg_set(err, rc, "poll: %s", tr_strerror(rc));
+      signal_workers(d, SIGKILL, 1);
+      outcome = OUT_ERROR;
+      break;
+    }
+    /* signals (SIGCHLD only wakes the loop: exits are looked at below) */
+    if (pr > 0 && (fds[0].revents & POLLIN)) {
+      unsigned char sigs[64];
+      ssize_t got;
+      while ((got = read(d->sig_pipe[0], sigs, sizeof sigs)) > 0)
+        for (ssize_t i = 0; i < got; i++)
+          if (sigs[i] != SIGCHLD) on_signal_received(d, &r, sigs[i]);
+    }
+    if (pr > 0 && d->status_fd >= 0 && (fds[1].revents & POLLIN))
+      tr__status_serve(d->status_fd, d);
+    /* output */
+    for (int i = 0; pr > 0 && i < n; i++) {
+      tr__worker_t* w = &d->workers[i];
+      if (fds[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))
+        tr__stream_read(&w->out, &w->tail);
+      if (fds[3 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))
+        tr__stream_read(&w->err, &w->tail);
+    }
+    /* exits: every worker is looked at (SIGCHLDs merge, and a worker
+     * can end while we were busy elsewhere) */
+    for (int i = 0; i < n; i++) {
+      tr__worker_t* w = &d->workers[i];
+      if (!w->running) continue;
+      int st;
+      pid_t p = waitpid(w->pid, &st, WNOHANG);
+      if (p != w->pid) continue;
+      w->running = 0;
+      w->status = st;
+      w->ended = tr__daemon_now();
+      drain(w);
+      on_worker_exit(d, &r, w, err);
+    }
+    now = tr__daemon_now();
+    if (r.kill_at && now >= r.kill_at && running_count(d) > 0) {
+      TR_LOG_WARN(DAEMON,
+                  "%d worker%s still running %.3gs after SIGTERM: "
+                  "killing",
+                  running_count(d), running_count(d) == 1 ? "" : "s",
+                  tr_param_double(TR_PARAM_STOP_TIMEOUT));
+      signal_workers(d, SIGKILL, 1);
+      r.kill_at = 0;
+    }
+    if (now >= r.next_tick) {
+      r.next_tick = now + o->monitor_interval;
+      if (!r.store_err) {
+        rc = tick(d, &r);
+        if (rc < 0) store_failed(d, &r, rc, err);
+      }
+    }
+    if (running_count(d) > 0) continue;
+
+    /* every worker of this node is gone */
+    if (d->hard_signal) {
+      outcome = OUT_HARD;
+      break;
+    }
+    if (r.store_err) {
+      outcome = OUT_ERROR;
+      break;
+    }
+    if (!r.left) {
+      char k_left[48], k_done[48];
+      rkey(d, k_left, sizeof k_left, "left");
+      rkey(d, k_done, sizeof k_done, "alldone");
+      int64_t v;
+      rc = tr_store_prefix_add(&d->st, k_left, 1, &v);
+      if (rc == 0 && v >= N) rc = tr_store_prefix_set(&d->st, k_done, "1", 1);
+      if (rc < 0) {
+        store_failed(d, &r, rc, err);
+        continue;
+      }
+      r.left = 1;
+      r.next_tick = now; /* look at the store now */
+      d->phase = "waiting for the other nodes";
+    }
+    switch (r.end_kind) {
+      case END_FAIL:
+      case END_LOST:
+        outcome = OUT_RESTART;
+        break;
+      case END_SCALE:
+        outcome = OUT_SCALE;
+        break;
+      case END_ABORT:
+        outcome = OUT_ABORT;
+        break;
+      default:
+        if (r.alldone || r.lost) outcome = OUT_DONE;
+    }
+  }
+  free(fds);
+  free(r.hb);
+  free(r.hb_at);
+  return outcome;
+}
+
+/* ---- a node that arrived after its round closed ---- */
+
+/* Wait for the round to end; 1 when it ended in a new round, 0 when the
+ * job finished, < 0 on errors. */
+static int wait_round_end(tr__daemon_t* d, int round, tr_errmsg_t* err) {
+  char k_wait[48], k_end[48], k_done[48];
+  snprintf(k_wait, sizeof k_wait, "r%d/waiting", round);
+  snprintf(k_end, sizeof k_end, "r%d/end", round);
+  snprintf(k_done, sizeof k_done, "r%d/alldone", round);
+  int rc = tr_store_prefix_add(&d->st, k_wait, 1, NULL);
+  fprintf(stderr,
+          "%s: round %d of the rendezvous closed before this node joined: "
+          "waiting for the next\n",
+          d->o->prog, round);
+  d->phase = "waiting for a round";
+  while (rc == 0) {
+    if (tr__daemon_interrupted())
+      return tr_errmsg_set(err, TR_ECANCELED,
+                           "interrupted while waiting "
+                           "for a rendezvous round");
+    int ready;
+    const char* ke[1] = {k_end};
+    const char* kd[1] = {k_done};
+    rc = tr_store_prefix_check(&d->st, kd, 1, &ready);
+    if (rc == 0 && ready) return 0;
+    if (rc == 0) rc = tr_store_prefix_wait(&d->st, ke, 1, 200);
+    if (rc == 0) return 1;
+    if (rc == TR_ETIMEDOUT) rc = 0;
+  }
+  return tr_errmsg_set(err, rc, "lost the rendezvous store at %s: %s",
+                       tr_store_client_peer(d->client), tr_strerror(rc));
+}
+
+/* ---- the job ---- */
+
+static int setup_signals(tr__daemon_t* d, struct sigaction* old) {
+  if (pipe2(d->sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+    return tr_err_from_errno();
+  sig_fd = d->sig_pipe[1];
+  interrupted = 0;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
+  struct sigaction ign;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ign, &old[4]);
+  return 0;
+}
+
+static void restore_signals(tr__daemon_t* d, const struct sigaction* old) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
+  for (int i = 0; i < 5; i++) sigaction(sigs[i], &old[i], NULL);
+  sig_fd = -1;
+  for (int i = 0; i < 2; i++)
+    if (d->sig_pipe[i] >= 0) close(d->sig_pipe[i]);
+}
+
+/* Tell the store we leave; the host waits for every node of the round
+ * (so nobody loses the store while reading its last answer). */
+static void exit_barrier(tr__daemon_t* d) {
+  if (d->rdzv.nnodes < 1 || !d->client) return;
+  char k_ex[48], k_all[48];
+  rkey(d, k_ex, sizeof k_ex, "exited");
+  rkey(d, k_all, sizeof k_all, "allexited");
+  int64_t v;
+  if (tr_store_prefix_add(&d->st, k_ex, 1, &v) < 0) return;
+  if (v >= d->rdzv.nnodes) tr_store_prefix_set(&d->st, k_all, "1", 1);
+  if (!d->server || d->rdzv.nnodes == 1) return;
+  const char* keys[1] = {k_all};
+  double limit = d->o->keep_alive_interval * d->o->keep_alive_max_attempt;
+  if (tr_store_prefix_wait(&d->st, keys, 1, (int64_t)(limit * 1000)) < 0)
+    TR_LOG_WARN(DAEMON,
+                "not every node left the job within %.0fs; stopping "
+                "the store anyway",
+                limit);
+}
+
+void tr_daemon_report_release(tr_daemon_report_t* rep) {
+  free(rep->message);
+  rep->message = NULL;
+}
+
+static void set_message(tr_daemon_report_t* rep, const char* msg) {
+  free(rep->message);
+  rep->message = msg ? strdup(msg) : NULL;
+}
+
+int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
+                  tr_daemon_report_t* rep) {
+  memset(rep, 0, sizeof *rep);
+  rep->exit_code = 1;
+  tr__daemon_t d;
+  memset(&d, 0, sizeof d);
+  d.o = o;
+  d.argv = argv;
+  d.prev_node_rank = -1;
+  d.sig_pipe[0] = d.sig_pipe[1] = -1;
+  d.status_fd = -1;
+  d.phase = "starting";
+  tr_errmsg_t err;
+  tr_errmsg_clear(&err);
+  struct sigaction old[5];
+  int rc, signals_set = 0;
+
+  if (!argv || !argv[0]) {
+    rc = tr_errmsg_set(&err, TR_EINVAL, "no worker program given");
+    rep->exit_code = 2;
+    goto out;
+  }
+  rc = tr__spawn_resolve(argv[0], &d.path, &err);
+  if (rc < 0) {
+    rep->exit_code = 2;
+    goto out;
+  }
+  if (gethostname(d.host, sizeof d.host - 1) != 0) strcpy(d.host, "?");
+  /* until the store answers there is nothing to stop: signals keep their
+   * default action (a Ctrl-C while the endpoint is down ends the wait) */
+  d.phase = "connecting to the store";
+  TR_CHECK_GOTO(tr__rdzv_store_open(o, &d.server, &d.client, &d.store_host,
+                                    &d.store_port, &err),
+                rc, out);
+  TR_CHECK_GOTO(setup_signals(&d, old), rc, out);
+  signals_set = 1;
+  {
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "trainrun/%s", o->run_id);
+    TR_CHECK_GOTO(tr_store_prefix_init(&d.st, d.client, prefix), rc, out);
+  }
+  tr__status_open(&d.status_fd, &d.status_path);
+
+  int64_t round;
+  rc = tr_store_prefix_add(&d.st, "round", 0, &round);
+  if (rc < 0) {
+    tr_errmsg_set(&err, rc, "store at %s: %s", tr_store_client_peer(d.client),
+                  tr_strerror(rc));
+    goto out;
+  }
+  for (;;) {
+    tr__rdzv_node_t me = {0};
+    me.host = d.host;
+    me.nproc = o->nproc_per_node;
+    me.want_rank = o->node_rank;
+    me.prev_rank = d.prev_node_rank;
+    me.pid = (int)getpid();
+    me.gpus = tr_daemon_gpu_count();
+    me.nnodes_min = o->nnodes_min;
+    me.nnodes_max = o->nnodes_max;
+    d.phase = "rendezvous";
+    if (d.in_round) tr__rdzv_release(&d.rdzv);
+    d.in_round = 0;
+    rc = tr__rdzv_join(&d.st, (int)round, &me, o, &d.rdzv, &err);
+    if (rc == 1) {
+      rc = wait_round_end(&d, (int)round, &err);
+      if (rc < 0) goto out;
+      if (rc == 0) {
+        rc = tr_errmsg_set(&err, TR_ECANCELED,
+                           "the job finished before this node could join");
+        goto out;
+      }
+      round++;
+      continue;
+    }
+    if (rc < 0) {
+      if (rc != TR_EINVAL) goto out;
+      /* every node of the round reached the same verdict: leave together
+       * so that the host keeps the store until the others read it */
+      rep->exit_code = 2;
+      set_message(rep, err.message);
+      exit_barrier(&d);
+      goto out;
+    }
+    d.in_round = 1;
+    d.prev_node_rank = d.rdzv.node_rank;
+    TR_LOG_INFO(DAEMON,
+                "round %d: node %d of %d, ranks %d-%d of %d, store %s:%d",
+                d.rdzv.round, d.rdzv.node_rank, d.rdzv.nnodes, d.rdzv.rank_base,
+                d.rdzv.rank_base + o->nproc_per_node - 1, d.rdzv.world_size,
+                d.store_host, d.store_port);
+    int out = supervise(&d, &err);
+    release_workers(&d);
+    if (out == OUT_HARD) {
+      rep->exit_code = 128 + d.hard_signal;
+      rep->stop_signal = d.stop_signal;
+      set_message(rep, "stopped by a second signal: the workers were killed");
+      rc = 0;
+      goto out_barrier;
+    }
+    if (out == OUT_ERROR) {
+      rc = err.code ? err.code : TR_EIO;
+      goto out;
+    }
+    if (out == OUT_SCALE) {
+      round++;
+      continue;
+    }
+    char* failure = read_failure(&d);
+    if (out == OUT_DONE) {
+      rep->stop_signal = d.stop_signal;
+      rep->exit_code = failure ? 1 : 0;
+      set_message(rep, failure);
+      free(failure);
+      rc = 0;
+      goto out_barrier;
+    }
+    int64_t failures = 0;
+    rc = tr_store_prefix_add(&d.st, "failures", 0, &failures);
+    if (rc < 0) {
+      free(failure);
+      tr_errmsg_set(&err, rc, "lost the rendezvous store at %s: %s",
+                    tr_store_client_peer(d.client), tr_strerror(rc));
+      goto out;
+    }
+    d.failures = (int)failures;
+    const char* why = failure ? failure : "a worker failed";
+    if (out == OUT_ABORT || failures > o->max_restarts || d.stop_signal) {
+      rep->exit_code = 1;
+      set_message(rep, why);
+      free(failure);
+      rc = 0;
+      goto out_barrier;
+    }
+    char line[512];
+    first_line(why, line, sizeof line);
+    fprintf(stderr, "%s: %s; restarting the workers (restart %lld of %d)\n",
+            o->prog, line, (long long)failures, o->max_restarts);
+    free(failure);
+    rep->restarts = (int)failures;
+    /* the next round; CAS so that only the first daemon moves the counter */
+    char cur[24], next[24];
+    snprintf(cur, sizeof cur, "%lld", (long long)round);
+    snprintf(next, sizeof next, "%lld", (long long)round + 1);
+    void* v = NULL;
+    size_t vl;
+    tr_store_prefix_compare_set(&d.st, "round", cur, strlen(cur), next,
+                                strlen(next), &v, &vl);
+    free(v);
+    round++;
+  }
+out_barrier:
+  exit_barrier(&d);
+out:
+  if (rc < 0) {
+    if (rep->exit_code == 0) rep->exit_code = 1;
+    if (rc == TR_ECANCELED && interrupted) {
+      rep->exit_code = 128 + interrupted;
+      rep->stop_signal = interrupted;
+    }
+    set_message(rep, err.message[0] ? err.message : tr_strerror(rc));
+  }
+  release_workers(&d);
+  if (d.in_round) tr__rdzv_release(&d.rdzv);
+  tr__status_close(d.status_fd, d.status_path);
+  tr_store_prefix_release(&d.st);
+  tr_store_client_free(d.client);
+  tr_store_server_stop(d.server);
+  free(d.store_host);
+  free(d.path);
+  free(d.tmp_log_dir);
+  if (signals_set) restore_signals(&d, old);
+  return rc;
+}

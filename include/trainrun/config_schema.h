@@ -1,0 +1,352 @@
+/* trainrun/config_schema.h: the job-config schema, one line per key.
+ *
+ * This table is the single source of the job config: the typed struct
+ * tr_config_t, the defaults, the type and range checks, the TOML and JSON
+ * printers and the man page trainrun.toml(5) are all generated from it, so
+ * they cannot drift. Section and key names and defaults follow torchtitan's
+ * JobConfig (TOML era); keys marked "trainrun:" in their description are
+ * trainrun's own.
+ *
+ * TR_CONFIG_SECTIONS(S) lists the sections: S(section, "description").
+ * TR_CONFIG_KEYS_<section>(X) lists a section's keys:
+ *
+ *   X(section, key, TYPE, "default", min, max, "choices", "description")
+ *
+ * TYPE is one of
+ *   INT        int64_t; min/max bound it (inclusive)
+ *   FLOAT      double; min/max bound it (inclusive); TOML integers accepted
+ *   BOOL       bool
+ *   STR        char* (never NULL)
+ *   ENUM       char*, one of "choices" ("a|b|c"; matched ignoring case and
+ *              stored as spelled in choices)
+ *   LIST       tr_config_list_t, a list of strings (CLI: a comma list)
+ *   OPT_INT    tr_config_opt_int_t: unset (torchtitan's None) or an int
+ *   OPT_FLOAT  tr_config_opt_float_t: unset or a double
+ *   OPT_STR    char*, NULL when unset
+ *   SECRET     char*, NULL when unset; never printed
+ * "default" is the value as it would be written on the command line (NULL
+ * for unset). TR_CFG_NOMIN / TR_CFG_NOMAX mean unbounded.
+ *
+ * To add a key: add one X line to its section (and, if it needs a check that
+ * involves other keys, a line in tr_config_resolve). Then run
+ * `make update-man-config` to regenerate man/trainrun.toml.5.
+ */
+#ifndef TRAINRUN_CONFIG_SCHEMA_H
+#define TRAINRUN_CONFIG_SCHEMA_H
+
+#include <math.h>
+
+#define TR_CFG_NOMIN (-HUGE_VAL)
+#define TR_CFG_NOMAX (HUGE_VAL)
+
+/* clang-format off */
+#define TR_CONFIG_SECTIONS(S)                                                  \
+  S(job, "where the job writes its outputs and how it is named")              \
+  S(model, "which model family and size to train")                            \
+  S(training, "data, batch sizes, steps, precision and device")               \
+  S(parallelism, "how the world of ranks is split into parallel dimensions")  \
+  S(checkpoint, "saving and loading checkpoints")                             \
+  S(optimizer, "the optimizer")                                               \
+  S(lr_scheduler, "learning-rate warmup and decay")                           \
+  S(metrics, "what is logged, how often and where")                           \
+  S(comm, "process groups, timeouts, the store and the flight recorder")      \
+  S(activation_checkpoint, "recomputing activations to save memory")          \
+  S(validation, "evaluation on held-out data during training")                \
+  S(debug, "seeds, determinism and fault injection")
+
+#define TR_CONFIG_KEYS_job(X)                                                  \
+  X(job, config_file, OPT_STR, NULL, 0, 0, NULL,                               \
+    "Path of the job file; set from the command line (the JOB.toml argument "  \
+    "or --job.config_file). In a file it is informational.")                   \
+  X(job, dump_folder, STR, "./outputs", 0, 0, NULL,                            \
+    "Folder for everything the job writes: checkpoints, metrics, "             \
+    "TensorBoard events, flight-recorder dumps.")                              \
+  X(job, description, STR, "default job", 0, 0, NULL,                         \
+    "A name for the job, shown in logs.")                                      \
+  X(job, print_config, BOOL, "false", 0, 0, NULL,                              \
+    "Print the resolved config at start.")                                     \
+  X(job, save_config_file, OPT_STR, NULL, 0, 0, NULL,                          \
+    "If set, write the resolved config as TOML to this file (relative to "     \
+    "dump_folder) at start.")                                                  \
+  X(job, custom_config_module, STR, "", 0, 0, NULL,                            \
+    "Accepted so torchtitan job files load; trainrun has no Python config "    \
+    "modules and must leave it empty.")
+
+#define TR_CONFIG_KEYS_model(X)                                                \
+  X(model, name, ENUM, "llama3", 0, 0, "llama3|gpt2",                          \
+    "Model family.")                                                           \
+  X(model, flavor, STR, "debugmodel", 0, 0, NULL,                              \
+    "Model size within the family: debugmodel, and for llama3 1B, 3B, 8B, "   \
+    "70B; for gpt2 124M, 350M, 774M, 1558M.")                                  \
+  X(model, hf_assets_path, STR, "./tests/assets/tokenizer", 0, 0, NULL,        \
+    "Folder with Hugging Face assets (tokenizer, config) used when exporting " \
+    "or importing Hugging Face weights.")                                      \
+  X(model, converters, LIST, "", 0, 0, NULL,                                   \
+    "Model converters applied after building the model (torchtitan: "         \
+    "float8, mx); none are implemented by trainrun yet.")                      \
+  X(model, print_after_conversion, BOOL, "false", 0, 0, NULL,                  \
+    "Print the model's parameter table after the converters ran.")
+
+#define TR_CONFIG_KEYS_training(X)                                             \
+  X(training, dataset, STR, "c4_test", 0, 0, NULL,                             \
+    "Name of the dataset; used when dataset_path is unset.")                   \
+  X(training, dataset_path, OPT_STR, NULL, 0, 0, NULL,                         \
+    "Training data: a text file (byte-level tokens) or llm.c token shards "   \
+    "(a .bin file, a folder or a glob).")                                      \
+  X(training, local_batch_size, INT, "8", 1, TR_CFG_NOMAX, NULL,               \
+    "Sequences per rank per micro-step.")                                      \
+  X(training, global_batch_size, INT, "-1", -1, TR_CFG_NOMAX, NULL,            \
+    "Sequences per optimizer step over all ranks; -1 means local_batch_size " \
+    "times the data-parallel degree. A multiple of that turns on gradient "    \
+    "accumulation.")                                                           \
+  X(training, seq_len, INT, "2048", 1, TR_CFG_NOMAX, NULL,                     \
+    "Tokens per sequence.")                                                    \
+  X(training, max_norm, FLOAT, "1.0", 0, TR_CFG_NOMAX, NULL,                   \
+    "Clip the global gradient norm to this value; 0 turns clipping off.")      \
+  X(training, steps, INT, "10000", 1, TR_CFG_NOMAX, NULL,                      \
+    "Optimizer steps to train.")                                               \
+  X(training, enable_cpu_offload, BOOL, "false", 0, 0, NULL,                   \
+    "Keep sharded parameters, gradients and optimizer state in host memory "  \
+    "(FSDP CPU offload).")                                                     \
+  X(training, dtype, ENUM, "float32", 0, 0, "float32|bfloat16",                \
+    "Dtype of the parameters when FSDP mixed precision is not in use.")        \
+  X(training, mixed_precision_param, ENUM, "bfloat16", 0, 0,                   \
+    "bfloat16|float32",                                                        \
+    "Dtype of parameters and compute under FSDP (master weights stay "        \
+    "float32). Ignored on CPU, which computes in float32.")                    \
+  X(training, mixed_precision_reduce, ENUM, "float32", 0, 0,                   \
+    "float32|bfloat16", "Dtype of gradient reduce-scatters under FSDP.")       \
+  X(training, gc_freq, INT, "50", 1, TR_CFG_NOMAX, NULL,                       \
+    "Accepted so torchtitan job files load (Python garbage collection); "     \
+    "no effect in trainrun.")                                                  \
+  X(training, device, ENUM, "auto", 0, 0, "auto|cpu|cuda",                     \
+    "trainrun: where each rank computes; auto means cuda when the build has " \
+    "CUDA and a GPU is visible, else cpu.")
+
+#define TR_CONFIG_KEYS_parallelism(X)                                          \
+  X(parallelism, data_parallel_replicate_degree, INT, "1", 1, TR_CFG_NOMAX,    \
+    NULL, "Replicas of the model (DDP; HSDP when data_parallel_shard_degree " \
+    "> 1 too).")                                                               \
+  X(parallelism, data_parallel_shard_degree, INT, "-1", -1, TR_CFG_NOMAX,      \
+    NULL, "Ranks each model replica is sharded over (FSDP); -1 takes the "    \
+    "ranks the other degrees leave.")                                          \
+  X(parallelism, fsdp_reshard_after_forward, ENUM, "default", 0, 0,            \
+    "default|always|never",                                                    \
+    "Free gathered parameters after forward (always), keep them for "         \
+    "backward (never), or always except under pipeline parallelism "          \
+    "(default).")                                                              \
+  X(parallelism, tensor_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,      \
+    "Ranks each layer's matrices are split over (tensor parallel).")           \
+  X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
+    "Gather the logits before the loss instead of computing it on vocab "     \
+    "shards under tensor parallelism.")                                        \
+  X(parallelism, enable_async_tensor_parallel, BOOL, "false", 0, 0, NULL,      \
+    "Overlap tensor-parallel communication with the matmuls.")                 \
+  X(parallelism, pipeline_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,    \
+    "Pipeline stages the layers are split into.")                              \
+  X(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", 0, 0,               \
+    "1F1B|GPipe|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble|"             \
+    "ZBVZeroBubble",                                                           \
+    "Pipeline schedule.")                                                      \
+  X(parallelism, pipeline_parallel_schedule_csv, STR, "", 0, 0, NULL,          \
+    "A CSV file with an explicit pipeline schedule; overrides "               \
+    "pipeline_parallel_schedule when set.")                                    \
+  X(parallelism, pipeline_parallel_microbatch_size, INT, "1", 1,               \
+    TR_CFG_NOMAX, NULL,                                                        \
+    "Sequences per pipeline microbatch; must divide local_batch_size.")        \
+  X(parallelism, pipeline_parallel_layers_per_stage, OPT_INT, NULL, 1,         \
+    TR_CFG_NOMAX, NULL,                                                        \
+    "Transformer blocks per stage; unset splits the blocks evenly over the "  \
+    "stages.")                                                                 \
+  X(parallelism, pipeline_parallel_first_stage_less_layers, INT, "1", 0,       \
+    TR_CFG_NOMAX, NULL,                                                        \
+    "Blocks fewer on the first stage, which also holds the embeddings.")       \
+  X(parallelism, pipeline_parallel_last_stage_less_layers, INT, "1", 0,        \
+    TR_CFG_NOMAX, NULL,                                                        \
+    "Blocks fewer on the last stage, which also holds the output layer.")      \
+  X(parallelism, context_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,     \
+    "Ranks each sequence is split over (context parallel).")                   \
+  X(parallelism, context_parallel_load_balancer, ENUM, "headtail", 0, 0,       \
+    "headtail|ptrr", "How sequence chunks are assigned to context-parallel "  \
+    "ranks.")                                                                  \
+  X(parallelism, context_parallel_rotate_method, ENUM, "allgather", 0, 0,      \
+    "allgather|alltoall",                                                      \
+    "How context-parallel ranks exchange key/value shards.")                   \
+  X(parallelism, expert_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,      \
+    "Ranks the experts of mixture-of-experts layers are split over.")          \
+  X(parallelism, expert_tensor_parallel_degree, INT, "1", 1, TR_CFG_NOMAX,     \
+    NULL, "Tensor-parallel degree inside experts: 1 or "                       \
+    "tensor_parallel_degree.")                                                 \
+  X(parallelism, expert_parallel_comm_backend, ENUM, "standard", 0, 0,         \
+    "standard|deepep", "All-to-all implementation for expert parallelism.")
+
+#define TR_CONFIG_KEYS_checkpoint(X)                                           \
+  X(checkpoint, enable, BOOL, "false", 0, 0, NULL,                             \
+    "Save checkpoints, and resume from the latest complete one at start.")     \
+  X(checkpoint, folder, STR, "checkpoint", 0, 0, NULL,                         \
+    "Checkpoint folder inside dump_folder; it holds step-N folders.")          \
+  X(checkpoint, interval, INT, "500", 1, TR_CFG_NOMAX, NULL,                   \
+    "Save every this many steps (and after the last step).")                   \
+  X(checkpoint, initial_load_path, OPT_STR, NULL, 0, 0, NULL,                  \
+    "A checkpoint step folder to start from when folder holds none.")          \
+  X(checkpoint, initial_load_model_only, BOOL, "true", 0, 0, NULL,             \
+    "Load only the model weights from initial_load_path.")                     \
+  X(checkpoint, initial_load_in_hf, BOOL, "false", 0, 0, NULL,                 \
+    "initial_load_path holds Hugging Face safetensors.")                       \
+  X(checkpoint, last_save_model_only, BOOL, "true", 0, 0, NULL,                \
+    "The save after the last step holds only the model, in export_dtype.")     \
+  X(checkpoint, last_save_in_hf, BOOL, "false", 0, 0, NULL,                    \
+    "Write the last save as Hugging Face safetensors.")                        \
+  X(checkpoint, export_dtype, ENUM, "float32", 0, 0,                           \
+    "float32|bfloat16|float16", "Dtype of model-only saves.")                  \
+  X(checkpoint, async_mode, ENUM, "disabled", 0, 0,                            \
+    "disabled|async|async_with_pinned_mem",                                    \
+    "disabled writes before training continues; async copies to host memory " \
+    "and writes in the background; async_with_pinned_mem stages through "     \
+    "reused pinned buffers (GPU).")                                            \
+  X(checkpoint, keep_latest_k, INT, "10", 0, TR_CFG_NOMAX, NULL,               \
+    "Keep this many newest complete checkpoints; 0 keeps all. 1 is not "      \
+    "allowed (a save in progress could leave none).")                          \
+  X(checkpoint, load_step, INT, "-1", -1, TR_CFG_NOMAX, NULL,                  \
+    "Step to resume from; -1 means the latest complete one.")                  \
+  X(checkpoint, exclude_from_loading, LIST, "", 0, 0, NULL,                    \
+    "Parts not to load: model, optimizer, lr_scheduler, dataloader, "         \
+    "train_state.")                                                            \
+  X(checkpoint, enable_first_step_checkpoint, BOOL, "false", 0, 0, NULL,       \
+    "Also save after the first step.")                                         \
+  X(checkpoint, create_seed_checkpoint, BOOL, "false", 0, 0, NULL,             \
+    "Initialise the model, save it as step 0 and exit (one rank).")            \
+  X(checkpoint, load_only, BOOL, "false", 0, 0, NULL,                          \
+    "Load checkpoints but never save.")                                        \
+  X(checkpoint, enable_ft_dataloader_checkpoints, BOOL, "true", 0, 0, NULL,    \
+    "Accepted so torchtitan job files load (TorchFT); no effect in "          \
+    "trainrun.")
+
+#define TR_CONFIG_KEYS_optimizer(X)                                            \
+  X(optimizer, name, ENUM, "AdamW", 0, 0, "AdamW|Adam",                        \
+    "Optimizer; Adam applies weight_decay as L2, AdamW decoupled.")            \
+  X(optimizer, lr, FLOAT, "8e-4", 0, TR_CFG_NOMAX, NULL,                       \
+    "Peak learning rate.")                                                     \
+  X(optimizer, beta1, FLOAT, "0.9", 0, 1, NULL, "Adam beta1.")                 \
+  X(optimizer, beta2, FLOAT, "0.95", 0, 1, NULL, "Adam beta2.")                \
+  X(optimizer, eps, FLOAT, "1e-8", 0, TR_CFG_NOMAX, NULL, "Adam epsilon.")     \
+  X(optimizer, weight_decay, FLOAT, "0.1", 0, TR_CFG_NOMAX, NULL,              \
+    "Weight decay.")                                                           \
+  X(optimizer, implementation, ENUM, "fused", 0, 0, "for-loop|foreach|fused",  \
+    "Update kernel: one per tensor (for-loop, foreach) or one fused "         \
+    "multi-tensor kernel (fused).")                                            \
+  X(optimizer, early_step_in_backward, BOOL, "false", 0, 0, NULL,              \
+    "Step each parameter as soon as its gradient is ready, freeing the "      \
+    "gradient early; incompatible with gradient clipping across "             \
+    "parameters.")
+
+#define TR_CONFIG_KEYS_lr_scheduler(X)                                         \
+  X(lr_scheduler, warmup_steps, INT, "200", 0, TR_CFG_NOMAX, NULL,             \
+    "Steps of linear warmup from near 0 to optimizer.lr.")                     \
+  X(lr_scheduler, total_steps, OPT_INT, NULL, 1, TR_CFG_NOMAX, NULL,           \
+    "Length of the schedule; unset means training.steps.")                     \
+  X(lr_scheduler, decay_ratio, OPT_FLOAT, NULL, 0, 1, NULL,                    \
+    "Fraction of total_steps spent decaying at the end (warmup-stable-decay); " \
+    "unset decays over every step after warmup.")                              \
+  X(lr_scheduler, decay_type, ENUM, "linear", 0, 0, "linear|sqrt|cosine",      \
+    "Shape of the decay.")                                                     \
+  X(lr_scheduler, min_lr_factor, FLOAT, "0.0", 0, 1, NULL,                     \
+    "The decay ends at optimizer.lr times this factor.")
+
+#define TR_CONFIG_KEYS_metrics(X)                                              \
+  X(metrics, log_freq, INT, "10", 1, TR_CFG_NOMAX, NULL,                       \
+    "Print and record metrics every this many steps.")                         \
+  X(metrics, enable_tensorboard, BOOL, "false", 0, 0, NULL,                    \
+    "Write TensorBoard event files.")                                          \
+  X(metrics, save_tb_folder, STR, "tb", 0, 0, NULL,                            \
+    "TensorBoard folder inside dump_folder.")                                  \
+  X(metrics, enable_wandb, BOOL, "false", 0, 0, NULL,                          \
+    "Weights & Biases logging: not available in trainrun; must stay false.")   \
+  X(metrics, disable_color_printing, BOOL, "false", 0, 0, NULL,                \
+    "Print the step lines without colors.")                                    \
+  X(metrics, save_for_all_ranks, BOOL, "false", 0, 0, NULL,                    \
+    "Every rank writes metric files, not only the logging rank.")              \
+  X(metrics, enable_jsonl, BOOL, "true", 0, 0, NULL,                           \
+    "trainrun: write one JSON object per logged step.")                        \
+  X(metrics, save_jsonl_file, STR, "metrics.jsonl", 0, 0, NULL,                \
+    "trainrun: JSONL file inside dump_folder.")
+
+#define TR_CONFIG_KEYS_comm(X)                                                 \
+  X(comm, init_timeout_seconds, INT, "300", 1, TR_CFG_NOMAX, NULL,             \
+    "Timeout of every collective until the first step completes.")             \
+  X(comm, train_timeout_seconds, INT, "100", 1, TR_CFG_NOMAX, NULL,            \
+    "Timeout of every collective after the first step.")                       \
+  X(comm, trace_buf_size, INT, "20000", 0, TR_CFG_NOMAX, NULL,                 \
+    "Flight-recorder entries kept per rank; 0 turns the recorder off.")        \
+  X(comm, save_traces_folder, STR, "comm_traces", 0, 0, NULL,                  \
+    "Flight-recorder dump folder inside dump_folder.")                         \
+  X(comm, save_traces_file_prefix, STR, "rank_", 0, 0, NULL,                   \
+    "Dump file name prefix; the rank number follows.")                         \
+  X(comm, mode, ENUM, "default", 0, 0, "default|fake_backend|local_tensor",    \
+    "fake_backend runs one process that plays every rank's shapes without "   \
+    "moving data, to check a large layout.")                                   \
+  X(comm, backend, STR, "cpu:gloo,cuda:nccl", 0, 0, NULL,                      \
+    "trainrun: process-group backend, one of gloo, nccl, mpi, or a list of "  \
+    "device:backend pairs that picks the backend by tensor device.")           \
+  X(comm, hang_timeout_seconds, INT, "600", 0, TR_CFG_NOMAX, NULL,             \
+    "trainrun: a job whose collectives make no progress for this long dumps " \
+    "every rank's flight recorder; 0 turns hang detection off.")               \
+  X(comm, key, SECRET, NULL, 0, 0, NULL,                                       \
+    "trainrun: shared secret the store clients prove before any command; "    \
+    "TRAINRUN_STORE_TOKEN is the way to keep it out of files. Never "         \
+    "printed.")
+
+#define TR_CONFIG_KEYS_activation_checkpoint(X)                                \
+  X(activation_checkpoint, mode, ENUM, "selective", 0, 0,                      \
+    "selective|full|memory_budget|none",                                       \
+    "none keeps every activation; full recomputes every block in backward; "  \
+    "selective recomputes some.")                                              \
+  X(activation_checkpoint, selective_ac_option, STR, "2", 0, 0, NULL,          \
+    "Under selective: a number N recomputes every Nth block; op keeps the "   \
+    "outputs of matmuls and recomputes the rest.")                             \
+  X(activation_checkpoint, memory_budget, FLOAT, "0.5", 0, 1, NULL,            \
+    "Under memory_budget: fraction of the activation memory to keep.")         \
+  X(activation_checkpoint, preserve_rng_state, BOOL, "true", 0, 0, NULL,       \
+    "Recompute with the random state of the first pass.")                      \
+  X(activation_checkpoint, early_stop, BOOL, "false", 0, 0, NULL,              \
+    "Stop a recomputation as soon as the needed activations exist.")           \
+  X(activation_checkpoint, debug, BOOL, "false", 0, 0, NULL,                   \
+    "Log what is recomputed.")
+
+#define TR_CONFIG_KEYS_validation(X)                                           \
+  X(validation, enable, BOOL, "false", 0, 0, NULL,                             \
+    "Evaluate the loss on validation data during training.")                   \
+  X(validation, dataset, STR, "c4_validation", 0, 0, NULL,                     \
+    "Name of the validation dataset; used when dataset_path is unset and "    \
+    "split_fraction is 0.")                                                    \
+  X(validation, dataset_path, OPT_STR, NULL, 0, 0, NULL,                       \
+    "Validation data, in the forms training.dataset_path takes.")              \
+  X(validation, split_fraction, FLOAT, "0.0", 0, 0.5, NULL,                    \
+    "trainrun: fraction at the end of training.dataset_path held out as "     \
+    "validation data when dataset_path is unset; training never reads it.")   \
+  X(validation, local_batch_size, INT, "8", 1, TR_CFG_NOMAX, NULL,             \
+    "Sequences per rank per validation step.")                                 \
+  X(validation, seq_len, INT, "2048", 1, TR_CFG_NOMAX, NULL,                   \
+    "Tokens per validation sequence.")                                         \
+  X(validation, freq, INT, "10", 1, TR_CFG_NOMAX, NULL,                        \
+    "Validate every this many training steps.")                                \
+  X(validation, steps, INT, "-1", -1, TR_CFG_NOMAX, NULL,                      \
+    "Validation steps per evaluation; -1 reads the whole validation set.")
+
+#define TR_CONFIG_KEYS_debug(X)                                                \
+  X(debug, seed, OPT_INT, NULL, 0, TR_CFG_NOMAX, NULL,                         \
+    "Random seed for initialisation and data order; unset picks one at "      \
+    "start (and logs it).")                                                    \
+  X(debug, deterministic, BOOL, "false", 0, 0, NULL,                           \
+    "Use only deterministic kernels, so runs repeat bit for bit.")             \
+  X(debug, deterministic_warn_only, BOOL, "false", 0, 0, NULL,                 \
+    "Under deterministic: warn instead of failing when an operation has no "  \
+    "deterministic kernel.")                                                   \
+  X(debug, moe_force_load_balance, BOOL, "false", 0, 0, NULL,                  \
+    "Route tokens to experts round-robin (for benchmarking MoE layers).")      \
+  X(debug, fault, LIST, "", 0, 0, NULL,                                        \
+    "trainrun: faults to inject, each KIND:name=N:...; KIND is kill, hang, "  \
+    "exit, slow, skip_collective or mismatch (see trainrun(1)).")
+/* clang-format on */
+
+#endif /* TRAINRUN_CONFIG_SCHEMA_H */

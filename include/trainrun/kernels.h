@@ -1,0 +1,313 @@
+/* trainrun/kernels.h: the local compute kernels behind one dispatch table.
+ *
+ * Every op the model needs (embedding, LayerNorm, RMSNorm, linear/GEMM,
+ * RoPE, causal attention with grouped-query heads, GELU-tanh, SwiGLU, fused
+ * softmax + cross-entropy, AdamW, grad norm, residual add) has a forward and,
+ * where it has parameters or inputs that need gradients, a backward.
+ *
+ * Two levels:
+ *
+ *  - tr_kern_<op>(...) take tr_tensor_t arguments. They check dtype (fp32,
+ *    int32 for tokens/targets), device (all on one device), contiguity and
+ *    shapes, then call the table of the tensors' device. They return 0,
+ *    TR_EDTYPE, TR_EDEVICE, TR_ESHAPE, TR_EINVAL, or TR_EUNSUPPORTED for a
+ *    device type whose table is not registered (cuda tensors until the CUDA
+ *    kernels register theirs). This is what model/ calls.
+ *
+ *  - tr_kern_ops_t is the per-device table of raw entry points: pointers
+ *    (host pointers for the CPU table, device pointers for CUDA) plus dims.
+ *    tr_kern_ops(TR_DEV_CPU) is always filled; tr_kern_register() installs
+ *    another device type's table (kernels/cuda does this at load time).
+ *    Raw entry points trust their arguments; they return 0 or a TR_E* code.
+ *
+ * Conventions shared by every op:
+ *
+ *  - Row-major. "N" is the number of rows (tokens: B*T), "C" channels.
+ *  - Backward kernels ACCUMULATE (+=) into every gradient they produce, input
+ *    gradients and parameter gradients alike: callers zero a buffer before
+ *    its first use. This lets residual streams, tied weights and gradient
+ *    accumulation work without extra passes. Two documented exceptions work
+ *    in place: tr_kern_rope (both directions) and tr_kern_xent_bwd (turns
+ *    logits into dlogits).
+ *  - Deterministic: a result never depends on the number of threads. Every
+ *    output element is summed in one fixed order by one thread; global
+ *    reductions (loss, norms) sum fixed-size chunks, then the chunks in
+ *    order. Same inputs, same bits, with 1 or 64 threads.
+ *  - The CUDA table will run on the calling thread's current stream
+ *    (tr_kern_set_stream); the CPU table ignores it.
+ *
+ * Threads (CPU): one pool per process, sized from TRAINRUN_NUM_THREADS, else
+ * OMP_NUM_THREADS, else the number of online cores; the caller's thread is
+ * one of them. Kernels may be called from one thread at a time (the pool is
+ * not re-entrant; a nested call runs serially). OpenBLAS, when built in, is
+ * called from the pool's threads with its own threading set to 1.
+ */
+#ifndef TRAINRUN_KERNELS_H
+#define TRAINRUN_KERNELS_H
+
+#include <stdint.h>
+
+#include "trainrun/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_IGNORE_INDEX (-100) /* targets equal to this add no loss */
+
+/* Llama 3.1 RoPE frequency scaling. factor <= 0 (or 1 with equal low/high
+ * factors) turns it off. Published values for Llama 3.1: factor 8,
+ * low_freq_factor 1, high_freq_factor 4, original_max_pos 8192 (3.2: 32). */
+typedef struct {
+  float factor;
+  float low_freq_factor;
+  float high_freq_factor;
+  int original_max_pos;
+} tr_rope_scaling_t;
+
+/* AdamW as torch.optim.AdamW (decoupled weight decay, bias correction):
+ *   g  = grad * grad_scale
+ *   p *= 1 - lr * weight_decay
+ *   m  = beta1 m + (1 - beta1) g ;  v = beta2 v + (1 - beta2) g^2
+ *   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+ * step counts from 1. grad_scale folds gradient clipping (or an averaging
+ * factor) into the update; use 1 for none. */
+typedef struct {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+  float grad_scale;
+  int64_t step;
+} tr_adamw_args_t;
+
+/* ---- the per-device table of raw entry points ----
+ * Shapes of the raw arguments are given in brackets; q_stride/kv_stride are
+ * the distance in elements between the rows of consecutive tokens, so q, k
+ * and v may be column slices of one fused [N, 3C] buffer (GPT-2's c_attn). */
+typedef struct tr_kern_ops {
+  const char* name; /* "cpu", "cuda" */
+
+  /* out[B*T,C] = wte[tok] (+ wpe[t] when wpe != NULL). */
+  int (*embedding_fwd)(float* out, const int32_t* tok, const float* wte,
+                       const float* wpe, int B, int T, int C);
+  /* dwte[tok] += dout, dwpe[t] += dout (dwpe may be NULL). */
+  int (*embedding_bwd)(float* dwte, float* dwpe, const float* dout,
+                       const int32_t* tok, int B, int T, int C);
+
+  /* LayerNorm over C with saved mean[N] and rstd[N]; b may be NULL. */
+  int (*layernorm_fwd)(float* out, float* mean, float* rstd, const float* inp,
+                       const float* w, const float* b, int64_t N, int C,
+                       float eps);
+  /* dinp, dw, db (db may be NULL) += gradients. */
+  int (*layernorm_bwd)(float* dinp, float* dw, float* db, const float* dout,
+                       const float* inp, const float* w, const float* mean,
+                       const float* rstd, int64_t N, int C);
+  /* RMSNorm: out = inp * rstd * w, rstd = 1/sqrt(mean(inp^2) + eps). */
+  int (*rmsnorm_fwd)(float* out, float* rstd, const float* inp, const float* w,
+                     int64_t N, int C, float eps);
+  int (*rmsnorm_bwd)(float* dinp, float* dw, const float* dout,
+                     const float* inp, const float* w, const float* rstd,
+                     int64_t N, int C);
+
+  /* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, row-major; transa means
+   * A is stored [K,M] (lda >= M), else [M,K] (lda >= K); same for B.
+   * beta == 0 ignores C's old contents (NaNs included). */
+  int (*gemm)(int transa, int transb, int64_t M, int64_t N, int64_t K,
+              float alpha, const float* A, int64_t lda, const float* B,
+              int64_t ldb, float beta, float* C, int64_t ldc);
+  /* out[N,OC] = inp[N,IC] w[OC,IC]^T + bias[OC] (bias may be NULL). */
+  int (*linear_fwd)(float* out, const float* inp, const float* w,
+                    const float* bias, int64_t N, int IC, int OC);
+  /* dinp += dout w ; dw += dout^T inp ; dbias += colsum(dout). Any of
+   * dinp, dw, dbias may be NULL (not wanted). */
+  int (*linear_bwd)(float* dinp, float* dw, float* dbias, const float* dout,
+                    const float* inp, const float* w, int64_t N, int IC,
+                    int OC);
+
+  /* Rotate x[B,T,H,D] in place, Hugging Face "rotate_half" layout: pair
+   * (i, i + D/2) for i < D/2, angle cos/sin[t, i] ([T, D/2] tables from
+   * tr_kern_rope_table). inverse rotates by minus the angle, which is the
+   * backward (the rotation is orthogonal). Row stride as above. */
+  int (*rope)(float* x, const float* cos_t, const float* sin_t, int B, int T,
+              int H, int D, int64_t stride, int inverse);
+
+  /* Causal attention, softmax(q k^T / sqrt(D)) v. q[B,T,H,D], k and v
+   * [B,T,KVH,D] (query head h reads kv head h / (H/KVH)); out[B,T,H*D]
+   * contiguous; lse[B,H,T] (log-sum-exp of each score row) is saved for the
+   * backward, which recomputes the scores: O(B H T) memory, not O(T^2). */
+  int (*attention_fwd)(float* out, float* lse, const float* q, const float* k,
+                       const float* v, int B, int T, int H, int KVH, int D,
+                       int64_t q_stride, int64_t kv_stride);
+  /* dq, dk, dv += gradients; they use the same strides as q, k, v. */
+  int (*attention_bwd)(float* dq, float* dk, float* dv, const float* dout,
+                       const float* q, const float* k, const float* v,
+                       const float* out, const float* lse, int B, int T, int H,
+                       int KVH, int D, int64_t q_stride, int64_t kv_stride);
+
+  /* GELU, tanh approximation (GPT-2's "gelu_new"). */
+  int (*gelu_fwd)(float* out, const float* inp, int64_t n);
+  int (*gelu_bwd)(float* dinp, const float* dout, const float* inp, int64_t n);
+  /* SwiGLU: out = silu(gate) * up. */
+  int (*swiglu_fwd)(float* out, const float* gate, const float* up, int64_t n);
+  int (*swiglu_bwd)(float* dgate, float* dup, const float* dout,
+                    const float* gate, const float* up, int64_t n);
+
+  /* Cross-entropy of logits[N,V] against targets[N]: losses[N] (0 where the
+   * target is TR_IGNORE_INDEX) and lse[N] saved for the backward. Targets
+   * outside [0, V) other than the ignore index give TR_EINVAL. */
+  int (*xent_fwd)(float* losses, float* lse, const float* logits,
+                  const int32_t* targets, int64_t N, int V);
+  /* In place: logits become scale * (softmax - onehot) (rows with an
+   * ignored target become 0). scale is d(loss)/d(each token's loss), e.g.
+   * 1 / (number of non-ignored targets in the global batch). */
+  int (*xent_bwd)(float* logits, const float* lse, const int32_t* targets,
+                  int64_t N, int V, float scale);
+
+  int (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,
+               const tr_adamw_args_t* args);
+  /* *out = sum of x^2 accumulated in double (host pointer out). */
+  int (*sum_squares)(double* out, const float* x, int64_t n);
+  int (*scale)(float* x, float s, int64_t n);            /* x *= s */
+  int (*add)(float* out, const float* a, const float* b, /* out = a + b */
+             int64_t n);
+  int (*accumulate)(float* y, const float* x, int64_t n); /* y += x */
+  int (*zero)(float* x, int64_t n);
+} tr_kern_ops_t;
+
+/* The table for a device type, or NULL when none is registered. */
+const tr_kern_ops_t* tr_kern_ops(tr_device_type_t type);
+/* Install (or with NULL remove) the table of a device type other than
+ * TR_DEV_CPU. The table must outlive its use. TR_EINVAL for TR_DEV_CPU. */
+int tr_kern_register(tr_device_type_t type, const tr_kern_ops_t* ops);
+/* Stream for the calling thread's CUDA kernels (cudaStream_t; NULL = the
+ * default stream). Stored per thread; ignored by the CPU table. */
+void tr_kern_set_stream(void* stream);
+void* tr_kern_get_stream(void);
+
+/* ---- tensor entry points ----
+ * fp32 tensors unless noted; tokens and targets are int32. Leading dims of
+ * activations may be [N, C] or [B, T, C] (flattened to rows). */
+
+/* out [B,T,C]; tokens [B,T] int32 in [0, V); wte [V,C]; wpe [maxT,C] with
+ * maxT >= T, or NULL. TR_EINVAL names the first token out of range. */
+int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
+                          const tr_tensor_t* wte, const tr_tensor_t* wpe);
+int tr_kern_embedding_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
+                          const tr_tensor_t* dout, const tr_tensor_t* tokens);
+
+/* out [N,C], mean and rstd [N]; weight [C]; bias [C] or NULL. */
+int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
+                          tr_tensor_t* rstd, const tr_tensor_t* inp,
+                          const tr_tensor_t* weight, const tr_tensor_t* bias,
+                          float eps);
+int tr_kern_layernorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                          tr_tensor_t* dbias, const tr_tensor_t* dout,
+                          const tr_tensor_t* inp, const tr_tensor_t* weight,
+                          const tr_tensor_t* mean, const tr_tensor_t* rstd);
+int tr_kern_rmsnorm_fwd(tr_tensor_t* out, tr_tensor_t* rstd,
+                        const tr_tensor_t* inp, const tr_tensor_t* weight,
+                        float eps);
+int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                        const tr_tensor_t* dout, const tr_tensor_t* inp,
+                        const tr_tensor_t* weight, const tr_tensor_t* rstd);
+
+/* out [N,OC] = inp [N,IC] weight[OC,IC]^T + bias[OC] (bias may be NULL). */
+int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
+                       const tr_tensor_t* weight, const tr_tensor_t* bias);
+/* dinp, dweight, dbias may each be NULL. */
+int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                       tr_tensor_t* dbias, const tr_tensor_t* dout,
+                       const tr_tensor_t* inp, const tr_tensor_t* weight);
+/* c = alpha op(a) op(b) + beta c on 2-D tensors whose rows may be padded
+ * (stride[1] == 1, stride[0] >= width). */
+int tr_kern_gemm(tr_tensor_t* c, const tr_tensor_t* a, int transa,
+                 const tr_tensor_t* b, int transb, float alpha, float beta);
+
+/* x [B,T,H*D] (rows may be strided: a column slice of a wider buffer), in
+ * place. cos/sin [Tmax, D/2] with Tmax >= T. */
+int tr_kern_rope(tr_tensor_t* x, int n_heads, const tr_tensor_t* cos_t,
+                 const tr_tensor_t* sin_t, int inverse);
+/* Host helper: fill cos/sin [T, D/2] (host float arrays) for positions
+ * 0..T-1, inv_freq[i] = theta^(-2i/D) then the Llama 3.1 scaling. Computed in
+ * double, stored as float. TR_EINVAL for odd D or T < 0. */
+int tr_kern_rope_table(float* cos_t, float* sin_t, int T, int D, double theta,
+                       const tr_rope_scaling_t* scaling);
+
+/* q [B,T,H*D], k and v [B,T,KVH*D] (rows may be strided slices; k and v must
+ * share a stride), out [B,T,H*D] contiguous, lse [B,H,T]. H % KVH == 0. */
+int tr_kern_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
+                          const tr_tensor_t* q, const tr_tensor_t* k,
+                          const tr_tensor_t* v, int n_heads, int n_kv_heads);
+int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
+                          const tr_tensor_t* dout, const tr_tensor_t* q,
+                          const tr_tensor_t* k, const tr_tensor_t* v,
+                          const tr_tensor_t* out, const tr_tensor_t* lse,
+                          int n_heads, int n_kv_heads);
+
+int tr_kern_gelu_fwd(tr_tensor_t* out, const tr_tensor_t* inp);
+int tr_kern_gelu_bwd(tr_tensor_t* dinp, const tr_tensor_t* dout,
+                     const tr_tensor_t* inp);
+int tr_kern_swiglu_fwd(tr_tensor_t* out, const tr_tensor_t* gate,
+                       const tr_tensor_t* up);
+int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
+                       const tr_tensor_t* dout, const tr_tensor_t* gate,
+                       const tr_tensor_t* up);
+
+/* logits [N,V] (or [B,T,V]), targets [N] int32, losses [N], lse [N]. */
+int tr_kern_xent_fwd(tr_tensor_t* losses, tr_tensor_t* lse,
+                     const tr_tensor_t* logits, const tr_tensor_t* targets);
+int tr_kern_xent_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
+                     const tr_tensor_t* targets, float scale);
+
+/* One AdamW step on a parameter; grad, m, v have its shape. */
+int tr_kern_adamw(tr_tensor_t* param, const tr_tensor_t* grad, tr_tensor_t* m,
+                  tr_tensor_t* v, const tr_adamw_args_t* args);
+/* *out += sum of squares of x (double). For a global grad norm, add every
+ * gradient's sum (then across ranks) and take the square root. */
+int tr_kern_sum_squares(const tr_tensor_t* x, double* out);
+/* torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm/(norm + 1e-6)). */
+double tr_kern_clip_coef(double total_norm, double max_norm);
+int tr_kern_scale(tr_tensor_t* x, float s);
+int tr_kern_add(tr_tensor_t* out, const tr_tensor_t* a, const tr_tensor_t* b);
+int tr_kern_accumulate(tr_tensor_t* y, const tr_tensor_t* x);
+int tr_kern_zero(tr_tensor_t* x);
+
+/* ---- CPU specifics ---- */
+
+/* Threads the CPU kernels use (>= 1). */
+int tr_kern_cpu_num_threads(void);
+/* Resize the pool; n = 0 re-reads TRAINRUN_NUM_THREADS / OMP_NUM_THREADS /
+ * the core count. Not to be called while kernels run. */
+int tr_kern_cpu_set_num_threads(int n);
+
+/* Run fn(ctx, i) for i in [0, ntasks) on the kernel pool and wait. Tasks
+ * must write disjoint outputs; the mapping of tasks to threads is
+ * unspecified, so a task's result must not depend on it. A call from inside
+ * a task runs serially. For host-side loops of other modules (weight init,
+ * data preparation). */
+void tr_kern_cpu_parallel(int64_t ntasks, void (*fn)(void* ctx, int64_t i),
+                          void* ctx);
+
+typedef enum {
+  TR_GEMM_AUTO = 0,   /* OpenBLAS when built in, else blocked */
+  TR_GEMM_BLAS = 1,   /* OpenBLAS cblas_sgemm; TR_EUNSUPPORTED without */
+  TR_GEMM_BLOCKED = 2 /* trainrun's cache-blocked, threaded fallback */
+} tr_gemm_impl_t;
+/* Choose the GEMM behind the CPU table (process-wide). */
+int tr_kern_cpu_set_gemm(tr_gemm_impl_t impl);
+tr_gemm_impl_t tr_kern_cpu_gemm(void); /* the one in use: BLAS or BLOCKED */
+/* 1 when this build has OpenBLAS. */
+int tr_kern_cpu_have_blas(void);
+/* The fallback GEMM itself, callable directly (same contract as
+ * tr_kern_ops_t.gemm, host pointers), whatever tr_kern_cpu_set_gemm says. */
+int tr_kern_cpu_gemm_blocked(int transa, int transb, int64_t M, int64_t N,
+                             int64_t K, float alpha, const float* A,
+                             int64_t lda, const float* B, int64_t ldb,
+                             float beta, float* C, int64_t ldc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAINRUN_KERNELS_H */

@@ -1,0 +1,325 @@
+/* trainrun/model.h: GPT-2 and Llama-3 models as a parameter table and a list
+ * of blocks with hand-written forward and backward passes.
+ *
+ * A model is:
+ *
+ *  - a config (tr_model_config_t), looked up by family name and flavor
+ *    ("gpt2"/"124M", "llama3"/"8B", ...) and then adjustable (vocab size to
+ *    the tokenizer's, max_seq_len to the run's);
+ *  - a parameter table (tr_param_t): every tensor with its Hugging Face name,
+ *    global shape, how HF lays it out, its init rule, a layout (which part of
+ *    the global tensor this rank holds; the whole tensor until dtensor/FSDP
+ *    set one) and the local data and grad tensors the kernels read;
+ *  - a list of blocks: block 0 embeds tokens, blocks 1..n_layers are the
+ *    transformer layers, block n_layers+1 is the final norm + output + loss.
+ *    Each block runs forward and backward on a micro-batch (tr_model_mb_t),
+ *    surrounded by the hooks the trainer installs (FSDP: gather before,
+ *    free after, reduce-scatter after backward; DDP: bucketed all-reduce in
+ *    post_backward).
+ *
+ * Typical single-rank use (the trainer adds optimizer, clipping, logging):
+ *
+ *     tr_model_config_t cfg;
+ *     tr_model_config_get("llama3", "debugmodel", &cfg);
+ *     cfg.vocab_size = 256;
+ *     tr_model_t m;
+ *     tr_model_init(&m, &cfg);              // table + blocks, no memory
+ *     tr_model_alloc(&m, TR_DEVICE_CPU);    // local data + zeroed grads
+ *     tr_model_init_weights(&m, 1234);      // deterministic
+ *     tr_model_mb_t mb;
+ *     tr_model_mb_init(&m, &mb, B, T, tokens, targets);   // int32 host arrays
+ *     tr_model_zero_grad(&m);
+ *     tr_model_forward(&m, &mb, 0, m.n_blocks);  // mb.loss_sum, mb.n_valid
+ *     tr_model_backward(&m, &mb, 0, m.n_blocks); // grads += d(mean loss)
+ *     tr_model_mb_release(&m, &mb);
+ *     tr_model_release(&m);
+ *
+ * Math conventions follow the Hugging Face models, so safetensors export
+ * needs no permutation except GPT-2's Conv1D transposes (recorded per
+ * parameter): Llama RoPE rotates (i, i + D/2) pairs like HF's rotate_half
+ * (torchtitan's interleaved-pair weights equal ours after HF's q/k row
+ * permutation). Every op is fp32 on CPU; results do not depend on the
+ * number of threads.
+ */
+#ifndef TRAINRUN_MODEL_H
+#define TRAINRUN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainrun/kernels.h"
+#include "trainrun/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- configs ---- */
+
+typedef enum { TR_MODEL_GPT2 = 0, TR_MODEL_LLAMA3 = 1 } tr_model_family_t;
+
+typedef struct {
+  tr_model_family_t family;
+  char flavor[32]; /* "124M", "debugmodel", ... (informational) */
+  int vocab_size;  /* rows of the embedding and of the output */
+  int max_seq_len; /* gpt2: rows of wpe; llama3: longest T allowed */
+  int dim;         /* model width C */
+  int n_layers;
+  int n_heads;
+  int n_kv_heads;           /* == n_heads for GPT-2; < n_heads for GQA */
+  int head_dim;             /* dim / n_heads */
+  int ffn_dim;              /* MLP hidden width (gpt2: 4*dim) */
+  float ffn_dim_multiplier; /* llama3: inputs of tr_model_llama_ffn_dim */
+  int multiple_of;
+  float norm_eps;                 /* LayerNorm / RMSNorm epsilon */
+  float rope_theta;               /* llama3 only */
+  tr_rope_scaling_t rope_scaling; /* llama3 only; factor 0 = none */
+  int tie_embeddings; /* output projection reuses the token embedding */
+  int bias;           /* linear and LayerNorm biases (gpt2) */
+} tr_model_config_t;
+
+/* Fill *out with a published flavor. name: "gpt2" or "llama3". Flavors:
+ *   gpt2:   debugmodel (dim 128, 4 layers, 4 heads, vocab 256, T 256),
+ *           124M (alias d12), 350M (d24), 774M (d36), 1558M (d48)
+ *           — vocab 50257, max_seq_len 1024, LayerNorm eps 1e-5;
+ *   llama3: debugmodel (torchtitan's: dim 256, 6 layers, 16 heads, theta
+ *           500000, Llama 3.1 scaling; vocab 256 for the byte tokenizer),
+ *           1B, 3B (Llama 3.2, tied embeddings), 8B, 70B (Llama 3.1)
+ *           — vocab 128256, norm eps 1e-5.
+ * Returns TR_ENOTFOUND for an unknown name or flavor (and logs the flavors
+ * that exist). */
+int tr_model_config_get(const char* name, const char* flavor,
+                        tr_model_config_t* out);
+/* Family name ("gpt2", "llama3"). */
+const char* tr_model_family_name(tr_model_family_t f);
+/* NULL-terminated list of the flavors of a family name, or NULL. */
+const char* const* tr_model_flavors(const char* name);
+/* Check a (possibly edited) config: positive sizes, n_heads % n_kv_heads,
+ * dim == n_heads * head_dim, even head_dim for RoPE. TR_ECONFIG with a
+ * message in err (may be NULL) naming the bad field. */
+int tr_model_config_check(const tr_model_config_t* cfg, char* err,
+                          size_t errlen);
+/* torchtitan's FeedForward width: int(2*4*dim/3), times the multiplier when
+ * > 0, rounded up to multiple_of. 8B: 14336; 70B: 28672; 1B, 3B: 8192. */
+int tr_model_llama_ffn_dim(int dim, float ffn_dim_multiplier, int multiple_of);
+
+/* Number of parameters (tied tensors once) for a config. */
+int64_t tr_model_config_num_params(const tr_model_config_t* cfg);
+/* Training FLOPs per token as torchtitan counts them (models/utils.py):
+ *   6 * (params - embedding-table params) + 12 * L * H * head_dim * T
+ * where the embedding tables (token table unless tied, and GPT-2's position
+ * table) are lookups, not matmuls. llm.c's figure for GPT-2 is
+ * 6 * all params + 6 * L * C * T (it counts the tied table and half the
+ * attention, for causality). */
+double tr_model_flops_per_token(const tr_model_config_t* cfg, int seq_len);
+
+/* ---- the parameter table ---- */
+
+typedef enum {
+  TR_INIT_ZEROS = 0,
+  TR_INIT_ONES = 1,
+  TR_INIT_NORMAL = 2,      /* N(0, std^2) */
+  TR_INIT_TRUNC_NORMAL = 3 /* N(0, std^2) restricted to [lo, hi] */
+} tr_init_kind_t;
+
+typedef struct {
+  tr_init_kind_t kind;
+  float std;
+  float lo, hi; /* TR_INIT_TRUNC_NORMAL bounds (absolute, as torch's a, b) */
+} tr_init_rule_t;
+
+/* How the Hugging Face checkpoint stores a tensor relative to ours. */
+typedef enum {
+  TR_HF_SAME = 0,      /* same shape and element order */
+  TR_HF_TRANSPOSED = 1 /* GPT-2 Conv1D: HF holds [in, out], we hold [out, in] */
+} tr_hf_layout_t;
+
+/* Which part of the global tensor this rank holds. tr_model_init sets the
+ * whole tensor (offset 0, shape = global shape, placement NULL). dtensor and
+ * FSDP2 set offset/shape (and their placement object) before tr_model_alloc,
+ * or swap data/grad themselves in hooks. */
+typedef struct {
+  int64_t offset[TR_MAX_DIMS]; /* first global index held, per dim */
+  int64_t shape[TR_MAX_DIMS];  /* local extent, per dim */
+  void* placement;             /* owned by dtensor; NULL = whole tensor */
+} tr_param_layout_t;
+
+typedef struct {
+  char name[96]; /* HF name: "transformer.h.0.attn.c_attn.weight",
+                             "model.layers.0.self_attn.q_proj.weight" */
+  int ndim;
+  int64_t shape[TR_MAX_DIMS]; /* global shape in our layout */
+  tr_hf_layout_t hf_layout;
+  tr_init_rule_t init;
+  int block; /* block that owns it (first user) */
+  /* 1 for matrices, 0 for norms and biases: a hint for optimizers that
+   * exempt them (torchtitan and llm.c decay everything) */
+  int decay;
+  tr_param_layout_t layout;
+  /* The tensors the kernels read and accumulate into, shaped like
+   * layout.shape. tr_model_alloc allocates them (grad zeroed); hooks may
+   * replace them (e.g. FSDP's unsharded tensors) as long as they have the
+   * shape the block expects when the block runs. Released by
+   * tr_model_release. */
+  tr_tensor_t data;
+  tr_tensor_t grad;
+} tr_param_t;
+
+/* ---- blocks and hooks ---- */
+
+typedef enum {
+  TR_BLOCK_EMBED = 0, /* tokens -> hidden */
+  TR_BLOCK_LAYER = 1, /* hidden -> hidden */
+  TR_BLOCK_HEAD = 2   /* hidden -> norm -> logits -> loss */
+} tr_block_kind_t;
+
+#define TR_BLOCK_MAX_PARAMS 16
+
+typedef struct {
+  tr_block_kind_t kind;
+  int layer;     /* layer index for TR_BLOCK_LAYER, else -1 */
+  char name[32]; /* "embed", "layers.3", "head" */
+  int n_params;
+  int params[TR_BLOCK_MAX_PARAMS]; /* indices into tr_model_t.params; a tied
+                                       tensor appears in both blocks */
+} tr_model_block_t;
+
+typedef enum {
+  TR_HOOK_PRE_FORWARD = 0,
+  TR_HOOK_POST_FORWARD = 1,
+  TR_HOOK_PRE_BACKWARD = 2,
+  TR_HOOK_POST_BACKWARD = 3,
+  TR_HOOK__COUNT
+} tr_hook_point_t;
+
+struct tr_model;
+struct tr_model_mb;
+/* A hook: called with the block index around that block's compute; a
+ * negative return stops the pass and is returned by it. */
+typedef int (*tr_model_hook_fn)(void* arg, struct tr_model* m, int block,
+                                struct tr_model_mb* mb);
+
+typedef struct {
+  tr_model_hook_fn fn;
+  void* arg;
+} tr_model_hook_t;
+
+/* Tensor-parallel seam. Called (when set) at the fixed points of a Llama
+ * layer: TR_TP_FWD_OUT after each row-parallel linear output (o_proj,
+ * down_proj) before the residual add — all-reduce (or reduce-scatter under
+ * sequence parallel); TR_TP_BWD_IN after the gradient w.r.t. the input of
+ * the column-parallel linears (q/k/v, gate/up) is complete — all-reduce.
+ * NULL (tp = 1): nothing happens. Local head counts and the FFN width are
+ * taken from the local weight shapes, so TP-sharded weights just work. */
+typedef enum { TR_TP_FWD_OUT = 0, TR_TP_BWD_IN = 1 } tr_tp_point_t;
+typedef struct {
+  int (*reduce)(void* arg, tr_tp_point_t point, tr_tensor_t* t);
+  void* arg;
+} tr_model_tp_t;
+
+typedef struct tr_model {
+  tr_model_config_t cfg;
+  tr_device_t device;
+  int n_params;
+  tr_param_t* params;
+  int n_blocks; /* n_layers + 2 */
+  tr_model_block_t* blocks;
+  tr_model_tp_t tp;
+  /* private */
+  tr_model_hook_t* hooks[TR_HOOK__COUNT];
+  int n_hooks[TR_HOOK__COUNT];
+  tr_tensor_t rope_cos, rope_sin; /* [T, head_dim/2], grown on demand */
+  int rope_T;
+} tr_model_t;
+
+/* Build the parameter table and the blocks for cfg (checked with
+ * tr_model_config_check). No tensor memory yet. TR_ECONFIG, TR_ENOMEM. */
+int tr_model_init(tr_model_t* m, const tr_model_config_t* cfg);
+/* Allocate every parameter's data (uninitialised) and grad (zero) on dev,
+ * shaped by its layout. Called once. */
+int tr_model_alloc(tr_model_t* m, tr_device_t dev);
+/* Fill every parameter from its init rule. Element values depend only on
+ * (seed, parameter name, global element index): a counter-based generator
+ * (SplitMix64 hashing), so shards, thread counts and table order do not
+ * change them. GPT-2: N(0, 0.02), c_proj weights 0.02/sqrt(2 n_layers),
+ * biases 0, LayerNorm 1/0. Llama (torchtitan): embedding N(0, 1); wq, wk,
+ * wv, w1 trunc-normal 0.02; wo, w2, w3 trunc-normal 0.02/sqrt(2(layer+1));
+ * norms 1; output trunc-normal dim^-0.5 cut at 3 std (a tied table uses
+ * the output's rule). Host tensors only (TR_EDEVICE otherwise). */
+int tr_model_init_weights(tr_model_t* m, uint64_t seed);
+/* Zero every grad. */
+int tr_model_zero_grad(tr_model_t* m);
+/* Free everything (tensors, table, hooks). Safe on a zeroed struct. */
+void tr_model_release(tr_model_t* m);
+
+/* Index of the parameter with that HF name, or -1. */
+int tr_model_find_param(const tr_model_t* m, const char* name);
+/* Sum of numel over the table (tied once). */
+int64_t tr_model_num_params(const tr_model_t* m);
+
+/* Append a hook at a point; hooks run in the order added. */
+int tr_model_add_hook(tr_model_t* m, tr_hook_point_t point, tr_model_hook_fn fn,
+                      void* arg);
+void tr_model_clear_hooks(tr_model_t* m);
+
+/* ---- micro-batches and the passes ---- */
+
+/* One micro-batch in flight: its inputs, the hidden state between blocks,
+ * and each block's saved activations. Several may be in flight at once
+ * (pipeline schedules). Tensors below are on the model's device. */
+typedef struct tr_model_mb {
+  int B, T;
+  tr_tensor_t tokens;  /* [B,T] int32 */
+  tr_tensor_t targets; /* [B,T] int32, or nothing (no loss) */
+  /* The residual stream between blocks: forward of block i reads `hidden`
+   * (block i's input) and leaves its output there; backward of block i
+   * reads `dhidden` (gradient of its output) and leaves the gradient of its
+   * input there. A pipeline stage receives into / sends from these. */
+  tr_tensor_t hidden;  /* [B,T,C] */
+  tr_tensor_t dhidden; /* [B,T,C] */
+  /* After the head block's forward: logits [B,T,V] (turned into dlogits
+   * and freed by its backward; kept for the caller when there is no
+   * backward: eval, sampling) and per-token losses [B,T]; the head
+   * consumes `hidden`, which is then empty. */
+  tr_tensor_t logits;
+  tr_tensor_t losses;
+  double loss_sum; /* sum of the losses of non-ignored targets */
+  int64_t n_valid; /* number of targets != TR_IGNORE_INDEX */
+  /* d(objective)/d(each token's loss) for the backward; 0 (the default)
+   * means 1/n_valid, the mean over this micro-batch. Set it to
+   * 1/(valid tokens in the global batch) for accumulation or DP. */
+  float loss_scale;
+  int no_grad; /* 1: forward keeps no activations (eval, sampling) */
+  /* private: per-block saved activations, freed by that block's backward */
+  void** saved;
+  int n_blocks;
+} tr_model_mb_t;
+
+/* Prepare a micro-batch: copies tokens (and targets, may be NULL) from host
+ * int32 arrays [B*T] to the model's device. T <= cfg.max_seq_len. Tokens are
+ * checked against the vocab at the embedding (TR_EINVAL names the first bad
+ * one). */
+int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
+                     const int32_t* tokens, const int32_t* targets);
+/* Free everything the micro-batch holds. */
+void tr_model_mb_release(tr_model_t* m, tr_model_mb_t* mb);
+
+/* Forward blocks [first, last) with their hooks. A range that ends at the
+ * head block computes the loss when targets were given. */
+int tr_model_forward(tr_model_t* m, tr_model_mb_t* mb, int first, int last);
+/* Backward blocks [first, last) in reverse order with their hooks;
+ * parameter grads accumulate (+=). A range that starts below the head needs
+ * mb->dhidden set (a pipeline stage receives it). Each block frees its saved
+ * activations as it finishes; the embedding's backward frees dhidden. */
+int tr_model_backward(tr_model_t* m, tr_model_mb_t* mb, int first, int last);
+/* One block, hooks included (what the two above loop over). */
+int tr_model_block_forward(tr_model_t* m, tr_model_mb_t* mb, int block);
+int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int block);
+
+/* Mean loss of the last forward (loss_sum / n_valid; NaN when none). */
+double tr_model_mb_loss(const tr_model_mb_t* mb);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAINRUN_MODEL_H */

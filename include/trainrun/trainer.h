@@ -1,0 +1,234 @@
+/* trainrun/trainer.h: the per-rank training loop — model, AdamW, the
+ * learning-rate schedule, gradient accumulation and clipping, validation,
+ * metrics, and the weights written at the end.
+ *
+ * Typical use (what `trainrun job.toml` does on each rank):
+ *
+ *     tr_errmsg_t err;
+ *     int rc = tr_train(&cfg, NULL, &err);   // cfg resolved for the world
+ *     if (rc < 0) fprintf(stderr, "trainrun: %s\n", err.message);
+ *
+ * or step by step (tests, tools):
+ *
+ *     tr_trainer_t t;
+ *     tr_trainer_init(&t, &cfg, NULL, &err);
+ *     tr_step_stats_t st;
+ *     while (t.step < cfg.training.steps) tr_trainer_step(&t, &st, &err);
+ *     tr_trainer_release(&t);
+ *
+ * One optimizer step:
+ *   1. zero the gradients;
+ *   2. for each of grad_accum micro-steps: take this rank's B sequences of
+ *      the next B × dp samples of the global stream (trainrun/data.h), run
+ *      forward and backward; each token's loss is scaled by 1 / (G × T)
+ *      (G = global_batch_size), so the summed gradients over micro-steps
+ *      and ranks are the gradient of the mean loss over the global batch;
+ *   3. dist.post_backward (data parallel: all-reduce SUM of the gradients);
+ *   4. the global gradient norm (before clipping; what is logged), the
+ *      clipping factor min(1, max_norm / (norm + 1e-6)) (torch's
+ *      clip_grad_norm_), folded into the update;
+ *   5. AdamW (torch.optim.AdamW semantics) with lr = the schedule's value
+ *      for this step. Weight decay applies to tensors of two or more
+ *      dimensions — linear weights and embedding tables — and not to norms
+ *      or biases, as llm.c (and nanoGPT) group them; torchtitan decays
+ *      every parameter. optimizer.name = "Adam" applies weight_decay as an
+ *      L2 term added to the gradient instead.
+ *
+ * On the CPU every run with the same config and seed repeats bit for bit:
+ * the kernels sum in a fixed order whatever the thread count, and the data
+ * order is fixed by the seed.
+ */
+#ifndef TRAINRUN_TRAINER_H
+#define TRAINRUN_TRAINER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "trainrun/config.h"
+#include "trainrun/data.h"
+#include "trainrun/errmsg.h"
+#include "trainrun/model.h"
+#include "trainrun/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- learning-rate schedule (torchtitan's, TOML era) ----
+ *
+ * With W warmup steps, D decay steps (D = round-half-even(total ×
+ * decay_ratio) for WSD, else total - W; warmup and decay are cut to fit
+ * total) and S = total + 1 - W - D stable steps (the "+1" is torchtitan's
+ * virtual last step that keeps the last lr above 0), optimizer step s
+ * (counting from 1) uses lr × f(s - 1) with
+ *
+ *   f(k) = (k + 1) / W                             k < W
+ *        = 1                                       k < W + S
+ *        = m + (1 - m) × g(p),  p = (k + 1 - W - S) / D   otherwise
+ *
+ * g(p) = 1 - p (linear), 1 - sqrt(p) (sqrt), (1 + cos(pi p)) / 2 (cosine),
+ * m = min_lr_factor. Steps past total use p = 1 (lr × min_lr_factor).
+ */
+typedef enum {
+  TR_LR_DECAY_LINEAR = 0,
+  TR_LR_DECAY_SQRT = 1,
+  TR_LR_DECAY_COSINE = 2
+} tr_lr_decay_t;
+
+typedef struct {
+  double lr; /* peak */
+  int64_t total_steps, warmup_steps, stable_steps, decay_steps;
+  tr_lr_decay_t decay;
+  double min_lr_factor;
+} tr_lr_schedule_t;
+
+/* decay_ratio < 0 means unset (decay right after warmup). decay_type:
+ * "linear", "sqrt" or "cosine". TR_EINVAL for a bad type, total_steps < 1,
+ * negative warmup, or a decay_ratio or min_lr_factor outside [0, 1]. */
+int tr_lr_schedule_init(tr_lr_schedule_t* s, double lr, int64_t warmup_steps,
+                        int64_t total_steps, double decay_ratio,
+                        const char* decay_type, double min_lr_factor,
+                        tr_errmsg_t* err);
+/* The schedule from cfg->optimizer.lr and [lr_scheduler] (total_steps
+ * unset: training.steps). */
+int tr_lr_schedule_from_config(tr_lr_schedule_t* s, const tr_config_t* cfg,
+                               tr_errmsg_t* err);
+/* f(step - 1) for optimizer step `step` >= 1, and lr × that. */
+double tr_lr_schedule_factor(const tr_lr_schedule_t* s, int64_t step);
+double tr_lr_schedule_lr(const tr_lr_schedule_t* s, int64_t step);
+
+/* ---- data-parallel seams ---- */
+
+struct tr_trainer;
+
+/* Filled by the data-parallel layer; all NULL on one rank. */
+typedef struct {
+  int dp_rank, dp_size; /* 0 and 1 on one rank */
+  /* After the last micro-step's backward, before the gradient norm: make
+   * every parameter's grad the SUM over data-parallel ranks (the losses are
+   * already scaled by the global token count), e.g. by waiting for the
+   * bucketed all-reduces started in the model's post-backward hooks. */
+  int (*post_backward)(void* arg, struct tr_trainer* t);
+  /* Sum n doubles over the data-parallel ranks, in place (loss sums, token
+   * counts; the squared grad norm when grads_sharded). */
+  int (*all_reduce_sum)(void* arg, double* vals, int n);
+  /* 1 when each rank holds only a shard of every gradient (FSDP), so the
+   * squared norm is summed over ranks. */
+  int grads_sharded;
+  void* arg;
+} tr_trainer_dist_t;
+
+/* ---- the trainer ---- */
+
+typedef struct {
+  /* Build this model instead of cfg's [model] name/flavor (tests, tools);
+   * NULL: the flavor, with vocab_size and max_seq_len fitted to the run. */
+  const tr_model_config_t* model_override;
+  /* Data parallelism; NULL: one rank. Copied. */
+  const tr_trainer_dist_t* dist;
+  /* Where the metric lines go; NULL: stdout. */
+  FILE* console;
+  /* 1: no console lines (files are still written). */
+  int quiet;
+} tr_trainer_opts_t;
+
+/* What one step did. */
+typedef struct {
+  int64_t step;     /* the optimizer step just taken, from 1 */
+  double loss;      /* mean over the global batch */
+  double grad_norm; /* before clipping */
+  double lr;        /* used by this step */
+  int64_t tokens;   /* tokens this rank processed in the step */
+  double seconds;   /* wall time of the step */
+} tr_step_stats_t;
+
+typedef struct tr_trainer {
+  const tr_config_t* cfg; /* borrowed */
+  tr_model_t model;
+  tr_trainer_dist_t dist;
+  /* AdamW moments, one pair per parameter (like its grad) */
+  tr_tensor_t* adam_m;
+  tr_tensor_t* adam_v;
+  int64_t step; /* optimizer steps taken */
+  tr_lr_schedule_t lr;
+  uint64_t seed; /* debug.seed, or the one picked at start */
+  /* sizes */
+  int64_t B, T, G;    /* local micro-batch, seq_len, global batch */
+  int64_t grad_accum; /* micro-steps per optimizer step */
+  int64_t val_B, val_T, val_steps; /* val_steps: batches per validation */
+  double flops_per_token;          /* torchtitan's count, at seq_len T */
+  /* data */
+  tr_dataset_t* train_data;
+  tr_dataset_t* val_data; /* NULL without validation */
+  tr_loader_t train;
+  tr_loader_t val;
+  int has_val;
+  int32_t* inputs; /* [max(B*T, val_B*val_T)] */
+  int32_t* targets;
+  tr_trainer_opts_t opts;
+} tr_trainer_t;
+
+/* Build everything a run needs from a resolved config: the model (seeded
+ * init), the data (training.dataset_path; validation from
+ * validation.dataset_path or the last validation.split_fraction of the
+ * training data), AdamW state, the schedule. Errors (TR_ECONFIG, data
+ * errors, TR_ENOMEM) come with a message; *t needs no release then. */
+int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
+                    const tr_trainer_opts_t* opts, tr_errmsg_t* err);
+void tr_trainer_release(tr_trainer_t* t);
+
+/* One optimizer step (see the top of this file). TR_ERANGE when the loss
+ * or the gradient norm is not finite ("loss is nan at step 12"). */
+int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err);
+
+/* Mean loss over the validation data (validation.steps batches from its
+ * start; -1: every full batch), and the tokens it covered. No gradients. */
+int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
+                        tr_errmsg_t* err);
+
+/* The whole run: steps until training.steps (or SIGINT/SIGTERM, which
+ * finish the step in progress and end the run normally), the metric line
+ * every metrics.log_freq steps and after the last (console on data-parallel
+ * rank 0; JSONL and TensorBoard per [metrics]), validation every
+ * validation.freq steps when enabled, and at the end the weights as
+ * <dump_folder>/model.safetensors (Hugging Face names, dtype
+ * checkpoint.export_dtype) with a Hugging Face config.json beside it.
+ * *stopped (may be NULL) is set to 1 when a signal ended the run early. */
+int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
+             int* stopped, tr_errmsg_t* err);
+
+/* The model config a run of cfg builds: the [model] flavor with vocab_size
+ * kept (256 for the byte-level debug models) and, for llama3 (which has no
+ * position table), max_seq_len set to the longest of training and
+ * validation seq_len — the context the exported model records and
+ * `trainrun sample` slides within. TR_ECONFIG when the flavor is unknown or
+ * seq_len exceeds a GPT-2's positions. */
+int tr_trainer_model_config(const tr_config_t* cfg, tr_model_config_t* out,
+                            tr_errmsg_t* err);
+
+/* Mean loss of a model over the validation data a config names (what
+ * `trainrun eval` prints). */
+int tr_eval_loss(tr_model_t* m, const tr_config_t* cfg, double* loss,
+                 int64_t* ntokens, tr_errmsg_t* err);
+
+/* ---- sampling ---- */
+
+typedef struct {
+  double temperature; /* 0: greedy (argmax) */
+  int top_k;          /* 0: the whole vocabulary */
+  int64_t max_new_tokens;
+  uint64_t seed;
+  int stop_at_eot; /* stop after generating TR_BYTE_EOT */
+} tr_sample_opts_t;
+
+/* Extend prompt[0..n) by up to max_new_tokens tokens; out receives the new
+ * tokens (capacity max_new_tokens), *nout how many. The context is the last
+ * cfg.max_seq_len tokens. Same seed, same tokens. */
+int tr_sample(tr_model_t* m, const int32_t* prompt, int64_t n,
+              const tr_sample_opts_t* o, int32_t* out, int64_t* nout,
+              tr_errmsg_t* err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAINRUN_TRAINER_H */

@@ -1,0 +1,175 @@
+/* kernels/cpu/attention.c: causal scaled-dot-product attention with grouped
+ * query heads, forward and backward, without keeping the T x T matrices.
+ *
+ * Forward: for each (batch, head, tile of TILE query rows) the scores of
+ * the tile against the keys it may see (S = q k^T / sqrt(D), a GEMM), a
+ * masked softmax per row, then out = P v (a GEMM). Only out and the
+ * log-sum-exp of each row are kept. Backward: one task per (batch, kv
+ * head) walks the query heads of its group and the tiles in order,
+ * recomputes P from lse, and accumulates dq, dk, dv with GEMMs, so each
+ * gradient element is summed in one fixed order whatever the threads.
+ * The GEMMs run serially inside the task (nested regions are serial). */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+#define TILE 64
+
+typedef struct {
+  float* out;
+  float* lse;
+  float* dq;
+  float* dk;
+  float* dv;
+  const float* dout;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* cout;
+  const float* clse;
+  int B, T, H, KVH, D;
+  int64_t qs, kvs;
+  int ntiles;
+  float scale;
+} attn_t;
+
+static void attn_fwd_task(void* ctx, int64_t task) {
+  const attn_t* a = ctx;
+  int tile = (int)(task % a->ntiles);
+  int h = (int)(task / a->ntiles % a->H);
+  int b = (int)(task / a->ntiles / a->H);
+  int kvh = h / (a->H / a->KVH);
+  int i0 = tile * TILE, i1 = i0 + TILE < a->T ? i0 + TILE : a->T;
+  int rows = i1 - i0, nk = i1;
+  const float* q = a->q + ((int64_t)b * a->T + i0) * a->qs + (int64_t)h * a->D;
+  const float* k = a->k + (int64_t)b * a->T * a->kvs + (int64_t)kvh * a->D;
+  const float* v = a->v + (int64_t)b * a->T * a->kvs + (int64_t)kvh * a->D;
+  int64_t HD = (int64_t)a->H * a->D;
+  float* out = a->out + ((int64_t)b * a->T + i0) * HD + (int64_t)h * a->D;
+  float* lse = a->lse + ((int64_t)b * a->H + h) * a->T + i0;
+  float* S = tr__cpu_scratch(2, sizeof(float) * (size_t)rows * nk);
+
+  tr__cpu_gemm(0, 1, rows, nk, a->D, a->scale, q, a->qs, k, a->kvs, 0.0f, S,
+               nk);
+  for (int r = 0; r < rows; r++) {
+    float* s = S + (int64_t)r * nk;
+    int last = i0 + r; /* keys 0..last are visible */
+    float m = -INFINITY;
+    for (int j = 0; j <= last; j++) m = s[j] > m ? s[j] : m;
+    float l = 0.0f;
+    for (int j = 0; j <= last; j++) {
+      s[j] = expf(s[j] - m);
+      l += s[j];
+    }
+    float inv = 1.0f / l;
+    for (int j = 0; j <= last; j++) s[j] *= inv;
+    for (int j = last + 1; j < nk; j++) s[j] = 0.0f;
+    lse[r] = m + logf(l);
+  }
+  tr__cpu_gemm(0, 0, rows, a->D, nk, 1.0f, S, nk, v, a->kvs, 0.0f, out, HD);
+}
+
+int tr__cpu_attention_fwd(float* out, float* lse, const float* q,
+                          const float* k, const float* v, int B, int T, int H,
+                          int KVH, int D, int64_t q_stride, int64_t kv_stride) {
+  attn_t a = {.out = out,
+              .lse = lse,
+              .q = q,
+              .k = k,
+              .v = v,
+              .B = B,
+              .T = T,
+              .H = H,
+              .KVH = KVH,
+              .D = D,
+              .qs = q_stride,
+              .kvs = kv_stride,
+              .ntiles = (T + TILE - 1) / TILE,
+              .scale = 1.0f / sqrtf((float)D)};
+  tr__cpu_parallel((int64_t)B * H * a.ntiles, attn_fwd_task, &a);
+  return 0;
+}
+
+static void attn_bwd_task(void* ctx, int64_t task) {
+  const attn_t* a = ctx;
+  int kvh = (int)(task % a->KVH), b = (int)(task / a->KVH);
+  int group = a->H / a->KVH;
+  int64_t HD = (int64_t)a->H * a->D;
+  int64_t kvoff = (int64_t)b * a->T * a->kvs + (int64_t)kvh * a->D;
+  const float* k = a->k + kvoff;
+  const float* v = a->v + kvoff;
+  float* dk = a->dk + kvoff;
+  float* dv = a->dv + kvoff;
+  float* P = tr__cpu_scratch(2, sizeof(float) * (size_t)TILE * a->T);
+  float* dP = tr__cpu_scratch(3, sizeof(float) * (size_t)TILE * a->T);
+  for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+    for (int i0 = 0; i0 < a->T; i0 += TILE) {
+      int i1 = i0 + TILE < a->T ? i0 + TILE : a->T;
+      int rows = i1 - i0, nk = i1;
+      int64_t qoff = ((int64_t)b * a->T + i0) * a->qs + (int64_t)h * a->D;
+      int64_t ooff = ((int64_t)b * a->T + i0) * HD + (int64_t)h * a->D;
+      const float* q = a->q + qoff;
+      float* dq = a->dq + qoff;
+      const float* o = a->cout + ooff;
+      const float* dout = a->dout + ooff;
+      const float* lse = a->clse + ((int64_t)b * a->H + h) * a->T + i0;
+      /* P = exp(S - lse) on the visible keys, 0 elsewhere */
+      tr__cpu_gemm(0, 1, rows, nk, a->D, a->scale, q, a->qs, k, a->kvs, 0.0f, P,
+                   nk);
+      /* dP = dout v^T */
+      tr__cpu_gemm(0, 1, rows, nk, a->D, 1.0f, dout, HD, v, a->kvs, 0.0f, dP,
+                   nk);
+      for (int r = 0; r < rows; r++) {
+        float* p = P + (int64_t)r * nk;
+        float* dp = dP + (int64_t)r * nk;
+        int last = i0 + r;
+        const float* orow = o + (int64_t)r * HD;
+        const float* drow = dout + (int64_t)r * HD;
+        float Dr = 0.0f;
+        for (int d = 0; d < a->D; d++) Dr += orow[d] * drow[d];
+        for (int j = 0; j <= last; j++) {
+          p[j] = expf(p[j] - lse[r]);
+          dp[j] = p[j] * (dp[j] - Dr); /* dS */
+        }
+        for (int j = last + 1; j < nk; j++) p[j] = dp[j] = 0.0f;
+      }
+      /* dv += P^T dout ; dq += scale dS k ; dk += scale dS^T q */
+      tr__cpu_gemm(1, 0, nk, a->D, rows, 1.0f, P, nk, dout, HD, 1.0f, dv,
+                   a->kvs);
+      tr__cpu_gemm(0, 0, rows, a->D, nk, a->scale, dP, nk, k, a->kvs, 1.0f, dq,
+                   a->qs);
+      tr__cpu_gemm(1, 0, nk, a->D, rows, a->scale, dP, nk, q, a->qs, 1.0f, dk,
+                   a->kvs);
+    }
+  }
+}
+
+int tr__cpu_attention_bwd(float* dq, float* dk, float* dv, const float* dout,
+                          const float* q, const float* k, const float* v,
+                          const float* out, const float* lse, int B, int T,
+                          int H, int KVH, int D, int64_t q_stride,
+                          int64_t kv_stride) {
+  attn_t a = {.dq = dq,
+              .dk = dk,
+              .dv = dv,
+              .dout = dout,
+              .q = q,
+              .k = k,
+              .v = v,
+              .cout = out,
+              .clse = lse,
+              .B = B,
+              .T = T,
+              .H = H,
+              .KVH = KVH,
+              .D = D,
+              .qs = q_stride,
+              .kvs = kv_stride,
+              .ntiles = (T + TILE - 1) / TILE,
+              .scale = 1.0f / sqrtf((float)D)};
+  tr__cpu_parallel((int64_t)B * KVH, attn_bwd_task, &a);
+  return 0;
+}

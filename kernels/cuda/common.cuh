@@ -1,0 +1,248 @@
+// kernels/cuda/common.cuh: what every CUDA kernel file shares: the error
+// conversion at the CUDA boundary, element types and 16-byte packed
+// loads/stores, warp and block reductions, the dtype dispatch of launchers,
+// stream-ordered temporaries, and the internal entry points that one op file
+// offers another (column sums, the fp32 table).
+#ifndef TRAINRUN_KERNELS_CUDA_COMMON_CUH
+#define TRAINRUN_KERNELS_CUDA_COMMON_CUH
+
+#include "config.h"
+
+#include <cuda_bf16.h>     // __nv_bfloat16 and its conversions
+#include <cuda_runtime.h>  // runtime API, streams, events
+#include <math.h>
+#include <stdint.h>
+
+#include "trainrun/error.h"         // TR_E* codes
+#include "trainrun/kernels_cuda.h"  // the public contracts
+#include "trainrun/log.h"           // TR_LOG_ERROR(KERN, ...)
+
+typedef __nv_bfloat16 bf16;
+
+// ---- errors at the CUDA boundary ----
+
+// Log CUDA's message for e (with what failed and where) and return TR_ECUDA
+// (TR_ENOMEM for an allocation failure); 0 for cudaSuccess.
+int tr__cuda_error(cudaError_t e, const char* what, const char* file, int line);
+#define TR_CUDA_CALL(call) tr__cuda_error((call), #call, __FILE__, __LINE__)
+// After a kernel launch: the launch error, if any, named after the kernel.
+#define TR_CUDA_LAUNCHED(name) \
+  tr__cuda_error(cudaGetLastError(), name " launch", __FILE__, __LINE__)
+// A launcher's shape/argument assertion: log and return TR_EINVAL.
+#define TR_CUDA_REQUIRE(cond, ...)     \
+  do {                                 \
+    if (!(cond)) {                     \
+      TR_LOG_ERROR(KERN, __VA_ARGS__); \
+      return TR_EINVAL;                \
+    }                                  \
+  } while (0)
+
+// Run `body` with T bound to the C++ element type of dt (float or bf16);
+// any other dtype logs and returns TR_EDTYPE from the enclosing function.
+#define TR_CUDA_DISPATCH(dt, T, ...)                                          \
+  switch (dt) {                                                               \
+    case TR_F32: {                                                            \
+      typedef float T;                                                        \
+      __VA_ARGS__;                                                            \
+    } break;                                                                  \
+    case TR_BF16: {                                                           \
+      typedef bf16 T;                                                         \
+      __VA_ARGS__;                                                            \
+    } break;                                                                  \
+    default:                                                                  \
+      TR_LOG_ERROR(KERN, "the CUDA kernels take float32 or bfloat16, not %s", \
+                   tr_dtype_name(dt));                                        \
+      return TR_EDTYPE;                                                       \
+  }
+
+static inline bool tr__aligned16(const void* p) {
+  return ((uintptr_t)p & 15u) == 0;
+}
+
+// Blocks for n items at `per` items a block, at least 1.
+static inline unsigned tr__blocks(int64_t n, int64_t per) {
+  int64_t b = (n + per - 1) / per;
+  return (unsigned)(b < 1 ? 1 : b);
+}
+
+// ---- element types ----
+
+__device__ __forceinline__ float tr_f(float x) { return x; }
+__device__ __forceinline__ float tr_f(bf16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T tr_to(float x);
+template <>
+__device__ __forceinline__ float tr_to<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 tr_to<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Elements of T in one 16-byte access.
+template <typename T>
+struct tr_vec {
+  static constexpr int n = 16 / (int)sizeof(T);
+};
+
+// V consecutive elements moved as one access (16 bytes when V is
+// tr_vec<T>::n, a plain element when V is 1).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) tr_pack {
+  T v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ void tr_load(float (&f)[V], const T* p) {
+  tr_pack<T, V> k = *reinterpret_cast<const tr_pack<T, V>*>(p);
+#pragma unroll
+  for (int i = 0; i < V; i++) f[i] = tr_f(k.v[i]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void tr_store(T* p, const float (&f)[V]) {
+  tr_pack<T, V> k;
+#pragma unroll
+  for (int i = 0; i < V; i++) k.v[i] = tr_to<T>(f[i]);
+  *reinterpret_cast<tr_pack<T, V>*>(p) = k;
+}
+
+// ---- reductions (fixed shuffle trees: deterministic) ----
+
+__device__ __forceinline__ float tr_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float tr_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. sh: 32 floats of shared memory.
+__device__ __forceinline__ float tr_block_sum(float v, float* sh) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  int nw = blockDim.x >> 5;
+  v = tr_warp_sum(v);
+  __syncthreads();  // sh may still be read by a previous reduction
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : 0.0f;
+  return tr_warp_sum(v);
+}
+
+__device__ __forceinline__ float tr_block_max(float v, float* sh) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  int nw = blockDim.x >> 5;
+  v = tr_warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : -INFINITY;
+  return tr_warp_max(v);
+}
+
+// ---- GELU (tanh approximation), shared by gelu.cu and matmul.cu ----
+
+#define TR_GELU_K 0.7978845608028654f  // sqrt(2/pi)
+#define TR_GELU_C 0.044715f
+
+__device__ __forceinline__ float tr_gelu(float x) {
+  float u = TR_GELU_K * (x + TR_GELU_C * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+__device__ __forceinline__ float tr_gelu_grad(float x) {
+  float u = TR_GELU_K * (x + TR_GELU_C * x * x * x);
+  float th = tanhf(u);
+  float du = TR_GELU_K * (1.0f + 3.0f * TR_GELU_C * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
+// ---- elementwise launch ----
+
+// Grid-stride elementwise kernel: op.template apply<V>(i) handles elements
+// [i, i + V). The first n / V groups go in V-wide accesses, the remaining
+// n % V elements one at a time.
+template <int V, typename Op>
+__global__ void tr__ew_kernel(Op op, int64_t n) {
+  int64_t nv = n / V;
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  int64_t i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (int64_t i = i0; i < nv; i += stride) op.template apply<V>(i * V);
+  if (V > 1 && i0 < n - nv * V) op.template apply<1>(nv * V + i0);
+}
+
+// Launch op over n elements: VN-wide accesses when vec_ok (every pointer
+// 16-byte aligned), else one element per access.
+template <int VN, typename Op>
+static int tr__ew_launch(const Op& op, int64_t n, bool vec_ok, cudaStream_t s,
+                         const char* name) {
+  if (n <= 0) return 0;
+  const int threads = 256;
+  unsigned b = tr__blocks(vec_ok ? n / VN + 1 : n, threads);
+  unsigned grid = b < 16384u ? b : 16384u;
+  if (vec_ok)
+    tr__ew_kernel<VN, Op><<<grid, threads, 0, s>>>(op, n);
+  else
+    tr__ew_kernel<1, Op><<<grid, threads, 0, s>>>(op, n);
+  return tr__cuda_error(cudaGetLastError(), name, __FILE__, __LINE__);
+}
+
+// ---- runtime helpers (runtime.cu) ----
+
+// Temporary device memory on stream s from the current device's pool
+// (cudaMallocAsync; the pool keeps freed memory for reuse). Free with
+// tr__cuda_tmp_free on the same stream once the kernels using it are
+// enqueued.
+int tr__cuda_tmp_alloc(void** p, size_t bytes, cudaStream_t s);
+void tr__cuda_tmp_free(void* p, cudaStream_t s);
+// Current device and its properties (cached per device).
+int tr__cuda_device(int* dev);
+int tr__cuda_sm_count(void);
+// Largest dynamic shared memory a block may opt into, in bytes.
+int tr__cuda_smem_optin(void);
+
+// ---- internal entry points between op files ----
+
+// Column sums of a row-major [N, C] gradient, fixed-order, into fp32
+// accumulators (+=); see reduce.cu. Modes:
+//   TR__COLSUM_BIAS: out1[c] += sum_r dout[r,c]
+//   TR__COLSUM_LN:   out1[c] += sum_r dout[r,c] (x[r,c] - mean[r]) rstd[r]
+//                    out2[c] += sum_r dout[r,c]
+//   TR__COLSUM_RMS:  out1[c] += sum_r dout[r,c] x[r,c] rstd[r]
+// Outputs may be NULL (not wanted).
+enum { TR__COLSUM_BIAS = 0, TR__COLSUM_LN = 1, TR__COLSUM_RMS = 2 };
+int tr__cuda_colsum(tr_dtype_t dt, int mode, float* out1, float* out2,
+                    const void* dout, const void* inp, const float* mean,
+                    const float* rstd, int64_t N, int C, cudaStream_t s);
+
+// y[r, c] += bias[c] for an [M, N] matrix with row stride ld (matmul.cu's
+// fallback when cuBLASLt offers no bias epilogue); bias has C's dtype.
+int tr__cuda_add_bias(tr_dtype_t dt, void* y, int64_t ld, const void* bias,
+                      int64_t M, int64_t N, cudaStream_t s);
+// In place on an [M, N] matrix with row stride ld: y = gelu(y) with the
+// input kept in aux (ldaux) when aux != NULL, or (dgelu) y = y *
+// gelu'(aux). gelu.cu; matmul.cu's epilogue fallback.
+int tr__cuda_gelu_rows(tr_dtype_t dt, void* y, int64_t ld, void* aux,
+                       int64_t ldaux, int64_t M, int64_t N, int dgelu,
+                       cudaStream_t s);
+
+// Tensor-core flash attention (flash_attention.cu): 1 when it handles these
+// arguments, then the two calls below do the work.
+int tr__flash_applies(tr_dtype_t dt, int D, const void* q, const void* k,
+                      const void* v, int64_t qs, int64_t kvs);
+int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
+                  const bf16* v, int B, int T, int H, int KVH, int D,
+                  int64_t qs, int64_t kvs, cudaStream_t s);
+int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
+                  const bf16* k, const bf16* v, const float* dsum,
+                  const float* lse, int B, int T, int H, int KVH, int D,
+                  int64_t qs, int64_t kvs, int accumulate, cudaStream_t s);
+
+#endif  // TRAINRUN_KERNELS_CUDA_COMMON_CUH

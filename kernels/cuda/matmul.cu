@@ -1,0 +1,463 @@
+// kernels/cuda/matmul.cu: GEMMs through cuBLASLt (bf16 or fp32 operands,
+// fp32 accumulation) with the bias and GELU epilogues fused, and the linear
+// layer's forward and backward built on them.
+//
+// Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T,
+// so cuBLASLt is called with the operands swapped. A plan (the operation
+// descriptor, the three layouts and the algorithm the heuristic picked) is
+// built once per shape, dtypes, epilogue, pointer alignment and device and
+// cached; later calls only set the epilogue pointers and launch. When
+// cuBLASLt offers no algorithm for an epilogue, the plain GEMM runs and the
+// epilogue follows as separate kernels (reduce.cu, gelu.cu) with the same
+// result.
+#include "kernels/cuda/common.cuh"
+
+#include <cublasLt.h>  // cublasLt* (the library, not cuBLAS's legacy API)
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
+
+static int lt_check(cublasStatus_t st, const char* what, const char* file,
+                    int line) {
+  if (st == CUBLAS_STATUS_SUCCESS) return 0;
+  TR_LOG_ERROR(KERN, "%s failed at %s:%d: %s", what, file, line,
+               cublasLtGetStatusString(st));
+  return st == CUBLAS_STATUS_ALLOC_FAILED ? TR_ENOMEM : TR_ECUDA;
+}
+#define LT(call) lt_check((call), #call, __FILE__, __LINE__)
+
+// ---- plans ----
+
+typedef struct {
+  int dev, ta, tb;
+  int64_t M, N, K, lda, ldb, ldc, ldaux;
+  int ab_type, c_type, epi, tf32;
+  int align_a, align_b, align_c, align_aux;
+} plan_key_t;
+
+typedef struct {
+  plan_key_t key;
+  int supported;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+  size_t ws;
+} plan_t;
+
+static pthread_mutex_t lt_lock = PTHREAD_MUTEX_INITIALIZER;
+static cublasLtHandle_t handles[TR_MAX_DEVICES];
+static plan_t** plans;
+static int n_plans, cap_plans;
+static int use_tf32;
+
+static cudaDataType_t cuda_type(int dt) {
+  return dt == TR_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static int align_of(const void* p) {
+  uintptr_t u = (uintptr_t)p;
+  int a = 16;
+  while (a > 1 && (u & (uintptr_t)(a - 1))) a >>= 1;
+  return a;
+}
+
+static void plan_free(plan_t* p) {
+  if (!p) return;
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  free(p);
+}
+
+// Called with lt_lock held.
+static int handle_get(int dev, cublasLtHandle_t* out) {
+  if (!handles[dev]) TR_CHECK(LT(cublasLtCreate(&handles[dev])));
+  *out = handles[dev];
+  return 0;
+}
+
+// Build the plan for key (lt_lock held). A plan whose heuristic finds no
+// algorithm is kept with supported = 0, so the question is asked once.
+static int plan_build(const plan_key_t* k, plan_t** out) {
+  cublasLtHandle_t h;
+  TR_CHECK(handle_get(k->dev, &h));
+  plan_t* p = (plan_t*)calloc(1, sizeof *p);
+  if (!p) return TR_ENOMEM;
+  p->key = *k;
+  int rc = 0;
+  cublasComputeType_t ct = (k->ab_type == TR_F32 && k->tf32)
+                               ? CUBLAS_COMPUTE_32F_FAST_TF32
+                               : CUBLAS_COMPUTE_32F;
+  cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // A' = our B
+  cublasOperation_t opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // B' = our A
+  cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k->epi;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t res;
+  int nres = 0;
+  size_t ws = WORKSPACE_BYTES;
+  uint32_t al_a = (uint32_t)k->align_b, al_b = (uint32_t)k->align_a,
+           al_c = (uint32_t)k->align_c;
+  if ((rc = LT(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F))) < 0)
+    goto out_free;
+  if ((rc = LT(cublasLtMatmulDescSetAttribute(
+           p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa))) < 0 ||
+      (rc = LT(cublasLtMatmulDescSetAttribute(
+           p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb))) < 0 ||
+      (rc = LT(cublasLtMatmulDescSetAttribute(
+           p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi))) < 0)
+    goto out_free;
+  if (epi & CUBLASLT_EPILOGUE_BIAS) {
+    cudaDataType_t bt = cuda_type(k->c_type);
+    if ((rc = LT(cublasLtMatmulDescSetAttribute(
+             p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt))) <
+        0)
+      goto out_free;
+  }
+  if (epi == CUBLASLT_EPILOGUE_GELU_AUX ||
+      epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+      epi == CUBLASLT_EPILOGUE_DGELU) {
+    int64_t ld = k->ldaux;
+    if ((rc = LT(cublasLtMatmulDescSetAttribute(
+             p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld))) <
+        0)
+      goto out_free;
+  }
+  // A' = our B: [N,K] column-major (no transpose) or [K,N] (transposed)
+  if ((rc = LT(cublasLtMatrixLayoutCreate(&p->la, cuda_type(k->ab_type),
+                                          k->tb ? k->K : k->N,
+                                          k->tb ? k->N : k->K, k->ldb))) < 0 ||
+      (rc = LT(cublasLtMatrixLayoutCreate(&p->lb, cuda_type(k->ab_type),
+                                          k->ta ? k->M : k->K,
+                                          k->ta ? k->K : k->M, k->lda))) < 0 ||
+      (rc = LT(cublasLtMatrixLayoutCreate(&p->lc, cuda_type(k->c_type), k->N,
+                                          k->M, k->ldc))) < 0)
+    goto out_free;
+  if ((rc = LT(cublasLtMatmulPreferenceCreate(&pref))) < 0) goto out_free;
+  if ((rc = LT(cublasLtMatmulPreferenceSetAttribute(
+           pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))) <
+          0 ||
+      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+           sizeof al_a))) < 0 ||
+      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+           sizeof al_b))) < 0 ||
+      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+           sizeof al_c))) < 0 ||
+      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+           sizeof al_c))) < 0)
+    goto out_pref;
+  {
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+    if (st == CUBLAS_STATUS_SUCCESS && nres > 0) {
+      p->supported = 1;
+      p->algo = res.algo;
+      p->ws = res.workspaceSize;
+    } else if (st != CUBLAS_STATUS_SUCCESS &&
+               st != CUBLAS_STATUS_NOT_SUPPORTED) {
+      rc = lt_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+      goto out_pref;
+    }
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  *out = p;
+  return 0;
+out_pref:
+  cublasLtMatmulPreferenceDestroy(pref);
+out_free:
+  plan_free(p);
+  return rc;
+}
+
+// The cached plan for key, built on first use (lt_lock held).
+static int plan_get(const plan_key_t* k, plan_t** out) {
+  for (int i = 0; i < n_plans; i++)
+    if (memcmp(&plans[i]->key, k, sizeof *k) == 0) {
+      *out = plans[i];
+      return 0;
+    }
+  if (n_plans == cap_plans) {
+    int cap = cap_plans ? 2 * cap_plans : 64;
+    plan_t** np = (plan_t**)realloc(plans, sizeof(plan_t*) * (size_t)cap);
+    if (!np) return TR_ENOMEM;
+    plans = np;
+    cap_plans = cap;
+  }
+  TR_CHECK(plan_build(k, out));
+  plans[n_plans++] = *out;
+  return 0;
+}
+
+// Run one plan (lt_lock held): set the epilogue pointers, take workspace
+// from the stream's pool, launch.
+static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
+                    void* aux, cudaStream_t s) {
+  cublasLtHandle_t h;
+  TR_CHECK(handle_get(p->key.dev, &h));
+  cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->key.epi;
+  if (epi & CUBLASLT_EPILOGUE_BIAS)
+    TR_CHECK(LT(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)));
+  if (epi == CUBLASLT_EPILOGUE_GELU_AUX ||
+      epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epi == CUBLASLT_EPILOGUE_DGELU)
+    TR_CHECK(LT(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)));
+  void* ws = NULL;
+  if (p->ws) TR_CHECK(tr__cuda_tmp_alloc(&ws, p->ws, s));
+  int rc = LT(cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A, p->lb,
+                             &g->beta, g->C, p->lc, g->C, p->lc, &p->algo, ws,
+                             p->ws, s));
+  tr__cuda_tmp_free(ws, s);
+  return rc;
+}
+
+static cublasLtEpilogue_t epilogue_of(const tr_cuda_gemm_t* g) {
+  switch (g->epilogue) {
+    case TR_CUDA_EPI_GELU:
+      if (g->aux)
+        return g->with_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                            : CUBLASLT_EPILOGUE_GELU_AUX;
+      return g->with_bias ? CUBLASLT_EPILOGUE_GELU_BIAS
+                          : CUBLASLT_EPILOGUE_GELU;
+    case TR_CUDA_EPI_DGELU:
+      return CUBLASLT_EPILOGUE_DGELU;
+    default:
+      return g->with_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+static int gemm_checked(const tr_cuda_gemm_t* g, cudaStream_t s) {
+  plan_key_t k;
+  memset(&k, 0, sizeof k);  // padding bytes take part in memcmp
+  TR_CHECK(tr__cuda_device(&k.dev));
+  k.ta = g->transa ? 1 : 0;
+  k.tb = g->transb ? 1 : 0;
+  k.M = g->M;
+  k.N = g->N;
+  k.K = g->K;
+  k.lda = g->lda;
+  k.ldb = g->ldb;
+  k.ldc = g->ldc;
+  k.ab_type = g->ab_type;
+  k.c_type = g->c_type;
+  k.tf32 = __atomic_load_n(&use_tf32, __ATOMIC_RELAXED);
+  k.align_a = align_of(g->A);
+  k.align_b = align_of(g->B);
+  k.align_c = align_of(g->C);
+  k.epi = epilogue_of(g);
+  if (g->aux) {
+    k.ldaux = g->ldaux;
+    k.align_aux = align_of(g->aux);
+  }
+  int rc;
+  pthread_mutex_lock(&lt_lock);
+  plan_t* p = NULL;
+  rc = plan_get(&k, &p);
+  if (rc == 0 && p->supported) {
+    rc = plan_run(p, g, g->bias, g->aux, s);
+    pthread_mutex_unlock(&lt_lock);
+    return rc;
+  }
+  // no fused algorithm: the plain GEMM, then the epilogue as kernels
+  if (rc == 0) {
+    k.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    k.ldaux = 0;
+    k.align_aux = 0;
+    rc = plan_get(&k, &p);
+    if (rc == 0 && !p->supported) {
+      TR_LOG_ERROR(KERN,
+                   "cuBLASLt has no algorithm for a %s GEMM M=%lld N=%lld "
+                   "K=%lld",
+                   tr_dtype_name(g->ab_type), (long long)g->M, (long long)g->N,
+                   (long long)g->K);
+      rc = TR_EUNSUPPORTED;
+    }
+    if (rc == 0) rc = plan_run(p, g, NULL, NULL, s);
+  }
+  pthread_mutex_unlock(&lt_lock);
+  if (rc < 0) return rc;
+  bool bias = g->with_bias && g->epilogue != TR_CUDA_EPI_DGELU;
+  if (bias)
+    TR_CHECK(
+        tr__cuda_add_bias(g->c_type, g->C, g->ldc, g->bias, g->M, g->N, s));
+  if (g->epilogue == TR_CUDA_EPI_GELU)
+    TR_CHECK(tr__cuda_gelu_rows(g->c_type, g->C, g->ldc, g->aux, g->ldaux, g->M,
+                                g->N, 0, s));
+  else if (g->epilogue == TR_CUDA_EPI_DGELU)
+    TR_CHECK(tr__cuda_gelu_rows(g->c_type, g->C, g->ldc, g->aux, g->ldaux, g->M,
+                                g->N, 1, s));
+  return 0;
+}
+
+// ---- launchers ----
+
+extern "C" int tr_kern_cuda_gemm(const tr_cuda_gemm_t* g, tr_cuda_stream_t s) {
+  TR_CUDA_REQUIRE(g, "gemm: no arguments");
+  TR_CUDA_REQUIRE(g->M >= 0 && g->N >= 0 && g->K >= 0,
+                  "gemm: negative size M=%lld N=%lld K=%lld", (long long)g->M,
+                  (long long)g->N, (long long)g->K);
+  TR_CUDA_REQUIRE(g->ab_type == TR_BF16 || g->ab_type == TR_F32,
+                  "gemm: operands must be bfloat16 or float32");
+  TR_CUDA_REQUIRE(g->c_type == TR_F32 || g->c_type == g->ab_type,
+                  "gemm: a %s result of %s operands is not supported",
+                  tr_dtype_name(g->c_type), tr_dtype_name(g->ab_type));
+  TR_CUDA_REQUIRE(g->lda >= (g->transa ? g->M : g->K) && g->lda > 0,
+                  "gemm: lda %lld too small", (long long)g->lda);
+  TR_CUDA_REQUIRE(g->ldb >= (g->transb ? g->K : g->N) && g->ldb > 0,
+                  "gemm: ldb %lld too small", (long long)g->ldb);
+  TR_CUDA_REQUIRE(g->ldc >= g->N && g->ldc > 0, "gemm: ldc %lld too small",
+                  (long long)g->ldc);
+  TR_CUDA_REQUIRE(!g->with_bias || g->bias, "gemm: bias requested, none given");
+  TR_CUDA_REQUIRE(g->epilogue != TR_CUDA_EPI_DGELU || (g->aux && g->beta == 0),
+                  "gemm: the dgelu epilogue needs aux and beta == 0");
+  TR_CUDA_REQUIRE(!g->aux || (g->ldaux >= g->N && g->ldaux % 8 == 0),
+                  "gemm: ldaux %lld must be >= N and a multiple of 8",
+                  (long long)g->ldaux);
+  if (g->M == 0 || g->N == 0) return 0;
+  if (g->K == 0) {
+    // no products: C = beta C (+ epilogue), which cuBLASLt may refuse
+    tr_cuda_gemm_t z = *g;
+    TR_CUDA_REQUIRE(g->ldc == g->N || g->beta == 0,
+                    "gemm: K == 0 with padded C rows and beta != 0");
+    if (g->beta == 0)
+      TR_CHECK(TR_CUDA_CALL(cudaMemset2DAsync(
+          g->C, (size_t)g->ldc * tr_dtype_size(g->c_type), 0,
+          (size_t)g->N * tr_dtype_size(g->c_type), (size_t)g->M, s)));
+    else
+      TR_CHECK(tr_kern_cuda_scale(g->c_type, g->C, g->beta, g->M * g->N, s));
+    if (z.with_bias && z.epilogue != TR_CUDA_EPI_DGELU)
+      TR_CHECK(
+          tr__cuda_add_bias(g->c_type, g->C, g->ldc, g->bias, g->M, g->N, s));
+    if (z.epilogue == TR_CUDA_EPI_GELU || z.epilogue == TR_CUDA_EPI_DGELU)
+      TR_CHECK(tr__cuda_gelu_rows(g->c_type, g->C, g->ldc, g->aux, g->ldaux,
+                                  g->M, g->N, z.epilogue == TR_CUDA_EPI_DGELU,
+                                  s));
+    return 0;
+  }
+  return gemm_checked(g, s);
+}
+
+extern "C" int tr_kern_cuda_linear_fwd(tr_dtype_t dt, void* out, void* pre,
+                                       const void* inp, const void* w,
+                                       const void* bias, int64_t N, int IC,
+                                       int OC, int gelu, tr_cuda_stream_t s) {
+  TR_CUDA_REQUIRE(N >= 0 && IC > 0 && OC > 0,
+                  "linear_fwd: bad shape N=%lld IC=%d OC=%d", (long long)N, IC,
+                  OC);
+  TR_CUDA_REQUIRE(!pre || gelu, "linear_fwd: pre is only kept with gelu");
+  tr_cuda_gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.transa = 0;
+  g.transb = 1;
+  g.M = N;
+  g.N = OC;
+  g.K = IC;
+  g.A = inp;
+  g.lda = IC;
+  g.B = w;
+  g.ldb = IC;
+  g.C = out;
+  g.ldc = OC;
+  g.ab_type = g.c_type = dt;
+  g.alpha = 1.0f;
+  g.beta = 0.0f;
+  g.epilogue =
+      gelu ? TR_CUDA_EPI_GELU : (bias ? TR_CUDA_EPI_BIAS : TR_CUDA_EPI_NONE);
+  g.with_bias = bias != NULL;
+  g.bias = bias;
+  g.aux = pre;
+  g.ldaux = OC;
+  return tr_kern_cuda_gemm(&g, s);
+}
+
+extern "C" int tr_kern_cuda_linear_bwd(tr_dtype_t dt, void* dinp, float* dw,
+                                       float* dbias, const void* dout,
+                                       const void* inp, const void* w,
+                                       const void* pre, int64_t N, int IC,
+                                       int OC, tr_cuda_stream_t s) {
+  TR_CUDA_REQUIRE(N >= 0 && IC > 0 && OC > 0,
+                  "linear_bwd: bad shape N=%lld IC=%d OC=%d", (long long)N, IC,
+                  OC);
+  tr_cuda_gemm_t g;
+  if (dinp) {
+    memset(&g, 0, sizeof g);
+    g.transa = 0;
+    g.transb = 0;
+    g.M = N;
+    g.N = IC;
+    g.K = OC;
+    g.A = dout;
+    g.lda = OC;
+    g.B = w;
+    g.ldb = IC;
+    g.C = dinp;
+    g.ldc = IC;
+    g.ab_type = g.c_type = dt;
+    g.alpha = 1.0f;
+    g.beta = pre ? 0.0f : 1.0f;
+    g.epilogue = pre ? TR_CUDA_EPI_DGELU : TR_CUDA_EPI_NONE;
+    g.aux = (void*)pre;
+    g.ldaux = IC;
+    TR_CHECK(tr_kern_cuda_gemm(&g, s));
+  }
+  if (dw) {
+    memset(&g, 0, sizeof g);
+    g.transa = 1;
+    g.transb = 0;
+    g.M = OC;
+    g.N = IC;
+    g.K = N;
+    g.A = dout;
+    g.lda = OC;
+    g.B = inp;
+    g.ldb = IC;
+    g.C = dw;
+    g.ldc = IC;
+    g.ab_type = dt;
+    g.c_type = TR_F32;
+    g.alpha = 1.0f;
+    g.beta = 1.0f;
+    TR_CHECK(tr_kern_cuda_gemm(&g, s));
+  }
+  if (dbias) TR_CHECK(tr_kern_cuda_bias_bwd(dt, dbias, dout, N, OC, s));
+  return 0;
+}
+
+// ---- module ----
+
+extern "C" int tr__cuda_runtime_init(void);
+
+extern "C" int tr_kern_cuda_init(void) {
+  int dev;
+  cublasLtHandle_t h;
+  TR_CHECK(tr__cuda_runtime_init());
+  TR_CHECK(tr__cuda_device(&dev));
+  pthread_mutex_lock(&lt_lock);
+  int rc = handle_get(dev, &h);
+  pthread_mutex_unlock(&lt_lock);
+  return rc;
+}
+
+extern "C" void tr_kern_cuda_set_tf32(int on) {
+  __atomic_store_n(&use_tf32, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+extern "C" void tr__cuda_matmul_release(void) {
+  pthread_mutex_lock(&lt_lock);
+  for (int i = 0; i < n_plans; i++) plan_free(plans[i]);
+  free(plans);
+  plans = NULL;
+  n_plans = cap_plans = 0;
+  for (int d = 0; d < TR_MAX_DEVICES; d++)
+    if (handles[d]) {
+      cublasLtDestroy(handles[d]);
+      handles[d] = NULL;
+    }
+  pthread_mutex_unlock(&lt_lock);
+}

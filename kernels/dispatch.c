@@ -1,0 +1,667 @@
+/* kernels/dispatch.c: the tensor entry points (tr_kern_*): check dtypes,
+ * devices, contiguity and shapes, then call the table registered for the
+ * tensors' device type. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "kernels/cpu/cpu.h"
+#include "trainrun/error.h"
+#include "trainrun/kernels.h"
+#include "trainrun/log.h"
+
+/* ---- the tables ---- */
+
+static const tr_kern_ops_t* tables[2] = {&tr__cpu_ops, NULL};
+static __thread void* tls_stream;
+
+const tr_kern_ops_t* tr_kern_ops(tr_device_type_t type) {
+  if ((unsigned)type >= sizeof tables / sizeof tables[0]) return NULL;
+  return __atomic_load_n(&tables[type], __ATOMIC_ACQUIRE);
+}
+
+int tr_kern_register(tr_device_type_t type, const tr_kern_ops_t* ops) {
+  if (type == TR_DEV_CPU || (unsigned)type >= sizeof tables / sizeof tables[0])
+    return TR_EINVAL;
+  __atomic_store_n(&tables[type], ops, __ATOMIC_RELEASE);
+  return 0;
+}
+
+void tr_kern_set_stream(void* stream) { tls_stream = stream; }
+void* tr_kern_get_stream(void) { return tls_stream; }
+
+/* ---- argument checks ---- */
+
+static int bad(const char* op, const char* what, const tr_tensor_t* t,
+               const char* want) {
+  char buf[96];
+  TR_LOG_ERROR(KERN, "%s: %s has shape %s, %s", op, what,
+               t ? tr_tensor_shape_str(t, buf, sizeof buf) : "(none)", want);
+  return TR_ESHAPE;
+}
+
+typedef struct {
+  const char* op;
+  tr_device_t dev;
+  int have_dev;
+} chk_t;
+
+/* t must exist, have dtype dt, sit on the same device as the arguments
+ * checked before it, and be contiguous when `contiguous` is set (strided
+ * arguments are checked by the caller: row_view). */
+static int arg(chk_t* c, const tr_tensor_t* t, const char* what, tr_dtype_t dt,
+               int contiguous) {
+  if (!t || (!t->storage && tr_tensor_numel(t) != 0)) {
+    TR_LOG_ERROR(KERN, "%s: %s is missing", c->op, what);
+    return TR_EINVAL;
+  }
+  if (t->dtype != dt) {
+    TR_LOG_ERROR(KERN, "%s: %s is %s, expected %s", c->op, what,
+                 tr_dtype_name(t->dtype), tr_dtype_name(dt));
+    return TR_EDTYPE;
+  }
+  if (!c->have_dev) {
+    c->dev = t->device;
+    c->have_dev = 1;
+  } else if (!tr_device_eq(c->dev, t->device)) {
+    char a[32], b[32];
+    TR_LOG_ERROR(KERN, "%s: %s is on %s, other arguments on %s", c->op, what,
+                 tr_device_str(t->device, a, sizeof a),
+                 tr_device_str(c->dev, b, sizeof b));
+    return TR_EDEVICE;
+  }
+  if (contiguous && !tr_tensor_is_contiguous(t)) {
+    TR_LOG_ERROR(KERN, "%s: %s must be contiguous", c->op, what);
+    return TR_EINVAL;
+  }
+  return 0;
+}
+
+static int opt(chk_t* c, const tr_tensor_t* t, const char* what,
+               tr_dtype_t dt) {
+  return t ? arg(c, t, what, dt, 1) : 0;
+}
+
+static const tr_kern_ops_t* table(chk_t* c, int* rc) {
+  const tr_kern_ops_t* ops = tr_kern_ops(c->dev.type);
+  if (!ops) {
+    char buf[32];
+    TR_LOG_ERROR(KERN, "%s: no kernels for %s tensors in this build", c->op,
+                 tr_device_str(c->dev, buf, sizeof buf));
+    *rc = TR_EUNSUPPORTED;
+  }
+  return ops;
+}
+
+#define F(t) ((float*)tr_tensor_data(t))
+#define CF(t) ((const float*)tr_tensor_data(t))
+#define OF(t) ((t) ? F(t) : NULL)
+#define I(t) ((const int32_t*)tr_tensor_data(t))
+
+static int64_t last_dim(const tr_tensor_t* t) {
+  return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+static int64_t rows(const tr_tensor_t* t) {
+  int64_t c = last_dim(t);
+  return c ? tr_tensor_numel(t) / c : 0;
+}
+static int is_vec(const tr_tensor_t* t, int64_t n) {
+  return t->ndim == 1 && t->shape[0] == n;
+}
+/* [N, C] as [N, C] or [B, T, C]: same rows and last dim */
+static int same_rows(const tr_tensor_t* a, const tr_tensor_t* b) {
+  return rows(a) == rows(b) && last_dim(a) == last_dim(b);
+}
+static int fits_int(int64_t v) { return v >= 0 && v <= 0x7fffffff; }
+
+/* A row-strided 2-D or 3-D view: last dim contiguous, rows evenly spaced.
+ * Gives the row count, width and row stride. */
+static int row_view(const tr_tensor_t* t, int64_t* n, int64_t* w,
+                    int64_t* stride) {
+  if (t->ndim < 2 || t->ndim > 3 || t->stride[t->ndim - 1] != 1) return -1;
+  *w = t->shape[t->ndim - 1];
+  *stride = t->stride[t->ndim - 2];
+  *n = rows(t);
+  if (t->ndim == 3 && t->shape[1] > 0 &&
+      t->stride[0] != t->shape[1] * t->stride[1] && t->shape[0] > 1)
+    return -1;
+  if (*stride<*w&& * n> 1) return -1;
+  return 0;
+}
+
+/* ---- embedding ---- */
+
+int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
+                          const tr_tensor_t* wte, const tr_tensor_t* wpe) {
+  chk_t c = {.op = "embedding_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
+  TR_CHECK(arg(&c, wte, "wte", TR_F32, 1));
+  TR_CHECK(opt(&c, wpe, "wpe", TR_F32));
+  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
+  int64_t B = tokens->shape[0], T = tokens->shape[1];
+  if (wte->ndim != 2) return bad(c.op, "wte", wte, "expected [V, C]");
+  int64_t V = wte->shape[0], C = wte->shape[1];
+  if (out->ndim != 3 || out->shape[0] != B || out->shape[1] != T ||
+      out->shape[2] != C)
+    return bad(c.op, "out", out, "expected [B, T, C]");
+  if (wpe && (wpe->ndim != 2 || wpe->shape[0] < T || wpe->shape[1] != C))
+    return bad(c.op, "wpe", wpe, "expected [>= T, C]");
+  if (!fits_int(B) || !fits_int(T) || !fits_int(C)) return TR_EINVAL;
+  if (c.dev.type == TR_DEV_CPU) {
+    const int32_t* tok = I(tokens);
+    for (int64_t i = 0; i < B * T; i++)
+      if (tok[i] < 0 || tok[i] >= V) {
+        TR_LOG_ERROR(KERN, "token %d at position %lld is outside [0, %lld)",
+                     tok[i], (long long)i, (long long)V);
+        return TR_EINVAL;
+      }
+  }
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->embedding_fwd(F(out), I(tokens), CF(wte), wpe ? CF(wpe) : NULL,
+                            (int)B, (int)T, (int)C);
+}
+
+int tr_kern_embedding_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
+                          const tr_tensor_t* dout, const tr_tensor_t* tokens) {
+  chk_t c = {.op = "embedding_bwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, dwte, "dwte", TR_F32, 1));
+  TR_CHECK(opt(&c, dwpe, "dwpe", TR_F32));
+  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
+  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
+  int64_t B = tokens->shape[0], T = tokens->shape[1];
+  if (dwte->ndim != 2) return bad(c.op, "dwte", dwte, "expected [V, C]");
+  int64_t V = dwte->shape[0], C = dwte->shape[1];
+  if (dout->ndim != 3 || dout->shape[0] != B || dout->shape[1] != T ||
+      dout->shape[2] != C)
+    return bad(c.op, "dout", dout, "expected [B, T, C]");
+  if (dwpe && (dwpe->ndim != 2 || dwpe->shape[0] < T || dwpe->shape[1] != C))
+    return bad(c.op, "dwpe", dwpe, "expected [>= T, C]");
+  if (c.dev.type == TR_DEV_CPU) {
+    const int32_t* tok = I(tokens);
+    for (int64_t i = 0; i < B * T; i++)
+      if (tok[i] < 0 || tok[i] >= V) return TR_EINVAL;
+  }
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->embedding_bwd(F(dwte), OF(dwpe), CF(dout), I(tokens), (int)B,
+                            (int)T, (int)C);
+}
+
+/* ---- norms ---- */
+
+int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
+                          tr_tensor_t* rstd, const tr_tensor_t* inp,
+                          const tr_tensor_t* weight, const tr_tensor_t* bias,
+                          float eps) {
+  chk_t c = {.op = "layernorm_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, mean, "mean", TR_F32, 1));
+  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(opt(&c, bias, "bias", TR_F32));
+  int64_t N = rows(inp), C = last_dim(inp);
+  if (!same_rows(out, inp)) return bad(c.op, "out", out, "expected inp's");
+  if (tr_tensor_numel(mean) != N || tr_tensor_numel(rstd) != N)
+    return bad(c.op, "mean", mean, "expected N rows");
+  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
+  if (bias && !is_vec(bias, C)) return bad(c.op, "bias", bias, "expected [C]");
+  if (!fits_int(C)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->layernorm_fwd(F(out), F(mean), F(rstd), CF(inp), CF(weight),
+                            bias ? CF(bias) : NULL, N, (int)C, eps);
+}
+
+int tr_kern_layernorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                          tr_tensor_t* dbias, const tr_tensor_t* dout,
+                          const tr_tensor_t* inp, const tr_tensor_t* weight,
+                          const tr_tensor_t* mean, const tr_tensor_t* rstd) {
+  chk_t c = {.op = "layernorm_bwd"};
+  int rc = 0;
+  TR_CHECK(opt(&c, dinp, "dinp", TR_F32));
+  TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
+  TR_CHECK(opt(&c, dbias, "dbias", TR_F32));
+  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(arg(&c, mean, "mean", TR_F32, 1));
+  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
+  int64_t N = rows(inp), C = last_dim(inp);
+  if (!same_rows(dout, inp)) return bad(c.op, "dout", dout, "expected inp's");
+  if (dinp && !same_rows(dinp, inp))
+    return bad(c.op, "dinp", dinp, "expected inp's");
+  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
+  if (dweight && !is_vec(dweight, C))
+    return bad(c.op, "dweight", dweight, "expected [C]");
+  if (dbias && !is_vec(dbias, C))
+    return bad(c.op, "dbias", dbias, "expected [C]");
+  if (tr_tensor_numel(mean) != N || tr_tensor_numel(rstd) != N)
+    return bad(c.op, "mean", mean, "expected N rows");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->layernorm_bwd(OF(dinp), OF(dweight), OF(dbias), CF(dout), CF(inp),
+                            CF(weight), CF(mean), CF(rstd), N, (int)C);
+}
+
+int tr_kern_rmsnorm_fwd(tr_tensor_t* out, tr_tensor_t* rstd,
+                        const tr_tensor_t* inp, const tr_tensor_t* weight,
+                        float eps) {
+  chk_t c = {.op = "rmsnorm_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  int64_t N = rows(inp), C = last_dim(inp);
+  if (!same_rows(out, inp)) return bad(c.op, "out", out, "expected inp's");
+  if (tr_tensor_numel(rstd) != N)
+    return bad(c.op, "rstd", rstd, "expected N rows");
+  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
+  if (!fits_int(C)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->rmsnorm_fwd(F(out), F(rstd), CF(inp), CF(weight), N, (int)C, eps);
+}
+
+int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                        const tr_tensor_t* dout, const tr_tensor_t* inp,
+                        const tr_tensor_t* weight, const tr_tensor_t* rstd) {
+  chk_t c = {.op = "rmsnorm_bwd"};
+  int rc = 0;
+  TR_CHECK(opt(&c, dinp, "dinp", TR_F32));
+  TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
+  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
+  int64_t N = rows(inp), C = last_dim(inp);
+  if (!same_rows(dout, inp)) return bad(c.op, "dout", dout, "expected inp's");
+  if (dinp && !same_rows(dinp, inp))
+    return bad(c.op, "dinp", dinp, "expected inp's");
+  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
+  if (dweight && !is_vec(dweight, C))
+    return bad(c.op, "dweight", dweight, "expected [C]");
+  if (tr_tensor_numel(rstd) != N)
+    return bad(c.op, "rstd", rstd, "expected N rows");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->rmsnorm_bwd(OF(dinp), OF(dweight), CF(dout), CF(inp), CF(weight),
+                          CF(rstd), N, (int)C);
+}
+
+/* ---- linear and GEMM ---- */
+
+int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
+                       const tr_tensor_t* weight, const tr_tensor_t* bias) {
+  chk_t c = {.op = "linear_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(opt(&c, bias, "bias", TR_F32));
+  int64_t N = rows(inp), IC = last_dim(inp);
+  if (weight->ndim != 2 || weight->shape[1] != IC)
+    return bad(c.op, "weight", weight, "expected [OC, IC]");
+  int64_t OC = weight->shape[0];
+  if (rows(out) != N || last_dim(out) != OC)
+    return bad(c.op, "out", out, "expected [N, OC]");
+  if (bias && !is_vec(bias, OC))
+    return bad(c.op, "bias", bias, "expected [OC]");
+  if (!fits_int(IC) || !fits_int(OC)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->linear_fwd(F(out), CF(inp), CF(weight), bias ? CF(bias) : NULL, N,
+                         (int)IC, (int)OC);
+}
+
+int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                       tr_tensor_t* dbias, const tr_tensor_t* dout,
+                       const tr_tensor_t* inp, const tr_tensor_t* weight) {
+  chk_t c = {.op = "linear_bwd"};
+  int rc = 0;
+  TR_CHECK(opt(&c, dinp, "dinp", TR_F32));
+  TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
+  TR_CHECK(opt(&c, dbias, "dbias", TR_F32));
+  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  int64_t N = rows(inp), IC = last_dim(inp);
+  if (weight->ndim != 2 || weight->shape[1] != IC)
+    return bad(c.op, "weight", weight, "expected [OC, IC]");
+  int64_t OC = weight->shape[0];
+  if (rows(dout) != N || last_dim(dout) != OC)
+    return bad(c.op, "dout", dout, "expected [N, OC]");
+  if (dinp && !same_rows(dinp, inp))
+    return bad(c.op, "dinp", dinp, "expected inp's");
+  if (dweight && !tr_tensor_same_shape(dweight, weight))
+    return bad(c.op, "dweight", dweight, "expected weight's");
+  if (dbias && !is_vec(dbias, OC))
+    return bad(c.op, "dbias", dbias, "expected [OC]");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->linear_bwd(OF(dinp), OF(dweight), OF(dbias), CF(dout), CF(inp),
+                         CF(weight), N, (int)IC, (int)OC);
+}
+
+int tr_kern_gemm(tr_tensor_t* cm, const tr_tensor_t* a, int transa,
+                 const tr_tensor_t* b, int transb, float alpha, float beta) {
+  chk_t c = {.op = "gemm"};
+  int rc = 0;
+  TR_CHECK(arg(&c, cm, "c", TR_F32, 0));
+  TR_CHECK(arg(&c, a, "a", TR_F32, 0));
+  TR_CHECK(arg(&c, b, "b", TR_F32, 0));
+  const tr_tensor_t* ts[3] = {cm, a, b};
+  for (int i = 0; i < 3; i++)
+    if (ts[i]->ndim != 2 || ts[i]->stride[1] != 1 ||
+        (ts[i]->shape[0] > 1 && ts[i]->stride[0] < ts[i]->shape[1]))
+      return bad(c.op,
+                 i == 0   ? "c"
+                 : i == 1 ? "a"
+                          : "b",
+                 ts[i], "expected a 2-D matrix with unit column stride");
+  int64_t M = transa ? a->shape[1] : a->shape[0];
+  int64_t K = transa ? a->shape[0] : a->shape[1];
+  int64_t Kb = transb ? b->shape[1] : b->shape[0];
+  int64_t N = transb ? b->shape[0] : b->shape[1];
+  if (K != Kb) return bad(c.op, "b", b, "inner dims differ");
+  if (cm->shape[0] != M || cm->shape[1] != N)
+    return bad(c.op, "c", cm, "expected [M, N]");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+#define LD(t) ((t)->shape[0] > 1 ? (t)->stride[0] : (t)->shape[1])
+  return ops->gemm(transa, transb, M, N, K, alpha, CF(a), LD(a), CF(b), LD(b),
+                   beta, F(cm), LD(cm));
+#undef LD
+}
+
+/* ---- rope and attention ---- */
+
+int tr_kern_rope(tr_tensor_t* x, int n_heads, const tr_tensor_t* cos_t,
+                 const tr_tensor_t* sin_t, int inverse) {
+  chk_t c = {.op = "rope"};
+  int rc = 0;
+  TR_CHECK(arg(&c, x, "x", TR_F32, 0));
+  TR_CHECK(arg(&c, cos_t, "cos", TR_F32, 1));
+  TR_CHECK(arg(&c, sin_t, "sin", TR_F32, 1));
+  int64_t n, w, stride;
+  if (x->ndim != 3 || row_view(x, &n, &w, &stride) < 0)
+    return bad(c.op, "x", x, "expected [B, T, H*D] with contiguous rows");
+  if (n_heads <= 0 || w % n_heads || (w / n_heads) % 2)
+    return bad(c.op, "x", x, "width must be n_heads * even head_dim");
+  int64_t B = x->shape[0], T = x->shape[1], D = w / n_heads;
+  if (cos_t->ndim != 2 || cos_t->shape[0] < T || cos_t->shape[1] != D / 2 ||
+      !tr_tensor_same_shape(cos_t, sin_t))
+    return bad(c.op, "cos", cos_t, "expected [>= T, D/2] like sin");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->rope(F(x), CF(cos_t), CF(sin_t), (int)B, (int)T, n_heads, (int)D,
+                   stride, inverse);
+}
+
+static int attn_args(chk_t* c, const tr_tensor_t* q, const tr_tensor_t* k,
+                     const tr_tensor_t* v, int H, int KVH, int64_t* B,
+                     int64_t* T, int64_t* D, int64_t* qs, int64_t* kvs) {
+  int64_t n, w, vs;
+  if (H <= 0 || KVH <= 0 || H % KVH) {
+    TR_LOG_ERROR(KERN, "%s: %d heads do not split into %d kv groups", c->op, H,
+                 KVH);
+    return TR_EINVAL;
+  }
+  if (q->ndim != 3 || row_view(q, &n, &w, qs) < 0 || w % H)
+    return bad(c->op, "q", q, "expected [B, T, H*D] with contiguous rows");
+  *B = q->shape[0];
+  *T = q->shape[1];
+  *D = w / H;
+  if (k->ndim != 3 || row_view(k, &n, &w, kvs) < 0 || k->shape[0] != *B ||
+      k->shape[1] != *T || w != KVH * *D)
+    return bad(c->op, "k", k, "expected [B, T, KVH*D]");
+  if (v->ndim != 3 || row_view(v, &n, &w, &vs) < 0 || vs != *kvs ||
+      !tr_tensor_same_shape(v, k))
+    return bad(c->op, "v", v, "expected k's shape and row stride");
+  return 0;
+}
+
+int tr_kern_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
+                          const tr_tensor_t* q, const tr_tensor_t* k,
+                          const tr_tensor_t* v, int n_heads, int n_kv_heads) {
+  chk_t c = {.op = "attention_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
+  TR_CHECK(arg(&c, q, "q", TR_F32, 0));
+  TR_CHECK(arg(&c, k, "k", TR_F32, 0));
+  TR_CHECK(arg(&c, v, "v", TR_F32, 0));
+  int64_t B, T, D, qs, kvs;
+  TR_CHECK(attn_args(&c, q, k, v, n_heads, n_kv_heads, &B, &T, &D, &qs, &kvs));
+  if (out->ndim != 3 || out->shape[0] != B || out->shape[1] != T ||
+      out->shape[2] != n_heads * D)
+    return bad(c.op, "out", out, "expected [B, T, H*D]");
+  if (tr_tensor_numel(lse) != B * n_heads * T)
+    return bad(c.op, "lse", lse, "expected [B, H, T]");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->attention_fwd(F(out), F(lse), CF(q), CF(k), CF(v), (int)B, (int)T,
+                            n_heads, n_kv_heads, (int)D, qs, kvs);
+}
+
+int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
+                          const tr_tensor_t* dout, const tr_tensor_t* q,
+                          const tr_tensor_t* k, const tr_tensor_t* v,
+                          const tr_tensor_t* out, const tr_tensor_t* lse,
+                          int n_heads, int n_kv_heads) {
+  chk_t c = {.op = "attention_bwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, dq, "dq", TR_F32, 0));
+  TR_CHECK(arg(&c, dk, "dk", TR_F32, 0));
+  TR_CHECK(arg(&c, dv, "dv", TR_F32, 0));
+  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(arg(&c, q, "q", TR_F32, 0));
+  TR_CHECK(arg(&c, k, "k", TR_F32, 0));
+  TR_CHECK(arg(&c, v, "v", TR_F32, 0));
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
+  int64_t B, T, D, qs, kvs, B2, T2, D2, dqs, dkvs;
+  TR_CHECK(attn_args(&c, q, k, v, n_heads, n_kv_heads, &B, &T, &D, &qs, &kvs));
+  TR_CHECK(attn_args(&c, dq, dk, dv, n_heads, n_kv_heads, &B2, &T2, &D2, &dqs,
+                     &dkvs));
+  if (B2 != B || T2 != T || D2 != D || dqs != qs || dkvs != kvs)
+    return bad(c.op, "dq", dq, "expected q's shape and strides");
+  if (!tr_tensor_same_shape(out, dout) || out->ndim != 3 ||
+      out->shape[0] != B || out->shape[1] != T || out->shape[2] != n_heads * D)
+    return bad(c.op, "out", out, "expected [B, T, H*D] like dout");
+  if (tr_tensor_numel(lse) != B * n_heads * T)
+    return bad(c.op, "lse", lse, "expected [B, H, T]");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->attention_bwd(F(dq), F(dk), F(dv), CF(dout), CF(q), CF(k), CF(v),
+                            CF(out), CF(lse), (int)B, (int)T, n_heads,
+                            n_kv_heads, (int)D, qs, kvs);
+}
+
+/* ---- activations ---- */
+
+int tr_kern_gelu_fwd(tr_tensor_t* out, const tr_tensor_t* inp) {
+  chk_t c = {.op = "gelu_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  if (tr_tensor_numel(out) != tr_tensor_numel(inp))
+    return bad(c.op, "out", out, "expected inp's size");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->gelu_fwd(F(out), CF(inp), tr_tensor_numel(inp));
+}
+
+int tr_kern_gelu_bwd(tr_tensor_t* dinp, const tr_tensor_t* dout,
+                     const tr_tensor_t* inp) {
+  chk_t c = {.op = "gelu_bwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, dinp, "dinp", TR_F32, 1));
+  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  int64_t n = tr_tensor_numel(inp);
+  if (tr_tensor_numel(dinp) != n || tr_tensor_numel(dout) != n)
+    return bad(c.op, "dout", dout, "expected inp's size");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->gelu_bwd(F(dinp), CF(dout), CF(inp), n);
+}
+
+int tr_kern_swiglu_fwd(tr_tensor_t* out, const tr_tensor_t* gate,
+                       const tr_tensor_t* up) {
+  chk_t c = {.op = "swiglu_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, gate, "gate", TR_F32, 1));
+  TR_CHECK(arg(&c, up, "up", TR_F32, 1));
+  int64_t n = tr_tensor_numel(gate);
+  if (tr_tensor_numel(out) != n || tr_tensor_numel(up) != n)
+    return bad(c.op, "up", up, "expected gate's size");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->swiglu_fwd(F(out), CF(gate), CF(up), n);
+}
+
+int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
+                       const tr_tensor_t* dout, const tr_tensor_t* gate,
+                       const tr_tensor_t* up) {
+  chk_t c = {.op = "swiglu_bwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, dgate, "dgate", TR_F32, 1));
+  TR_CHECK(arg(&c, dup, "dup", TR_F32, 1));
+  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(arg(&c, gate, "gate", TR_F32, 1));
+  TR_CHECK(arg(&c, up, "up", TR_F32, 1));
+  int64_t n = tr_tensor_numel(gate);
+  if (tr_tensor_numel(dgate) != n || tr_tensor_numel(dup) != n ||
+      tr_tensor_numel(dout) != n || tr_tensor_numel(up) != n)
+    return bad(c.op, "dout", dout, "expected gate's size");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->swiglu_bwd(F(dgate), F(dup), CF(dout), CF(gate), CF(up), n);
+}
+
+/* ---- cross-entropy ---- */
+
+int tr_kern_xent_fwd(tr_tensor_t* losses, tr_tensor_t* lse,
+                     const tr_tensor_t* logits, const tr_tensor_t* targets) {
+  chk_t c = {.op = "xent_fwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, losses, "losses", TR_F32, 1));
+  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
+  TR_CHECK(arg(&c, logits, "logits", TR_F32, 1));
+  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  int64_t N = rows(logits), V = last_dim(logits);
+  if (tr_tensor_numel(targets) != N || tr_tensor_numel(losses) != N ||
+      tr_tensor_numel(lse) != N)
+    return bad(c.op, "targets", targets, "expected one per logits row");
+  if (!fits_int(V) || V == 0) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->xent_fwd(F(losses), F(lse), CF(logits), I(targets), N, (int)V);
+}
+
+int tr_kern_xent_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
+                     const tr_tensor_t* targets, float scale) {
+  chk_t c = {.op = "xent_bwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, logits, "logits", TR_F32, 1));
+  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
+  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  int64_t N = rows(logits), V = last_dim(logits);
+  if (tr_tensor_numel(targets) != N || tr_tensor_numel(lse) != N)
+    return bad(c.op, "targets", targets, "expected one per logits row");
+  if (!fits_int(V) || V == 0) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->xent_bwd(F(logits), CF(lse), I(targets), N, (int)V, scale);
+}
+
+/* ---- optimizer, norms, elementwise ---- */
+
+int tr_kern_adamw(tr_tensor_t* param, const tr_tensor_t* grad, tr_tensor_t* m,
+                  tr_tensor_t* v, const tr_adamw_args_t* args) {
+  chk_t c = {.op = "adamw"};
+  int rc = 0;
+  TR_CHECK(arg(&c, param, "param", TR_F32, 1));
+  TR_CHECK(arg(&c, grad, "grad", TR_F32, 1));
+  TR_CHECK(arg(&c, m, "m", TR_F32, 1));
+  TR_CHECK(arg(&c, v, "v", TR_F32, 1));
+  int64_t n = tr_tensor_numel(param);
+  if (tr_tensor_numel(grad) != n || tr_tensor_numel(m) != n ||
+      tr_tensor_numel(v) != n)
+    return bad(c.op, "grad", grad, "expected param's size");
+  if (!args || args->step < 1) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->adamw(F(param), CF(grad), F(m), F(v), n, args);
+}
+
+int tr_kern_sum_squares(const tr_tensor_t* x, double* out) {
+  chk_t c = {.op = "sum_squares"};
+  int rc = 0;
+  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  double s = 0.0;
+  TR_CHECK(ops->sum_squares(&s, CF(x), tr_tensor_numel(x)));
+  *out += s;
+  return 0;
+}
+
+double tr_kern_clip_coef(double total_norm, double max_norm) {
+  double coef = max_norm / (total_norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
+int tr_kern_scale(tr_tensor_t* x, float s) {
+  chk_t c = {.op = "scale"};
+  int rc = 0;
+  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->scale(F(x), s, tr_tensor_numel(x));
+}
+
+int tr_kern_add(tr_tensor_t* out, const tr_tensor_t* a, const tr_tensor_t* b) {
+  chk_t c = {.op = "add"};
+  int rc = 0;
+  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(arg(&c, a, "a", TR_F32, 1));
+  TR_CHECK(arg(&c, b, "b", TR_F32, 1));
+  int64_t n = tr_tensor_numel(out);
+  if (tr_tensor_numel(a) != n || tr_tensor_numel(b) != n)
+    return bad(c.op, "a", a, "expected out's size");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->add(F(out), CF(a), CF(b), n);
+}
+
+int tr_kern_accumulate(tr_tensor_t* y, const tr_tensor_t* x) {
+  chk_t c = {.op = "accumulate"};
+  int rc = 0;
+  TR_CHECK(arg(&c, y, "y", TR_F32, 1));
+  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  if (tr_tensor_numel(x) != tr_tensor_numel(y))
+    return bad(c.op, "x", x, "expected y's size");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->accumulate(F(y), CF(x), tr_tensor_numel(y));
+}
+
+int tr_kern_zero(tr_tensor_t* x) {
+  chk_t c = {.op = "zero"};
+  int rc = 0;
+  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->zero(F(x), tr_tensor_numel(x));
+}

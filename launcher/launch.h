@@ -1,0 +1,26 @@
+/* launcher/launch.h: the launcher's part of `trainrun [flags] JOB.toml`
+ * (launcher/launch.c) -- torchrun's flags, the cluster's environment, the
+ * choice between training in this process and running the node daemon,
+ * --dry-run, and the worker side of a process the daemon spawned. */
+#ifndef TRAINRUN_LAUNCHER_LAUNCH_H
+#define TRAINRUN_LAUNCHER_LAUNCH_H
+
+/* Where and as what this process trains. */
+typedef struct {
+  int world_size; /* ranks of the job: WORLD_SIZE in a worker, else 1 */
+  int rank;       /* this process's rank: RANK in a worker, else 0 */
+  int local_rank; /* LOCAL_RANK in a worker, else 0 */
+  int worker;     /* 1: spawned by a daemon (TRAINRUN_WORKER) */
+} tr_launch_t;
+
+/* Called first by tr_launch_job with its arguments (job file, overrides
+ * and launcher flags, in any order). Takes the launcher flags out of argv
+ * (*argc shrinks; the order of the rest is kept) and decides:
+ *  - a worker spawned by a daemon, or a one-rank job with no flag that
+ *    needs the daemon: returns -1 and fills *l; the caller trains here;
+ *  - otherwise it runs the job -- through the node daemon (several ranks or
+ *    nodes, restarts, log files, --exec), or --dry-run -- and returns the
+ *    exit code, having printed its messages ("trainrun: ..."). */
+int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l);
+
+#endif /* TRAINRUN_LAUNCHER_LAUNCH_H */

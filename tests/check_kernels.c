@@ -1,0 +1,1072 @@
+/* tests/check_kernels.c: the CPU kernels against double-precision references.
+ *
+ * Every forward is compared with a reference written here in double. Every
+ * backward is compared with central differences of that double reference:
+ * the objective is L = sum(w * out) for a random w (the upstream gradient
+ * fed to the fp32 backward), dL/dx_j ~ (L(x + h e_j) - L(x - h e_j)) / 2h
+ * with h = 1e-5 in double, so the numeric side is exact to ~1e-9 and the
+ * comparison measures the fp32 kernel. Tolerance (stated once, used for all
+ * gradients): |analytic - numeric| <= 1e-3 |numeric| + 1e-4 max|numeric|.
+ * Inputs are random (never zeros). Also: BLAS vs blocked GEMM agreement,
+ * bit-identical results across thread counts, AdamW against a step worked
+ * by hand, the dispatch table and the thread pool.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainrun/error.h"
+#include "trainrun/kernels.h"
+#include "trainrun/param.h"
+#include "trainrun/tensor.h"
+
+/* ---- helpers ---- */
+
+static uint64_t rng_state = 0x1234567;
+
+static double urand(void) { /* uniform in [-1, 1) */
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1p-52 - 1.0;
+}
+
+/* fp32 tensor with random values in [-scale, scale] and its double copy */
+static void rnd(tr_tensor_t* t, double** dcopy, double scale, int ndim, ...) {
+  int64_t shape[TR_MAX_DIMS];
+  va_list ap;
+  va_start(ap, ndim);
+  for (int i = 0; i < ndim; i++) shape[i] = va_arg(ap, int64_t);
+  va_end(ap);
+  ck_assert_int_eq(tr_tensor_empty(t, TR_F32, TR_DEVICE_CPU, ndim, shape), 0);
+  int64_t n = tr_tensor_numel(t);
+  float* p = tr_tensor_data(t);
+  if (dcopy) *dcopy = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    p[i] = (float)(scale * urand());
+    if (dcopy) (*dcopy)[i] = p[i];
+  }
+}
+
+static void zeros(tr_tensor_t* t, int ndim, ...) {
+  int64_t shape[TR_MAX_DIMS];
+  va_list ap;
+  va_start(ap, ndim);
+  for (int i = 0; i < ndim; i++) shape[i] = va_arg(ap, int64_t);
+  va_end(ap);
+  ck_assert_int_eq(tr_tensor_zeros(t, TR_F32, TR_DEVICE_CPU, ndim, shape), 0);
+}
+
+static float* fp(const tr_tensor_t* t) { return tr_tensor_data(t); }
+
+static double max_abs(const double* x, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+  return m;
+}
+
+/* forward output vs double reference: |y - ref| <= 1e-5 (|ref| + max|ref|) */
+static void check_fwd(const char* what, const float* y, const double* ref,
+                      int64_t n) {
+  double scale = max_abs(ref, n);
+  for (int64_t i = 0; i < n; i++)
+    ck_assert_msg(fabs(y[i] - ref[i]) <= 1e-5 * (fabs(ref[i]) + scale),
+                  "%s[%lld]: %.9g vs reference %.9g", what, (long long)i,
+                  (double)y[i], ref[i]);
+}
+
+/* Gradient check of one input array x (double copy xd of n elements) whose
+ * fp32 analytic gradient is g. obj() evaluates the double objective with
+ * the current xd. Checks every coordinate when n <= max_coords, else
+ * max_coords coordinates spread over the array. */
+typedef double (*obj_fn)(void* ctx);
+static void check_grad(const char* what, double* xd, int64_t n, const float* g,
+                       obj_fn obj, void* ctx, int max_coords) {
+  const double h = 1e-5;
+  int64_t step = n <= max_coords ? 1 : n / max_coords;
+  int64_t cnt = 0;
+  double* num = malloc(sizeof(double) * (size_t)(n / step + 1));
+  int64_t* idx = malloc(sizeof(int64_t) * (size_t)(n / step + 1));
+  for (int64_t j = (step > 1 ? step / 2 : 0); j < n; j += step) {
+    double keep = xd[j];
+    xd[j] = keep + h;
+    double lp = obj(ctx);
+    xd[j] = keep - h;
+    double lm = obj(ctx);
+    xd[j] = keep;
+    num[cnt] = (lp - lm) / (2 * h);
+    idx[cnt++] = j;
+  }
+  double scale = max_abs(num, cnt);
+  ck_assert_msg(scale > 0, "%s: gradient is identically zero", what);
+  for (int64_t c = 0; c < cnt; c++) {
+    double a = g[idx[c]], nu = num[c];
+    ck_assert_msg(fabs(a - nu) <= 1e-3 * fabs(nu) + 1e-4 * scale,
+                  "%s[%lld]: analytic %.9g vs numeric %.9g", what,
+                  (long long)idx[c], a, nu);
+  }
+  free(num);
+  free(idx);
+}
+
+static double dot(const double* w, const double* y, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += w[i] * y[i];
+  return s;
+}
+
+/* ---- GEMM ---- */
+
+static void gemm_ref(int ta, int tb, int64_t M, int64_t N, int64_t K,
+                     double alpha, const float* A, int64_t lda, const float* B,
+                     int64_t ldb, double beta, const float* C0, int64_t ldc,
+                     double* out) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++)
+        s += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
+             (tb ? B[j * ldb + k] : B[k * ldb + j]);
+      out[i * N + j] = alpha * s + (beta != 0 ? beta * C0[i * ldc + j] : 0);
+    }
+}
+
+static void gemm_case(int ta, int tb, int64_t M, int64_t N, int64_t K,
+                      int64_t pad, float alpha, float beta) {
+  int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  int64_t arows = ta ? K : M, brows = tb ? N : K;
+  tr_tensor_t A, B, C, C2;
+  rnd(&A, NULL, 1.0, 2, arows, lda);
+  rnd(&B, NULL, 1.0, 2, brows, ldb);
+  rnd(&C, NULL, 1.0, 2, M, ldc);
+  rnd(&C2, NULL, 1.0, 2, M, ldc);
+  memcpy(fp(&C2), fp(&C), sizeof(float) * (size_t)(M * ldc));
+  if (beta == 0.0f) /* beta == 0 must not read C: poison it */
+    for (int64_t i = 0; i < M * ldc; i++) fp(&C)[i] = fp(&C2)[i] = NAN;
+  double* ref = malloc(sizeof(double) * (size_t)(M * N));
+  gemm_ref(ta, tb, M, N, K, alpha, fp(&A), lda, fp(&B), ldb, beta, fp(&C), ldc,
+           ref);
+  ck_assert_int_eq(tr_kern_cpu_gemm_blocked(ta, tb, M, N, K, alpha, fp(&A), lda,
+                                            fp(&B), ldb, beta, fp(&C), ldc),
+                   0);
+  double scale = max_abs(ref, M * N);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++)
+      ck_assert_msg(fabs(fp(&C)[i * ldc + j] - ref[i * N + j]) <=
+                        1e-5 * (fabs(ref[i * N + j]) + scale),
+                    "blocked gemm ta=%d tb=%d [%lld,%lld]: %g vs %g", ta, tb,
+                    (long long)i, (long long)j, (double)fp(&C)[i * ldc + j],
+                    ref[i * N + j]);
+  /* the table's GEMM (OpenBLAS when built in) agrees with the fallback */
+  ck_assert_int_eq(tr_kern_ops(TR_DEV_CPU)
+                       ->gemm(ta, tb, M, N, K, alpha, fp(&A), lda, fp(&B), ldb,
+                              beta, fp(&C2), ldc),
+                   0);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++)
+      ck_assert_msg(fabs(fp(&C2)[i * ldc + j] - fp(&C)[i * ldc + j]) <=
+                        1e-5 * (fabs(ref[i * N + j]) + scale),
+                    "gemm impls disagree at [%lld,%lld]", (long long)i,
+                    (long long)j);
+  /* padding columns untouched */
+  if (pad && beta != 0.0f)
+    for (int64_t i = 0; i < M; i++)
+      ck_assert(fp(&C)[i * ldc + N] == fp(&C2)[i * ldc + N]);
+  free(ref);
+  tr_tensor_release(&A);
+  tr_tensor_release(&B);
+  tr_tensor_release(&C);
+  tr_tensor_release(&C2);
+}
+
+START_TEST(test_gemm_blocked_vs_reference_and_blas) {
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      gemm_case(ta, tb, 37, 53, 71, 0, 1.0f, 0.0f);
+      gemm_case(ta, tb, 7, 5, 3, 3, 0.5f, 1.0f);
+      gemm_case(ta, tb, 1, 17, 1, 1, -2.0f, 0.25f);
+    }
+  /* shapes across every block boundary (MC 96, NC 256, KC 256) */
+  gemm_case(0, 1, 200, 300, 270, 5, 1.0f, 1.0f);
+  gemm_case(1, 0, 97, 257, 513, 0, 1.0f, 0.0f);
+}
+END_TEST
+
+START_TEST(test_gemm_impl_switch) {
+  ck_assert_int_eq(tr_kern_cpu_set_gemm(TR_GEMM_BLOCKED), 0);
+  ck_assert_int_eq(tr_kern_cpu_gemm(), TR_GEMM_BLOCKED);
+  ck_assert_int_eq(tr_kern_cpu_set_gemm(TR_GEMM_BLAS),
+                   tr_kern_cpu_have_blas() ? 0 : TR_EUNSUPPORTED);
+  ck_assert_int_eq(tr_kern_cpu_set_gemm(TR_GEMM_AUTO), 0);
+  ck_assert_int_eq(tr_kern_cpu_gemm(),
+                   tr_kern_cpu_have_blas() ? TR_GEMM_BLAS : TR_GEMM_BLOCKED);
+  ck_assert_int_eq(tr_kern_cpu_set_gemm((tr_gemm_impl_t)7), TR_EINVAL);
+  /* the tensor entry point with a padded (narrowed) view */
+  tr_tensor_t a, b, c, cv = {0};
+  rnd(&a, NULL, 1.0, 2, (int64_t)4, (int64_t)3);
+  rnd(&b, NULL, 1.0, 2, (int64_t)5, (int64_t)3);
+  rnd(&c, NULL, 1.0, 2, (int64_t)4, (int64_t)8);
+  ck_assert_int_eq(tr_tensor_narrow(&cv, &c, 1, 2, 5), 0);
+  ck_assert_int_eq(tr_kern_gemm(&cv, &a, 0, &b, 1, 1.0f, 0.0f), 0);
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 5; j++) {
+      double s = 0;
+      for (int k = 0; k < 3; k++) s += fp(&a)[i * 3 + k] * fp(&b)[j * 3 + k];
+      ck_assert(fabs(fp(&c)[i * 8 + 2 + j] - s) < 1e-5);
+    }
+  ck_assert_int_eq(tr_kern_gemm(&cv, &a, 1, &b, 1, 1.0f, 0.0f), TR_ESHAPE);
+  tr_tensor_release(&cv);
+  tr_tensor_release(&a);
+  tr_tensor_release(&b);
+  tr_tensor_release(&c);
+}
+END_TEST
+
+/* ---- linear ---- */
+
+typedef struct {
+  double *x, *w, *b, *dy;
+  int64_t N, IC, OC;
+} lin_ctx;
+
+static double lin_obj(void* p) {
+  lin_ctx* c = p;
+  double s = 0;
+  for (int64_t n = 0; n < c->N; n++)
+    for (int64_t o = 0; o < c->OC; o++) {
+      double y = c->b[o];
+      for (int64_t i = 0; i < c->IC; i++)
+        y += c->x[n * c->IC + i] * c->w[o * c->IC + i];
+      s += c->dy[n * c->OC + o] * y;
+    }
+  return s;
+}
+
+static void linear_case(tr_gemm_impl_t impl) {
+  if (impl == TR_GEMM_BLAS && !tr_kern_cpu_have_blas()) return;
+  ck_assert_int_eq(tr_kern_cpu_set_gemm(impl), 0);
+  lin_ctx c = {.N = 6, .IC = 11, .OC = 9};
+  tr_tensor_t x, w, b, dy, y, dx, dw, db;
+  rnd(&x, &c.x, 1.0, 3, (int64_t)2, (int64_t)3, c.IC);
+  rnd(&w, &c.w, 0.5, 2, c.OC, c.IC);
+  rnd(&b, &c.b, 0.5, 1, c.OC);
+  rnd(&dy, &c.dy, 1.0, 3, (int64_t)2, (int64_t)3, c.OC);
+  zeros(&y, 3, (int64_t)2, (int64_t)3, c.OC);
+  ck_assert_int_eq(tr_kern_linear_fwd(&y, &x, &w, &b), 0);
+  double* ref = malloc(sizeof(double) * (size_t)(c.N * c.OC));
+  for (int64_t n = 0; n < c.N; n++)
+    for (int64_t o = 0; o < c.OC; o++) {
+      ref[n * c.OC + o] = c.b[o];
+      for (int64_t i = 0; i < c.IC; i++)
+        ref[n * c.OC + o] += c.x[n * c.IC + i] * c.w[o * c.IC + i];
+    }
+  check_fwd("linear out", fp(&y), ref, c.N * c.OC);
+  zeros(&dx, 3, (int64_t)2, (int64_t)3, c.IC);
+  zeros(&dw, 2, c.OC, c.IC);
+  zeros(&db, 1, c.OC);
+  ck_assert_int_eq(tr_kern_linear_bwd(&dx, &dw, &db, &dy, &x, &w), 0);
+  check_grad("linear dx", c.x, c.N * c.IC, fp(&dx), lin_obj, &c, 1000);
+  check_grad("linear dw", c.w, c.OC * c.IC, fp(&dw), lin_obj, &c, 1000);
+  check_grad("linear db", c.b, c.OC, fp(&db), lin_obj, &c, 1000);
+  /* backward accumulates: a second call doubles every gradient */
+  float dw0 = fp(&dw)[5], dx0 = fp(&dx)[7], db0 = fp(&db)[2];
+  ck_assert_int_eq(tr_kern_linear_bwd(&dx, &dw, &db, &dy, &x, &w), 0);
+  ck_assert(fabsf(fp(&dw)[5] - 2 * dw0) <= 1e-6f * fabsf(dw0) + 1e-7f);
+  ck_assert(fabsf(fp(&dx)[7] - 2 * dx0) <= 1e-6f * fabsf(dx0) + 1e-7f);
+  ck_assert(fabsf(fp(&db)[2] - 2 * db0) <= 1e-6f * fabsf(db0) + 1e-7f);
+  /* shape errors are caught */
+  tr_tensor_t bad;
+  zeros(&bad, 2, c.OC, c.IC + 1);
+  ck_assert_int_eq(tr_kern_linear_fwd(&y, &x, &bad, &b), TR_ESHAPE);
+  tr_tensor_release(&bad);
+  tr_tensor_t* ts[] = {&x, &w, &b, &dy, &y, &dx, &dw, &db};
+  for (int i = 0; i < 8; i++) tr_tensor_release(ts[i]);
+  free(ref);
+  free(c.x);
+  free(c.w);
+  free(c.b);
+  free(c.dy);
+  tr_kern_cpu_set_gemm(TR_GEMM_AUTO);
+}
+
+START_TEST(test_linear_grad_blas) { linear_case(TR_GEMM_BLAS); }
+END_TEST
+START_TEST(test_linear_grad_blocked) { linear_case(TR_GEMM_BLOCKED); }
+END_TEST
+
+/* ---- embedding ---- */
+
+typedef struct {
+  double *wte, *wpe, *dy;
+  const int32_t* tok;
+  int B, T, C;
+} emb_ctx;
+
+static double emb_obj(void* p) {
+  emb_ctx* c = p;
+  double s = 0;
+  for (int r = 0; r < c->B * c->T; r++)
+    for (int k = 0; k < c->C; k++)
+      s += c->dy[r * c->C + k] *
+           (c->wte[c->tok[r] * c->C + k] + c->wpe[(r % c->T) * c->C + k]);
+  return s;
+}
+
+START_TEST(test_embedding) {
+  int32_t tok[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 0}; /* repeats */
+  emb_ctx c = {.tok = tok, .B = 2, .T = 6, .C = 70};
+  tr_tensor_t tt, wte, wpe, dy, y, dwte, dwpe;
+  int64_t tshape[2] = {2, 6};
+  ck_assert_int_eq(tr_tensor_wrap(&tt, tok, TR_I32, TR_DEVICE_CPU, 2, tshape),
+                   0);
+  rnd(&wte, &c.wte, 1.0, 2, (int64_t)10, (int64_t)c.C);
+  rnd(&wpe, &c.wpe, 1.0, 2, (int64_t)8, (int64_t)c.C);
+  rnd(&dy, &c.dy, 1.0, 3, (int64_t)2, (int64_t)6, (int64_t)c.C);
+  zeros(&y, 3, (int64_t)2, (int64_t)6, (int64_t)c.C);
+  ck_assert_int_eq(tr_kern_embedding_fwd(&y, &tt, &wte, &wpe), 0);
+  for (int r = 0; r < 12; r++)
+    for (int k = 0; k < c.C; k++)
+      ck_assert(fp(&y)[r * c.C + k] ==
+                fp(&wte)[tok[r] * c.C + k] + fp(&wpe)[(r % 6) * c.C + k]);
+  zeros(&dwte, 2, (int64_t)10, (int64_t)c.C);
+  zeros(&dwpe, 2, (int64_t)8, (int64_t)c.C);
+  ck_assert_int_eq(tr_kern_embedding_bwd(&dwte, &dwpe, &dy, &tt), 0);
+  check_grad("embedding dwte", c.wte, 10 * c.C, fp(&dwte), emb_obj, &c, 2000);
+  check_grad("embedding dwpe", c.wpe, 8 * c.C, fp(&dwpe), emb_obj, &c, 2000);
+  /* without positions: a pure lookup */
+  ck_assert_int_eq(tr_kern_embedding_fwd(&y, &tt, &wte, NULL), 0);
+  ck_assert(fp(&y)[13] == fp(&wte)[tok[0] * c.C + 13]);
+  /* a token outside the vocabulary is refused */
+  tok[4] = 10;
+  ck_assert_int_eq(tr_kern_embedding_fwd(&y, &tt, &wte, &wpe), TR_EINVAL);
+  tok[4] = -1;
+  ck_assert_int_eq(tr_kern_embedding_bwd(&dwte, &dwpe, &dy, &tt), TR_EINVAL);
+  tr_tensor_t* ts[] = {&tt, &wte, &wpe, &dy, &y, &dwte, &dwpe};
+  for (int i = 0; i < 7; i++) tr_tensor_release(ts[i]);
+  free(c.wte);
+  free(c.wpe);
+  free(c.dy);
+}
+END_TEST
+
+/* ---- LayerNorm and RMSNorm ---- */
+
+typedef struct {
+  double *x, *w, *b, *dy;
+  int64_t N, C;
+  int rms;
+  double eps;
+} norm_ctx;
+
+static void norm_ref(norm_ctx* c, double* y) {
+  for (int64_t n = 0; n < c->N; n++) {
+    const double* x = c->x + n * c->C;
+    double m = 0, v = 0;
+    if (!c->rms) {
+      for (int64_t k = 0; k < c->C; k++) m += x[k];
+      m /= c->C;
+    }
+    for (int64_t k = 0; k < c->C; k++) v += (x[k] - m) * (x[k] - m);
+    double r = 1.0 / sqrt(v / c->C + c->eps);
+    for (int64_t k = 0; k < c->C; k++)
+      y[n * c->C + k] = (x[k] - m) * r * c->w[k] + (c->rms ? 0 : c->b[k]);
+  }
+}
+
+static double norm_obj(void* p) {
+  norm_ctx* c = p;
+  double* y = malloc(sizeof(double) * (size_t)(c->N * c->C));
+  norm_ref(c, y);
+  double s = dot(c->dy, y, c->N * c->C);
+  free(y);
+  return s;
+}
+
+static void norm_case(int rms) {
+  norm_ctx c = {.N = 37, .C = 150, .rms = rms, .eps = 1e-5};
+  tr_tensor_t x, w, b, dy, y, mean, rstd, dx, dw, db;
+  rnd(&x, &c.x, 2.0, 2, c.N, c.C);
+  for (int64_t i = 0; i < c.N * c.C; i++) { /* offset rows: a real mean */
+    fp(&x)[i] += 0.5f;
+    c.x[i] = fp(&x)[i];
+  }
+  rnd(&w, &c.w, 1.0, 1, c.C);
+  rnd(&b, &c.b, 1.0, 1, c.C);
+  rnd(&dy, &c.dy, 1.0, 2, c.N, c.C);
+  zeros(&y, 2, c.N, c.C);
+  zeros(&mean, 1, c.N);
+  zeros(&rstd, 1, c.N);
+  if (rms)
+    ck_assert_int_eq(tr_kern_rmsnorm_fwd(&y, &rstd, &x, &w, 1e-5f), 0);
+  else
+    ck_assert_int_eq(tr_kern_layernorm_fwd(&y, &mean, &rstd, &x, &w, &b, 1e-5f),
+                     0);
+  double* ref = malloc(sizeof(double) * (size_t)(c.N * c.C));
+  norm_ref(&c, ref);
+  check_fwd(rms ? "rmsnorm out" : "layernorm out", fp(&y), ref, c.N * c.C);
+  zeros(&dx, 2, c.N, c.C);
+  zeros(&dw, 1, c.C);
+  zeros(&db, 1, c.C);
+  if (rms) {
+    ck_assert_int_eq(tr_kern_rmsnorm_bwd(&dx, &dw, &dy, &x, &w, &rstd), 0);
+  } else {
+    ck_assert_int_eq(
+        tr_kern_layernorm_bwd(&dx, &dw, &db, &dy, &x, &w, &mean, &rstd), 0);
+    check_grad("layernorm db", c.b, c.C, fp(&db), norm_obj, &c, 200);
+  }
+  check_grad(rms ? "rmsnorm dx" : "layernorm dx", c.x, c.N * c.C, fp(&dx),
+             norm_obj, &c, 600);
+  check_grad(rms ? "rmsnorm dw" : "layernorm dw", c.w, c.C, fp(&dw), norm_obj,
+             &c, 200);
+  tr_tensor_t* ts[] = {&x, &w, &b, &dy, &y, &mean, &rstd, &dx, &dw, &db};
+  for (int i = 0; i < 10; i++) tr_tensor_release(ts[i]);
+  free(ref);
+  free(c.x);
+  free(c.w);
+  free(c.b);
+  free(c.dy);
+}
+
+START_TEST(test_layernorm) { norm_case(0); }
+END_TEST
+START_TEST(test_rmsnorm) { norm_case(1); }
+END_TEST
+
+/* ---- RoPE ---- */
+
+START_TEST(test_rope_table_llama31_scaling) {
+  /* D = 8, theta = 500000: inv_freq = 1, 0.0376, 0.00141, 5.3e-5, i.e.
+   * wavelengths 6.3, 167, 4440, 118000. With original_max_pos 16, low 1,
+   * high 4, factor 8: wavelength 6.3 lies between 16/4 and 16/1 (blended),
+   * the others exceed 16 (divided by 8). */
+  tr_rope_scaling_t sc = {8.0f, 1.0f, 4.0f, 16};
+  float cs[3 * 4], sn[3 * 4];
+  ck_assert_int_eq(tr_kern_rope_table(cs, sn, 3, 8, 500000.0, &sc), 0);
+  double f[4];
+  for (int i = 0; i < 4; i++) f[i] = pow(500000.0, -2.0 * i / 8);
+  double wl0 = 2 * M_PI / f[0];
+  double smooth = (16.0 / wl0 - 1.0) / (4.0 - 1.0);
+  double want0 = (1 - smooth) * f[0] / 8 + smooth * f[0];
+  ck_assert(fabs(sn[4 + 0] - sin(want0)) < 1e-6); /* t = 1 */
+  ck_assert(fabs(cs[8 + 0] - cos(2 * want0)) < 1e-6);
+  for (int i = 1; i < 4; i++)
+    ck_assert(fabs(sn[8 + i] - sin(2 * f[i] / 8)) < 1e-7);
+  /* without scaling, and a high-frequency dim kept as is under scaling */
+  ck_assert_int_eq(tr_kern_rope_table(cs, sn, 3, 8, 500000.0, NULL), 0);
+  ck_assert(fabs(sn[4 + 1] - sin(f[1])) < 1e-7);
+  tr_rope_scaling_t big = {8.0f, 1.0f, 4.0f, 8192};
+  ck_assert_int_eq(tr_kern_rope_table(cs, sn, 3, 8, 500000.0, &big), 0);
+  ck_assert(fabs(sn[4 + 0] - sin(f[0])) < 1e-7);
+  ck_assert_int_eq(tr_kern_rope_table(cs, sn, 3, 7, 500000.0, NULL), TR_EINVAL);
+}
+END_TEST
+
+typedef struct {
+  double *x, *dy;
+  const float *cs, *sn;
+  int B, T, H, D;
+} rope_ctx;
+
+static void rope_ref(rope_ctx* c, const double* x, double* y) {
+  int half = c->D / 2;
+  for (int r = 0; r < c->B * c->T; r++)
+    for (int h = 0; h < c->H; h++)
+      for (int i = 0; i < half; i++) {
+        int64_t o = ((int64_t)r * c->H + h) * c->D;
+        double cs = c->cs[(r % c->T) * half + i],
+               sn = c->sn[(r % c->T) * half + i];
+        y[o + i] = x[o + i] * cs - x[o + i + half] * sn;
+        y[o + i + half] = x[o + i + half] * cs + x[o + i] * sn;
+      }
+}
+
+static double rope_obj(void* p) {
+  rope_ctx* c = p;
+  int64_t n = (int64_t)c->B * c->T * c->H * c->D;
+  double* y = malloc(sizeof(double) * (size_t)n);
+  rope_ref(c, c->x, y);
+  double s = dot(c->dy, y, n);
+  free(y);
+  return s;
+}
+
+START_TEST(test_rope_forward_and_inverse) {
+  rope_ctx c = {.B = 2, .T = 5, .H = 3, .D = 8};
+  float cs[5 * 4], sn[5 * 4];
+  tr_rope_scaling_t sc = {8.0f, 1.0f, 4.0f, 16};
+  ck_assert_int_eq(tr_kern_rope_table(cs, sn, 5, 8, 10000.0, &sc), 0);
+  c.cs = cs;
+  c.sn = sn;
+  int64_t n = 2 * 5 * 3 * 8, tshape[2] = {5, 4};
+  tr_tensor_t x, dy, tc, ts_;
+  rnd(&x, &c.x, 1.0, 3, (int64_t)2, (int64_t)5, (int64_t)24);
+  rnd(&dy, &c.dy, 1.0, 3, (int64_t)2, (int64_t)5, (int64_t)24);
+  ck_assert_int_eq(tr_tensor_wrap(&tc, cs, TR_F32, TR_DEVICE_CPU, 2, tshape),
+                   0);
+  ck_assert_int_eq(tr_tensor_wrap(&ts_, sn, TR_F32, TR_DEVICE_CPU, 2, tshape),
+                   0);
+  ck_assert_int_eq(tr_kern_rope(&x, 3, &tc, &ts_, 0), 0);
+  double* ref = malloc(sizeof(double) * (size_t)n);
+  rope_ref(&c, c.x, ref);
+  check_fwd("rope out", fp(&x), ref, n);
+  /* backward = inverse rotation of dy, checked against differences */
+  ck_assert_int_eq(tr_kern_rope(&dy, 3, &tc, &ts_, 1), 0);
+  check_grad("rope dx", c.x, n, fp(&dy), rope_obj, &c, 1000);
+  /* inverse(forward(x)) == x */
+  ck_assert_int_eq(tr_kern_rope(&x, 3, &tc, &ts_, 1), 0);
+  for (int64_t i = 0; i < n; i++) ck_assert(fabs(fp(&x)[i] - c.x[i]) < 1e-6);
+  /* a strided column slice (q of a fused buffer) rotates only its columns */
+  tr_tensor_t wide, sl = {0};
+  rnd(&wide, NULL, 1.0, 3, (int64_t)2, (int64_t)5, (int64_t)40);
+  float keep = fp(&wide)[30];
+  ck_assert_int_eq(tr_tensor_narrow(&sl, &wide, 2, 0, 24), 0);
+  ck_assert_int_eq(tr_kern_rope(&sl, 3, &tc, &ts_, 0), 0);
+  ck_assert(fp(&wide)[30] == keep);
+  ck_assert_int_eq(tr_kern_rope(&sl, 5, &tc, &ts_, 0), TR_ESHAPE);
+  tr_tensor_t* ts[] = {&x, &dy, &tc, &ts_, &wide, &sl};
+  for (int i = 0; i < 6; i++) tr_tensor_release(ts[i]);
+  free(ref);
+  free(c.x);
+  free(c.dy);
+}
+END_TEST
+
+/* ---- attention ---- */
+
+typedef struct {
+  double *q, *k, *v, *dy; /* q [B,T,H,D], k/v [B,T,KVH,D] contiguous */
+  int B, T, H, KVH, D;
+} att_ctx;
+
+static void att_ref(att_ctx* c, double* y) {
+  double* s = malloc(sizeof(double) * (size_t)c->T);
+  double scale = 1.0 / sqrt((double)c->D);
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->H; h++) {
+      int kh = h / (c->H / c->KVH);
+      for (int t = 0; t < c->T; t++) {
+        const double* q = c->q + (((int64_t)b * c->T + t) * c->H + h) * c->D;
+        double m = -INFINITY, l = 0;
+        for (int j = 0; j <= t; j++) {
+          const double* k =
+              c->k + (((int64_t)b * c->T + j) * c->KVH + kh) * c->D;
+          s[j] = 0;
+          for (int d = 0; d < c->D; d++) s[j] += q[d] * k[d];
+          s[j] *= scale;
+          m = fmax(m, s[j]);
+        }
+        for (int j = 0; j <= t; j++) l += (s[j] = exp(s[j] - m));
+        double* o = y + (((int64_t)b * c->T + t) * c->H + h) * c->D;
+        for (int d = 0; d < c->D; d++) o[d] = 0;
+        for (int j = 0; j <= t; j++) {
+          const double* v =
+              c->v + (((int64_t)b * c->T + j) * c->KVH + kh) * c->D;
+          for (int d = 0; d < c->D; d++) o[d] += s[j] / l * v[d];
+        }
+      }
+    }
+  free(s);
+}
+
+static double att_obj(void* p) {
+  att_ctx* c = p;
+  int64_t n = (int64_t)c->B * c->T * c->H * c->D;
+  double* y = malloc(sizeof(double) * (size_t)n);
+  att_ref(c, y);
+  double s = dot(c->dy, y, n);
+  free(y);
+  return s;
+}
+
+/* fused: q, k, v are column slices of one [B, T, (H + 2 KVH) D] buffer */
+static void attention_case(int B, int T, int H, int KVH, int D, int fused) {
+  att_ctx c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
+  int64_t HD = (int64_t)H * D, KD = (int64_t)KVH * D, W = HD + 2 * KD;
+  int64_t nq = (int64_t)B * T * HD, nk = (int64_t)B * T * KD;
+  tr_tensor_t buf, dbuf, q = {0}, k = {0}, v = {0}, dq = {0}, dk = {0},
+                         dv = {0}, dy, y, lse;
+  if (fused) {
+    rnd(&buf, NULL, 1.5, 3, (int64_t)B, (int64_t)T, W);
+    zeros(&dbuf, 3, (int64_t)B, (int64_t)T, W);
+    ck_assert_int_eq(tr_tensor_narrow(&q, &buf, 2, 0, HD), 0);
+    ck_assert_int_eq(tr_tensor_narrow(&k, &buf, 2, HD, KD), 0);
+    ck_assert_int_eq(tr_tensor_narrow(&v, &buf, 2, HD + KD, KD), 0);
+    ck_assert_int_eq(tr_tensor_narrow(&dq, &dbuf, 2, 0, HD), 0);
+    ck_assert_int_eq(tr_tensor_narrow(&dk, &dbuf, 2, HD, KD), 0);
+    ck_assert_int_eq(tr_tensor_narrow(&dv, &dbuf, 2, HD + KD, KD), 0);
+  } else {
+    rnd(&q, NULL, 1.5, 3, (int64_t)B, (int64_t)T, HD);
+    rnd(&k, NULL, 1.5, 3, (int64_t)B, (int64_t)T, KD);
+    rnd(&v, NULL, 1.5, 3, (int64_t)B, (int64_t)T, KD);
+    zeros(&dq, 3, (int64_t)B, (int64_t)T, HD);
+    zeros(&dk, 3, (int64_t)B, (int64_t)T, KD);
+    zeros(&dv, 3, (int64_t)B, (int64_t)T, KD);
+  }
+  /* contiguous double copies and contiguous views of the gradients */
+  c.q = malloc(sizeof(double) * (size_t)nq);
+  c.k = malloc(sizeof(double) * (size_t)nk);
+  c.v = malloc(sizeof(double) * (size_t)nk);
+  for (int64_t i = 0; i < nq; i++) c.q[i] = tr_tensor_get(&q, i);
+  for (int64_t i = 0; i < nk; i++) {
+    c.k[i] = tr_tensor_get(&k, i);
+    c.v[i] = tr_tensor_get(&v, i);
+  }
+  rnd(&dy, &c.dy, 1.0, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&y, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&lse, 3, (int64_t)B, (int64_t)H, (int64_t)T);
+  ck_assert_int_eq(tr_kern_attention_fwd(&y, &lse, &q, &k, &v, H, KVH), 0);
+  double* ref = malloc(sizeof(double) * (size_t)nq);
+  att_ref(&c, ref);
+  check_fwd("attention out", fp(&y), ref, nq);
+  ck_assert_int_eq(
+      tr_kern_attention_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &lse, H, KVH),
+      0);
+  float* g = malloc(sizeof(float) * (size_t)nq);
+  for (int64_t i = 0; i < nq; i++) g[i] = (float)tr_tensor_get(&dq, i);
+  check_grad("attention dq", c.q, nq, g, att_obj, &c, 300);
+  for (int64_t i = 0; i < nk; i++) g[i] = (float)tr_tensor_get(&dk, i);
+  check_grad("attention dk", c.k, nk, g, att_obj, &c, 300);
+  for (int64_t i = 0; i < nk; i++) g[i] = (float)tr_tensor_get(&dv, i);
+  check_grad("attention dv", c.v, nk, g, att_obj, &c, 300);
+  free(g);
+  free(ref);
+  free(c.q);
+  free(c.k);
+  free(c.v);
+  free(c.dy);
+  tr_tensor_t* ts[] = {&q, &k, &v, &dq, &dk, &dv, &dy, &y, &lse};
+  for (int i = 0; i < 9; i++) tr_tensor_release(ts[i]);
+  if (fused) {
+    tr_tensor_release(&buf);
+    tr_tensor_release(&dbuf);
+  }
+}
+
+START_TEST(test_attention_small) { attention_case(2, 7, 2, 2, 4, 0); }
+END_TEST
+START_TEST(test_attention_gqa_across_tiles) {
+  /* T = 70 crosses the 64-row query tile; 4 query heads share 2 kv heads */
+  attention_case(2, 70, 4, 2, 4, 0);
+}
+END_TEST
+START_TEST(test_attention_fused_strided) { attention_case(1, 9, 3, 1, 6, 1); }
+END_TEST
+
+/* ---- GELU and SwiGLU ---- */
+
+typedef struct {
+  double *x, *u, *dy;
+  int64_t n;
+  int swiglu;
+} act_ctx;
+
+static double gelu_d(double x) {
+  return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double act_obj(void* p) {
+  act_ctx* c = p;
+  double s = 0;
+  for (int64_t i = 0; i < c->n; i++)
+    s += c->dy[i] * (c->swiglu ? c->x[i] / (1 + exp(-c->x[i])) * c->u[i]
+                               : gelu_d(c->x[i]));
+  return s;
+}
+
+START_TEST(test_gelu) {
+  act_ctx c = {.n = 40000}; /* > one 16384-element chunk */
+  tr_tensor_t x, dy, y, dx;
+  rnd(&x, &c.x, 4.0, 1, c.n);
+  rnd(&dy, &c.dy, 1.0, 1, c.n);
+  zeros(&y, 1, c.n);
+  zeros(&dx, 1, c.n);
+  ck_assert_int_eq(tr_kern_gelu_fwd(&y, &x), 0);
+  double* ref = malloc(sizeof(double) * (size_t)c.n);
+  for (int64_t i = 0; i < c.n; i++) ref[i] = gelu_d(c.x[i]);
+  check_fwd("gelu out", fp(&y), ref, c.n);
+  ck_assert_int_eq(tr_kern_gelu_bwd(&dx, &dy, &x), 0);
+  /* elementwise: d/dx_i touches one term; check a spread of coordinates */
+  check_grad("gelu dx", c.x, c.n, fp(&dx), act_obj, &c, 400);
+  tr_tensor_t* ts[] = {&x, &dy, &y, &dx};
+  for (int i = 0; i < 4; i++) tr_tensor_release(ts[i]);
+  free(ref);
+  free(c.x);
+  free(c.dy);
+}
+END_TEST
+
+START_TEST(test_swiglu) {
+  act_ctx c = {.n = 1000, .swiglu = 1};
+  tr_tensor_t g, u, dy, y, dg, du;
+  rnd(&g, &c.x, 4.0, 1, c.n);
+  rnd(&u, &c.u, 2.0, 1, c.n);
+  rnd(&dy, &c.dy, 1.0, 1, c.n);
+  zeros(&y, 1, c.n);
+  zeros(&dg, 1, c.n);
+  zeros(&du, 1, c.n);
+  ck_assert_int_eq(tr_kern_swiglu_fwd(&y, &g, &u), 0);
+  double* ref = malloc(sizeof(double) * (size_t)c.n);
+  for (int64_t i = 0; i < c.n; i++)
+    ref[i] = c.x[i] / (1 + exp(-c.x[i])) * c.u[i];
+  check_fwd("swiglu out", fp(&y), ref, c.n);
+  ck_assert_int_eq(tr_kern_swiglu_bwd(&dg, &du, &dy, &g, &u), 0);
+  check_grad("swiglu dgate", c.x, c.n, fp(&dg), act_obj, &c, 300);
+  check_grad("swiglu dup", c.u, c.n, fp(&du), act_obj, &c, 300);
+  tr_tensor_t* ts[] = {&g, &u, &dy, &y, &dg, &du};
+  for (int i = 0; i < 6; i++) tr_tensor_release(ts[i]);
+  free(ref);
+  free(c.x);
+  free(c.u);
+  free(c.dy);
+}
+END_TEST
+
+/* ---- cross-entropy ---- */
+
+typedef struct {
+  double* x;
+  const int32_t* t;
+  int64_t N;
+  int V;
+  double scale;
+} xent_ctx;
+
+static double xent_obj(void* p) { /* scale * sum of non-ignored losses */
+  xent_ctx* c = p;
+  double s = 0;
+  for (int64_t n = 0; n < c->N; n++) {
+    if (c->t[n] == TR_IGNORE_INDEX) continue;
+    const double* x = c->x + n * c->V;
+    double m = -INFINITY, l = 0;
+    for (int j = 0; j < c->V; j++) m = fmax(m, x[j]);
+    for (int j = 0; j < c->V; j++) l += exp(x[j] - m);
+    s += m + log(l) - x[c->t[n]];
+  }
+  return c->scale * s;
+}
+
+START_TEST(test_cross_entropy) {
+  int32_t t[6] = {3, TR_IGNORE_INDEX, 0, 29, 7, 3};
+  xent_ctx c = {.t = t, .N = 6, .V = 30, .scale = 1.0 / 5};
+  tr_tensor_t x, tt, losses, lse;
+  rnd(&x, &c.x, 3.0, 2, (int64_t)6, (int64_t)30);
+  int64_t n6 = 6;
+  ck_assert_int_eq(tr_tensor_wrap(&tt, t, TR_I32, TR_DEVICE_CPU, 1, &n6), 0);
+  zeros(&losses, 1, (int64_t)6);
+  zeros(&lse, 1, (int64_t)6);
+  ck_assert_int_eq(tr_kern_xent_fwd(&losses, &lse, &x, &tt), 0);
+  double total = 0;
+  for (int n = 0; n < 6; n++) {
+    xent_ctx one = c;
+    one.x = c.x + n * 30;
+    one.t = t + n;
+    one.N = 1;
+    one.scale = 1;
+    double want = xent_obj(&one);
+    ck_assert_msg(fabs(fp(&losses)[n] - want) < 1e-5 * (1 + want),
+                  "loss[%d] %g vs %g", n, (double)fp(&losses)[n], want);
+    total += fp(&losses)[n];
+  }
+  ck_assert(fp(&losses)[1] == 0.0f); /* ignored */
+  ck_assert(fabs(total * c.scale - xent_obj(&c)) < 1e-5);
+  ck_assert_int_eq(tr_kern_xent_bwd(&x, &lse, &tt, (float)c.scale), 0);
+  for (int j = 0; j < 30; j++) ck_assert(fp(&x)[30 + j] == 0.0f);
+  check_grad("xent dlogits", c.x, 6 * 30, fp(&x), xent_obj, &c, 1000);
+  /* a target outside the vocabulary is an error */
+  t[2] = 30;
+  ck_assert_int_eq(tr_kern_xent_fwd(&losses, &lse, &x, &tt), TR_EINVAL);
+  tr_tensor_t* ts[] = {&x, &tt, &losses, &lse};
+  for (int i = 0; i < 4; i++) tr_tensor_release(ts[i]);
+  free(c.x);
+}
+END_TEST
+
+/* ---- AdamW, norms, elementwise ---- */
+
+START_TEST(test_adamw_hand_computed) {
+  /* p = 1, lr 0.1, betas (0.9, 0.999), eps 1e-8, weight decay 0.1.
+   * step 1, g = 0.5: p = 1 * (1 - 0.01) = 0.99; m = 0.05, v = 0.00025;
+   *   m/(1-0.9) = 0.5, sqrt(v/(1-0.999)) = 0.5: p = 0.99 - 0.1 = 0.89.
+   * step 2, g = -0.25: p = 0.89 * 0.99 = 0.8811; m = 0.045 - 0.025 = 0.02,
+   *   v = 0.00024975 + 0.0000625 = 0.00031225; m/(1-0.81) = 0.1052632,
+   *   sqrt(v/(1-0.998001)) = 0.3952252: p = 0.8811 - 0.0266337 = 0.8544663.
+   * A zero gradient with m = v = 0 only decays: 2 -> 2 * 0.99 = 1.98. */
+  float p[2] = {1.0f, 2.0f}, g[2] = {0.5f, 0.0f}, m[2] = {0, 0}, v[2] = {0, 0};
+  tr_tensor_t tp, tg, tm, tv;
+  int64_t n = 2;
+  tr_tensor_wrap(&tp, p, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&tg, g, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&tm, m, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&tv, v, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_adamw_args_t a = {.lr = 0.1f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.999f,
+                       .eps = 1e-8f,
+                       .weight_decay = 0.1f,
+                       .grad_scale = 1.0f,
+                       .step = 1};
+  ck_assert_int_eq(tr_kern_adamw(&tp, &tg, &tm, &tv, &a), 0);
+  ck_assert_msg(fabsf(p[0] - 0.89f) < 1e-6f, "step 1: %.9g", (double)p[0]);
+  ck_assert(fabsf(m[0] - 0.05f) < 1e-7f && fabsf(v[0] - 0.00025f) < 1e-8f);
+  ck_assert(fabsf(p[1] - 1.98f) < 1e-6f);
+  g[0] = -0.25f;
+  a.step = 2;
+  ck_assert_int_eq(tr_kern_adamw(&tp, &tg, &tm, &tv, &a), 0);
+  ck_assert_msg(fabsf(p[0] - 0.8544663f) < 1e-6f, "step 2: %.9g", (double)p[0]);
+  /* grad_scale scales the gradient: g = 1.0 scaled by 0.5 acts like 0.5 */
+  float p2 = 1.0f, g2 = 1.0f, m2 = 0, v2 = 0;
+  n = 1;
+  tr_tensor_t a1, a2, a3, a4;
+  tr_tensor_wrap(&a1, &p2, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&a2, &g2, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&a3, &m2, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&a4, &v2, TR_F32, TR_DEVICE_CPU, 1, &n);
+  a.step = 1;
+  a.grad_scale = 0.5f;
+  ck_assert_int_eq(tr_kern_adamw(&a1, &a2, &a3, &a4, &a), 0);
+  ck_assert(fabsf(m2 - 0.05f) < 1e-7f && fabsf(p2 - 0.89f) < 1e-6f);
+  a.step = 0;
+  ck_assert_int_eq(tr_kern_adamw(&a1, &a2, &a3, &a4, &a), TR_EINVAL);
+  tr_tensor_t* ts[] = {&tp, &tg, &tm, &tv, &a1, &a2, &a3, &a4};
+  for (int i = 0; i < 8; i++) tr_tensor_release(ts[i]);
+}
+END_TEST
+
+START_TEST(test_grad_norm_and_clip) {
+  tr_tensor_t x, y;
+  double* xd;
+  rnd(&x, &xd, 1.0, 1, (int64_t)200003); /* several 65536 chunks */
+  rnd(&y, NULL, 1.0, 1, (int64_t)3);
+  fp(&y)[0] = 3.0f;
+  fp(&y)[1] = 4.0f;
+  fp(&y)[2] = 12.0f;
+  double ref = 0, s = 0;
+  for (int64_t i = 0; i < 200003; i++) ref += xd[i] * xd[i];
+  ck_assert_int_eq(tr_kern_sum_squares(&x, &s), 0);
+  ck_assert(fabs(s - ref) <= 1e-12 * ref);
+  double s2 = 0;
+  ck_assert_int_eq(tr_kern_sum_squares(&y, &s2), 0);
+  ck_assert(s2 == 169.0);
+  /* clip to max_norm 6.5 of a norm-13 vector: factor ~0.5 */
+  double coef = tr_kern_clip_coef(sqrt(s2), 6.5);
+  ck_assert(fabs(coef - 6.5 / (13.0 + 1e-6)) < 1e-12);
+  ck_assert(tr_kern_clip_coef(1.0, 6.5) == 1.0);
+  ck_assert_int_eq(tr_kern_scale(&y, (float)coef), 0);
+  ck_assert(fabsf(fp(&y)[2] - 6.0f) < 1e-5f);
+  tr_tensor_release(&x);
+  tr_tensor_release(&y);
+  free(xd);
+}
+END_TEST
+
+START_TEST(test_add_accumulate_zero) {
+  tr_tensor_t a, b, out;
+  rnd(&a, NULL, 1.0, 1, (int64_t)50000);
+  rnd(&b, NULL, 1.0, 1, (int64_t)50000);
+  zeros(&out, 1, (int64_t)50000);
+  ck_assert_int_eq(tr_kern_add(&out, &a, &b), 0);
+  for (int i = 0; i < 50000; i += 997)
+    ck_assert(fp(&out)[i] == fp(&a)[i] + fp(&b)[i]);
+  ck_assert_int_eq(tr_kern_accumulate(&out, &a), 0);
+  for (int i = 0; i < 50000; i += 997)
+    ck_assert(fp(&out)[i] == (fp(&a)[i] + fp(&b)[i]) + fp(&a)[i]);
+  ck_assert_int_eq(tr_kern_zero(&out), 0);
+  for (int i = 0; i < 50000; i++) ck_assert(fp(&out)[i] == 0.0f);
+  tr_tensor_release(&a);
+  tr_tensor_release(&b);
+  tr_tensor_release(&out);
+}
+END_TEST
+
+/* ---- determinism across thread counts ---- */
+
+static void run_suite_once(float* outs[4]) {
+  rng_state = 42;
+  int B = 2, T = 70, H = 4, KVH = 2, D = 8, C = 300;
+  tr_tensor_t q, k, v, y, lse, dy, dq, dk, dv, x, w, dw, gb, mean, rstd, lx;
+  rnd(&q, NULL, 1, 3, (int64_t)B, (int64_t)T, (int64_t)H * D);
+  rnd(&k, NULL, 1, 3, (int64_t)B, (int64_t)T, (int64_t)KVH * D);
+  rnd(&v, NULL, 1, 3, (int64_t)B, (int64_t)T, (int64_t)KVH * D);
+  rnd(&dy, NULL, 1, 3, (int64_t)B, (int64_t)T, (int64_t)H * D);
+  zeros(&y, 3, (int64_t)B, (int64_t)T, (int64_t)H * D);
+  zeros(&lse, 1, (int64_t)B * H * T);
+  zeros(&dq, 3, (int64_t)B, (int64_t)T, (int64_t)H * D);
+  zeros(&dk, 3, (int64_t)B, (int64_t)T, (int64_t)KVH * D);
+  zeros(&dv, 3, (int64_t)B, (int64_t)T, (int64_t)KVH * D);
+  tr_kern_attention_fwd(&y, &lse, &q, &k, &v, H, KVH);
+  tr_kern_attention_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &lse, H, KVH);
+  rnd(&x, NULL, 1, 2, (int64_t)333, (int64_t)C);
+  rnd(&w, NULL, 1, 2, (int64_t)257, (int64_t)C);
+  zeros(&dw, 2, (int64_t)257, (int64_t)C);
+  zeros(&gb, 1, (int64_t)C);
+  zeros(&mean, 1, (int64_t)333);
+  zeros(&rstd, 1, (int64_t)333);
+  zeros(&lx, 2, (int64_t)333, (int64_t)C);
+  tr_tensor_t dout;
+  rnd(&dout, NULL, 1, 2, (int64_t)333, (int64_t)257);
+  tr_kern_linear_bwd(NULL, &dw, NULL, &dout, &x, &w);
+  tr_kern_layernorm_fwd(&lx, &mean, &rstd, &x, &gb, NULL, 1e-5f);
+  tr_tensor_t gw;
+  zeros(&gw, 1, (int64_t)C);
+  tr_kern_layernorm_bwd(NULL, &gw, NULL, &x, &x, &gb, &mean, &rstd);
+  int64_t sz[4] = {tr_tensor_numel(&dq), tr_tensor_numel(&dk),
+                   tr_tensor_numel(&dw), tr_tensor_numel(&gw)};
+  tr_tensor_t* src[4] = {&dq, &dk, &dw, &gw};
+  for (int i = 0; i < 4; i++) {
+    outs[i] = malloc(sizeof(float) * (size_t)sz[i]);
+    memcpy(outs[i], fp(src[i]), sizeof(float) * (size_t)sz[i]);
+  }
+  tr_tensor_t* ts[] = {&q, &k, &v,  &y,  &lse,  &dy,   &dq, &dk,   &dv,
+                       &x, &w, &dw, &gb, &mean, &rstd, &lx, &dout, &gw};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+
+START_TEST(test_bit_identical_across_thread_counts) {
+  float *a[4], *b[4];
+  size_t sz[4] = {2 * 70 * 32, 2 * 70 * 16, 257 * 300, 300};
+  for (int impl = 1; impl <= 2; impl++) {
+    if (impl == TR_GEMM_BLAS && !tr_kern_cpu_have_blas()) continue;
+    tr_kern_cpu_set_gemm((tr_gemm_impl_t)impl);
+    tr_kern_cpu_set_num_threads(1);
+    run_suite_once(a);
+    tr_kern_cpu_set_num_threads(3);
+    run_suite_once(b);
+    for (int i = 0; i < 4; i++) {
+      ck_assert_msg(memcmp(a[i], b[i], sz[i] * sizeof(float)) == 0,
+                    "output %d differs between 1 and 3 threads (gemm %d)", i,
+                    impl);
+      free(a[i]);
+      free(b[i]);
+    }
+  }
+  tr_kern_cpu_set_gemm(TR_GEMM_AUTO);
+  tr_kern_cpu_set_num_threads(0);
+}
+END_TEST
+
+/* ---- dispatch and the pool ---- */
+
+static int fake_calls;
+static int fake_gelu(float* out, const float* inp, int64_t n) {
+  (void)out;
+  (void)inp;
+  fake_calls += (int)n;
+  return 0;
+}
+
+START_TEST(test_dispatch_by_device) {
+  float buf[8] = {1, 2, 3, 4, 5, 6, 7, 8}, buf2[8];
+  int64_t n = 8;
+  tr_tensor_t hc, dc, dc2;
+  tr_device_t cuda = {TR_DEV_CUDA, 0};
+  ck_assert_int_eq(tr_tensor_wrap(&hc, buf, TR_F32, TR_DEVICE_CPU, 1, &n), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&dc, buf, TR_F32, cuda, 1, &n), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&dc2, buf2, TR_F32, cuda, 1, &n), 0);
+  ck_assert_ptr_nonnull(tr_kern_ops(TR_DEV_CPU));
+  ck_assert_str_eq(tr_kern_ops(TR_DEV_CPU)->name, "cpu");
+  /* no CUDA table registered: cuda tensors are unsupported */
+  ck_assert_ptr_null(tr_kern_ops(TR_DEV_CUDA));
+  ck_assert_int_eq(tr_kern_gelu_fwd(&dc2, &dc), TR_EUNSUPPORTED);
+  /* mixed devices are refused before any table is looked at */
+  ck_assert_int_eq(tr_kern_gelu_fwd(&dc2, &hc), TR_EDEVICE);
+  /* a registered table receives the cuda calls */
+  static tr_kern_ops_t fake = {.name = "fake", .gelu_fwd = fake_gelu};
+  ck_assert_int_eq(tr_kern_register(TR_DEV_CUDA, &fake), 0);
+  fake_calls = 0;
+  ck_assert_int_eq(tr_kern_gelu_fwd(&dc2, &dc), 0);
+  ck_assert_int_eq(fake_calls, 8);
+  ck_assert_int_eq(tr_kern_register(TR_DEV_CUDA, NULL), 0);
+  ck_assert_int_eq(tr_kern_register(TR_DEV_CPU, &fake), TR_EINVAL);
+  /* dtype checks */
+  tr_tensor_t it;
+  int32_t ib[8];
+  ck_assert_int_eq(tr_tensor_wrap(&it, ib, TR_I32, TR_DEVICE_CPU, 1, &n), 0);
+  ck_assert_int_eq(tr_kern_gelu_fwd(&it, &hc), TR_EDTYPE);
+  /* the stream slot is per thread */
+  tr_kern_set_stream(&n);
+  ck_assert_ptr_eq(tr_kern_get_stream(), &n);
+  tr_kern_set_stream(NULL);
+  tr_tensor_t* ts[] = {&hc, &dc, &dc2, &it};
+  for (int i = 0; i < 4; i++) tr_tensor_release(ts[i]);
+}
+END_TEST
+
+static void count_task(void* ctx, int64_t i) {
+  int* hits = ctx;
+  __atomic_add_fetch(&hits[i], 1, __ATOMIC_RELAXED);
+}
+
+START_TEST(test_thread_pool) {
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(3), 0);
+  ck_assert_int_eq(tr_kern_cpu_num_threads(), 3);
+  int hits[1000] = {0};
+  for (int rep = 0; rep < 50; rep++)
+    tr_kern_cpu_parallel(1000, count_task, hits);
+  for (int i = 0; i < 1000; i++) ck_assert_int_eq(hits[i], 50);
+  /* sized from the environment: TRAINRUN_NUM_THREADS, then OMP_NUM_THREADS */
+  setenv("TRAINRUN_NUM_THREADS", "2", 1);
+  setenv("OMP_NUM_THREADS", "5", 1);
+  tr_param_reset();
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(0), 0);
+  ck_assert_int_eq(tr_kern_cpu_num_threads(), 2);
+  unsetenv("TRAINRUN_NUM_THREADS");
+  tr_param_reset();
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(0), 0);
+  ck_assert_int_eq(tr_kern_cpu_num_threads(), 5);
+  unsetenv("OMP_NUM_THREADS");
+  tr_param_reset();
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(0), 0);
+  ck_assert_int_ge(tr_kern_cpu_num_threads(), 1);
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(-1), TR_EINVAL);
+}
+END_TEST
+
+static Suite* kernels_suite(void) {
+  Suite* s = suite_create("kernels");
+  TCase* tc = tcase_create("gemm");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_gemm_blocked_vs_reference_and_blas);
+  tcase_add_test(tc, test_gemm_impl_switch);
+  tcase_add_test(tc, test_linear_grad_blas);
+  tcase_add_test(tc, test_linear_grad_blocked);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("ops");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_embedding);
+  tcase_add_test(tc, test_layernorm);
+  tcase_add_test(tc, test_rmsnorm);
+  tcase_add_test(tc, test_rope_table_llama31_scaling);
+  tcase_add_test(tc, test_rope_forward_and_inverse);
+  tcase_add_test(tc, test_attention_small);
+  tcase_add_test(tc, test_attention_gqa_across_tiles);
+  tcase_add_test(tc, test_attention_fused_strided);
+  tcase_add_test(tc, test_gelu);
+  tcase_add_test(tc, test_swiglu);
+  tcase_add_test(tc, test_cross_entropy);
+  tcase_add_test(tc, test_adamw_hand_computed);
+  tcase_add_test(tc, test_grad_norm_and_clip);
+  tcase_add_test(tc, test_add_accumulate_zero);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("runtime");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_bit_identical_across_thread_counts);
+  tcase_add_test(tc, test_dispatch_by_device);
+  tcase_add_test(tc, test_thread_pool);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner* sr = srunner_create(kernels_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,1255 @@
+/* tests/check_kernels_cuda.c: the CUDA kernels against the CPU kernels.
+ *
+ * Every op runs on random inputs (never zeros) twice: in fp32 through the
+ * tensor API (tr_kern_* on cuda tensors: the "cuda" table) and in bf16
+ * through kernels_cuda.h; the CPU kernels on the same values (bf16 inputs
+ * are rounded first, so both sides see identical numbers) give the
+ * reference. Error measure: ||gpu - ref||_2 / ||ref||_2 over each output.
+ * Tolerances, stated once:
+ *   fp32 (full fp32 arithmetic, another summation order):  1e-5
+ *   bf16 storage, fp32 arithmetic (tensor-core GEMMs):     1e-2
+ * Backward outputs start from random values, so the accumulate (+=)
+ * contract is checked too. Also: determinism (bit-identical repeats), the
+ * fused epilogues against their unfused form, out-of-range tokens and
+ * targets, AdamW with the bf16 copy and a device-side gradient scale.
+ * Each comparison prints one line to stdout. Exits 77 (skipped) when the
+ * build has no CUDA or the machine no GPU.
+ */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "trainrun/error.h"
+#include "trainrun/kernels.h"
+#include "trainrun/tensor.h"
+
+#ifdef HAVE_CUDA
+#include "trainrun/kernels_cuda.h"
+
+#define TOL_F32 1e-5
+#define TOL_BF16 1e-2
+
+static const tr_device_t GPU = {TR_DEV_CUDA, 0};
+
+/* ---- helpers ---- */
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static double urand(void) { /* uniform in [-1, 1) */
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1p-52 - 1.0;
+}
+
+static float rb(float x) { return tr_bf16_to_f32(tr_f32_to_bf16(x)); }
+
+/* host fp32 tensor, random in [-scale, scale] (rounded to bf16 values when
+ * dt is TR_BF16, so CPU and GPU see the same numbers) */
+static void hrand(tr_tensor_t* t, tr_dtype_t dt, double scale, int ndim,
+                  const int64_t* shape) {
+  ck_assert_int_eq(tr_tensor_empty(t, TR_F32, TR_DEVICE_CPU, ndim, shape), 0);
+  float* p = tr_tensor_data(t);
+  for (int64_t i = 0; i < tr_tensor_numel(t); i++) {
+    float v = (float)(scale * urand());
+    p[i] = dt == TR_BF16 ? rb(v) : v;
+  }
+}
+
+static float* F(const tr_tensor_t* t) { return tr_tensor_data(t); }
+
+/* device tensor of dtype dt holding the values of host fp32 tensor h */
+static void todev(tr_tensor_t* d, const tr_tensor_t* h, tr_dtype_t dt) {
+  ck_assert_int_eq(tr_tensor_empty(d, dt, GPU, h->ndim, h->shape), 0);
+  if (dt == TR_F32) {
+    ck_assert_int_eq(tr_tensor_copy(d, h), 0);
+    return;
+  }
+  tr_tensor_t tmp;
+  ck_assert_int_eq(tr_tensor_empty(&tmp, dt, TR_DEVICE_CPU, h->ndim, h->shape),
+                   0);
+  ck_assert_int_eq(tr_tensor_copy(&tmp, h), 0);
+  ck_assert_int_eq(tr_tensor_copy(d, &tmp), 0);
+  tr_tensor_release(&tmp);
+}
+
+/* host fp32 copy of device tensor d (synchronizes) */
+static void tohost(tr_tensor_t* h, const tr_tensor_t* d) {
+  tr_tensor_t tmp;
+  ck_assert_int_eq(
+      tr_tensor_empty(&tmp, d->dtype, TR_DEVICE_CPU, d->ndim, d->shape), 0);
+  ck_assert_int_eq(tr_tensor_copy(&tmp, d), 0);
+  ck_assert_int_eq(tr_tensor_empty(h, TR_F32, TR_DEVICE_CPU, d->ndim, d->shape),
+                   0);
+  ck_assert_int_eq(tr_tensor_copy(h, &tmp), 0);
+  tr_tensor_release(&tmp);
+}
+
+static void hdup(tr_tensor_t* dst, const tr_tensor_t* src) {
+  ck_assert_int_eq(
+      tr_tensor_empty(dst, TR_F32, TR_DEVICE_CPU, src->ndim, src->shape), 0);
+  ck_assert_int_eq(tr_tensor_copy(dst, src), 0);
+}
+
+static void* D(const tr_tensor_t* t) { return tr_tensor_data(t); }
+
+/* ||y - ref|| / ||ref|| over n floats; a NaN anywhere gives infinity */
+static double relerr(const float* y, const float* ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(y[i]) || isinf(y[i])) return INFINITY;
+    double d = (double)y[i] - ref[i];
+    num += d * d;
+    den += (double)ref[i] * ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* compare device tensor d with host reference ref (same numel); prints the
+ * figure and asserts it is within tol */
+static void expect_close(const char* what, const tr_tensor_t* d,
+                         const tr_tensor_t* ref, double tol) {
+  tr_tensor_t h;
+  tohost(&h, d);
+  ck_assert_int_eq(tr_tensor_numel(&h), tr_tensor_numel(ref));
+  double e = relerr(F(&h), F(ref), tr_tensor_numel(ref));
+  printf("%-44s %-8s rel_err %.3e  tol %.0e  %s\n", what,
+         tr_dtype_name(d->dtype), e, tol, e <= tol ? "ok" : "FAIL");
+  fflush(stdout);
+  tr_tensor_release(&h);
+  ck_assert_msg(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
+}
+
+static void expect_host_close(const char* what, const char* dt, const float* y,
+                              const float* ref, int64_t n, double tol) {
+  double e = relerr(y, ref, n);
+  printf("%-44s %-8s rel_err %.3e  tol %.0e  %s\n", what, dt, e, tol,
+         e <= tol ? "ok" : "FAIL");
+  fflush(stdout);
+  ck_assert_msg(e <= tol, "%s: relative error %.3e above %.0e", what, e, tol);
+}
+
+static int bits_equal(const tr_tensor_t* a, const tr_tensor_t* b) {
+  tr_tensor_t ha, hb;
+  tohost(&ha, a);
+  tohost(&hb, b);
+  int eq = memcmp(D(&ha), D(&hb), tr_tensor_nbytes(&ha)) == 0;
+  tr_tensor_release(&ha);
+  tr_tensor_release(&hb);
+  return eq;
+}
+
+static double tol_of(tr_dtype_t dt) {
+  return dt == TR_BF16 ? TOL_BF16 : TOL_F32;
+}
+
+#define REL(...)                                               \
+  do {                                                         \
+    tr_tensor_t* _ts[] = {__VA_ARGS__};                        \
+    for (size_t _i = 0; _i < sizeof _ts / sizeof _ts[0]; _i++) \
+      tr_tensor_release(_ts[_i]);                              \
+  } while (0)
+
+#define SH(...) ((const int64_t[]){__VA_ARGS__})
+
+/* ---- the table ---- */
+
+START_TEST(test_table_registered) {
+  const tr_kern_ops_t* ops = tr_kern_ops(TR_DEV_CUDA);
+  ck_assert_ptr_nonnull(ops);
+  ck_assert_str_eq(ops->name, "cuda");
+  ck_assert_ptr_nonnull(ops->attention_bwd);
+  ck_assert_ptr_nonnull(ops->zero);
+  ck_assert_int_eq(tr_kern_cuda_init(), 0);
+}
+END_TEST
+
+/* ---- elementwise ---- */
+
+static void run_elementwise(tr_dtype_t dt, int64_t n) {
+  tr_tensor_t a, b, y, da, db, dy, r;
+  hrand(&a, dt, 1.0, 1, SH(n));
+  hrand(&b, dt, 1.0, 1, SH(n));
+  hrand(&y, dt, 1.0, 1, SH(n));
+  todev(&da, &a, dt);
+  todev(&db, &b, dt);
+  todev(&dy, &y, dt);
+  hdup(&r, &y);
+  char what[64];
+  /* add */
+  ck_assert_int_eq(tr_kern_add(&r, &a, &b), 0);
+  if (dt == TR_F32)
+    ck_assert_int_eq(tr_kern_add(&dy, &da, &db), 0);
+  else
+    ck_assert_int_eq(tr_kern_cuda_add(dt, D(&dy), D(&da), D(&db), n, NULL), 0);
+  snprintf(what, sizeof what, "add n=%lld", (long long)n);
+  expect_close(what, &dy, &r, tol_of(dt));
+  /* accumulate: y += a, then scale y *= -0.75 */
+  ck_assert_int_eq(tr_kern_accumulate(&r, &a), 0);
+  ck_assert_int_eq(tr_kern_scale(&r, -0.75f), 0);
+  if (dt == TR_F32) {
+    ck_assert_int_eq(tr_kern_accumulate(&dy, &da), 0);
+    ck_assert_int_eq(tr_kern_scale(&dy, -0.75f), 0);
+  } else {
+    ck_assert_int_eq(tr_kern_cuda_accumulate(dt, D(&dy), D(&da), n, NULL), 0);
+    ck_assert_int_eq(tr_kern_cuda_scale(dt, D(&dy), -0.75f, n, NULL), 0);
+  }
+  snprintf(what, sizeof what, "accumulate+scale n=%lld", (long long)n);
+  expect_close(what, &dy, &r, tol_of(dt));
+  REL(&a, &b, &y, &da, &db, &dy, &r);
+}
+
+START_TEST(test_elementwise) {
+  run_elementwise(TR_F32, 100003);
+  run_elementwise(TR_BF16, 100003);
+  run_elementwise(TR_BF16, 4096);
+  /* zero through the table */
+  tr_tensor_t h, d;
+  hrand(&h, TR_F32, 1.0, 1, SH(1001));
+  todev(&d, &h, TR_F32);
+  ck_assert_int_eq(tr_kern_zero(&d), 0);
+  tr_tensor_t back;
+  tohost(&back, &d);
+  for (int i = 0; i < 1001; i++) ck_assert_float_eq(F(&back)[i], 0.0f);
+  REL(&h, &d, &back);
+}
+END_TEST
+
+START_TEST(test_convert) {
+  const int64_t n = 4099;
+  tr_tensor_t h, d32, d16, b16, back;
+  hrand(&h, TR_F32, 3.0, 1, SH(n));
+  todev(&d32, &h, TR_F32);
+  ck_assert_int_eq(tr_tensor_empty(&d16, TR_BF16, GPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&b16, TR_F32, GPU, 1, SH(n)), 0);
+  ck_assert_int_eq(
+      tr_kern_cuda_convert(TR_BF16, D(&d16), TR_F32, D(&d32), n, NULL), 0);
+  ck_assert_int_eq(
+      tr_kern_cuda_convert(TR_F32, D(&b16), TR_BF16, D(&d16), n, NULL), 0);
+  tohost(&back, &b16);
+  for (int64_t i = 0; i < n; i++)
+    ck_assert_float_eq(F(&back)[i], rb(F(&h)[i])); /* round to nearest even */
+  printf("%-44s %-8s exact\n", "convert f32 -> bf16 -> f32", "bfloat16");
+  REL(&h, &d32, &d16, &b16, &back);
+}
+END_TEST
+
+/* ---- activations ---- */
+
+static void run_gelu(tr_dtype_t dt, int64_t n) {
+  tr_tensor_t x, g, dx, ref_out, dref, dd_x, dd_g, dd_out, dd_dx;
+  hrand(&x, dt, 3.0, 1, SH(n));
+  hrand(&g, dt, 1.0, 1, SH(n));
+  hrand(&dx, dt, 0.5, 1, SH(n));
+  hdup(&dref, &dx);
+  ck_assert_int_eq(tr_tensor_empty(&ref_out, TR_F32, TR_DEVICE_CPU, 1, SH(n)),
+                   0);
+  ck_assert_int_eq(tr_kern_gelu_fwd(&ref_out, &x), 0);
+  ck_assert_int_eq(tr_kern_gelu_bwd(&dref, &g, &x), 0);
+  todev(&dd_x, &x, dt);
+  todev(&dd_g, &g, dt);
+  todev(&dd_dx, &dx, dt);
+  ck_assert_int_eq(tr_tensor_empty(&dd_out, dt, GPU, 1, SH(n)), 0);
+  if (dt == TR_F32) {
+    ck_assert_int_eq(tr_kern_gelu_fwd(&dd_out, &dd_x), 0);
+    ck_assert_int_eq(tr_kern_gelu_bwd(&dd_dx, &dd_g, &dd_x), 0);
+  } else {
+    ck_assert_int_eq(tr_kern_cuda_gelu_fwd(dt, D(&dd_out), D(&dd_x), n, NULL),
+                     0);
+    ck_assert_int_eq(
+        tr_kern_cuda_gelu_bwd(dt, D(&dd_dx), D(&dd_g), D(&dd_x), n, NULL), 0);
+  }
+  expect_close("gelu_fwd", &dd_out, &ref_out, tol_of(dt));
+  expect_close("gelu_bwd (+=)", &dd_dx, &dref, tol_of(dt));
+  REL(&x, &g, &dx, &ref_out, &dref, &dd_x, &dd_g, &dd_out, &dd_dx);
+}
+
+static void run_swiglu(tr_dtype_t dt, int64_t n) {
+  tr_tensor_t gt, up, go, dg, du, ref, rdg, rdu, d_gt, d_up, d_go, d_dg, d_du,
+      d_out;
+  hrand(&gt, dt, 4.0, 1, SH(n));
+  hrand(&up, dt, 2.0, 1, SH(n));
+  hrand(&go, dt, 1.0, 1, SH(n));
+  hrand(&dg, dt, 0.5, 1, SH(n));
+  hrand(&du, dt, 0.5, 1, SH(n));
+  hdup(&rdg, &dg);
+  hdup(&rdu, &du);
+  ck_assert_int_eq(tr_tensor_empty(&ref, TR_F32, TR_DEVICE_CPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_kern_swiglu_fwd(&ref, &gt, &up), 0);
+  ck_assert_int_eq(tr_kern_swiglu_bwd(&rdg, &rdu, &go, &gt, &up), 0);
+  todev(&d_gt, &gt, dt);
+  todev(&d_up, &up, dt);
+  todev(&d_go, &go, dt);
+  todev(&d_dg, &dg, dt);
+  todev(&d_du, &du, dt);
+  ck_assert_int_eq(tr_tensor_empty(&d_out, dt, GPU, 1, SH(n)), 0);
+  if (dt == TR_F32) {
+    ck_assert_int_eq(tr_kern_swiglu_fwd(&d_out, &d_gt, &d_up), 0);
+    ck_assert_int_eq(tr_kern_swiglu_bwd(&d_dg, &d_du, &d_go, &d_gt, &d_up), 0);
+  } else {
+    ck_assert_int_eq(
+        tr_kern_cuda_swiglu_fwd(dt, D(&d_out), D(&d_gt), D(&d_up), n, NULL), 0);
+    ck_assert_int_eq(tr_kern_cuda_swiglu_bwd(dt, D(&d_dg), D(&d_du), D(&d_go),
+                                             D(&d_gt), D(&d_up), n, NULL),
+                     0);
+  }
+  expect_close("swiglu_fwd", &d_out, &ref, tol_of(dt));
+  expect_close("swiglu_bwd dgate (+=)", &d_dg, &rdg, tol_of(dt));
+  expect_close("swiglu_bwd dup (+=)", &d_du, &rdu, tol_of(dt));
+  REL(&gt, &up, &go, &dg, &du, &ref, &rdg, &rdu, &d_gt, &d_up, &d_go, &d_dg,
+      &d_du, &d_out);
+}
+
+START_TEST(test_activations) {
+  run_gelu(TR_F32, 65537);
+  run_gelu(TR_BF16, 65537);
+  run_swiglu(TR_F32, 65537);
+  run_swiglu(TR_BF16, 65536);
+}
+END_TEST
+
+/* ---- norms ---- */
+
+/* rms: RMSNorm (no mean, no bias); resid: fused residual add first */
+static void run_norm(tr_dtype_t dt, int64_t N, int C, int rms, int resid) {
+  char what[96];
+  const char* name = rms ? "rmsnorm" : "layernorm";
+  tr_tensor_t a, b2, x, w, bias, dout, dinp, dw, db, out, mean, rstd, rdinp,
+      rdw, rdb;
+  hrand(&a, dt, 2.0, 2, SH(N, C));
+  hrand(&b2, dt, 1.0, 2, SH(N, C));
+  hrand(&w, dt, 1.0, 1, SH(C));
+  hrand(&bias, dt, 0.5, 1, SH(C));
+  hrand(&dout, dt, 1.0, 2, SH(N, C));
+  hrand(&dinp, dt, 0.5, 2, SH(N, C));
+  hrand(&dw, TR_F32, 0.5, 1, SH(C));
+  hrand(&db, TR_F32, 0.5, 1, SH(C));
+  /* for a fused residual the input is round(a + b2), as the kernel keeps */
+  hdup(&x, &a);
+  if (resid) {
+    ck_assert_int_eq(tr_kern_accumulate(&x, &b2), 0);
+    if (dt == TR_BF16)
+      for (int64_t i = 0; i < N * C; i++) F(&x)[i] = rb(F(&x)[i]);
+  }
+  ck_assert_int_eq(tr_tensor_empty(&out, TR_F32, TR_DEVICE_CPU, 2, SH(N, C)),
+                   0);
+  ck_assert_int_eq(tr_tensor_empty(&mean, TR_F32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&rstd, TR_F32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  hdup(&rdinp, &dinp);
+  hdup(&rdw, &dw);
+  hdup(&rdb, &db);
+  if (rms) {
+    ck_assert_int_eq(tr_kern_rmsnorm_fwd(&out, &rstd, &x, &w, 1e-5f), 0);
+    ck_assert_int_eq(tr_kern_rmsnorm_bwd(&rdinp, &rdw, &dout, &x, &w, &rstd),
+                     0);
+  } else {
+    ck_assert_int_eq(
+        tr_kern_layernorm_fwd(&out, &mean, &rstd, &x, &w, &bias, 1e-5f), 0);
+    ck_assert_int_eq(
+        tr_kern_layernorm_bwd(&rdinp, &rdw, &rdb, &dout, &x, &w, &mean, &rstd),
+        0);
+  }
+  tr_tensor_t d_a, d_b2, d_w, d_bias, d_dout, d_dinp, d_dw, d_db, d_out, d_mean,
+      d_rstd, d_res;
+  todev(&d_a, &a, dt);
+  todev(&d_b2, &b2, dt);
+  todev(&d_w, &w, dt);
+  todev(&d_bias, &bias, dt);
+  todev(&d_dout, &dout, dt);
+  todev(&d_dinp, &dinp, dt);
+  todev(&d_dw, &dw, TR_F32);
+  todev(&d_db, &db, TR_F32);
+  ck_assert_int_eq(tr_tensor_empty(&d_out, dt, GPU, 2, SH(N, C)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_res, dt, GPU, 2, SH(N, C)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_mean, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_rstd, TR_F32, GPU, 1, SH(N)), 0);
+  if (dt == TR_F32 && !resid) { /* through the table */
+    if (rms) {
+      ck_assert_int_eq(tr_kern_rmsnorm_fwd(&d_out, &d_rstd, &d_a, &d_w, 1e-5f),
+                       0);
+      ck_assert_int_eq(
+          tr_kern_rmsnorm_bwd(&d_dinp, &d_dw, &d_dout, &d_a, &d_w, &d_rstd), 0);
+    } else {
+      ck_assert_int_eq(tr_kern_layernorm_fwd(&d_out, &d_mean, &d_rstd, &d_a,
+                                             &d_w, &d_bias, 1e-5f),
+                       0);
+      ck_assert_int_eq(tr_kern_layernorm_bwd(&d_dinp, &d_dw, &d_db, &d_dout,
+                                             &d_a, &d_w, &d_mean, &d_rstd),
+                       0);
+    }
+  } else {
+    void* xin = D(&d_a);
+    if (resid) {
+      xin = D(&d_res);
+      if (rms)
+        ck_assert_int_eq(tr_kern_cuda_residual_rmsnorm_fwd(
+                             dt, D(&d_res), D(&d_out), D(&d_rstd), D(&d_a),
+                             D(&d_b2), D(&d_w), N, C, 1e-5f, NULL),
+                         0);
+      else
+        ck_assert_int_eq(
+            tr_kern_cuda_residual_layernorm_fwd(
+                dt, D(&d_res), D(&d_out), D(&d_mean), D(&d_rstd), D(&d_a),
+                D(&d_b2), D(&d_w), D(&d_bias), N, C, 1e-5f, NULL),
+            0);
+    } else if (rms) {
+      ck_assert_int_eq(
+          tr_kern_cuda_rmsnorm_fwd(dt, D(&d_out), D(&d_rstd), D(&d_a), D(&d_w),
+                                   N, C, 1e-5f, NULL),
+          0);
+    } else {
+      ck_assert_int_eq(tr_kern_cuda_layernorm_fwd(
+                           dt, D(&d_out), D(&d_mean), D(&d_rstd), D(&d_a),
+                           D(&d_w), D(&d_bias), N, C, 1e-5f, NULL),
+                       0);
+    }
+    if (rms)
+      ck_assert_int_eq(
+          tr_kern_cuda_rmsnorm_bwd(dt, D(&d_dinp), D(&d_dw), D(&d_dout), xin,
+                                   D(&d_w), D(&d_rstd), N, C, NULL),
+          0);
+    else
+      ck_assert_int_eq(tr_kern_cuda_layernorm_bwd(
+                           dt, D(&d_dinp), D(&d_dw), D(&d_db), D(&d_dout), xin,
+                           D(&d_w), D(&d_mean), D(&d_rstd), N, C, NULL),
+                       0);
+  }
+  double tol = tol_of(dt);
+  snprintf(what, sizeof what, "%s%s_fwd N=%lld C=%d", resid ? "residual_" : "",
+           name, (long long)N, C);
+  expect_close(what, &d_out, &out, tol);
+  if (resid) {
+    snprintf(what, sizeof what, "%s residual sum", name);
+    expect_close(what, &d_res, &x, tol);
+  }
+  snprintf(what, sizeof what, "%s rstd", name);
+  expect_close(what, &d_rstd, &rstd, dt == TR_F32 ? TOL_F32 : 1e-3);
+  if (!rms)
+    expect_close("layernorm mean", &d_mean, &mean,
+                 dt == TR_F32 ? TOL_F32 : 1e-3);
+  snprintf(what, sizeof what, "%s_bwd dinp (+=) N=%lld C=%d", name,
+           (long long)N, C);
+  expect_close(what, &d_dinp, &rdinp, tol);
+  snprintf(what, sizeof what, "%s_bwd dweight (+=, fp32)", name);
+  expect_close(what, &d_dw, &rdw, tol);
+  if (!rms) expect_close("layernorm_bwd dbias (+=, fp32)", &d_db, &rdb, tol);
+  /* determinism: the weight gradient again from the same start */
+  if (!resid) {
+    tr_tensor_t d_dw2;
+    todev(&d_dw2, &dw, TR_F32);
+    if (rms)
+      ck_assert_int_eq(
+          tr_kern_cuda_rmsnorm_bwd(dt, NULL, D(&d_dw2), D(&d_dout), D(&d_a),
+                                   D(&d_w), D(&d_rstd), N, C, NULL),
+          0);
+    else
+      ck_assert_int_eq(tr_kern_cuda_layernorm_bwd(
+                           dt, NULL, D(&d_dw2), NULL, D(&d_dout), D(&d_a),
+                           D(&d_w), D(&d_mean), D(&d_rstd), N, C, NULL),
+                       0);
+    ck_assert_msg(bits_equal(&d_dw, &d_dw2),
+                  "%s weight gradient differs between runs", name);
+    tr_tensor_release(&d_dw2);
+  }
+  REL(&a, &b2, &x, &w, &bias, &dout, &dinp, &dw, &db, &out, &mean, &rstd,
+      &rdinp, &rdw, &rdb, &d_a, &d_b2, &d_w, &d_bias, &d_dout, &d_dinp, &d_dw,
+      &d_db, &d_out, &d_mean, &d_rstd, &d_res);
+}
+
+START_TEST(test_layernorm) {
+  run_norm(TR_F32, 300, 768, 0, 0);
+  run_norm(TR_F32, 67, 100, 0, 0); /* C not a multiple of the pack */
+  run_norm(TR_BF16, 300, 768, 0, 0);
+  run_norm(TR_BF16, 67, 100, 0, 0);
+  run_norm(TR_BF16, 1000, 2048, 0, 1);
+  run_norm(TR_F32, 128, 256, 0, 1);
+}
+END_TEST
+
+START_TEST(test_rmsnorm) {
+  run_norm(TR_F32, 300, 512, 1, 0);
+  run_norm(TR_F32, 45, 60, 1, 0);
+  run_norm(TR_BF16, 300, 512, 1, 0);
+  run_norm(TR_BF16, 1000, 4096, 1, 1);
+}
+END_TEST
+
+/* ---- GEMM and linear ---- */
+
+static void run_gemm(tr_dtype_t ab, tr_dtype_t c, int ta, int tb, int64_t M,
+                     int64_t N, int64_t K, float alpha, float beta) {
+  tr_tensor_t A, B, C0, R, dA, dB, dC;
+  hrand(&A, ab, 1.0, 2, ta ? SH(K, M) : SH(M, K));
+  hrand(&B, ab, 1.0, 2, tb ? SH(N, K) : SH(K, N));
+  hrand(&C0, c, 1.0, 2, SH(M, N));
+  hdup(&R, &C0);
+  ck_assert_int_eq(tr_kern_gemm(&R, &A, ta, &B, tb, alpha, beta), 0);
+  todev(&dA, &A, ab);
+  todev(&dB, &B, ab);
+  todev(&dC, &C0, c);
+  if (ab == TR_F32 && c == TR_F32) {
+    ck_assert_int_eq(tr_kern_gemm(&dC, &dA, ta, &dB, tb, alpha, beta), 0);
+  } else {
+    tr_cuda_gemm_t g;
+    memset(&g, 0, sizeof g);
+    g.transa = ta;
+    g.transb = tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = D(&dA);
+    g.lda = ta ? M : K;
+    g.B = D(&dB);
+    g.ldb = tb ? K : N;
+    g.C = D(&dC);
+    g.ldc = N;
+    g.ab_type = ab;
+    g.c_type = c;
+    g.alpha = alpha;
+    g.beta = beta;
+    ck_assert_int_eq(tr_kern_cuda_gemm(&g, NULL), 0);
+  }
+  char what[96];
+  snprintf(what, sizeof what, "gemm %s%s %lldx%lldx%lld b=%g -> %s",
+           ta ? "T" : "N", tb ? "T" : "N", (long long)M, (long long)N,
+           (long long)K, beta, tr_dtype_name(c));
+  expect_close(what, &dC, &R, ab == TR_BF16 ? TOL_BF16 : TOL_F32);
+  REL(&A, &B, &C0, &R, &dA, &dB, &dC);
+}
+
+START_TEST(test_gemm) {
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      run_gemm(TR_F32, TR_F32, ta, tb, 96, 80, 64, 1.0f, 0.0f);
+      run_gemm(TR_F32, TR_F32, ta, tb, 37, 53, 29, 0.5f, 1.0f);
+      run_gemm(TR_BF16, TR_BF16, ta, tb, 256, 192, 320, 1.0f, 0.0f);
+      run_gemm(TR_BF16, TR_F32, ta, tb, 128, 96, 512, 1.0f, 1.0f);
+    }
+  run_gemm(TR_BF16, TR_BF16, 0, 0, 33, 17, 9, 1.0f, 0.5f);
+}
+END_TEST
+
+/* linear forward/backward; gelu: GELU fused after the forward GEMM (pre
+ * kept) and, in the backward, fused into the GEMM of the layer that
+ * consumes the GELU's output */
+static void run_linear(tr_dtype_t dt, int64_t N, int IC, int OC, int bias) {
+  char what[96];
+  tr_tensor_t x, w, bv, dout, dinp, dw, db, out, rdinp, rdw, rdb;
+  hrand(&x, dt, 1.0, 2, SH(N, IC));
+  hrand(&w, dt, 0.2, 2, SH(OC, IC));
+  hrand(&bv, dt, 0.5, 1, SH(OC));
+  hrand(&dout, dt, 1.0, 2, SH(N, OC));
+  hrand(&dinp, dt, 0.5, 2, SH(N, IC));
+  hrand(&dw, TR_F32, 0.5, 2, SH(OC, IC));
+  hrand(&db, TR_F32, 0.5, 1, SH(OC));
+  hdup(&rdinp, &dinp);
+  hdup(&rdw, &dw);
+  hdup(&rdb, &db);
+  ck_assert_int_eq(tr_tensor_empty(&out, TR_F32, TR_DEVICE_CPU, 2, SH(N, OC)),
+                   0);
+  ck_assert_int_eq(tr_kern_linear_fwd(&out, &x, &w, bias ? &bv : NULL), 0);
+  ck_assert_int_eq(
+      tr_kern_linear_bwd(&rdinp, &rdw, bias ? &rdb : NULL, &dout, &x, &w), 0);
+  tr_tensor_t d_x, d_w, d_b, d_dout, d_dinp, d_dw, d_db, d_out;
+  todev(&d_x, &x, dt);
+  todev(&d_w, &w, dt);
+  todev(&d_b, &bv, dt);
+  todev(&d_dout, &dout, dt);
+  todev(&d_dinp, &dinp, dt);
+  todev(&d_dw, &dw, TR_F32);
+  todev(&d_db, &db, TR_F32);
+  ck_assert_int_eq(tr_tensor_empty(&d_out, dt, GPU, 2, SH(N, OC)), 0);
+  if (dt == TR_F32) {
+    ck_assert_int_eq(tr_kern_linear_fwd(&d_out, &d_x, &d_w, bias ? &d_b : NULL),
+                     0);
+    ck_assert_int_eq(tr_kern_linear_bwd(&d_dinp, &d_dw, bias ? &d_db : NULL,
+                                        &d_dout, &d_x, &d_w),
+                     0);
+  } else {
+    ck_assert_int_eq(
+        tr_kern_cuda_linear_fwd(dt, D(&d_out), NULL, D(&d_x), D(&d_w),
+                                bias ? D(&d_b) : NULL, N, IC, OC, 0, NULL),
+        0);
+    ck_assert_int_eq(tr_kern_cuda_linear_bwd(
+                         dt, D(&d_dinp), D(&d_dw), bias ? D(&d_db) : NULL,
+                         D(&d_dout), D(&d_x), D(&d_w), NULL, N, IC, OC, NULL),
+                     0);
+  }
+  double tol = tol_of(dt);
+  snprintf(what, sizeof what, "linear_fwd%s %lldx%d->%d", bias ? "+bias" : "",
+           (long long)N, IC, OC);
+  expect_close(what, &d_out, &out, tol);
+  expect_close("linear_bwd dinp (+=)", &d_dinp, &rdinp, tol);
+  expect_close("linear_bwd dweight (+=, fp32)", &d_dw, &rdw, tol);
+  if (bias) expect_close("linear_bwd dbias (+=, fp32)", &d_db, &rdb, tol);
+  REL(&x, &w, &bv, &dout, &dinp, &dw, &db, &out, &rdinp, &rdw, &rdb, &d_x, &d_w,
+      &d_b, &d_dout, &d_dinp, &d_dw, &d_db, &d_out);
+}
+
+START_TEST(test_linear) {
+  run_linear(TR_F32, 200, 96, 160, 1);
+  run_linear(TR_F32, 77, 33, 45, 0);
+  run_linear(TR_BF16, 512, 256, 384, 1);
+  run_linear(TR_BF16, 300, 128, 64, 0);
+}
+END_TEST
+
+/* fc (GELU fused, pre kept) then proj whose backward fuses the GELU's */
+static void run_mlp_gelu(tr_dtype_t dt) {
+  const int64_t N = 256;
+  const int C = 128, H4 = 512;
+  tr_tensor_t x, w1, b1, w2, dy, rpre, ract, rdact, rdpre;
+  hrand(&x, dt, 1.0, 2, SH(N, C));
+  hrand(&w1, dt, 0.2, 2, SH(H4, C));
+  hrand(&b1, dt, 0.5, 1, SH(H4));
+  hrand(&w2, dt, 0.1, 2, SH(C, H4));
+  hrand(&dy, dt, 1.0, 2, SH(N, C));
+  /* reference: pre = x w1^T + b1 ; act = gelu(pre) ; dact = dy w2 ;
+   * dpre = dact * gelu'(pre) */
+  ck_assert_int_eq(tr_tensor_empty(&rpre, TR_F32, TR_DEVICE_CPU, 2, SH(N, H4)),
+                   0);
+  ck_assert_int_eq(tr_tensor_empty(&ract, TR_F32, TR_DEVICE_CPU, 2, SH(N, H4)),
+                   0);
+  ck_assert_int_eq(tr_tensor_zeros(&rdact, TR_F32, TR_DEVICE_CPU, 2, SH(N, H4)),
+                   0);
+  ck_assert_int_eq(tr_tensor_zeros(&rdpre, TR_F32, TR_DEVICE_CPU, 2, SH(N, H4)),
+                   0);
+  ck_assert_int_eq(tr_kern_linear_fwd(&rpre, &x, &w1, &b1), 0);
+  if (dt == TR_BF16) /* the kernel keeps pre in bf16 */
+    for (int64_t i = 0; i < N * H4; i++) F(&rpre)[i] = rb(F(&rpre)[i]);
+  ck_assert_int_eq(tr_kern_gelu_fwd(&ract, &rpre), 0);
+  ck_assert_int_eq(tr_kern_linear_bwd(&rdact, NULL, NULL, &dy, &ract, &w2), 0);
+  ck_assert_int_eq(tr_kern_gelu_bwd(&rdpre, &rdact, &rpre), 0);
+  tr_tensor_t d_x, d_w1, d_b1, d_w2, d_dy, d_pre, d_act, d_dpre;
+  todev(&d_x, &x, dt);
+  todev(&d_w1, &w1, dt);
+  todev(&d_b1, &b1, dt);
+  todev(&d_w2, &w2, dt);
+  todev(&d_dy, &dy, dt);
+  ck_assert_int_eq(tr_tensor_empty(&d_pre, dt, GPU, 2, SH(N, H4)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_act, dt, GPU, 2, SH(N, H4)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_dpre, dt, GPU, 2, SH(N, H4)), 0);
+  ck_assert_int_eq(
+      tr_kern_cuda_linear_fwd(dt, D(&d_act), D(&d_pre), D(&d_x), D(&d_w1),
+                              D(&d_b1), N, C, H4, 1, NULL),
+      0);
+  ck_assert_int_eq(
+      tr_kern_cuda_linear_bwd(dt, D(&d_dpre), NULL, NULL, D(&d_dy), D(&d_act),
+                              D(&d_w2), D(&d_pre), N, H4, C, NULL),
+      0);
+  double tol = tol_of(dt);
+  expect_close("linear_fwd + fused gelu: pre", &d_pre, &rpre, tol);
+  expect_close("linear_fwd + fused gelu: out", &d_act, &ract, tol);
+  expect_close("linear_bwd + fused dgelu: dpre", &d_dpre, &rdpre, tol);
+  REL(&x, &w1, &b1, &w2, &dy, &rpre, &ract, &rdact, &rdpre, &d_x, &d_w1, &d_b1,
+      &d_w2, &d_dy, &d_pre, &d_act, &d_dpre);
+}
+
+START_TEST(test_mlp_gelu_epilogues) {
+  run_mlp_gelu(TR_F32);
+  run_mlp_gelu(TR_BF16);
+}
+END_TEST
+
+/* ---- RoPE ---- */
+
+static void run_rope(tr_dtype_t dt, int B, int T, int H, int D_, int pad) {
+  int64_t W = (int64_t)H * D_ + pad; /* row stride: a slice of a wider row */
+  tr_tensor_t full, ref_full, cs, sn, d_full, d_cs, d_sn;
+  hrand(&full, dt, 1.0, 3, SH(B, T, W));
+  hdup(&ref_full, &full);
+  ck_assert_int_eq(
+      tr_tensor_empty(&cs, TR_F32, TR_DEVICE_CPU, 2, SH(T, D_ / 2)), 0);
+  ck_assert_int_eq(
+      tr_tensor_empty(&sn, TR_F32, TR_DEVICE_CPU, 2, SH(T, D_ / 2)), 0);
+  tr_rope_scaling_t sc = {8.0f, 1.0f, 4.0f, 64};
+  ck_assert_int_eq(tr_kern_rope_table(F(&cs), F(&sn), T, D_, 500000.0, &sc), 0);
+  tr_tensor_t rv;
+  ck_assert_int_eq(tr_tensor_narrow(&rv, &ref_full, 2, 0, (int64_t)H * D_), 0);
+  ck_assert_int_eq(tr_kern_rope(&rv, H, &cs, &sn, 0), 0);
+  todev(&d_full, &full, dt);
+  todev(&d_cs, &cs, TR_F32);
+  todev(&d_sn, &sn, TR_F32);
+  tr_tensor_t dv;
+  ck_assert_int_eq(tr_tensor_narrow(&dv, &d_full, 2, 0, (int64_t)H * D_), 0);
+  if (dt == TR_F32)
+    ck_assert_int_eq(tr_kern_rope(&dv, H, &d_cs, &d_sn, 0), 0);
+  else
+    ck_assert_int_eq(tr_kern_cuda_rope(dt, D(&dv), F(&d_cs), F(&d_sn), B, T, H,
+                                       D_, W, 0, NULL),
+                     0);
+  char what[96];
+  snprintf(what, sizeof what, "rope B=%d T=%d H=%d D=%d stride=%lld", B, T, H,
+           D_, (long long)W);
+  expect_close(what, &d_full, &ref_full, tol_of(dt));
+  /* the inverse (the backward) gives the input back */
+  if (dt == TR_F32)
+    ck_assert_int_eq(tr_kern_rope(&dv, H, &d_cs, &d_sn, 1), 0);
+  else
+    ck_assert_int_eq(tr_kern_cuda_rope(dt, D(&dv), F(&d_cs), F(&d_sn), B, T, H,
+                                       D_, W, 1, NULL),
+                     0);
+  expect_close("rope inverse restores the input", &d_full, &full,
+               dt == TR_BF16 ? TOL_BF16 : 1e-6);
+  REL(&full, &ref_full, &cs, &sn, &d_full, &d_cs, &d_sn, &rv, &dv);
+}
+
+START_TEST(test_rope) {
+  run_rope(TR_F32, 2, 33, 4, 64, 128);
+  run_rope(TR_F32, 1, 17, 3, 6, 5);
+  run_rope(TR_BF16, 2, 64, 8, 128, 256);
+  run_rope(TR_BF16, 2, 19, 2, 10, 4);
+}
+END_TEST
+
+/* ---- embedding ---- */
+
+static void run_embedding(tr_dtype_t dt, int B, int T, int C, int V,
+                          int with_wpe) {
+  tr_tensor_t tok, wte, wpe, dout, dwte, dwpe, out, rdwte, rdwpe;
+  ck_assert_int_eq(tr_tensor_empty(&tok, TR_I32, TR_DEVICE_CPU, 2, SH(B, T)),
+                   0);
+  for (int i = 0; i < B * T; i++) /* few distinct tokens: many repeats */
+    ((int32_t*)D(&tok))[i] = (int32_t)((urand() + 1.0) * 0.5 * (V / 4 + 1)) % V;
+  hrand(&wte, dt, 1.0, 2, SH(V, C));
+  hrand(&wpe, dt, 1.0, 2, SH(T + 3, C));
+  hrand(&dout, dt, 1.0, 3, SH(B, T, C));
+  hrand(&dwte, TR_F32, 0.5, 2, SH(V, C));
+  hrand(&dwpe, TR_F32, 0.5, 2, SH(T + 3, C));
+  hdup(&rdwte, &dwte);
+  hdup(&rdwpe, &dwpe);
+  ck_assert_int_eq(tr_tensor_empty(&out, TR_F32, TR_DEVICE_CPU, 3, SH(B, T, C)),
+                   0);
+  ck_assert_int_eq(
+      tr_kern_embedding_fwd(&out, &tok, &wte, with_wpe ? &wpe : NULL), 0);
+  ck_assert_int_eq(
+      tr_kern_embedding_bwd(&rdwte, with_wpe ? &rdwpe : NULL, &dout, &tok), 0);
+  tr_tensor_t d_tok, d_wte, d_wpe, d_dout, d_dwte, d_dwpe, d_out, d_dwte2;
+  ck_assert_int_eq(tr_tensor_empty(&d_tok, TR_I32, GPU, 2, SH(B, T)), 0);
+  ck_assert_int_eq(tr_tensor_copy(&d_tok, &tok), 0);
+  todev(&d_wte, &wte, dt);
+  todev(&d_wpe, &wpe, dt);
+  todev(&d_dout, &dout, dt);
+  todev(&d_dwte, &dwte, TR_F32);
+  todev(&d_dwte2, &dwte, TR_F32);
+  todev(&d_dwpe, &dwpe, TR_F32);
+  ck_assert_int_eq(tr_tensor_empty(&d_out, dt, GPU, 3, SH(B, T, C)), 0);
+  if (dt == TR_F32) {
+    ck_assert_int_eq(
+        tr_kern_embedding_fwd(&d_out, &d_tok, &d_wte, with_wpe ? &d_wpe : NULL),
+        0);
+    ck_assert_int_eq(tr_kern_embedding_bwd(&d_dwte, with_wpe ? &d_dwpe : NULL,
+                                           &d_dout, &d_tok),
+                     0);
+  } else {
+    ck_assert_int_eq(tr_kern_cuda_embedding_fwd(
+                         dt, D(&d_out), D(&d_tok), D(&d_wte),
+                         with_wpe ? D(&d_wpe) : NULL, B, T, C, V, NULL),
+                     0);
+    ck_assert_int_eq(
+        tr_kern_cuda_embedding_bwd(dt, D(&d_dwte), with_wpe ? D(&d_dwpe) : NULL,
+                                   D(&d_dout), D(&d_tok), B, T, C, V, NULL),
+        0);
+  }
+  ck_assert_int_eq(tr_kern_cuda_embedding_bwd(dt, D(&d_dwte2), NULL, D(&d_dout),
+                                              D(&d_tok), B, T, C, V, NULL),
+                   0);
+  char what[96];
+  snprintf(what, sizeof what, "embedding_fwd%s B=%d T=%d C=%d V=%d",
+           with_wpe ? "+wpe" : "", B, T, C, V);
+  expect_close(what, &d_out, &out, tol_of(dt));
+  expect_close("embedding_bwd dwte (+=, fp32)", &d_dwte, &rdwte, tol_of(dt));
+  if (with_wpe)
+    expect_close("embedding_bwd dwpe (+=, fp32)", &d_dwpe, &rdwpe, tol_of(dt));
+  ck_assert_msg(bits_equal(&d_dwte, &d_dwte2),
+                "embedding backward differs between runs");
+  REL(&tok, &wte, &wpe, &dout, &dwte, &dwpe, &out, &rdwte, &rdwpe, &d_tok,
+      &d_wte, &d_wpe, &d_dout, &d_dwte, &d_dwpe, &d_out, &d_dwte2);
+}
+
+START_TEST(test_embedding) {
+  run_embedding(TR_F32, 4, 64, 96, 500, 1);
+  run_embedding(TR_F32, 3, 50, 30, 77, 0);
+  run_embedding(TR_BF16, 8, 128, 256, 1000, 1);
+  run_embedding(TR_BF16, 2, 31, 20, 50, 1);
+}
+END_TEST
+
+START_TEST(test_embedding_bad_token) {
+  const int B = 1, T = 4, C = 16, V = 10;
+  int32_t toks[4] = {1, 10, -3, 2};
+  tr_tensor_t tok, d_tok, wte, d_wte, d_out, out;
+  ck_assert_int_eq(
+      tr_tensor_wrap(&tok, toks, TR_I32, TR_DEVICE_CPU, 2, SH(B, T)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_tok, TR_I32, GPU, 2, SH(B, T)), 0);
+  ck_assert_int_eq(tr_tensor_copy(&d_tok, &tok), 0);
+  hrand(&wte, TR_BF16, 1.0, 2, SH(V, C));
+  todev(&d_wte, &wte, TR_BF16);
+  ck_assert_int_eq(tr_tensor_empty(&d_out, TR_BF16, GPU, 3, SH(B, T, C)), 0);
+  ck_assert_int_eq(
+      tr_kern_cuda_embedding_fwd(TR_BF16, D(&d_out), D(&d_tok), D(&d_wte), NULL,
+                                 B, T, C, V, NULL),
+      0);
+  tohost(&out, &d_out);
+  for (int c = 0; c < C; c++) {
+    ck_assert_float_eq(F(&out)[c], F(&wte)[1 * C + c]);
+    ck_assert(isnan(F(&out)[1 * C + c]));
+    ck_assert(isnan(F(&out)[2 * C + c]));
+    ck_assert_float_eq(F(&out)[3 * C + c], F(&wte)[2 * C + c]);
+  }
+  printf("%-44s %-8s NaN rows as documented\n", "embedding_fwd bad tokens",
+         "bfloat16");
+  REL(&tok, &d_tok, &wte, &d_wte, &d_out, &out);
+}
+END_TEST
+
+/* ---- classifier ---- */
+
+static void make_targets(int32_t* t, int64_t N, int V) {
+  for (int64_t i = 0; i < N; i++)
+    t[i] = (int32_t)((urand() + 1.0) * 0.5 * V) % V;
+  t[N / 3] = TR_IGNORE_INDEX;
+}
+
+START_TEST(test_xent_table) {
+  const int64_t N = 70;
+  const int V = 1003;
+  tr_tensor_t lg, tg, losses, lse, d_lg, d_tg, d_losses, d_lse;
+  hrand(&lg, TR_F32, 4.0, 2, SH(N, V));
+  ck_assert_int_eq(tr_tensor_empty(&tg, TR_I32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  make_targets(D(&tg), N, V);
+  ck_assert_int_eq(tr_tensor_empty(&losses, TR_F32, TR_DEVICE_CPU, 1, SH(N)),
+                   0);
+  ck_assert_int_eq(tr_tensor_empty(&lse, TR_F32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  todev(&d_lg, &lg, TR_F32);
+  ck_assert_int_eq(tr_tensor_empty(&d_tg, TR_I32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_copy(&d_tg, &tg), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_losses, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_lse, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_kern_xent_fwd(&losses, &lse, &lg, &tg), 0);
+  ck_assert_int_eq(tr_kern_xent_bwd(&lg, &lse, &tg, 0.01f), 0);
+  ck_assert_int_eq(tr_kern_xent_fwd(&d_losses, &d_lse, &d_lg, &d_tg), 0);
+  ck_assert_int_eq(tr_kern_xent_bwd(&d_lg, &d_lse, &d_tg, 0.01f), 0);
+  expect_close("xent_fwd losses", &d_losses, &losses, TOL_F32);
+  expect_close("xent_fwd lse", &d_lse, &lse, TOL_F32);
+  expect_close("xent_bwd dlogits (in place)", &d_lg, &lg, TOL_F32);
+  /* a target out of range: TR_EINVAL */
+  int32_t bad = V;
+  tr_tensor_t one;
+  ck_assert_int_eq(tr_tensor_narrow(&one, &d_tg, 0, 5, 1), 0);
+  tr_tensor_t hb;
+  ck_assert_int_eq(tr_tensor_wrap(&hb, &bad, TR_I32, TR_DEVICE_CPU, 1, SH(1)),
+                   0);
+  ck_assert_int_eq(tr_tensor_copy(&one, &hb), 0);
+  ck_assert_int_eq(tr_kern_xent_fwd(&d_losses, &d_lse, &d_lg, &d_tg),
+                   TR_EINVAL);
+  printf("%-44s %-8s TR_EINVAL\n", "xent_fwd target out of range", "float32");
+  REL(&lg, &tg, &losses, &lse, &d_lg, &d_tg, &d_losses, &d_lse, &one, &hb);
+}
+END_TEST
+
+/* fused forward + backward, padded rows (ld > V) */
+static void run_classifier(tr_dtype_t dt, int64_t N, int V, int64_t ld) {
+  tr_tensor_t full, ref, tg, losses, lse, d_full, d_tg, d_losses, d_lse;
+  hrand(&full, dt, 5.0, 2, SH(N, ld));
+  ck_assert_int_eq(tr_tensor_empty(&tg, TR_I32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  make_targets(D(&tg), N, V);
+  /* reference on the unpadded columns: a contiguous copy */
+  ck_assert_int_eq(tr_tensor_empty(&ref, TR_F32, TR_DEVICE_CPU, 2, SH(N, V)),
+                   0);
+  for (int64_t r = 0; r < N; r++)
+    memcpy(F(&ref) + r * V, F(&full) + r * ld, sizeof(float) * (size_t)V);
+  ck_assert_int_eq(tr_tensor_empty(&losses, TR_F32, TR_DEVICE_CPU, 1, SH(N)),
+                   0);
+  ck_assert_int_eq(tr_tensor_empty(&lse, TR_F32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  float scale = 1.0f / (float)N;
+  ck_assert_int_eq(tr_kern_xent_fwd(&losses, &lse, &ref, &tg), 0);
+  ck_assert_int_eq(tr_kern_xent_bwd(&ref, &lse, &tg, scale), 0);
+  todev(&d_full, &full, dt);
+  ck_assert_int_eq(tr_tensor_empty(&d_tg, TR_I32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_copy(&d_tg, &tg), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_losses, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_lse, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(
+      tr_kern_cuda_classifier(dt, D(&d_full), ld, D(&d_losses), D(&d_lse),
+                              D(&d_tg), N, V, scale, 1, NULL, NULL),
+      0);
+  char what[96];
+  snprintf(what, sizeof what, "classifier losses N=%lld V=%d ld=%lld",
+           (long long)N, V, (long long)ld);
+  expect_close(what, &d_losses, &losses, dt == TR_F32 ? TOL_F32 : 1e-3);
+  expect_close("classifier lse", &d_lse, &lse, dt == TR_F32 ? TOL_F32 : 1e-3);
+  tr_tensor_t back;
+  tohost(&back, &d_full);
+  float* g = malloc(sizeof(float) * (size_t)(N * V));
+  for (int64_t r = 0; r < N; r++) {
+    memcpy(g + r * V, F(&back) + r * ld, sizeof(float) * (size_t)V);
+    for (int64_t c = V; c < ld; c++)
+      ck_assert_float_eq(F(&back)[r * ld + c], 0);
+  }
+  expect_host_close("classifier dlogits (fused, in place)", tr_dtype_name(dt),
+                    g, F(&ref), N * V, tol_of(dt));
+  free(g);
+  REL(&full, &ref, &tg, &losses, &lse, &d_full, &d_tg, &d_losses, &d_lse,
+      &back);
+}
+
+START_TEST(test_classifier) {
+  run_classifier(TR_F32, 64, 1000, 1024);
+  run_classifier(TR_BF16, 128, 50257, 50304);
+  run_classifier(TR_BF16, 33, 301, 301);
+}
+END_TEST
+
+/* ---- attention ---- */
+
+/* qkv: one fused buffer [B, T, (H + 2 KVH) D], as GPT-2's c_attn writes */
+static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
+                          int H, int KVH, int Dh, int accumulate) {
+  int64_t W = (int64_t)(H + 2 * KVH) * Dh;
+  tr_tensor_t qkv, dqkv, rdqkv, dout, out, lse;
+  hrand(&qkv, dt, 1.5, 3, SH(B, T, W));
+  hrand(&dout, dt, 1.0, 3, SH(B, T, (int64_t)H * Dh));
+  if (accumulate) {
+    hrand(&dqkv, dt, 0.5, 3, SH(B, T, W));
+  } else { /* overwritten: start from garbage on the device */
+    ck_assert_int_eq(
+        tr_tensor_zeros(&dqkv, TR_F32, TR_DEVICE_CPU, 3, SH(B, T, W)), 0);
+  }
+  hdup(&rdqkv, &dqkv);
+  ck_assert_int_eq(tr_tensor_empty(&out, TR_F32, TR_DEVICE_CPU, 3,
+                                   SH(B, T, (int64_t)H * Dh)),
+                   0);
+  ck_assert_int_eq(tr_tensor_empty(&lse, TR_F32, TR_DEVICE_CPU, 3, SH(B, H, T)),
+                   0);
+  tr_tensor_t q, k, v, dq, dk, dv;
+  ck_assert_int_eq(tr_tensor_narrow(&q, &qkv, 2, 0, (int64_t)H * Dh), 0);
+  ck_assert_int_eq(
+      tr_tensor_narrow(&k, &qkv, 2, (int64_t)H * Dh, (int64_t)KVH * Dh), 0);
+  ck_assert_int_eq(
+      tr_tensor_narrow(&v, &qkv, 2, (int64_t)(H + KVH) * Dh, (int64_t)KVH * Dh),
+      0);
+  ck_assert_int_eq(tr_tensor_narrow(&dq, &rdqkv, 2, 0, (int64_t)H * Dh), 0);
+  ck_assert_int_eq(
+      tr_tensor_narrow(&dk, &rdqkv, 2, (int64_t)H * Dh, (int64_t)KVH * Dh), 0);
+  ck_assert_int_eq(tr_tensor_narrow(&dv, &rdqkv, 2, (int64_t)(H + KVH) * Dh,
+                                    (int64_t)KVH * Dh),
+                   0);
+  ck_assert_int_eq(tr_kern_attention_fwd(&out, &lse, &q, &k, &v, H, KVH), 0);
+  if (dt == TR_BF16) /* the GPU keeps out in bf16: the backward reads it */
+    for (int64_t i = 0; i < tr_tensor_numel(&out); i++)
+      F(&out)[i] = rb(F(&out)[i]);
+  ck_assert_int_eq(tr_kern_attention_bwd(&dq, &dk, &dv, &dout, &q, &k, &v, &out,
+                                         &lse, H, KVH),
+                   0);
+  tr_tensor_t d_qkv, d_dqkv, d_dout, d_out, d_lse, d_dqkv2;
+  todev(&d_qkv, &qkv, dt);
+  todev(&d_dout, &dout, dt);
+  if (accumulate) {
+    todev(&d_dqkv, &dqkv, dt);
+    todev(&d_dqkv2, &dqkv, dt);
+  } else {
+    tr_tensor_t junk;
+    hrand(&junk, dt, 9.0, 3, SH(B, T, W));
+    todev(&d_dqkv, &junk, dt);
+    todev(&d_dqkv2, &junk, dt);
+    tr_tensor_release(&junk);
+  }
+  ck_assert_int_eq(
+      tr_tensor_empty(&d_out, dt, GPU, 3, SH(B, T, (int64_t)H * Dh)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_lse, TR_F32, GPU, 3, SH(B, H, T)), 0);
+  tr_kern_cuda_set_attention(impl);
+  char* base = D(&d_qkv);
+  char* dbase = D(&d_dqkv);
+  char* dbase2 = D(&d_dqkv2);
+  size_t es = tr_dtype_size(dt);
+  size_t ko = (size_t)H * Dh * es, vo = (size_t)(H + KVH) * Dh * es;
+  if (dt == TR_F32 && accumulate) { /* the table: views of cuda tensors */
+    tr_tensor_t gq, gk, gv, gdq, gdk, gdv;
+    ck_assert_int_eq(tr_tensor_narrow(&gq, &d_qkv, 2, 0, (int64_t)H * Dh), 0);
+    ck_assert_int_eq(
+        tr_tensor_narrow(&gk, &d_qkv, 2, (int64_t)H * Dh, (int64_t)KVH * Dh),
+        0);
+    ck_assert_int_eq(tr_tensor_narrow(&gv, &d_qkv, 2, (int64_t)(H + KVH) * Dh,
+                                      (int64_t)KVH * Dh),
+                     0);
+    ck_assert_int_eq(tr_tensor_narrow(&gdq, &d_dqkv, 2, 0, (int64_t)H * Dh), 0);
+    ck_assert_int_eq(
+        tr_tensor_narrow(&gdk, &d_dqkv, 2, (int64_t)H * Dh, (int64_t)KVH * Dh),
+        0);
+    ck_assert_int_eq(tr_tensor_narrow(&gdv, &d_dqkv, 2, (int64_t)(H + KVH) * Dh,
+                                      (int64_t)KVH * Dh),
+                     0);
+    ck_assert_int_eq(
+        tr_kern_attention_fwd(&d_out, &d_lse, &gq, &gk, &gv, H, KVH), 0);
+    ck_assert_int_eq(tr_kern_attention_bwd(&gdq, &gdk, &gdv, &d_dout, &gq, &gk,
+                                           &gv, &d_out, &d_lse, H, KVH),
+                     0);
+    REL(&gq, &gk, &gv, &gdq, &gdk, &gdv);
+  } else {
+    ck_assert_int_eq(
+        tr_kern_cuda_attention_fwd(dt, D(&d_out), D(&d_lse), base, base + ko,
+                                   base + vo, B, T, H, KVH, Dh, W, W, NULL),
+        0);
+    ck_assert_int_eq(tr_kern_cuda_attention_bwd(
+                         dt, dbase, dbase + ko, dbase + vo, D(&d_dout), base,
+                         base + ko, base + vo, D(&d_out), D(&d_lse), B, T, H,
+                         KVH, Dh, W, W, accumulate, NULL),
+                     0);
+  }
+  ck_assert_int_eq(tr_kern_cuda_attention_bwd(
+                       dt, dbase2, dbase2 + ko, dbase2 + vo, D(&d_dout), base,
+                       base + ko, base + vo, D(&d_out), D(&d_lse), B, T, H, KVH,
+                       Dh, W, W, accumulate, NULL),
+                   0);
+  tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
+  const char* iname = impl == TR_CUDA_ATTN_FLASH ? "flash" : "simt";
+  char what[128];
+  double tol = tol_of(dt);
+  snprintf(what, sizeof what, "attn_fwd %s B=%d T=%d H=%d/%d D=%d", iname, B, T,
+           H, KVH, Dh);
+  expect_close(what, &d_out, &out, tol);
+  snprintf(what, sizeof what, "attn_fwd %s lse", iname);
+  expect_close(what, &d_lse, &lse, dt == TR_F32 ? TOL_F32 : 1e-3);
+  /* the three gradients, compared slice by slice */
+  tr_tensor_t h_d;
+  tohost(&h_d, &d_dqkv);
+  int64_t rows = (int64_t)B * T;
+  int64_t offs[3] = {0, (int64_t)H * Dh, (int64_t)(H + KVH) * Dh};
+  int64_t widths[3] = {(int64_t)H * Dh, (int64_t)KVH * Dh, (int64_t)KVH * Dh};
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int s = 0; s < 3; s++) {
+    float* y = malloc(sizeof(float) * (size_t)(rows * widths[s]));
+    float* r = malloc(sizeof(float) * (size_t)(rows * widths[s]));
+    for (int64_t i = 0; i < rows; i++) {
+      memcpy(y + i * widths[s], F(&h_d) + i * W + offs[s],
+             sizeof(float) * (size_t)widths[s]);
+      memcpy(r + i * widths[s], F(&rdqkv) + i * W + offs[s],
+             sizeof(float) * (size_t)widths[s]);
+    }
+    snprintf(what, sizeof what, "attn_bwd %s %s%s", iname, names[s],
+             accumulate ? " (+=)" : " (=)");
+    expect_host_close(what, tr_dtype_name(dt), y, r, rows * widths[s], tol);
+    free(y);
+    free(r);
+  }
+  ck_assert_msg(bits_equal(&d_dqkv, &d_dqkv2),
+                "attention backward differs between runs");
+  REL(&qkv, &dqkv, &rdqkv, &dout, &out, &lse, &q, &k, &v, &dq, &dk, &dv, &d_qkv,
+      &d_dqkv, &d_dout, &d_out, &d_lse, &d_dqkv2, &h_d);
+}
+
+START_TEST(test_attention_simt) {
+  run_attention(TR_F32, TR_CUDA_ATTN_SIMT, 2, 100, 4, 2, 32, 1);
+  run_attention(TR_F32, TR_CUDA_ATTN_SIMT, 1, 70, 2, 1, 16, 0);
+  run_attention(TR_BF16, TR_CUDA_ATTN_SIMT, 2, 96, 4, 4, 64, 1);
+  run_attention(TR_BF16, TR_CUDA_ATTN_SIMT, 1, 45, 4, 1, 128, 0);
+}
+END_TEST
+
+START_TEST(test_attention_flash) {
+  run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 2, 200, 4, 4, 64, 1);
+  run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 2, 256, 8, 2, 64, 0);
+  run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 1, 130, 4, 2, 128, 1);
+  run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 2, 64, 2, 1, 128, 0);
+}
+END_TEST
+
+/* ---- optimizer and norms ---- */
+
+START_TEST(test_adamw_table) {
+  const int64_t n = 100001;
+  tr_tensor_t p, g, m, v, dp, dg, dm, dv;
+  hrand(&p, TR_F32, 1.0, 1, SH(n));
+  hrand(&g, TR_F32, 1.0, 1, SH(n));
+  hrand(&m, TR_F32, 0.1, 1, SH(n));
+  hrand(&v, TR_F32, 0.1, 1, SH(n));
+  for (int64_t i = 0; i < n; i++) F(&v)[i] = fabsf(F(&v)[i]);
+  todev(&dp, &p, TR_F32);
+  todev(&dg, &g, TR_F32);
+  todev(&dm, &m, TR_F32);
+  todev(&dv, &v, TR_F32);
+  tr_adamw_args_t a = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 7};
+  ck_assert_int_eq(tr_kern_adamw(&p, &g, &m, &v, &a), 0);
+  ck_assert_int_eq(tr_kern_adamw(&dp, &dg, &dm, &dv, &a), 0);
+  expect_close("adamw param", &dp, &p, TOL_F32);
+  expect_close("adamw m", &dm, &m, TOL_F32);
+  expect_close("adamw v", &dv, &v, TOL_F32);
+  REL(&p, &g, &m, &v, &dp, &dg, &dm, &dv);
+}
+END_TEST
+
+/* several tensors in one call, a device-side gradient factor, the bf16
+ * copy, and decay on some tensors only */
+START_TEST(test_adamw_multi) {
+  enum { NT = 60 }; /* more than one launch's table */
+  tr_tensor_t p[NT], g[NT], m[NT], v[NT], dp[NT], dg[NT], dm[NT], dv[NT],
+      pb[NT];
+  tr_cuda_adamw_tensor_t list[NT];
+  tr_adamw_args_t a = {3e-3f, 0.9f, 0.999f, 1e-8f, 0.05f, 1.0f, 3};
+  float factor = 0.37f;
+  tr_tensor_t hf, df;
+  ck_assert_int_eq(
+      tr_tensor_wrap(&hf, &factor, TR_F32, TR_DEVICE_CPU, 1, SH(1)), 0);
+  todev(&df, &hf, TR_F32);
+  for (int i = 0; i < NT; i++) {
+    int64_t n = i == 3 ? 300000 : 17 + 977 * i;
+    hrand(&p[i], TR_F32, 1.0, 1, SH(n));
+    hrand(&g[i], TR_F32, 1.0, 1, SH(n));
+    hrand(&m[i], TR_F32, 0.1, 1, SH(n));
+    hrand(&v[i], TR_F32, 0.1, 1, SH(n));
+    for (int64_t j = 0; j < n; j++) F(&v[i])[j] = fabsf(F(&v[i])[j]);
+    todev(&dp[i], &p[i], TR_F32);
+    todev(&dg[i], &g[i], TR_F32);
+    todev(&dm[i], &m[i], TR_F32);
+    todev(&dv[i], &v[i], TR_F32);
+    ck_assert_int_eq(tr_tensor_empty(&pb[i], TR_BF16, GPU, 1, SH(n)), 0);
+    list[i] = (tr_cuda_adamw_tensor_t){
+        D(&dp[i]), D(&dg[i]), D(&dm[i]), D(&dv[i]), D(&pb[i]), n, i % 2};
+    tr_adamw_args_t ai = a;
+    ai.grad_scale = factor;
+    ai.weight_decay = i % 2 ? a.weight_decay : 0.0f;
+    ck_assert_int_eq(tr_kern_adamw(&p[i], &g[i], &m[i], &v[i], &ai), 0);
+  }
+  ck_assert_int_eq(tr_kern_cuda_adamw(list, NT, &a, D(&df), NULL), 0);
+  double worst = 0;
+  for (int i = 0; i < NT; i++) {
+    tr_tensor_t hp, hb;
+    tohost(&hp, &dp[i]);
+    tohost(&hb, &pb[i]);
+    int64_t n = tr_tensor_numel(&p[i]);
+    double e = relerr(F(&hp), F(&p[i]), n);
+    worst = e > worst ? e : worst;
+    for (int64_t j = 0; j < n; j++)
+      ck_assert_float_eq(F(&hb)[j], rb(F(&hp)[j]));
+    REL(&hp, &hb);
+  }
+  printf("%-44s %-8s rel_err %.3e  tol %.0e  %s\n",
+         "adamw multi-tensor (60) + bf16 copy", "float32", worst, TOL_F32,
+         worst <= TOL_F32 ? "ok" : "FAIL");
+  ck_assert(worst <= TOL_F32);
+  for (int i = 0; i < NT; i++)
+    REL(&p[i], &g[i], &m[i], &v[i], &dp[i], &dg[i], &dm[i], &dv[i], &pb[i]);
+  REL(&hf, &df);
+}
+END_TEST
+
+START_TEST(test_grad_norm) {
+  /* through the table: one tensor */
+  tr_tensor_t x, dx;
+  hrand(&x, TR_F32, 2.0, 1, SH(1000003));
+  todev(&dx, &x, TR_F32);
+  double ref = 0, got = 0;
+  ck_assert_int_eq(tr_kern_sum_squares(&x, &ref), 0);
+  ck_assert_int_eq(tr_kern_sum_squares(&dx, &got), 0);
+  expect_host_close("sum_squares (table)", "float32", (float[]){(float)got},
+                    (float[]){(float)ref}, 1, 1e-6);
+  /* spans of both dtypes, then the clipping factor, on the device */
+  enum { NS = 70 };
+  tr_tensor_t h[NS], d[NS];
+  tr_cuda_span_t spans[NS];
+  double want = 0;
+  for (int i = 0; i < NS; i++) {
+    tr_dtype_t dt = i % 3 ? TR_F32 : TR_BF16;
+    hrand(&h[i], dt, 1.0, 1, SH(1 + 3001 * i));
+    todev(&d[i], &h[i], dt);
+    ck_assert_int_eq(tr_kern_sum_squares(&h[i], &want), 0);
+    spans[i] = (tr_cuda_span_t){D(&d[i]), dt, tr_tensor_numel(&h[i])};
+  }
+  /* the device double travels as 8 raw bytes (there is no float64 dtype) */
+  tr_tensor_t dsum, dfac, dnorm;
+  ck_assert_int_eq(tr_tensor_empty(&dsum, TR_I64, GPU, 1, SH(1)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&dfac, TR_F32, GPU, 1, SH(1)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&dnorm, TR_F32, GPU, 1, SH(1)), 0);
+  ck_assert_int_eq(tr_kern_cuda_sum_squares(D(&dsum), spans, NS, NULL), 0);
+  float max_norm = (float)(0.5 * sqrt(want));
+  ck_assert_int_eq(
+      tr_kern_cuda_clip_factor(D(&dfac), D(&dnorm), D(&dsum), max_norm, NULL),
+      0);
+  double hsum;
+  tr_tensor_t hs, hfac, hnorm;
+  ck_assert_int_eq(tr_tensor_wrap(&hs, &hsum, TR_I64, TR_DEVICE_CPU, 1, SH(1)),
+                   0);
+  ck_assert_int_eq(tr_tensor_copy(&hs, &dsum), 0);
+  tohost(&hfac, &dfac);
+  tohost(&hnorm, &dnorm);
+  expect_host_close("sum_squares multi-span (70, f32+bf16)", "mixed",
+                    (float[]){(float)hsum}, (float[]){(float)want}, 1, 1e-6);
+  float coef = (float)tr_kern_clip_coef(sqrt(want), max_norm);
+  expect_host_close("clip factor (device)", "float32", F(&hfac), &coef, 1,
+                    1e-6);
+  expect_host_close("grad norm (device)", "float32", F(&hnorm),
+                    (float[]){(float)sqrt(want)}, 1, 1e-6);
+  for (int i = 0; i < NS; i++) REL(&h[i], &d[i]);
+  REL(&x, &dx, &dsum, &dfac, &dnorm, &hs, &hfac, &hnorm);
+}
+END_TEST
+
+static Suite* cuda_suite(void) {
+  Suite* s = suite_create("kernels_cuda");
+  TCase* tc = tcase_create("ops");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_table_registered);
+  tcase_add_test(tc, test_elementwise);
+  tcase_add_test(tc, test_convert);
+  tcase_add_test(tc, test_activations);
+  tcase_add_test(tc, test_layernorm);
+  tcase_add_test(tc, test_rmsnorm);
+  tcase_add_test(tc, test_gemm);
+  tcase_add_test(tc, test_linear);
+  tcase_add_test(tc, test_mlp_gelu_epilogues);
+  tcase_add_test(tc, test_rope);
+  tcase_add_test(tc, test_embedding);
+  tcase_add_test(tc, test_embedding_bad_token);
+  tcase_add_test(tc, test_xent_table);
+  tcase_add_test(tc, test_classifier);
+  tcase_add_test(tc, test_attention_simt);
+  tcase_add_test(tc, test_attention_flash);
+  tcase_add_test(tc, test_adamw_table);
+  tcase_add_test(tc, test_adamw_multi);
+  tcase_add_test(tc, test_grad_norm);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+/* Whether a GPU is there, asked in a child: CUDA must not be initialized in
+ * the parent, which forks every test. */
+static int have_gpu(void) {
+  pid_t pid = fork();
+  if (pid < 0) return 0;
+  if (pid == 0) _exit(tr_cuda_device_count() > 0 ? 0 : 1);
+  int st = 0;
+  if (waitpid(pid, &st, 0) < 0) return 0;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!have_gpu()) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  SRunner* sr = srunner_create(cuda_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
+
+#else /* !HAVE_CUDA */
+
+int main(void) {
+  printf("built without CUDA: skipped\n");
+  return 77;
+}
+
+#endif

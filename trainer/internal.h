@@ -1,0 +1,35 @@
+/* trainer/internal.h: helpers shared by the trainer's files (not public). */
+#ifndef TRAINER_INTERNAL_H
+#define TRAINER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "trainrun/errmsg.h"
+
+/* mkdir -p; 0 or a negated errno (message names the folder). */
+int tr__mkdir_p(const char* path, tr_errmsg_t* err);
+
+/* An output file written under "<path>.tmp" and renamed into place by
+ * tr__afile_commit (after fflush + fsync of the file and an fsync of its
+ * folder), so readers never see a partial file. tr__afile_abort removes the
+ * temporary file. */
+typedef struct {
+  FILE* f;
+  char* path;
+  char* tmp;
+} tr__afile_t;
+
+int tr__afile_open(tr__afile_t* af, const char* path, tr_errmsg_t* err);
+int tr__afile_write(tr__afile_t* af, const void* buf, size_t n,
+                    tr_errmsg_t* err);
+int tr__afile_commit(tr__afile_t* af, tr_errmsg_t* err);
+void tr__afile_abort(tr__afile_t* af);
+
+/* fsync the folder holding path (best effort; 0 or a negated errno). */
+int tr__fsync_parent(const char* path);
+
+/* Monotonic seconds. */
+double tr__now(void);
+
+#endif /* TRAINER_INTERNAL_H */

@@ -1,0 +1,270 @@
+/* trainer/metrics.c: the metric line, the bf16 peak table, and the JSONL and
+ * TensorBoard sinks (trainrun/metrics.h). */
+#include "config.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "trainrun/error.h"
+#include "trainrun/metrics.h"
+#include "trainer/internal.h"
+
+/* ---- peaks ---- */
+
+/* Does name contain word as a model number: not inside a longer one ("H20"
+ * is not in "H200", "B200" not in "GB200")? Case-insensitive. */
+static int has_model(const char* name, const char* word) {
+  size_t n = strlen(word);
+  for (const char* p = name; *p; p++) {
+    if (strncasecmp(p, word, n) != 0) continue;
+    if (isdigit((unsigned char)p[n])) continue;
+    if (p > name && isalnum((unsigned char)p[-1])) continue; /* "GB200" */
+    return 1;
+  }
+  return 0;
+}
+
+double tr_peak_bf16_flops(const char* name) {
+  if (!name || !*name || strcasecmp(name, "cpu") == 0) return 0;
+  static const struct {
+    const char* word;
+    const char* also; /* a second word that must appear, or NULL */
+    double peak;
+  } table[] = {
+      /* first match wins: variants before their family */
+      {"GB200", NULL, 2.5e15},     {"GB300", NULL, 2.5e15},
+      {"B200", NULL, 2.25e15},     {"B300", NULL, 2.25e15},
+      {"H100", "NVL", 835e12},     {"H100", "PCIe", 756e12},
+      {"H100", NULL, 989e12},      {"H200", NULL, 989e12},
+      {"H20", NULL, 148e12},       {"A100", NULL, 312e12},
+      {"L40S", NULL, 362e12},      {"MI300X", NULL, 1307.4e12},
+      {"MI325X", NULL, 1307.4e12}, {"MI355X", NULL, 2.5e15},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    if (!has_model(name, table[i].word)) continue;
+    if (table[i].also && !strcasestr(name, table[i].also)) continue;
+    return table[i].peak;
+  }
+  return 0;
+}
+
+/* ---- formatting ---- */
+
+const char* tr_metrics_format_duration(double s, char* buf, size_t cap) {
+  if (!(s >= 0) || !isfinite(s)) {
+    snprintf(buf, cap, "n/a");
+    return buf;
+  }
+  long long t = llround(s);
+  long long h = t / 3600, m = (t / 60) % 60, sec = t % 60;
+  if (h)
+    snprintf(buf, cap, "%lldh%02lldm%02llds", h, m, sec);
+  else if (m)
+    snprintf(buf, cap, "%lldm%02llds", m, sec);
+  else
+    snprintf(buf, cap, "%llds", sec);
+  return buf;
+}
+
+static void format_bytes_pair(int64_t cur, int64_t peak, char* buf,
+                              size_t cap) {
+  if (cur < 0 || peak < 0) {
+    snprintf(buf, cap, "n/a");
+    return;
+  }
+  double gib = 1024.0 * 1024.0 * 1024.0;
+  if ((double)peak >= gib)
+    snprintf(buf, cap, "%.2f/%.2f GiB", (double)cur / gib, (double)peak / gib);
+  else
+    snprintf(buf, cap, "%.1f/%.1f MiB", (double)cur / (1024.0 * 1024.0),
+             (double)peak / (1024.0 * 1024.0));
+}
+
+#define C_RESET "\033[0m"
+#define C_CYAN "\033[36m"
+#define C_GREEN "\033[32m"
+#define C_YELLOW "\033[33m"
+#define C_BLUE "\033[34m"
+#define C_MAGENTA "\033[35m"
+
+int tr_metrics_format(const tr_metrics_t* m, int color, char* buf, size_t cap) {
+  char tflops[32], mfu[32], mem[64], eta[32];
+  if (isfinite(m->tflops))
+    snprintf(tflops, sizeof tflops, "%.3g", m->tflops);
+  else
+    snprintf(tflops, sizeof tflops, "n/a");
+  if (isfinite(m->mfu))
+    snprintf(mfu, sizeof mfu, "%.2f%%", m->mfu);
+  else
+    snprintf(mfu, sizeof mfu, "n/a");
+  format_bytes_pair(m->mem_current, m->mem_peak, mem, sizeof mem);
+  tr_metrics_format_duration(m->eta, eta, sizeof eta);
+  const char* c0 = color ? C_RESET : "";
+  return snprintf(
+      buf, cap,
+      "%sstep %" PRId64 "/%" PRId64
+      "%s | %sloss %.4f%s | %sgrad_norm %.4f%s"
+      " | lr %.2e | %s%.0f tok/s%s | %s TFLOP/s | %smfu %s%s | %smem %s%s"
+      " | eta %s",
+      color ? C_CYAN : "", m->step, m->total_steps, c0, color ? C_GREEN : "",
+      m->loss, c0, color ? C_YELLOW : "", m->grad_norm, c0, m->lr,
+      color ? C_BLUE : "", m->tps, c0, tflops, color ? C_MAGENTA : "", mfu, c0,
+      color ? C_CYAN : "", mem, c0, eta);
+}
+
+/* ---- sinks ---- */
+
+struct tr_metrics_logger {
+  FILE* console;
+  int color;
+  FILE* jsonl;
+  char* jsonl_path;
+  tr_tb_writer_t* tb;
+};
+
+int tr_metrics_open(tr_metrics_logger_t** out, const tr_metrics_opts_t* o,
+                    tr_errmsg_t* err) {
+  *out = NULL;
+  tr_metrics_logger_t* l = calloc(1, sizeof *l);
+  if (!l) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  l->console = o->console;
+  l->color = o->color;
+  int rc = 0;
+  if (o->jsonl_path) {
+    const char* slash = strrchr(o->jsonl_path, '/');
+    if (slash && slash != o->jsonl_path) {
+      char* dir = strndup(o->jsonl_path, (size_t)(slash - o->jsonl_path));
+      rc = dir ? tr__mkdir_p(dir, err)
+               : tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+      free(dir);
+    }
+    if (rc == 0) {
+      l->jsonl_path = strdup(o->jsonl_path);
+      l->jsonl = l->jsonl_path ? fopen(o->jsonl_path, "a") : NULL;
+      if (!l->jsonl) {
+        rc = l->jsonl_path ? tr_err_from_errno() : TR_ENOMEM;
+        tr_errmsg_set(err, rc, "cannot open '%s': %s", o->jsonl_path,
+                      tr_strerror(rc));
+      }
+    }
+  }
+  if (rc == 0 && o->tb_dir) rc = tr_tb_open(&l->tb, o->tb_dir, err);
+  if (rc < 0) {
+    tr_metrics_close(l);
+    return rc;
+  }
+  *out = l;
+  return 0;
+}
+
+/* A JSON number, or null when not finite. */
+static void json_num(FILE* f, const char* key, double v, int last) {
+  if (isfinite(v))
+    fprintf(f, "\"%s\":%.17g%s", key, v, last ? "" : ",");
+  else
+    fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+}
+
+static int jsonl_done(tr_metrics_logger_t* l, tr_errmsg_t* err) {
+  fputs("}\n", l->jsonl);
+  if (fflush(l->jsonl) != 0 || ferror(l->jsonl)) {
+    int rc = tr_err_from_errno();
+    return tr_errmsg_set(err, rc, "cannot write '%s': %s", l->jsonl_path,
+                         tr_strerror(rc));
+  }
+  return 0;
+}
+
+int tr_metrics_log(tr_metrics_logger_t* l, const tr_metrics_t* m,
+                   tr_errmsg_t* err) {
+  if (l->console) {
+    char line[512];
+    tr_metrics_format(m, l->color, line, sizeof line);
+    fprintf(l->console, "%s\n", line);
+    fflush(l->console);
+  }
+  if (l->jsonl) {
+    FILE* f = l->jsonl;
+    fprintf(f, "{\"step\":%" PRId64 ",", m->step);
+    json_num(f, "loss", m->loss, 0);
+    json_num(f, "grad_norm", m->grad_norm, 0);
+    json_num(f, "lr", m->lr, 0);
+    json_num(f, "tps", m->tps, 0);
+    json_num(f, "tflops", m->tflops, 0);
+    json_num(f, "mfu", m->mfu, 0);
+    json_num(f, "mem_current_bytes",
+             m->mem_current < 0 ? NAN : (double)m->mem_current, 0);
+    json_num(f, "mem_peak_bytes", m->mem_peak < 0 ? NAN : (double)m->mem_peak,
+             0);
+    json_num(f, "elapsed_s", m->elapsed, 0);
+    json_num(f, "eta_s", m->eta >= 0 ? m->eta : NAN, 1);
+    TR_CHECK(jsonl_done(l, err));
+  }
+  if (l->tb) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const char* tags[8] = {"loss_metrics/global_avg_loss", "grad_norm", "lr",
+                           "throughput(tps)"};
+    double vals[8] = {m->loss, m->grad_norm, m->lr, m->tps};
+    size_t n = 4;
+    if (isfinite(m->tflops)) {
+      tags[n] = "tflops";
+      vals[n++] = m->tflops;
+    }
+    if (isfinite(m->mfu)) {
+      tags[n] = "mfu(%)";
+      vals[n++] = m->mfu;
+    }
+    if (m->mem_peak >= 0) {
+      tags[n] = "memory/current(GiB)";
+      vals[n++] = (double)m->mem_current / gib;
+      tags[n] = "memory/peak(GiB)";
+      vals[n++] = (double)m->mem_peak / gib;
+    }
+    TR_CHECK(tr_tb_scalars(l->tb, m->step, 0, n, tags, vals, err));
+    TR_CHECK(tr_tb_flush(l->tb, err));
+  }
+  return 0;
+}
+
+int tr_metrics_log_val(tr_metrics_logger_t* l, int64_t step,
+                       int64_t total_steps, double loss, int64_t ntokens,
+                       tr_errmsg_t* err) {
+  if (l->console) {
+    if (l->color)
+      fprintf(l->console,
+              C_CYAN "step %" PRId64 "/%" PRId64 C_RESET " | " C_GREEN
+                     "val_loss %.4f" C_RESET " | %" PRId64 " tokens\n",
+              step, total_steps, loss, ntokens);
+    else
+      fprintf(l->console,
+              "step %" PRId64 "/%" PRId64 " | val_loss %.4f | %" PRId64
+              " tokens\n",
+              step, total_steps, loss, ntokens);
+    fflush(l->console);
+  }
+  if (l->jsonl) {
+    fprintf(l->jsonl, "{\"step\":%" PRId64 ",", step);
+    json_num(l->jsonl, "val_loss", loss, 0);
+    fprintf(l->jsonl, "\"val_tokens\":%" PRId64, ntokens);
+    TR_CHECK(jsonl_done(l, err));
+  }
+  if (l->tb) {
+    const char* tag = "validation_metrics/loss";
+    TR_CHECK(tr_tb_scalars(l->tb, step, 0, 1, &tag, &loss, err));
+    TR_CHECK(tr_tb_flush(l->tb, err));
+  }
+  return 0;
+}
+
+void tr_metrics_close(tr_metrics_logger_t* l) {
+  if (!l) return;
+  if (l->jsonl) fclose(l->jsonl);
+  free(l->jsonl_path);
+  tr_tb_close(l->tb);
+  free(l);
+}

@@ -1,0 +1,746 @@
+/* trainer/train.c: the per-rank training loop — building the run from a
+ * job config, one optimizer step (micro-steps, gradient sync seam, norm,
+ * clipping, AdamW), validation, and the whole run with metrics, signals and
+ * the final weights (trainrun/trainer.h). */
+#include "config.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trainrun/error.h"
+#include "trainrun/kernels.h" /* AdamW, norms */
+#include "trainrun/log.h"
+#include "trainrun/metrics.h"     /* the metric line and files */
+#include "trainrun/safetensors.h" /* the final weights */
+#include "trainrun/trainer.h"
+#include "trainer/internal.h"
+
+/* ---- building a run ---- */
+
+int tr_trainer_model_config(const tr_config_t* cfg, tr_model_config_t* out,
+                            tr_errmsg_t* err) {
+  int rc = tr_model_config_get(cfg->model.name, cfg->model.flavor, out);
+  if (rc < 0) {
+    char list[256] = "";
+    const char* const* fl = tr_model_flavors(cfg->model.name);
+    for (size_t i = 0; fl && fl[i]; i++) {
+      size_t w = strlen(list);
+      snprintf(list + w, sizeof list - w, "%s%s", i ? ", " : "", fl[i]);
+    }
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "model.flavor: unknown flavor '%s' of %s (flavors: "
+                         "%s)",
+                         cfg->model.flavor, cfg->model.name, list);
+  }
+  int64_t T = cfg->training.seq_len;
+  if (cfg->validation.enable && cfg->validation.seq_len > T)
+    T = cfg->validation.seq_len;
+  if (out->family == TR_MODEL_GPT2) {
+    if (T > out->max_seq_len)
+      return tr_errmsg_set(err, TR_ECONFIG,
+                           "training.seq_len: %" PRId64
+                           " exceeds the %d positions of gpt2 %s",
+                           T, out->max_seq_len, cfg->model.flavor);
+    return 0;
+  }
+  /* Llama has no position table: the longest sequence the run trains on
+   * is the context the exported model claims (and `trainrun sample` keeps) */
+  if (cfg->validation.seq_len > T) T = cfg->validation.seq_len; /* eval */
+  if (T > INT32_MAX)
+    return tr_errmsg_set(err, TR_ECONFIG, "training.seq_len: too large");
+  out->max_seq_len = (int)T;
+  return 0;
+}
+
+/* Seconds-and-pid entropy for a run without debug.seed. */
+static uint64_t pick_seed(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t x = (uint64_t)ts.tv_sec * 1000000007ULL ^ (uint64_t)ts.tv_nsec ^
+               ((uint64_t)getpid() << 32);
+  x ^= x >> 31;
+  x *= 0x9e3779b97f4a7c15ULL;
+  return (x ^ (x >> 29)) % 1000000000ULL;
+}
+
+/* The validation data of cfg over an already opened training set train_ds
+ * (may be NULL): a separate dataset (*own = 1) or a split of train_ds. */
+static int open_val(const tr_config_t* cfg, const tr_dataset_t* train_ds,
+                    int64_t vocab, tr_dataset_t** val_ds, int64_t* begin,
+                    int* own, tr_errmsg_t* err) {
+  *val_ds = NULL;
+  *begin = 0;
+  *own = 0;
+  if (cfg->validation.dataset_path) {
+    TR_CHECK(tr_dataset_open(val_ds, cfg->validation.dataset_path, TR_DATA_VAL,
+                             vocab, err));
+    *own = 1;
+    return 0;
+  }
+  if (cfg->validation.split_fraction > 0 && train_ds) {
+    *val_ds = (tr_dataset_t*)train_ds;
+    *begin = tr_data_split_point(tr_dataset_ntokens(train_ds),
+                                 cfg->validation.split_fraction);
+    return 0;
+  }
+  return tr_errmsg_set(err, TR_ECONFIG,
+                       "validation needs data: set validation.dataset_path "
+                       "or validation.split_fraction");
+}
+
+static int val_batches(const tr_loader_t* ld, int64_t B, int dp, int64_t steps,
+                       int64_t* out, tr_errmsg_t* err) {
+  if (steps > 0) {
+    *out = steps;
+    return 0;
+  }
+  int64_t n = ld->nsamples / (B * dp);
+  if (n == 0)
+    return tr_errmsg_set(err, TR_EINVAL,
+                         "the validation data holds %" PRId64
+                         " sequences of %" PRId64
+                         " tokens, fewer than one batch of %" PRId64
+                         " (validation.local_batch_size x %d ranks)",
+                         ld->nsamples, ld->seq_len + 1, B * dp, dp);
+  *out = n;
+  return 0;
+}
+
+int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
+                    const tr_trainer_opts_t* opts, tr_errmsg_t* err) {
+  memset(t, 0, sizeof *t);
+  tr_errmsg_clear(err);
+  t->cfg = cfg;
+  if (opts) t->opts = *opts;
+  if (t->opts.dist) {
+    t->dist = *t->opts.dist;
+    t->opts.dist = NULL;
+  } else {
+    t->dist.dp_size = 1;
+  }
+  if (t->dist.dp_size < 1 || t->dist.dp_rank < 0 ||
+      t->dist.dp_rank >= t->dist.dp_size)
+    return tr_errmsg_set(err, TR_EINVAL, "bad data-parallel rank %d of %d",
+                         t->dist.dp_rank, t->dist.dp_size);
+  int dp = t->dist.dp_size;
+  int rc = 0;
+  t->B = cfg->training.local_batch_size;
+  t->T = cfg->training.seq_len;
+  t->G = cfg->training.global_batch_size > 0 ? cfg->training.global_batch_size
+                                             : t->B * dp;
+  if (t->G % (t->B * dp) != 0)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "training.global_batch_size %" PRId64
+                         " is not a multiple of local_batch_size x "
+                         "data-parallel degree (%" PRId64 " x %d)",
+                         t->G, t->B, dp);
+  t->grad_accum = t->G / (t->B * dp);
+  if (t->B * t->T > INT32_MAX)
+    return tr_errmsg_set(err, TR_ECONFIG, "training: batch too large");
+
+  if (strcmp(cfg->training.device, "cuda") == 0 && !tr_kern_ops(TR_DEV_CUDA))
+    return tr_errmsg_set(err, TR_EUNSUPPORTED,
+                         "training.device: 'cuda' needs the CUDA kernels, "
+                         "which this build does not have");
+
+  /* the model */
+  tr_model_config_t mc;
+  if (t->opts.model_override)
+    mc = *t->opts.model_override;
+  else
+    TR_CHECK(tr_trainer_model_config(cfg, &mc, err));
+  if (t->T > mc.max_seq_len)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "training.seq_len %" PRId64
+                         " exceeds the model's max_seq_len %d",
+                         t->T, mc.max_seq_len);
+  t->seed = cfg->debug.seed.set ? (uint64_t)cfg->debug.seed.value : pick_seed();
+  rc = tr_model_init(&t->model, &mc);
+  if (rc < 0) {
+    char msg[256] = "";
+    tr_model_config_check(&mc, msg, sizeof msg);
+    return tr_errmsg_set(err, rc, "cannot build the model: %s",
+                         msg[0] ? msg : tr_strerror(rc));
+  }
+  TR_CHECK_GOTO(tr_model_alloc(&t->model, TR_DEVICE_CPU), rc, out_fail);
+  TR_CHECK_GOTO(tr_model_init_weights(&t->model, t->seed), rc, out_fail);
+  t->flops_per_token = tr_model_flops_per_token(&mc, (int)t->T);
+
+  /* AdamW state */
+  int np = t->model.n_params;
+  t->adam_m = calloc((size_t)np + 1, sizeof *t->adam_m);
+  t->adam_v = calloc((size_t)np + 1, sizeof *t->adam_v);
+  if (!t->adam_m || !t->adam_v) {
+    rc = TR_ENOMEM;
+    goto out_fail;
+  }
+  for (int i = 0; i < np; i++) {
+    const tr_tensor_t* g = &t->model.params[i].grad;
+    TR_CHECK_GOTO(
+        tr_tensor_zeros(&t->adam_m[i], TR_F32, g->device, g->ndim, g->shape),
+        rc, out_fail);
+    TR_CHECK_GOTO(
+        tr_tensor_zeros(&t->adam_v[i], TR_F32, g->device, g->ndim, g->shape),
+        rc, out_fail);
+  }
+  if (strcmp(cfg->optimizer.name, "AdamW") != 0 &&
+      strcmp(cfg->optimizer.name, "Adam") != 0) {
+    rc = tr_errmsg_set(err, TR_ECONFIG, "optimizer.name: unknown '%s'",
+                       cfg->optimizer.name);
+    goto out_release;
+  }
+  rc = tr_lr_schedule_from_config(&t->lr, cfg, err);
+  if (rc < 0) goto out_release;
+
+  /* data */
+  if (!cfg->training.dataset_path) {
+    rc = tr_errmsg_set(err, TR_ECONFIG,
+                       "training.dataset_path is not set (trainrun reads "
+                       "llm.c token shards or text files; dataset '%s' is a "
+                       "name, not a path)",
+                       cfg->training.dataset);
+    goto out_release;
+  }
+  rc = tr_dataset_open(&t->train_data, cfg->training.dataset_path,
+                       TR_DATA_TRAIN, mc.vocab_size, err);
+  if (rc < 0) goto out_release;
+  int64_t train_end = -1;
+  if (!cfg->validation.dataset_path && cfg->validation.split_fraction > 0)
+    train_end = tr_data_split_point(tr_dataset_ntokens(t->train_data),
+                                    cfg->validation.split_fraction);
+  rc = tr_loader_init(&t->train, t->train_data, 0, train_end, t->T, t->seed, 1,
+                      err);
+  if (rc < 0) goto out_release;
+  if (cfg->validation.enable) {
+    int64_t vbegin;
+    int own;
+    rc = open_val(cfg, t->train_data, mc.vocab_size, &t->val_data, &vbegin,
+                  &own, err);
+    if (rc < 0) goto out_release;
+    if (!own) t->val_data = NULL; /* a split: not ours to free */
+    t->val_B = cfg->validation.local_batch_size;
+    t->val_T = cfg->validation.seq_len;
+    rc = tr_loader_init(&t->val, own ? t->val_data : t->train_data, vbegin, -1,
+                        t->val_T, t->seed, 0, err);
+    if (rc == 0)
+      rc = val_batches(&t->val, t->val_B, dp, cfg->validation.steps,
+                       &t->val_steps, err);
+    if (rc < 0) goto out_release;
+    t->has_val = 1;
+  }
+  int64_t n = t->B * t->T;
+  if (t->has_val && t->val_B * t->val_T > n) n = t->val_B * t->val_T;
+  t->inputs = malloc((size_t)n * sizeof *t->inputs);
+  t->targets = malloc((size_t)n * sizeof *t->targets);
+  if (!t->inputs || !t->targets) {
+    rc = TR_ENOMEM;
+    goto out_fail;
+  }
+  return 0;
+
+out_fail:
+  tr_errmsg_set(err, rc, "cannot set up training: %s", tr_strerror(rc));
+out_release:
+  tr_trainer_release(t);
+  return rc;
+}
+
+void tr_trainer_release(tr_trainer_t* t) {
+  if (t->adam_m || t->adam_v)
+    for (int i = 0; i < t->model.n_params; i++) {
+      if (t->adam_m) tr_tensor_release(&t->adam_m[i]);
+      if (t->adam_v) tr_tensor_release(&t->adam_v[i]);
+    }
+  free(t->adam_m);
+  free(t->adam_v);
+  tr_model_release(&t->model);
+  tr_dataset_free(t->val_data);
+  tr_dataset_free(t->train_data);
+  free(t->inputs);
+  free(t->targets);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- one step ---- */
+
+/* Adam (not W): weight decay as an L2 term in the gradient, on the host. */
+static int add_l2(tr_param_t* p, float wd, float grad_scale) {
+  if (p->grad.device.type != TR_DEV_CPU) return TR_EDEVICE;
+  float* g = tr_tensor_data(&p->grad);
+  const float* w = tr_tensor_data(&p->data);
+  int64_t n = tr_tensor_numel(&p->grad);
+  /* the kernel multiplies g by grad_scale: pre-divide the L2 term */
+  for (int64_t i = 0; i < n; i++) g[i] += wd * w[i] / grad_scale;
+  return 0;
+}
+
+static int optimizer_step(tr_trainer_t* t, double lr, double clip) {
+  const typeof(t->cfg->optimizer)* o = &t->cfg->optimizer;
+  int adam_l2 = strcmp(o->name, "Adam") == 0;
+  for (int i = 0; i < t->model.n_params; i++) {
+    tr_param_t* p = &t->model.params[i];
+    float wd = p->decay ? (float)o->weight_decay : 0.0f; /* ndim >= 2 */
+    tr_adamw_args_t a = {.lr = (float)lr,
+                         .beta1 = (float)o->beta1,
+                         .beta2 = (float)o->beta2,
+                         .eps = (float)o->eps,
+                         .weight_decay = adam_l2 ? 0.0f : wd,
+                         .grad_scale = (float)clip,
+                         .step = t->step + 1};
+    if (adam_l2 && wd != 0) TR_CHECK(add_l2(p, wd, (float)clip));
+    TR_CHECK(
+        tr_kern_adamw(&p->data, &p->grad, &t->adam_m[i], &t->adam_v[i], &a));
+  }
+  return 0;
+}
+
+int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
+  double t0 = tr__now();
+  tr_model_t* m = &t->model;
+  int rc = tr_model_zero_grad(m);
+  if (rc < 0) return tr_errmsg_set(err, rc, "zero_grad: %s", tr_strerror(rc));
+  double sums[2] = {0, 0}; /* loss sum, valid targets */
+  float scale = (float)(1.0 / ((double)t->G * (double)t->T));
+  for (int64_t a = 0; a < t->grad_accum; a++) {
+    TR_CHECK(tr_loader_next(&t->train, t->B, t->dist.dp_rank, t->dist.dp_size,
+                            t->inputs, t->targets, err));
+    tr_model_mb_t mb;
+    rc = tr_model_mb_init(m, &mb, (int)t->B, (int)t->T, t->inputs, t->targets);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "step %" PRId64 ": bad batch: %s",
+                           t->step + 1, tr_strerror(rc));
+    mb.loss_scale = scale;
+    rc = tr_model_forward(m, &mb, 0, m->n_blocks);
+    if (rc == 0) rc = tr_model_backward(m, &mb, 0, m->n_blocks);
+    sums[0] += mb.loss_sum;
+    sums[1] += (double)mb.n_valid;
+    tr_model_mb_release(m, &mb);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "step %" PRId64 ": forward/backward: %s",
+                           t->step + 1, tr_strerror(rc));
+  }
+  if (t->dist.post_backward) {
+    rc = t->dist.post_backward(t->dist.arg, t);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient sync: %s",
+                           t->step + 1, tr_strerror(rc));
+  }
+  /* the global gradient norm, before clipping */
+  double sq = 0;
+  for (int i = 0; i < m->n_params && rc == 0; i++)
+    rc = tr_kern_sum_squares(&m->params[i].grad, &sq);
+  if (rc == 0 && t->dist.all_reduce_sum) {
+    double v[3] = {sums[0], sums[1], sq};
+    rc = t->dist.all_reduce_sum(t->dist.arg, v, t->dist.grads_sharded ? 3 : 2);
+    sums[0] = v[0];
+    sums[1] = v[1];
+    if (t->dist.grads_sharded) sq = v[2];
+  }
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient norm: %s",
+                         t->step + 1, tr_strerror(rc));
+  double norm = sqrt(sq);
+  double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  if (!isfinite(loss) || !isfinite(norm))
+    return tr_errmsg_set(err, TR_ERANGE, "%s is %s at step %" PRId64,
+                         isfinite(loss) ? "the gradient norm" : "the loss",
+                         isfinite(loss) ? (isnan(norm) ? "nan" : "inf")
+                                        : (isnan(loss) ? "nan" : "inf"),
+                         t->step + 1);
+  double clip = t->cfg->training.max_norm > 0
+                    ? tr_kern_clip_coef(norm, t->cfg->training.max_norm)
+                    : 1.0;
+  double lr = tr_lr_schedule_lr(&t->lr, t->step + 1);
+  rc = optimizer_step(t, lr, clip);
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "step %" PRId64 ": optimizer: %s",
+                         t->step + 1, tr_strerror(rc));
+  t->step++;
+  if (st) {
+    st->step = t->step;
+    st->loss = loss;
+    st->grad_norm = norm;
+    st->lr = lr;
+    st->tokens = t->B * t->T * t->grad_accum;
+    st->seconds = tr__now() - t0;
+  }
+  return 0;
+}
+
+/* ---- validation ---- */
+
+/* Mean loss over `steps` batches of B sequences per rank from sample 0 of
+ * ld. */
+static int eval_loop(tr_model_t* m, const tr_loader_t* ld, int64_t B,
+                     int64_t steps, const tr_trainer_dist_t* dist,
+                     int32_t* inputs, int32_t* targets, double* loss,
+                     int64_t* ntokens, tr_errmsg_t* err) {
+  int rank = dist ? dist->dp_rank : 0, dp = dist ? dist->dp_size : 1;
+  int64_t T = ld->seq_len;
+  double sums[2] = {0, 0};
+  for (int64_t s = 0; s < steps; s++) {
+    int64_t first = s * B * dp + (int64_t)rank * B;
+    for (int64_t b = 0; b < B; b++)
+      TR_CHECK(tr_loader_sample(ld, first + b, inputs + b * T, targets + b * T,
+                                err));
+    tr_model_mb_t mb;
+    int rc = tr_model_mb_init(m, &mb, (int)B, (int)T, inputs, targets);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "validation: bad batch: %s",
+                           tr_strerror(rc));
+    mb.no_grad = 1;
+    rc = tr_model_forward(m, &mb, 0, m->n_blocks);
+    sums[0] += mb.loss_sum;
+    sums[1] += (double)mb.n_valid;
+    tr_model_mb_release(m, &mb);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "validation: forward: %s", tr_strerror(rc));
+  }
+  if (dist && dist->all_reduce_sum) {
+    int rc = dist->all_reduce_sum(dist->arg, sums, 2);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "validation: all-reduce: %s",
+                           tr_strerror(rc));
+  }
+  *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  *ntokens = (int64_t)sums[1];
+  return 0;
+}
+
+int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
+                        tr_errmsg_t* err) {
+  if (!t->has_val)
+    return tr_errmsg_set(err, TR_EINVAL, "validation is not enabled");
+  return eval_loop(&t->model, &t->val, t->val_B, t->val_steps, &t->dist,
+                   t->inputs, t->targets, loss, ntokens, err);
+}
+
+int tr_eval_loss(tr_model_t* m, const tr_config_t* cfg, double* loss,
+                 int64_t* ntokens, tr_errmsg_t* err) {
+  tr_dataset_t* train = NULL;
+  tr_dataset_t* val = NULL;
+  int64_t begin;
+  int own, rc;
+  if (!cfg->validation.dataset_path && cfg->training.dataset_path &&
+      cfg->validation.split_fraction > 0)
+    TR_CHECK(tr_dataset_open(&train, cfg->training.dataset_path, TR_DATA_TRAIN,
+                             m->cfg.vocab_size, err));
+  rc = open_val(cfg, train, m->cfg.vocab_size, &val, &begin, &own, err);
+  if (rc < 0) goto out;
+  int64_t T = cfg->validation.seq_len, B = cfg->validation.local_batch_size;
+  if (T > m->cfg.max_seq_len) {
+    rc = tr_errmsg_set(err, TR_ECONFIG,
+                       "validation.seq_len %" PRId64
+                       " exceeds the model's max_seq_len %d",
+                       T, m->cfg.max_seq_len);
+    goto out;
+  }
+  tr_loader_t ld;
+  int64_t steps = 0;
+  rc = tr_loader_init(&ld, val, begin, -1, T, 0, 0, err);
+  if (rc == 0) rc = val_batches(&ld, B, 1, cfg->validation.steps, &steps, err);
+  if (rc < 0) goto out;
+  int32_t* in = malloc((size_t)(B * T) * sizeof *in);
+  int32_t* tg = malloc((size_t)(B * T) * sizeof *tg);
+  if (!in || !tg)
+    rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  else
+    rc = eval_loop(m, &ld, B, steps, NULL, in, tg, loss, ntokens, err);
+  free(in);
+  free(tg);
+out:
+  if (own) tr_dataset_free(val);
+  tr_dataset_free(train);
+  return rc;
+}
+
+/* ---- the whole run ---- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static const char* model_summary(const tr_model_t* m, char* buf, size_t cap) {
+  double n = (double)tr_model_num_params(m);
+  const char* unit = "";
+  if (n >= 1e9) {
+    n /= 1e9;
+    unit = "B";
+  } else if (n >= 1e6) {
+    n /= 1e6;
+    unit = "M";
+  } else if (n >= 1e3) {
+    n /= 1e3;
+    unit = "K";
+  }
+  snprintf(buf, cap, "%s %s (%.2f%s parameters, %d layers, dim %d, vocab %d)",
+           tr_model_family_name(m->cfg.family), m->cfg.flavor, n, unit,
+           m->cfg.n_layers, m->cfg.dim, m->cfg.vocab_size);
+  return buf;
+}
+
+static int write_weights(tr_trainer_t* t, FILE* con, tr_errmsg_t* err) {
+  const tr_config_t* cfg = t->cfg;
+  tr_dtype_t dt = TR_F32;
+  if (tr_dtype_parse(cfg->checkpoint.export_dtype, &dt) < 0) dt = TR_F32;
+  TR_CHECK(tr__mkdir_p(cfg->job.dump_folder, err));
+  size_t cap = strlen(cfg->job.dump_folder) + 32;
+  char* path = malloc(cap);
+  if (!path) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  snprintf(path, cap, "%s/model.safetensors", cfg->job.dump_folder);
+  int rc = tr_st_export_model(&t->model, path, dt, err);
+  if (rc == 0) {
+    if (con) fprintf(con, "wrote %s\n", path);
+    snprintf(path, cap, "%s/config.json", cfg->job.dump_folder);
+    rc = tr_hf_write_config(&t->model.cfg, path, err);
+  }
+  free(path);
+  return rc;
+}
+
+static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
+                        tr_errmsg_t* err) {
+  const tr_config_t* cfg = t->cfg;
+  int files = t->dist.dp_rank == 0 || cfg->metrics.save_for_all_ranks;
+  const char* dump = cfg->job.dump_folder;
+  char* jsonl = NULL;
+  char* tb = NULL;
+  size_t cap = strlen(dump) + strlen(cfg->metrics.save_jsonl_file) +
+               strlen(cfg->metrics.save_tb_folder) + 64;
+  if (files && cfg->metrics.enable_jsonl) {
+    if (!(jsonl = malloc(cap))) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    if (t->dist.dp_size > 1 && cfg->metrics.save_for_all_ranks)
+      snprintf(jsonl, cap, "%s/rank_%d_%s", dump, t->dist.dp_rank,
+               cfg->metrics.save_jsonl_file);
+    else
+      snprintf(jsonl, cap, "%s/%s", dump, cfg->metrics.save_jsonl_file);
+  }
+  if (files && cfg->metrics.enable_tensorboard) {
+    if (!(tb = malloc(cap))) {
+      free(jsonl);
+      return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    }
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    localtime_r(&now, &tmv);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tmv);
+    int n =
+        snprintf(tb, cap, "%s/%s/%s", dump, cfg->metrics.save_tb_folder, stamp);
+    if (t->dist.dp_size > 1 && cfg->metrics.save_for_all_ranks)
+      snprintf(tb + n, cap - (size_t)n, "/rank_%d", t->dist.dp_rank);
+  }
+  tr_metrics_opts_t mo = {.console = con,
+                          .color = con &&
+                                   !cfg->metrics.disable_color_printing &&
+                                   isatty(fileno(con)),
+                          .jsonl_path = jsonl,
+                          .tb_dir = tb};
+  int rc = tr_metrics_open(out, &mo, err);
+  free(jsonl);
+  free(tb);
+  return rc;
+}
+
+int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
+             int* stopped, tr_errmsg_t* err) {
+  if (stopped) *stopped = 0;
+  tr_trainer_t t;
+  TR_CHECK(tr_trainer_init(&t, cfg, opts, err));
+  FILE* con = t.opts.quiet || t.dist.dp_rank != 0
+                  ? NULL
+                  : (t.opts.console ? t.opts.console : stdout);
+  tr_metrics_logger_t* ml = NULL;
+  int rc = open_metrics(&t, con, &ml, err);
+  if (rc < 0) goto out;
+
+  if (con) {
+    char ms[160];
+    fprintf(con,
+            "model %s | data '%s': %" PRId64 " tokens, %" PRId64
+            " sequences of %" PRId64 " per epoch | seed %" PRIu64 "%s\n",
+            model_summary(&t.model, ms, sizeof ms), cfg->training.dataset_path,
+            t.train.end - t.train.begin, t.train.nsamples, t.T, t.seed,
+            cfg->debug.seed.set ? "" : " (picked; set debug.seed to repeat)");
+    fflush(con);
+  }
+
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESETHAND; /* a second signal acts as usual */
+  sigemptyset(&sa.sa_mask);
+  stop_signal = 0;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  double start = tr__now(), last = start;
+  int64_t last_step = 0, tokens = 0;
+  int64_t steps = cfg->training.steps, log_freq = cfg->metrics.log_freq;
+  tr_mem_kind_t mk = TR_MEM_HOST;
+  int dev = 0;
+  while (t.step < steps) {
+    tr_step_stats_t st;
+    rc = tr_trainer_step(&t, &st, err);
+    if (rc < 0) break;
+    tokens += st.tokens;
+    int stopping = stop_signal != 0;
+    if (st.step == 1 || st.step % log_freq == 0 || st.step == steps ||
+        stopping) {
+      double now = tr__now(), dt = now - last;
+      tr_mem_stats_t ms;
+      tr_mem_stats(mk, dev, &ms);
+      double tps = dt > 0 ? (double)tokens / dt : 0;
+      double peak = tr_peak_bf16_flops(NULL); /* CPU: no peak, MFU n/a */
+      tr_metrics_t mt = {
+          .step = st.step,
+          .total_steps = steps,
+          .loss = st.loss,
+          .grad_norm = st.grad_norm,
+          .lr = st.lr,
+          .tps = tps,
+          .tflops = t.flops_per_token * tps / 1e12,
+          .mfu = peak > 0 ? 100.0 * t.flops_per_token * tps / peak : NAN,
+          .mem_current = ms.current_bytes,
+          .mem_peak = ms.peak_bytes,
+          .elapsed = now - start,
+          .eta =
+              (double)(steps - st.step) * dt / (double)(st.step - last_step)};
+      rc = tr_metrics_log(ml, &mt, err);
+      if (rc < 0) break;
+      last = now;
+      last_step = st.step;
+      tokens = 0;
+    }
+    if (t.has_val &&
+        (st.step % cfg->validation.freq == 0 || st.step == steps || stopping)) {
+      double vl;
+      int64_t vn;
+      double v0 = tr__now();
+      rc = tr_trainer_validate(&t, &vl, &vn, err);
+      if (rc == 0) rc = tr_metrics_log_val(ml, st.step, steps, vl, vn, err);
+      if (rc < 0) break;
+      last += tr__now() - v0; /* keep validation out of tok/s */
+    }
+    if (stopping) {
+      if (con)
+        fprintf(con, "stopping after step %" PRId64 " (%s)\n", st.step,
+                stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+      if (stopped) *stopped = 1;
+      break;
+    }
+  }
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  if (rc == 0 && t.dist.dp_rank == 0) rc = write_weights(&t, con, err);
+out:
+  tr_metrics_close(ml);
+  tr_trainer_release(&t);
+  return rc;
+}
+
+/* ---- sampling ---- */
+
+static uint64_t rng_next(uint64_t* s) { /* SplitMix64 */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+static int pick_token(const float* logits, int V, const tr_sample_opts_t* o,
+                      uint64_t* rng, double* work, int* idx) {
+  if (!(o->temperature > 0)) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+      if (logits[i] > logits[best]) best = i;
+    return best;
+  }
+  int k = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+  for (int i = 0; i < V; i++) idx[i] = i;
+  if (k < V) { /* partial selection: the k largest first */
+    for (int i = 0; i < k; i++) {
+      int b = i;
+      for (int j = i + 1; j < V; j++)
+        if (logits[idx[j]] > logits[idx[b]]) b = j;
+      int tmp = idx[i];
+      idx[i] = idx[b];
+      idx[b] = tmp;
+    }
+  }
+  double mx = -INFINITY;
+  for (int i = 0; i < k; i++)
+    if (logits[idx[i]] > mx) mx = logits[idx[i]];
+  double sum = 0;
+  for (int i = 0; i < k; i++) {
+    work[i] = exp(((double)logits[idx[i]] - mx) / o->temperature);
+    sum += work[i];
+  }
+  double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53 * sum;
+  for (int i = 0; i < k; i++) {
+    u -= work[i];
+    if (u < 0) return idx[i];
+  }
+  return idx[k - 1];
+}
+
+int tr_sample(tr_model_t* m, const int32_t* prompt, int64_t n,
+              const tr_sample_opts_t* o, int32_t* out, int64_t* nout,
+              tr_errmsg_t* err) {
+  *nout = 0;
+  int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;
+  int64_t cap = n + o->max_new_tokens + 1;
+  int32_t* ctx = malloc((size_t)cap * sizeof *ctx);
+  double* work = malloc((size_t)V * sizeof *work);
+  int* idx = malloc((size_t)V * sizeof *idx);
+  int rc = 0;
+  if (!ctx || !work || !idx) {
+    rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    goto out;
+  }
+  int64_t len = 0;
+  if (n == 0) ctx[len++] = TR_BYTE_EOT; /* an empty prompt starts a document */
+  for (int64_t i = 0; i < n; i++) {
+    if (prompt[i] < 0 || prompt[i] >= V) {
+      rc = tr_errmsg_set(err, TR_EINVAL,
+                         "prompt token %" PRId32 " at %" PRId64
+                         " is not below the vocabulary size %d",
+                         prompt[i], i, V);
+      goto out;
+    }
+    ctx[len++] = prompt[i];
+  }
+  uint64_t rng = o->seed;
+  for (int64_t g = 0; g < o->max_new_tokens; g++) {
+    int64_t T = len < maxT ? len : maxT;
+    tr_model_mb_t mb;
+    rc = tr_model_mb_init(m, &mb, 1, (int)T, ctx + len - T, NULL);
+    if (rc == 0) {
+      mb.no_grad = 1;
+      rc = tr_model_forward(m, &mb, 0, m->n_blocks);
+    }
+    if (rc < 0) {
+      tr_model_mb_release(m, &mb);
+      rc = tr_errmsg_set(err, rc, "sampling: forward: %s", tr_strerror(rc));
+      goto out;
+    }
+    const float* logits =
+        (const float*)tr_tensor_data(&mb.logits) + (T - 1) * (int64_t)V;
+    int tok = pick_token(logits, V, o, &rng, work, idx);
+    tr_model_mb_release(m, &mb);
+    ctx[len++] = tok;
+    out[(*nout)++] = tok;
+    if (o->stop_at_eot && tok == TR_BYTE_EOT) break;
+  }
+out:
+  free(ctx);
+  free(work);
+  free(idx);
+  return rc;
+}
