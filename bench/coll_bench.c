@@ -103,8 +103,7 @@ static double bus_factor(tr_pg_op_t op, int n) {
 static int64_t max_over_ranks(tr_pg_t* pg, int64_t v, tr_device_t dev) {
   tr_tensor_t t, h;
   int64_t one[1] = {1};
-  if (tr_pg_backend(pg, TR_DEV_CPU) != TR_PG_BACKEND_NONE)
-    dev = TR_DEVICE_CPU;
+  if (tr_pg_backend(pg, TR_DEV_CPU) != TR_PG_BACKEND_NONE) dev = TR_DEVICE_CPU;
   if (tr_tensor_empty(&h, TR_I64, TR_DEVICE_CPU, 1, one) < 0) return v;
   *(int64_t*)tr_tensor_data(&h) = v;
   if (dev.type == TR_DEV_CPU) {
@@ -239,8 +238,7 @@ static void fill_check(tr_pg_t* pg, tr_pg_op_t op, tr_tensor_t* a,
   if (rc < 0) die(tr_pg_op_name(op), rc);
   tr_tensor_t* out = op == TR_PG_OP_ALL_GATHER ? b : a;
   tr_tensor_t h;
-  if (tr_tensor_empty(&h, out->dtype, TR_DEVICE_CPU, out->ndim, out->shape) <
-      0)
+  if (tr_tensor_empty(&h, out->dtype, TR_DEVICE_CPU, out->ndim, out->shape) < 0)
     return;
   tr_tensor_copy(&h, out);
   double want = op == TR_PG_OP_ALL_GATHER ? 1 : n;
@@ -275,8 +273,7 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
     printf("# coll_bench: %s, %d ranks, %s, %d iterations (%d warm-up)\n", be,
            n, tr_dtype_name(o->dtype), o->iters, o->warmup);
     printf("# %12s  %-15s %12s %12s %12s%s\n", "size(B)", "op", "time(us)",
-           "algbw(GB/s)", "busbw(GB/s)",
-           use_raw ? "   raw(GB/s)  ratio" : "");
+           "algbw(GB/s)", "busbw(GB/s)", use_raw ? "   raw(GB/s)  ratio" : "");
   }
   for (int64_t size = o->min_bytes; size <= o->max_bytes; size *= o->factor) {
     /* whole buffer: a multiple of n elements */
@@ -296,8 +293,8 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
       int64_t t = max_over_ranks(pg, time_op(pg, o, op, &a, &b), dev);
       int64_t traw = 0;
 #ifdef HAVE_NCCL
-      if (use_raw) traw = max_over_ranks(pg, raw_time(&raw, o, op, &a, &b, n),
-                                         dev);
+      if (use_raw)
+        traw = max_over_ranks(pg, raw_time(&raw, o, op, &a, &b, n), dev);
 #endif
       if (rank == 0) {
         double bytes = (double)elems * (double)esz;
@@ -357,13 +354,14 @@ static int rank_main(const opts_t* o, int rank, int port) {
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: coll_bench [-b gloo|nccl|mpi] [-n ranks] [-o ops] [-d dtype]\n"
-          "                  [--min SIZE] [--max SIZE] [-f factor] [-w warmup]\n"
-          "                  [-i iters] [--raw] [--check]\n"
-          "  ops: comma list of all_reduce, all_gather, reduce_scatter\n"
-          "  SIZE: bytes with K/M/G suffixes (1K .. 64M; nccl: 1K .. 1G)\n"
-          "  --raw: nccl only, time raw NCCL calls next to ours\n");
+  fprintf(
+      stderr,
+      "usage: coll_bench [-b gloo|nccl|mpi] [-n ranks] [-o ops] [-d dtype]\n"
+      "                  [--min SIZE] [--max SIZE] [-f factor] [-w warmup]\n"
+      "                  [-i iters] [--raw] [--check]\n"
+      "  ops: comma list of all_reduce, all_gather, reduce_scatter\n"
+      "  SIZE: bytes with K/M/G suffixes (1K .. 64M; nccl: 1K .. 1G)\n"
+      "  --raw: nccl only, time raw NCCL calls next to ours\n");
   exit(2);
 }
 
@@ -378,12 +376,10 @@ static int count_gpus(void) {
 
 int main(int argc, char** argv) {
   opts_t o = {"gloo", 2, 1024, -1, 2, 5, 20, TR_F32, 7, 0, 0, 0};
-  static const struct option lo[] = {{"min", required_argument, 0, 1},
-                                     {"max", required_argument, 0, 2},
-                                     {"raw", no_argument, 0, 3},
-                                     {"check", no_argument, 0, 4},
-                                     {"help", no_argument, 0, 'h'},
-                                     {0, 0, 0, 0}};
+  static const struct option lo[] = {
+      {"min", required_argument, 0, 1}, {"max", required_argument, 0, 2},
+      {"raw", no_argument, 0, 3},       {"check", no_argument, 0, 4},
+      {"help", no_argument, 0, 'h'},    {0, 0, 0, 0}};
   int ch, n_set = 0;
   while ((ch = getopt_long(argc, argv, "b:n:o:d:f:w:i:h", lo, NULL)) != -1) {
     switch (ch) {
@@ -431,8 +427,7 @@ int main(int argc, char** argv) {
   int gpu = strstr(o.backend, "nccl") != NULL;
   o.gpu = gpu;
   if (o.max_bytes < 0) o.max_bytes = gpu ? (int64_t)1 << 30 : 64 << 20;
-  if (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.min_bytes < 1)
-    usage();
+  if (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.min_bytes < 1) usage();
 
   const char* mpi_size = getenv("OMPI_COMM_WORLD_SIZE");
   if (mpi_size) { /* under mpirun: MPI's ranks, no store */
@@ -454,8 +449,8 @@ int main(int argc, char** argv) {
     tr_store_server_opts_init(&so);
     so.host = "127.0.0.1";
     tr_store_server_t* s = NULL;
-    int port = tr_store_server_start(&so, &s) < 0 ? -1
-                                                   : tr_store_server_port(s);
+    int port =
+        tr_store_server_start(&so, &s) < 0 ? -1 : tr_store_server_port(s);
     if (write(fd[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
     for (;;) pause();
   }

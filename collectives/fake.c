@@ -23,9 +23,7 @@ static int fake_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
   return 0;
 }
 
-static void fake_destroy(tr__pg_backend_t* be) {
-  (void)be;
-}
+static void fake_destroy(tr__pg_backend_t* be) { (void)be; }
 
 const tr__pg_backend_vt_t tr__pg_fake_vt = {
     .kind = TR_PG_BACKEND_FAKE,

@@ -33,16 +33,16 @@
 #include <string>
 #include <vector>
 
-#include <gloo/allgather.h>        // allgather
-#include <gloo/allreduce.h>        // allreduce with a reduce function
-#include <gloo/alltoall.h>         // alltoall
-#include <gloo/alltoallv.h>        // alltoallv (uneven splits)
-#include <gloo/barrier.h>          // barrier
-#include <gloo/broadcast.h>        // broadcast
-#include <gloo/reduce.h>           // reduce to a root
-#include <gloo/rendezvous/context.h>  // connectFullMesh
-#include <gloo/rendezvous/store.h>    // the Store interface we implement
-#include <gloo/transport/tcp/device.h>  // TCP transport
+#include <gloo/allgather.h>                 // allgather
+#include <gloo/allreduce.h>                 // allreduce with a reduce function
+#include <gloo/alltoall.h>                  // alltoall
+#include <gloo/alltoallv.h>                 // alltoallv (uneven splits)
+#include <gloo/barrier.h>                   // barrier
+#include <gloo/broadcast.h>                 // broadcast
+#include <gloo/reduce.h>                    // reduce to a root
+#include <gloo/rendezvous/context.h>        // connectFullMesh
+#include <gloo/rendezvous/store.h>          // the Store interface we implement
+#include <gloo/transport/tcp/device.h>      // TCP transport
 #include <gloo/transport/unbound_buffer.h>  // send/recv, the ring
 
 #include "collectives/internal.h"
@@ -86,8 +86,7 @@ class TrStore : public gloo::rendezvous::Store {
     wait(keys, ms(0));
   }
 
-  void wait(const std::vector<std::string>& keys,
-            const ms& timeout) override {
+  void wait(const std::vector<std::string>& keys, const ms& timeout) override {
     std::vector<std::string> full;
     std::vector<const char*> ptrs;
     for (const auto& k : keys) full.push_back("gloo/" + k);
@@ -95,7 +94,8 @@ class TrStore : public gloo::rendezvous::Store {
     int rc = tr_store_prefix_wait(sp_, ptrs.data(), ptrs.size(),
                                   static_cast<int64_t>(timeout.count()));
     if (rc < 0)
-      throw std::runtime_error(err("wait for", keys.empty() ? "" : keys[0], rc));
+      throw std::runtime_error(
+          err("wait for", keys.empty() ? "" : keys[0], rc));
   }
 
  private:
@@ -139,7 +139,7 @@ class Scratch {
 struct Impl {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   Scratch scratch[3];  // comm thread only
-  std::mutex mu;  // ctx for abort; waiting; woken
+  std::mutex mu;       // ctx for abort; waiting; woken
   UnboundBuffer* waiting = nullptr;
   bool waiting_send = false;
   bool woken = false;
@@ -184,11 +184,12 @@ int route_address(const char* peer, std::string* out) {
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
         getsockname(fd, reinterpret_cast<struct sockaddr*>(&ss), &sl) == 0) {
       char buf[INET6_ADDRSTRLEN];
-      const void* a = ss.ss_family == AF_INET6
-                          ? static_cast<const void*>(
-                                &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
-                          : static_cast<const void*>(
-                                &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+      const void* a =
+          ss.ss_family == AF_INET6
+              ? static_cast<const void*>(
+                    &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+              : static_cast<const void*>(
+                    &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
       if (inet_ntop(ss.ss_family, a, buf, sizeof buf)) {
         *out = buf;
         rc = 0;
@@ -469,7 +470,6 @@ int ops_left(Impl* im, tr_pg_work_t* w) {
   return n;
 }
 
-
 int run_op(Impl* im, tr_pg_t* pg, tr_pg_work_t* w, int i) {
   tr__pg_op_t* op = &w->ops[i];
   switch (op->type) {
@@ -548,7 +548,8 @@ static int gloo_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
       int rc = run_op(im, be->pg, w, i);
       if (rc < 0) {
         drop_pending(im, w);
-        snprintf(err, errlen, "unknown op %d", static_cast<int>(w->ops[i].type));
+        snprintf(err, errlen, "unknown op %d",
+                 static_cast<int>(w->ops[i].type));
         return rc;
       }
       pending |= rc;
@@ -654,8 +655,8 @@ static void gloo_destroy(tr__pg_backend_t* be) {
 }
 
 const tr__pg_backend_vt_t tr__pg_gloo_vt = {
-    TR_PG_BACKEND_GLOO, "gloo", 1,          gloo_create, gloo_start,
-    gloo_progress,      gloo_wake, gloo_abort, nullptr,   nullptr,
+    TR_PG_BACKEND_GLOO, "gloo",    1,          gloo_create, gloo_start,
+    gloo_progress,      gloo_wake, gloo_abort, nullptr,     nullptr,
     gloo_destroy,
 };
 

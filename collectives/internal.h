@@ -42,14 +42,14 @@ typedef struct tr__pg_backend tr__pg_backend_t;
 typedef struct {
   tr_pg_op_t type;
   tr_pg_reduce_op_t rop;
-  int peer;         /* root (broadcast, reduce) or peer (send, recv) */
-  int tag;          /* send / recv */
-  tr_tensor_t in;   /* contiguous input: all_gather, reduce_scatter,
+  int peer;           /* root (broadcast, reduce) or peer (send, recv) */
+  int tag;            /* send / recv */
+  tr_tensor_t in;     /* contiguous input: all_gather, reduce_scatter,
                        all_to_all, send (holds nothing otherwise) */
-  tr_tensor_t out;  /* contiguous output; the buffer of in-place ops */
-  tr_tensor_t user; /* caller's non-contiguous output that out is staged
+  tr_tensor_t out;    /* contiguous output; the buffer of in-place ops */
+  tr_tensor_t user;   /* caller's non-contiguous output that out is staged
                        for (copied back on success); else nothing */
-  int64_t* in_counts;  /* all_to_all: elements per rank; NULL: equal */
+  int64_t* in_counts; /* all_to_all: elements per rank; NULL: equal */
   int64_t* out_counts;
   int64_t op_id;
   int64_t fr_id; /* what hooks->enqueue returned */
@@ -75,16 +75,16 @@ struct tr_pg_work_s {
   tr__pg_op_t* ops;
   int coalesced;
   int is_p2p;
-  int64_t seq;      /* collective_seq_id at issue */
-  int64_t p2p_seq;  /* p2p_seq_id at issue */
-  int64_t op_id;    /* of the coalesced entry (coalesced works) */
-  int64_t fr_id;    /* of the coalesced entry */
+  int64_t seq;     /* collective_seq_id at issue */
+  int64_t p2p_seq; /* p2p_seq_id at issue */
+  int64_t op_id;   /* of the coalesced entry (coalesced works) */
+  int64_t fr_id;   /* of the coalesced entry */
   char profiling_name[64];
   int64_t timeout_ms;
   int64_t t_issue_ns;  /* CLOCK_MONOTONIC */
   int64_t deadline_ns; /* CLOCK_MONOTONIC */
 
-  tr_pg_work_t* q_next; /* backend queue */
+  tr_pg_work_t* q_next;  /* backend queue */
   tr_pg_work_t* if_prev; /* group in-flight list */
   tr_pg_work_t* if_next;
   int in_flight;
@@ -127,8 +127,7 @@ typedef struct {
   /* Begin w: 0 when it completed (the caller finishes it), 1 when it is
    * pending (the backend finishes and retires it later), < 0 on failure
    * with the reason in err (the caller finishes it with "failed: err"). */
-  int (*start)(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
-               size_t errlen);
+  int (*start)(tr__pg_backend_t* be, tr_pg_work_t* w, char* err, size_t errlen);
   /* Threaded backends with pending works: make progress for up to
    * timeout_ms (returns early when woken); finishes and retires works. */
   void (*progress)(tr__pg_backend_t* be, int64_t timeout_ms);
@@ -191,8 +190,8 @@ extern const tr__pg_backend_vt_t tr__pg_nccl_vt;
 /* ncclCommSplit of parent's communicator, called by every member of
  * parent's group: child is the new group (NULL for ranks outside it, who
  * pass color -1). On success child->be[TR_DEV_CUDA] is set up. */
-int tr__nccl_split(tr__pg_backend_t* parent, tr_pg_t* child, int color,
-                   int key, char* err, size_t errlen);
+int tr__nccl_split(tr__pg_backend_t* parent, tr_pg_t* child, int color, int key,
+                   char* err, size_t errlen);
 #endif
 
 /* queue.c: start the thread, which first sets the backend up (vt->create,
@@ -243,13 +242,13 @@ struct tr_pg_s {
   char* name;
   char* desc;
   int rank, size;
-  int* granks; /* group rank -> global rank */
-  char* prefix; /* the group's store namespace */
+  int* granks;             /* group rank -> global rank */
+  char* prefix;            /* the group's store namespace */
   tr_store_prefix_t wd_sp; /* prefix on world->wd_store */
   tr_pg_backend_t kinds[TR__PG_NDEV];
   tr__pg_backend_t* be[TR__PG_NDEV];
   void* cuda_stream;
-  void* mpi_comm; /* MPI_Comm (mpi.c) */
+  void* mpi_comm;      /* MPI_Comm (mpi.c) */
   pthread_mutex_t bmu; /* backend set-up */
 
   pthread_mutex_t mu; /* everything below */
@@ -259,9 +258,10 @@ struct tr_pg_s {
   int64_t children; /* groups made from this one */
   tr_pg_work_t* inflight;
   int broken;
-  int reported; /* the watchdog has reported the break */
-  int remote;   /* broken by another rank's report */
-  int error_rc; /* the status that broke it */
+  int reported;            /* the watchdog has reported the break */
+  int remote;              /* broken by another rank's report */
+  int error_rc;            /* the status that broke it */
+  int64_t remote_check_ns; /* the watchdog's last look at the store */
   int64_t broken_ns;
   char* error;
   int coalescing;
@@ -276,8 +276,7 @@ struct tr_pg_s {
 /* A store connection of its own for a set-up step that may block on peers
  * (rendezvous, color exchange): a clone of the world's client with pg's
  * timeout, and pg's prefix on it in *p. tr__pg_store_close frees both. */
-int tr__pg_store_open(tr_pg_t* pg, tr_store_client_t** c,
-                      tr_store_prefix_t* p);
+int tr__pg_store_open(tr_pg_t* pg, tr_store_client_t** c, tr_store_prefix_t* p);
 void tr__pg_store_close(tr_store_client_t* c, tr_store_prefix_t* p);
 
 /* Monotonic and wall clocks in ns. */

@@ -43,7 +43,8 @@ static void finalize_at_exit(void) {
   MPI_Finalized(&fin);
   if (!init || fin) return;
   if (__atomic_load_n(&g_unclean, __ATOMIC_ACQUIRE)) {
-    TR_LOG_WARN(COLL, "an MPI op was abandoned after a timeout: not calling "
+    TR_LOG_WARN(COLL,
+                "an MPI op was abandoned after a timeout: not calling "
                 "MPI_Finalize");
     return;
   }
@@ -71,8 +72,7 @@ int tr__mpi_world_init(int* rank, int* size, int* we_initialised) {
         atexit(finalize_at_exit);
       }
     }
-  }
-  else
+  } else
     MPI_Query_thread(&provided);
   g_multiple = provided >= MPI_THREAD_MULTIPLE;
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(MPI_COMM_WORLD, rank);
@@ -107,7 +107,7 @@ typedef struct {
 /* Per op: its request and staging. */
 typedef struct {
   MPI_Request req;
-  float* f_in;  /* float32 staging of half types */
+  float* f_in; /* float32 staging of half types */
   float* f_out;
   int* counts; /* alltoallv: scounts, sdispls, rcounts, rdispls */
 } mpi_op_t;
@@ -140,9 +140,7 @@ static MPI_Op mpi_op(tr_pg_reduce_op_t op) {
   }
 }
 
-static int is_half(tr_dtype_t dt) {
-  return dt == TR_BF16 || dt == TR_F16;
-}
+static int is_half(tr_dtype_t dt) { return dt == TR_BF16 || dt == TR_F16; }
 
 static int comm_check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return 0;
@@ -248,8 +246,7 @@ static int post(mpi_impl_t* im, tr_pg_t* pg, tr__pg_op_t* op, mpi_op_t* m,
       return MPI_Iallreduce(MPI_IN_PLACE, out, (int)nout, mt, mo, comm,
                             &m->req);
     case TR_PG_OP_ALL_GATHER:
-      return MPI_Iallgather(in, (int)nin, mt, out, (int)nin, mt, comm,
-                            &m->req);
+      return MPI_Iallgather(in, (int)nin, mt, out, (int)nin, mt, comm, &m->req);
     case TR_PG_OP_REDUCE_SCATTER:
       if (half) {
         m->f_in = malloc(sizeof(float) * (size_t)(nin ? nin : 1));
@@ -361,8 +358,8 @@ static void finish_ops(tr_pg_t* pg, tr_pg_work_t* w) {
   mpi_op_t* m = w->be_data;
   for (int i = 0; i < w->n_ops; i++) {
     tr__pg_op_t* op = &w->ops[i];
-    if (op->type != TR_PG_OP_ALL_REDUCE && op->type != TR_PG_OP_REDUCE_SCATTER &&
-        op->type != TR_PG_OP_REDUCE)
+    if (op->type != TR_PG_OP_ALL_REDUCE &&
+        op->type != TR_PG_OP_REDUCE_SCATTER && op->type != TR_PG_OP_REDUCE)
       continue;
     if (op->type == TR_PG_OP_REDUCE && pg->rank != op->peer) continue;
     size_t n = (size_t)tr_tensor_numel(&op->out);

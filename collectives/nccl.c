@@ -89,8 +89,7 @@ static int wait_ready(ncclComm_t comm, int64_t deadline_ns, const char* what,
   }
 }
 
-static int pick_device(tr__pg_world_t* wd, int* dev, char* err,
-                       size_t errlen) {
+static int pick_device(tr__pg_world_t* wd, int* dev, char* err, size_t errlen) {
   int n = tr_cuda_device_count();
   if (n <= 0) {
     snprintf(err, errlen, "no CUDA device for NCCL");
@@ -114,12 +113,11 @@ static int impl_new(ncclComm_t comm, int dev, nccl_impl_t** out, char* err,
   im->device = dev;
   int lo = 0, hi = 0, rc;
   cudaDeviceGetStreamPriorityRange(&lo, &hi);
-  rc = cuda_fail(cudaStreamCreateWithPriority(&im->stream,
-                                              cudaStreamNonBlocking, hi),
-                 "cudaStreamCreateWithPriority", err, errlen);
+  rc = cuda_fail(
+      cudaStreamCreateWithPriority(&im->stream, cudaStreamNonBlocking, hi),
+      "cudaStreamCreateWithPriority", err, errlen);
   if (rc == 0)
-    rc = cuda_fail(cudaEventCreateWithFlags(&im->ready,
-                                            cudaEventDisableTiming),
+    rc = cuda_fail(cudaEventCreateWithFlags(&im->ready, cudaEventDisableTiming),
                    "cudaEventCreate", err, errlen);
   if (rc < 0) {
     if (im->stream) cudaStreamDestroy(im->stream);
@@ -183,9 +181,10 @@ static int nccl_create(tr__pg_backend_t* be, char* err, size_t errlen) {
     const char* k = "nccl/all_arrived";
     if (rc == 0) rc = tr_store_prefix_wait(&sp, &k, 1, timeout);
     if (rc < 0)
-      snprintf(err, errlen, "not every rank of the group came to set up "
-               "NCCL within %lld ms: %s", (long long)timeout,
-               tr_strerror(rc));
+      snprintf(err, errlen,
+               "not every rank of the group came to set up "
+               "NCCL within %lld ms: %s",
+               (long long)timeout, tr_strerror(rc));
   }
   tr__pg_store_close(sc, &sp);
   if (rc < 0) return rc;
@@ -209,8 +208,8 @@ static int nccl_create(tr__pg_backend_t* be, char* err, size_t errlen) {
   return 0;
 }
 
-int tr__nccl_split(tr__pg_backend_t* parent, tr_pg_t* child, int color,
-                   int key, char* err, size_t errlen) {
+int tr__nccl_split(tr__pg_backend_t* parent, tr_pg_t* child, int color, int key,
+                   char* err, size_t errlen) {
   nccl_impl_t* pim = parent->impl;
   int rc;
   pthread_mutex_lock(&pim->mu);
@@ -224,9 +223,8 @@ int tr__nccl_split(tr__pg_backend_t* parent, tr_pg_t* child, int color,
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 1;
   ncclComm_t comm = NULL;
-  ncclResult_t r = ncclCommSplit(pim->comm, color < 0 ? NCCL_SPLIT_NOCOLOR
-                                                      : color,
-                                 key, &comm, &cfg);
+  ncclResult_t r = ncclCommSplit(
+      pim->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &comm, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) {
     rc = nccl_fail(r, pim->comm, "ncclCommSplit", err, errlen);
     pthread_mutex_unlock(&pim->mu);
@@ -382,8 +380,8 @@ static int pre_op(nccl_impl_t* im, tr__pg_op_t* op, stage_t* st, char* err,
   if (!reducing(op->type) || op->out.dtype != TR_U16) return 0;
   cudaStream_t s = im->stream;
   size_t nout = (size_t)tr_tensor_numel(&op->out);
-  const tr_tensor_t* src = op->type == TR_PG_OP_REDUCE_SCATTER ? &op->in
-                                                               : &op->out;
+  const tr_tensor_t* src =
+      op->type == TR_PG_OP_REDUCE_SCATTER ? &op->in : &op->out;
   size_t nsrc = (size_t)tr_tensor_numel(src);
   TR_CHECK(cuda_fail(cudaMallocAsync(&st->out, 4 * (nout ? nout : 1), s),
                      "cudaMallocAsync", err, errlen));
@@ -397,8 +395,7 @@ static int pre_op(nccl_impl_t* im, tr__pg_op_t* op, stage_t* st, char* err,
 }
 
 /* After them: narrow uint16 back, divide integer AVG. */
-static int post_op(nccl_impl_t* im, tr_pg_t* pg, tr__pg_op_t* op,
-                   stage_t* st) {
+static int post_op(nccl_impl_t* im, tr_pg_t* pg, tr__pg_op_t* op, stage_t* st) {
   if (!reducing(op->type)) return 0;
   if (op->type == TR_PG_OP_REDUCE && pg->rank != op->peer) return 0;
   tr_dtype_t dt = op->out.dtype;
@@ -475,12 +472,16 @@ static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
                 rc, out_fail);
   for (int i = 0; i < w->n_ops; i++)
     TR_CHECK_GOTO(pre_op(im, &w->ops[i], &st[i], err, errlen), rc, out_fail);
-  TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->start, im->stream),
-                          "cudaEventRecord", err, errlen),
-                rc, out_fail);
-  TR_CHECK_GOTO(nccl_fail(ncclGroupStart(), im->comm, "ncclGroupStart", err,
-                          errlen),
-                rc, out_fail);
+  /* the start event only serves the flight recorder's start hook */
+  if (tr__pg_hooks()->start)
+    TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->start, im->stream),
+                            "cudaEventRecord", err, errlen),
+                  rc, out_fail);
+  else
+    nw->start_seen = 1;
+  TR_CHECK_GOTO(
+      nccl_fail(ncclGroupStart(), im->comm, "ncclGroupStart", err, errlen), rc,
+      out_fail);
   for (int i = 0; i < w->n_ops && rc == 0; i++)
     rc = issue(im, pg, &w->ops[i], &st[i], err, errlen);
   ncclResult_t r = ncclGroupEnd();
@@ -546,7 +547,11 @@ static int nccl_poll(tr__pg_backend_t* be, tr_pg_work_t* w) {
   if (!nw->start_seen && cudaEventQuery(nw->start) == cudaSuccess)
     nw->start_seen = started = 1;
   cudaError_t q = cudaEventQuery(nw->done);
-  if (q == cudaSuccess) {
+  if (__atomic_load_n(&im->aborted, __ATOMIC_ACQUIRE)) {
+    /* an aborted kernel ends early: its event says nothing of the data */
+    status = TR_EABORTED;
+    snprintf(err, sizeof err, "the NCCL communicator was aborted");
+  } else if (q == cudaSuccess) {
     status = 0;
   } else if (q != cudaErrorNotReady) {
     status = cuda_fail(q, "cudaEventQuery", err, sizeof err);
@@ -586,15 +591,32 @@ static int nccl_wait_stream(tr__pg_backend_t* be, tr_pg_work_t* w,
   return rc;
 }
 
+/* The watchdog's abort. A call stuck inside NCCL (the first send/recv of a
+ * pair waits for the peer to post one) holds im->mu: after a while the
+ * communicator is aborted anyway, as PyTorch's watchdog does, which makes
+ * that call return. */
 static void nccl_abort(tr__pg_backend_t* be) {
   nccl_impl_t* im = be->impl;
   if (!im) return;
-  pthread_mutex_lock(&im->mu);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  if (pthread_mutex_timedlock(&im->mu, &until) != 0) {
+    TR_LOG_ERROR(COLL,
+                 "group '%s': an NCCL call is stuck; aborting the "
+                 "communicator under it",
+                 be->pg->name);
+    ncclComm_t c = __atomic_exchange_n(&im->comm, NULL, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&im->aborted, 1, __ATOMIC_RELEASE);
+    cudaSetDevice(im->device);
+    if (c) ncclCommAbort(c);
+    return; /* the stuck call fails; destroy retires what is left */
+  }
   if (!im->aborted) {
     im->aborted = 1;
     cudaSetDevice(im->device);
-    if (im->comm) ncclCommAbort(im->comm);
-    im->comm = NULL;
+    ncclComm_t c = __atomic_exchange_n(&im->comm, NULL, __ATOMIC_ACQ_REL);
+    if (c) ncclCommAbort(c);
   }
   int n = im->npending;
   tr_pg_work_t** list = malloc(sizeof *list * (size_t)(n ? n : 1));

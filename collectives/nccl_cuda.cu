@@ -73,11 +73,20 @@ extern "C" int tr__nccl_div_int(void* x, int dtype, int64_t n, int divisor,
   cudaStream_t s = (cudaStream_t)stream;
   unsigned b = blocks_for(n);
   switch (dtype) {
-    case TR_I32: div_kernel<int32_t><<<b, 256, 0, s>>>((int32_t*)x, n, divisor); break;
-    case TR_I64: div_kernel<int64_t><<<b, 256, 0, s>>>((int64_t*)x, n, divisor); break;
-    case TR_U16: div_kernel<uint16_t><<<b, 256, 0, s>>>((uint16_t*)x, n, divisor); break;
-    case TR_U8: div_kernel<uint8_t><<<b, 256, 0, s>>>((uint8_t*)x, n, divisor); break;
-    default: return TR_EDTYPE;
+    case TR_I32:
+      div_kernel<int32_t><<<b, 256, 0, s>>>((int32_t*)x, n, divisor);
+      break;
+    case TR_I64:
+      div_kernel<int64_t><<<b, 256, 0, s>>>((int64_t*)x, n, divisor);
+      break;
+    case TR_U16:
+      div_kernel<uint16_t><<<b, 256, 0, s>>>((uint16_t*)x, n, divisor);
+      break;
+    case TR_U8:
+      div_kernel<uint8_t><<<b, 256, 0, s>>>((uint8_t*)x, n, divisor);
+      break;
+    default:
+      return TR_EDTYPE;
   }
   return launched("integer divide");
 }

@@ -18,8 +18,7 @@ int tr__nccl_u16_to_u32(const void* src, void* dst, int64_t n, void* stream);
 int tr__nccl_u32_to_u16(const void* src, void* dst, int64_t n, int divisor,
                         void* stream);
 /* x[i] /= divisor for integer dtypes (tr_dtype_t as int), truncating. */
-int tr__nccl_div_int(void* x, int dtype, int64_t n, int divisor,
-                     void* stream);
+int tr__nccl_div_int(void* x, int dtype, int64_t n, int divisor, void* stream);
 
 #ifdef __cplusplus
 }

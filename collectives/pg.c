@@ -81,9 +81,7 @@ static const tr__pg_backend_vt_t* vt_of(tr_pg_backend_t b) {
   }
 }
 
-int tr_pg_backend_available(tr_pg_backend_t b) {
-  return vt_of(b) != NULL;
-}
+int tr_pg_backend_available(tr_pg_backend_t b) { return vt_of(b) != NULL; }
 
 /* ---- hooks ---- */
 
@@ -96,9 +94,7 @@ void tr_pg_set_hooks(const tr_pg_hooks_t* hooks) {
     memset(&g_hooks, 0, sizeof g_hooks);
 }
 
-const tr_pg_hooks_t* tr__pg_hooks(void) {
-  return &g_hooks;
-}
+const tr_pg_hooks_t* tr__pg_hooks(void) { return &g_hooks; }
 
 /* ---- backend specs ---- */
 
@@ -181,8 +177,10 @@ static int parse_spec(const char* spec, tr_pg_backend_t kinds[TR__PG_NDEV]) {
   }
   return 0;
 bad:
-  TR_LOG_ERROR(COLL, "bad backend '%s': expected gloo, nccl, mpi, fake or a "
-               "list like 'cpu:gloo,cuda:nccl'", spec);
+  TR_LOG_ERROR(COLL,
+               "bad backend '%s': expected gloo, nccl, mpi, fake or a "
+               "list like 'cpu:gloo,cuda:nccl'",
+               spec);
   return TR_EINVAL;
 }
 
@@ -199,9 +197,7 @@ void tr_pg_opts_init(tr_pg_opts_t* o) {
   o->cuda_device = -1;
 }
 
-static char* xstrdup(const char* s) {
-  return strdup(s ? s : "");
-}
+static char* xstrdup(const char* s) { return strdup(s ? s : ""); }
 
 static void world_unref(tr__pg_world_t* wd) {
   pthread_mutex_lock(&wd->mu);
@@ -289,8 +285,8 @@ int tr_pg_init(const tr_pg_opts_t* o, tr_pg_t** out) {
   int uses_mpi = kinds[TR_DEV_CPU] == TR_PG_BACKEND_MPI;
   int needs_store = 0;
   for (int d = 0; d < TR__PG_NDEV; d++)
-    needs_store |= kinds[d] == TR_PG_BACKEND_GLOO ||
-                   kinds[d] == TR_PG_BACKEND_NCCL;
+    needs_store |=
+        kinds[d] == TR_PG_BACKEND_GLOO || kinds[d] == TR_PG_BACKEND_NCCL;
   if (needs_store && !o->store) {
     TR_LOG_ERROR(COLL, "backend '%s' needs a store", o->backend);
     return TR_EINVAL;
@@ -348,8 +344,8 @@ int tr_pg_init(const tr_pg_opts_t* o, tr_pg_t** out) {
   for (int i = 0; i < size; i++) granks[i] = i;
   char prefix[512];
   snprintf(prefix, sizeof prefix, "%s/0", wd->store_prefix);
-  rc = group_new(wd, "0", o->group_desc ? o->group_desc : "default_pg",
-                 prefix, rank, size, granks, kinds, o->timeout_ms, out);
+  rc = group_new(wd, "0", o->group_desc ? o->group_desc : "default_pg", prefix,
+                 rank, size, granks, kinds, o->timeout_ms, out);
   free(granks);
 #ifdef HAVE_MPI
   if (rc == 0 && uses_mpi) {
@@ -365,12 +361,8 @@ out_world:
   return rc;
 }
 
-int tr_pg_rank(const tr_pg_t* pg) {
-  return pg->rank;
-}
-int tr_pg_size(const tr_pg_t* pg) {
-  return pg->size;
-}
+int tr_pg_rank(const tr_pg_t* pg) { return pg->rank; }
+int tr_pg_size(const tr_pg_t* pg) { return pg->size; }
 int tr_pg_global_rank(const tr_pg_t* pg, int r) {
   return r >= 0 && r < pg->size ? pg->granks[r] : -1;
 }
@@ -379,15 +371,9 @@ int tr_pg_group_rank(const tr_pg_t* pg, int g) {
     if (pg->granks[i] == g) return i;
   return -1;
 }
-const char* tr_pg_name(const tr_pg_t* pg) {
-  return pg->name;
-}
-const char* tr_pg_desc(const tr_pg_t* pg) {
-  return pg->desc;
-}
-int64_t tr_pg_uid(const tr_pg_t* pg) {
-  return pg->uid;
-}
+const char* tr_pg_name(const tr_pg_t* pg) { return pg->name; }
+const char* tr_pg_desc(const tr_pg_t* pg) { return pg->desc; }
+int64_t tr_pg_uid(const tr_pg_t* pg) { return pg->uid; }
 tr_pg_backend_t tr_pg_backend(const tr_pg_t* pg, tr_device_type_t d) {
   return (unsigned)d < TR__PG_NDEV ? pg->kinds[d] : TR_PG_BACKEND_NONE;
 }
@@ -482,8 +468,8 @@ void tr__pg_store_close(tr_store_client_t* c, tr_store_prefix_t* p) {
 static int get_backend(tr_pg_t* pg, tr_device_type_t d, tr__pg_backend_t** out,
                        char* err, size_t errlen) {
   if ((unsigned)d >= TR__PG_NDEV || pg->kinds[d] == TR_PG_BACKEND_NONE) {
-    snprintf(err, errlen, "group '%s' has no backend for %s tensors",
-             pg->name, d == TR_DEV_CPU ? "cpu" : "cuda");
+    snprintf(err, errlen, "group '%s' has no backend for %s tensors", pg->name,
+             d == TR_DEV_CPU ? "cpu" : "cuda");
     return TR_EDEVICE;
   }
   pthread_mutex_lock(&pg->bmu);
@@ -607,8 +593,8 @@ static int make_child(tr_pg_t* parent, const char* name, const char* prefix,
   return 0;
 }
 
-int tr_pg_new_group(tr_pg_t* parent, const int* ranks, int n,
-                    const char* desc, tr_pg_t** out) {
+int tr_pg_new_group(tr_pg_t* parent, const int* ranks, int n, const char* desc,
+                    tr_pg_t** out) {
   *out = NULL;
   if (!parent || !ranks || n < 1 || n > parent->size) return TR_EINVAL;
   int* r = malloc(sizeof(int) * (size_t)n);
@@ -618,8 +604,10 @@ int tr_pg_new_group(tr_pg_t* parent, const int* ranks, int n,
   int me = -1;
   for (int i = 0; i < n; i++) {
     if (r[i] < 0 || r[i] >= parent->size || (i && r[i] == r[i - 1])) {
-      TR_LOG_ERROR(COLL, "new group of '%s': rank %d is out of range or "
-                   "repeated", parent->name, r[i]);
+      TR_LOG_ERROR(COLL,
+                   "new group of '%s': rank %d is out of range or "
+                   "repeated",
+                   parent->name, r[i]);
       free(r);
       return TR_EINVAL;
     }
@@ -652,7 +640,8 @@ int tr_pg_split(tr_pg_t* parent, int color, int key, const char* desc,
   if (!parent) return TR_EINVAL;
   tr__pg_world_t* wd = parent->world;
   if (!wd->store && !parent->mpi_comm) {
-    TR_LOG_ERROR(COLL, "split of group '%s' needs every rank's color through "
+    TR_LOG_ERROR(COLL,
+                 "split of group '%s' needs every rank's color through "
                  "the store (the %s backend has none): use tr_pg_new_group",
                  parent->name, tr_pg_backend_name(parent->kinds[TR_DEV_CPU]));
     return TR_EUNSUPPORTED;
@@ -686,8 +675,8 @@ int tr_pg_split(tr_pg_t* parent, int color, int key, const char* desc,
     if (rc == 0)
       rc = tr_store_prefix_set(&sp, keys[parent->rank], mine, (size_t)mlen);
     if (rc == 0)
-      rc = tr_store_prefix_multi_get(&sp, (const char* const*)keys,
-                                     (size_t)n, vals, lens);
+      rc = tr_store_prefix_multi_get(&sp, (const char* const*)keys, (size_t)n,
+                                     vals, lens);
     tr__pg_store_close(sc, &sp);
   } else {
 #ifdef HAVE_MPI
@@ -705,8 +694,10 @@ int tr_pg_split(tr_pg_t* parent, int color, int key, const char* desc,
 #endif
   }
   if (rc < 0) {
-    TR_LOG_ERROR(COLL, "split of group '%s': cannot exchange colors through "
-                 "the store: %s", parent->name, tr_strerror(rc));
+    TR_LOG_ERROR(COLL,
+                 "split of group '%s': cannot exchange colors through "
+                 "the store: %s",
+                 parent->name, tr_strerror(rc));
     goto out;
   }
   int m = 0, me = -1;
@@ -840,8 +831,7 @@ static int stage_out(tr__pg_op_t* op, tr_tensor_t* t, int in_place) {
   if (in_place) {
     TR_CHECK(tr_tensor_contiguous(&op->out, t));
   } else {
-    TR_CHECK(tr_tensor_empty(&op->out, t->dtype, t->device, t->ndim,
-                             t->shape));
+    TR_CHECK(tr_tensor_empty(&op->out, t->dtype, t->device, t->ndim, t->shape));
   }
   tr_tensor_view(&op->user, t);
   return 0;
@@ -927,16 +917,20 @@ static int submit(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_work_t** out) {
   if (pg->coalescing) {
     if (out) {
       pthread_mutex_unlock(&pg->mu);
-      TR_LOG_ERROR(COLL, "group '%s': ops inside a coalesced group take no "
-                   "work handle (tr_pg_coalesce_end gives one)", pg->name);
+      TR_LOG_ERROR(COLL,
+                   "group '%s': ops inside a coalesced group take no "
+                   "work handle (tr_pg_coalesce_end gives one)",
+                   pg->name);
       tr__work_unref(w);
       return TR_EINVAL;
     }
     tr_pg_work_t* c = pg->coal;
     if (c->n_ops > 0 && op_device(&c->ops[0]) != dev) {
       pthread_mutex_unlock(&pg->mu);
-      TR_LOG_ERROR(COLL, "group '%s': a coalesced group mixes cpu and cuda "
-                   "tensors", pg->name);
+      TR_LOG_ERROR(COLL,
+                   "group '%s': a coalesced group mixes cpu and cuda "
+                   "tensors",
+                   pg->name);
       tr__work_unref(w);
       return TR_EDEVICE;
     }
@@ -989,8 +983,8 @@ static int submit(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_work_t** out) {
   w->dev = dev;
   w->t_issue_ns = tr__now_ns();
   w->deadline_ns = w->t_issue_ns + w->timeout_ms * 1000000;
-  tr_pg_backend_t kind = (unsigned)dev < TR__PG_NDEV ? pg->kinds[dev]
-                                                    : TR_PG_BACKEND_NONE;
+  tr_pg_backend_t kind =
+      (unsigned)dev < TR__PG_NDEV ? pg->kinds[dev] : TR_PG_BACKEND_NONE;
   if (w->coalesced)
     snprintf(w->profiling_name, sizeof w->profiling_name, "%s:coalesced",
              tr_pg_backend_name(kind));
@@ -1051,8 +1045,10 @@ static tr_pg_work_t* one_op(tr_pg_t* pg, tr_pg_op_t type) {
 static int same_device(const tr_pg_t* pg, const tr_tensor_t* a,
                        const tr_tensor_t* b) {
   if (!tr_device_eq(a->device, b->device)) {
-    TR_LOG_ERROR(COLL, "group '%s': input and output are on different "
-                 "devices", pg->name);
+    TR_LOG_ERROR(COLL,
+                 "group '%s': input and output are on different "
+                 "devices",
+                 pg->name);
     return TR_EDEVICE;
   }
   if (a->dtype != b->dtype) {
@@ -1063,13 +1059,13 @@ static int same_device(const tr_pg_t* pg, const tr_tensor_t* a,
   return 0;
 }
 
-#define TR__BUILD(call)         \
-  do {                          \
-    int rc_ = (call);           \
-    if (rc_ < 0) {              \
-      tr__work_unref(w);        \
-      return rc_;               \
-    }                           \
+#define TR__BUILD(call)  \
+  do {                   \
+    int rc_ = (call);    \
+    if (rc_ < 0) {       \
+      tr__work_unref(w); \
+      return rc_;        \
+    }                    \
   } while (0)
 
 int tr_pg_all_reduce(tr_pg_t* pg, tr_tensor_t* t, tr_pg_reduce_op_t op,
@@ -1089,9 +1085,10 @@ int tr_pg_all_gather(tr_pg_t* pg, tr_tensor_t* out, const tr_tensor_t* in,
   TR_CHECK(check_tensor(pg, in, "all_gather input"));
   TR_CHECK(same_device(pg, in, out));
   if (tr_tensor_numel(out) != tr_tensor_numel(in) * pg->size) {
-    TR_LOG_ERROR(COLL, "group '%s': all_gather output has %lld elements, "
-                 "expected %d x %lld", pg->name,
-                 (long long)tr_tensor_numel(out), pg->size,
+    TR_LOG_ERROR(COLL,
+                 "group '%s': all_gather output has %lld elements, "
+                 "expected %d x %lld",
+                 pg->name, (long long)tr_tensor_numel(out), pg->size,
                  (long long)tr_tensor_numel(in));
     return TR_ESHAPE;
   }
@@ -1109,9 +1106,10 @@ int tr_pg_reduce_scatter(tr_pg_t* pg, tr_tensor_t* out, const tr_tensor_t* in,
   TR_CHECK(same_device(pg, in, out));
   if (!valid_rop(op)) return TR_EINVAL;
   if (tr_tensor_numel(in) != tr_tensor_numel(out) * pg->size) {
-    TR_LOG_ERROR(COLL, "group '%s': reduce_scatter input has %lld elements, "
-                 "expected %d x %lld", pg->name,
-                 (long long)tr_tensor_numel(in), pg->size,
+    TR_LOG_ERROR(COLL,
+                 "group '%s': reduce_scatter input has %lld elements, "
+                 "expected %d x %lld",
+                 pg->name, (long long)tr_tensor_numel(in), pg->size,
                  (long long)tr_tensor_numel(out));
     return TR_ESHAPE;
   }
@@ -1153,8 +1151,10 @@ static int split_counts(const tr_pg_t* pg, const tr_tensor_t* t,
   *out = NULL;
   if (!splits) return 0;
   if (t->ndim < 1) {
-    TR_LOG_ERROR(COLL, "group '%s': all_to_all %s splits need a tensor with "
-                 "a dim 0", pg->name, what);
+    TR_LOG_ERROR(COLL,
+                 "group '%s': all_to_all %s splits need a tensor with "
+                 "a dim 0",
+                 pg->name, what);
     return TR_ESHAPE;
   }
   int64_t row = t->shape[0] ? tr_tensor_numel(t) / t->shape[0] : 0;
@@ -1170,9 +1170,10 @@ static int split_counts(const tr_pg_t* pg, const tr_tensor_t* t,
     c[i] = splits[i] * row;
   }
   if (sum != t->shape[0]) {
-    TR_LOG_ERROR(COLL, "group '%s': all_to_all %s splits sum to %lld rows "
-                 "but dim 0 is %lld", pg->name, what, (long long)sum,
-                 (long long)t->shape[0]);
+    TR_LOG_ERROR(COLL,
+                 "group '%s': all_to_all %s splits sum to %lld rows "
+                 "but dim 0 is %lld",
+                 pg->name, what, (long long)sum, (long long)t->shape[0]);
     free(c);
     return TR_ESHAPE;
   }
@@ -1187,15 +1188,17 @@ int tr_pg_all_to_all(tr_pg_t* pg, tr_tensor_t* out, const tr_tensor_t* in,
   TR_CHECK(check_tensor(pg, in, "all_to_all input"));
   TR_CHECK(same_device(pg, in, out));
   if (!in_splits && tr_tensor_numel(in) % pg->size) {
-    TR_LOG_ERROR(COLL, "group '%s': all_to_all input of %lld elements does "
-                 "not split evenly over %d ranks", pg->name,
-                 (long long)tr_tensor_numel(in), pg->size);
+    TR_LOG_ERROR(COLL,
+                 "group '%s': all_to_all input of %lld elements does "
+                 "not split evenly over %d ranks",
+                 pg->name, (long long)tr_tensor_numel(in), pg->size);
     return TR_ESHAPE;
   }
   if (!out_splits && tr_tensor_numel(out) % pg->size) {
-    TR_LOG_ERROR(COLL, "group '%s': all_to_all output of %lld elements does "
-                 "not split evenly over %d ranks", pg->name,
-                 (long long)tr_tensor_numel(out), pg->size);
+    TR_LOG_ERROR(COLL,
+                 "group '%s': all_to_all output of %lld elements does "
+                 "not split evenly over %d ranks",
+                 pg->name, (long long)tr_tensor_numel(out), pg->size);
     return TR_ESHAPE;
   }
   if (!in_splits && !out_splits &&
@@ -1218,21 +1221,21 @@ int tr_pg_all_to_all(tr_pg_t* pg, tr_tensor_t* out, const tr_tensor_t* in,
       tr__work_unref(w);
       return TR_ENOMEM;
     }
-    for (int i = 0; i < pg->size; i++)
-      (*eq)[i] = tr_tensor_numel(t) / pg->size;
+    for (int i = 0; i < pg->size; i++) (*eq)[i] = tr_tensor_numel(t) / pg->size;
   }
   TR__BUILD(stage_in(op, in));
   TR__BUILD(stage_out(op, out, 0));
   return submit(pg, w, work);
 }
 
-static int p2p(tr_pg_t* pg, tr_pg_op_t type, tr_tensor_t* t, int peer,
-               int tag, tr_pg_work_t** work) {
+static int p2p(tr_pg_t* pg, tr_pg_op_t type, tr_tensor_t* t, int peer, int tag,
+               tr_pg_work_t** work) {
   TR_CHECK(check_tensor(pg, t, type == TR_PG_OP_SEND ? "send" : "recv"));
   if (peer < 0 || peer >= pg->size || peer == pg->rank || tag < 0) {
-    TR_LOG_ERROR(COLL, "group '%s' rank %d: bad %s peer %d (size %d) or tag "
-                 "%d", pg->name, pg->rank, tr_pg_op_name(type), peer,
-                 pg->size, tag);
+    TR_LOG_ERROR(COLL,
+                 "group '%s' rank %d: bad %s peer %d (size %d) or tag "
+                 "%d",
+                 pg->name, pg->rank, tr_pg_op_name(type), peer, pg->size, tag);
     return TR_EINVAL;
   }
   tr_pg_work_t* w = one_op(pg, type);

@@ -18,81 +18,81 @@ static int apart(const void* p, const void* q, size_t bytes) {
   return x + bytes <= y || y + bytes <= x;
 }
 
-#define TR__BIN_LOOP(T, EXPR)                                           \
-  do {                                                                  \
-    size_t nb_ = n * sizeof(T);                                         \
-    if ((dst == a || dst == b) && apart(a, b, nb_)) {                   \
-      T* restrict d_ = (T*)dst;                                         \
-      const T* restrict o_ = (const T*)(dst == a ? b : a);              \
-      int first_ = dst == a;                                            \
-      if (first_) {                                                     \
-        for (size_t i = 0; i < n; i++) {                                \
-          T x = d_[i], y = o_[i];                                       \
-          d_[i] = (T)(EXPR);                                            \
-        }                                                               \
-      } else {                                                          \
-        for (size_t i = 0; i < n; i++) {                                \
-          T x = o_[i], y = d_[i];                                       \
-          d_[i] = (T)(EXPR);                                            \
-        }                                                               \
-      }                                                                 \
-    } else if (apart(dst, a, nb_) && apart(dst, b, nb_)) {              \
-      T* restrict d_ = (T*)dst;                                         \
-      const T* restrict a_ = (const T*)a;                               \
-      const T* restrict b_ = (const T*)b;                               \
-      for (size_t i = 0; i < n; i++) {                                  \
-        T x = a_[i], y = b_[i];                                         \
-        d_[i] = (T)(EXPR);                                              \
-      }                                                                 \
-    } else {                                                            \
-      T* d_ = (T*)dst;                                                  \
-      const T* a_ = (const T*)a;                                        \
-      const T* b_ = (const T*)b;                                        \
-      for (size_t i = 0; i < n; i++) {                                  \
-        T x = a_[i], y = b_[i];                                         \
-        d_[i] = (T)(EXPR);                                              \
-      }                                                                 \
-    }                                                                   \
+#define TR__BIN_LOOP(T, EXPR)                              \
+  do {                                                     \
+    size_t nb_ = n * sizeof(T);                            \
+    if ((dst == a || dst == b) && apart(a, b, nb_)) {      \
+      T* restrict d_ = (T*)dst;                            \
+      const T* restrict o_ = (const T*)(dst == a ? b : a); \
+      int first_ = dst == a;                               \
+      if (first_) {                                        \
+        for (size_t i = 0; i < n; i++) {                   \
+          T x = d_[i], y = o_[i];                          \
+          d_[i] = (T)(EXPR);                               \
+        }                                                  \
+      } else {                                             \
+        for (size_t i = 0; i < n; i++) {                   \
+          T x = o_[i], y = d_[i];                          \
+          d_[i] = (T)(EXPR);                               \
+        }                                                  \
+      }                                                    \
+    } else if (apart(dst, a, nb_) && apart(dst, b, nb_)) { \
+      T* restrict d_ = (T*)dst;                            \
+      const T* restrict a_ = (const T*)a;                  \
+      const T* restrict b_ = (const T*)b;                  \
+      for (size_t i = 0; i < n; i++) {                     \
+        T x = a_[i], y = b_[i];                            \
+        d_[i] = (T)(EXPR);                                 \
+      }                                                    \
+    } else {                                               \
+      T* d_ = (T*)dst;                                     \
+      const T* a_ = (const T*)a;                           \
+      const T* b_ = (const T*)b;                           \
+      for (size_t i = 0; i < n; i++) {                     \
+        T x = a_[i], y = b_[i];                            \
+        d_[i] = (T)(EXPR);                                 \
+      }                                                    \
+    }                                                      \
   } while (0)
 
-#define TR__ALL_OPS(T)                                        \
-  switch (op) {                                               \
-    case TR_PG_SUM:                                           \
-    case TR_PG_AVG:                                           \
-      TR__BIN_LOOP(T, x + y);                                 \
-      break;                                                  \
-    case TR_PG_PRODUCT:                                       \
-      TR__BIN_LOOP(T, x * y);                                 \
-      break;                                                  \
-    case TR_PG_MAX:                                           \
-      TR__BIN_LOOP(T, x > y ? x : y);                         \
-      break;                                                  \
-    case TR_PG_MIN:                                           \
-      TR__BIN_LOOP(T, x < y ? x : y);                         \
-      break;                                                  \
-    default:                                                  \
-      break;                                                  \
+#define TR__ALL_OPS(T)                \
+  switch (op) {                       \
+    case TR_PG_SUM:                   \
+    case TR_PG_AVG:                   \
+      TR__BIN_LOOP(T, x + y);         \
+      break;                          \
+    case TR_PG_PRODUCT:               \
+      TR__BIN_LOOP(T, (x) * (y));     \
+      break;                          \
+    case TR_PG_MAX:                   \
+      TR__BIN_LOOP(T, x > y ? x : y); \
+      break;                          \
+    case TR_PG_MIN:                   \
+      TR__BIN_LOOP(T, x < y ? x : y); \
+      break;                          \
+    default:                          \
+      break;                          \
   }
 
 /* Unsigned arithmetic for sums and products of small and signed integer
  * types: wraps without undefined behaviour. */
-#define TR__WRAP_OPS(T, U)                                         \
-  switch (op) {                                                    \
-    case TR_PG_SUM:                                                \
-    case TR_PG_AVG:                                                \
-      TR__BIN_LOOP(T, (U)((U)x + (U)y));                           \
-      break;                                                       \
-    case TR_PG_PRODUCT:                                            \
-      TR__BIN_LOOP(T, (U)((uint64_t)(U)x * (uint64_t)(U)y));       \
-      break;                                                       \
-    case TR_PG_MAX:                                                \
-      TR__BIN_LOOP(T, x > y ? x : y);                              \
-      break;                                                       \
-    case TR_PG_MIN:                                                \
-      TR__BIN_LOOP(T, x < y ? x : y);                              \
-      break;                                                       \
-    default:                                                       \
-      break;                                                       \
+#define TR__WRAP_OPS(T, U)                                   \
+  switch (op) {                                              \
+    case TR_PG_SUM:                                          \
+    case TR_PG_AVG:                                          \
+      TR__BIN_LOOP(T, (U)((U)x + (U)y));                     \
+      break;                                                 \
+    case TR_PG_PRODUCT:                                      \
+      TR__BIN_LOOP(T, (U)((uint64_t)(U)x * (uint64_t)(U)y)); \
+      break;                                                 \
+    case TR_PG_MAX:                                          \
+      TR__BIN_LOOP(T, x > y ? x : y);                        \
+      break;                                                 \
+    case TR_PG_MIN:                                          \
+      TR__BIN_LOOP(T, x < y ? x : y);                        \
+      break;                                                 \
+    default:                                                 \
+      break;                                                 \
   }
 
 static float half_get(tr_dtype_t dt, uint16_t h) {

@@ -44,8 +44,8 @@ static void call_dump(tr__pg_world_t* wd, int origin, const char* reason) {
  * a late peer; then the group's error key and exception_dump are set (the
  * first report of a group, and of the job, stays). remote: another rank
  * reported it (origin); nothing to write. */
-static void report(tr__pg_world_t* wd, tr_pg_t* pg, const char* msg,
-                   int remote, int origin) {
+static void report(tr__pg_world_t* wd, tr_pg_t* pg, const char* msg, int remote,
+                   int origin) {
   TR_LOG_ERROR(COLL, "%s", msg);
   for (int d = 0; d < TR__PG_NDEV; d++) {
     tr__pg_backend_t* be = pg->be[d];
@@ -63,8 +63,10 @@ static void report(tr__pg_world_t* wd, tr_pg_t* pg, const char* msg,
       int rc = tr_store_prefix_compare_set(&pg->wd_sp, "error", "", 0, val,
                                            (size_t)len, &cur, &clen);
       if (rc < 0)
-        TR_LOG_WARN(COLL, "cannot report the error of group '%s' to the "
-                    "store: %s", pg->name, tr_strerror(rc));
+        TR_LOG_WARN(COLL,
+                    "cannot report the error of group '%s' to the "
+                    "store: %s",
+                    pg->name, tr_strerror(rc));
       free(cur);
       free(val);
     }
@@ -128,8 +130,7 @@ static void check_exception_dump(tr__pg_world_t* wd) {
   snprintf(key, sizeof key, "%s/exception_dump", wd->store_prefix);
   const char* k = key;
   int ready = 0;
-  if (tr_store_client_check(wd->wd_store, &k, 1, &ready) < 0 || !ready)
-    return;
+  if (tr_store_client_check(wd->wd_store, &k, 1, &ready) < 0 || !ready) return;
   void* val = NULL;
   size_t len = 0;
   if (tr_store_client_get(wd->wd_store, key, &val, &len) < 0) return;
@@ -145,22 +146,25 @@ static void check_group(tr__pg_world_t* wd, tr_pg_t* pg, int* stuck) {
   int64_t now = tr__now_ns();
   /* Snapshot the works in flight (with references). */
   tr_pg_work_t* list[64];
-  int n = 0, more = 0;
+  int n = 0;
   int64_t oldest = now;
   pthread_mutex_lock(&pg->mu);
   for (tr_pg_work_t* w = pg->inflight; w; w = w->if_next) {
     if (tr__work_is_done(w)) continue;
     if (w->t_issue_ns < oldest) oldest = w->t_issue_ns;
-    if (n < 64) {
+    if (n < 64) { /* the rest in later rounds */
       tr__work_ref(w);
       list[n++] = w;
-    } else {
-      more = 1;
     }
   }
   int broken = pg->broken, reported = pg->reported;
+  /* at most one look at the store per group and second */
+  int look = now - pg->remote_check_ns >= remote_check_ns() * 2;
+  if (look && !broken && n > 0 && now - oldest >= remote_check_ns())
+    pg->remote_check_ns = now;
+  else
+    look = 0;
   pthread_mutex_unlock(&pg->mu);
-  (void)more;
 
   for (int i = 0; i < n; i++) {
     tr_pg_work_t* w = list[i];
@@ -171,7 +175,7 @@ static void check_group(tr__pg_world_t* wd, tr_pg_t* pg, int* stuck) {
     tr__work_unref(w);
   }
 
-  if (!broken && n > 0 && now - oldest >= remote_check_ns()) {
+  if (look) {
     *stuck = 1;
     char* msg = NULL;
     int origin = -1;

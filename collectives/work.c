@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,8 +138,7 @@ int tr__work_is_done(tr_pg_work_t* w) {
   return __atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
 }
 
-int tr__work_finish(tr_pg_work_t* w, int status, const char* detail_fmt,
-                    ...) {
+int tr__work_finish(tr_pg_work_t* w, int status, const char* detail_fmt, ...) {
   char* msg = NULL;
   if (status < 0) {
     char detail[1024], peers[256];
@@ -227,12 +227,19 @@ int tr_pg_work_wait(tr_pg_work_t* w, int64_t timeout_ms) {
   /* CUDA works complete when their event does: poll it here rather than
    * wait for the watchdog's next round. */
   if (w->be && w->be->vt->poll) {
-    int64_t end = timeout_ms > 0 ? tr__now_ns() + timeout_ms * 1000000 : 0;
-    int64_t sleep_ns = 2000;
+    /* yield for the first millisecond (a sleep lasts 50 us at least),
+     * then sleep longer and longer */
+    int64_t start = tr__now_ns();
+    int64_t end = timeout_ms > 0 ? start + timeout_ms * 1000000 : 0;
+    int64_t sleep_ns = 20000;
     while (!tr__work_is_done(w)) {
-      if (w->be->vt->poll(w->be, w))
-        break;
-      if (end && tr__now_ns() >= end) return TR_ETIMEDOUT;
+      if (w->be->vt->poll(w->be, w)) break;
+      int64_t now = tr__now_ns();
+      if (end && now >= end) return TR_ETIMEDOUT;
+      if (now - start < 1000000) {
+        sched_yield();
+        continue;
+      }
       struct timespec ts = {0, sleep_ns};
       nanosleep(&ts, NULL);
       if (sleep_ns < 200000) sleep_ns *= 2;
@@ -311,6 +318,4 @@ int tr_pg_work_on_complete(tr_pg_work_t* w, tr_pg_work_cb cb, void* arg) {
   return 0;
 }
 
-void tr_pg_work_free(tr_pg_work_t* w) {
-  tr__work_unref(w);
-}
+void tr_pg_work_free(tr_pg_work_t* w) { tr__work_unref(w); }

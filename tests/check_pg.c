@@ -62,8 +62,8 @@ START_TEST(test_backend_specs) {
   o.rank = 0;
   o.world_size = 2;
   tr_pg_t* pg = (tr_pg_t*)1;
-  const char* bad[] = {"bogus", "cuda:gloo", "cpu:nccl", "cpu:", "cpu:gloo,",
-                       "gpu:nccl", ""};
+  const char* bad[] = {
+      "bogus", "cuda:gloo", "cpu:nccl", "cpu:", "cpu:gloo,", "gpu:nccl", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.backend = bad[i];
     ck_assert_msg(tr_pg_init(&o, &pg) == TR_EINVAL, "%s", bad[i]);
@@ -283,8 +283,8 @@ END_TEST
 #ifdef HAVE_GLOO
 static void run(int n, const char* backend, pg_body_fn body, int limit_s,
                 int* st) {
-  ck_assert_int_eq(pg_spawn(n, backend, TR_DEV_CPU, 1, 30000, body, limit_s,
-                            st), 0);
+  ck_assert_int_eq(
+      pg_spawn(n, backend, TR_DEV_CPU, 1, 30000, body, limit_s, st), 0);
 }
 
 static void all_ok(int n, const int* st) {

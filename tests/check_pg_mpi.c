@@ -42,8 +42,8 @@ static int rank_main(const char* scenario) {
   }
   pg_test_rank = tr_pg_rank(world);
   tr_log_set_rank(pg_test_rank);
-  pg_ctx_t ctx = {"mpi", TR_DEV_CPU, 1, c, tr_pg_rank(world),
-                  tr_pg_size(world)};
+  pg_ctx_t ctx = {"mpi", TR_DEV_CPU,        1,
+                  c,     tr_pg_rank(world), tr_pg_size(world)};
   if (!strcmp(scenario, "ops"))
     pg_body_ops(world, &ctx);
   else if (!strcmp(scenario, "sub"))
@@ -111,7 +111,7 @@ static int mpirun(int n, const char* scenario, int limit_s, int64_t* ms) {
   argv[k++] = "-np";
   argv[k++] = np;
   const char* pass[] = {"TR_TEST_STORE_PORT", "LD_LIBRARY_PATH",
-                        "ASAN_OPTIONS", "UBSAN_OPTIONS",
+                        "ASAN_OPTIONS",       "UBSAN_OPTIONS",
                         "TRAINRUN_LOG_LEVEL", "TRAINRUN_PG_WATCHDOG_MS"};
   for (size_t i = 0; i < sizeof pass / sizeof pass[0]; i++)
     if (getenv(pass[i])) {

@@ -136,8 +136,7 @@ int pg_spawn(int n, const char* backend, tr_device_type_t dev,
   }
   for (int r = 0; r < n; r++)
     if (status[r] == -1) {
-      fprintf(stderr, "rank %d still running after %d s: killed\n", r,
-              limit_s);
+      fprintf(stderr, "rank %d still running after %d s: killed\n", r, limit_s);
       kill(pids[r], SIGKILL);
       waitpid(pids[r], NULL, 0);
     }
@@ -238,23 +237,21 @@ static int close_to(tr_dtype_t dt, double got, double want) {
   return fabs(got - want) <= tol(dt, want);
 }
 
-#define PCHECK_VAL(dt, got, want, what)                                     \
-  do {                                                                      \
-    double g_ = (got), w_ = (want);                                         \
-    if (!close_to((dt), g_, w_)) {                                          \
-      fprintf(stderr, "rank %d: %s:%d: %s (%s): got %g, want %g\n",         \
-              pg_test_rank, __FILE__, __LINE__, (what), tr_dtype_name(dt),  \
-              g_, w_);                                                      \
-      _exit(1);                                                             \
-    }                                                                       \
+#define PCHECK_VAL(dt, got, want, what)                                        \
+  do {                                                                         \
+    double g_ = (got), w_ = (want);                                            \
+    if (!close_to((dt), g_, w_)) {                                             \
+      fprintf(stderr, "rank %d: %s:%d: %s (%s): got %g, want %g\n",            \
+              pg_test_rank, __FILE__, __LINE__, (what), tr_dtype_name(dt), g_, \
+              w_);                                                             \
+      _exit(1);                                                                \
+    }                                                                          \
   } while (0)
 
 /* ---- the data ---- */
 
 /* Rank r's element i: 1..3, exact in every dtype, products fit a uint8. */
-static double val(int r, int64_t i) {
-  return 1 + (r + 2 * i) % 3;
-}
+static double val(int r, int64_t i) { return 1 + (r + 2 * i) % 3; }
 
 static int is_int(tr_dtype_t dt) {
   return dt == TR_I32 || dt == TR_I64 || dt == TR_U16 || dt == TR_U8;
@@ -283,8 +280,8 @@ static double reduced(tr_pg_reduce_op_t op, tr_dtype_t dt, int n, int64_t i) {
   }
 }
 
-static void check_all_reduce(tr_pg_t* pg, pg_ctx_t* c, tr_dtype_t dt,
-                             int64_t k, tr_pg_reduce_op_t op) {
+static void check_all_reduce(tr_pg_t* pg, pg_ctx_t* c, tr_dtype_t dt, int64_t k,
+                             tr_pg_reduce_op_t op) {
   tr_tensor_t h = host(dt, k);
   for (int64_t i = 0; i < k; i++) put(&h, i, val(c->rank, i));
   tr_tensor_t t = to_dev(c, &h);
@@ -307,8 +304,7 @@ static void check_reduce_scatter(tr_pg_t* pg, pg_ctx_t* c, tr_dtype_t dt,
   tr_tensor_t g = fetch(&out);
   for (int64_t i = 0; i < k; i++)
     PCHECK_VAL(dt, tr_tensor_get(&g, i),
-               reduced(op, dt, n, (int64_t)c->rank * k + i),
-               "reduce_scatter");
+               reduced(op, dt, n, (int64_t)c->rank * k + i), "reduce_scatter");
   tr_tensor_release(&g);
   tr_tensor_release(&in);
   tr_tensor_release(&out);
@@ -324,8 +320,7 @@ static void check_reduce(tr_pg_t* pg, pg_ctx_t* c, tr_dtype_t dt, int64_t k,
   tr_tensor_t g = fetch(&t);
   for (int64_t i = 0; i < k; i++)
     PCHECK_VAL(dt, tr_tensor_get(&g, i),
-               c->rank == root ? reduced(op, dt, c->size, i)
-                               : val(c->rank, i),
+               c->rank == root ? reduced(op, dt, c->size, i) : val(c->rank, i),
                "reduce");
   tr_tensor_release(&g);
   tr_tensor_release(&t);
@@ -399,8 +394,7 @@ static void check_all_to_all(tr_pg_t* pg, pg_ctx_t* c, tr_dtype_t dt,
   PCHECK_RC(tr_tensor_zeros(&o2, dt, TR_DEVICE_CPU, 2, shout));
   int64_t off = 0;
   for (int j = 0; j < n; j++)
-    for (int64_t e = 0; e < sin[j] * 2; e++)
-      put(&h2, off++, a2a_val(r, j, e));
+    for (int64_t e = 0; e < sin[j] * 2; e++) put(&h2, off++, a2a_val(r, j, e));
   in = to_dev(c, &h2);
   out = to_dev(c, &o2);
   PCHECK_RC(tr_pg_all_to_all(pg, &out, &in, sout, sin, NULL));
@@ -663,9 +657,19 @@ void pg_body_async(tr_pg_t* world, pg_ctx_t* c) {
   tr_tensor_release(&b);
 
   /* test() and the callback: rank 1 sends only after rank 0 has seen its
-   * receive pending. */
+   * receive pending. A first exchange connects the pair (NCCL's first
+   * send/recv between two ranks blocks until both post one). */
   tr_tensor_t hx = host(TR_I64, 9);
   tr_tensor_t x = to_dev(c, &hx);
+  if (r < 2) {
+    tr_tensor_t hz = host(TR_I64, 9);
+    tr_tensor_t z = to_dev(c, &hz);
+    PCHECK_RC(tr_pg_coalesce_begin(world));
+    PCHECK_RC(tr_pg_send(world, &z, 1 - r, 0, NULL));
+    PCHECK_RC(tr_pg_recv(world, &x, 1 - r, 0, NULL));
+    PCHECK_RC(tr_pg_coalesce_end(world, NULL));
+    tr_tensor_release(&z);
+  }
   if (r == 0) {
     cb_state_t cs = {PTHREAD_MUTEX_INITIALIZER, 0, 1};
     tr_pg_work_t* w = NULL;
@@ -728,9 +732,7 @@ static void dump_hook(void* arg, int origin, const char* reason) {
   pthread_mutex_unlock(&g_dump_mu);
 }
 
-static int64_t since_ms(int64_t t0) {
-  return now_ms() - t0;
-}
+static int64_t since_ms(int64_t t0) { return now_ms() - t0; }
 
 void pg_body_timeout(tr_pg_t* world, pg_ctx_t* c) {
   const char* b = tr_pg_backend_name(tr_pg_backend(world, c->dev));

@@ -38,16 +38,15 @@ typedef void (*pg_body_fn)(tr_pg_t* world, pg_ctx_t* ctx);
     }                                                                     \
   } while (0)
 
-#define PCHECK_RC(call)                                                   \
-  do {                                                                    \
-    int rc_ = (call);                                                     \
-    if (rc_ != 0) {                                                       \
-      fprintf(stderr, "rank %d: %s:%d: %s returned %d (%s)\n",            \
-              pg_test_rank, __FILE__, __LINE__, #call, rc_,               \
-              tr_err_name(rc_));                                          \
-      fflush(stderr);                                                     \
-      _exit(1);                                                           \
-    }                                                                     \
+#define PCHECK_RC(call)                                                      \
+  do {                                                                       \
+    int rc_ = (call);                                                        \
+    if (rc_ != 0) {                                                          \
+      fprintf(stderr, "rank %d: %s:%d: %s returned %d (%s)\n", pg_test_rank, \
+              __FILE__, __LINE__, #call, rc_, tr_err_name(rc_));             \
+      fflush(stderr);                                                        \
+      _exit(1);                                                              \
+    }                                                                        \
   } while (0)
 
 extern int pg_test_rank;
@@ -74,7 +73,6 @@ void pg_body_async(tr_pg_t* world, pg_ctx_t* ctx);     /* overlap, test, cb */
 void pg_body_timeout(tr_pg_t* world, pg_ctx_t* ctx);   /* 2 ranks */
 void pg_body_die(tr_pg_t* world, pg_ctx_t* ctx);       /* last rank dies */
 void pg_body_hooks(tr_pg_t* world, pg_ctx_t* ctx);     /* recorder hooks */
-
 
 /* Exit status the dying rank of pg_body_die uses. */
 #define PG_DIE_STATUS 3

@@ -34,9 +34,14 @@
  * PyTorch 2.0's dispatchable form). An op runs on the backend of its
  * tensors' device; tensors of one op share a device. A backend is set up
  * (rendezvous, communicator creation) on the first op that needs it, so a
- * CPU-only run with the default "cpu:gloo,cuda:nccl" never touches NCCL;
- * tr_pg_connect() sets one up eagerly. Set-up is collective: every member
- * reaches it through the same op.
+ * CPU-only run with the default "cpu:gloo,cuda:nccl" never touches NCCL
+ * (nor fails in a build without it); tr_pg_connect() sets one up eagerly.
+ * Set-up is collective: every member reaches it through the same op. Gloo
+ * sets up on the group's thread, so groups may be first used in any order;
+ * NCCL sets up on the issuing thread (and connects the peers of its first
+ * collective, and of a pair's first send/recv, inside that call): first use
+ * NCCL groups, and pairs, in the same order on every rank, or connect them
+ * first. MPI communicators are made with the groups (program order).
  *
  *   gloo  CPU tensors. TCP on the interface that routes to the store (or
  *         TRAINRUN_GLOO_SOCKET_IFNAME), rendezvous through the store.
@@ -47,6 +52,8 @@
  *         communicator exists.
  *   mpi   CPU tensors over Open MPI (ranks and size must equal MPI's
  *         COMM_WORLD; the store is optional and used for error reports).
+ *         Ops are MPI's nonblocking calls; one that times out is abandoned
+ *         (MPI cannot cancel it) and the process then skips MPI_Finalize.
  *   fake  No data moves: one process plays one rank of an N-rank world,
  *         every op checks its shapes, counts and completes at once
  *         (outputs are left as they were). For `trainrun plan` and config
@@ -85,12 +92,18 @@
  *   out after 500 ms; peers: 1
  *
  * The group is then broken: its communicators are aborted (peers blocked in
- * the same op see their connection close), the message is written to the
- * store under the group's error key, the global store key "exception_dump"
- * is set to this rank (4 bytes, native int, as PyTorch's watchdog does) and
- * the flight recorder's dump hook runs. Ranks whose ops in that group are
- * still in flight find the key and fail them with TR_EABORTED ("... aborted:
- * rank 0 reported: ..."). Later ops on a broken group fail at once.
+ * the same op see their connections close), the message is written to the
+ * store under "<store_prefix>/<group name>/error" (split groups:
+ * ".../<group name>/c<color>/error"; value "<rank>\n<message>", the first
+ * report stays), "<store_prefix>/exception_dump" is set to this
+ * rank (4 bytes, native int, PyTorch's exception_dump key; the first stays)
+ * and the flight recorder's dump hook runs. Ranks whose ops in that group
+ * have been in flight for a while find the report and fail them with
+ * TR_EABORTED ("... aborted after an earlier error: rank 0 reported: ...").
+ * A failure that is not a timeout (a connection closed) is reported a
+ * moment later, and not at all when a peer's report arrives first: it is
+ * usually the echo of that peer's abort. Later ops on a broken group fail
+ * at once with TR_EABORTED.
  *
  * Flight-recorder hooks
  * ---------------------
@@ -131,23 +144,23 @@ typedef enum {
 } tr_pg_reduce_op_t;
 
 /* XX(enum suffix, name used in profiling names and messages) */
-#define TR_PG_OP_MAP(XX)                \
-  XX(ALL_REDUCE, "all_reduce")          \
-  XX(ALL_GATHER, "_all_gather_base")    \
+#define TR_PG_OP_MAP(XX)                     \
+  XX(ALL_REDUCE, "all_reduce")               \
+  XX(ALL_GATHER, "_all_gather_base")         \
   XX(REDUCE_SCATTER, "_reduce_scatter_base") \
-  XX(BROADCAST, "broadcast")            \
-  XX(REDUCE, "reduce")                  \
-  XX(ALL_TO_ALL, "all_to_all")          \
-  XX(SEND, "send")                      \
-  XX(RECV, "recv")                      \
-  XX(BARRIER, "barrier")                \
+  XX(BROADCAST, "broadcast")                 \
+  XX(REDUCE, "reduce")                       \
+  XX(ALL_TO_ALL, "all_to_all")               \
+  XX(SEND, "send")                           \
+  XX(RECV, "recv")                           \
+  XX(BARRIER, "barrier")                     \
   XX(COALESCED, "coalesced")
 
 typedef enum {
 #define TR__PG_OP_ENUM(name, str) TR_PG_OP_##name,
   TR_PG_OP_MAP(TR__PG_OP_ENUM)
 #undef TR__PG_OP_ENUM
-  TR_PG_OP__COUNT
+      TR_PG_OP__COUNT
 } tr_pg_op_t;
 
 typedef enum {
@@ -184,8 +197,8 @@ typedef struct {
   const char* backend;      /* default "cpu:gloo,cuda:nccl" */
   const char* group_desc;   /* default "default_pg" */
   int64_t timeout_ms;       /* op and set-up timeout; default 300000 */
-  int cuda_device;          /* CUDA ordinal for nccl; -1: LOCAL_RANK's
-                               device modulo the device count */
+  int cuda_device;          /* CUDA ordinal for nccl; -1: the global rank
+                               modulo the device count */
   /* Address Gloo binds: NULL picks TRAINRUN_GLOO_SOCKET_IFNAME's address,
    * else the local address that routes to the store. */
   const char* gloo_host;
@@ -210,8 +223,8 @@ int tr_pg_connect(tr_pg_t* pg, tr_device_type_t device);
  * group creations, even ranks outside the list; those get *out = NULL and
  * return 0. The group's backends are set up on first use (NCCL: split from
  * the parent's communicator when it exists). desc may be NULL. */
-int tr_pg_new_group(tr_pg_t* parent, const int* ranks, int n,
-                    const char* desc, tr_pg_t** out);
+int tr_pg_new_group(tr_pg_t* parent, const int* ranks, int n, const char* desc,
+                    tr_pg_t** out);
 
 /* Split parent by color (PyTorch's split_group, NCCL's ncclCommSplit): every
  * member of parent calls it; ranks with the same color >= 0 form a group
@@ -288,8 +301,7 @@ int tr_pg_reduce_scatter(tr_pg_t* pg, tr_tensor_t* out, const tr_tensor_t* in,
                          tr_pg_reduce_op_t op, tr_pg_work_t** work);
 
 /* t of group rank root is copied into t on every rank. */
-int tr_pg_broadcast(tr_pg_t* pg, tr_tensor_t* t, int root,
-                    tr_pg_work_t** work);
+int tr_pg_broadcast(tr_pg_t* pg, tr_tensor_t* t, int root, tr_pg_work_t** work);
 
 /* t is reduced into root's t; other ranks' t are left unchanged. */
 int tr_pg_reduce(tr_pg_t* pg, tr_tensor_t* t, int root, tr_pg_reduce_op_t op,
@@ -371,13 +383,13 @@ typedef struct {
 } tr_pg_tensor_meta_t;
 
 typedef struct {
-  int64_t pg_id;          /* tr_pg_uid */
-  const char* pg_name;    /* tr_pg_name */
-  const char* pg_desc;    /* tr_pg_desc */
-  int64_t collective_seq_id; /* per group: +1 per collective launch (one
+  int64_t pg_id;              /* tr_pg_uid */
+  const char* pg_name;        /* tr_pg_name */
+  const char* pg_desc;        /* tr_pg_desc */
+  int64_t collective_seq_id;  /* per group: +1 per collective launch (one
                                 per coalesced group) */
-  int64_t p2p_seq_id;     /* per group: +1 per p2p launch */
-  int64_t op_id;          /* per group: +1 per op (each op of a coalesced
+  int64_t p2p_seq_id;         /* per group: +1 per p2p launch */
+  int64_t op_id;              /* per group: +1 per op (each op of a coalesced
                              group, then the coalesced entry itself) */
   const char* profiling_name; /* "gloo:all_reduce", "nccl:send 0->1",
                                  "nccl:coalesced" */
