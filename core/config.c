@@ -1446,38 +1446,13 @@ int tr_config_resolve(tr_config_t* cfg, int64_t world_size,
                    seq, 2 * cp);
   }
 
-  /* learning-rate schedule */
+  /* learning-rate schedule: total_steps unset becomes training.steps. Like
+   * torchtitan, a warmup (plus decay_ratio's steps) longer than the schedule
+   * is not an error: the trainer shortens it with a warning (trainer/lr.c),
+   * so `--training.steps 5` works on any job file. */
   {
-    static const tr_config_key_id_t ids_[] = {
-        TR_CFG_K_lr_scheduler_warmup_steps, TR_CFG_K_lr_scheduler_total_steps,
-        TR_CFG_K_training_steps, TR_CFG_K_lr_scheduler_decay_ratio};
     typeof(cfg->lr_scheduler)* lr = &cfg->lr_scheduler;
-    int64_t sched_total;
-    const char* total_name;
-    if (lr->total_steps.set &&
-        cfg->tr__origin[TR_CFG_K_lr_scheduler_total_steps].from !=
-            TR_CFG_FROM_RESOLVE) {
-      sched_total = lr->total_steps.value;
-      total_name = "lr_scheduler.total_steps";
-    } else {
-      sched_total = cfg->training.steps;
-      total_name = "training.steps";
-    }
-    if (lr->warmup_steps > sched_total)
-      return FAIL_AT(
-          cfg, err, "lr_scheduler.warmup_steps %" PRId64 " exceeds %s %" PRId64,
-          lr->warmup_steps, total_name, sched_total);
-    if (lr->decay_ratio.set) {
-      int64_t decay =
-          (int64_t)llround((double)sched_total * lr->decay_ratio.value);
-      if (lr->warmup_steps + decay > sched_total)
-        return FAIL_AT(cfg, err,
-                       "lr_scheduler.warmup_steps %" PRId64
-                       " plus the decay steps %" PRId64
-                       " (decay_ratio x %s) exceed %s %" PRId64,
-                       lr->warmup_steps, decay, total_name, total_name,
-                       sched_total);
-    }
+    int64_t sched_total = cfg->training.steps;
     if (!lr->total_steps.set ||
         cfg->tr__origin[TR_CFG_K_lr_scheduler_total_steps].from ==
             TR_CFG_FROM_RESOLVE) {
@@ -1922,9 +1897,9 @@ static const char* const man_tail =
     "local_batch_size. seq_len is a multiple of tensor_parallel_degree and\n"
     "of 2 \\(mu context_parallel_degree when those are above 1.\n"
     ".IP \\(bu 2\n"
-    "total_steps unset becomes training.steps; warmup_steps, plus\n"
-    "decay_ratio \\(mu total_steps when decay_ratio is set, does not exceed "
-    "it.\n"
+    "total_steps unset becomes training.steps. A warmup_steps (plus\n"
+    "decay_ratio \\(mu total_steps) longer than that is shortened to fit, "
+    "with a\nwarning, as torchtitan does.\n"
     ".IP \\(bu 2\n"
     "create_seed_checkpoint runs on a world of one rank.\n"
     ".PP\n"
