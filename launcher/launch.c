@@ -128,10 +128,10 @@ static tr_daemon_device_t device_of(const char* d) {
   return TR_DAEMON_DEVICE_AUTO;
 }
 
-/* The trainer takes one rank until a data-parallel layer fills its
- * tr_trainer_dist_t from a process group; then this returns 1 and the
- * launcher spreads jobs over every rank. */
-static int data_parallel_built(void) { return 0; }
+/* The trainer's data-parallel layer (trainrun/ddp.h) fills its
+ * tr_trainer_dist_t from the default process group in each worker
+ * (launcher/run.c), so the launcher spreads jobs over every rank. */
+static int data_parallel_built(void) { return 1; }
 
 /* Does the job need the daemon (more than this one process)? */
 static int needs_daemon(const tr_daemon_opts_t* o, int exec) {

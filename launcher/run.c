@@ -1,7 +1,8 @@
 /* launcher/run.c: `trainrun [flags] JOB.toml [overrides]`, the default
  * command: load and resolve the job config for the world it will run in,
- * report it in one line, then train (trainer/train.c: one rank until the
- * launcher spreads the job over devices and nodes). */
+ * report it in one line, then train (trainer/train.c); a worker of a world
+ * of several ranks trains data parallel (trainrun/ddp.h) over the default
+ * process group, through the daemon's store. */
 #include "config.h"
 
 #include <stdio.h>
@@ -12,7 +13,11 @@
 #include "launcher/commands.h"
 #include "launcher/launch.h"
 #include "trainrun/config.h"
+#include "trainrun/ddp.h" /* the gradient all-reduce of a worker */
 #include "trainrun/error.h"
+#include "trainrun/param.h" /* MASTER_ADDR, MASTER_PORT, restart count */
+#include "trainrun/pg.h"    /* the world's process group */
+#include "trainrun/store.h" /* the daemon's store */
 #include "trainrun/trainer.h"
 
 /* One line naming what the job would do. */
@@ -35,6 +40,86 @@ static void print_summary(const tr_config_t* cfg, FILE* out) {
           (long long)p->tensor_parallel_degree,
           (long long)p->pipeline_parallel_degree,
           (long long)p->context_parallel_degree);
+}
+
+/* The data-parallel side of a worker of a world of several ranks: a
+ * client of the daemon's store (MASTER_ADDR:MASTER_PORT), the default
+ * process group (Gloo for CPU tensors, NCCL for CUDA ones) under [comm]
+ * init_timeout_seconds, and the trainer's gradient sync over it. */
+typedef struct {
+  tr_store_client_t* store;
+  tr_pg_t* pg;
+  tr_ddp_t* ddp;
+  tr_trainer_dist_t dist;
+} worker_dist_t;
+
+static void worker_dist_release(worker_dist_t* w) {
+  tr_ddp_free(w->ddp);
+  tr_pg_free(w->pg);
+  tr_store_client_free(w->store);
+  memset(w, 0, sizeof *w);
+}
+
+static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
+                            const tr_config_t* cfg) {
+  memset(w, 0, sizeof *w);
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  if (p->tensor_parallel_degree > 1 || p->pipeline_parallel_degree > 1 ||
+      p->context_parallel_degree > 1) {
+    fprintf(stderr,
+            "trainrun: rank %d: tensor, pipeline and context parallelism "
+            "are not built yet: train with data parallelism only\n",
+            l->rank);
+    return TR_EUNSUPPORTED;
+  }
+  const char* host = tr_param_str(TR_PARAM_MASTER_ADDR);
+  if (!host[0]) {
+    fprintf(stderr, "trainrun: rank %d: MASTER_ADDR is not set\n", l->rank);
+    return TR_EINVAL;
+  }
+  int64_t init_ms = cfg->comm.init_timeout_seconds * 1000;
+  tr_store_client_opts_t so;
+  tr_store_client_opts_init(&so);
+  so.host = host;
+  so.port = (int)tr_param_int(TR_PARAM_MASTER_PORT);
+  so.timeout_ms = init_ms;
+  int rc = tr_store_client_connect(&so, &w->store);
+  if (rc < 0) {
+    fprintf(stderr, "trainrun: rank %d: cannot reach the store at %s:%d: %s\n",
+            l->rank, so.host, so.port, tr_strerror(rc));
+    return rc;
+  }
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "trpg/%lld",
+           (long long)tr_param_int(TR_PARAM_RESTART_COUNT));
+  tr_pg_opts_t po;
+  tr_pg_opts_init(&po);
+  po.rank = l->rank;
+  po.world_size = l->world_size;
+  po.store = w->store;
+  po.store_prefix = prefix;
+  po.backend = "cpu:gloo,cuda:nccl";
+  po.timeout_ms = init_ms;
+  po.cuda_device = l->local_rank;
+  rc = tr_pg_init(&po, &w->pg);
+  if (rc < 0) {
+    fprintf(stderr, "trainrun: rank %d: cannot create the process group: %s\n",
+            l->rank, tr_strerror(rc));
+    worker_dist_release(w);
+    return rc;
+  }
+  tr_ddp_opts_t dopts;
+  tr_ddp_opts_init(&dopts);
+  dopts.pg = w->pg;
+  dopts.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
+  rc = tr_ddp_init(&dopts, &w->ddp);
+  if (rc < 0) {
+    fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, tr_strerror(rc));
+    worker_dist_release(w);
+    return rc;
+  }
+  tr_ddp_dist(w->ddp, &w->dist);
+  return 0;
 }
 
 int tr_launch_job(int argc, char** argv) {
@@ -106,13 +191,25 @@ int tr_launch_job(int argc, char** argv) {
     fflush(stdout);
     tr_errmsg_t terr;
     int stopped = 0;
-    int trc = tr_train(&cfg, NULL, &stopped, &terr);
+    worker_dist_t wd = {0};
+    tr_trainer_opts_t topts = {0};
+    int trc = 0;
+    if (launch.world_size > 1) {
+      trc = worker_dist_init(&wd, &launch, &cfg);
+      topts.dist = &wd.dist;
+    }
     if (trc < 0) {
-      fprintf(stderr, "trainrun: %s\n", terr.message);
       rc = tr__cmd_exit_code(trc);
     } else {
-      rc = fflush(stdout) == 0 ? 0 : 1;
+      trc = tr_train(&cfg, &topts, &stopped, &terr);
+      if (trc < 0) {
+        fprintf(stderr, "trainrun: %s\n", terr.message);
+        rc = tr__cmd_exit_code(trc);
+      } else {
+        rc = fflush(stdout) == 0 ? 0 : 1;
+      }
     }
+    worker_dist_release(&wd);
   }
   tr_config_release(&cfg);
 out:

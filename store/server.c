@@ -42,6 +42,7 @@ typedef struct srv_client_s {
   int writing;
   int closing;
   int reading;
+  int draining; /* inside drain(): flush must not re-enter it */
   int dirty;
   struct srv_client_s* dirty_next;
   struct srv_client_s* prev;
@@ -111,6 +112,35 @@ static void client_close(srv_client_t* cl, int error) {
 static void flush(srv_client_t* cl);
 static void read_start(srv_client_t* cl);
 
+/* A paused client (replies over the high mark) whose replies have all been
+ * handed to the kernel: parse what it sent meanwhile, flush, and repeat
+ * while each round drains at once; read again once no longer paused. Runs
+ * after a completed uv_write and after a uv_try_write that took everything
+ * (that path has no write callback, so without this the client would stay
+ * paused forever). */
+static void drain(srv_client_t* cl) {
+  if (cl->draining) return;
+  cl->draining = 1;
+  tr_store_server_t* s = cl->srv;
+  while (!cl->closing && !cl->writing && cl->conn.out.len == 0 &&
+         cl->conn.paused) {
+    int rc = tr__store_conn_resume(&cl->conn);
+    if (rc < 0) {
+      client_close(cl, 1);
+      break;
+    }
+    flush(cl);
+    while (s->dirty) { /* replies to clients this resume woke */
+      srv_client_t* d = s->dirty;
+      s->dirty = d->dirty_next;
+      d->dirty = 0;
+      flush(d);
+    }
+  }
+  cl->draining = 0;
+  if (!cl->closing && !cl->conn.paused && !cl->reading) read_start(cl);
+}
+
 static void on_write(uv_write_t* req, int status) {
   srv_client_t* cl = req->data;
   cl->writing = 0;
@@ -124,24 +154,8 @@ static void on_write(uv_write_t* req, int status) {
     return;
   }
   flush(cl);
-  if (cl->closing || cl->writing || cl->conn.out.len || !cl->conn.paused)
-    return;
-  /* drained: continue with what the client sent meanwhile */
-  int rc = tr__store_conn_resume(&cl->conn);
-  if (rc < 0) {
-    client_close(cl, 1);
-    return;
-  }
-  flush(cl);
-  tr_store_server_t* s = cl->srv;
-  while (s->dirty) { /* replies to clients this resume woke */
-    srv_client_t* d = s->dirty;
-    s->dirty = d->dirty_next;
-    d->dirty = 0;
-    flush(d);
-  }
-  if (!cl->closing && !cl->conn.paused && !cl->reading) read_start(cl);
-  publish_stats(s);
+  if (cl->conn.paused) drain(cl);
+  publish_stats(cl->srv);
 }
 
 static void flush(srv_client_t* cl) {
@@ -152,6 +166,7 @@ static void flush(srv_client_t* cl) {
   if (n == (int)out->len) {
     out->len = 0;
     tr__buf_shrink(out, OUT_KEEP);
+    if (cl->conn.paused) drain(cl);
     return;
   }
   if (n < 0 && n != UV_EAGAIN) {

@@ -13,6 +13,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1548,20 +1549,92 @@ START_TEST(test_launcher_trains_one_rank) {
   ck_assert_str_eq(err, want);
   free(out);
   free(err);
-  /* several ranks need the data-parallel layer (not built yet) */
-  char* c[] = {(char*)bin("trainrun"), "--nproc-per-node", "2", job, NULL};
-  ck_assert_int_eq(run("dp", c, NULL, &out, &err, 20), 2);
-  ck_assert_ptr_nonnull(strstr(err,
-                               "trainrun: training on 2 ranks needs the "
-                               "data-parallel layer"));
-  free(out);
-  free(err);
+  /* a worker of several ranks needs the daemon's store */
   char* e[] = {(char*)bin("trainrun"), job, NULL};
-  char* env[] = {"TRAINRUN_WORKER=1", "WORLD_SIZE=2", "RANK=1", NULL};
-  ck_assert_int_eq(run("dpw", e, env, &out, &err, 20), 2);
-  ck_assert_ptr_nonnull(strstr(err, "trainrun: rank 1 of 2: "));
+  char* env[] = {"TRAINRUN_WORKER=1", "WORLD_SIZE=2", "RANK=1",
+                 "MASTER_ADDR=", NULL};
+  ck_assert_int_ne(run("dpw", e, env, &out, &err, 20), 0);
+  ck_assert_str_eq(err, "trainrun: rank 1: MASTER_ADDR is not set\n");
   free(out);
   free(err);
+}
+END_TEST
+
+/* The loss of each step 1..n in <dump>/metrics.jsonl, into loss[]. */
+static void read_losses(const char* dump, double* loss, int n) {
+  char p[1600];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", dump);
+  char* f = slurp(p);
+  for (int i = 1; i <= n; i++) {
+    char key[64];
+    snprintf(key, sizeof key, "{\"step\":%d,\"loss\":", i);
+    const char* at = strstr(f, key);
+    ck_assert_msg(at != NULL, "%s has no step %d:\n%s", p, i, f);
+    loss[i - 1] = strtod(at + strlen(key), NULL);
+  }
+  free(f);
+}
+
+START_TEST(test_launcher_data_parallel) {
+  /* two ranks of 4 sequences (Gloo gradient all-reduce) train like one
+   * rank of 8: the same global batch, so the same losses step by step */
+  char job[600], data[600];
+  snprintf(job, sizeof job, "%s/examples/debug.toml", srcdir());
+  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", srcdir());
+  const char* batch[2] = {"4", "8"};
+  enum { STEPS = 3 };
+  double loss[2][STEPS];
+  for (int k = 0; k < 2; k++) {
+    char dump[300], dumparg[340];
+    snprintf(dump, sizeof dump, "%s/out%d", tmpdir, k);
+    snprintf(dumparg, sizeof dumparg, "--job.dump_folder=%s", dump);
+    char* a[] = {(char*)bin("trainrun"),
+                 "--nproc-per-node",
+                 k == 0 ? "2" : "1",
+                 job,
+                 "--training.steps",
+                 "3",
+                 "--metrics.log_freq",
+                 "1",
+                 "--training.local_batch_size",
+                 (char*)batch[k],
+                 "--training.seq_len",
+                 "32",
+                 "--validation.enable=false",
+                 "--debug.seed",
+                 "42",
+                 "--metrics.enable_jsonl=true",
+                 "--training.dataset_path",
+                 data,
+                 dumparg,
+                 NULL};
+    char* out;
+    char* err;
+    ck_assert_int_eq(run(k == 0 ? "dp2" : "dp1", a, NULL, &out, &err, 60), 0);
+    if (k == 0) {
+      /* rank 0 logs; both ranks trained the global batch of 8 */
+      ck_assert_msg(strstr(out, "[rank0]:step 3/3 | loss "), "stdout:\n%s\n%s",
+                    out, err);
+      ck_assert_ptr_null(strstr(out, "[rank1]:step "));
+      ck_assert_ptr_nonnull(
+          strstr(out,
+                 "[rank1]:job 'Llama 3 debug training': llama3 "
+                 "debugmodel, 3 steps, batch 4 x 32 tokens per rank "
+                 "(global 8, 1 accumulation step)"));
+    }
+    free(out);
+    free(err);
+    read_losses(dump, loss[k], STEPS);
+  }
+  for (int i = 0; i < STEPS; i++) {
+    double rel = fabs(loss[0][i] - loss[1][i]) / fabs(loss[1][i]);
+    ck_assert_msg(rel <= 1e-5,
+                  "step %d: loss %.12g on 2 ranks, %.12g on 1 (relative "
+                  "difference %.3g)",
+                  i + 1, loss[0][i], loss[1][i], rel);
+  }
+  /* training changed the loss: the comparison is not of two constants */
+  ck_assert_double_lt(loss[1][STEPS - 1], loss[1][0] - 0.5);
 }
 END_TEST
 
@@ -1688,6 +1761,7 @@ static Suite* daemon_suite(void) {
   tcase_add_test(p, test_elastic_scale_up);
   tcase_add_test(p, test_launcher);
   tcase_add_test(p, test_launcher_trains_one_rank);
+  tcase_add_test(p, test_launcher_data_parallel);
   tcase_add_test(p, test_status);
   tcase_add_test(p, test_startup_time);
   suite_add_tcase(s, p);

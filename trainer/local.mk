@@ -10,14 +10,16 @@ libtrainrun_la_SOURCES += \
 	trainer/tensorboard.c \
 	trainer/metrics.c \
 	trainer/safetensors.c \
-	trainer/train.c
+	trainer/train.c \
+	trainer/ddp.c
 noinst_HEADERS += trainer/internal.h
 trainruninclude_HEADERS += \
 	include/trainrun/errmsg.h \
 	include/trainrun/data.h \
 	include/trainrun/metrics.h \
 	include/trainrun/safetensors.h \
-	include/trainrun/trainer.h
+	include/trainrun/trainer.h \
+	include/trainrun/ddp.h
 
 check_PROGRAMS += tests/check_data
 TESTS += tests/check_data

@@ -591,6 +591,18 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
     if (rc < 0) break;
     tokens += st.tokens;
     int stopping = stop_signal != 0;
+    if (t.dist.dp_size > 1 && t.dist.all_reduce_sum) {
+      /* every rank stops after the same step, or the others would wait in
+       * the next step's collectives for the one that left */
+      double any = stopping;
+      rc = t.dist.all_reduce_sum(t.dist.arg, &any, 1);
+      if (rc < 0) {
+        tr_errmsg_set(err, rc, "step %" PRId64 ": stop agreement: %s", st.step,
+                      tr_strerror(rc));
+        break;
+      }
+      stopping = any > 0;
+    }
     if (st.step == 1 || st.step % log_freq == 0 || st.step == steps ||
         stopping) {
       double now = tr__now(), dt = now - last;
@@ -631,7 +643,9 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
     if (stopping) {
       if (con)
         fprintf(con, "stopping after step %" PRId64 " (%s)\n", st.step,
-                stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+                stop_signal == SIGINT    ? "SIGINT"
+                : stop_signal == SIGTERM ? "SIGTERM"
+                                         : "another rank was signalled");
       if (stopped) *stopped = 1;
       break;
     }

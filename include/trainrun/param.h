@@ -68,6 +68,9 @@ typedef enum {
      "worker: its rank among the workers of its host")                        \
   XX(WORLD_SIZE, "WORLD_SIZE", INT, "1", 1, 2147483647,                        \
      "worker: the number of ranks of the job")                                 \
+  XX(RESTART_COUNT, "TRAINRUN_RESTART_COUNT", INT, "0", 0, 2147483647,        \
+     "worker: the daemon's round (restarts so far); names its collective "   \
+     "keys in the store")                                                      \
   XX(STOP_TIMEOUT, "TRAINRUN_STOP_TIMEOUT", DOUBLE, "30", 0, 86400,            \
      "seconds the daemon waits after SIGTERM before it kills a worker it "    \
      "stops because another failed")                                           \

@@ -1,0 +1,78 @@
+/* trainrun/ddp.h: data parallelism for the trainer -- the gradient
+ * all-reduce (bucketed, SUM) and the scalar sums behind tr_trainer_dist_t,
+ * over a process group (trainrun/pg.h).
+ *
+ * Typical use (what a worker of `trainrun --nproc-per-node 4 job.toml`
+ * does):
+ *
+ *     tr_ddp_opts_t o;
+ *     tr_ddp_opts_init(&o);
+ *     o.pg = world;                       // every rank of the group trains
+ *     o.train_timeout_ms = 100000;        // [comm] train_timeout_seconds
+ *     tr_ddp_t* ddp;
+ *     TR_CHECK(tr_ddp_init(&o, &ddp));
+ *     tr_trainer_dist_t dist;
+ *     tr_ddp_dist(ddp, &dist);
+ *     tr_trainer_opts_t to = {.dist = &dist};
+ *     rc = tr_train(&cfg, &to, &stopped, &err);
+ *     tr_ddp_free(ddp);
+ *
+ * Gradients: after the last micro-step's backward, the parameters' grads
+ * are copied, in reverse parameter order (the order backward finishes
+ * them), into flat buckets of about bucket_bytes (one dtype and device per
+ * bucket), every bucket's all-reduce SUM is issued at once (async), and
+ * each is copied back once it completes. The trainer scales the loss by the
+ * global token count, so the sum is the gradient of the global mean loss.
+ *
+ * Scalars (loss sums, token counts): every rank's values are gathered and
+ * summed in rank order in double precision, so every rank gets the same
+ * bits.
+ *
+ * The group's timeout switches to train_timeout_ms once the first
+ * gradient sync has completed (set-up and the first step run under the
+ * init timeout the group was made with). */
+#ifndef TRAINRUN_DDP_H
+#define TRAINRUN_DDP_H
+
+#include <stdint.h>
+
+#include "trainrun/pg.h"
+#include "trainrun/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tr_ddp tr_ddp_t;
+
+typedef struct {
+  tr_pg_t* pg;              /* borrowed: the data-parallel group */
+  int64_t bucket_bytes;     /* target bucket size; default 25 MiB */
+  int64_t train_timeout_ms; /* > 0: the group's timeout after the first
+                               sync; 0 keeps it */
+} tr_ddp_opts_t;
+
+/* Fill opts with the defaults (pg NULL). */
+void tr_ddp_opts_init(tr_ddp_opts_t* opts);
+
+/* A data-parallel layer over opts->pg (which must outlive it). Buckets are
+ * laid out on the first sync, from the model the trainer passes.
+ * TR_EINVAL without a group or with bucket_bytes < 1; TR_ENOMEM. *out is
+ * freed with tr_ddp_free. */
+int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out);
+
+/* Fill *dist with the rank, size and the hooks of d (arg = d). */
+void tr_ddp_dist(tr_ddp_t* d, tr_trainer_dist_t* dist);
+
+/* Number of buckets and the all-reduces issued so far (0 before the first
+ * sync). */
+int tr_ddp_nbuckets(const tr_ddp_t* d);
+int64_t tr_ddp_reduces(const tr_ddp_t* d);
+
+/* Free the buckets and d. NULL is a no-op. */
+void tr_ddp_free(tr_ddp_t* d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAINRUN_DDP_H */
