@@ -128,11 +128,6 @@ static tr_daemon_device_t device_of(const char* d) {
   return TR_DAEMON_DEVICE_AUTO;
 }
 
-/* The trainer's data-parallel layer (trainrun/ddp.h) fills its
- * tr_trainer_dist_t from the default process group in each worker
- * (launcher/run.c), so the launcher spreads jobs over every rank. */
-static int data_parallel_built(void) { return 1; }
-
 /* Does the job need the daemon (more than this one process)? */
 static int needs_daemon(const tr_daemon_opts_t* o, int exec) {
   return exec || o->nnodes_max > 1 || o->nproc_per_node > 1 ||
@@ -155,13 +150,6 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
       return 2;
     }
     tr_log_set_rank(l->rank);
-    if (l->world_size > 1 && !data_parallel_built()) {
-      fprintf(stderr,
-              "trainrun: rank %d of %d: training on more than one rank "
-              "needs the data-parallel layer, which is not built yet\n",
-              l->rank, l->world_size);
-      return 2;
-    }
     return -1;
   }
 
@@ -266,15 +254,6 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
   }
   if (have_cfg && tr_config_resolve(&cfg, world, &cerr) < 0) {
     fprintf(stderr, "trainrun: %s\n", cerr.message);
-    goto out;
-  }
-  if (have_cfg && !dry_run && world > 1 && !data_parallel_built()) {
-    fprintf(stderr,
-            "trainrun: training on %d ranks needs the data-parallel layer, "
-            "which is not built yet: run one rank (--nproc-per-node 1), "
-            "check the layout with --dry-run, or run another program with "
-            "--exec\n",
-            world);
     goto out;
   }
   if (dry_run) {
