@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h> /* getaddrinfo: the default bind address */
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,18 @@
 #include "trainrun/log.h"
 #include "trainrun/param.h"
 #include "trainrun/store.h"
+
+/* Self-pipe for signals: [0] read by the main loop, [1] written by the
+ * async-signal-safe handler. */
+static int g_sigpipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  ssize_t r = write(g_sigpipe[1], &b, 1);
+  (void)r;
+  errno = saved;
+}
 
 static void store_usage(FILE* out) {
   fprintf(out,
@@ -141,14 +152,20 @@ int tr_cmd_store(int argc, char** argv) {
             tr_param_env_name(TR_PARAM_STORE_TOKEN));
   }
 
-  /* Signals are taken synchronously here; the server thread blocks all. */
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  /* Signals go through a self-pipe: libraries loaded with us (OpenBLAS)
+   * start threads before main, so a blocked-mask + sigwait scheme would let
+   * the default action kill us when the signal lands on one of those. */
+  if (pipe(g_sigpipe) != 0) {
+    fprintf(stderr, "trainrun: pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaction(sigs[i], &sa, NULL);
 
   tr_store_server_t* srv;
   int rc = tr_store_server_start(&o, &srv);
@@ -163,7 +180,10 @@ int tr_cmd_store(int argc, char** argv) {
   int sig = 0;
   tr_store_server_stats_t st;
   for (;;) {
-    if (sigwait(&set, &sig) != 0) continue;
+    unsigned char b;
+    ssize_t r = read(g_sigpipe[0], &b, 1);
+    if (r != 1) continue;
+    sig = b;
     if (sig != SIGUSR1) break;
     tr_store_server_stats(srv, &st);
     fprintf(stderr,
