@@ -1,27 +1,45 @@
-/* store/server.c: the TCPStore server -- a libuv loop on its own thread that
- * accepts clients, feeds what they send to their request engines (conn.c)
- * and writes the replies back.
+/* store/server.c: the TCPStore server -- an acceptor thread and a few libuv
+ * I/O loops ("shards"), each on a thread of its own.
  *
- * All server state belongs to the loop thread; the only cross-thread calls
- * are tr_store_server_stop (through a uv_async) and tr_store_server_stats
- * (atomic counters). Replies are gathered per client while a read is
- * processed -- including the STOP_WAITING bytes a SET sends to the clients
- * waiting on its key -- and written once per client at the end, with
- * uv_try_write first and a queued uv_write for what the socket did not take.
- * A client whose replies pile up past TR__STORE_OUT_HIGH is not read until
- * they drain. A client that breaks a rule is closed alone; handles are freed
- * only in their close callbacks.
+ * The acceptor drains the kernel's accept queue in a tight loop (so a burst
+ * of thousands of connecting ranks overflows the listen backlog as little as
+ * possible) and deals the new sockets round-robin to the shards. Each shard
+ * reads its clients, feeds what they send to their request engines (conn.c)
+ * and writes the replies back. The key-value state (db.c) and every
+ * connection's request engine are guarded by one mutex, held only while
+ * requests are parsed and executed -- never across a system call -- so the
+ * shards overlap their socket work, which is most of the cost of a request.
+ *
+ * Replies are gathered per client while a read is processed -- including the
+ * STOP_WAITING bytes a SET sends to the clients waiting on its key, which may
+ * belong to another shard: that shard is woken through its uv_async -- and
+ * written once per client, with uv_try_write first and a queued uv_write for
+ * what the socket did not take. A client whose replies pile up past
+ * TR__STORE_OUT_HIGH is not read until they drain. A client that breaks a
+ * rule is closed alone; client records are freed only once their handle is
+ * closed and no dirty list holds them.
+ *
+ * TRAINRUN_STORE_THREADS sets the number of shards (0: up to 4, one per
+ * online CPU). Cross-thread calls: tr_store_server_stop (a pipe to the
+ * acceptor, the shards' uv_async) and tr_store_server_stats (atomics).
  */
 #include "config.h"
 
 #include <arpa/inet.h> /* inet_ntop */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h> /* getaddrinfo for host names */
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h> /* RLIMIT_NOFILE */
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "store/internal.h"
@@ -32,44 +50,76 @@
 
 #define READ_BUF (64u << 10)
 #define OUT_KEEP (64u << 10) /* output buffer kept between replies */
+#define MAX_SHARDS 64
+#define ACCEPT_BATCH 256
+
+typedef struct shard_s shard_t;
 
 typedef struct srv_client_s {
   uv_tcp_t tcp; /* first: the handle's address is the record's */
-  tr_store_server_t* srv;
-  tr__store_conn_t conn;
+  shard_t* sh;
+  tr__store_conn_t conn; /* under srv->mu */
   uv_write_t wreq;
-  tr__buf_t inflight; /* bytes handed to uv_write */
+  tr__buf_t inflight; /* bytes handed to the socket (loop thread only) */
   int writing;
-  int closing;
   int reading;
   int draining; /* inside drain(): flush must not re-enter it */
-  int dirty;
+  int closing;  /* set under srv->mu: no more wake-ups are queued for it */
+  int dirty;    /* on its shard's dirty list (under srv->mu) */
+  int free_pending; /* handle closed while dirty: the list pop frees it */
   struct srv_client_s* dirty_next;
-  struct srv_client_s* prev;
+  struct srv_client_s* prev; /* the shard's open clients (loop thread) */
   struct srv_client_s* next;
 } srv_client_t;
 
-struct tr_store_server_s {
+typedef struct {
+  int fd;
+  struct sockaddr_storage addr;
+} pending_fd_t;
+
+struct shard_s {
+  tr_store_server_t* srv;
   uv_loop_t loop;
-  uv_tcp_t listener;
-  uv_async_t stop_async;
+  uv_async_t async; /* new sockets, wake-ups from other shards, stop */
   pthread_t thread;
   int thread_started;
-  tr__store_db_t db;
-  char host[INET6_ADDRSTRLEN];
-  int port;
-  int64_t max_conns;
-  srv_client_t* clients; /* every open client */
-  srv_client_t* dirty;   /* clients with replies to write */
-  int64_t nconns;
+  srv_client_t* clients;     /* open clients (loop thread) */
   int64_t refused_logged_at; /* uv_now of the last "refused" warning */
-  /* counters read by tr_store_server_stats from any thread */
-  int64_t st_conns, st_accepted, st_errors, st_keys, st_bytes, st_requests;
+  /* under srv->mu */
+  srv_client_t* dirty; /* clients with replies to write */
+  pending_fd_t* pend;  /* sockets from the acceptor */
+  size_t npend, cappend;
+  int stop;
   uint8_t rbuf[READ_BUF];
 };
 
+struct tr_store_server_s {
+  pthread_mutex_t mu; /* db, every conn, dirty lists, pending sockets */
+  tr__store_db_t db;
+  shard_t* shards;
+  int nshards;
+  int lfd;     /* the listening socket (non-blocking) */
+  int wake[2]; /* tells the acceptor to stop */
+  pthread_t acceptor;
+  int acceptor_started;
+  char host[INET6_ADDRSTRLEN];
+  int port;
+  int64_t max_conns;
+  int64_t nconns; /* atomic */
+  /* counters read by tr_store_server_stats from any thread */
+  int64_t st_conns, st_accepted, st_errors, st_keys, st_bytes, st_requests;
+};
+
+/* The shard whose loop runs on this thread (NULL elsewhere). */
+static __thread shard_t* tls_shard;
+
+static void lock(tr_store_server_t* s) { pthread_mutex_lock(&s->mu); }
+static void unlock(tr_store_server_t* s) { pthread_mutex_unlock(&s->mu); }
+
+/* Under s->mu. */
 static void publish_stats(tr_store_server_t* s) {
-  __atomic_store_n(&s->st_conns, s->nconns, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->st_conns, __atomic_load_n(&s->nconns, __ATOMIC_RELAXED),
+                   __ATOMIC_RELAXED);
   __atomic_store_n(&s->st_keys, s->db.nkeys, __ATOMIC_RELAXED);
   __atomic_store_n(&s->st_bytes, s->db.bytes, __ATOMIC_RELAXED);
   __atomic_store_n(&s->st_requests, s->db.requests, __ATOMIC_RELAXED);
@@ -77,15 +127,29 @@ static void publish_stats(tr_store_server_t* s) {
 
 /* ---- closing ---- */
 
-static void on_client_closed(uv_handle_t* h) {
-  srv_client_t* cl = (srv_client_t*)h;
+static void free_client(srv_client_t* cl) {
   tr__buf_release(&cl->inflight);
   free(cl);
 }
 
+static void on_client_closed(uv_handle_t* h) {
+  srv_client_t* cl = (srv_client_t*)h;
+  tr_store_server_t* s = cl->sh->srv;
+  lock(s);
+  if (cl->dirty) { /* a wake-up queued it before it closed */
+    cl->free_pending = 1;
+    unlock(s);
+    return;
+  }
+  unlock(s);
+  free_client(cl);
+}
+
 static void client_close(srv_client_t* cl, int error) {
   if (cl->closing) return;
-  tr_store_server_t* s = cl->srv;
+  shard_t* sh = cl->sh;
+  tr_store_server_t* s = sh->srv;
+  lock(s);
   cl->closing = 1;
   if (error) {
     __atomic_add_fetch(&s->st_errors, 1, __ATOMIC_RELAXED);
@@ -98,19 +162,28 @@ static void client_close(srv_client_t* cl, int error) {
     }
   }
   tr__store_conn_release(&cl->conn); /* drops its WAIT first */
+  unlock(s);
   if (cl->prev)
     cl->prev->next = cl->next;
   else
-    s->clients = cl->next;
+    sh->clients = cl->next;
   if (cl->next) cl->next->prev = cl->prev;
-  s->nconns--;
+  __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
   uv_close((uv_handle_t*)&cl->tcp, on_client_closed);
 }
 
 /* ---- writing ---- */
 
 static void flush(srv_client_t* cl);
+static void flush_dirty(shard_t* sh);
 static void read_start(srv_client_t* cl);
+
+static int is_paused(srv_client_t* cl) {
+  lock(cl->sh->srv);
+  int p = cl->conn.paused;
+  unlock(cl->sh->srv);
+  return p;
+}
 
 /* A paused client (replies over the high mark) whose replies have all been
  * handed to the kernel: parse what it sent meanwhile, flush, and repeat
@@ -121,24 +194,25 @@ static void read_start(srv_client_t* cl);
 static void drain(srv_client_t* cl) {
   if (cl->draining) return;
   cl->draining = 1;
-  tr_store_server_t* s = cl->srv;
-  while (!cl->closing && !cl->writing && cl->conn.out.len == 0 &&
-         cl->conn.paused) {
+  tr_store_server_t* s = cl->sh->srv;
+  while (!cl->closing && !cl->writing) {
+    lock(s);
+    if (cl->conn.out.len != 0 || !cl->conn.paused) {
+      unlock(s);
+      break;
+    }
     int rc = tr__store_conn_resume(&cl->conn);
+    publish_stats(s);
+    unlock(s);
     if (rc < 0) {
       client_close(cl, 1);
       break;
     }
     flush(cl);
-    while (s->dirty) { /* replies to clients this resume woke */
-      srv_client_t* d = s->dirty;
-      s->dirty = d->dirty_next;
-      d->dirty = 0;
-      flush(d);
-    }
+    flush_dirty(cl->sh); /* replies to clients this resume woke */
   }
   cl->draining = 0;
-  if (!cl->closing && !cl->conn.paused && !cl->reading) read_start(cl);
+  if (!cl->closing && !cl->reading && !is_paused(cl)) read_start(cl);
 }
 
 static void on_write(uv_write_t* req, int status) {
@@ -154,33 +228,42 @@ static void on_write(uv_write_t* req, int status) {
     return;
   }
   flush(cl);
-  if (cl->conn.paused) drain(cl);
-  publish_stats(cl->srv);
+  if (!cl->closing && is_paused(cl)) drain(cl);
 }
 
+/* Hand the client's gathered replies to the socket: they move to inflight
+ * under the lock (new replies gather in the emptied buffer), then are
+ * written without it. */
 static void flush(srv_client_t* cl) {
+  if (cl->closing || cl->writing) return;
+  tr_store_server_t* s = cl->sh->srv;
+  lock(s);
   tr__buf_t* out = &cl->conn.out;
-  if (cl->closing || cl->writing || out->len == 0) return;
-  uv_buf_t b = uv_buf_init((char*)out->data, (unsigned)out->len);
+  if (out->len == 0) {
+    unlock(s);
+    return;
+  }
+  tr__buf_t tmp = cl->inflight; /* empty: no write is in flight */
+  cl->inflight = *out;
+  *out = tmp;
+  out->len = 0;
+  unlock(s);
+  uv_buf_t b = uv_buf_init((char*)cl->inflight.data, (unsigned)cl->inflight.len);
   int n = uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
-  if (n == (int)out->len) {
-    out->len = 0;
-    tr__buf_shrink(out, OUT_KEEP);
-    if (cl->conn.paused) drain(cl);
+  if (n == (int)cl->inflight.len) {
+    cl->inflight.len = 0;
+    tr__buf_shrink(&cl->inflight, OUT_KEEP);
+    if (is_paused(cl)) drain(cl);
     return;
   }
   if (n < 0 && n != UV_EAGAIN) {
+    cl->inflight.len = 0;
     TR_LOG_INFO(STORE, "closing client %s: write failed: %s", cl->conn.peer,
                 uv_strerror(n));
     client_close(cl, 0);
     return;
   }
   if (n < 0) n = 0;
-  /* hand the rest to uv_write; new replies gather in the other buffer */
-  tr__buf_t tmp = cl->inflight;
-  cl->inflight = *out;
-  *out = tmp;
-  out->len = 0;
   b = uv_buf_init((char*)cl->inflight.data + n,
                   (unsigned)(cl->inflight.len - (size_t)n));
   cl->wreq.data = cl;
@@ -195,50 +278,69 @@ static void flush(srv_client_t* cl) {
   cl->writing = 1;
 }
 
-/* db.c tells us a connection has replies (its own, or a wake-up). */
+/* db.c tells us a connection has replies (its own, or a wake-up); called
+ * under s->mu from whichever shard ran the request. */
 static void on_output(tr__store_conn_t* c, void* arg) {
-  tr_store_server_t* s = arg;
+  (void)arg;
   srv_client_t* cl = c->user;
   if (!cl || cl->dirty || cl->closing) return;
+  shard_t* sh = cl->sh;
   cl->dirty = 1;
-  cl->dirty_next = s->dirty;
-  s->dirty = cl;
+  cl->dirty_next = sh->dirty;
+  sh->dirty = cl;
+  /* sent under the lock: the shard cannot close this handle meanwhile */
+  if (sh != tls_shard) uv_async_send(&sh->async);
 }
 
-static void flush_dirty(tr_store_server_t* s) {
-  while (s->dirty) {
-    srv_client_t* cl = s->dirty;
-    s->dirty = cl->dirty_next;
+static void flush_dirty(shard_t* sh) {
+  tr_store_server_t* s = sh->srv;
+  lock(s);
+  while (sh->dirty) {
+    srv_client_t* cl = sh->dirty;
+    sh->dirty = cl->dirty_next;
     cl->dirty = 0;
-    flush(cl);
+    unlock(s);
+    if (cl->free_pending)
+      free_client(cl);
+    else
+      flush(cl);
+    lock(s);
   }
+  unlock(s);
 }
 
 /* ---- reading ---- */
 
 static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
+  (void)suggested;
   srv_client_t* cl = (srv_client_t*)h;
   size_t room;
+  lock(cl->sh->srv);
   uint8_t* p = tr__store_conn_read_room(&cl->conn, &room);
+  unlock(cl->sh->srv);
   if (p) {
     if (room > UINT32_MAX) room = UINT32_MAX;
     *buf = uv_buf_init((char*)p, (unsigned)room);
     return;
   }
-  *buf = uv_buf_init((char*)cl->srv->rbuf, READ_BUF);
+  *buf = uv_buf_init((char*)cl->sh->rbuf, READ_BUF);
 }
 
 static void on_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
   srv_client_t* cl = (srv_client_t*)st;
-  tr_store_server_t* s = cl->srv;
+  shard_t* sh = cl->sh;
+  tr_store_server_t* s = sh->srv;
   if (cl->closing) return;
   if (nread < 0) {
     if (nread == UV_EOF) {
-      if (cl->conn.in.len)
+      lock(s);
+      size_t partial = cl->conn.in.len;
+      unlock(s);
+      if (partial)
         TR_LOG_INFO(STORE,
                     "client %s closed in the middle of a request "
                     "(%zu bytes of it received)",
-                    cl->conn.peer, cl->conn.in.len);
+                    cl->conn.peer, partial);
       else
         TR_LOG_DEBUG(STORE, "client %s disconnected", cl->conn.peer);
     } else {
@@ -246,27 +348,29 @@ static void on_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
                   uv_strerror((int)nread));
     }
     client_close(cl, 0);
-    flush_dirty(s);
-    publish_stats(s);
+    flush_dirty(sh);
     return;
   }
   if (nread == 0) return;
+  lock(s);
   int rc;
-  if (buf->base == (char*)s->rbuf)
-    rc = tr__store_conn_input(&cl->conn, s->rbuf, (size_t)nread);
+  if (buf->base == (char*)sh->rbuf)
+    rc = tr__store_conn_input(&cl->conn, sh->rbuf, (size_t)nread);
   else
     rc = tr__store_conn_input_inplace(&cl->conn, (size_t)nread);
+  int paused = cl->conn.paused;
+  publish_stats(s);
+  unlock(s);
   if (rc < 0) {
     client_close(cl, 1);
-  } else if (cl->conn.paused && cl->reading) {
+  } else if (paused && cl->reading) {
     uv_read_stop(st);
     cl->reading = 0;
   }
-  flush_dirty(s);
-  publish_stats(s);
+  flush_dirty(sh);
 }
 
-/* Also called from on_write when a paused client drained. */
+/* Also called from drain() when a paused client caught up. */
 static void read_start(srv_client_t* cl) {
   int rc = uv_read_start((uv_stream_t*)&cl->tcp, on_alloc, on_read);
   if (rc < 0) {
@@ -277,108 +381,196 @@ static void read_start(srv_client_t* cl) {
   cl->reading = 1;
 }
 
-/* ---- accepting ---- */
+/* ---- adopting accepted sockets (shard loop) ---- */
 
-static void peer_name(uv_tcp_t* t, char* out, size_t n) {
-  struct sockaddr_storage ss;
-  int len = sizeof ss;
+static void peer_name(const struct sockaddr_storage* ss, char* out, size_t n) {
   char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (uv_tcp_getpeername(t, (struct sockaddr*)&ss, &len) == 0) {
-    if (ss.ss_family == AF_INET6) {
-      struct sockaddr_in6* a = (struct sockaddr_in6*)&ss;
-      uv_ip6_name(a, host, sizeof host);
-      port = ntohs(a->sin6_port);
-      snprintf(out, n, "[%s]:%d", host, port);
-      return;
-    }
-    struct sockaddr_in* a = (struct sockaddr_in*)&ss;
-    uv_ip4_name(a, host, sizeof host);
-    port = ntohs(a->sin_port);
+  if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6* a = (const struct sockaddr_in6*)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    snprintf(out, n, "[%s]:%d", host, ntohs(a->sin6_port));
+    return;
   }
-  snprintf(out, n, "%s:%d", host, port);
+  const struct sockaddr_in* a = (const struct sockaddr_in*)ss;
+  if (ss->ss_family == AF_INET) inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+  snprintf(out, n, "%s:%d", host, ss->ss_family == AF_INET ? ntohs(a->sin_port) : 0);
 }
 
 static void on_refused_closed(uv_handle_t* h) { free(h); }
 
-static void on_connection(uv_stream_t* listener, int status) {
-  tr_store_server_t* s = listener->data;
-  if (status < 0) {
-    /* EMFILE and friends: libuv keeps the listener; say it once a second */
-    uint64_t now = uv_now(&s->loop);
-    if ((int64_t)now - s->refused_logged_at >= 1000) {
-      s->refused_logged_at = (int64_t)now;
-      TR_LOG_WARN(STORE, "cannot accept a client: %s", uv_strerror(status));
-    }
-    return;
-  }
-  srv_client_t* cl = calloc(1, sizeof *cl);
-  if (!cl) {
-    uv_tcp_t* t = malloc(sizeof *t);
-    if (t && uv_tcp_init(&s->loop, t) == 0 &&
-        uv_accept(listener, (uv_stream_t*)t) == 0)
-      uv_close((uv_handle_t*)t, on_refused_closed);
-    else
-      free(t);
-    return;
-  }
-  uv_tcp_init(&s->loop, &cl->tcp);
-  cl->srv = s;
-  if (uv_accept(listener, (uv_stream_t*)&cl->tcp) < 0) {
-    uv_close((uv_handle_t*)&cl->tcp, on_client_closed);
-    return;
-  }
+static void adopt(shard_t* sh, const pending_fd_t* p) {
+  tr_store_server_t* s = sh->srv;
   char peer[72];
-  peer_name(&cl->tcp, peer, sizeof peer);
-  if (s->nconns >= s->max_conns) {
-    uint64_t now = uv_now(&s->loop);
-    if ((int64_t)now - s->refused_logged_at >= 1000) {
-      s->refused_logged_at = (int64_t)now;
+  peer_name(&p->addr, peer, sizeof peer);
+  if (__atomic_load_n(&s->nconns, __ATOMIC_RELAXED) >= s->max_conns) {
+    uint64_t now = uv_now(&sh->loop);
+    if ((int64_t)now - sh->refused_logged_at >= 1000) {
+      sh->refused_logged_at = (int64_t)now;
       TR_LOG_WARN(STORE,
                   "refusing client %s: %" PRId64
                   " clients connected "
                   "(TRAINRUN_STORE_MAX_CONNECTIONS)",
-                  peer, s->nconns);
+                  peer, __atomic_load_n(&s->nconns, __ATOMIC_RELAXED));
     }
     __atomic_add_fetch(&s->st_errors, 1, __ATOMIC_RELAXED);
-    uv_close((uv_handle_t*)&cl->tcp, on_client_closed);
+    close(p->fd);
+    return;
+  }
+  srv_client_t* cl = calloc(1, sizeof *cl);
+  if (!cl) {
+    close(p->fd);
+    return;
+  }
+  uv_tcp_init(&sh->loop, &cl->tcp);
+  cl->sh = sh;
+  if (uv_tcp_open(&cl->tcp, p->fd) < 0) {
+    close(p->fd);
+    uv_close((uv_handle_t*)&cl->tcp, on_refused_closed);
     return;
   }
   uv_tcp_nodelay(&cl->tcp, 1);
+  lock(s);
   tr__store_conn_init(&cl->conn, &s->db, peer);
   cl->conn.user = cl;
-  cl->next = s->clients;
-  if (s->clients) s->clients->prev = cl;
-  s->clients = cl;
-  s->nconns++;
+  unlock(s);
+  cl->next = sh->clients;
+  if (sh->clients) sh->clients->prev = cl;
+  sh->clients = cl;
+  __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(&s->st_accepted, 1, __ATOMIC_RELAXED);
   TR_LOG_DEBUG(STORE, "client %s connected", peer);
   read_start(cl);
-  publish_stats(s);
 }
 
-/* ---- start / stop ---- */
-
-static void on_stop(uv_async_t* a) {
-  tr_store_server_t* s = a->data;
-  while (s->clients) client_close(s->clients, 0);
-  s->dirty = NULL;
-  uv_close((uv_handle_t*)&s->listener, NULL);
-  uv_close((uv_handle_t*)&s->stop_async, NULL);
-  publish_stats(s);
+static void shard_stop(shard_t* sh) {
+  while (sh->clients) client_close(sh->clients, 0);
+  uv_close((uv_handle_t*)&sh->async, NULL);
+  lock(sh->srv);
+  publish_stats(sh->srv);
+  unlock(sh->srv);
 }
 
-static void* server_main(void* arg) {
-  tr_store_server_t* s = arg;
+static void on_async(uv_async_t* a) {
+  shard_t* sh = a->data;
+  tr_store_server_t* s = sh->srv;
+  lock(s);
+  pending_fd_t* pend = sh->pend;
+  size_t npend = sh->npend;
+  sh->pend = NULL;
+  sh->npend = sh->cappend = 0;
+  int stop = sh->stop;
+  unlock(s);
+  for (size_t i = 0; i < npend; i++) {
+    if (stop)
+      close(pend[i].fd);
+    else
+      adopt(sh, &pend[i]);
+  }
+  free(pend);
+  if (stop) {
+    shard_stop(sh);
+    return;
+  }
+  flush_dirty(sh);
+  lock(s);
+  publish_stats(s);
+  unlock(s);
+}
+
+static void* shard_main(void* arg) {
+  shard_t* sh = arg;
   sigset_t all;
   sigfillset(&all); /* signals go to other threads; SIGPIPE stays pending */
   pthread_sigmask(SIG_BLOCK, &all, NULL);
 #ifdef __linux__
   pthread_setname_np(pthread_self(), "tr_store");
 #endif
-  uv_run(&s->loop, UV_RUN_DEFAULT);
+  tls_shard = sh;
+  uv_run(&sh->loop, UV_RUN_DEFAULT);
+  /* records whose handle closed while a wake-up still listed them */
+  lock(sh->srv);
+  while (sh->dirty) {
+    srv_client_t* cl = sh->dirty;
+    sh->dirty = cl->dirty_next;
+    if (cl->free_pending) free_client(cl);
+  }
+  unlock(sh->srv);
   return NULL;
 }
+
+/* ---- the acceptor thread ---- */
+
+static void* acceptor_main(void* arg) {
+  tr_store_server_t* s = arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+#ifdef __linux__
+  pthread_setname_np(pthread_self(), "tr_store_acc");
+#endif
+  pending_fd_t batch[ACCEPT_BATCH];
+  int next = 0;
+  time_t warned = 0;
+  for (;;) {
+    struct pollfd p[2] = {{s->lfd, POLLIN, 0}, {s->wake[0], POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      TR_LOG_ERROR(STORE, "store acceptor: poll: %s", strerror(errno));
+      break;
+    }
+    if (p[1].revents) break;
+    size_t n = 0;
+    int backoff = 0;
+    while (n < ACCEPT_BATCH) {
+      socklen_t len = sizeof batch[n].addr;
+      int fd = accept4(s->lfd, (struct sockaddr*)&batch[n].addr, &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        batch[n++].fd = fd;
+        continue;
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        /* EMFILE, ENFILE, ENOBUFS: say so once a second and back off */
+        time_t now = time(NULL);
+        if (now != warned) {
+          warned = now;
+          TR_LOG_WARN(STORE, "cannot accept a client: %s", strerror(errno));
+        }
+        backoff = 1;
+      }
+      break;
+    }
+    uint64_t woke = 0;
+    lock(s);
+    for (size_t i = 0; i < n; i++) {
+      shard_t* sh = &s->shards[next];
+      if (sh->npend == sh->cappend) {
+        size_t cap = sh->cappend ? 2 * sh->cappend : 64;
+        pending_fd_t* q = realloc(sh->pend, cap * sizeof *q);
+        if (!q) {
+          close(batch[i].fd);
+          continue;
+        }
+        sh->pend = q;
+        sh->cappend = cap;
+      }
+      sh->pend[sh->npend++] = batch[i];
+      woke |= 1ull << next;
+      next = (next + 1) % s->nshards;
+    }
+    unlock(s);
+    for (int i = 0; i < s->nshards; i++)
+      if (woke & (1ull << i)) uv_async_send(&s->shards[i].async);
+    if (backoff) {
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
+/* ---- start / stop ---- */
 
 static int read_somaxconn(void) {
   FILE* f = fopen("/proc/sys/net/core/somaxconn", "r");
@@ -400,19 +592,29 @@ static void raise_nofile(void) {
                  (unsigned long long)old, (unsigned long long)rl.rlim_max);
 }
 
-/* Bind the listener to host:port: numeric addresses directly, names through
- * getaddrinfo (their first address). */
-static int bind_listener(tr_store_server_t* s, const char* host, int port,
-                         int backlog) {
-  struct sockaddr_storage ss;
-  int rc = uv_ip4_addr(host, port, (struct sockaddr_in*)&ss);
-  if (rc < 0) rc = uv_ip6_addr(host, port, (struct sockaddr_in6*)&ss);
-  if (rc == 0) {
-    rc = uv_tcp_bind(&s->listener, (struct sockaddr*)&ss, 0);
-    if (rc == 0)
-      rc = uv_listen((uv_stream_t*)&s->listener, backlog, on_connection);
-    return rc;
+/* A non-blocking listening socket on one address; -errno on failure. */
+static int listen_on(const struct sockaddr* sa, socklen_t len, int backlog) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  if (bind(fd, sa, len) < 0 || listen(fd, backlog) < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
   }
+  return fd;
+}
+
+/* Listen on host:port: numeric addresses directly, names through
+ * getaddrinfo (their first address that binds). The fd, or -errno. */
+static int bind_listener(const char* host, int port, int backlog) {
+  struct sockaddr_in a4;
+  struct sockaddr_in6 a6;
+  if (uv_ip4_addr(host, port, &a4) == 0)
+    return listen_on((struct sockaddr*)&a4, sizeof a4, backlog);
+  if (uv_ip6_addr(host, port, &a6) == 0)
+    return listen_on((struct sockaddr*)&a6, sizeof a6, backlog);
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -423,13 +625,15 @@ static int bind_listener(tr_store_server_t* s, const char* host, int port,
   if (grc != 0) {
     TR_LOG_ERROR(STORE, "cannot resolve store bind address '%s': %s", host,
                  gai_strerror(grc));
-    return UV_EINVAL;
+    return TR_EINVAL;
   }
-  rc = uv_tcp_bind(&s->listener, res->ai_addr, 0);
-  if (rc == 0)
-    rc = uv_listen((uv_stream_t*)&s->listener, backlog, on_connection);
+  int fd = TR_EINVAL;
+  for (struct addrinfo* ai = res; ai; ai = ai->ai_next) {
+    fd = listen_on(ai->ai_addr, ai->ai_addrlen, backlog);
+    if (fd >= 0) break;
+  }
   freeaddrinfo(res);
-  return rc;
+  return fd;
 }
 
 void tr_store_server_opts_init(tr_store_server_opts_t* o) {
@@ -442,10 +646,34 @@ void tr_store_server_opts_init(tr_store_server_opts_t* o) {
   o->max_keys = (int64_t)lim.max_keys;
   o->max_memory_bytes = (int64_t)lim.max_memory;
   o->max_connections = tr_param_int(TR_PARAM_STORE_MAX_CONNS);
+  o->threads = (int)tr_param_int(TR_PARAM_STORE_THREADS);
 }
 
-/* uv error (negated errno on Unix) to a TR_E* code: the same numbers. */
-static int uv_to_tr(int uvrc) { return uvrc; }
+static int default_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  return n < 4 ? (int)n : 4;
+}
+
+/* Tear down what start built (threads not started, or joined). */
+static void server_free(tr_store_server_t* s) {
+  for (int i = 0; i < s->nshards; i++) {
+    shard_t* sh = &s->shards[i];
+    if (!sh->srv) continue;
+    if (!uv_is_closing((uv_handle_t*)&sh->async))
+      uv_close((uv_handle_t*)&sh->async, NULL);
+    while (uv_loop_close(&sh->loop) == UV_EBUSY) uv_run(&sh->loop, UV_RUN_NOWAIT);
+    for (size_t j = 0; j < sh->npend; j++) close(sh->pend[j].fd);
+    free(sh->pend);
+  }
+  free(s->shards);
+  if (s->lfd >= 0) close(s->lfd);
+  if (s->wake[0] >= 0) close(s->wake[0]);
+  if (s->wake[1] >= 0) close(s->wake[1]);
+  tr__store_db_release(&s->db);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
 
 int tr_store_server_start(const tr_store_server_opts_t* o,
                           tr_store_server_t** out) {
@@ -453,30 +681,42 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
   if (o->port < 0 || o->port > 65535) return TR_EINVAL;
   if (o->max_key_bytes <= 0 || o->max_value_bytes <= 0 ||
       o->max_request_bytes <= 0 || o->max_keys <= 0 ||
-      o->max_memory_bytes <= 0 || o->max_connections <= 0)
+      o->max_memory_bytes <= 0 || o->max_connections <= 0 || o->threads < 0 ||
+      o->threads > MAX_SHARDS)
     return TR_EINVAL;
   raise_nofile();
   tr_store_server_t* s = calloc(1, sizeof *s);
   if (!s) return TR_ENOMEM;
+  s->lfd = s->wake[0] = s->wake[1] = -1;
+  pthread_mutex_init(&s->mu, NULL);
   tr__store_limits_t lim = {(uint64_t)o->max_key_bytes,
                             (uint64_t)o->max_value_bytes, (uint64_t)o->max_keys,
                             (uint64_t)o->max_request_bytes,
                             (uint64_t)o->max_memory_bytes};
   int rc = tr__store_db_init(&s->db, &lim, o->token);
   if (rc < 0) {
+    pthread_mutex_destroy(&s->mu);
     free(s);
     return rc;
   }
   s->db.notify = on_output;
   s->db.notify_arg = s;
   s->max_conns = o->max_connections;
-  s->refused_logged_at = -1000000;
-  rc = uv_loop_init(&s->loop);
-  if (rc < 0) goto out_free_db;
-  uv_tcp_init(&s->loop, &s->listener);
-  s->listener.data = s;
-  uv_async_init(&s->loop, &s->stop_async, on_stop);
-  s->stop_async.data = s;
+  s->nshards = o->threads > 0 ? o->threads : default_threads();
+  s->shards = calloc((size_t)s->nshards, sizeof *s->shards);
+  if (!s->shards || pipe2(s->wake, O_CLOEXEC) < 0) {
+    rc = s->shards ? -errno : TR_ENOMEM;
+    goto fail;
+  }
+  for (int i = 0; i < s->nshards; i++) {
+    shard_t* sh = &s->shards[i];
+    rc = uv_loop_init(&sh->loop);
+    if (rc < 0) goto fail;
+    sh->srv = s;
+    sh->refused_logged_at = -1000000;
+    uv_async_init(&sh->loop, &sh->async, on_async);
+    sh->async.data = sh;
+  }
 
   const char* host = o->host && *o->host ? o->host : "127.0.0.1";
   int somax = read_somaxconn();
@@ -487,48 +727,56 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
                 "raise net.core.somaxconn, or clients may be reset at "
                 "connect (they retry)",
                 backlog, o->expected_clients);
-  rc = bind_listener(s, host, o->port, backlog);
+  rc = bind_listener(host, o->port, backlog);
   if (rc < 0) {
     /* an endpoint already taken is a normal outcome for daemons racing to
      * host the store (the loser joins it); the caller reports it */
-    if (rc == UV_EADDRINUSE)
+    if (rc == TR_EADDRINUSE)
       TR_LOG_DEBUG(STORE, "cannot listen on '%s' port %d: %s", host, o->port,
-                   uv_strerror(rc));
-    else
+                   tr_strerror(rc));
+    else if (rc != TR_EINVAL)
       TR_LOG_ERROR(STORE, "cannot listen on '%s' port %d: %s", host, o->port,
-                   uv_strerror(rc));
-    goto out_close_loop;
+                   tr_strerror(rc));
+    goto fail;
   }
+  s->lfd = rc;
   struct sockaddr_storage ss;
-  int len = sizeof ss;
-  uv_tcp_getsockname(&s->listener, (struct sockaddr*)&ss, &len);
+  socklen_t len = sizeof ss;
+  getsockname(s->lfd, (struct sockaddr*)&ss, &len);
   if (ss.ss_family == AF_INET6) {
-    uv_ip6_name((struct sockaddr_in6*)&ss, s->host, sizeof s->host);
+    inet_ntop(AF_INET6, &((struct sockaddr_in6*)&ss)->sin6_addr, s->host,
+              sizeof s->host);
     s->port = ntohs(((struct sockaddr_in6*)&ss)->sin6_port);
   } else {
-    uv_ip4_name((struct sockaddr_in*)&ss, s->host, sizeof s->host);
+    inet_ntop(AF_INET, &((struct sockaddr_in*)&ss)->sin_addr, s->host,
+              sizeof s->host);
     s->port = ntohs(((struct sockaddr_in*)&ss)->sin_port);
   }
-  rc = pthread_create(&s->thread, NULL, server_main, s);
+  for (int i = 0; i < s->nshards; i++) {
+    rc = pthread_create(&s->shards[i].thread, NULL, shard_main, &s->shards[i]);
+    if (rc != 0) {
+      rc = -rc;
+      tr_store_server_stop(s);
+      return rc;
+    }
+    s->shards[i].thread_started = 1;
+  }
+  rc = pthread_create(&s->acceptor, NULL, acceptor_main, s);
   if (rc != 0) {
     rc = -rc;
-    goto out_close_loop;
+    tr_store_server_stop(s);
+    return rc;
   }
-  s->thread_started = 1;
-  TR_LOG_INFO(STORE, "store server listening on %s port %d%s", s->host, s->port,
+  s->acceptor_started = 1;
+  TR_LOG_INFO(STORE, "store server listening on %s port %d (%d I/O threads)%s",
+              s->host, s->port, s->nshards,
               s->db.token ? " (token required)" : "");
   *out = s;
   return 0;
 
-out_close_loop:
-  uv_close((uv_handle_t*)&s->listener, NULL);
-  uv_close((uv_handle_t*)&s->stop_async, NULL);
-  uv_run(&s->loop, UV_RUN_DEFAULT);
-  uv_loop_close(&s->loop);
-out_free_db:
-  tr__store_db_release(&s->db);
-  free(s);
-  return uv_to_tr(rc);
+fail:
+  server_free(s);
+  return rc;
 }
 
 int tr_store_server_port(const tr_store_server_t* s) { return s->port; }
@@ -547,12 +795,23 @@ void tr_store_server_stats(const tr_store_server_t* s,
 
 void tr_store_server_stop(tr_store_server_t* s) {
   if (!s) return;
-  if (s->thread_started) {
-    uv_async_send(&s->stop_async);
-    pthread_join(s->thread, NULL);
+  if (s->acceptor_started) {
+    char b = 1;
+    while (write(s->wake[1], &b, 1) < 0 && errno == EINTR) {
+    }
+    pthread_join(s->acceptor, NULL);
   }
-  /* every handle is closed; uv_loop_close fails only while one is open */
-  while (uv_loop_close(&s->loop) == UV_EBUSY) uv_run(&s->loop, UV_RUN_NOWAIT);
-  tr__store_db_release(&s->db);
-  free(s);
+  /* the listener closes first: new connections are refused from here on */
+  if (s->lfd >= 0) close(s->lfd);
+  s->lfd = -1;
+  for (int i = 0; i < s->nshards; i++) {
+    shard_t* sh = &s->shards[i];
+    if (!sh->thread_started) continue;
+    lock(s);
+    sh->stop = 1;
+    uv_async_send(&sh->async);
+    unlock(s);
+    pthread_join(sh->thread, NULL);
+  }
+  server_free(s);
 }

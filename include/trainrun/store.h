@@ -75,13 +75,16 @@ typedef struct {
   int64_t max_keys;          /* keys in one CHECK/WAIT/MULTI_GET/MULTI_SET */
   int64_t max_memory_bytes;  /* key + value + queued bytes held in total */
   int64_t max_connections;   /* clients connected at once */
+  int threads;               /* I/O threads; 0: up to 4, one per CPU */
 } tr_store_server_opts_t;
 
 /* Fill opts with the defaults: host NULL, port 0, no token, and the limits
  * read from the TRAINRUN_STORE_* parameters (param.h). */
 void tr_store_server_opts_init(tr_store_server_opts_t* opts);
 
-/* Bind, listen and start the server's thread. On success *out is the new
+/* Bind, listen and start the server's threads: an acceptor and
+ * opts.threads I/O loops (the key-value state is shared under one lock held
+ * only while requests execute). On success *out is the new
  * server, owned by the caller until tr_store_server_stop(). Bind errors are
  * returned here (e.g. TR_EADDRINUSE), not on the thread. Raises the soft
  * RLIMIT_NOFILE to the hard limit so the connection count is limited only
