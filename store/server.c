@@ -19,8 +19,10 @@
  * rule is closed alone; client records are freed only once their handle is
  * closed and no dirty list holds them.
  *
- * TRAINRUN_STORE_THREADS sets the number of shards (0: up to 4, one per
- * online CPU). Cross-thread calls: tr_store_server_stop (a pipe to the
+ * TRAINRUN_STORE_THREADS sets the number of shards (default 1, PyTorch's
+ * ordering: requests execute in the order the kernel delivered them; 0: one
+ * per online CPU, at most 4 -- see store.h for what more than one gives
+ * up). Cross-thread calls: tr_store_server_stop (a pipe to the
  * acceptor, the shards' uv_async) and tr_store_server_stats (atomics).
  */
 #include "config.h"

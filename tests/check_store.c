@@ -1247,6 +1247,56 @@ START_TEST(t_client_connect_retry) {
 }
 END_TEST
 
+/* Several I/O threads: 24 clients (dealt round-robin over 4 loops) ADD a
+ * counter and WAIT for the key the last one sets, as a rendezvous does; a
+ * WAIT released by a client of another loop must be answered by its own. */
+typedef struct {
+  tr_store_server_t* s;
+  int n;
+  int rc;
+} rdzv_arg_t;
+
+static void* rdzv_main(void* arg) {
+  rdzv_arg_t* a = arg;
+  tr_store_client_t* c = client_for(a->s, 10000);
+  int64_t v = 0;
+  a->rc = tr_store_client_add(c, "arrived", 1, &v);
+  if (a->rc == 0 && v == a->n) a->rc = tr_store_client_set(c, "go", "1", 1);
+  const char* k = "go";
+  if (a->rc == 0) a->rc = tr_store_client_wait(c, &k, 1, 10000);
+  void* val = NULL;
+  size_t len = 0;
+  if (a->rc == 0) a->rc = tr_store_client_get(c, "go", &val, &len);
+  if (a->rc == 0 && (len != 1 || memcmp(val, "1", 1) != 0)) a->rc = -1;
+  free(val);
+  tr_store_client_free(c);
+  return NULL;
+}
+
+START_TEST(t_threads_rendezvous) {
+  tr_store_server_opts_t o;
+  tr_store_server_opts_init(&o);
+  o.threads = 4;
+  tr_store_server_t* s = start_opts(&o);
+  enum { N = 24 };
+  pthread_t th[N];
+  rdzv_arg_t a[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (rdzv_arg_t){s, N, 1};
+    pthread_create(&th[i], NULL, rdzv_main, &a[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_msg(a[i].rc == 0, "client %d: %d", i, a[i].rc);
+  }
+  tr_store_server_stats_t st;
+  tr_store_server_stats(s, &st);
+  ck_assert_int_eq(st.accepted, N);
+  ck_assert_int_eq(st.keys, 2);
+  tr_store_server_stop(s);
+}
+END_TEST
+
 START_TEST(t_client_connect_timeout) {
   tr_store_client_opts_t o;
   tr_store_client_opts_init(&o);
@@ -1579,6 +1629,7 @@ static Suite* store_suite(void) {
   tcase_add_test(client, t_client_reconnect);
   tcase_add_test(client, t_client_clone);
   tcase_add_test(client, t_wait_workers);
+  tcase_add_test(client, t_threads_rendezvous);
   tcase_add_test(client, t_prefix_store);
   suite_add_tcase(s, client);
   TCase* auth = tcase_create("token");

@@ -75,7 +75,14 @@ typedef struct {
   int64_t max_keys;          /* keys in one CHECK/WAIT/MULTI_GET/MULTI_SET */
   int64_t max_memory_bytes;  /* key + value + queued bytes held in total */
   int64_t max_connections;   /* clients connected at once */
-  int threads;               /* I/O threads; 0: up to 4, one per CPU */
+  /* I/O threads (TRAINRUN_STORE_THREADS, default 1; 0: one per CPU, at
+   * most 4). With one, requests execute in the order the kernel delivered
+   * them, as in PyTorch's server. With more, clients are served in parallel,
+   * and a SET -- which the protocol does not acknowledge -- from one client
+   * may execute after a later request of a client on another thread: use
+   * them only where clients order themselves through WAIT/GET/ADD replies
+   * (rendezvous does). */
+  int threads;
 } tr_store_server_opts_t;
 
 /* Fill opts with the defaults: host NULL, port 0, no token, and the limits
