@@ -127,11 +127,13 @@ static void run_start_hooks(tr_pg_work_t* w, int64_t t) {
 }
 
 void tr__work_started(tr_pg_work_t* w) {
+  /* under the lock, so a completion racing with us is recorded after */
   pthread_mutex_lock(&w->mu);
-  int first = !w->started;
-  w->started = 1;
+  if (!w->started) {
+    w->started = 1;
+    run_start_hooks(w, tr__wall_ns());
+  }
   pthread_mutex_unlock(&w->mu);
-  if (first) run_start_hooks(w, tr__wall_ns());
 }
 
 int tr__work_is_done(tr_pg_work_t* w) {
@@ -185,12 +187,8 @@ int tr__work_finish(tr_pg_work_t* w, int status, const char* detail_fmt, ...) {
   w->err = msg;
   int was_started = w->started;
   w->started = 1;
-  __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
-  tr_pg_work_cb cb = w->cb;
-  void* cb_arg = w->cb_arg;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-
+  /* The flight recorder hears of the completion before any waiter can see
+   * it: a rank that dumps right after its wait finds the op completed. */
   const tr_pg_hooks_t* h = tr__pg_hooks();
   int64_t t = tr__wall_ns();
   if (!was_started && status == 0) run_start_hooks(w, t);
@@ -199,6 +197,11 @@ int tr__work_finish(tr_pg_work_t* w, int status, const char* detail_fmt, ...) {
       h->complete(h->arg, w->ops[i].fr_id, t, status);
     if (w->coalesced) h->complete(h->arg, w->fr_id, t, status);
   }
+  __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+  tr_pg_work_cb cb = w->cb;
+  void* cb_arg = w->cb_arg;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
   if (cb) cb(w, status, cb_arg);
   return 1;
 }

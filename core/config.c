@@ -297,9 +297,8 @@ typedef struct {
   const char* flag; /* CLI: "--training.steps" */
 } where_t;
 
-static int fail(tr_config_error_t* err, const where_t* w,
-                const tr_config_key_t* k, const char* fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int fail(tr_errmsg_t* err, const where_t* w, const tr_config_key_t* k,
+                const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Append s to the NUL-terminated buf of cap bytes, cutting it to fit. */
 static void cat(char* buf, size_t cap, const char* s) {
@@ -311,19 +310,17 @@ static void cat(char* buf, size_t cap, const char* s) {
 }
 
 /* "file:line:col: key: message" or "--flag: message". */
-static int fail(tr_config_error_t* err, const where_t* w,
-                const tr_config_key_t* k, const char* fmt, ...) {
+static int fail(tr_errmsg_t* err, const where_t* w, const tr_config_key_t* k,
+                const char* fmt, ...) {
   char tail[400];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(tail, sizeof tail, fmt, ap);
   va_end(ap);
   if (!err) return TR_ECONFIG;
-  err->line = err->col = 0;
+  err->code = TR_ECONFIG;
   err->message[0] = 0;
   if (w && w->fname) {
-    err->line = w->line;
-    err->col = w->col;
     snprintf(err->message, sizeof err->message, "%s:%d:%d: ", w->fname, w->line,
              w->col);
   } else if (w && w->flag) {
@@ -337,9 +334,9 @@ static int fail(tr_config_error_t* err, const where_t* w,
   return TR_ECONFIG;
 }
 
-static int fail_nomem(tr_config_error_t* err) {
+static int fail_nomem(tr_errmsg_t* err) {
   if (err) {
-    err->line = err->col = 0;
+    err->code = TR_ENOMEM;
     snprintf(err->message, sizeof err->message, "%s", tr_strerror(TR_ENOMEM));
   }
   return TR_ENOMEM;
@@ -453,7 +450,7 @@ static void choice_hint(const char* choices, const char* word, size_t len,
 }
 
 static int check_fault(const char* spec, const where_t* w,
-                       const tr_config_key_t* k, tr_config_error_t* err) {
+                       const tr_config_key_t* k, tr_errmsg_t* err) {
   size_t kl = strcspn(spec, ":");
   char expect[160], hint[80];
   if (choice_index(fault_kinds, spec, kl, 0) < 0) {
@@ -488,7 +485,7 @@ static int check_fault(const char* spec, const where_t* w,
 }
 
 static int check_backend(const char* s, const where_t* w,
-                         const tr_config_key_t* k, tr_config_error_t* err) {
+                         const tr_config_key_t* k, tr_errmsg_t* err) {
   char expect[80];
   if (!strchr(s, ':')) {
     if (choice_index(backend_names, s, strlen(s), 0) >= 0) return 0;
@@ -518,7 +515,7 @@ static int check_backend(const char* s, const where_t* w,
 
 /* Checks of one value that the table cannot express. */
 static int check_special(const tr_config_key_t* k, const val_t* v,
-                         const where_t* w, tr_config_error_t* err) {
+                         const where_t* w, tr_errmsg_t* err) {
   char expect[160], hint[80];
   switch (k->id) {
     case TR_CFG_K_parallelism_data_parallel_shard_degree:
@@ -578,7 +575,7 @@ static int check_special(const tr_config_key_t* k, const val_t* v,
 }
 
 static int check_range(const tr_config_key_t* k, double x, const char* text,
-                       const where_t* w, tr_config_error_t* err) {
+                       const where_t* w, tr_errmsg_t* err) {
   if (x >= k->min && x <= k->max) return 0;
   char lo[40], hi[40];
   fmt_bound(lo, sizeof lo, k, k->min);
@@ -607,7 +604,7 @@ static void set_origin(tr_config_t* cfg, const tr_config_key_t* k,
 
 /* Check v against key k and store it. w is NULL for defaults. */
 static int set_value(tr_config_t* cfg, const tr_config_key_t* k, const val_t* v,
-                     const where_t* w, tr_config_error_t* err) {
+                     const where_t* w, tr_errmsg_t* err) {
   void* f = field(cfg, k);
   char text[64];
   val_t cv = *v;
@@ -738,8 +735,7 @@ static const char* expected_type(const tr_config_key_t* k) {
 
 /* Parse command-line text for k and set it. */
 static int set_text(tr_config_t* cfg, const tr_config_key_t* k,
-                    const char* text, const where_t* w,
-                    tr_config_error_t* err) {
+                    const char* text, const where_t* w, tr_errmsg_t* err) {
   val_t v = {0};
   if (is_nullable(k->type) &&
       (strcmp(text, "none") == 0 || strcmp(text, "None") == 0)) {
@@ -794,7 +790,7 @@ int tr_config_init(tr_config_t* cfg) {
   for (size_t i = 0; i < TR_CFG__NKEYS; i++) {
     const tr_config_key_t* k = &keys[i];
     if (!k->def) continue;
-    tr_config_error_t err;
+    tr_errmsg_t err;
     int rc = set_text(cfg, k, k->def, NULL, &err);
     if (rc == TR_ENOMEM) {
       tr_config_release(cfg);
@@ -859,8 +855,7 @@ static int toml_cstr(const tr_toml_value_t* v, const char** out) {
 }
 
 static int set_toml(tr_config_t* cfg, const tr_config_key_t* k,
-                    const tr_toml_value_t* v, where_t* w,
-                    tr_config_error_t* err) {
+                    const tr_toml_value_t* v, where_t* w, tr_errmsg_t* err) {
   tr_toml_type_t t = tr_toml_type(v);
   val_t val = {0};
   int ok = 1;
@@ -949,8 +944,7 @@ static int add_file(tr_config_t* cfg, const char* name) {
 }
 
 static int merge_tree(tr_config_t* cfg, const char* name,
-                      const tr_toml_value_t* root, int file,
-                      tr_config_error_t* err) {
+                      const tr_toml_value_t* root, int file, tr_errmsg_t* err) {
   char hint[120];
   for (size_t i = 0; i < tr_toml_count(root); i++) {
     const char* sname = tr_toml_key_at(root, i);
@@ -996,7 +990,7 @@ static int merge_tree(tr_config_t* cfg, const char* name,
 }
 
 int tr_config_merge_toml(tr_config_t* cfg, const char* name, const char* text,
-                         size_t len, tr_config_error_t* err) {
+                         size_t len, tr_errmsg_t* err) {
   tr_toml_value_t* root = NULL;
   tr_toml_error_t terr;
   memset(&terr, 0, sizeof terr);
@@ -1019,8 +1013,7 @@ int tr_config_merge_toml(tr_config_t* cfg, const char* name, const char* text,
   return rc;
 }
 
-int tr_config_merge_file(tr_config_t* cfg, const char* path,
-                         tr_config_error_t* err) {
+int tr_config_merge_file(tr_config_t* cfg, const char* path, tr_errmsg_t* err) {
   FILE* f = fopen(path, "rb");
   char* buf = NULL;
   size_t len = 0, cap = 0;
@@ -1058,7 +1051,7 @@ out_errno:
   rc = tr_err_from_errno();
   free(buf);
   if (err) {
-    err->line = err->col = 0;
+    err->code = rc;
     snprintf(err->message, sizeof err->message, "cannot read '%s': %s", path,
              strerror(-rc));
   }
@@ -1137,7 +1130,7 @@ static void flag_hint(const char* name, char* buf, size_t cap) {
 }
 
 int tr_config_apply_args(tr_config_t* cfg, int argc, char* const* argv,
-                         tr_config_error_t* err) {
+                         tr_errmsg_t* err) {
   for (int i = 0; i < argc;) {
     char name[256], flag[264], hint[300];
     const char* value;
@@ -1178,7 +1171,7 @@ int tr_config_apply_args(tr_config_t* cfg, int argc, char* const* argv,
 }
 
 int tr_config_set(tr_config_t* cfg, const char* name, const char* value,
-                  tr_config_error_t* err) {
+                  tr_errmsg_t* err) {
   char norm[256], flag[264];
   size_t n = strlen(name);
   if (n >= sizeof norm) n = sizeof norm - 1;
@@ -1196,7 +1189,7 @@ int tr_config_set(tr_config_t* cfg, const char* name, const char* value,
 }
 
 int tr_config_load(tr_config_t* cfg, const char* path, int argc,
-                   char* const* argv, tr_config_error_t* err) {
+                   char* const* argv, tr_errmsg_t* err) {
   TR_CHECK(tr_config_init(cfg) == 0 ? 0 : fail_nomem(err));
   /* --job.config_file names the file to load before the other overrides */
   const char* cli_path = NULL;
@@ -1246,11 +1239,11 @@ const char* tr_config_origin(const tr_config_t* cfg, tr_config_key_id_t id,
 
 /* Fail with the origin of the first of ids (n of them) set by the user as
  * the prefix: "job.toml:3:9: message" or "--flag: message". */
-static int fail_at(const tr_config_t* cfg, tr_config_error_t* err,
+static int fail_at(const tr_config_t* cfg, tr_errmsg_t* err,
                    const tr_config_key_id_t* ids, size_t n, const char* fmt,
                    ...) __attribute__((format(printf, 5, 6)));
 
-static int fail_at(const tr_config_t* cfg, tr_config_error_t* err,
+static int fail_at(const tr_config_t* cfg, tr_errmsg_t* err,
                    const tr_config_key_id_t* ids, size_t n, const char* fmt,
                    ...) {
   char tail[400], where[300];
@@ -1259,15 +1252,10 @@ static int fail_at(const tr_config_t* cfg, tr_config_error_t* err,
   va_start(ap, fmt);
   vsnprintf(tail, sizeof tail, fmt, ap);
   va_end(ap);
-  size_t i;
-  for (i = 0; i < n && !at; i++)
+  for (size_t i = 0; i < n && !at; i++)
     at = tr_config_origin(cfg, ids[i], where, sizeof where);
   if (!err) return TR_ECONFIG;
-  err->line = err->col = 0;
-  if (at && cfg->tr__origin[ids[i - 1]].from == TR_CFG_FROM_FILE) {
-    err->line = cfg->tr__origin[ids[i - 1]].line;
-    err->col = cfg->tr__origin[ids[i - 1]].col;
-  }
+  err->code = TR_ECONFIG;
   err->message[0] = 0;
   if (at) {
     cat(err->message, sizeof err->message, at);
@@ -1299,8 +1287,7 @@ static int mul_ok(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 
-int tr_config_resolve(tr_config_t* cfg, int64_t world_size,
-                      tr_config_error_t* err) {
+int tr_config_resolve(tr_config_t* cfg, int64_t world_size, tr_errmsg_t* err) {
   typeof(cfg->parallelism)* par = &cfg->parallelism;
   int64_t rep = par->data_parallel_replicate_degree;
   int64_t shard = par->data_parallel_shard_degree;
@@ -1970,7 +1957,7 @@ int tr_config_print_man(FILE* out) {
         FILE* m = open_memstream(&text, &len);
         if (!m) return TR_ENOMEM;
         memset(&tmp, 0, sizeof tmp);
-        tr_config_error_t err;
+        tr_errmsg_t err;
         if (set_text(&tmp, k, k->def, NULL, &err) < 0) abort();
         toml_value(m, k, cfield(&tmp, k));
         fclose(m);

@@ -1,26 +1,32 @@
-# core/local.mk: errors, logging, parameters, tensors, TOML, job config.
+# core/local.mk: errors (codes; a code with a message), logging, parameters,
+# tensors, TOML, job config, CRC-32C, atomic file writes.
 libtrainrun_la_SOURCES += \
 	core/error.c \
+	core/errmsg.c \
 	core/log.c \
 	core/param.c \
 	core/mem.c \
 	core/tensor.c \
 	core/toml.c \
 	core/toml_value.c \
-	core/config.c
-noinst_HEADERS += core/toml_internal.h
+	core/config.c \
+	core/crc32c.c \
+	core/fsutil.c
+noinst_HEADERS += core/toml_internal.h core/internal.h
 noinst_HEADERS += core/cuda.h
 if HAVE_CUDA
 libtrainrun_la_SOURCES += core/cuda.cu
 endif
 trainruninclude_HEADERS += \
 	include/trainrun/error.h \
+	include/trainrun/errmsg.h \
 	include/trainrun/log.h \
 	include/trainrun/param.h \
 	include/trainrun/tensor.h \
 	include/trainrun/toml.h \
 	include/trainrun/config.h \
-	include/trainrun/config_schema.h
+	include/trainrun/config_schema.h \
+	include/trainrun/crc32c.h
 
 check_PROGRAMS += tests/check_core
 TESTS += tests/check_core

@@ -40,6 +40,23 @@ static void account(mem_counter_t* c, int64_t delta) {
   }
 }
 
+/* Pinned memory comes from CUDA when this build has CUDA and the machine a
+ * device; else it is page-aligned host memory (nothing to pin for). Decided
+ * once per process, so a buffer is always freed the way it was allocated. */
+static int pinned_via_cuda(void) {
+#ifdef HAVE_CUDA
+  static int state; /* 0 unknown, 1 CUDA, 2 host */
+  int v = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+  if (v == 0) {
+    v = tr__cuda_device_count() > 0 ? 1 : 2;
+    __atomic_store_n(&state, v, __ATOMIC_RELEASE);
+  }
+  return v == 1;
+#else
+  return 0;
+#endif
+}
+
 static size_t host_align(void) {
   size_t a = (size_t)tr_param_int(TR_PARAM_ALLOC_ALIGN);
   if (a & (a - 1)) a = 64; /* not a power of two: the registry bounds it */
@@ -58,14 +75,16 @@ int tr_mem_alloc(tr_mem_kind_t kind, int device, size_t nbytes, void** out) {
       break;
     }
     case TR_MEM_PINNED: {
+      if (pinned_via_cuda()) {
 #ifdef HAVE_CUDA
-      int rc = tr__cuda_host_alloc(n, &p);
-      if (rc < 0) return rc;
-#else
-      long page = sysconf(_SC_PAGESIZE);
-      if (posix_memalign(&p, page > 0 ? (size_t)page : 4096, n) != 0)
-        return TR_ENOMEM;
+        int rc = tr__cuda_host_alloc(n, &p);
+        if (rc < 0) return rc;
 #endif
+      } else {
+        long page = sysconf(_SC_PAGESIZE);
+        if (posix_memalign(&p, page > 0 ? (size_t)page : 4096, n) != 0)
+          return TR_ENOMEM;
+      }
       break;
     }
     case TR_MEM_DEVICE: {
@@ -74,7 +93,8 @@ int tr_mem_alloc(tr_mem_kind_t kind, int device, size_t nbytes, void** out) {
       int rc = tr__cuda_malloc(device, n, &p);
       if (rc < 0) return rc;
 #else
-      TR_LOG_ERROR(CORE, "cannot allocate %zu bytes on cuda:%d: built without CUDA",
+      TR_LOG_ERROR(CORE,
+                   "cannot allocate %zu bytes on cuda:%d: built without CUDA",
                    nbytes, device);
       return TR_EUNSUPPORTED;
 #endif
@@ -95,11 +115,13 @@ void tr_mem_free(tr_mem_kind_t kind, int device, void* p, size_t nbytes) {
       free(p);
       break;
     case TR_MEM_PINNED:
+      if (pinned_via_cuda()) {
 #ifdef HAVE_CUDA
-      tr__cuda_host_free(p);
-#else
-      free(p);
+        tr__cuda_host_free(p);
 #endif
+      } else {
+        free(p);
+      }
       break;
     case TR_MEM_DEVICE:
 #ifdef HAVE_CUDA

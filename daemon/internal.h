@@ -11,6 +11,7 @@
 
 #include "trainrun/daemon.h"
 #include "trainrun/errmsg.h"
+#include "trainrun/heartbeat.h"
 #include "trainrun/store.h"
 
 /* Bits of tr_daemon_opts_t.tr__given: flags the user gave. */
@@ -160,6 +161,7 @@ typedef struct {
   char* const* argv;
   char* const* envp;
   const cpu_set_t* cpus; /* NULL: inherit */
+  int keep_fd;           /* a close-on-exec fd the worker inherits; -1 */
 } tr__spawn_req_t;
 
 /* Fork and exec one worker in a process group of its own (so a terminal's
@@ -197,6 +199,17 @@ int tr__status_open(int* fd, char** path);
 void tr__status_serve(int fd, const struct tr__daemon* d);
 void tr__status_close(int fd, char* path);
 
+/* --metrics-port: listen on every interface at port (0: any free one);
+ * *fd, and *bound the port in use. */
+int tr__metrics_open(int port, int* fd, int* bound, tr_errmsg_t* err);
+/* Answer one HTTP connection on the listening fd: GET /metrics (or /) in
+ * Prometheus text format (version 0.0.4), 404 otherwise. */
+void tr__metrics_serve(int fd, const struct tr__daemon* d);
+/* The exposition text (malloc()ed; exposed for the tests). */
+char* tr__metrics_text(const struct tr__daemon* d);
+/* Refresh every worker's heartbeat snapshot (w->hb, hb_beats, hb_at). */
+void tr__heartbeat_poll(struct tr__daemon* d);
+
 /* ---- supervise.c: the daemon's state ---- */
 
 typedef struct {
@@ -209,6 +222,14 @@ typedef struct {
   double started, ended;
   tr__stream_t out, err;
   tr__tail_t tail;
+  /* heartbeat (trainrun/heartbeat.h): its page, the last beat count seen
+   * and when it changed (monotonic), the last snapshot */
+  int hb_fd;
+  void* hb_page;
+  int64_t hb_beats;
+  double hb_at;
+  tr_heartbeat_slot_t hb;
+  char* timeout_how; /* set when it stopped beating and was killed */
 } tr__worker_t;
 
 typedef struct tr__daemon {
@@ -224,7 +245,8 @@ typedef struct tr__daemon {
   tr__rdzv_t rdzv;
   int in_round; /* rdzv holds a round */
   int prev_node_rank;
-  int failures; /* rounds that ended in a failure */
+  int failures;  /* rounds that ended in a failure */
+  int lost_node; /* the last round ended because a node was lost */
   tr__worker_t* workers;
   int nworkers;
   int sig_pipe[2];
@@ -233,7 +255,29 @@ typedef struct tr__daemon {
   const char* phase; /* "rendezvous", "running", "stopping" ... */
   int status_fd;
   char* status_path;
+  int metrics_fd;    /* --metrics-port listener, -1 none */
   char* tmp_log_dir; /* a log folder made for --redirects/--tee */
+  struct tr__fr* fr;  /* flight-recorder rings of the round (daemon/fr.c) */
 } tr__daemon_t;
+
+/* ---- fr.c: the workers' flight-recorder rings ---- */
+
+/* The shared-memory name of worker w's ring this round (its
+ * TRAINRUN_FR_SHM): "/trainrun-<run id>-<daemon pid>-r<round>-<rank>". */
+void tr__fr_ring_name(const tr__daemon_t* d, const tr__worker_t* w, char* buf,
+                      size_t cap);
+/* Every monitor interval: map new rings, dump on a worker's request, on
+ * exception_dump in the store and on no progress for hang_timeout.
+ * store_ok 0: the store is gone (it is not asked, nor told). */
+void tr__fr_tick(tr__daemon_t* d, int store_ok);
+/* Worker w failed (how: "exited with code 1"): dump every local ring and
+ * set exception_dump so the other nodes dump theirs. */
+void tr__fr_worker_failed(tr__daemon_t* d, const tr__worker_t* w,
+                          const char* how);
+/* The round's workers are gone: a last look at exception_dump, then unmap
+ * and unlink the rings. */
+void tr__fr_round_end(tr__daemon_t* d);
+/* Answer a status-socket request starting "fr " on connection c. */
+void tr__fr_serve(const tr__daemon_t* d, int c, const char* req);
 
 #endif /* TRAINRUN_DAEMON_INTERNAL_H */

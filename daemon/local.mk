@@ -8,7 +8,8 @@ libtrainrun_la_SOURCES += \
 	daemon/spawn.c \
 	daemon/output.c \
 	daemon/supervise.c \
-	daemon/status.c
+	daemon/status.c \
+	daemon/fr.c
 noinst_HEADERS += daemon/internal.h
 trainruninclude_HEADERS += include/trainrun/daemon.h
 
@@ -33,3 +34,17 @@ tests_check_daemon_SOURCES = tests/check_daemon.c
 tests_check_daemon_CFLAGS = $(TEST_CFLAGS)
 tests_check_daemon_LDADD = $(TEST_LIBS)
 tests_fake_worker_SOURCES = tests/fake_worker.c
+
+# Supervision of real training jobs: faults, heartbeats, restarts from a
+# checkpoint, signals, status and metrics, many nodes, clear errors.
+check_PROGRAMS += tests/check_super
+TESTS += tests/check_super
+tests_check_super_SOURCES = tests/check_super.c
+tests_check_super_CFLAGS = $(TEST_CFLAGS)
+tests_check_super_LDADD = $(TEST_LIBS) -lm
+
+# Figures (built by make check, not run): bench/startup -- start to the end
+# of the first step for 8 nodes x 1 rank on loopback, and the rendezvous of
+# 64 daemons (run from the build folder; docs/PERFORMANCE.md).
+check_PROGRAMS += bench/startup
+bench_startup_SOURCES = bench/startup.c

@@ -31,6 +31,8 @@ void tr_daemon_opts_init(tr_daemon_opts_t* o) {
   o->keep_alive_max_attempt = 3;
   o->read_timeout = 60;
   o->is_host = -1;
+  o->worker_timeout = 300;
+  o->metrics_port = -1;
   o->prog = "trainrun";
 }
 
@@ -279,7 +281,9 @@ enum {
   F_REDIRECTS,
   F_ROLE,
   F_MASTER_ADDR,
-  F_MASTER_PORT
+  F_MASTER_PORT,
+  F_WORKER_TIMEOUT,
+  F_METRICS_PORT
 };
 
 static const struct {
@@ -304,6 +308,8 @@ static const struct {
     {"role", F_ROLE, 1},
     {"master-addr", F_MASTER_ADDR, 1},
     {"master-port", F_MASTER_PORT, 1},
+    {"worker-timeout", F_WORKER_TIMEOUT, 1},
+    {"metrics-port", F_METRICS_PORT, 1},
 };
 
 /* The flag's name in argv[i] ("--nproc_per_node=4" -> "nproc-per-node"),
@@ -479,6 +485,25 @@ int tr_daemon_opts_flag(tr_daemon_opts_t* o, int argc, char* const* argv, int i,
       if (!*v) goto out_bad;
       rc = set_str(&o->role, v);
       break;
+    case F_WORKER_TIMEOUT:
+      if (parse_seconds(v, 0, 86400 * 7, &o->worker_timeout) < 0)
+        return tr_errmsg_set(err, TR_EINVAL,
+                             "--worker-timeout: expected seconds (0 to "
+                             "604800; 0: off), got '%s'",
+                             v);
+      break;
+    case F_METRICS_PORT: {
+      char* end;
+      errno = 0;
+      long port = strtol(v, &end, 10);
+      if (!*v || *end || errno || port < 0 || port > 65535)
+        return tr_errmsg_set(err, TR_EINVAL,
+                             "--metrics-port: expected a port 0 to 65535 (0: "
+                             "any free one), got '%s'",
+                             v);
+      o->metrics_port = (int)port;
+      break;
+    }
   }
   if (rc < 0) return rc;
   return used;

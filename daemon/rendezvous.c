@@ -149,6 +149,7 @@ int tr__rdzv_store_open(const tr_daemon_opts_t* o, tr_store_server_t** server,
   int rc;
   const char* chost;
   int cport;
+  int taken = 0; /* the endpoint's port was in use when we tried to bind */
   if (o->standalone || !o->rdzv_host) {
     so.host = "127.0.0.1";
     so.port = 0;
@@ -168,12 +169,14 @@ int tr__rdzv_store_open(const tr_daemon_opts_t* o, tr_store_server_t** server,
       TR_LOG_INFO(DAEMON, "a store already listens on %s:%d (joining it)",
                   o->rdzv_host, o->rdzv_port);
       local = 0;
+      taken = 1;
     }
     if (local || o->is_host == 1) {
       so.host = bind;
       so.port = o->rdzv_port;
       rc = tr_store_server_start(&so, server);
       if (rc == TR_EADDRINUSE && o->is_host != 1) {
+        taken = 1;
         TR_LOG_INFO(DAEMON,
                     "%s:%d is taken: another daemon on this machine hosts "
                     "the store (joining it)",
@@ -198,6 +201,14 @@ int tr__rdzv_store_open(const tr_daemon_opts_t* o, tr_store_server_t** server,
   co.backoff_initial_ms = 10;
   co.backoff_max_ms = 1000;
   rc = tr_store_client_connect(&co, client);
+  if (rc < 0 && taken) {
+    /* something holds the port, and it does not answer as a store */
+    tr_errmsg_set(err, rc,
+                  "the rendezvous endpoint %s:%d is in use by a program that "
+                  "is not a trainrun store (%s): pick another port",
+                  chost, cport, tr_strerror(rc));
+    return rc;
+  }
   if (rc < 0) {
     tr_errmsg_set(err, rc, "cannot reach the rendezvous store at %s:%d: %s%s",
                   chost, cport, tr_strerror(rc),

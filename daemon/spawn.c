@@ -185,6 +185,8 @@ int tr__spawn(const tr__spawn_req_t* req, pid_t* pid, int* out_fd, int* err_fd,
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(px[1], errno);
     if (getppid() != parent) _exit(128 + SIGKILL);
     if (dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0) child_fail(px[1], errno);
+    if (req->keep_fd >= 0 && fcntl(req->keep_fd, F_SETFD, 0) < 0)
+      child_fail(px[1], errno);
     if (req->cpus && sched_setaffinity(0, sizeof *req->cpus, req->cpus) < 0)
       child_fail(px[1], errno);
     execve(req->path, req->argv, req->envp);

@@ -187,11 +187,14 @@ static void signal_workers(tr__daemon_t* d, int sig, int group) {
 }
 
 static void release_workers(tr__daemon_t* d) {
+  tr__fr_round_end(d); /* before the workers' records go */
   for (int i = 0; i < d->nworkers; i++) {
     tr__worker_t* w = &d->workers[i];
     tr__stream_close(&w->out, &w->tail);
     tr__stream_close(&w->err, &w->tail);
     tr__tail_release(&w->tail);
+    tr_heartbeat_destroy(w->hb_page, w->hb_fd);
+    free(w->timeout_how);
   }
   free(d->workers);
   d->workers = NULL;
@@ -323,6 +326,7 @@ static int spawn_workers(tr__daemon_t* d, tr_errmsg_t* err) {
     w->rank = d->rdzv.rank_base + i;
     tr__stream_init(&w->out, -1, -1, -1, w->rank);
     tr__stream_init(&w->err, -1, -1, -1, w->rank);
+    w->hb_fd = -1;
   }
   TR_CHECK(make_log_dir(d, err));
   const char* log_dir = o->log_dir ? o->log_dir : d->tmp_log_dir;
@@ -351,6 +355,20 @@ static int spawn_workers(tr__daemon_t* d, tr_errmsg_t* err) {
     if (rc == 0) rc = tr__env_set(&e, "RANK", "%d", w->rank);
     if (rc == 0) rc = tr__env_set(&e, "LOCAL_RANK", "%d", w->local_rank);
     if (rc == 0) rc = tr__env_set(&e, "ROLE_RANK", "%d", w->rank);
+    char fr_name[256]; /* its flight-recorder ring (daemon/fr.c) */
+    tr__fr_ring_name(d, w, fr_name, sizeof fr_name);
+    if (rc == 0) rc = tr__env_set(&e, "TRAINRUN_FR_SHM", "%s", fr_name);
+    if (rc == 0) {
+      /* the heartbeat page; without one the worker is only not watched */
+      int fd = tr_heartbeat_create(&w->hb_page);
+      if (fd >= 0) {
+        w->hb_fd = fd;
+        rc = tr__env_set(&e, "TRAINRUN_HEARTBEAT_FD", "%d", fd);
+      } else {
+        TR_LOG_WARN(DAEMON, "rank %d: no heartbeat page: %s", w->rank,
+                    tr_strerror(fd));
+      }
+    }
     int out_file = -1, err_file = -1;
     if (rc == 0 && log_dir) {
       out_file = rc =
@@ -363,8 +381,12 @@ static int spawn_workers(tr__daemon_t* d, tr_errmsg_t* err) {
     int out_fd = -1, err_fd = -1;
     if (rc == 0) {
       tr__spawn_req_t req = {d->path, d->argv, e.v,
-                             found && found[i] ? &sets[i] : NULL};
+                             found && found[i] ? &sets[i] : NULL, w->hb_fd};
       rc = tr__spawn(&req, &w->pid, &out_fd, &err_fd, err);
+    }
+    if (w->hb_fd >= 0) { /* the worker has it now; the mapping stays */
+      close(w->hb_fd);
+      w->hb_fd = -1;
     }
     if (rc == 0) {
       int red = tr_daemon_std_for(&o->redirects, w->local_rank);
@@ -433,11 +455,12 @@ static void store_failed(tr__daemon_t* d, round_t* r, int rc,
 
 static void on_worker_exit(tr__daemon_t* d, round_t* r, tr__worker_t* w,
                            tr_errmsg_t* err) {
-  char how[96];
+  char how[256];
   tr__daemon_describe_status(w->status, how, sizeof how);
   TR_LOG_INFO(DAEMON, "rank %d (pid %d) %s", w->rank, (int)w->pid, how);
   int ok = WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0;
   if (ok) return;
+  if (w->timeout_how) snprintf(how, sizeof how, "%s", w->timeout_how);
   /* killed by the stop signal we forwarded: stopped, not failed */
   if (d->stop_signal && WIFSIGNALED(w->status) &&
       (WTERMSIG(w->status) == d->stop_signal || WTERMSIG(w->status) == SIGTERM))
@@ -448,6 +471,7 @@ static void on_worker_exit(tr__daemon_t* d, round_t* r, tr__worker_t* w,
   int stopping_for_other =
       r->stopping && !d->stop_signal && r->end_kind != END_STOP;
   if (stopping_for_other) return; /* we stopped it after another failed */
+  tr__fr_worker_failed(d, w, how);
   char* rep = failure_report(d, w, how);
   if (!rep) return;
   if (r->end_kind == END_NONE && !d->stop_signal) r->local_failure = 1;
@@ -477,6 +501,49 @@ static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
             signame(sig));
     signal_workers(d, SIGKILL, 1);
   }
+}
+
+/* Workers' heartbeats: one that beat once and then not for
+ * --worker-timeout (twice that while it waits in a gradient collective, so
+ * that the rank holding its peers up is the one caught first, or writes a
+ * checkpoint) is killed
+ * and fails the round like a crash. */
+static void check_workers(tr__daemon_t* d, round_t* r) {
+  tr__heartbeat_poll(d);
+  double limit = d->o->worker_timeout;
+  if (limit <= 0 || r->stopping || d->stop_signal) return;
+  double now = tr__daemon_now();
+  /* the one most past its limit: the round fails with it, the others are
+   * stopped as for any failure */
+  tr__worker_t* worst = NULL;
+  double worst_over = 0;
+  for (int i = 0; i < d->nworkers; i++) {
+    tr__worker_t* w = &d->workers[i];
+    if (w->running && w->timeout_how) return; /* one is being killed */
+    if (!w->running || w->hb_beats == 0 || w->timeout_how) continue;
+    int in_sync = strcmp(w->hb.phase, "sync") == 0 ||
+                  strcmp(w->hb.phase, "checkpoint") == 0;
+    double over = now - w->hb_at - (in_sync ? 2 * limit : limit);
+    if (over > 0 && (!worst || over > worst_over)) {
+      worst = w;
+      worst_over = over;
+    }
+  }
+  if (!worst) return;
+  char* how = NULL;
+  if (asprintf(&how,
+               "stopped heartbeating: no beat for %.1fs (--worker-timeout "
+               "%gs) after step %lld, %s; killed with SIGKILL",
+               now - worst->hb_at, limit, (long long)worst->hb.step,
+               strcmp(worst->hb.phase, "sync") == 0
+                   ? "waiting in its gradient collective"
+               : strcmp(worst->hb.phase, "checkpoint") == 0
+                   ? "writing a checkpoint"
+                   : "not in a collective") < 0)
+    return;
+  worst->timeout_how = how;
+  fprintf(stderr, "%s: rank %d %s\n", d->o->prog, worst->rank, how);
+  kill(-worst->pid, SIGKILL);
 }
 
 /* Heartbeats: beat ours, check the others'. */
@@ -634,7 +701,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
   }
 
   int n = d->nworkers;
-  struct pollfd* fds = calloc((size_t)(2 * n + 2), sizeof *fds);
+  struct pollfd* fds = calloc((size_t)(2 * n + 3), sizeof *fds);
   int outcome = -1;
   if (!fds) outcome = OUT_ERROR;
   while (outcome < 0) {
@@ -643,6 +710,8 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     fds[k].fd = d->sig_pipe[0];
     fds[k++].events = POLLIN;
     fds[k].fd = d->status_fd;
+    fds[k++].events = POLLIN;
+    fds[k].fd = d->metrics_fd;
     fds[k++].events = POLLIN;
     for (int i = 0; i < n; i++) {
       fds[k].fd = d->workers[i].out.fd;
@@ -684,14 +753,20 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
         for (ssize_t i = 0; i < got; i++)
           if (sigs[i] != SIGCHLD) on_signal_received(d, &r, sigs[i]);
     }
-    if (pr > 0 && d->status_fd >= 0 && (fds[1].revents & POLLIN))
+    if (pr > 0 && d->status_fd >= 0 && (fds[1].revents & POLLIN)) {
+      tr__heartbeat_poll(d);
       tr__status_serve(d->status_fd, d);
+    }
+    if (pr > 0 && d->metrics_fd >= 0 && (fds[2].revents & POLLIN)) {
+      tr__heartbeat_poll(d);
+      tr__metrics_serve(d->metrics_fd, d);
+    }
     /* output */
     for (int i = 0; pr > 0 && i < n; i++) {
       tr__worker_t* w = &d->workers[i];
-      if (fds[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))
-        tr__stream_read(&w->out, &w->tail);
       if (fds[3 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))
+        tr__stream_read(&w->out, &w->tail);
+      if (fds[4 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))
         tr__stream_read(&w->err, &w->tail);
     }
     /* exits: every worker is looked at (SIGCHLDs merge, and a worker
@@ -720,6 +795,8 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     }
     if (now >= r.next_tick) {
       r.next_tick = now + o->monitor_interval;
+      check_workers(d, &r);
+      tr__fr_tick(d, !r.store_err);
       if (!r.store_err) {
         rc = tick(d, &r);
         if (rc < 0) store_failed(d, &r, rc, err);
@@ -769,6 +846,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
   free(fds);
   free(r.hb);
   free(r.hb_at);
+  d->lost_node = r.end_kind == END_LOST;
   return outcome;
 }
 
@@ -875,6 +953,7 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
   d.prev_node_rank = -1;
   d.sig_pipe[0] = d.sig_pipe[1] = -1;
   d.status_fd = -1;
+  d.metrics_fd = -1;
   d.phase = "starting";
   tr_errmsg_t err;
   tr_errmsg_clear(&err);
@@ -906,6 +985,14 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
     TR_CHECK_GOTO(tr_store_prefix_init(&d.st, d.client, prefix), rc, out);
   }
   tr__status_open(&d.status_fd, &d.status_path);
+  if (o->metrics_port >= 0) {
+    int bound;
+    TR_CHECK_GOTO(
+        tr__metrics_open(o->metrics_port, &d.metrics_fd, &bound, &err), rc,
+        out);
+    fprintf(stderr, "%s: metrics at http://%s:%d/metrics\n", o->prog, d.host,
+            bound);
+  }
 
   int64_t round;
   rc = tr_store_prefix_add(&d.st, "round", 0, &round);
@@ -991,6 +1078,25 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
     }
     d.failures = (int)failures;
     const char* why = failure ? failure : "a worker failed";
+    if (out == OUT_RESTART && d.lost_node &&
+        d.rdzv.nnodes - 1 < o->nnodes_min) {
+      /* the job goes on only while MIN nodes remain */
+      char* msg = NULL;
+      if (asprintf(&msg,
+                   "%s\n%d of the round's %d nodes remain, fewer than the "
+                   "%d that --nnodes %d:%d needs: stopping",
+                   why, d.rdzv.nnodes - 1, d.rdzv.nnodes, o->nnodes_min,
+                   o->nnodes_min, o->nnodes_max) >= 0) {
+        set_message(rep, msg);
+        free(msg);
+      } else {
+        set_message(rep, why);
+      }
+      rep->exit_code = 1;
+      free(failure);
+      rc = 0;
+      goto out_barrier;
+    }
     if (out == OUT_ABORT || failures > o->max_restarts || d.stop_signal) {
       rep->exit_code = 1;
       set_message(rep, why);
@@ -1029,6 +1135,7 @@ out:
   release_workers(&d);
   if (d.in_round) tr__rdzv_release(&d.rdzv);
   tr__status_close(d.status_fd, d.status_path);
+  if (d.metrics_fd >= 0) close(d.metrics_fd);
   tr_store_prefix_release(&d.st);
   tr_store_client_free(d.client);
   tr_store_server_stop(d.server);

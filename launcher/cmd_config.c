@@ -40,72 +40,66 @@ static int parse_world(const char* text, long long* out) {
   return 0;
 }
 
-int tr_cmd_config(int argc, char** argv) {
-  const char* path = NULL;
-  long long world = 1;
-  int json = 0, man = 0, rc;
-  char** overrides = calloc((size_t)argc + 1, sizeof *overrides);
-  int n = 0;
-  if (!overrides) {
-    fprintf(stderr, "trainrun: %s\n", tr_strerror(TR_ENOMEM));
+typedef struct {
+  long long world;
+  int json, man;
+} config_flags_t;
+
+/* config's own flags (launcher/jobargs.c asks). */
+static int config_flag(void* arg, int argc, char** argv, int i, int* code) {
+  config_flags_t* f = arg;
+  const char* a = argv[i];
+  if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    config_usage(stdout);
+    *code = 0;
+    return -1;
+  }
+  if (strcmp(a, "--json") == 0) {
+    f->json = 1;
     return 1;
   }
-  for (int i = 1; i < argc;) {
-    const char* a = argv[i];
-    int span = tr_config_arg_span(argc, argv, i);
-    if (span > 0) {
-      for (int j = 0; j < span; j++) overrides[n++] = argv[i + j];
-      i += span;
-      continue;
-    }
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      config_usage(stdout);
-      rc = 0;
-      goto out;
-    } else if (strcmp(a, "--json") == 0) {
-      json = 1;
-    } else if (strcmp(a, "--man") == 0) {
-      man = 1;
-    } else if (strcmp(a, "--world-size") == 0 ||
-               strncmp(a, "--world-size=", 13) == 0) {
-      const char* v = a[12] == '=' ? a + 13 : i + 1 < argc ? argv[++i] : NULL;
-      if (!v || parse_world(v, &world) < 0) {
-        fprintf(stderr,
-                "trainrun: --world-size: expected a positive integer, got "
-                "'%s'\n",
-                v ? v : "");
-        rc = 2;
-        goto out;
-      }
-    } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "trainrun: config: unknown flag '%s'\n", a);
-      config_usage(stderr);
-      rc = 2;
-      goto out;
-    } else if (path) {
-      fprintf(stderr, "trainrun: config: more than one job file ('%s', '%s')\n",
-              path, a);
-      rc = 2;
-      goto out;
-    } else {
-      path = a;
-    }
-    i++;
+  if (strcmp(a, "--man") == 0) {
+    f->man = 1;
+    return 1;
   }
-  if (man) {
+  if (strcmp(a, "--world-size") != 0 && strncmp(a, "--world-size=", 13) != 0)
+    return 0;
+  const char* v = a[12] == '=' ? a + 13 : i + 1 < argc ? argv[i + 1] : NULL;
+  if (!v || parse_world(v, &f->world) < 0) {
+    fprintf(stderr,
+            "trainrun: --world-size: expected a positive integer, got "
+            "'%s'\n",
+            v ? v : "");
+    *code = 2;
+    return -1;
+  }
+  return a[12] == '=' ? 1 : 2;
+}
+
+int tr_cmd_config(int argc, char** argv) {
+  config_flags_t f = {.world = 1};
+  tr__jobargs_opts_t o = {.cmd = "config",
+                          .first = 1,
+                          .flag = config_flag,
+                          .usage = config_usage,
+                          .arg = &f};
+  tr__jobargs_t ja;
+  int rc = tr__jobargs_parse(&ja, argc, argv, &o);
+  if (rc >= 0) return rc;
+  if (f.man) {
     rc = tr_config_print_man(stdout) < 0 ? 1 : 0;
     goto out;
   }
 
   tr_config_t cfg;
-  tr_config_error_t err;
-  if (tr_config_load(&cfg, path, n, overrides, &err) < 0 ||
-      tr_config_resolve(&cfg, world, &err) < 0) {
+  tr_errmsg_t err;
+  if (tr_config_load(&cfg, ja.path, ja.n, ja.overrides, &err) < 0 ||
+      tr_config_resolve(&cfg, f.world, &err) < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
   } else {
-    int prc = json ? tr_config_print_json(&cfg, stdout)
-                   : tr_config_print_toml(&cfg, stdout);
+    int prc = f.json ? tr_config_print_json(&cfg, stdout)
+                     : tr_config_print_toml(&cfg, stdout);
     if (prc < 0) {
       fprintf(stderr, "trainrun: cannot print the config: %s\n",
               tr_strerror(prc));
@@ -116,6 +110,6 @@ int tr_cmd_config(int argc, char** argv) {
   }
   tr_config_release(&cfg);
 out:
-  free(overrides);
+  tr__jobargs_release(&ja);
   return rc;
 }

@@ -29,56 +29,40 @@ static void eval_usage(FILE* out) {
           "x validation.seq_len (-1: all of it).\n");
 }
 
-int tr_cmd_eval(int argc, char** argv) {
-  const char* path = NULL;
-  const char* weights = NULL;
-  int n = 0, rc = 0;
-  char** overrides = calloc((size_t)argc + 1, sizeof *overrides);
-  if (!overrides) {
-    fprintf(stderr, "trainrun: %s\n", tr_strerror(TR_ENOMEM));
+/* eval's own flags (launcher/jobargs.c asks): --weights FILE. */
+static int eval_flag(void* arg, int argc, char** argv, int i, int* code) {
+  const char** weights = arg;
+  const char* a = argv[i];
+  if (strcmp(a, "--weights") == 0) {
+    if (i + 1 >= argc) {
+      fprintf(stderr, "trainrun: eval: --weights needs a file\n");
+      *code = 2;
+      return -1;
+    }
+    *weights = argv[i + 1];
+    return 2;
+  }
+  if (strncmp(a, "--weights=", 10) == 0) {
+    *weights = a + 10;
     return 1;
   }
-  for (int i = 1; i < argc;) {
-    const char* a = argv[i];
-    if (strcmp(a, "--weights") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "trainrun: eval: --weights needs a file\n");
-        rc = 2;
-        goto out;
-      }
-      weights = argv[i + 1];
-      i += 2;
-      continue;
-    }
-    if (strncmp(a, "--weights=", 10) == 0) {
-      weights = a + 10;
-      i++;
-      continue;
-    }
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      eval_usage(stdout);
-      goto out;
-    }
-    int span = tr_config_arg_span(argc, argv, i);
-    if (span > 0) {
-      for (int j = 0; j < span; j++) overrides[n++] = argv[i + j];
-      i += span;
-      continue;
-    }
-    if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "trainrun: eval: unknown flag '%s'\n", a);
-      rc = 2;
-      goto out;
-    }
-    if (path) {
-      fprintf(stderr, "trainrun: eval: more than one job file ('%s', '%s')\n",
-              path, a);
-      rc = 2;
-      goto out;
-    }
-    path = a;
-    i++;
+  if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    eval_usage(stdout);
+    *code = 0;
+    return -1;
   }
+  return 0;
+}
+
+int tr_cmd_eval(int argc, char** argv) {
+  const char* weights = NULL;
+  tr__jobargs_opts_t o = {
+      .cmd = "eval", .first = 1, .flag = eval_flag, .arg = &weights};
+  tr__jobargs_t ja;
+  int rc = tr__jobargs_parse(&ja, argc, argv, &o);
+  if (rc >= 0) return rc;
+  const char* path = ja.path;
+  rc = 0;
   if (!weights || !path) {
     fprintf(stderr, "trainrun: eval: %s\n",
             !path ? "no job file given" : "no --weights FILE given");
@@ -87,8 +71,8 @@ int tr_cmd_eval(int argc, char** argv) {
     goto out;
   }
   tr_config_t cfg;
-  tr_config_error_t cerr;
-  if (tr_config_load(&cfg, path, n, overrides, &cerr) < 0 ||
+  tr_errmsg_t cerr;
+  if (tr_config_load(&cfg, path, ja.n, ja.overrides, &cerr) < 0 ||
       tr_config_resolve(&cfg, 1, &cerr) < 0) {
     fprintf(stderr, "trainrun: %s\n", cerr.message);
     tr_config_release(&cfg);
@@ -121,6 +105,6 @@ int tr_cmd_eval(int argc, char** argv) {
   tr_model_release(&m);
   tr_config_release(&cfg);
 out:
-  free(overrides);
+  tr__jobargs_release(&ja);
   return rc;
 }

@@ -30,6 +30,7 @@
 #include "trainrun/config.h"
 #include "trainrun/daemon.h"
 #include "trainrun/error.h"
+#include "trainrun/fault.h" /* --debug.fault specs */
 #include "trainrun/log.h"
 #include "trainrun/param.h"
 
@@ -132,7 +133,8 @@ static tr_daemon_device_t device_of(const char* d) {
 static int needs_daemon(const tr_daemon_opts_t* o, int exec) {
   return exec || o->nnodes_max > 1 || o->nproc_per_node > 1 ||
          o->max_restarts > 0 || o->log_dir || o->standalone || o->rdzv_host ||
-         o->redirects.def || o->redirects.n || o->tee.def || o->tee.n;
+         o->redirects.def || o->redirects.n || o->tee.def || o->tee.n ||
+         o->metrics_port >= 0;
 }
 
 int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
@@ -221,7 +223,7 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
   tr_daemon_device_t device = TR_DAEMON_DEVICE_AUTO;
   const char* path = NULL;
   int nover = 0;
-  tr_config_error_t cerr;
+  tr_errmsg_t cerr;
   if (!exec_argv) {
     char msg[512];
     if (split_job(kept, argv, &path, &nover, over, msg, sizeof msg) < 0) {
@@ -255,6 +257,21 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
   if (have_cfg && tr_config_resolve(&cfg, world, &cerr) < 0) {
     fprintf(stderr, "trainrun: %s\n", cerr.message);
     goto out;
+  }
+  /* --debug.fault specs: refused here, before any worker starts */
+  for (size_t i = 0; have_cfg && i < cfg.debug.fault.n; i++) {
+    tr_fault_t f;
+    if (tr_fault_parse(cfg.debug.fault.v[i], &f, &err) < 0) {
+      fprintf(stderr, "trainrun: %s\n", err.message);
+      goto out;
+    }
+    if (f.rank >= world) {
+      fprintf(stderr,
+              "trainrun: debug.fault '%s': rank %d is not below the world "
+              "size %d\n",
+              f.spec, f.rank, world);
+      goto out;
+    }
   }
   if (dry_run) {
     print_layout(&o, stdout);
@@ -317,7 +334,8 @@ int tr_cmd_status(int argc, char** argv) {
       printf(
           "usage: trainrun status\n\nWhat every trainrun daemon of this "
           "user on this machine reports:\nits run, round and nodes, and "
-          "each rank's pid, state and last output line.\n");
+          "each rank's pid, state, step, loss, tokens/s,\nlast heartbeat "
+          "and last output line.\n");
       return 0;
     }
     fprintf(stderr, "trainrun status: unknown argument '%s'\n", argv[i]);

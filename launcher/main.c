@@ -18,11 +18,14 @@ static const struct {
   int (*fn)(int argc, char** argv);
 } commands[] = {
     {"config", tr_cmd_config},
+    {"plan", tr_cmd_plan},
     {"store", tr_cmd_store},
     {"data", tr_cmd_data},
     {"eval", tr_cmd_eval},
     {"sample", tr_cmd_sample},
     {"status", tr_cmd_status},
+    {"fr", tr_cmd_fr},
+    {"ckpt", tr_cmd_ckpt},
 };
 
 static void usage(FILE* out) {
@@ -33,17 +36,21 @@ static void usage(FILE* out) {
           "\n"
           "commands:\n"
           "  config JOB.toml [overrides] [--json]   print the resolved job config\n"
+          "  plan JOB.toml [--world-size N]         mesh and memory per rank\n"
           "  store --port P [--host H] [--token-env] run a TCPStore server\n"
           "  data prepare FILE... -o DIR            text files to token shards\n"
           "  eval JOB.toml --weights FILE           validation loss of weights\n"
           "  sample --weights FILE --prompt TEXT    generate text\n"
           "  status                                 jobs running on this machine\n"
+          "  fr analyze DIR [options]               which rank hung where (dumps)\n"
+          "  ckpt ls|inspect|verify|export|import   checkpoints (trainrun-ckpt(1))\n"
           "\n"
           "launcher flags (torchrun's; see trainrun(1)):\n"
           "  --nnodes N|MIN:MAX  --nproc-per-node N|gpu|cpu|auto  --node-rank R\n"
           "  --rdzv-endpoint HOST[:PORT]  --rdzv-id ID  --rdzv-conf K=V,...\n"
           "  --standalone  --max-restarts N  --monitor-interval S\n"
           "  --log-dir DIR  --redirects S  --tee S  --local-ranks-filter LIST\n"
+          "  --worker-timeout S  --metrics-port P\n"
           "  --dry-run     check the job and layout for the world, run nothing\n"
           "  --exec        run PROGRAM as the workers instead of a job\n"
           "\n"

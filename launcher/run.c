@@ -1,8 +1,9 @@
 /* launcher/run.c: `trainrun [flags] JOB.toml [overrides]`, the default
  * command: load and resolve the job config for the world it will run in,
  * report it in one line, then train (trainer/train.c); a worker of a world
- * of several ranks trains data parallel (trainrun/ddp.h) over the default
- * process group, through the daemon's store. */
+ * of several ranks trains data parallel over the default process group,
+ * through the daemon's store: FSDP / HSDP (trainrun/fsdp2.h) when
+ * [parallelism] data_parallel_shard_degree > 1, else DDP (trainrun/ddp.h). */
 #include "config.h"
 
 #include <stdio.h>
@@ -15,6 +16,8 @@
 #include "trainrun/config.h"
 #include "trainrun/ddp.h" /* the gradient all-reduce of a worker */
 #include "trainrun/error.h"
+#include "trainrun/flight_recorder.h" /* every collective, in shared memory */
+#include "trainrun/fsdp2.h" /* FSDP / HSDP when dp_shard > 1 */
 #include "trainrun/param.h" /* MASTER_ADDR, MASTER_PORT, restart count */
 #include "trainrun/pg.h"    /* the world's process group */
 #include "trainrun/store.h" /* the daemon's store */
@@ -50,12 +53,16 @@ typedef struct {
   tr_store_client_t* store;
   tr_pg_t* pg;
   tr_ddp_t* ddp;
+  tr_fsdp_t* fsdp;
+  tr_fr_t* fr; /* the flight recorder's ring (trainrun/flight_recorder.h) */
   tr_trainer_dist_t dist;
 } worker_dist_t;
 
 static void worker_dist_release(worker_dist_t* w) {
   tr_ddp_free(w->ddp);
+  tr_fsdp_free(w->fsdp);
   tr_pg_free(w->pg);
+  tr_fr_free(w->fr); /* after the groups: their last ops still record */
   tr_store_client_free(w->store);
   memset(w, 0, sizeof *w);
 }
@@ -108,7 +115,22 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
     worker_dist_release(w);
     return rc;
   }
-  tr_ddp_opts_t dopts;
+  rc = tr_fr_init_from_config(cfg, w->pg, prefix, &w->fr);
+  if (rc < 0) /* the job runs on without a recorder */
+    fprintf(stderr, "trainrun: rank %d: no flight recorder: %s\n", l->rank,
+            tr_strerror(rc));
+  if (p->data_parallel_shard_degree > 1) { /* FSDP, HSDP */
+    tr_errmsg_t err;
+    rc = tr_fsdp_from_config(cfg, w->pg, &w->fsdp, &err);
+    if (rc < 0) {
+      fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, err.message);
+      worker_dist_release(w);
+      return rc;
+    }
+    tr_fsdp_dist(w->fsdp, &w->dist);
+    return 0;
+  }
+  tr_ddp_opts_t dopts; /* dp_replicate = the world: DDP */
   tr_ddp_opts_init(&dopts);
   dopts.pg = w->pg;
   dopts.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
@@ -122,49 +144,27 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   return 0;
 }
 
+/* A bare word that names no file is most likely a mistyped command. */
+static int check_job_word(const char* a) {
+  struct stat st;
+  if (strchr(a, '.') || strchr(a, '/') || stat(a, &st) == 0) return 0;
+  fprintf(stderr, "trainrun: unknown command '%s' (see trainrun --help)\n", a);
+  return 2;
+}
+
 int tr_launch_job(int argc, char** argv) {
   /* torchrun's flags, the node daemon and the worker side of a process it
    * spawned (launcher/launch.c): -1 means "train here" */
   tr_launch_t launch;
   int lrc = tr__launch_prepare(&argc, argv, &launch);
   if (lrc >= 0) return lrc;
-  const char* path = NULL;
-  int n = 0, rc;
-  char** overrides = calloc((size_t)argc + 1, sizeof *overrides);
-  if (!overrides) {
-    fprintf(stderr, "trainrun: %s\n", tr_strerror(TR_ENOMEM));
-    return 1;
-  }
-  for (int i = 0; i < argc;) {
-    const char* a = argv[i];
-    int span = tr_config_arg_span(argc, argv, i);
-    if (span > 0) {
-      for (int j = 0; j < span; j++) overrides[n++] = argv[i + j];
-      i += span;
-      continue;
-    }
-    if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "trainrun: unknown flag '%s' (see trainrun --help)\n", a);
-      rc = 2;
-      goto out;
-    }
-    if (path) {
-      fprintf(stderr, "trainrun: more than one job file ('%s', '%s')\n", path,
-              a);
-      rc = 2;
-      goto out;
-    }
-    struct stat st;
-    if (!strchr(a, '.') && !strchr(a, '/') && stat(a, &st) != 0) {
-      /* a word that is no file: most likely a mistyped command */
-      fprintf(stderr, "trainrun: unknown command '%s' (see trainrun --help)\n",
-              a);
-      rc = 2;
-      goto out;
-    }
-    path = a;
-    i++;
-  }
+  tr__jobargs_opts_t o = {.check_path = check_job_word};
+  tr__jobargs_t ja;
+  int rc = tr__jobargs_parse(&ja, argc, argv, &o);
+  if (rc >= 0) return rc;
+  const char* path = ja.path;
+  int n = ja.n;
+  char** overrides = ja.overrides;
   if (!path) {
     int has_file = 0;
     for (int i = 0; i < n; i++)
@@ -179,7 +179,7 @@ int tr_launch_job(int argc, char** argv) {
   }
 
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   /* the world this process is one rank of (1 unless a daemon spawned it) */
   if (tr_config_load(&cfg, path, n, overrides, &err) < 0 ||
       tr_config_resolve(&cfg, launch.world_size, &err) < 0) {
@@ -213,6 +213,6 @@ int tr_launch_job(int argc, char** argv) {
   }
   tr_config_release(&cfg);
 out:
-  free(overrides);
+  tr__jobargs_release(&ja);
   return rc;
 }

@@ -65,9 +65,9 @@ typedef struct srv_client_s {
   tr__buf_t inflight; /* bytes handed to the socket (loop thread only) */
   int writing;
   int reading;
-  int draining; /* inside drain(): flush must not re-enter it */
-  int closing;  /* set under srv->mu: no more wake-ups are queued for it */
-  int dirty;    /* on its shard's dirty list (under srv->mu) */
+  int draining;     /* inside drain(): flush must not re-enter it */
+  int closing;      /* set under srv->mu: no more wake-ups are queued for it */
+  int dirty;        /* on its shard's dirty list (under srv->mu) */
   int free_pending; /* handle closed while dirty: the list pop frees it */
   struct srv_client_s* dirty_next;
   struct srv_client_s* prev; /* the shard's open clients (loop thread) */
@@ -250,7 +250,8 @@ static void flush(srv_client_t* cl) {
   *out = tmp;
   out->len = 0;
   unlock(s);
-  uv_buf_t b = uv_buf_init((char*)cl->inflight.data, (unsigned)cl->inflight.len);
+  uv_buf_t b =
+      uv_buf_init((char*)cl->inflight.data, (unsigned)cl->inflight.len);
   int n = uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
   if (n == (int)cl->inflight.len) {
     cl->inflight.len = 0;
@@ -394,8 +395,10 @@ static void peer_name(const struct sockaddr_storage* ss, char* out, size_t n) {
     return;
   }
   const struct sockaddr_in* a = (const struct sockaddr_in*)ss;
-  if (ss->ss_family == AF_INET) inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-  snprintf(out, n, "%s:%d", host, ss->ss_family == AF_INET ? ntohs(a->sin_port) : 0);
+  if (ss->ss_family == AF_INET)
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+  snprintf(out, n, "%s:%d", host,
+           ss->ss_family == AF_INET ? ntohs(a->sin_port) : 0);
 }
 
 static void on_refused_closed(uv_handle_t* h) { free(h); }
@@ -664,7 +667,8 @@ static void server_free(tr_store_server_t* s) {
     if (!sh->srv) continue;
     if (!uv_is_closing((uv_handle_t*)&sh->async))
       uv_close((uv_handle_t*)&sh->async, NULL);
-    while (uv_loop_close(&sh->loop) == UV_EBUSY) uv_run(&sh->loop, UV_RUN_NOWAIT);
+    while (uv_loop_close(&sh->loop) == UV_EBUSY)
+      uv_run(&sh->loop, UV_RUN_NOWAIT);
     for (size_t j = 0; j < sh->npend; j++) close(sh->pend[j].fd);
     free(sh->pend);
   }

@@ -23,7 +23,7 @@ static const char* srcdir(void) {
 
 /* Defaults, then the TOML text as job.toml, then the overrides. */
 static int load_text(tr_config_t* cfg, const char* toml, int argc,
-                     char* const* argv, tr_config_error_t* err) {
+                     char* const* argv, tr_errmsg_t* err) {
   int rc = tr_config_init(cfg);
   if (rc < 0) return rc;
   if (toml) {
@@ -37,7 +37,7 @@ static int load_text(tr_config_t* cfg, const char* toml, int argc,
 static void expect_error(const char* toml, int argc, char* const* argv,
                          const char* msg) {
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   memset(&err, 0, sizeof err);
   int rc = load_text(&cfg, toml, argc, argv, &err);
   ck_assert_int_eq(rc, TR_ECONFIG);
@@ -49,7 +49,7 @@ static void expect_error(const char* toml, int argc, char* const* argv,
 static void expect_resolve_error(const char* toml, int argc, char* const* argv,
                                  int64_t world, const char* msg) {
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   memset(&err, 0, sizeof err);
   ck_assert_int_eq(load_text(&cfg, toml, argc, argv, &err), 0);
   ck_assert_int_eq(tr_config_resolve(&cfg, world, &err), TR_ECONFIG);
@@ -201,7 +201,7 @@ START_TEST(test_toml_values_of_every_type) {
       "[debug]\n"
       "seed = 7\n";
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(load_text(&cfg, toml, 0, NULL, &err), 0);
   ck_assert_str_eq(cfg.job.description, "my job");
   ck_assert_str_eq(cfg.optimizer.name, "AdamW");
@@ -236,7 +236,7 @@ END_TEST
 
 START_TEST(test_toml_merge_replaces_lists_and_strings) {
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(
       load_text(&cfg, "[checkpoint]\nexclude_from_loading = [\"model\"]\n", 0,
                 NULL, &err),
@@ -259,7 +259,7 @@ END_TEST
 
 START_TEST(test_overrides_in_every_form) {
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(
       load_text(&cfg, NULL,
                 ARGS("--training.steps", "20", "--training.seq_len=512",
@@ -360,7 +360,7 @@ START_TEST(test_precedence_cli_over_toml_over_defaults) {
       "[training]\nsteps = 50\nseq_len = 128\n[lr_scheduler]\n"
       "warmup_steps = 5\n");
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   /* the flag comes first on the command line and still wins */
   ck_assert_int_eq(
       tr_config_load(&cfg, path, ARGS("--training.steps", "20"), &err), 0);
@@ -505,11 +505,11 @@ START_TEST(test_bad_toml_values) {
 
   /* a TOML syntax error keeps the parser's position and message */
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(load_text(&cfg, "[training]\nsteps = \n", 0, NULL, &err),
                    TR_ECONFIG);
   ck_assert_int_eq(strncmp(err.message, "job.toml:2:", 11), 0);
-  ck_assert_int_eq(err.line, 2);
+  ck_assert_int_eq(err.code, TR_ECONFIG);
   tr_config_release(&cfg);
 }
 END_TEST
@@ -564,7 +564,7 @@ START_TEST(test_bad_flag_values) {
                "--job.description: not valid UTF-8");
 
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(
       load_text(&cfg, NULL,
                 ARGS("--comm.backend", "nccl", "--debug.fault",
@@ -588,7 +588,7 @@ END_TEST
 
 START_TEST(test_resolve_solves_shard_degree_and_batch) {
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(load_text(&cfg, "[training]\nsteps = 300\n", 0, NULL, &err),
                    0);
   ck_assert_int_eq(tr_config_resolve(&cfg, 8, &err), 0);
@@ -653,7 +653,7 @@ START_TEST(test_resolve_errors_name_where) {
    * trainer shortens them with a warning */
   {
     tr_config_t c;
-    tr_config_error_t e;
+    tr_errmsg_t e;
     memset(&e, 0, sizeof e);
     ck_assert_int_eq(load_text(&c, "[lr_scheduler]\nwarmup_steps = 2\n"
                                    "decay_ratio = 0.9\n[training]\nsteps = 10\n",
@@ -710,7 +710,7 @@ START_TEST(test_resolve_errors_name_where) {
 
   /* expert parallelism that fits: borrows from dp_shard */
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(load_text(&cfg,
                              "[training]\nsteps = 300\n[parallelism]\n"
                              "expert_parallel_degree = 2\n",
@@ -749,7 +749,7 @@ START_TEST(test_toml_round_trip) {
       "seed = 0\n"
       "fault = [\"kill:rank=1:step=3\"]\n";
   tr_config_t a, b;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(load_text(&a, toml, 0, NULL, &err), 0);
   ck_assert_int_eq(tr_config_resolve(&a, 4, &err), 0);
   char* text = print_to_string(tr_config_print_toml, &a);
@@ -792,7 +792,7 @@ END_TEST
 
 START_TEST(test_secrets_are_never_printed) {
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(load_text(&cfg, "[comm]\nkey = \"s3cret\"\n", 0, NULL, &err),
                    0);
   ck_assert_str_eq(cfg.comm.key, "s3cret");
@@ -810,7 +810,7 @@ END_TEST
 
 START_TEST(test_json_output) {
   tr_config_t cfg;
-  tr_config_error_t err;
+  tr_errmsg_t err;
   ck_assert_int_eq(
       load_text(&cfg, "[training]\nsteps = 300\n",
                 ARGS("--checkpoint.exclude_from_loading", "model,optimizer"),
@@ -870,7 +870,7 @@ START_TEST(test_examples_load_and_resolve) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", srcdir(), ex[i].file);
     tr_config_t cfg;
-    tr_config_error_t err;
+    tr_errmsg_t err;
     int rc = tr_config_load(&cfg, path, 0, NULL, &err);
     if (rc == 0) rc = tr_config_resolve(&cfg, ex[i].world, &err);
     ck_assert_msg(rc == 0, "%s: %s", ex[i].file, err.message);

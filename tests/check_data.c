@@ -14,34 +14,9 @@
 
 #include "trainrun/data.h"
 #include "trainrun/error.h"
+#include "tests/fixtures.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/check_data.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  ck_assert_int_eq(system(cmd), 0);
-}
-
-static const char* tpath(const char* name) {
-  static char buf[4][512];
-  static int k;
-  char* p = buf[k++ % 4];
-  snprintf(p, 512, "%s/%s", tmpdir, name);
-  return p;
-}
-
-static void write_bytes(const char* path, const void* data, size_t n) {
-  FILE* f = fopen(path, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(data, 1, n, f), n);
-  fclose(f);
-}
+static void setup(void) { fx_tmpdir_make("check_data"); }
 
 /* A raw shard: header fields as given, then n uint16/uint32 tokens. */
 static void write_raw_shard(const char* path, int32_t magic, int32_t version,
@@ -59,7 +34,7 @@ static void write_raw_shard(const char* path, int32_t magic, int32_t version,
       memcpy(buf + 1024 + 4 * i, &toks[i], 4);
     }
   }
-  write_bytes(path, buf, size);
+  fx_write_bytes(path, buf, size);
   free(buf);
 }
 
@@ -81,9 +56,9 @@ START_TEST(test_shard_round_trip) {
   uint32_t toks[1000];
   for (int i = 0; i < 1000; i++) toks[i] = (uint32_t)(i * 37 % 50257);
   tr_errmsg_t err;
-  ck_assert_int_eq(tr_shard_write(tpath("a.bin"), toks, 1000, 0, &err), 0);
+  ck_assert_int_eq(tr_shard_write(fx_path("a.bin"), toks, 1000, 0, &err), 0);
   /* header bytes: magic, version, count; size 1024 + 2n */
-  FILE* f = fopen(tpath("a.bin"), "rb");
+  FILE* f = fopen(fx_path("a.bin"), "rb");
   int32_t hdr[256];
   ck_assert_uint_eq(fread(hdr, 4, 256, f), 256);
   fseek(f, 0, SEEK_END);
@@ -93,25 +68,26 @@ START_TEST(test_shard_round_trip) {
   ck_assert_int_eq(hdr[1], 1);
   ck_assert_int_eq(hdr[2], 1000);
   for (int i = 3; i < 256; i++) ck_assert_int_eq(hdr[i], 0);
-  ck_assert_int_eq(access(tpath("a.bin.tmp"), F_OK), -1); /* renamed away */
+  ck_assert_int_eq(access(fx_path("a.bin.tmp"), F_OK), -1); /* renamed away */
 
   /* uint32 shard with a Llama-3-sized token */
   uint32_t big[3] = {128000, 5, 128255};
-  ck_assert_int_eq(tr_shard_write(tpath("b.bin"), big, 3, 1, &err), 0);
-  f = fopen(tpath("b.bin"), "rb");
+  ck_assert_int_eq(tr_shard_write(fx_path("b.bin"), big, 3, 1, &err), 0);
+  f = fopen(fx_path("b.bin"), "rb");
   ck_assert_uint_eq(fread(hdr, 4, 256, f), 256);
   fclose(f);
   ck_assert_int_eq(hdr[0], 20240801);
   ck_assert_int_eq(hdr[1], 7);
   ck_assert_int_eq(hdr[2], 3);
   /* a token that does not fit uint16 is refused */
-  ck_assert_int_eq(tr_shard_write(tpath("c.bin"), big, 3, 0, &err), TR_ERANGE);
+  ck_assert_int_eq(tr_shard_write(fx_path("c.bin"), big, 3, 0, &err),
+                   TR_ERANGE);
   ck_assert_ptr_nonnull(strstr(err.message, "token 128000"));
 
   /* both read back, in name order, as one stream */
   tr_dataset_t* ds;
   ck_assert_int_eq(
-      tr_dataset_open(&ds, tpath("*.bin"), TR_DATA_ALL, 128256, &err), 0);
+      tr_dataset_open(&ds, fx_path("*.bin"), TR_DATA_ALL, 128256, &err), 0);
   ck_assert_uint_eq(tr_dataset_nfiles(ds), 2);
   ck_assert_int_eq(tr_dataset_ntokens(ds), 1003);
   int32_t out[1003];
@@ -130,56 +106,56 @@ END_TEST
 
 START_TEST(test_bad_shards) {
   uint32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  write_raw_shard(tpath("magic.bin"), 12345, 1, 8, toks, 8, 2);
+  write_raw_shard(fx_path("magic.bin"), 12345, 1, 8, toks, 8, 2);
   expect_open_error(
-      tpath("magic.bin"), 256, TR_EFORMAT,
+      fx_path("magic.bin"), 256, TR_EFORMAT,
       (const char*[]){"magic.bin'", "bad magic 12345", "byte offset 0", NULL});
-  write_raw_shard(tpath("version.bin"), 20240520, 2, 8, toks, 8, 2);
+  write_raw_shard(fx_path("version.bin"), 20240520, 2, 8, toks, 8, 2);
   expect_open_error(
-      tpath("version.bin"), 256, TR_EFORMAT,
+      fx_path("version.bin"), 256, TR_EFORMAT,
       (const char*[]){"version.bin'", "bad version 2", "byte offset 4", NULL});
-  write_raw_shard(tpath("version32.bin"), 20240801, 1, 8, toks, 8, 4);
-  expect_open_error(tpath("version32.bin"), 256, TR_EFORMAT,
+  write_raw_shard(fx_path("version32.bin"), 20240801, 1, 8, toks, 8, 4);
+  expect_open_error(fx_path("version32.bin"), 256, TR_EFORMAT,
                     (const char*[]){"bad version 1", "expects 7", NULL});
-  write_raw_shard(tpath("count.bin"), 20240520, 1, -5, toks, 8, 2);
+  write_raw_shard(fx_path("count.bin"), 20240520, 1, -5, toks, 8, 2);
   expect_open_error(
-      tpath("count.bin"), 256, TR_EFORMAT,
+      fx_path("count.bin"), 256, TR_EFORMAT,
       (const char*[]){"bad token count -5", "byte offset 8", NULL});
   /* header says 8 tokens, the file holds 5 */
-  write_raw_shard(tpath("trunc.bin"), 20240520, 1, 8, toks, 5, 2);
-  expect_open_error(tpath("trunc.bin"), 256, TR_EFORMAT,
+  write_raw_shard(fx_path("trunc.bin"), 20240520, 1, 8, toks, 5, 2);
+  expect_open_error(fx_path("trunc.bin"), 256, TR_EFORMAT,
                     (const char*[]){"trunc.bin'",
                                     "truncated at byte offset "
                                     "1034",
                                     "says 8 tokens", "byte offset 1040", NULL});
   /* shorter than a header */
-  write_bytes(tpath("short.bin"), "\x58\xd9\x34\x01", 4);
-  expect_open_error(tpath("short.bin"), 256, TR_EFORMAT,
+  fx_write_bytes(fx_path("short.bin"), "\x58\xd9\x34\x01", 4);
+  expect_open_error(fx_path("short.bin"), 256, TR_EFORMAT,
                     (const char*[]){"short.bin'",
                                     "truncated header at byte "
                                     "offset 4",
                                     NULL});
   /* bytes after the last token */
-  write_raw_shard(tpath("long.bin"), 20240520, 1, 6, toks, 8, 2);
+  write_raw_shard(fx_path("long.bin"), 20240520, 1, 6, toks, 8, 2);
   expect_open_error(
-      tpath("long.bin"), 256, TR_EFORMAT,
+      fx_path("long.bin"), 256, TR_EFORMAT,
       (const char*[]){"4 unexpected bytes at byte offset 1036", NULL});
   /* a missing file: the negated errno, naming the file */
   expect_open_error(
-      tpath("nope.bin"), 256, TR_ENOENT,
+      fx_path("nope.bin"), 256, TR_ENOENT,
       (const char*[]){"cannot open '", "nope.bin'", "no such file", NULL});
-  expect_open_error(tpath("nothing*.bin"), 256, TR_ENOTFOUND,
+  expect_open_error(fx_path("nothing*.bin"), 256, TR_ENOTFOUND,
                     (const char*[]){"no file matches", NULL});
 }
 END_TEST
 
 START_TEST(test_token_beyond_vocab) {
   uint32_t toks[6] = {1, 2, 3, 300, 5, 6};
-  write_raw_shard(tpath("v.bin"), 20240520, 1, 6, toks, 6, 2);
+  write_raw_shard(fx_path("v.bin"), 20240520, 1, 6, toks, 6, 2);
   tr_dataset_t* ds;
   tr_errmsg_t err;
-  ck_assert_int_eq(tr_dataset_open(&ds, tpath("v.bin"), TR_DATA_ALL, 256, &err),
-                   0);
+  ck_assert_int_eq(
+      tr_dataset_open(&ds, fx_path("v.bin"), TR_DATA_ALL, 256, &err), 0);
   int32_t out[6];
   ck_assert_int_eq(tr_dataset_read(ds, 0, 3, out, &err), 0); /* before it */
   ck_assert_int_eq(tr_dataset_read(ds, 1, 4, out, &err), TR_EFORMAT);
@@ -190,9 +166,9 @@ START_TEST(test_token_beyond_vocab) {
   tr_dataset_free(ds);
   /* uint32 shard: offset counts 4 bytes per token */
   uint32_t wide[4] = {7, 8, 9, 70000};
-  write_raw_shard(tpath("w.bin"), 20240801, 7, 4, wide, 4, 4);
+  write_raw_shard(fx_path("w.bin"), 20240801, 7, 4, wide, 4, 4);
   ck_assert_int_eq(
-      tr_dataset_open(&ds, tpath("w.bin"), TR_DATA_ALL, 50000, &err), 0);
+      tr_dataset_open(&ds, fx_path("w.bin"), TR_DATA_ALL, 50000, &err), 0);
   ck_assert_int_eq(tr_dataset_read(ds, 0, 4, out, &err), TR_EFORMAT);
   ck_assert_msg(strstr(err.message, "token 70000 at byte offset 1036"), "%s",
                 err.message);
@@ -201,13 +177,13 @@ START_TEST(test_token_beyond_vocab) {
 END_TEST
 
 START_TEST(test_text_and_folders) {
-  write_bytes(tpath("a.txt"), "hi\n", 3);
-  write_bytes(tpath("b.txt"), "\xff", 1);
-  write_bytes(tpath("notes.md"), "ignored", 7);
+  fx_write_bytes(fx_path("a.txt"), "hi\n", 3);
+  fx_write_bytes(fx_path("b.txt"), "\xff", 1);
+  fx_write_bytes(fx_path("notes.md"), "ignored", 7);
   tr_dataset_t* ds;
   tr_errmsg_t err;
   /* a folder of text files: each starts with the EOT token (0) */
-  ck_assert_int_eq(tr_dataset_open(&ds, tmpdir, TR_DATA_ALL, 256, &err), 0);
+  ck_assert_int_eq(tr_dataset_open(&ds, fx_tmpdir, TR_DATA_ALL, 256, &err), 0);
   ck_assert_uint_eq(tr_dataset_nfiles(ds), 2);
   ck_assert_int_eq(tr_dataset_ntokens(ds), 6);
   int32_t out[6];
@@ -216,8 +192,8 @@ START_TEST(test_text_and_folders) {
   for (int i = 0; i < 6; i++) ck_assert_int_eq(out[i], want[i]);
   tr_dataset_free(ds);
   /* a byte >= vocab names the file and the byte offset in it */
-  ck_assert_int_eq(tr_dataset_open(&ds, tpath("b.txt"), TR_DATA_ALL, 200, &err),
-                   0);
+  ck_assert_int_eq(
+      tr_dataset_open(&ds, fx_path("b.txt"), TR_DATA_ALL, 200, &err), 0);
   ck_assert_int_eq(tr_dataset_read(ds, 0, 2, out, &err), TR_EFORMAT);
   ck_assert_msg(strstr(err.message, "b.txt': token 255 at byte offset 0"), "%s",
                 err.message);
@@ -225,18 +201,18 @@ START_TEST(test_text_and_folders) {
 
   /* a folder with shards: train and val files told apart by name */
   char sub[512];
-  snprintf(sub, sizeof sub, "%s/shards", tmpdir);
+  snprintf(sub, sizeof sub, "%s/shards", fx_tmpdir);
   ck_assert_int_eq(mkdir(sub, 0777), 0);
   uint32_t t1[2] = {1, 2}, t2[2] = {3, 4}, t3[2] = {5, 6};
+  ck_assert_int_eq(tr_shard_write(fx_path("shards/fineweb_train_000001.bin"),
+                                  t1, 2, 0, &err),
+                   0);
   ck_assert_int_eq(
-      tr_shard_write(tpath("shards/fineweb_train_000001.bin"), t1, 2, 0, &err),
+      tr_shard_write(fx_path("shards/fineweb_val_000000.bin"), t2, 2, 0, &err),
       0);
-  ck_assert_int_eq(
-      tr_shard_write(tpath("shards/fineweb_val_000000.bin"), t2, 2, 0, &err),
-      0);
-  ck_assert_int_eq(
-      tr_shard_write(tpath("shards/fineweb_train_000002.bin"), t3, 2, 0, &err),
-      0);
+  ck_assert_int_eq(tr_shard_write(fx_path("shards/fineweb_train_000002.bin"),
+                                  t3, 2, 0, &err),
+                   0);
   ck_assert_int_eq(tr_dataset_open(&ds, sub, TR_DATA_TRAIN, 256, &err), 0);
   ck_assert_uint_eq(tr_dataset_nfiles(ds), 2);
   ck_assert_int_eq(tr_dataset_read(ds, 0, 4, out, &err), 0);
@@ -251,10 +227,10 @@ START_TEST(test_text_and_folders) {
   ck_assert_uint_eq(tr_dataset_nfiles(ds), 3);
   tr_dataset_free(ds);
   /* "valid" and "validation" count; "interval" and "value" do not */
-  ck_assert_int_eq(tr_shard_write(tpath("shards/interval.bin"), t1, 2, 0, &err),
-                   0);
   ck_assert_int_eq(
-      tr_shard_write(tpath("shards/validation.bin"), t2, 2, 0, &err), 0);
+      tr_shard_write(fx_path("shards/interval.bin"), t1, 2, 0, &err), 0);
+  ck_assert_int_eq(
+      tr_shard_write(fx_path("shards/validation.bin"), t2, 2, 0, &err), 0);
   ck_assert_int_eq(tr_dataset_open(&ds, sub, TR_DATA_VAL, 256, &err), 0);
   ck_assert_uint_eq(tr_dataset_nfiles(ds), 2);
   ck_assert_ptr_nonnull(strstr(tr_dataset_file(ds, 1), "validation.bin"));
@@ -310,11 +286,11 @@ static tr_dataset_t* counting_data(int64_t n) {
   uint32_t* t = malloc((size_t)n * 4);
   for (int64_t i = 0; i < n; i++) t[i] = (uint32_t)(i % 50000);
   tr_errmsg_t err;
-  ck_assert_int_eq(tr_shard_write(tpath("count.bin"), t, n, 0, &err), 0);
+  ck_assert_int_eq(tr_shard_write(fx_path("count.bin"), t, n, 0, &err), 0);
   free(t);
   tr_dataset_t* ds;
   ck_assert_int_eq(
-      tr_dataset_open(&ds, tpath("count.bin"), TR_DATA_ALL, 50000, &err), 0);
+      tr_dataset_open(&ds, fx_path("count.bin"), TR_DATA_ALL, 50000, &err), 0);
   return ds;
 }
 
@@ -483,11 +459,11 @@ START_TEST(test_prepare) {
   char text1[300], text2[101];
   for (int i = 0; i < 300; i++) text1[i] = (char)('a' + i % 26);
   for (int i = 0; i < 101; i++) text2[i] = (char)('A' + i % 26);
-  write_bytes(tpath("one.txt"), text1, 300);
-  write_bytes(tpath("two.txt"), text2, 101);
-  const char* in[2] = {tpath("one.txt"), tpath("two.txt")};
+  fx_write_bytes(fx_path("one.txt"), text1, 300);
+  fx_write_bytes(fx_path("two.txt"), text2, 101);
+  const char* in[2] = {fx_path("one.txt"), fx_path("two.txt")};
   char out[512];
-  snprintf(out, sizeof out, "%s/out/data", tmpdir);
+  snprintf(out, sizeof out, "%s/out/data", fx_tmpdir);
   /* a stale shard from an earlier, larger run */
   tr_errmsg_t err;
   uint32_t z = 0;
@@ -530,7 +506,7 @@ START_TEST(test_prepare) {
   ck_assert_int_eq(tr_shard_write(stale, &one, 1, 0, &err), 0);
   ck_assert_int_eq(tr_data_prepare(bad, 1, &o, &res, &err), TR_EINVAL);
   ck_assert_ptr_nonnull(strstr(err.message, "is already a token shard"));
-  const char* missing[1] = {tpath("missing.txt")};
+  const char* missing[1] = {fx_path("missing.txt")};
   ck_assert_int_eq(tr_data_prepare(missing, 1, &o, &res, &err), TR_ENOENT);
   ck_assert_ptr_nonnull(strstr(err.message, "missing.txt'"));
 }
@@ -539,7 +515,7 @@ END_TEST
 int main(void) {
   Suite* s = suite_create("data");
   TCase* tc = tcase_create("shards");
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_checked_fixture(tc, setup, fx_tmpdir_remove);
   tcase_add_test(tc, test_shard_round_trip);
   tcase_add_test(tc, test_bad_shards);
   tcase_add_test(tc, test_token_beyond_vocab);
@@ -548,7 +524,7 @@ int main(void) {
   tcase_add_test(tc, test_prepare);
   suite_add_tcase(s, tc);
   tc = tcase_create("loader");
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_checked_fixture(tc, setup, fx_tmpdir_remove);
   tcase_add_test(tc, test_permutation);
   tcase_add_test(tc, test_loader_windows_and_epochs);
   tcase_add_test(tc, test_loader_resharding);

@@ -22,44 +22,13 @@
 #include "trainrun/config.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
+#include "trainrun/crc32c.h"
 #include "trainrun/metrics.h"
 #include "trainrun/safetensors.h"
 #include "trainrun/trainer.h"
+#include "tests/fixtures.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/check_trainer.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  ck_assert_int_eq(system(cmd), 0);
-}
-
-static const char* tpath(const char* name) {
-  static char buf[4][512];
-  static int k;
-  char* p = buf[k++ % 4];
-  snprintf(p, 512, "%s/%s", tmpdir, name);
-  return p;
-}
-
-static uint8_t* slurp(const char* path, size_t* n) {
-  FILE* f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t* buf = malloc((size_t)len + 1);
-  ck_assert_uint_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
-  buf[len] = 0;
-  fclose(f);
-  *n = (size_t)len;
-  return buf;
-}
+static void setup(void) { fx_tmpdir_make("check_trainer"); }
 
 /* ---- the learning-rate schedule ---- */
 
@@ -257,7 +226,7 @@ static void decode_event(const uint8_t* p, size_t n, event_t* e) {
 /* Read every TFRecord of a file, checking both CRCs. */
 static int read_events(const char* path, event_t* ev, int max) {
   size_t n;
-  uint8_t* buf = slurp(path, &n);
+  uint8_t* buf = fx_slurp(path, &n);
   size_t at = 0;
   int k = 0;
   while (at < n) {
@@ -281,7 +250,7 @@ static int read_events(const char* path, event_t* ev, int max) {
 START_TEST(test_tensorboard_file) {
   tr_tb_writer_t* w;
   tr_errmsg_t err;
-  ck_assert_int_eq(tr_tb_open(&w, tpath("tb/run"), &err), 0);
+  ck_assert_int_eq(tr_tb_open(&w, fx_path("tb/run"), &err), 0);
   const char* tags[2] = {"loss", "lr"};
   double vals[2] = {2.5, 8e-4};
   ck_assert_int_eq(tr_tb_scalars(w, 7, 1700000000.25, 2, tags, vals, &err), 0);
@@ -391,8 +360,8 @@ START_TEST(test_metrics_files) {
   tr_errmsg_t err;
   FILE* con = tmpfile();
   tr_metrics_opts_t o = {.console = con,
-                         .jsonl_path = tpath("out/metrics.jsonl"),
-                         .tb_dir = tpath("out/tb")};
+                         .jsonl_path = fx_path("out/metrics.jsonl"),
+                         .tb_dir = fx_path("out/tb")};
   ck_assert_int_eq(tr_metrics_open(&l, &o, &err), 0);
   tr_metrics_t m = {.step = 1,
                     .total_steps = 2,
@@ -418,7 +387,7 @@ START_TEST(test_metrics_files) {
   ck_assert_str_eq(line, "step 2/2 | val_loss 4.2500 | 512 tokens\n");
   fclose(con);
   /* JSONL: two objects */
-  FILE* f = fopen(tpath("out/metrics.jsonl"), "r");
+  FILE* f = fopen(fx_path("out/metrics.jsonl"), "r");
   ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
   json_error_t je;
   json_t* o1 = json_loads(line, 0, &je);
@@ -438,12 +407,12 @@ START_TEST(test_metrics_files) {
   ck_assert_ptr_null(fgets(line, sizeof line, f));
   fclose(f);
   /* TensorBoard: version record, the step's scalars, the validation loss */
-  DIR* d = opendir(tpath("out/tb"));
+  DIR* d = opendir(fx_path("out/tb"));
   struct dirent* e;
   char ev_path[600] = "";
   while ((e = readdir(d)) != NULL)
     if (strncmp(e->d_name, "events.out.tfevents.", 20) == 0)
-      snprintf(ev_path, sizeof ev_path, "%s/%s", tpath("out/tb"), e->d_name);
+      snprintf(ev_path, sizeof ev_path, "%s/%s", fx_path("out/tb"), e->d_name);
   closedir(d);
   event_t ev[4];
   ck_assert_int_eq(read_events(ev_path, ev, 4), 3);
@@ -467,9 +436,10 @@ START_TEST(test_safetensors_bytes) {
   const char* meta[2] = {"format", "pt"};
   tr_errmsg_t err;
   ck_assert_int_eq(
-      tr_st_write(tpath("x.safetensors"), items, 2, TR_F32, meta, 1, &err), 0);
+      tr_st_write(fx_path("x.safetensors"), items, 2, TR_F32, meta, 1, &err),
+      0);
   size_t n;
-  uint8_t* buf = slurp(tpath("x.safetensors"), &n);
+  uint8_t* buf = fx_slurp(fx_path("x.safetensors"), &n);
   const char* json =
       "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\","
       "\"shape\":[2,3],\"data_offsets\":[0,24]},\"b\":{\"dtype\":\"F32\","
@@ -493,7 +463,7 @@ START_TEST(test_safetensors_bytes) {
 
   /* read back */
   tr_st_file_t f;
-  ck_assert_int_eq(tr_st_open(&f, tpath("x.safetensors"), &err), 0);
+  ck_assert_int_eq(tr_st_open(&f, fx_path("x.safetensors"), &err), 0);
   ck_assert_uint_eq(f.n, 2);
   ck_assert_str_eq(tr_st_meta(&f, "format"), "pt");
   const tr_st_tensor_t* e = tr_st_find(&f, "a");
@@ -509,8 +479,9 @@ START_TEST(test_safetensors_bytes) {
 
   /* bf16 */
   ck_assert_int_eq(
-      tr_st_write(tpath("h.safetensors"), items, 1, TR_BF16, NULL, 0, &err), 0);
-  buf = slurp(tpath("h.safetensors"), &n);
+      tr_st_write(fx_path("h.safetensors"), items, 1, TR_BF16, NULL, 0, &err),
+      0);
+  buf = fx_slurp(fx_path("h.safetensors"), &n);
   memcpy(&hl, buf, 8);
   ck_assert_ptr_nonnull(strstr((char*)buf + 8, "\"dtype\":\"BF16\""));
   uint16_t h[6];
@@ -545,57 +516,45 @@ static void expect_st_error(const char* path, int code, const char* want) {
 }
 
 START_TEST(test_safetensors_errors) {
-  FILE* f = fopen(tpath("short"), "wb");
+  FILE* f = fopen(fx_path("short"), "wb");
   fwrite("abc", 1, 3, f);
   fclose(f);
-  expect_st_error(tpath("short"), TR_EFORMAT, "truncated at byte offset 3");
-  f = fopen(tpath("long"), "wb");
+  expect_st_error(fx_path("short"), TR_EFORMAT, "truncated at byte offset 3");
+  f = fopen(fx_path("long"), "wb");
   uint64_t big = 1000;
   fwrite(&big, 8, 1, f);
   fwrite("{}", 1, 2, f);
   fclose(f);
-  expect_st_error(tpath("long"), TR_EFORMAT,
+  expect_st_error(fx_path("long"), TR_EFORMAT,
                   "header length 1000 at byte offset 0 runs past the end");
-  raw_st(tpath("json"), "{\"a\": [1,", 0);
-  expect_st_error(tpath("json"), TR_EFORMAT, "bad JSON header at byte offset");
-  raw_st(tpath("dtype"),
+  raw_st(fx_path("json"), "{\"a\": [1,", 0);
+  expect_st_error(fx_path("json"), TR_EFORMAT,
+                  "bad JSON header at byte offset");
+  raw_st(fx_path("dtype"),
          "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8);
-  expect_st_error(tpath("dtype"), TR_EDTYPE, "tensor 'a': dtype 'F64'");
-  raw_st(tpath("size"),
+  expect_st_error(fx_path("dtype"), TR_EDTYPE, "tensor 'a': dtype 'F64'");
+  raw_st(fx_path("size"),
          "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8);
-  expect_st_error(tpath("size"), TR_EFORMAT,
+  expect_st_error(fx_path("size"), TR_EFORMAT,
                   "tensor 'a': 8 data bytes for shape [3] of F32 (12 bytes)");
-  raw_st(tpath("gap"),
+  raw_st(fx_path("gap"),
          "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
          "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
          12);
-  expect_st_error(tpath("gap"), TR_EFORMAT,
+  expect_st_error(fx_path("gap"), TR_EFORMAT,
                   "tensor 'b' starts at data offset 8");
-  raw_st(tpath("past"),
+  raw_st(fx_path("past"),
          "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
          8);
-  expect_st_error(tpath("past"), TR_EFORMAT, "run past the end of the file");
-  raw_st(tpath("tail"),
+  expect_st_error(fx_path("past"), TR_EFORMAT, "run past the end of the file");
+  raw_st(fx_path("tail"),
          "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8);
-  expect_st_error(tpath("tail"), TR_EFORMAT, "4 bytes at byte offset");
-  expect_st_error(tpath("none"), TR_ENOENT, "cannot open");
+  expect_st_error(fx_path("tail"), TR_EFORMAT, "4 bytes at byte offset");
+  expect_st_error(fx_path("none"), TR_ENOENT, "cannot open");
 }
 END_TEST
 
 /* ---- models ---- */
-
-static tr_model_config_t tiny_config(const char* family) {
-  tr_model_config_t c;
-  ck_assert_int_eq(tr_model_config_get(family, "debugmodel", &c), 0);
-  c.dim = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = strcmp(family, "llama3") == 0 ? 2 : 4;
-  c.head_dim = 8;
-  c.ffn_dim = 64;
-  c.max_seq_len = 64;
-  return c;
-}
 
 static void build(tr_model_t* m, const tr_model_config_t* c, uint64_t seed) {
   ck_assert_int_eq(tr_model_init(m, c), 0);
@@ -613,16 +572,16 @@ static int params_equal(const tr_model_t* a, const tr_model_t* b) {
 }
 
 START_TEST(test_export_import_gpt2) {
-  tr_model_config_t c = tiny_config("gpt2");
+  tr_model_config_t c = fx_tiny_model("gpt2");
   tr_model_t m, m2;
   build(&m, &c, 1);
   build(&m2, &c, 2);
   ck_assert(!params_equal(&m, &m2));
   tr_errmsg_t err;
-  ck_assert_int_eq(tr_st_export_model(&m, tpath("g.safetensors"), TR_F32, &err),
-                   0);
+  ck_assert_int_eq(
+      tr_st_export_model(&m, fx_path("g.safetensors"), TR_F32, &err), 0);
   tr_st_file_t f;
-  ck_assert_int_eq(tr_st_open(&f, tpath("g.safetensors"), &err), 0);
+  ck_assert_int_eq(tr_st_open(&f, fx_path("g.safetensors"), &err), 0);
   /* HF layout: Conv1D weights [in, out], the tied head stored once */
   const tr_st_tensor_t* e =
       tr_st_find(&f, "transformer.h.0.attn.c_attn.weight");
@@ -642,7 +601,7 @@ START_TEST(test_export_import_gpt2) {
   ck_assert_int_eq(memcmp(&back, &c, sizeof c), 0);
   tr_st_release(&f);
 
-  ck_assert_int_eq(tr_st_import_model(&m2, tpath("g.safetensors"), &err), 0);
+  ck_assert_int_eq(tr_st_import_model(&m2, fx_path("g.safetensors"), &err), 0);
   ck_assert(params_equal(&m, &m2));
 
   /* a model of another width: the first tensor that differs is named */
@@ -652,7 +611,7 @@ START_TEST(test_export_import_gpt2) {
   c3.ffn_dim = 128;
   tr_model_t m3;
   build(&m3, &c3, 1);
-  ck_assert_int_eq(tr_st_import_model(&m3, tpath("g.safetensors"), &err),
+  ck_assert_int_eq(tr_st_import_model(&m3, fx_path("g.safetensors"), &err),
                    TR_ESHAPE);
   ck_assert_msg(strstr(err.message,
                        "g.safetensors': tensor "
@@ -664,7 +623,7 @@ START_TEST(test_export_import_gpt2) {
   c3 = c;
   c3.n_layers = 3;
   build(&m3, &c3, 1);
-  ck_assert_int_eq(tr_st_import_model(&m3, tpath("g.safetensors"), &err),
+  ck_assert_int_eq(tr_st_import_model(&m3, fx_path("g.safetensors"), &err),
                    TR_ENOTFOUND);
   ck_assert_msg(strstr(err.message, "tensor 'transformer.h.2."), "%s",
                 err.message);
@@ -673,7 +632,7 @@ START_TEST(test_export_import_gpt2) {
   /* one layer fewer: a tensor the model does not have */
   c3.n_layers = 1;
   build(&m3, &c3, 1);
-  ck_assert_int_eq(tr_st_import_model(&m3, tpath("g.safetensors"), &err),
+  ck_assert_int_eq(tr_st_import_model(&m3, fx_path("g.safetensors"), &err),
                    TR_EFORMAT);
   ck_assert_msg(strstr(err.message, "tensor 'transformer.h.1."), "%s",
                 err.message);
@@ -696,12 +655,12 @@ START_TEST(test_export_import_gpt2) {
   tr_tensor_t tm;
   ck_assert_int_eq(tr_tensor_wrap(&tm, mask, TR_F32, TR_DEVICE_CPU, 4, ms), 0);
   items[m.n_params] = (tr_st_item_t){"h.0.attn.bias", &tm, 0};
-  ck_assert_int_eq(tr_st_write(tpath("openai.safetensors"), items,
+  ck_assert_int_eq(tr_st_write(fx_path("openai.safetensors"), items,
                                (size_t)m.n_params + 1, TR_F32, NULL, 0, &err),
                    0);
   tr_model_t m4;
   build(&m4, &c, 9);
-  ck_assert_int_eq(tr_st_import_model(&m4, tpath("openai.safetensors"), &err),
+  ck_assert_int_eq(tr_st_import_model(&m4, fx_path("openai.safetensors"), &err),
                    0);
   ck_assert(params_equal(&m, &m4));
   tr_model_release(&m4);
@@ -710,9 +669,9 @@ START_TEST(test_export_import_gpt2) {
   free(names);
 
   /* config.json for transformers */
-  ck_assert_int_eq(tr_hf_write_config(&c, tpath("config.json"), &err), 0);
+  ck_assert_int_eq(tr_hf_write_config(&c, fx_path("config.json"), &err), 0);
   json_error_t je;
-  json_t* o = json_load_file(tpath("config.json"), 0, &je);
+  json_t* o = json_load_file(fx_path("config.json"), 0, &je);
   ck_assert_ptr_nonnull(o);
   ck_assert_str_eq(
       json_string_value(json_array_get(json_object_get(o, "architectures"), 0)),
@@ -728,15 +687,15 @@ START_TEST(test_export_import_gpt2) {
 END_TEST
 
 START_TEST(test_export_import_llama) {
-  tr_model_config_t c = tiny_config("llama3");
+  tr_model_config_t c = fx_tiny_model("llama3");
   tr_model_t m, m2;
   build(&m, &c, 1);
   build(&m2, &c, 2);
   tr_errmsg_t err;
-  ck_assert_int_eq(tr_st_export_model(&m, tpath("l.safetensors"), TR_F32, &err),
-                   0);
+  ck_assert_int_eq(
+      tr_st_export_model(&m, fx_path("l.safetensors"), TR_F32, &err), 0);
   tr_st_file_t f;
-  ck_assert_int_eq(tr_st_open(&f, tpath("l.safetensors"), &err), 0);
+  ck_assert_int_eq(tr_st_open(&f, fx_path("l.safetensors"), &err), 0);
   const tr_st_tensor_t* e =
       tr_st_find(&f, "model.layers.1.self_attn.k_proj.weight");
   ck_assert_ptr_nonnull(e);
@@ -745,18 +704,18 @@ START_TEST(test_export_import_llama) {
   ck_assert_ptr_nonnull(tr_st_find(&f, "lm_head.weight")); /* untied */
   ck_assert_ptr_nonnull(tr_st_find(&f, "model.norm.weight"));
   tr_st_release(&f);
-  ck_assert_int_eq(tr_st_import_model(&m2, tpath("l.safetensors"), &err), 0);
+  ck_assert_int_eq(tr_st_import_model(&m2, fx_path("l.safetensors"), &err), 0);
   ck_assert(params_equal(&m, &m2));
   /* bf16 export loads back rounded */
   ck_assert_int_eq(
-      tr_st_export_model(&m, tpath("b.safetensors"), TR_BF16, &err), 0);
-  ck_assert_int_eq(tr_st_import_model(&m2, tpath("b.safetensors"), &err), 0);
+      tr_st_export_model(&m, fx_path("b.safetensors"), TR_BF16, &err), 0);
+  ck_assert_int_eq(tr_st_import_model(&m2, fx_path("b.safetensors"), &err), 0);
   const float* x = tr_tensor_data(&m.params[0].data);
   const float* y = tr_tensor_data(&m2.params[0].data);
   ck_assert_float_eq(y[3], tr_bf16_to_f32(tr_f32_to_bf16(x[3])));
-  ck_assert_int_eq(tr_hf_write_config(&c, tpath("config.json"), &err), 0);
+  ck_assert_int_eq(tr_hf_write_config(&c, fx_path("config.json"), &err), 0);
   json_error_t je;
-  json_t* o = json_load_file(tpath("config.json"), 0, &je);
+  json_t* o = json_load_file(fx_path("config.json"), 0, &je);
   ck_assert_str_eq(json_string_value(json_object_get(o, "model_type")),
                    "llama");
   ck_assert_int_eq(
@@ -774,43 +733,6 @@ END_TEST
 
 /* ---- training ---- */
 
-/* Text with structure a tiny model learns in a few dozen steps. */
-static void write_corpus(const char* path, int bytes) {
-  static const char* const words[] = {"the cat ", "sat on ", "a mat. ",
-                                      "the dog ", "ran to ", "the park. "};
-  FILE* f = fopen(path, "wb");
-  unsigned s = 1;
-  int n = 0;
-  while (n < bytes) {
-    s = s * 1103515245u + 12345u;
-    int k = (int)((s >> 16) % 2) * 3;
-    for (int j = 0; j < 3; j++) n += fprintf(f, "%s", words[k + j]);
-  }
-  fclose(f);
-}
-
-static void cfg_set(tr_config_t* cfg, const char* k, const char* v) {
-  tr_config_error_t e;
-  ck_assert_msg(tr_config_set(cfg, k, v, &e) == 0, "%s", e.message);
-}
-
-/* A resolved config for the corpus; kv: extra "key", "value" pairs. */
-static void make_cfg(tr_config_t* cfg, const char* const* kv) {
-  ck_assert_int_eq(tr_config_init(cfg), 0);
-  cfg_set(cfg, "training.dataset_path", tpath("corpus.txt"));
-  cfg_set(cfg, "job.dump_folder", tpath("out"));
-  cfg_set(cfg, "debug.seed", "42");
-  cfg_set(cfg, "training.local_batch_size", "4");
-  cfg_set(cfg, "training.seq_len", "32");
-  cfg_set(cfg, "training.steps", "30");
-  cfg_set(cfg, "optimizer.lr", "3e-3");
-  cfg_set(cfg, "lr_scheduler.warmup_steps", "2");
-  cfg_set(cfg, "metrics.enable_jsonl", "false");
-  for (size_t i = 0; kv && kv[i]; i += 2) cfg_set(cfg, kv[i], kv[i + 1]);
-  tr_config_error_t e;
-  ck_assert_msg(tr_config_resolve(cfg, 1, &e) == 0, "%s", e.message);
-}
-
 static void init_trainer(tr_trainer_t* t, const tr_config_t* cfg,
                          const tr_model_config_t* mc) {
   tr_trainer_opts_t o = {.model_override = mc, .quiet = 1};
@@ -819,10 +741,10 @@ static void init_trainer(tr_trainer_t* t, const tr_config_t* cfg,
 }
 
 START_TEST(test_loss_falls) {
-  write_corpus(tpath("corpus.txt"), 20000);
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
   tr_config_t cfg;
-  make_cfg(&cfg, NULL);
-  tr_model_config_t mc = tiny_config("llama3");
+  fx_make_cfg(&cfg, NULL);
+  tr_model_config_t mc = fx_tiny_model("llama3");
   tr_trainer_t t;
   init_trainer(&t, &cfg, &mc);
   tr_step_stats_t st;
@@ -845,14 +767,14 @@ START_TEST(test_loss_falls) {
 END_TEST
 
 START_TEST(test_grad_accumulation) {
-  write_corpus(tpath("corpus.txt"), 20000);
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
   tr_config_t one, two;
-  make_cfg(&one, NULL);
-  make_cfg(&two,
-           (const char* const[]){"training.local_batch_size", "2",
-                                 "training.global_batch_size", "4", NULL});
+  fx_make_cfg(&one, NULL);
+  fx_make_cfg(&two,
+              (const char* const[]){"training.local_batch_size", "2",
+                                    "training.global_batch_size", "4", NULL});
   ck_assert_int_eq(two.derived.grad_accum_steps, 2);
-  tr_model_config_t mc = tiny_config("gpt2");
+  tr_model_config_t mc = fx_tiny_model("gpt2");
   tr_trainer_t a, b;
   init_trainer(&a, &one, &mc);
   init_trainer(&b, &two, &mc);
@@ -892,11 +814,12 @@ START_TEST(test_grad_accumulation) {
 END_TEST
 
 START_TEST(test_bit_reproducible) {
-  write_corpus(tpath("corpus.txt"), 20000);
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
   tr_config_t cfg;
-  make_cfg(&cfg, (const char* const[]){"optimizer.name", "AdamW",
-                                       "optimizer.weight_decay", "0.1", NULL});
-  tr_model_config_t mc = tiny_config("llama3");
+  fx_make_cfg(&cfg,
+              (const char* const[]){"optimizer.name", "AdamW",
+                                    "optimizer.weight_decay", "0.1", NULL});
+  tr_model_config_t mc = fx_tiny_model("llama3");
   double loss[2][6], norm[2][6];
   tr_trainer_t t[2];
   for (int r = 0; r < 2; r++) {
@@ -916,7 +839,7 @@ START_TEST(test_bit_reproducible) {
   ck_assert(params_equal(&t[0].model, &t[1].model));
   /* another seed, another run */
   tr_config_t cfg2;
-  make_cfg(&cfg2, (const char* const[]){"debug.seed", "43", NULL});
+  fx_make_cfg(&cfg2, (const char* const[]){"debug.seed", "43", NULL});
   tr_trainer_t u;
   init_trainer(&u, &cfg2, &mc);
   tr_step_stats_t st;
@@ -932,14 +855,15 @@ START_TEST(test_bit_reproducible) {
 END_TEST
 
 START_TEST(test_weight_decay_groups) {
-  write_corpus(tpath("corpus.txt"), 20000);
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
   /* lr 1e-3, weight decay 0.5, zero gradients are impossible to arrange, so
    * compare two runs that differ only in weight decay: norms and biases
    * must come out identical, matrices not */
   tr_config_t c0, c1;
-  make_cfg(&c0, (const char* const[]){"optimizer.weight_decay", "0", NULL});
-  make_cfg(&c1, (const char* const[]){"optimizer.weight_decay", "0.5", NULL});
-  tr_model_config_t mc = tiny_config("gpt2");
+  fx_make_cfg(&c0, (const char* const[]){"optimizer.weight_decay", "0", NULL});
+  fx_make_cfg(&c1,
+              (const char* const[]){"optimizer.weight_decay", "0.5", NULL});
+  tr_model_config_t mc = fx_tiny_model("gpt2");
   tr_trainer_t a, b;
   init_trainer(&a, &c0, &mc);
   init_trainer(&b, &c1, &mc);
@@ -970,13 +894,13 @@ START_TEST(test_weight_decay_groups) {
 END_TEST
 
 START_TEST(test_validation_and_eval) {
-  write_corpus(tpath("corpus.txt"), 20000);
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
   tr_config_t cfg;
-  make_cfg(&cfg, (const char* const[]){"validation.enable", "true",
-                                       "validation.split_fraction", "0.1",
-                                       "validation.local_batch_size", "4",
-                                       "validation.seq_len", "32", NULL});
-  tr_model_config_t mc = tiny_config("llama3");
+  fx_make_cfg(&cfg, (const char* const[]){"validation.enable", "true",
+                                          "validation.split_fraction", "0.1",
+                                          "validation.local_batch_size", "4",
+                                          "validation.seq_len", "32", NULL});
+  tr_model_config_t mc = fx_tiny_model("llama3");
   tr_trainer_t t;
   init_trainer(&t, &cfg, &mc);
   /* 20000+ tokens, 10% held out: (2001 - 1) / 32 = 62 sequences, 15
@@ -1001,7 +925,7 @@ START_TEST(test_validation_and_eval) {
   tr_config_release(&cfg);
   /* validation without data is refused */
   tr_config_t bad;
-  make_cfg(&bad, (const char* const[]){"validation.enable", "true", NULL});
+  fx_make_cfg(&bad, (const char* const[]){"validation.enable", "true", NULL});
   tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
   ck_assert_int_eq(tr_trainer_init(&t, &bad, &o, &err), TR_ECONFIG);
   ck_assert_ptr_nonnull(strstr(err.message, "validation needs data"));
@@ -1010,13 +934,13 @@ START_TEST(test_validation_and_eval) {
 END_TEST
 
 START_TEST(test_train_run_writes_weights) {
-  write_corpus(tpath("corpus.txt"), 20000);
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
   tr_config_t cfg;
-  make_cfg(&cfg,
-           (const char* const[]){"training.steps", "4", "metrics.log_freq", "2",
-                                 "metrics.enable_jsonl", "true",
-                                 "metrics.enable_tensorboard", "true", NULL});
-  tr_model_config_t mc = tiny_config("gpt2");
+  fx_make_cfg(
+      &cfg, (const char* const[]){"training.steps", "4", "metrics.log_freq",
+                                  "2", "metrics.enable_jsonl", "true",
+                                  "metrics.enable_tensorboard", "true", NULL});
+  tr_model_config_t mc = fx_tiny_model("gpt2");
   FILE* con = tmpfile();
   tr_trainer_opts_t o = {.model_override = &mc, .console = con};
   tr_errmsg_t err;
@@ -1040,17 +964,17 @@ START_TEST(test_train_run_writes_weights) {
   /* files */
   tr_model_t m;
   build(&m, &mc, 7);
-  ck_assert_int_eq(tr_st_import_model(&m, tpath("out/model.safetensors"), &err),
-                   0);
+  ck_assert_int_eq(
+      tr_st_import_model(&m, fx_path("out/model.safetensors"), &err), 0);
   tr_model_release(&m);
-  ck_assert_int_eq(access(tpath("out/config.json"), R_OK), 0);
+  ck_assert_int_eq(access(fx_path("out/config.json"), R_OK), 0);
   size_t len;
-  char* jl = (char*)slurp(tpath("out/metrics.jsonl"), &len);
+  char* jl = (char*)fx_slurp(fx_path("out/metrics.jsonl"), &len);
   int lines = 0;
   for (size_t i = 0; i < len; i++) lines += jl[i] == '\n';
   ck_assert_int_eq(lines, 3);
   free(jl);
-  ck_assert_int_eq(access(tpath("out/tb"), F_OK), 0);
+  ck_assert_int_eq(access(fx_path("out/tb"), F_OK), 0);
   tr_config_release(&cfg);
 }
 END_TEST
@@ -1062,10 +986,10 @@ static void* send_sigint(void* arg) {
 }
 
 START_TEST(test_sigint_finishes_step) {
-  write_corpus(tpath("corpus.txt"), 20000);
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
   tr_config_t cfg;
-  make_cfg(&cfg, (const char* const[]){"training.steps", "1000000", NULL});
-  tr_model_config_t mc = tiny_config("gpt2");
+  fx_make_cfg(&cfg, (const char* const[]){"training.steps", "1000000", NULL});
+  tr_model_config_t mc = fx_tiny_model("gpt2");
   tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
   struct sigaction before, after;
   sigaction(SIGINT, NULL, &before);
@@ -1076,7 +1000,7 @@ START_TEST(test_sigint_finishes_step) {
   ck_assert_int_eq(tr_train(&cfg, &o, &stopped, &err), 0);
   pthread_join(th, NULL);
   ck_assert_int_eq(stopped, 1);
-  ck_assert_int_eq(access(tpath("out/model.safetensors"), R_OK), 0);
+  ck_assert_int_eq(access(fx_path("out/model.safetensors"), R_OK), 0);
   /* the handler is gone again: SIGINT is back to its old disposition */
   sigaction(SIGINT, NULL, &after);
   ck_assert_ptr_eq((void*)after.sa_handler, (void*)before.sa_handler);
@@ -1085,7 +1009,7 @@ START_TEST(test_sigint_finishes_step) {
 END_TEST
 
 START_TEST(test_sampling) {
-  tr_model_config_t c = tiny_config("llama3");
+  tr_model_config_t c = fx_tiny_model("llama3");
   tr_model_t m;
   build(&m, &c, 3);
   int32_t prompt[3] = {'t', 'h', 'e'};
@@ -1121,7 +1045,7 @@ END_TEST
 int main(void) {
   Suite* s = suite_create("trainer");
   TCase* tc = tcase_create("formats");
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_checked_fixture(tc, setup, fx_tmpdir_remove);
   tcase_add_test(tc, test_lr_linear_warmup);
   tcase_add_test(tc, test_lr_shapes);
   tcase_add_test(tc, test_crc32c_vectors);
@@ -1135,7 +1059,7 @@ int main(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("training");
   tcase_set_timeout(tc, 60);
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_checked_fixture(tc, setup, fx_tmpdir_remove);
   tcase_add_test(tc, test_loss_falls);
   tcase_add_test(tc, test_grad_accumulation);
   tcase_add_test(tc, test_bit_reproducible);

@@ -25,7 +25,7 @@
 #include "trainrun/data.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
-#include "trainer/internal.h"
+#include "core/internal.h"
 
 /* ---- segments and datasets ---- */
 

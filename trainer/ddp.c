@@ -1,6 +1,7 @@
 /* trainer/ddp.c: data parallelism for the trainer -- bucketed gradient
- * all-reduce SUM and exact scalar sums over a process group
- * (trainrun/ddp.h). */
+ * all-reduce SUM, started from the model's post-backward hooks of the last
+ * micro-step as each bucket's gradients become final, and exact scalar
+ * sums over a process group (trainrun/ddp.h). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -8,29 +9,43 @@
 
 #include "trainrun/ddp.h"
 #include "trainrun/error.h"
+#include "trainrun/fault.h" /* --debug.fault */
 #include "trainrun/log.h"
 
 typedef struct {
   tr_tensor_t flat; /* 1-D, numel = the sum of its params' numel */
   int first, n;     /* order[first .. first+n) are its params */
+  int ready_block;  /* its grads are final after this block's backward */
 } ddp_bucket_t;
 
 struct tr_ddp {
   tr_pg_t* pg;
   int64_t bucket_bytes, train_timeout_ms;
+  int overlap;
   int rank, size;
-  int nparams;  /* of the model the buckets were laid out for; 0: none */
+  const tr_model_t* hooked; /* the model setup_model hooked; NULL: none */
+  /* the buckets, laid out for one model */
+  const tr_model_t* laid; /* NULL: no layout */
+  int nparams;
   int* order;   /* parameter indices, reverse model order */
   int64_t* off; /* each param's first element in its bucket's flat */
   ddp_bucket_t* buckets;
-  tr_pg_work_t** works;
+  tr_pg_work_t** works; /* in flight: non-NULL */
   int nbuckets;
-  int64_t reduces, syncs;
+  /* the optimizer step in progress */
+  int in_step;       /* pre_micro_step began it; post_backward ends it */
+  int64_t step;      /* its number, from 1 */
+  int armed;         /* last micro-step: the hooks issue ready buckets */
+  int next;          /* buckets [0, next) are issued this step */
+  int fault_checked; /* tr_fault_grad_sync was asked this step */
+  int faulted;       /* a debug fault took the collectives' place */
+  int64_t reduces, overlapped, syncs;
 };
 
 void tr_ddp_opts_init(tr_ddp_opts_t* opts) {
   memset(opts, 0, sizeof *opts);
   opts->bucket_bytes = 25LL << 20;
+  opts->overlap = 1;
 }
 
 int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
@@ -43,13 +58,29 @@ int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
   d->pg = opts->pg;
   d->bucket_bytes = opts->bucket_bytes;
   d->train_timeout_ms = opts->train_timeout_ms;
+  d->overlap = opts->overlap != 0;
   d->rank = tr_pg_rank(opts->pg);
   d->size = tr_pg_size(opts->pg);
   *out = d;
   return 0;
 }
 
+/* Wait for every all-reduce still in flight (a step that failed between
+ * issuing and post_backward) and drop the handles; the first error. */
+static int drain(tr_ddp_t* d) {
+  int rc = 0;
+  for (int b = 0; b < d->nbuckets; b++) {
+    if (!d->works || !d->works[b]) continue;
+    int wrc = tr_pg_work_wait(d->works[b], 0);
+    if (rc == 0) rc = wrc;
+    tr_pg_work_free(d->works[b]);
+    d->works[b] = NULL;
+  }
+  return rc;
+}
+
 static void drop_buckets(tr_ddp_t* d) {
+  drain(d);
   for (int b = 0; b < d->nbuckets; b++) tr_tensor_release(&d->buckets[b].flat);
   free(d->buckets);
   free(d->works);
@@ -61,6 +92,7 @@ static void drop_buckets(tr_ddp_t* d) {
   d->off = NULL;
   d->nbuckets = 0;
   d->nparams = 0;
+  d->laid = NULL;
 }
 
 void tr_ddp_free(tr_ddp_t* d) {
@@ -71,6 +103,7 @@ void tr_ddp_free(tr_ddp_t* d) {
 
 int tr_ddp_nbuckets(const tr_ddp_t* d) { return d->nbuckets; }
 int64_t tr_ddp_reduces(const tr_ddp_t* d) { return d->reduces; }
+int64_t tr_ddp_overlapped(const tr_ddp_t* d) { return d->overlapped; }
 
 static int same_kind(const tr_tensor_t* a, const tr_tensor_t* b) {
   return a->dtype == b->dtype && a->device.type == b->device.type &&
@@ -79,17 +112,28 @@ static int same_kind(const tr_tensor_t* a, const tr_tensor_t* b) {
 
 /* Reverse parameter order, a new bucket when the next grad would pass
  * bucket_bytes (a bucket holds at least one) or differs in dtype or
- * device. */
+ * device. A parameter's grad is final after the backward of the first
+ * block that uses it (backward runs the blocks last to first; a tied table
+ * is used by the embedding and the head); a bucket's, after the smallest
+ * such block of its parameters. */
 static int layout(tr_ddp_t* d, const tr_model_t* m) {
   int n = m->n_params;
+  int* final_block = malloc((size_t)(n > 0 ? n : 1) * sizeof *final_block);
   d->order = malloc((size_t)(n > 0 ? n : 1) * sizeof *d->order);
   d->off = malloc((size_t)(n > 0 ? n : 1) * sizeof *d->off);
   d->buckets = calloc((size_t)(n > 0 ? n : 1), sizeof *d->buckets);
-  if (!d->order || !d->off || !d->buckets) goto out_nomem;
+  if (!final_block || !d->order || !d->off || !d->buckets) goto out_nomem;
+  for (int i = 0; i < n; i++) final_block[i] = m->params[i].block;
+  for (int b = 0; b < m->n_blocks; b++)
+    for (int j = 0; j < m->blocks[b].n_params; j++) {
+      int p = m->blocks[b].params[j];
+      if (p >= 0 && p < n && b < final_block[p]) final_block[p] = b;
+    }
   for (int i = 0; i < n; i++) d->order[i] = n - 1 - i;
   int64_t used = 0;
   for (int i = 0; i < n; i++) {
-    const tr_tensor_t* g = &m->params[d->order[i]].grad;
+    int p = d->order[i];
+    const tr_tensor_t* g = &m->params[p].grad;
     int64_t bytes = (int64_t)tr_tensor_nbytes(g);
     ddp_bucket_t* cur = d->nbuckets ? &d->buckets[d->nbuckets - 1] : NULL;
     const tr_tensor_t* prev =
@@ -97,12 +141,16 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
     if (!cur || used + bytes > d->bucket_bytes || !same_kind(prev, g)) {
       cur = &d->buckets[d->nbuckets++];
       cur->first = i;
+      cur->ready_block = final_block[p];
       used = 0;
     }
+    if (final_block[p] < cur->ready_block) cur->ready_block = final_block[p];
     d->off[i] = used / (int64_t)tr_dtype_size(g->dtype);
     cur->n++;
     used += bytes;
   }
+  free(final_block);
+  final_block = NULL;
   for (int b = 0; b < d->nbuckets; b++) {
     ddp_bucket_t* k = &d->buckets[b];
     int last = k->first + k->n - 1;
@@ -118,13 +166,22 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
       calloc((size_t)(d->nbuckets > 0 ? d->nbuckets : 1), sizeof *d->works);
   if (!d->works) goto out_nomem;
   d->nparams = n;
-  TR_LOG_INFO(TRAIN, "ddp: %d gradients in %d bucket%s of up to %lld bytes", n,
-              d->nbuckets, d->nbuckets == 1 ? "" : "s",
-              (long long)d->bucket_bytes);
+  d->laid = m;
+  TR_LOG_INFO(TRAIN, "ddp: %d gradients in %d bucket%s of up to %lld bytes%s",
+              n, d->nbuckets, d->nbuckets == 1 ? "" : "s",
+              (long long)d->bucket_bytes,
+              d->overlap ? ", all-reduced during backward" : "");
   return 0;
 out_nomem:
+  free(final_block);
   drop_buckets(d);
   return TR_ENOMEM;
+}
+
+static int ensure_layout(tr_ddp_t* d, const tr_model_t* m) {
+  if (d->laid == m && d->nparams == m->n_params) return 0;
+  drop_buckets(d);
+  return layout(d, m);
 }
 
 /* Copy each grad of bucket b into its flat (in = 1) or back (in = 0). */
@@ -143,23 +200,93 @@ static int bucket_copy(tr_ddp_t* d, const tr_model_t* m, int b, int in) {
   return rc;
 }
 
+/* Start the next step's bookkeeping (buckets laid out for m). */
+static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step) {
+  int rc = drain(d); /* a failed step's leftovers */
+  if (rc < 0)
+    TR_LOG_WARN(TRAIN, "ddp: an all-reduce of a failed step ended with %s",
+                tr_err_name(rc));
+  TR_CHECK(ensure_layout(d, m));
+  d->in_step = 1;
+  d->step = step;
+  d->armed = 0;
+  d->next = 0;
+  d->fault_checked = 0;
+  d->faulted = 0;
+  return 0;
+}
+
+/* Issue, in bucket order, the buckets whose grads are final once block
+ * `block` has finished its backward (block < 0: all that are left). Every
+ * rank issues the same buckets in the same order. */
+static int issue_ready(tr_ddp_t* d, const tr_model_t* m, int block) {
+  if (!d->fault_checked) {
+    /* --debug.fault skip_collective / mismatch take the collectives'
+     * place: asked once, before the step's first all-reduce */
+    d->fault_checked = 1;
+    int frc = tr_fault_grad_sync(
+        d->pg, d->nbuckets ? &d->buckets[0].flat : NULL, d->step);
+    if (frc < 0) return frc;
+    d->faulted = frc > 0;
+  }
+  if (d->faulted) return 0;
+  while (d->next < d->nbuckets &&
+         (block < 0 || d->buckets[d->next].ready_block >= block)) {
+    int b = d->next;
+    TR_CHECK(bucket_copy(d, m, b, 1));
+    TR_CHECK(
+        tr_pg_all_reduce(d->pg, &d->buckets[b].flat, TR_PG_SUM, &d->works[b]));
+    d->reduces++;
+    d->next++;
+  }
+  return 0;
+}
+
+/* The model's post-backward hook: during the last micro-step's backward,
+ * start the buckets that block `block` made final. */
+static int block_done(void* arg, struct tr_model* m, int block,
+                      struct tr_model_mb* mb) {
+  (void)mb;
+  tr_ddp_t* d = arg;
+  if (!d->armed || d->laid != m) return 0;
+  int before = d->next;
+  int rc = issue_ready(d, m, block);
+  d->overlapped += d->next - before;
+  if (rc < 0) d->armed = 0;
+  return rc;
+}
+
+/* A new model (a trainer being set up): lay the buckets out again at its
+ * first step, and hook its backward. */
+static int setup_model(void* arg, tr_model_t* m) {
+  tr_ddp_t* d = arg;
+  drop_buckets(d);
+  d->in_step = 0;
+  d->hooked = NULL;
+  if (!d->overlap) return 0;
+  TR_CHECK(tr_model_add_hook(m, TR_HOOK_POST_BACKWARD, block_done, d));
+  d->hooked = m;
+  return 0;
+}
+
+static int pre_micro_step(void* arg, struct tr_trainer* t, int64_t micro,
+                          int64_t n_micro) {
+  tr_ddp_t* d = arg;
+  if (micro == 0) TR_CHECK(begin_step(d, &t->model, t->step + 1));
+  d->armed = d->overlap && d->hooked == &t->model && micro == n_micro - 1;
+  return 0;
+}
+
 static int post_backward(void* arg, struct tr_trainer* t) {
   tr_ddp_t* d = arg;
   const tr_model_t* m = &t->model;
-  if (d->nparams != m->n_params) {
-    drop_buckets(d);
-    TR_CHECK(layout(d, m));
-  }
-  int rc = 0, issued = 0;
-  for (int b = 0; b < d->nbuckets && rc == 0; b++) {
-    rc = bucket_copy(d, m, b, 1);
-    if (rc == 0)
-      rc =
-          tr_pg_all_reduce(d->pg, &d->buckets[b].flat, TR_PG_SUM, &d->works[b]);
-    if (rc == 0) issued++;
-  }
-  d->reduces += issued;
-  for (int b = 0; b < issued; b++) {
+  d->armed = 0;
+  if (!d->in_step || d->laid != m) TR_CHECK(begin_step(d, m, t->step + 1));
+  d->in_step = 0;
+  int rc = issue_ready(d, m, -1);
+  if (d->faulted) return rc;
+  for (int b = 0; b < d->nbuckets; b++) {
+    if (!d->works[b]) continue;
     int wrc = tr_pg_work_wait(d->works[b], 0);
     if (wrc < 0) {
       const char* msg = tr_pg_work_error(d->works[b]);
@@ -206,6 +333,8 @@ void tr_ddp_dist(tr_ddp_t* d, tr_trainer_dist_t* dist) {
   memset(dist, 0, sizeof *dist);
   dist->dp_rank = d->rank;
   dist->dp_size = d->size;
+  dist->setup_model = setup_model;
+  dist->pre_micro_step = pre_micro_step;
   dist->post_backward = post_backward;
   dist->all_reduce_sum = all_reduce_sum;
   dist->grads_sharded = 0;

@@ -2,36 +2,45 @@
 # tokenizer, loader, `data prepare`), LR schedule, AdamW steps, metrics
 # (console, JSONL, TensorBoard), safetensors weights, eval and sampling.
 libtrainrun_la_SOURCES += \
-	trainer/errmsg.c \
-	trainer/fsutil.c \
 	trainer/data.c \
 	trainer/prepare.c \
 	trainer/lr.c \
 	trainer/tensorboard.c \
 	trainer/metrics.c \
-	trainer/safetensors.c \
 	trainer/train.c \
-	trainer/ddp.c
-noinst_HEADERS += trainer/internal.h
+	trainer/checkpointing.c \
+	trainer/ddp.c \
+	trainer/fault.c \
+	trainer/heartbeat.c
 trainruninclude_HEADERS += \
-	include/trainrun/errmsg.h \
 	include/trainrun/data.h \
 	include/trainrun/metrics.h \
-	include/trainrun/safetensors.h \
 	include/trainrun/trainer.h \
-	include/trainrun/ddp.h
+	include/trainrun/ddp.h \
+	include/trainrun/fault.h \
+	include/trainrun/heartbeat.h
 
+# tests/fixtures.[ch]: helpers the trainer layer's suites share.
+noinst_HEADERS += tests/fixtures.h
 check_PROGRAMS += tests/check_data
 TESTS += tests/check_data
-tests_check_data_SOURCES = tests/check_data.c
+tests_check_data_SOURCES = tests/check_data.c tests/fixtures.c
 tests_check_data_CFLAGS = $(TEST_CFLAGS)
 tests_check_data_LDADD = $(TEST_LIBS)
 
 check_PROGRAMS += tests/check_trainer
 TESTS += tests/check_trainer
-tests_check_trainer_SOURCES = tests/check_trainer.c
+tests_check_trainer_SOURCES = tests/check_trainer.c tests/fixtures.c
 tests_check_trainer_CFLAGS = $(TEST_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_trainer_LDADD = $(TEST_LIBS) $(JANSSON_LIBS) -lm
+
+# Data parallel on forked ranks over Gloo (the pg suite's harness).
+check_PROGRAMS += tests/check_ddp
+TESTS += tests/check_ddp
+tests_check_ddp_SOURCES = tests/check_ddp.c tests/fixtures.c \
+	$(PG_TEST_SOURCES)
+tests_check_ddp_CFLAGS = $(TEST_CFLAGS)
+tests_check_ddp_LDADD = $(TEST_LIBS) -lm
 
 # `trainrun data prepare`, `eval`, `sample`: exit codes and messages.
 TESTS += tests/cli_trainer.test

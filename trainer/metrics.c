@@ -12,7 +12,7 @@
 
 #include "trainrun/error.h"
 #include "trainrun/metrics.h"
-#include "trainer/internal.h"
+#include "core/internal.h"
 
 /* ---- peaks ---- */
 
@@ -256,6 +256,25 @@ int tr_metrics_log_val(tr_metrics_logger_t* l, int64_t step,
   if (l->tb) {
     const char* tag = "validation_metrics/loss";
     TR_CHECK(tr_tb_scalars(l->tb, step, 0, 1, &tag, &loss, err));
+    TR_CHECK(tr_tb_flush(l->tb, err));
+  }
+  return 0;
+}
+
+int tr_metrics_log_ckpt(tr_metrics_logger_t* l, int64_t step, double stall_s,
+                        double write_s, int64_t bytes, tr_errmsg_t* err) {
+  if (!l) return 0;
+  if (l->jsonl) {
+    fprintf(l->jsonl, "{\"step\":%" PRId64 ",", step);
+    json_num(l->jsonl, "checkpoint_stall_s", stall_s, 0);
+    json_num(l->jsonl, "checkpoint_write_s", write_s, 0);
+    fprintf(l->jsonl, "\"checkpoint_bytes\":%" PRId64, bytes);
+    TR_CHECK(jsonl_done(l, err));
+  }
+  if (l->tb) {
+    const char* tags[2] = {"checkpoint/stall_s", "checkpoint/write_s"};
+    double vals[2] = {stall_s, write_s};
+    TR_CHECK(tr_tb_scalars(l->tb, step, 0, 2, tags, vals, err));
     TR_CHECK(tr_tb_flush(l->tb, err));
   }
   return 0;

@@ -15,7 +15,7 @@
 
 #include "trainrun/data.h"
 #include "trainrun/error.h"
-#include "trainer/internal.h"
+#include "core/internal.h"
 
 /* A shard being written: header placeholder, tokens, header at commit. */
 typedef struct {

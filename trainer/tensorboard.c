@@ -1,4 +1,4 @@
-/* trainer/tensorboard.c: CRC-32C, TFRecord framing and hand-encoded Event
+/* trainer/tensorboard.c: TFRecord framing (CRC-32C from core) and hand-encoded Event
  * protobufs — TensorBoard event files without TensorFlow
  * (trainrun/metrics.h). */
 #include "config.h"
@@ -11,36 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "trainrun/crc32c.h"
 #include "trainrun/error.h"
 #include "trainrun/metrics.h"
-#include "trainer/internal.h"
-
-/* ---- CRC-32C: reflected polynomial 0x82f63b78, table driven ---- */
-
-static uint32_t crc_table[256];
-static int crc_ready;
-
-static void crc_init(void) {
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-    crc_table[i] = c;
-  }
-  __atomic_store_n(&crc_ready, 1, __ATOMIC_RELEASE);
-}
-
-uint32_t tr_crc32c(uint32_t crc, const void* data, size_t n) {
-  if (!__atomic_load_n(&crc_ready, __ATOMIC_ACQUIRE)) crc_init();
-  const uint8_t* p = data;
-  crc = ~crc;
-  for (size_t i = 0; i < n; i++)
-    crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
-uint32_t tr_crc32c_mask(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+#include "core/internal.h"
 
 /* ---- protobuf encoding ---- */
 

@@ -14,12 +14,15 @@
 #include <unistd.h>
 
 #include "trainrun/error.h"
-#include "trainrun/kernels.h" /* AdamW, norms */
+#include "trainrun/fault.h"     /* --debug.fault */
+#include "trainrun/heartbeat.h" /* beats to the node daemon */
+#include "trainrun/kernels.h"   /* AdamW, norms */
 #include "trainrun/log.h"
 #include "trainrun/metrics.h"     /* the metric line and files */
+#include "trainrun/param.h"       /* RANK, restart count (faults) */
 #include "trainrun/safetensors.h" /* the final weights */
 #include "trainrun/trainer.h"
-#include "trainer/internal.h"
+#include "core/internal.h"
 
 /* ---- building a run ---- */
 
@@ -168,6 +171,8 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
     return tr_errmsg_set(err, rc, "cannot build the model: %s",
                          msg[0] ? msg : tr_strerror(rc));
   }
+  if (t->dist.setup_model) /* FSDP: shard layouts and hooks */
+    TR_CHECK_GOTO(t->dist.setup_model(t->dist.arg, &t->model), rc, out_fail);
   TR_CHECK_GOTO(tr_model_alloc(&t->model, TR_DEVICE_CPU), rc, out_fail);
   TR_CHECK_GOTO(tr_model_init_weights(&t->model, t->seed), rc, out_fail);
   t->flops_per_token = tr_model_flops_per_token(&mc, (int)t->T);
@@ -252,6 +257,7 @@ out_release:
 }
 
 void tr_trainer_release(tr_trainer_t* t) {
+  tr__trainer_checkpoint_release(t); /* joins a background write first */
   if (t->adam_m || t->adam_v)
     for (int i = 0; i < t->model.n_params; i++) {
       if (t->adam_m) tr_tensor_release(&t->adam_m[i]);
@@ -302,12 +308,19 @@ static int optimizer_step(tr_trainer_t* t, double lr, double clip) {
 
 int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   double t0 = tr__now();
+  tr_fault_step(t->step + 1); /* kill, exit, slow */
   tr_model_t* m = &t->model;
   int rc = tr_model_zero_grad(m);
   if (rc < 0) return tr_errmsg_set(err, rc, "zero_grad: %s", tr_strerror(rc));
   double sums[2] = {0, 0}; /* loss sum, valid targets */
   float scale = (float)(1.0 / ((double)t->G * (double)t->T));
   for (int64_t a = 0; a < t->grad_accum; a++) {
+    if (t->dist.pre_micro_step) { /* DDP: arm the overlapped all-reduce */
+      rc = t->dist.pre_micro_step(t->dist.arg, t, a, t->grad_accum);
+      if (rc < 0)
+        return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient sync: %s",
+                             t->step + 1, tr_strerror(rc));
+    }
     TR_CHECK(tr_loader_next(&t->train, t->B, t->dist.dp_rank, t->dist.dp_size,
                             t->inputs, t->targets, err));
     tr_model_mb_t mb;
@@ -325,7 +338,9 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
       return tr_errmsg_set(err, rc, "step %" PRId64 ": forward/backward: %s",
                            t->step + 1, tr_strerror(rc));
   }
+  tr_fault_before_sync(t->step + 1); /* hang */
   if (t->dist.post_backward) {
+    tr_heartbeat_phase("sync"); /* waiting for the peers from here */
     rc = t->dist.post_backward(t->dist.arg, t);
     if (rc < 0)
       return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient sync: %s",
@@ -335,12 +350,17 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   double sq = 0;
   for (int i = 0; i < m->n_params && rc == 0; i++)
     rc = tr_kern_sum_squares(&m->params[i].grad, &sq);
-  if (rc == 0 && t->dist.all_reduce_sum) {
-    double v[3] = {sums[0], sums[1], sq};
-    rc = t->dist.all_reduce_sum(t->dist.arg, v, t->dist.grads_sharded ? 3 : 2);
+  /* FSDP: --debug.fault skip_collective / mismatch act on this one */
+  int fs = t->dist.grads_sharded ? tr_fault_sharded_sync(t->step + 1)
+                                 : TR_FAULT_SYNC_NONE;
+  if (rc == 0 && t->dist.all_reduce_sum && fs != TR_FAULT_SYNC_SKIP) {
+    double v[4] = {sums[0], sums[1], sq, 0};
+    int nv = t->dist.grads_sharded ? 3 : 2;
+    rc = t->dist.all_reduce_sum(t->dist.arg, v,
+                                fs == TR_FAULT_SYNC_MISMATCH ? nv + 1 : nv);
     sums[0] = v[0];
     sums[1] = v[1];
-    if (t->dist.grads_sharded) sq = v[2];
+    if (t->dist.grads_sharded) sq = v[2] / t->dist.grads_sharded;
   }
   if (rc < 0)
     return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient norm: %s",
@@ -557,8 +577,15 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
                   ? NULL
                   : (t.opts.console ? t.opts.console : stdout);
   tr_metrics_logger_t* ml = NULL;
-  int rc = open_metrics(&t, con, &ml, err);
+  int rc =
+      tr_fault_arm((const char* const*)cfg->debug.fault.v,
+                   (int)cfg->debug.fault.n, (int)tr_param_int(TR_PARAM_RANK),
+                   (int)tr_param_int(TR_PARAM_RESTART_COUNT), err);
+  if (rc == 0) rc = open_metrics(&t, con, &ml, err);
+  if (rc == 0) rc = tr_trainer_checkpoint_start(&t, con, ml, err);
   if (rc < 0) goto out;
+  tr_heartbeat_set_total(cfg->training.steps);
+  tr_heartbeat_beat("init", t.step, NAN, 0);
 
   if (con) {
     char ms[160];
@@ -589,6 +616,8 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
     tr_step_stats_t st;
     rc = tr_trainer_step(&t, &st, err);
     if (rc < 0) break;
+    tr_heartbeat_beat("step", st.step, st.loss,
+                      st.seconds > 0 ? (double)st.tokens / st.seconds : 0);
     tokens += st.tokens;
     int stopping = stop_signal != 0;
     if (t.dist.dp_size > 1 && t.dist.all_reduce_sum) {
@@ -640,6 +669,8 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
       if (rc < 0) break;
       last += tr__now() - v0; /* keep validation out of tok/s */
     }
+    rc = tr_trainer_checkpoint_step(&t, st.step == steps || stopping, err);
+    if (rc < 0) break;
     if (stopping) {
       if (con)
         fprintf(con, "stopping after step %" PRId64 " (%s)\n", st.step,
@@ -652,6 +683,12 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
+  if (rc == 0) rc = tr_trainer_checkpoint_finish(&t, err);
+  if (rc == 0 && t.dist.gather_model) {
+    rc = t.dist.gather_model(t.dist.arg, &t.model);
+    if (rc < 0)
+      tr_errmsg_set(err, rc, "gathering the weights: %s", tr_strerror(rc));
+  }
   if (rc == 0 && t.dist.dp_rank == 0) rc = write_weights(&t, con, err);
 out:
   tr_metrics_close(ml);

@@ -21,7 +21,7 @@
  * Typical use (the launcher's):
  *
  *   tr_config_t cfg;
- *   tr_config_error_t err;
+ *   tr_errmsg_t err;
  *   if (tr_config_load(&cfg, "job.toml", argc, argv, &err) < 0 ||
  *       tr_config_resolve(&cfg, world_size, &err) < 0) {
  *     fprintf(stderr, "trainrun: %s\n", err.message);
@@ -32,8 +32,9 @@
  *   tr_config_release(&cfg);
  *
  * Errors: every function that checks input returns TR_ECONFIG (or TR_ENOMEM,
- * or a negated errno when the file cannot be read) and fills a
- * tr_config_error_t whose message names where the bad value came from:
+ * or a negated errno when the file cannot be read) and, when given one,
+ * fills a tr_errmsg_t (trainrun/errmsg.h: the code and a message, no
+ * newline) whose message names where the bad value came from:
  *
  *   job.toml:12:9: training.steps: expected an integer, got a string
  *   job.toml:4:1: unknown key 'stpes' in [training]; did you mean 'steps'?
@@ -54,6 +55,7 @@
 #include <stdio.h>
 
 #include "trainrun/config_schema.h"
+#include "trainrun/errmsg.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -154,10 +156,9 @@ typedef struct {
   size_t tr__nfiles;
 } tr_config_t;
 
-typedef struct {
-  int line, col;     /* of the offending TOML value or key; 0 otherwise */
-  char message[512]; /* "job.toml:3:9: training.steps: ...", no newline */
-} tr_config_error_t;
+/* The config functions' error type before they took a tr_errmsg_t; an
+ * alias for code written against the old name, to be dropped. */
+typedef tr_errmsg_t tr_config_error_t;
 
 /* ---- the schema, for tools (help text, man page, tests) ---- */
 
@@ -200,19 +201,18 @@ void tr_config_release(tr_config_t* cfg);
  * and keys, wrong types, out-of-range values and unknown enum values are
  * errors. On error cfg holds a mix of old and new values: release it. */
 int tr_config_merge_toml(tr_config_t* cfg, const char* name, const char* text,
-                         size_t len, tr_config_error_t* err);
+                         size_t len, tr_errmsg_t* err);
 
 /* Read path and merge it as above. A file that cannot be read gives the
  * negated errno and "cannot read 'path': <reason>". */
-int tr_config_merge_file(tr_config_t* cfg, const char* path,
-                         tr_config_error_t* err);
+int tr_config_merge_file(tr_config_t* cfg, const char* path, tr_errmsg_t* err);
 
 /* Set one key from command-line text, as `--name value` does. name is
  * "section.key" (dashes accepted for underscores); value is parsed for the
  * key's type (bool: true/false; OPT_*: "none" unsets; LIST: comma list).
  * Errors name the flag: "--training.steps: expected an integer, got 'ten'". */
 int tr_config_set(tr_config_t* cfg, const char* name, const char* value,
-                  tr_config_error_t* err);
+                  tr_errmsg_t* err);
 
 /* Apply command-line overrides argv[0..argc) in order. Forms:
  *   --section.key value     --section.key=value
@@ -221,7 +221,7 @@ int tr_config_set(tr_config_t* cfg, const char* name, const char* value,
  * Dashes and underscores are interchangeable in names. Every argument must
  * be an override (split the command line with tr_config_arg_span). */
 int tr_config_apply_args(tr_config_t* cfg, int argc, char* const* argv,
-                         tr_config_error_t* err);
+                         tr_errmsg_t* err);
 
 /* How many arguments starting at argv[i] form one config override: 0 when
  * argv[i] is not one (it does not start with "--" or its name before any
@@ -236,7 +236,7 @@ int tr_config_arg_span(int argc, char* const* argv, int i);
  * an error); job.config_file is set to the file loaded. Initialises cfg
  * even on error (release it either way). */
 int tr_config_load(tr_config_t* cfg, const char* path, int argc,
-                   char* const* argv, tr_config_error_t* err);
+                   char* const* argv, tr_errmsg_t* err);
 
 /* Cross-field checks for a world of world_size ranks, and the values they
  * imply:
@@ -253,8 +253,7 @@ int tr_config_load(tr_config_t* cfg, const char* path, int argc,
  * Fills cfg->derived. Messages name where the first key involved came from
  * (file:line:col or --flag). Calling it again with the same world size
  * succeeds. */
-int tr_config_resolve(tr_config_t* cfg, int64_t world_size,
-                      tr_config_error_t* err);
+int tr_config_resolve(tr_config_t* cfg, int64_t world_size, tr_errmsg_t* err);
 
 /* ---- reading a config ---- */
 

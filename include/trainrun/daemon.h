@@ -110,6 +110,14 @@ typedef struct {
   tr_daemon_std_t tee;        /* --tee: console and file */
   int* ranks_filter;          /* --local-ranks-filter; NULL: every rank */
   int nranks_filter;
+  /* --worker-timeout seconds: a worker that heartbeat once
+   * (trainrun/heartbeat.h) and then not for this long fails the round
+   * like a crash; 0: off. Default 300. */
+  double worker_timeout;
+  /* --metrics-port: serve `trainrun status`'s figures in Prometheus text
+   * format over HTTP on every interface at this port (0: a free one,
+   * printed); -1 (default): none. */
+  int metrics_port;
   char* role;       /* --role; default "default" */
   const char* prog; /* message prefix: "trainrun" (default) */
   /* Where the node flags came from when not from flags: "slurm",
@@ -129,7 +137,8 @@ void tr_daemon_opts_release(tr_daemon_opts_t* o);
  * --nnodes, --nproc-per-node, --node-rank, --rdzv-endpoint, --rdzv-id,
  * --rdzv-backend (c10d or static), --rdzv-conf, --standalone,
  * --max-restarts, --monitor-interval, --local-ranks-filter, --tee,
- * --log-dir, --redirects, --role, --master-addr, --master-port; both
+ * --log-dir, --redirects, --role, --master-addr, --master-port, and
+ * trainrun's --worker-timeout and --metrics-port; both
  * `--flag value` and `--flag=value`, dashes or underscores. Returns the
  * number of arguments used (1 or 2), 0 when argv[i] is not one of these
  * flags, or TR_EINVAL with a message naming the flag ("--nnodes: expected
@@ -226,6 +235,10 @@ int tr_daemon_status_dir(char* out, size_t cap);
  * line) to out. *found (may be NULL) receives the number of daemons that
  * answered; sockets of daemons that are gone are removed. */
 int tr_daemon_status_print(FILE* out, int* found);
+
+/* The same with a request line ("status\n", "fr dump\n", "fr tail N\n":
+ * the flight recorder, daemon/fr.c): every daemon's answer to out. */
+int tr_daemon_request(const char* req, FILE* out, int* found);
 
 #ifdef __cplusplus
 }

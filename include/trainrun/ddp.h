@@ -17,12 +17,21 @@
  *     rc = tr_train(&cfg, &to, &stopped, &err);
  *     tr_ddp_free(ddp);
  *
- * Gradients: after the last micro-step's backward, the parameters' grads
- * are copied, in reverse parameter order (the order backward finishes
- * them), into flat buckets of about bucket_bytes (one dtype and device per
- * bucket), every bucket's all-reduce SUM is issued at once (async), and
- * each is copied back once it completes. The trainer scales the loss by the
- * global token count, so the sum is the gradient of the global mean loss.
+ * Gradients: the parameters are grouped, in reverse parameter order (the
+ * order backward finishes them, as PyTorch's DDP does), into flat buckets
+ * of about bucket_bytes (one dtype and device per bucket). During the
+ * backward of the last micro-step of a step, the model's post-backward
+ * hook (installed by the trainer's setup_model seam) copies each bucket's
+ * grads into its flat buffer and issues its all-reduce SUM (async) as
+ * soon as the backward has passed the first block using each of its
+ * parameters (for a tied table: the embedding), so communication overlaps
+ * the rest of the backward; buckets are issued in bucket order on every
+ * rank. The trainer's post_backward issues any left, waits for all, and
+ * copies the sums back before the optimizer. Earlier micro-steps only
+ * accumulate locally. The trainer scales the loss by the global token
+ * count, so the sum is the gradient of the global mean loss. The buckets
+ * and their summation are the same with or without overlap (opts.overlap),
+ * so both give the same bits.
  *
  * Scalars (loss sums, token counts): every rank's values are gathered and
  * summed in rank order in double precision, so every rank gets the same
@@ -50,13 +59,15 @@ typedef struct {
   int64_t bucket_bytes;     /* target bucket size; default 25 MiB */
   int64_t train_timeout_ms; /* > 0: the group's timeout after the first
                                sync; 0 keeps it */
+  int overlap; /* 1 (default): all-reduce from the backward hooks; 0: all
+                  after the backward, in post_backward */
 } tr_ddp_opts_t;
 
-/* Fill opts with the defaults (pg NULL). */
+/* Fill opts with the defaults (pg NULL, overlap 1). */
 void tr_ddp_opts_init(tr_ddp_opts_t* opts);
 
 /* A data-parallel layer over opts->pg (which must outlive it). Buckets are
- * laid out on the first sync, from the model the trainer passes.
+ * laid out at the first step, from the model the trainer passes.
  * TR_EINVAL without a group or with bucket_bytes < 1; TR_ENOMEM. *out is
  * freed with tr_ddp_free. */
 int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out);
@@ -64,12 +75,15 @@ int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out);
 /* Fill *dist with the rank, size and the hooks of d (arg = d). */
 void tr_ddp_dist(tr_ddp_t* d, tr_trainer_dist_t* dist);
 
-/* Number of buckets and the all-reduces issued so far (0 before the first
- * sync). */
+/* Number of buckets (0 before the first step), the bucket all-reduces
+ * issued so far, and how many of those were issued from the backward hooks
+ * (before the trainer's post_backward). */
 int tr_ddp_nbuckets(const tr_ddp_t* d);
 int64_t tr_ddp_reduces(const tr_ddp_t* d);
+int64_t tr_ddp_overlapped(const tr_ddp_t* d);
 
-/* Free the buckets and d. NULL is a no-op. */
+/* Wait for any all-reduce in flight, free the buckets and d. Free the
+ * trainer (its model holds d's hook) first. NULL is a no-op. */
 void tr_ddp_free(tr_ddp_t* d);
 
 #ifdef __cplusplus

@@ -37,15 +37,6 @@
 extern "C" {
 #endif
 
-/* ---- CRC-32C (Castagnoli) ---- */
-
-/* CRC-32C of data continuing from crc (0 to start): tr_crc32c(0, "123456789",
- * 9) = 0xe3069283, and tr_crc32c(tr_crc32c(0, a, n), b, m) is the CRC of
- * a followed by b. */
-uint32_t tr_crc32c(uint32_t crc, const void* data, size_t n);
-/* TFRecord's mask: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
-uint32_t tr_crc32c_mask(uint32_t crc);
-
 /* ---- TensorBoard event files ---- */
 
 typedef struct tr_tb_writer tr_tb_writer_t;
@@ -119,6 +110,12 @@ int tr_metrics_log(tr_metrics_logger_t* l, const tr_metrics_t* m,
 int tr_metrics_log_val(tr_metrics_logger_t* l, int64_t step,
                        int64_t total_steps, double loss, int64_t ntokens,
                        tr_errmsg_t* err);
+/* Record a committed checkpoint (JSONL: checkpoint_stall_s,
+ * checkpoint_write_s, checkpoint_bytes; TensorBoard: checkpoint/stall_s,
+ * checkpoint/write_s): how long the save held training up and how long
+ * its write took. l may be NULL. */
+int tr_metrics_log_ckpt(tr_metrics_logger_t* l, int64_t step, double stall_s,
+                        double write_s, int64_t bytes, tr_errmsg_t* err);
 /* Flush and free (NULL is fine). */
 void tr_metrics_close(tr_metrics_logger_t* l);
 

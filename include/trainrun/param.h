@@ -62,6 +62,16 @@ typedef enum {
      "store")                                                                  \
   XX(PG_WATCHDOG_MS, "TRAINRUN_PG_WATCHDOG_MS", INT, "100", 10, 60000,         \
      "period of the process-group watchdog (op timeouts, error reports)")     \
+  XX(FR_SHM, "TRAINRUN_FR_SHM", STRING, "", 0, 0,                              \
+     "worker: the shared-memory name of its flight-recorder ring (set by "    \
+     "the daemon, which reads the ring)")                                      \
+  XX(FR_STACK, "TRAINRUN_FR_STACK", BOOL, "0", 0, 1,                           \
+     "flight recorder: keep the native stack (frames) of every collective")   \
+  XX(FR_TIMING, "TRAINRUN_FR_TIMING", BOOL, "1", 0, 1,                         \
+     "flight recorder: write duration_ms (start to completion) in dumps")     \
+  XX(FR_NCCL_NAMES, "TRAINRUN_FR_NCCL_NAMES", BOOL, "0", 0, 1,                 \
+     "flight recorder: dumps name every op nccl:<op> (gloo:all_reduce -> "    \
+     "nccl:all_reduce): torchfrtrace accepts only nccl: and xccl: names")     \
   XX(WORKER, "TRAINRUN_WORKER", BOOL, "0", 0, 1,                               \
      "set by the daemon in each worker: `trainrun JOB.toml` runs one rank "   \
      "of the world RANK and WORLD_SIZE describe")                              \
@@ -74,6 +84,8 @@ typedef enum {
   XX(RESTART_COUNT, "TRAINRUN_RESTART_COUNT", INT, "0", 0, 2147483647,        \
      "worker: the daemon's round (restarts so far); names its collective "   \
      "keys in the store")                                                      \
+  XX(HEARTBEAT_FD, "TRAINRUN_HEARTBEAT_FD", INT, "-1", -1, 1048576,            \
+     "worker: the daemon's heartbeat page (trainrun/heartbeat.h); -1: none")  \
   XX(STOP_TIMEOUT, "TRAINRUN_STOP_TIMEOUT", DOUBLE, "30", 0, 86400,            \
      "seconds the daemon waits after SIGTERM before it kills a worker it "    \
      "stops because another failed")                                           \

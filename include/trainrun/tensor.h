@@ -90,7 +90,8 @@ int tr_cuda_device_count(void);
 typedef enum {
   TR_MEM_HOST = 0,   /* ordinary host memory, TRAINRUN_HOST_ALLOC_ALIGN-aligned */
   TR_MEM_PINNED = 1, /* page-locked host memory (cudaHostAlloc); plain
-                        page-aligned host memory in builds without CUDA */
+                        page-aligned host memory in builds without CUDA or
+                        on machines without a CUDA device */
   TR_MEM_DEVICE = 2  /* CUDA device memory */
 } tr_mem_kind_t;
 

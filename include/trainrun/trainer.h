@@ -112,9 +112,23 @@ typedef struct {
   /* Sum n doubles over the data-parallel ranks, in place (loss sums, token
    * counts; the squared grad norm when grads_sharded). */
   int (*all_reduce_sum)(void* arg, double* vals, int n);
-  /* 1 when each rank holds only a shard of every gradient (FSDP), so the
-   * squared norm is summed over ranks. */
+  /* k >= 1 when each rank holds only a shard of every gradient (FSDP)
+   * and each shard is held by k ranks (HSDP replicas; 1 for FSDP): the
+   * squared norm is summed over ranks and divided by k. 0: whole grads. */
   int grads_sharded;
+  /* Called by tr_trainer_init after the model's table is built, before its
+   * memory is allocated: set parameter layouts (shards) and install block
+   * hooks. NULL: nothing. */
+  int (*setup_model)(void* arg, tr_model_t* m);
+  /* Called on every rank before rank 0 writes the final weights: make
+   * every parameter whole (FSDP all-gathers). NULL: they are. */
+  int (*gather_model)(void* arg, tr_model_t* m);
+  /* Called before each micro-step's forward, micro = 0 .. n_micro - 1 of
+   * this optimizer step. The backward of the last one makes the grads
+   * final: DDP's post-backward hooks then start each bucket's all-reduce
+   * as soon as its grads are final. NULL: nothing. */
+  int (*pre_micro_step)(void* arg, struct tr_trainer* t, int64_t micro,
+                        int64_t n_micro);
   void* arg;
 } tr_trainer_dist_t;
 
@@ -166,6 +180,7 @@ typedef struct tr_trainer {
   int32_t* inputs; /* [max(B*T, val_B*val_T)] */
   int32_t* targets;
   tr_trainer_opts_t opts;
+  struct tr__trainer_ckpt* ckpt; /* [checkpoint] state; NULL: disabled */
 } tr_trainer_t;
 
 /* Build everything a run needs from a resolved config: the model (seeded
@@ -186,8 +201,11 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err);
 int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
                         tr_errmsg_t* err);
 
-/* The whole run: steps until training.steps (or SIGINT/SIGTERM, which
- * finish the step in progress and end the run normally), the metric line
+/* The whole run: with [checkpoint] enable, first a resume from the latest
+ * complete checkpoint (tr_trainer_checkpoint_start); steps until
+ * training.steps (or SIGINT/SIGTERM, which finish the step in progress,
+ * save it when checkpointing, and end the run normally), checkpoints as
+ * [checkpoint] asks (tr_trainer_checkpoint_step), the metric line
  * every metrics.log_freq steps and after the last (console on data-parallel
  * rank 0; JSONL and TensorBoard per [metrics]), validation every
  * validation.freq steps when enabled, and at the end the weights as
@@ -196,6 +214,52 @@ int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
  * *stopped (may be NULL) is set to 1 when a signal ended the run early. */
 int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
              int* stopped, tr_errmsg_t* err);
+
+/* ---- checkpoints ([checkpoint]; trainer/checkpointing.c) ----
+ *
+ * A checkpoint of a run (trainrun/checkpoint.h) holds "model.<HF name>"
+ * for every parameter, "optimizer.state.<HF name>.exp_avg" and
+ * ".exp_avg_sq" (AdamW moments, chunked like their parameter), and a
+ * train state: step, tokens seen, the data loader's next global sample
+ * (and seed, seq_len, token count), the seed, the LR schedule, the batch
+ * layout. Resuming restores all of it, so steps after it repeat bit for
+ * bit on the CPU; another data-parallel degree (same global batch)
+ * continues the same sample stream. */
+
+/* Called by tr_train after tr_trainer_init when checkpoint.enable: make the
+ * saver (unless load_only) and resume from checkpoint.load_step, else the
+ * latest complete step of <dump_folder>/<checkpoint.folder>, else
+ * initial_load_path (the model alone when initial_load_model_only; a
+ * Hugging Face safetensors file when initial_load_in_hf). With
+ * create_seed_checkpoint it saves the initialised model as step 0 instead
+ * and sets t->step to training.steps (nothing left to train).
+ * Progress lines go to con (may be NULL); each committed save's stall and
+ * write time to ml (trainrun/metrics.h; may be NULL). No-op when
+ * disabled. */
+struct tr_metrics_logger;
+int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
+                                struct tr_metrics_logger* ml,
+                                tr_errmsg_t* err);
+/* Called by tr_train after every step (collective): commits a background
+ * save once every rank wrote it, and saves when one is due (every
+ * interval steps, after step 1 with enable_first_step_checkpoint, and when
+ * `last` — the final step, synchronously, model-only in export_dtype with
+ * last_save_model_only; or a stop signal, a full synchronous save). */
+int tr_trainer_checkpoint_step(tr_trainer_t* t, int last, tr_errmsg_t* err);
+/* Save the current step now, synchronously, whatever the interval
+ * (collective: every rank calls it; e.g. on SIGTERM). Waits for a save in
+ * flight. TR_EINVAL when checkpointing is not enabled. */
+int tr_trainer_checkpoint_now(tr_trainer_t* t, tr_errmsg_t* err);
+/* Wait for a save in flight and commit it (collective; end of a run). */
+int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err);
+/* Load a step folder into t: the model; unless model_only, the AdamW
+ * moments and the train state too (parts named in
+ * checkpoint.exclude_from_loading are skipped). Any saved layout and world
+ * size loads (chunks are matched by overlap). */
+int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
+                               int model_only, tr_errmsg_t* err);
+/* Free the checkpoint state (tr_trainer_release calls it). */
+void tr__trainer_checkpoint_release(tr_trainer_t* t);
 
 /* The model config a run of cfg builds: the [model] flavor with vocab_size
  * kept (256 for the byte-level debug models) and, for llama3 (which has no

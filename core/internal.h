@@ -1,6 +1,7 @@
-/* trainer/internal.h: helpers shared by the trainer's files (not public). */
-#ifndef TRAINER_INTERNAL_H
-#define TRAINER_INTERNAL_H
+/* core/internal.h: file-system helpers and a clock shared by the layers
+ * that write files (checkpoint/, trainer/); not public. */
+#ifndef CORE_INTERNAL_H
+#define CORE_INTERNAL_H
 
 #include <stddef.h>
 #include <stdio.h>
@@ -26,10 +27,15 @@ int tr__afile_write(tr__afile_t* af, const void* buf, size_t n,
 int tr__afile_commit(tr__afile_t* af, tr_errmsg_t* err);
 void tr__afile_abort(tr__afile_t* af);
 
+/* The whole of buf as path, through the above: readers see the old file or
+ * all of the new one. */
+int tr__write_file(const char* path, const void* buf, size_t n,
+                   tr_errmsg_t* err);
+
 /* fsync the folder holding path (best effort; 0 or a negated errno). */
 int tr__fsync_parent(const char* path);
 
 /* Monotonic seconds. */
 double tr__now(void);
 
-#endif /* TRAINER_INTERNAL_H */
+#endif /* CORE_INTERNAL_H */

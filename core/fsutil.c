@@ -1,5 +1,5 @@
-/* trainer/fsutil.c: folders, atomic file writes and clocks for the trainer
- * (trainer/internal.h). */
+/* core/fsutil.c: folders, atomic file writes and a clock for the layers
+ * that write files (core/internal.h). */
 #include "config.h"
 
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "trainrun/error.h"
-#include "trainer/internal.h"
+#include "core/internal.h"
 
 int tr__mkdir_p(const char* path, tr_errmsg_t* err) {
   size_t n = strlen(path);
@@ -126,6 +126,19 @@ int tr__afile_commit(tr__afile_t* af, tr_errmsg_t* err) {
   af->tmp = NULL;
   tr__afile_abort(af); /* frees path */
   return 0;
+}
+
+int tr__write_file(const char* path, const void* buf, size_t n,
+                   tr_errmsg_t* err) {
+  tr__afile_t af;
+  int rc = tr__afile_open(&af, path, err);
+  if (rc < 0) return rc;
+  rc = tr__afile_write(&af, buf, n, err);
+  if (rc < 0) {
+    tr__afile_abort(&af);
+    return rc;
+  }
+  return tr__afile_commit(&af, err);
 }
 
 double tr__now(void) {

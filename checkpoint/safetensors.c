@@ -1,4 +1,4 @@
-/* trainer/safetensors.c: the safetensors format (checked reader, atomic
+/* checkpoint/safetensors.c: the safetensors format (checked reader, atomic
  * writer) and a model's parameter table as a Hugging Face checkpoint plus
  * its config.json (trainrun/safetensors.h). JSON through jansson. */
 #include "config.h"
@@ -18,7 +18,7 @@
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/safetensors.h"
-#include "trainer/internal.h"
+#include "core/internal.h"
 
 /* ---- dtypes ---- */
 

@@ -1,4 +1,7 @@
-/* trainer/errmsg.c: error code + user message (trainrun/errmsg.h). */
+/* core/errmsg.c: an error code with a message for the user
+ * (trainrun/errmsg.h), shared by every layer that reads outside input. */
+#include "config.h"
+
 #include "trainrun/errmsg.h"
 
 #include <stdarg.h>

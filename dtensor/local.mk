@@ -1,0 +1,17 @@
+# dtensor/: DeviceMesh, placements, DTensor and redistribute.
+# Included from the top-level Makefile.am.
+libtrainrun_la_SOURCES += \
+	dtensor/mesh.c \
+	dtensor/placement.c \
+	dtensor/dtensor.c \
+	dtensor/redistribute.c
+noinst_HEADERS += dtensor/internal.h
+trainruninclude_HEADERS += include/trainrun/dtensor.h
+
+# Check suite: meshes and placement math in one process (fake backend),
+# then every redistribute transition on 2 and 4 forked Gloo ranks.
+check_PROGRAMS += tests/check_dtensor
+TESTS += tests/check_dtensor
+tests_check_dtensor_SOURCES = tests/check_dtensor.c $(PG_TEST_SOURCES)
+tests_check_dtensor_CFLAGS = $(TEST_CFLAGS)
+tests_check_dtensor_LDADD = $(TEST_LIBS) -lm

@@ -1,0 +1,168 @@
+/* dtensor/placement.c: Shard(d), Replicate and Partial(op) -- constructors,
+ * names, checks, and which piece of a global tensor a mesh coordinate holds
+ * (PyTorch's compute_local_shape_and_global_offset, torch.chunk
+ * arithmetic through core's tr_chunk_range). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "dtensor/internal.h"
+#include "trainrun/error.h"
+#include "trainrun/log.h"
+
+tr_placement_t tr_placement_shard(int dim) {
+  tr_placement_t p = {TR_PLACEMENT_SHARD, dim, TR_PG_SUM};
+  return p;
+}
+
+tr_placement_t tr_placement_replicate(void) {
+  tr_placement_t p = {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM};
+  return p;
+}
+
+tr_placement_t tr_placement_partial(tr_pg_reduce_op_t op) {
+  tr_placement_t p = {TR_PLACEMENT_PARTIAL, 0, op};
+  return p;
+}
+
+int tr_placement_eq(tr_placement_t a, tr_placement_t b) {
+  if (a.kind != b.kind) return 0;
+  if (a.kind == TR_PLACEMENT_SHARD) return a.dim == b.dim;
+  if (a.kind == TR_PLACEMENT_PARTIAL) return a.op == b.op;
+  return 1;
+}
+
+const char* tr_placement_str(tr_placement_t p, char* buf, size_t n) {
+  switch (p.kind) {
+    case TR_PLACEMENT_SHARD:
+      snprintf(buf, n, "Shard(%d)", p.dim);
+      break;
+    case TR_PLACEMENT_REPLICATE:
+      snprintf(buf, n, "Replicate()");
+      break;
+    case TR_PLACEMENT_PARTIAL:
+      snprintf(buf, n, "Partial(%s)", tr_pg_reduce_op_name(p.op));
+      break;
+    default:
+      snprintf(buf, n, "?");
+  }
+  return buf;
+}
+
+static int partial_op_ok(tr_pg_reduce_op_t op) {
+  return op == TR_PG_SUM || op == TR_PG_AVG || op == TR_PG_MAX ||
+         op == TR_PG_MIN;
+}
+
+/* s starts with word (case-insensitive); *rest gets what follows. */
+static int word(const char* s, const char* w, const char** rest) {
+  size_t n = strlen(w);
+  if (strncasecmp(s, w, n)) return 0;
+  *rest = s + n;
+  return 1;
+}
+
+int tr_placement_parse(const char* s, tr_placement_t* out) {
+  const char* r;
+  if (!s) return TR_EINVAL;
+  if (word(s, "Shard(", &r) || word(s, "S(", &r)) {
+    char* end;
+    long d = strtol(r, &end, 10);
+    if (end == r || strcmp(end, ")") || d < -TR_MAX_DIMS || d >= TR_MAX_DIMS)
+      return TR_EINVAL;
+    *out = tr_placement_shard((int)d);
+    return 0;
+  }
+  if (!strcasecmp(s, "Replicate()") || !strcasecmp(s, "Replicate") ||
+      !strcmp(s, "R")) {
+    *out = tr_placement_replicate();
+    return 0;
+  }
+  if (!strcasecmp(s, "Partial") || !strcasecmp(s, "Partial()") ||
+      !strcmp(s, "P")) {
+    *out = tr_placement_partial(TR_PG_SUM);
+    return 0;
+  }
+  if (word(s, "Partial(", &r) || word(s, "P(", &r)) {
+    static const tr_pg_reduce_op_t ops[] = {TR_PG_SUM, TR_PG_AVG, TR_PG_MAX,
+                                            TR_PG_MIN};
+    for (int i = 0; i < 4; i++) {
+      const char* name = tr_pg_reduce_op_name(ops[i]);
+      size_t n = strlen(name);
+      if (!strncmp(r, name, n) && !strcmp(r + n, ")")) {
+        *out = tr_placement_partial(ops[i]);
+        return 0;
+      }
+    }
+  }
+  return TR_EINVAL;
+}
+
+int tr_placement_normalize(int mesh_ndim, const tr_placement_t* in, int ndim,
+                           tr_placement_t* out) {
+  if (mesh_ndim < 0 || mesh_ndim > TR_MESH_MAX_DIMS || ndim < 0 ||
+      ndim > TR_MAX_DIMS)
+    return TR_EINVAL;
+  for (int i = 0; i < mesh_ndim; i++) {
+    tr_placement_t p = in[i];
+    switch (p.kind) {
+      case TR_PLACEMENT_SHARD: {
+        int d = p.dim < 0 ? p.dim + ndim : p.dim;
+        if (d < 0 || d >= ndim) {
+          TR_LOG_ERROR(DT,
+                       "placement Shard(%d) on mesh dim %d: a tensor of %d "
+                       "dims has no dim %d",
+                       p.dim, i, ndim, p.dim);
+          return TR_EINVAL;
+        }
+        out[i] = tr_placement_shard(d);
+        break;
+      }
+      case TR_PLACEMENT_REPLICATE:
+        out[i] = tr_placement_replicate();
+        break;
+      case TR_PLACEMENT_PARTIAL:
+        if (!partial_op_ok(p.op)) {
+          TR_LOG_ERROR(DT,
+                       "placement Partial on mesh dim %d: reduce op %d is "
+                       "not sum, avg, max or min",
+                       i, (int)p.op);
+          return TR_EINVAL;
+        }
+        out[i] = tr_placement_partial(p.op);
+        break;
+      default:
+        TR_LOG_ERROR(DT, "placement on mesh dim %d: unknown kind %d", i,
+                     (int)p.kind);
+        return TR_EINVAL;
+    }
+  }
+  return 0;
+}
+
+int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
+                              const int* coords, const tr_placement_t* pl,
+                              int ndim, const int64_t* gshape,
+                              int64_t* local_shape, int64_t* global_offset) {
+  tr_placement_t norm[TR_MESH_MAX_DIMS];
+  TR_CHECK(tr_placement_normalize(mesh_ndim, pl, ndim, norm));
+  for (int d = 0; d < ndim; d++) {
+    if (gshape[d] < 0) return TR_EINVAL;
+    local_shape[d] = gshape[d];
+    global_offset[d] = 0;
+  }
+  for (int i = 0; i < mesh_ndim; i++) {
+    if (mesh_sizes[i] < 1 || coords[i] < 0 || coords[i] >= mesh_sizes[i])
+      return TR_EINVAL;
+    if (norm[i].kind != TR_PLACEMENT_SHARD) continue;
+    int d = norm[i].dim;
+    int64_t start, len;
+    tr_chunk_range(local_shape[d], mesh_sizes[i], coords[i], &start, &len);
+    global_offset[d] += start;
+    local_shape[d] = len;
+  }
+  return 0;
+}

@@ -1,0 +1,23 @@
+# fsdp2/: fully sharded data parallel (FSDP2) and HSDP.
+# Included from the top-level Makefile.am.
+libtrainrun_la_SOURCES += \
+	fsdp2/plan.c \
+	fsdp2/fsdp.c
+noinst_HEADERS += fsdp2/internal.h
+trainruninclude_HEADERS += include/trainrun/fsdp2.h
+
+# Units on 2 and 4 forked Gloo ranks: shard math, padding, copy-in/out,
+# gradients against one rank, reshard policies, prefetch, HSDP, memory.
+check_PROGRAMS += tests/check_fsdp2
+TESTS += tests/check_fsdp2
+tests_check_fsdp2_SOURCES = tests/check_fsdp2.c tests/pg_suite.c \
+	tests/pg_suite.h
+tests_check_fsdp2_CFLAGS = $(TEST_CFLAGS)
+tests_check_fsdp2_LDADD = $(TEST_LIBS) -lm
+
+# Jobs through the launcher: FSDP 2 and 4, HSDP 2x2, DDP 4 against 1 rank.
+check_PROGRAMS += tests/check_fsdp2_train
+TESTS += tests/check_fsdp2_train
+tests_check_fsdp2_train_SOURCES = tests/check_fsdp2_train.c
+tests_check_fsdp2_train_CFLAGS = $(TEST_CFLAGS)
+tests_check_fsdp2_train_LDADD = $(TEST_LIBS) -lm

@@ -1,0 +1,419 @@
+/* trainrun/dtensor.h: device meshes, placements and distributed tensors
+ * (PyTorch's DeviceMesh, Shard/Replicate/Partial and DTensor, with
+ * redistribute).
+ *
+ * A mesh arranges the ranks of a process group as an n-d grid, row-major
+ * (the last dim varies fastest), with a name per dim. For every dim, the
+ * ranks that differ only in that dim's coordinate form one process group
+ * (one per slice); tr_mesh_dim_pg() returns this rank's. A group's ranks are
+ * ordered by coordinate: group rank == this rank's coordinate on that dim.
+ *
+ * A DTensor is a global tensor of which each rank holds a local part: the
+ * placement on each mesh dim says how the dim splits it:
+ *
+ *   Shard(d)       the tensor's dim d is cut in torch.chunk pieces along the
+ *                  mesh dim: with n elements over k ranks every piece has
+ *                  ceil(n/k) except the last ones, which may be short or
+ *                  empty (5 rows over 4 ranks: 2,2,1,0; 2 rows: 1,1,0,0);
+ *   Replicate      every rank of the mesh dim holds the same values;
+ *   Partial(op)    every rank holds a partial value; the tensor is the
+ *                  reduction (sum, avg, max, min) over the mesh dim.
+ *
+ * Several mesh dims may shard the same tensor dim: the first (leftmost)
+ * mesh dim cuts it, the next one cuts that piece again (PyTorch's default,
+ * not _StridedShard).
+ *
+ * Typical use (what the trainer does for FSDP / HSDP / TP):
+ *
+ *   tr_mesh_degrees_t d;
+ *   tr_mesh_degrees_from_config(&cfg, &d);        // [parallelism]
+ *   tr_mesh_t* mesh;
+ *   tr_errmsg_t err;
+ *   if (tr_mesh_from_degrees(world, &d, &mesh, &err) < 0) ... err.message
+ *   tr_pg_t* fsdp_pg = tr_mesh_dim_pg(mesh, "dp_shard");
+ *
+ *   tr_mesh_t* dp;                               // 2-d (dp_replicate, dp_shard)
+ *   const char* names[] = {"dp_replicate", "dp_shard"};
+ *   TR_CHECK(tr_mesh_sub(mesh, names, 2, &dp, NULL));
+ *   tr_placement_t hsdp[2] = {tr_placement_replicate(), tr_placement_shard(0)};
+ *   tr_dtensor_t w;
+ *   TR_CHECK(tr_dtensor_distribute(&w, &full, dp, hsdp));  // no communication
+ *   tr_placement_t rep[2] = {tr_placement_replicate(), tr_placement_replicate()};
+ *   tr_dtensor_t g;
+ *   tr_dtensor_work_t* wk;
+ *   TR_CHECK(tr_dtensor_redistribute(&w, rep, &g, &wk));    // all-gather
+ *   ... overlap ...
+ *   TR_CHECK(tr_dtensor_work_wait(wk));     // g.local is the full tensor
+ *   tr_dtensor_work_free(wk);
+ *   tr_dtensor_release(&g);
+ *   tr_dtensor_release(&w);
+ *   tr_mesh_free(dp);
+ *   tr_mesh_free(mesh);                      // the groups go with the last
+ *
+ * Redistribute
+ * ------------
+ * tr_dtensor_redistribute() changes placements mesh dim by mesh dim, as
+ * PyTorch's redistribute_local_tensor does; every rank of the mesh must call
+ * it with the same placements (it issues the same collectives everywhere):
+ *
+ *   Shard(d)    -> Replicate    all-gather on the dim's group; uneven pieces
+ *                               are padded to ceil(n/k) on d, gathered and
+ *                               cut back; d != 0 is moved to the front for
+ *                               the collective and back after
+ *   Partial(op) -> Replicate    all-reduce(op)
+ *   Partial(op) -> Shard(d)     reduce-scatter(op), padded like all-gather
+ *   Replicate   -> Shard(d)     a copy of the local torch.chunk piece
+ *   Shard(d)    -> Shard(d')    all-to-all (both dims padded), or all-gather
+ *                               and a local chunk when nesting with other
+ *                               mesh dims forbids the direct exchange
+ *   Replicate   -> Partial(op)  sum: coordinate 0 keeps the values, the
+ *                               others hold zeros (exact, where PyTorch
+ *                               divides by k); avg/max/min: every rank keeps
+ *                               the values (their reduction is the value)
+ *   Shard(d)    -> Partial(op)  all-gather, then as Replicate -> Partial
+ *   Partial(a)  -> Partial(b)   a != b: TR_EUNSUPPORTED
+ *
+ * Mesh dims whose shards must be undone are handled first, last mesh dim
+ * first (all-gather, all-to-all); then the mesh dims that gain a shard or
+ * lose a Partial, first mesh dim first. Mesh dims that keep their
+ * placement cost nothing; when none changes, the result's local tensor is
+ * another reference to the source's (no copy). Each step allocates its
+ * result; the source is never written. Collectives whose pieces hold no
+ * element (every piece is empty) are skipped on every rank alike.
+ *
+ * Devices: CPU tensors take every transition. CUDA tensors take the
+ * all-reduce, and the all-gather, reduce-scatter and local steps on tensor
+ * dim 0 (or on a dim whose leading dims all have size 1); the others
+ * (all-to-all, other dims) need strided device copies, which
+ * tr_tensor_copy lacks: TR_EUNSUPPORTED.
+ *
+ * Async: with a non-NULL work argument the first collective is issued and
+ * the call returns; tr_dtensor_work_wait() completes it, runs the steps
+ * left (blocking) and fills the output. A one-collective redistribute (the
+ * FSDP and TP cases) thus overlaps whatever the caller does before waiting.
+ *
+ * Lifetimes: a DTensor borrows its mesh (keep the mesh until the DTensors
+ * on it are released); a sub-mesh keeps the groups of its parent alive. A
+ * mesh is not thread-safe to build; lookups are (read-only).
+ */
+#ifndef TRAINRUN_DTENSOR_H
+#define TRAINRUN_DTENSOR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "trainrun/config.h" /* tr_config_t, for the [parallelism] degrees */
+#include "trainrun/errmsg.h" /* tr_errmsg_t */
+#include "trainrun/model.h"  /* tr_param_t, the parameter layout seam */
+#include "trainrun/pg.h"     /* process groups */
+#include "trainrun/tensor.h" /* tr_tensor_t, tr_chunk_range */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_MESH_MAX_DIMS 8  /* dims of a mesh; also flattened dims */
+#define TR_MESH_NAME_MAX 32 /* bytes of a dim name, NUL included */
+
+/* ===================================================================== */
+/* ---- device meshes ---- */
+
+typedef struct tr_mesh_s tr_mesh_t;
+
+/* One dim of a mesh, as this rank sees it. */
+typedef struct {
+  char name[TR_MESH_NAME_MAX];
+  int size;    /* ranks along the dim */
+  int coord;   /* this rank's coordinate, 0 <= coord < size */
+  int stride;  /* difference of the group ranks (in the mesh's base
+                  group) of neighbours along the dim */
+  tr_pg_t* pg; /* this rank's group along the dim (group rank == coord);
+                  owned by the mesh */
+  int flat;    /* 1 for a flattened dim (tr_mesh_flatten) */
+} tr_mesh_dim_t;
+
+/* The [parallelism] degrees, in torchtitan's mesh order. */
+typedef struct {
+  int pp;           /* pipeline_parallel_degree */
+  int dp_replicate; /* data_parallel_replicate_degree */
+  int dp_shard;     /* data_parallel_shard_degree; -1: the ranks left */
+  int cp;           /* context_parallel_degree */
+  int tp;           /* tensor_parallel_degree */
+  /* 1 (default): every dim is in the mesh, size-1 dims included (their
+   * groups hold one rank, and their collectives are local copies);
+   * 0: size-1 dims are left out, as torchtitan's ParallelDims does. */
+  int keep_size1;
+  /* 1 (default): add the flattened dims torchtitan uses: "dp"
+   * (dp_replicate x dp_shard: data loading, the loss), "dp_shard_cp"
+   * (FSDP's shard group under context parallel) and "dp_cp" (gradient
+   * sums under HSDP + cp). A flattened dim with one non-trivial part shares
+   * that part's groups (no new group). */
+  int flatten;
+} tr_mesh_degrees_t;
+
+/* Mesh dim names in order: "pp", "dp_replicate", "dp_shard", "cp", "tp". */
+extern const char* const tr_mesh_dim_names[5];
+
+/* All degrees 1 except dp_shard = -1; keep_size1 = flatten = 1. */
+void tr_mesh_degrees_init(tr_mesh_degrees_t* d);
+
+/* Fill *d (tr_mesh_degrees_init, then) from cfg's [parallelism] keys. */
+void tr_mesh_degrees_from_config(const tr_config_t* cfg, tr_mesh_degrees_t* d);
+
+/* Check d against world_size and resolve dp_shard = -1. Every degree must
+ * be >= 1 (dp_shard may be -1) and their product must equal world_size.
+ * TR_ECONFIG with a message like
+ *   parallelism degrees pp 2 * dp_replicate 1 * dp_shard 3 * cp 1 * tp 2 =
+ *   12 do not match the world size 8
+ *   data_parallel_shard_degree -1: the world size 6 is not divisible by
+ *   pp 1 * dp_replicate 1 * cp 1 * tp 4 = 4
+ * in err (may be NULL). */
+int tr_mesh_degrees_resolve(tr_mesh_degrees_t* d, int world_size,
+                            tr_errmsg_t* err);
+
+/* A mesh over every rank of pg: ndim dims of the given sizes (product ==
+ * tr_pg_size(pg)) and distinct non-empty names, laid out row-major over
+ * pg's group ranks (init_device_mesh). Collective over pg: every member
+ * calls it with the same arguments, in the same order as its other group
+ * creations; it creates one group per slice of every dim with
+ * tr_pg_new_group (works with every backend, fake included; nothing is
+ * communicated until a group's first op). pg must outlive the mesh. *out is
+ * the caller's (tr_mesh_free). Errors: TR_EINVAL / TR_ECONFIG with a
+ * message in err (may be NULL), group creation errors. */
+int tr_mesh_init(tr_pg_t* pg, int ndim, const int* sizes,
+                 const char* const* names, tr_mesh_t** out, tr_errmsg_t* err);
+
+/* The torchtitan mesh: tr_mesh_degrees_resolve(d, tr_pg_size(pg)), dims
+ * pp, dp_replicate, dp_shard, cp, tp (size-1 dims dropped unless
+ * keep_size1), then the flattened dims of d->flatten. d is not modified. */
+int tr_mesh_from_degrees(tr_pg_t* pg, const tr_mesh_degrees_t* d,
+                         tr_mesh_t** out, tr_errmsg_t* err);
+
+/* Add a flattened dim new_name covering the named dims of the root mesh
+ * (the one tr_mesh_init made), which must be consecutive in the root's
+ * order and adjacent in rank space (each stride equal to the next dim's
+ * size x stride; size-1 dims left out do not matter). Its coordinate is
+ * the row-major index over the named dims; its groups are new unless only
+ * one named dim has size > 1 (that dim's groups are shared). Visible from
+ * the root and every sub-mesh (tr_mesh_find, tr_mesh_dim_pg, tr_mesh_sub),
+ * not a dim of any existing mesh. Collective over the root's group, like
+ * tr_mesh_init; mesh may be the root or a sub-mesh of it. TR_EINVAL with a
+ * message for unknown or repeated names, a name already in use, dims not
+ * consecutive. */
+int tr_mesh_flatten(tr_mesh_t* mesh, const char* const* names, int n,
+                    const char* new_name, tr_errmsg_t* err);
+
+/* A mesh of n named dims of mesh (or flattened dims of its root), in the
+ * order they have in the root (e.g. {"dp_replicate", "dp_shard"}): the
+ * slice through this rank (mesh["a", "b"] in PyTorch). Local: no
+ * communication, no new group; it shares the groups (and keeps them alive).
+ * Dims that overlap (a flattened dim and one of its parts) or are out of
+ * order are refused (TR_EINVAL, message in err). *out is the caller's. */
+int tr_mesh_sub(const tr_mesh_t* mesh, const char* const* names, int n,
+                tr_mesh_t** out, tr_errmsg_t* err);
+
+/* Free a mesh; the groups are freed with the last mesh sharing them (the
+ * root and its sub-meshes). NULL is a no-op. */
+void tr_mesh_free(tr_mesh_t* mesh);
+
+/* ---- looking at a mesh ---- */
+
+int tr_mesh_ndim(const tr_mesh_t* mesh);
+/* Ranks in the mesh (product of the dim sizes). */
+int tr_mesh_size(const tr_mesh_t* mesh);
+/* Dim i (0 <= i < ndim), or NULL when out of range. Owned by the mesh. */
+const tr_mesh_dim_t* tr_mesh_dim(const tr_mesh_t* mesh, int i);
+/* Index of the named dim of this mesh, or -1. */
+int tr_mesh_dim_index(const tr_mesh_t* mesh, const char* name);
+/* A dim of this mesh or a flattened dim of its root, by name; NULL when
+ * none (e.g. a size-1 dim left out by keep_size1 = 0). */
+const tr_mesh_dim_t* tr_mesh_find(const tr_mesh_t* mesh, const char* name);
+/* tr_mesh_find(mesh, name)->pg, or NULL. */
+tr_pg_t* tr_mesh_dim_pg(const tr_mesh_t* mesh, const char* name);
+/* Size of the named dim; 1 for a torchtitan dim left out because its size
+ * is 1; TR_ENOTFOUND for a name the mesh never had. */
+int tr_mesh_dim_size(const tr_mesh_t* mesh, const char* name);
+/* This rank's coordinate on the named dim (0 for a left-out size-1 dim);
+ * TR_ENOTFOUND for a name the mesh never had. */
+int tr_mesh_dim_coord(const tr_mesh_t* mesh, const char* name);
+/* The group the mesh was built over (the root's pg). */
+tr_pg_t* tr_mesh_pg(const tr_mesh_t* mesh);
+/* This rank's coordinates, one per dim (coords has tr_mesh_ndim entries). */
+void tr_mesh_coords(const tr_mesh_t* mesh, int* coords);
+/* Global rank at coords in this mesh (the slice through this rank), or
+ * TR_EINVAL for coordinates out of range. */
+int tr_mesh_global_rank(const tr_mesh_t* mesh, const int* coords);
+/* Coordinates of global rank g in this mesh: 0, or TR_ENOTFOUND when g is
+ * not in it (another slice, or outside the base group). */
+int tr_mesh_coords_of(const tr_mesh_t* mesh, int g, int* coords);
+
+/* Print the mesh to f: its dims (sizes, strides) and, for each dim and
+ * flattened dim, the global ranks of every group (up to 16 groups of a dim,
+ * then a count); one line per dim, e.g. (lines cut here)
+ *
+ *   mesh: 4 ranks as pp 1 x dp_replicate 1 x dp_shard 2 x cp 1 x tp 2
+ *     pp            size 1  stride 4  groups [0] [1] [2] [3]
+ *     ...
+ *     dp_shard      size 2  stride 2  groups [0 2] [1 3]
+ *     tp            size 2  stride 1  groups [0 1] [2 3]
+ *     dp            size 2  stride 2  groups [0 2] [1 3]  (flattened: ...
+ *
+ * Strides are in ranks of the mesh's group. For a sub-mesh: its dims, with
+ * every group of the root that slices the same way, under
+ * "mesh: 2 of 4 ranks as tp 2". Returns 0 or TR_EIO when f fails. */
+int tr_mesh_describe(const tr_mesh_t* mesh, FILE* f);
+
+/* The same from degrees alone (no groups: for `trainrun plan`): resolves d
+ * against world_size first (errors as tr_mesh_degrees_resolve); global rank
+ * g of the printout is group rank g of a world. */
+int tr_mesh_describe_degrees(const tr_mesh_degrees_t* d, int world_size,
+                             FILE* f, tr_errmsg_t* err);
+
+/* ===================================================================== */
+/* ---- placements ---- */
+
+typedef enum {
+  TR_PLACEMENT_REPLICATE = 0,
+  TR_PLACEMENT_SHARD = 1,
+  TR_PLACEMENT_PARTIAL = 2
+} tr_placement_kind_t;
+
+/* A small value; build it with the constructors below. */
+typedef struct {
+  tr_placement_kind_t kind;
+  int dim;              /* Shard: tensor dim (negative: from the end) */
+  tr_pg_reduce_op_t op; /* Partial: TR_PG_SUM, _AVG, _MAX or _MIN */
+} tr_placement_t;
+
+tr_placement_t tr_placement_shard(int dim);
+tr_placement_t tr_placement_replicate(void);
+tr_placement_t tr_placement_partial(tr_pg_reduce_op_t op);
+
+/* 1 when a and b are the same placement (Shard dims compared as given). */
+int tr_placement_eq(tr_placement_t a, tr_placement_t b);
+/* "Shard(0)", "Replicate()", "Partial(sum)" into buf; returns buf. */
+const char* tr_placement_str(tr_placement_t p, char* buf, size_t n);
+/* The inverse of tr_placement_str ("S(1)", "R", "P" and "P(max)" too);
+ * TR_EINVAL when s is none of them. */
+int tr_placement_parse(const char* s, tr_placement_t* out);
+
+/* Check placements for a tensor of ndim dims and mesh_ndim mesh dims and
+ * normalise negative Shard dims into [0, ndim): TR_EINVAL (logged) for a
+ * Shard dim out of range, a Partial op other than sum/avg/max/min, or an
+ * unknown kind. out may equal in. */
+int tr_placement_normalize(int mesh_ndim, const tr_placement_t* in, int ndim,
+                           tr_placement_t* out);
+
+/* compute_local_shape_and_global_offset: the local shape and the global
+ * offset of the piece held at mesh coordinates coords, for a tensor of
+ * global shape gshape (ndim dims) with placements (normalised or not) over
+ * a mesh of mesh_ndim dims of sizes mesh_sizes. Mesh dims are applied in
+ * order, each cutting the piece left by the previous ones with torch.chunk
+ * arithmetic (tr_chunk_range). Replicate and Partial leave the shape.
+ * Errors: TR_EINVAL (bad placements or coordinates). */
+int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
+                              const int* coords, const tr_placement_t* pl,
+                              int ndim, const int64_t* gshape,
+                              int64_t* local_shape, int64_t* global_offset);
+
+/* ===================================================================== */
+/* ---- distributed tensors ---- */
+
+/* Where a global tensor lives: DTensorSpec. */
+typedef struct {
+  tr_mesh_t* mesh; /* borrowed */
+  int mesh_ndim;
+  tr_placement_t placements[TR_MESH_MAX_DIMS]; /* normalised */
+  int ndim;
+  int64_t shape[TR_MAX_DIMS]; /* global */
+} tr_dtensor_spec_t;
+
+/* A caller-allocated value: the spec and this rank's local tensor. */
+typedef struct {
+  tr_dtensor_spec_t spec;
+  tr_tensor_t local; /* this rank's piece, shaped by the spec */
+} tr_dtensor_t;
+
+typedef struct tr_dtensor_work_s tr_dtensor_work_t;
+
+/* Fill spec (placements normalised; TR_EINVAL for bad ones, or when
+ * placements do not match the mesh). */
+int tr_dtensor_spec_init(tr_dtensor_spec_t* spec, tr_mesh_t* mesh,
+                         const tr_placement_t* placements, int ndim,
+                         const int64_t* shape);
+
+/* Local shape and global offset for this rank (coords NULL) or for the
+ * rank at mesh coordinates coords (tr_placement_local_layout on the
+ * spec's mesh). */
+int tr_dtensor_local_layout(const tr_dtensor_spec_t* spec, const int* coords,
+                            int64_t* local_shape, int64_t* global_offset);
+
+/* A zeroed DTensor: the spec from the arguments, local allocated with this
+ * rank's local shape on dev. Release with tr_dtensor_release. */
+int tr_dtensor_zeros(tr_dtensor_t* dt, tr_mesh_t* mesh,
+                     const tr_placement_t* placements, int ndim,
+                     const int64_t* shape, tr_dtype_t dtype, tr_device_t dev);
+
+/* DTensor.from_local: dt takes a reference to local (no copy) as this
+ * rank's piece of a tensor of global shape `shape` (NULL: computed as
+ * PyTorch does, assuming even shards: local size x mesh size on sharded
+ * dims). TR_ESHAPE (logged) when local's shape is not the piece the spec
+ * gives this rank. */
+int tr_dtensor_from_local(tr_dtensor_t* dt, const tr_tensor_t* local,
+                          tr_mesh_t* mesh, const tr_placement_t* placements,
+                          const int64_t* shape);
+
+/* distribute_tensor without communication: full is the whole tensor, the
+ * same on every rank; dt gets a new contiguous copy of this rank's piece
+ * (Partial(sum): coordinate 0 of that mesh dim holds the values, the
+ * others zeros). */
+int tr_dtensor_distribute(tr_dtensor_t* dt, const tr_tensor_t* full,
+                          tr_mesh_t* mesh, const tr_placement_t* placements);
+
+/* full_tensor(): redistribute to Replicate on every mesh dim and give the
+ * local result (the whole tensor) in *out (a new tensor). Collective. */
+int tr_dtensor_full_tensor(const tr_dtensor_t* dt, tr_tensor_t* out);
+
+/* Release dt's local tensor (the spec stays readable). */
+void tr_dtensor_release(tr_dtensor_t* dt);
+
+/* Redistribute src to placements (one per mesh dim; normalised here) as
+ * the top of this file describes; out gets the spec and a new local tensor
+ * (out may be src: its local is replaced when the result is ready; any
+ * other out must hold no tensor). Collective over the mesh: every rank calls
+ * it with the same placements. work NULL: blocks until done. Non-NULL:
+ * *work receives a handle (out stays as it is until tr_dtensor_work_wait
+ * returns 0; keep src, out and their memory untouched until then).
+ * Errors: TR_EINVAL (placements), TR_EUNSUPPORTED (Partial(a) ->
+ * Partial(b), device copies the device lacks), the group's errors. */
+int tr_dtensor_redistribute(const tr_dtensor_t* src,
+                            const tr_placement_t* placements, tr_dtensor_t* out,
+                            tr_dtensor_work_t** work);
+
+/* Complete a redistribute: wait for the collective in flight, run the
+ * steps left and fill out. Returns 0 or the first error (out then holds
+ * no new tensor). A second wait returns the same result at once. */
+int tr_dtensor_work_wait(tr_dtensor_work_t* w);
+
+/* Free a handle; one never waited on is waited on first (its result
+ * logged when an error), since the steps it owes are collectives the other
+ * ranks run too. NULL is a no-op. */
+void tr_dtensor_work_free(tr_dtensor_work_t* w);
+
+/* ---- the parameter table seam (trainrun/model.h) ---- */
+
+/* Give parameter p (global shape p->shape) a DTensor layout: a heap copy of
+ * the spec goes to p->layout.placement (a tr_dtensor_spec_t*), and
+ * p->layout.offset / shape get this rank's piece. Replaces a layout set
+ * before. Call before tr_model_alloc (which allocates layout.shape). */
+int tr_dtensor_param_set_layout(tr_param_t* p, tr_mesh_t* mesh,
+                                const tr_placement_t* placements);
+/* The spec behind p->layout.placement, or NULL for a whole tensor. */
+const tr_dtensor_spec_t* tr_dtensor_param_spec(const tr_param_t* p);
+/* Free the spec and make the layout the whole tensor again. */
+void tr_dtensor_param_clear_layout(tr_param_t* p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRAINRUN_DTENSOR_H */

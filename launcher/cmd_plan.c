@@ -1,0 +1,248 @@
+/* launcher/cmd_plan.c: `trainrun plan`, which shows what a job would lay
+ * out for a world size without running it: the device mesh of its
+ * [parallelism] degrees, the data-parallel mode (DDP, FSDP, HSDP), the
+ * FSDP groups, and the memory per rank for parameters, gradients,
+ * optimizer state and the largest unsharded group (trainrun/fsdp2.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launcher/commands.h"
+#include "trainrun/config.h"
+#include "trainrun/error.h"
+#include "trainrun/fsdp2.h"   /* shard arithmetic and the memory plan */
+#include "trainrun/model.h"   /* the parameter table */
+#include "trainrun/trainer.h" /* the model config of a job */
+
+static void plan_usage(FILE* out) {
+  fprintf(out,
+          "usage: trainrun plan JOB.toml [--section.key value ...] "
+          "[--world-size N | --nnodes N --nproc-per-node M]\n"
+          "\n"
+          "Print the device mesh the job's [parallelism] degrees make for a "
+          "world of N\n"
+          "ranks (default 1), the data-parallel mode, the FSDP groups and "
+          "the memory\n"
+          "each rank holds for parameters, gradients, optimizer state and "
+          "the largest\n"
+          "unsharded group. Nothing runs.\n");
+}
+
+static int parse_pos(const char* text, long long* out) {
+  char* end;
+  errno = 0;
+  long long v = text ? strtoll(text, &end, 10) : 0;
+  if (!text || errno || end == text || *end || v < 1) return -1;
+  *out = v;
+  return 0;
+}
+
+/* "1.50 GiB" */
+static const char* human(int64_t b, char* buf, size_t n) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, n, "%" PRId64 " B", b);
+  else
+    snprintf(buf, n, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+static void row(FILE* out, const char* what, int64_t bytes) {
+  char h[32];
+  fprintf(out, "  %-34s %16" PRId64 "  %12s\n", what, bytes,
+          human(bytes, h, sizeof h));
+}
+
+static void print_mesh(FILE* out, const tr_config_t* cfg, int64_t world) {
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  int64_t pp = p->pipeline_parallel_degree,
+          rep = p->data_parallel_replicate_degree,
+          shard = p->data_parallel_shard_degree,
+          cp = p->context_parallel_degree, tp = p->tensor_parallel_degree;
+  fprintf(out,
+          "mesh: pp %" PRId64 " x dp_replicate %" PRId64 " x dp_shard %" PRId64
+          " x cp %" PRId64 " x tp %" PRId64 " = %" PRId64 " rank%s\n",
+          pp, rep, shard, cp, tp, world, world == 1 ? "" : "s");
+  /* the data-parallel grid, row-major: dp_shard varies fastest after
+   * cp x tp */
+  int64_t inner = cp * tp;
+  if (world > 64) {
+    fprintf(out, "  (%" PRId64 " ranks: grid not shown)\n", world);
+    return;
+  }
+  for (int64_t a = 0; a < pp; a++)
+    for (int64_t r = 0; r < rep; r++) {
+      fprintf(out, "  ");
+      if (pp > 1) fprintf(out, "pp %" PRId64 " ", a);
+      fprintf(out, "dp_replicate %" PRId64 ": dp_shard ranks", r);
+      for (int64_t s = 0; s < shard; s++) {
+        int64_t base = ((a * rep + r) * shard + s) * inner;
+        if (inner == 1)
+          fprintf(out, " %" PRId64, base);
+        else
+          fprintf(out, " %" PRId64 "-%" PRId64, base, base + inner - 1);
+      }
+      fprintf(out, "\n");
+    }
+}
+
+static int plan_print(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  int64_t world = cfg->derived.world_size;
+  int rep = (int)p->data_parallel_replicate_degree;
+  int shard = (int)p->data_parallel_shard_degree;
+  tr_model_config_t mc;
+  TR_CHECK(tr_trainer_model_config(cfg, &mc, err));
+  tr_model_t m;
+  int rc = tr_model_init(&m, &mc);
+  if (rc < 0) {
+    char why[256] = "";
+    tr_model_config_check(&mc, why, sizeof why);
+    return tr_errmsg_set(err, rc, "cannot build the model: %s",
+                         why[0] ? why : tr_strerror(rc));
+  }
+  tr_dtype_t master = TR_F32, param = TR_F32;
+  int cuda =
+      strcmp(cfg->training.device, "cuda") == 0 ||
+      (strcmp(cfg->training.device, "auto") == 0 && tr_cuda_device_count() > 0);
+  if (cuda && shard > 1 &&
+      tr_dtype_parse(cfg->training.mixed_precision_param, &param) < 0)
+    param = TR_F32;
+  tr_fsdp_plan_t pl;
+  rc = tr_fsdp_plan(&m, rep, shard, master, param, &pl);
+  if (rc < 0) {
+    tr_model_release(&m);
+    return tr_errmsg_set(err, rc, "cannot plan: %s", tr_strerror(rc));
+  }
+  fprintf(out, "job '%s': %s %s, %" PRId64 " parameters\n",
+          cfg->job.description, cfg->model.name, cfg->model.flavor,
+          tr_model_num_params(&m));
+  print_mesh(out, cfg, world);
+  const char* mode = shard > 1 ? (rep > 1 ? "HSDP" : "FSDP")
+                     : rep > 1 ? "DDP"
+                               : "one replica";
+  fprintf(out, "data parallel: %s", mode);
+  if (shard > 1)
+    fprintf(out,
+            " (each parameter sharded on dim 0 over %d ranks%s; "
+            "reshard_after_forward %s; all-gather %s, reduce-scatter %s)",
+            shard, rep > 1 ? ", gradients all-reduced across replicas" : "",
+            p->fsdp_reshard_after_forward, tr_dtype_name(param),
+            cfg->training.mixed_precision_reduce);
+  else if (rep > 1)
+    fprintf(out, " (gradients all-reduced over %d ranks)", rep);
+  fprintf(out, "\n");
+  if (shard > 1)
+    fprintf(out,
+            "fsdp groups: %d layers + root (embedding, final norm, "
+            "output)\n",
+            mc.n_layers);
+  fprintf(out, "memory per rank (rank 0 holds the largest shards):\n");
+  fprintf(out, "  %-34s %16s  %12s\n", "", "bytes", "");
+  row(out, "parameters", pl.param_bytes);
+  row(out, "gradients", pl.grad_bytes);
+  row(out, "optimizer state (AdamW m, v)", pl.optim_bytes);
+  char what[96];
+  if (shard > 1) {
+    snprintf(what, sizeof what, "largest unsharded group (%s)", pl.group_name);
+    row(out, what, pl.group_bytes);
+  }
+  int64_t total = pl.param_bytes + pl.grad_bytes + pl.optim_bytes +
+                  (shard > 1 ? pl.group_bytes : 0);
+  row(out, "total (before activations)", total);
+  if (shard > 1) row(out, "unsharded, for comparison", pl.unsharded_bytes);
+  tr_model_release(&m);
+  return 0;
+}
+
+int tr_cmd_plan(int argc, char** argv) {
+  const char* path = NULL;
+  long long world = 0, nnodes = 1, nproc = 1;
+  int rc;
+  char** overrides = calloc((size_t)argc + 1, sizeof *overrides);
+  int n = 0;
+  if (!overrides) {
+    fprintf(stderr, "trainrun: %s\n", tr_strerror(TR_ENOMEM));
+    return 1;
+  }
+  for (int i = 1; i < argc;) {
+    const char* a = argv[i];
+    int span = tr_config_arg_span(argc, argv, i);
+    if (span > 0) {
+      for (int j = 0; j < span; j++) overrides[n++] = argv[i + j];
+      i += span;
+      continue;
+    }
+    static const char* const sizes[] = {"--world-size", "--nnodes",
+                                        "--nproc-per-node"};
+    int which = -1;
+    size_t len = 0;
+    for (int k = 0; k < 3; k++) {
+      len = strlen(sizes[k]);
+      if (strncmp(a, sizes[k], len) == 0 && (a[len] == 0 || a[len] == '=')) {
+        which = k;
+        break;
+      }
+    }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      plan_usage(stdout);
+      rc = 0;
+      goto out;
+    } else if (which >= 0) {
+      const char* v = a[len] == '='  ? a + len + 1
+                      : i + 1 < argc ? argv[++i]
+                                     : NULL;
+      long long* dst = which == 0 ? &world : which == 1 ? &nnodes : &nproc;
+      if (parse_pos(v, dst) < 0) {
+        fprintf(stderr, "trainrun: %s: expected a positive integer, got '%s'\n",
+                sizes[which], v ? v : "");
+        rc = 2;
+        goto out;
+      }
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "trainrun: plan: unknown flag '%s'\n", a);
+      plan_usage(stderr);
+      rc = 2;
+      goto out;
+    } else if (path) {
+      fprintf(stderr, "trainrun: plan: more than one job file ('%s', '%s')\n",
+              path, a);
+      rc = 2;
+      goto out;
+    } else {
+      path = a;
+    }
+    i++;
+  }
+  if (world == 0) world = nnodes * nproc;
+  tr_config_t cfg;
+  tr_errmsg_t err;
+  if (tr_config_load(&cfg, path, n, overrides, &err) < 0 ||
+      tr_config_resolve(&cfg, world, &err) < 0) {
+    fprintf(stderr, "trainrun: %s\n", err.message);
+    rc = 2;
+  } else {
+    tr_errmsg_t perr;
+    int prc = plan_print(&cfg, stdout, &perr);
+    if (prc < 0) {
+      fprintf(stderr, "trainrun: %s\n", perr.message);
+      rc = tr__cmd_exit_code(prc);
+    } else {
+      rc = fflush(stdout) == 0 ? 0 : 1;
+    }
+  }
+  tr_config_release(&cfg);
+out:
+  free(overrides);
+  return rc;
+}

@@ -1,0 +1,1198 @@
+/* tests/check_super.c: supervision of real training jobs -- fault injection
+ * (--debug.fault), worker heartbeats and --worker-timeout, restarts from a
+ * checkpoint after a kill -9, SIGTERM, `trainrun status` and
+ * --metrics-port (Prometheus text over HTTP), a lost node below MIN, many
+ * nodes on loopback training to the losses of one process (plain,
+ * Slurm-style, mpirun-style, --standalone), and the errors users meet
+ * (endpoint unreachable, port in use, bad flags, bad fault specs).
+ *
+ * Units: fault specs and their errors, arming by rank and restart, each
+ * fault's effect in a child process, the heartbeat page. Processes:
+ * trainrun and trainrund on loopback with examples/debug.toml on the CPU,
+ * ports picked by binding port 0. */
+#include "config.h"
+
+#include <check.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trainrun/error.h"
+#include "trainrun/fault.h"
+#include "trainrun/heartbeat.h"
+#include "trainrun/param.h"
+
+/* ---- helpers ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char* builddir(void) {
+  const char* b = getenv("top_builddir");
+  return b && *b ? b : ".";
+}
+
+static const char* srcdir(void) {
+  const char* s = getenv("top_srcdir");
+  return s && *s ? s : ".";
+}
+
+static const char* bin(const char* name) {
+  static char bufs[8][4096];
+  static int k;
+  char* b = bufs[k++ % 8];
+  snprintf(b, 4096, "%s/%s", builddir(), name);
+  return b;
+}
+
+/* A TCP socket on 127.0.0.1 and a free port: *fd listening (caller closes)
+ * when listen_too, else closed again. */
+static int port_on_loopback(int listen_too, int* fd) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(s, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(bind(s, (struct sockaddr*)&a, sizeof a), 0);
+  socklen_t l = sizeof a;
+  getsockname(s, (struct sockaddr*)&a, &l);
+  if (listen_too) {
+    ck_assert_int_eq(listen(s, 4), 0);
+    *fd = s;
+  } else {
+    close(s);
+  }
+  return ntohs(a.sin_port);
+}
+
+static int free_port(void) { return port_on_loopback(0, NULL); }
+
+static char tmpdir[256];
+static double test_t0;
+static void cleanup_at_exit(void);
+
+static void setup(void) {
+  test_t0 = now_s();
+  atexit(cleanup_at_exit);
+  snprintf(tmpdir, sizeof tmpdir, "%s/check_super.XXXXXX",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void) {
+  fprintf(stderr, "(test took %.2fs)\n", now_s() - test_t0);
+  cleanup_at_exit();
+  tmpdir[0] = '\0';
+}
+
+typedef struct {
+  pid_t pid;
+  char out[512], err[512];
+  double t0;
+} proc_t;
+
+/* Processes started and not yet waited for: a failed assertion exits the
+ * test's process, whose atexit handler kills them (their workers die with
+ * them) and removes the test's folder, which the teardown would not. */
+static pid_t live[64];
+static int nlive;
+
+static void cleanup_at_exit(void) {
+  for (int i = 0; i < nlive; i++)
+    if (live[i] > 0) {
+      kill(live[i], SIGKILL);
+      waitpid(live[i], NULL, 0);
+    }
+  nlive = 0;
+  if (tmpdir[0]) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    int rc = system(cmd);
+    (void)rc;
+  }
+}
+
+static void forget(pid_t pid) {
+  for (int i = 0; i < nlive; i++)
+    if (live[i] == pid) live[i] = 0;
+}
+
+/* Start argv with extra "NAME=value" entries of env (NULL-terminated, may
+ * be NULL); stdout and stderr into files named after tag. */
+static void start(proc_t* p, const char* tag, char* const* argv,
+                  char* const* env) {
+  snprintf(p->out, sizeof p->out, "%s/%s.out", tmpdir, tag);
+  snprintf(p->err, sizeof p->err, "%s/%s.err", tmpdir, tag);
+  p->t0 = now_s();
+  p->pid = fork();
+  ck_assert_int_ge(p->pid, 0);
+  if (p->pid == 0) {
+    unsetenv("SLURM_STEP_NUM_NODES");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("TRAINRUN_WORKER");
+    unsetenv("TRAINRUN_HEARTBEAT_FD");
+    setenv("TRAINRUN_LOG_LEVEL", "warn", 1);
+    setenv("TMPDIR", tmpdir, 1);
+    setenv("TRAINRUN_STOP_TIMEOUT", "2", 1);
+    for (char* const* e = env; e && *e; e++) putenv(*e);
+    int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int er = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(er, 2);
+    execv(argv[0], argv);
+    _exit(126);
+  }
+  if (nlive < 64) live[nlive++] = p->pid;
+}
+
+static char* slurp(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return strdup("");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* s = malloc((size_t)n + 1);
+  size_t got = fread(s, 1, (size_t)n, f);
+  s[got] = '\0';
+  fclose(f);
+  return s;
+}
+
+static int finish(proc_t* p, double timeout) {
+  int st;
+  for (;;) {
+    pid_t r = waitpid(p->pid, &st, WNOHANG);
+    if (r == p->pid) break;
+    if (now_s() - p->t0 > timeout) {
+      kill(p->pid, SIGKILL);
+      waitpid(p->pid, &st, 0);
+      forget(p->pid);
+      char* e = slurp(p->err);
+      ck_abort_msg("process %s did not end within %gs; stderr:\n%s", p->out,
+                   timeout, e);
+    }
+    usleep(5000);
+  }
+  forget(p->pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int run(const char* tag, char* const* argv, char* const* env, char** out,
+               char** err, double timeout) {
+  proc_t p;
+  start(&p, tag, argv, env);
+  int rc = finish(&p, timeout);
+  *out = slurp(p.out);
+  *err = slurp(p.err);
+  return rc;
+}
+
+/* Wait until the file holds needle (up to timeout s). */
+static void wait_text(const char* path, const char* needle, double timeout) {
+  double t0 = now_s();
+  for (;;) {
+    char* s = slurp(path);
+    int found = strstr(s, needle) != NULL;
+    if (!found && now_s() - t0 > timeout)
+      ck_abort_msg("'%s' never showed '%s':\n%s", path, needle, s);
+    free(s);
+    if (found) return;
+    usleep(20000);
+  }
+}
+
+/* argv of `trainrun [launcher...] debug.toml <small CPU job> [extra...]`:
+ * a fixed seed, metrics.jsonl every step into <tmpdir>/<dump>. */
+typedef struct {
+  char* v[96];
+  int n;
+  char job[600], data[600], dumparg[700], dump[600];
+} cmd_t;
+
+static void cmd_init(cmd_t* c, const char* dump) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->job, sizeof c->job, "%s/examples/debug.toml", srcdir());
+  snprintf(c->data, sizeof c->data, "%s/examples/data/tinytales.txt", srcdir());
+  snprintf(c->dump, sizeof c->dump, "%s/%s", tmpdir, dump);
+  snprintf(c->dumparg, sizeof c->dumparg, "--job.dump_folder=%s", c->dump);
+  c->v[c->n++] = (char*)bin("trainrun");
+}
+
+static void cmd_add(cmd_t* c, const char* a) {
+  ck_assert_int_lt(c->n, 94);
+  c->v[c->n++] = (char*)a;
+  c->v[c->n] = NULL;
+}
+
+/* The job and its small settings (after the launcher flags). */
+static void cmd_job(cmd_t* c, const char* steps, const char* batch) {
+  const char* a[] = {c->job,
+                     "--training.steps",
+                     steps,
+                     "--training.local_batch_size",
+                     batch,
+                     "--training.seq_len",
+                     "32",
+                     "--lr_scheduler.warmup_steps",
+                     "0",
+                     "--validation.enable=false",
+                     "--debug.seed",
+                     "42",
+                     "--metrics.log_freq",
+                     "1",
+                     "--metrics.enable_jsonl=true",
+                     "--training.dataset_path",
+                     c->data,
+                     c->dumparg};
+  for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) cmd_add(c, a[i]);
+}
+
+/* The loss of step `step` in <dump>/metrics.jsonl (the last record of that
+ * step: a restarted run writes its steps again). */
+static double loss_at(const char* dump, int step) {
+  char p[800];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", dump);
+  char* f = slurp(p);
+  char key[64];
+  snprintf(key, sizeof key, "{\"step\":%d,\"loss\":", step);
+  const char* at = NULL;
+  for (const char* q = f; (q = strstr(q, key)); q++) at = q;
+  ck_assert_msg(at != NULL, "%s has no step %d:\n%s", p, step, f);
+  double v = strtod(at + strlen(key), NULL);
+  free(f);
+  return v;
+}
+
+/* ---- fault specs ---- */
+
+static void expect_spec_error(const char* spec, const char* want) {
+  tr_fault_t f;
+  tr_errmsg_t err;
+  tr_errmsg_clear(&err);
+  ck_assert_int_eq(tr_fault_parse(spec, &f, &err), TR_EINVAL);
+  ck_assert_str_eq(err.message, want);
+}
+
+START_TEST(test_fault_parse) {
+  tr_fault_t f;
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_fault_parse("kill:rank=3:step=5", &f, &err), 0);
+  ck_assert_int_eq(f.kind, TR_FAULT_KILL);
+  ck_assert_int_eq(f.rank, 3);
+  ck_assert_int_eq(f.step, 5);
+  ck_assert_int_eq(f.restart, 0);
+  ck_assert_str_eq(f.spec, "kill:rank=3:step=5");
+  ck_assert_int_eq(tr_fault_parse("exit:rank=1:step=2:code=7", &f, &err), 0);
+  ck_assert_int_eq(f.kind, TR_FAULT_EXIT);
+  ck_assert_int_eq(f.code, 7);
+  ck_assert_int_eq(tr_fault_parse("exit:step=2", &f, &err), 0);
+  ck_assert_int_eq(f.code, 1);  /* default */
+  ck_assert_int_eq(f.rank, -1); /* every rank */
+  ck_assert_int_eq(tr_fault_parse("slow:rank=0:ms=500", &f, &err), 0);
+  ck_assert_int_eq(f.kind, TR_FAULT_SLOW);
+  ck_assert_int_eq(f.ms, 500);
+  ck_assert_int_eq(f.step, -1);
+  ck_assert_int_eq(tr_fault_parse("hang:rank=3:step=5:restart=1", &f, &err), 0);
+  ck_assert_int_eq(f.kind, TR_FAULT_HANG);
+  ck_assert_int_eq(f.restart, 1);
+  ck_assert_int_eq(tr_fault_parse("skip_collective:rank=2:step=4", &f, &err),
+                   0);
+  ck_assert_int_eq(f.kind, TR_FAULT_SKIP_COLLECTIVE);
+  ck_assert_int_eq(tr_fault_parse("mismatch:rank=2:step=4", &f, &err), 0);
+  ck_assert_int_eq(f.kind, TR_FAULT_MISMATCH);
+
+  expect_spec_error("kil:rank=3:step=5",
+                    "debug.fault 'kil:rank=3:step=5': unknown kind 'kil' "
+                    "(kill, hang, exit, slow, skip_collective or mismatch)");
+  expect_spec_error("kill:rank=3",
+                    "debug.fault 'kill:rank=3': kill needs step=N");
+  expect_spec_error("slow:rank=0",
+                    "debug.fault 'slow:rank=0': slow needs ms=MILLISECONDS");
+  expect_spec_error("kill:rank=x:step=1",
+                    "debug.fault 'kill:rank=x:step=1': rank: expected a "
+                    "number >= 0, got 'x'");
+  expect_spec_error("kill:step=0",
+                    "debug.fault 'kill:step=0': step: expected "
+                    "a number >= 1, got '0'");
+  expect_spec_error("exit:step=1:code=256",
+                    "debug.fault 'exit:step=1:code=256': code: expected an "
+                    "exit code 0 to 255, got '256'");
+  expect_spec_error("kill:step=1:code=3",
+                    "debug.fault 'kill:step=1:code=3': 'code' is no field of "
+                    "kill (rank, step, restart)");
+  expect_spec_error("kill:rank",
+                    "debug.fault 'kill:rank': expected "
+                    "name=value, got 'rank'");
+}
+END_TEST
+
+/* Run fn in a child; its wait status. */
+static int in_child(void (*fn)(void), double kill_after) {
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    fn();
+    _exit(0);
+  }
+  int st;
+  double t0 = now_s();
+  for (;;) {
+    if (waitpid(p, &st, WNOHANG) == p) return st;
+    if (kill_after > 0 && now_s() - t0 > kill_after) {
+      kill(p, SIGKILL);
+      waitpid(p, &st, 0);
+      return -1; /* still running when killed: it hung */
+    }
+    usleep(2000);
+  }
+}
+
+static void arm(const char* spec, int rank, int restart) {
+  const char* v[1] = {spec};
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_fault_arm(v, 1, rank, restart, &err), 0);
+}
+
+static void steps_1_to_5(void) {
+  for (int s = 1; s <= 5; s++) tr_fault_step(s);
+}
+
+static void exit_at_3(void) {
+  arm("exit:rank=1:step=3:code=7", 1, 0);
+  steps_1_to_5();
+}
+static void exit_other_rank(void) {
+  arm("exit:rank=1:step=3:code=7", 0, 0);
+  steps_1_to_5();
+}
+static void exit_other_restart(void) {
+  arm("exit:rank=1:step=3:code=7", 1, 1);
+  steps_1_to_5();
+}
+static void kill_at_2(void) {
+  arm("kill:step=2", 4, 0);
+  steps_1_to_5();
+}
+static void hang_at_2(void) {
+  arm("hang:rank=0:step=2", 0, 0);
+  tr_fault_before_sync(1);
+  tr_fault_before_sync(2);
+}
+static void hang_in_attempt_1(void) {
+  arm("hang:rank=0:step=2:restart=1", 0, 1);
+  tr_fault_before_sync(2);
+}
+
+START_TEST(test_fault_effects) {
+  int st = in_child(exit_at_3, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+  /* another rank, or another attempt: nothing happens */
+  st = in_child(exit_other_rank, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  st = in_child(exit_other_restart, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  st = in_child(kill_at_2, 0);
+  ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  /* a hang stays hung (the child is killed after 0.3 s) */
+  ck_assert_int_eq(in_child(hang_at_2, 0.3), -1);
+  ck_assert_int_eq(in_child(hang_in_attempt_1, 0.3), -1);
+
+  /* slow: every step of the rank (or just step=N) */
+  arm("slow:rank=2:ms=40", 2, 0);
+  ck_assert_int_eq(tr_fault_armed(), 1);
+  double t0 = now_s();
+  tr_fault_step(1);
+  tr_fault_step(2);
+  double took = now_s() - t0;
+  ck_assert_msg(took >= 0.08 && took < 1.0, "two slow steps took %.3fs", took);
+  arm("slow:rank=2:ms=40:step=3", 2, 0);
+  t0 = now_s();
+  tr_fault_step(1);
+  ck_assert_double_lt(now_s() - t0, 0.03);
+  tr_fault_step(3);
+  ck_assert_double_ge(now_s() - t0, 0.04);
+  /* not for this rank: not armed */
+  arm("slow:rank=2:ms=40", 1, 0);
+  ck_assert_int_eq(tr_fault_armed(), 0);
+  /* a bad spec arms nothing and says which */
+  const char* v[2] = {"slow:ms=1", "hang:rank=1"};
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_fault_arm(v, 2, 1, 0, &err), TR_EINVAL);
+  ck_assert_str_eq(err.message, "debug.fault 'hang:rank=1': hang needs step=N");
+  /* skip_collective and mismatch act in the gradient sync only */
+  arm("skip_collective:rank=0:step=4", 0, 0);
+  ck_assert_int_eq(tr_fault_grad_sync(NULL, NULL, 3), 0);
+  ck_assert_int_eq(tr_fault_grad_sync(NULL, NULL, 4), 1);
+  ck_assert_int_eq(tr_fault_sharded_sync(3), TR_FAULT_SYNC_NONE);
+  ck_assert_int_eq(tr_fault_sharded_sync(4), TR_FAULT_SYNC_SKIP);
+  arm("mismatch:rank=0:step=4", 0, 0);
+  ck_assert_int_eq(tr_fault_sharded_sync(4), TR_FAULT_SYNC_MISMATCH);
+  tr_fault_step(4); /* no effect at the step start */
+  ck_assert_int_eq(tr_fault_arm(NULL, 0, 0, 0, &err), 0);
+  ck_assert_int_eq(tr_fault_armed(), 0);
+}
+END_TEST
+
+/* ---- the heartbeat page ---- */
+
+START_TEST(test_heartbeat_page) {
+  void* page;
+  int fd = tr_heartbeat_create(&page);
+  ck_assert_int_ge(fd, 0);
+  tr_heartbeat_slot_t s;
+  ck_assert_int_eq(tr_heartbeat_read(page, &s), 0);
+  ck_assert_int_eq(s.beats, 0); /* nobody beat yet */
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    /* what a worker sees: the fd named in its environment */
+    char v[16];
+    snprintf(v, sizeof v, "%d", fd);
+    setenv("TRAINRUN_HEARTBEAT_FD", v, 1);
+    tr_param_reset();
+    tr_heartbeat_set_total(10);
+    tr_heartbeat_beat("init", 0, NAN, 0);
+    tr_heartbeat_beat("step", 3, 2.5, 1234.0);
+    tr_heartbeat_phase("sync");
+    _exit(0);
+  }
+  int st;
+  waitpid(p, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ck_assert_int_eq(tr_heartbeat_read(page, &s), 0);
+  ck_assert_int_eq(s.beats, 3);
+  ck_assert_int_eq(s.step, 3);
+  ck_assert_int_eq(s.total_steps, 10);
+  ck_assert_double_eq(s.loss, 2.5);
+  ck_assert_double_eq(s.tokens_per_s, 1234.0);
+  ck_assert_str_eq(s.phase, "sync");
+  ck_assert_int_eq(s.pid, p);
+  ck_assert_double_lt(fabs(s.time - (double)time(NULL)), 5);
+  /* a page that is not a heartbeat page */
+  ((tr_heartbeat_slot_t*)page)->magic = 1;
+  ck_assert_int_eq(tr_heartbeat_read(page, &s), TR_EINVAL);
+  tr_heartbeat_destroy(page, fd);
+  /* no fd in the environment: beating does nothing */
+  tr_heartbeat_beat("step", 1, 1.0, 1.0);
+}
+END_TEST
+
+/* ---- faults in real jobs ---- */
+
+START_TEST(test_fault_exit_report) {
+  cmd_t c;
+  cmd_init(&c, "exit");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "4", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "exit:rank=1:step=2:code=7");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run("exit", c.v, NULL, &out, &err, 60), 1);
+  /* which rank failed first, how, and its last lines */
+  ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s", err);
+  ck_assert_ptr_nonnull(
+      strstr(err, "exited with code 7\nlast lines of rank 1:"));
+  ck_assert_ptr_nonnull(
+      strstr(err,
+             "\n  trainrun: rank 1: debug.fault 'exit:rank=1:step=2:code=7': "
+             "exit code 7 at step 2\n"));
+  ck_assert_ptr_nonnull(strstr(out, "[rank0]:step 1/4 | loss "));
+  ck_assert_ptr_null(strstr(out, "[rank0]:step 2/4"));
+  free(out);
+  free(err);
+}
+END_TEST
+
+START_TEST(test_collective_faults) {
+  /* a rank that skips a collective or issues one of the wrong size: the
+   * job fails (the collectives' error or timeout), the fault is named */
+  const char* specs[2] = {"skip_collective:rank=1:step=2",
+                          "mismatch:rank=1:step=2"};
+  for (int k = 0; k < 2; k++) {
+    cmd_t c;
+    cmd_init(&c, "coll");
+    cmd_add(&c, "--nproc-per-node");
+    cmd_add(&c, "2");
+    cmd_job(&c, "3", "2");
+    cmd_add(&c, "--comm.train_timeout_seconds");
+    cmd_add(&c, "3");
+    cmd_add(&c, "--debug.fault");
+    cmd_add(&c, specs[k]);
+    char* out;
+    char* err;
+    ck_assert_int_eq(run("coll", c.v, NULL, &out, &err, 60), 1);
+    char want[160];
+    snprintf(want, sizeof want, "trainrun: rank 1: debug.fault '%s", specs[k]);
+    ck_assert_msg(strstr(out, want) || strstr(err, want), "%s\n%s", out, err);
+    ck_assert_ptr_nonnull(strstr(err, "trainrun: rank "));
+    ck_assert_ptr_nonnull(strstr(out, "[rank0]:step 1/3 | loss "));
+    ck_assert_ptr_null(strstr(out, "[rank0]:step 3/3"));
+    free(out);
+    free(err);
+  }
+}
+END_TEST
+
+START_TEST(test_hang_worker_timeout) {
+  /* rank 1 hangs before step 2's gradient collective: its heartbeat stops,
+   * the daemon kills it after --worker-timeout and names it; rank 0 waits
+   * in the collective meanwhile (twice as long before it would be
+   * blamed) */
+  cmd_t c;
+  cmd_init(&c, "hang");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, "--worker-timeout");
+  cmd_add(&c, "2.5");
+  cmd_job(&c, "4", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "hang:rank=1:step=2");
+  char* out;
+  char* err;
+  double t0 = now_s();
+  ck_assert_int_eq(run("hang", c.v, NULL, &out, &err, 60), 1);
+  double took = now_s() - t0;
+  ck_assert_msg(
+      strstr(err, "trainrun: rank 1 stopped heartbeating: no beat for "), "%s",
+      err);
+  ck_assert_ptr_nonnull(strstr(err, "trainrun: rank 1 (local rank 1, pid "));
+  ck_assert_ptr_nonnull(strstr(err,
+                               "(--worker-timeout 2.5s) after step 1, not in "
+                               "a collective; killed with SIGKILL\n"
+                               "last lines of rank 1:"));
+  ck_assert_ptr_nonnull(strstr(err,
+                               "hanging in step 2 before the gradient "
+                               "collective"));
+  ck_assert_ptr_null(strstr(err, "trainrun: rank 0 stopped heartbeating"));
+  ck_assert_msg(took < 20, "the hang took %.1fs to end", took);
+  free(out);
+  free(err);
+}
+END_TEST
+
+/* ---- kill -9 and restart from the checkpoint ---- */
+
+static int have_checkpoints(void) {
+  char p[700];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/include/trainrun/checkpoint.h", srcdir());
+  return stat(p, &st) == 0;
+}
+
+START_TEST(test_kill_restart_resumes) {
+  if (!have_checkpoints()) {
+    fprintf(stderr, "skipped: no checkpoint module in this tree\n");
+    return;
+  }
+  enum { STEPS = 6 };
+  double loss[2];
+  for (int k = 0; k < 2; k++) {
+    cmd_t c;
+    cmd_init(&c, k == 0 ? "plain" : "killed");
+    cmd_add(&c, "--nproc-per-node");
+    cmd_add(&c, "2");
+    cmd_add(&c, "--max-restarts");
+    cmd_add(&c, "1");
+    cmd_job(&c, "6", "2");
+    cmd_add(&c, "--checkpoint.enable=true");
+    cmd_add(&c, "--checkpoint.interval");
+    cmd_add(&c, "2");
+    if (k == 1) {
+      cmd_add(&c, "--debug.fault");
+      cmd_add(&c, "kill:rank=1:step=4"); /* after step 3: the last is 2 */
+    }
+    char* out;
+    char* err;
+    int rc = run(k == 0 ? "plain" : "killed", c.v, NULL, &out, &err, 90);
+    ck_assert_msg(rc == 0, "rc %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+    if (k == 1) {
+      ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s",
+                    err);
+      ck_assert_ptr_nonnull(
+          strstr(err,
+                 "was killed by signal 9 (SIGKILL); restarting the "
+                 "workers (restart 1 of 1)"));
+      /* the second attempt resumed from step 2, not from scratch */
+      ck_assert_msg(strstr(out, "[rank0]:resumed from '"), "stdout:\n%s", out);
+      ck_assert_ptr_nonnull(strstr(out, "' at step 2\n"));
+    }
+    free(out);
+    free(err);
+    loss[k] = loss_at(c.dump, STEPS);
+  }
+  ck_assert_msg(loss[0] == loss[1],
+                "final loss %.17g after a kill -9 and a restart, %.17g "
+                "uninterrupted",
+                loss[1], loss[0]);
+}
+END_TEST
+
+/* ---- status, metrics, SIGTERM ---- */
+
+/* GET path from 127.0.0.1:port: the whole answer (malloc()ed). */
+static char* http_get(int port, const char* path) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(s, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  ck_assert_int_eq(connect(s, (struct sockaddr*)&a, sizeof a), 0);
+  char req[256];
+  int n = snprintf(req, sizeof req,
+                   "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
+  ck_assert_int_eq(write(s, req, (size_t)n), n);
+  size_t cap = 1 << 16, len = 0;
+  char* buf = malloc(cap);
+  ssize_t r;
+  while ((r = read(s, buf + len, cap - 1 - len)) > 0) len += (size_t)r;
+  buf[len] = '\0';
+  close(s);
+  return buf;
+}
+
+/* Check the Prometheus text exposition format line by line: "# HELP name
+ * text" and "# TYPE name gauge|counter" before a family's samples, each
+ * sample `name{label="value",...} number`. Returns the value of the sample
+ * `name{...rank="r"...}`, NaN when absent. */
+static double prom_value(const char* body, const char* name, int rank) {
+  double found = NAN;
+  char typed[128] = "";
+  const char* p = body;
+  while (*p) {
+    const char* e = strchr(p, '\n');
+    ck_assert_msg(e != NULL, "the last line has no newline");
+    char line[1024];
+    size_t n = (size_t)(e - p);
+    ck_assert_uint_lt(n, sizeof line);
+    memcpy(line, p, n);
+    line[n] = '\0';
+    p = e + 1;
+    if (strncmp(line, "# HELP ", 7) == 0) continue;
+    if (strncmp(line, "# TYPE ", 7) == 0) {
+      char t[32];
+      ck_assert_int_eq(sscanf(line + 7, "%127s %31s", typed, t), 2);
+      ck_assert(strcmp(t, "gauge") == 0 || strcmp(t, "counter") == 0);
+      continue;
+    }
+    /* a sample: metric name, labels, value */
+    size_t nl = strspn(line, "abcdefghijklmnopqrstuvwxyz_:0123456789");
+    ck_assert_msg(nl > 0 && line[nl] == '{', "bad sample line '%s'", line);
+    ck_assert_msg(strncmp(line, typed, nl) == 0 && typed[nl] == '\0',
+                  "sample '%s' without its # TYPE line", line);
+    char* close_b = strstr(line, "} ");
+    ck_assert_msg(close_b != NULL, "bad labels in '%s'", line);
+    for (char* l = line + nl + 1; l < close_b;) {
+      size_t ln = strspn(l, "abcdefghijklmnopqrstuvwxyz_");
+      ck_assert_msg(ln > 0 && l[ln] == '=' && l[ln + 1] == '"',
+                    "bad label in '%s'", line);
+      char* q = l + ln + 2;
+      while (*q && *q != '"') q += *q == '\\' ? 2 : 1;
+      ck_assert_msg(*q == '"', "unterminated label in '%s'", line);
+      l = q + 1;
+      if (*l == ',') l++;
+    }
+    char* end;
+    const char* vs = close_b + 2;
+    double v = strcmp(vs, "NaN") == 0 ? NAN : strtod(vs, &end);
+    if (strcmp(vs, "NaN") != 0)
+      ck_assert_msg(*end == '\0', "bad value in '%s'", line);
+    char want[64];
+    snprintf(want, sizeof want, "rank=\"%d\"", rank);
+    if (strncmp(line, name, nl) == 0 && name[nl] == '\0' &&
+        (rank < 0 || strstr(line, want)))
+      found = v;
+  }
+  return found;
+}
+
+START_TEST(test_status_metrics_sigterm) {
+  cmd_t c;
+  cmd_init(&c, "live");
+  cmd_add(&c, "--standalone");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, "--metrics-port");
+  cmd_add(&c, "0");
+  cmd_add(&c, "--rdzv-id");
+  cmd_add(&c, "live\"job");
+  cmd_job(&c, "1000", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "slow:ms=60");
+  if (have_checkpoints()) {
+    cmd_add(&c, "--checkpoint.enable=true");
+    cmd_add(&c, "--checkpoint.interval");
+    cmd_add(&c, "1000");
+  }
+  proc_t p;
+  start(&p, "live", c.v, NULL);
+  wait_text(p.err, "/metrics\n", 30);
+  char* e = slurp(p.err);
+  const char* m = strstr(e, "trainrun: metrics at http://");
+  ck_assert_ptr_nonnull(m);
+  const char* colon = strchr(m + strlen("trainrun: metrics at http://"), ':');
+  int port = atoi(colon + 1);
+  free(e);
+  ck_assert_int_gt(port, 0);
+  /* until both ranks finished step 2 */
+  char* body = NULL;
+  double t0 = now_s();
+  for (;;) {
+    body = http_get(port, "/metrics");
+    char* b = strstr(body, "\r\n\r\n");
+    ck_assert_ptr_nonnull(b);
+    double s0 = prom_value(b + 4, "trainrun_rank_step", 0);
+    double s1 = prom_value(b + 4, "trainrun_rank_step", 1);
+    if (s0 >= 2 && s1 >= 2) break;
+    ck_assert_msg(now_s() - t0 < 40, "no step 2 in:\n%s", body);
+    free(body);
+    usleep(50000);
+  }
+  ck_assert_ptr_nonnull(strstr(body, "HTTP/1.1 200 OK\r\n"));
+  ck_assert_ptr_nonnull(
+      strstr(body, "Content-Type: text/plain; version=0.0.4"));
+  const char* b = strstr(body, "\r\n\r\n") + 4;
+  for (int r = 0; r < 2; r++) {
+    ck_assert_double_eq(prom_value(b, "trainrun_rank_up", r), 1);
+    double loss = prom_value(b, "trainrun_rank_loss", r);
+    ck_assert_msg(loss > 0.5 && loss < 10, "loss %g", loss);
+    ck_assert_double_gt(prom_value(b, "trainrun_rank_tokens_per_second", r), 0);
+    ck_assert_double_eq(prom_value(b, "trainrun_rank_total_steps", r), 1000);
+    ck_assert_double_lt(
+        prom_value(b, "trainrun_rank_last_heartbeat_age_seconds", r), 5);
+    double ts =
+        prom_value(b, "trainrun_rank_last_heartbeat_timestamp_seconds", r);
+    ck_assert_double_lt(fabs(ts - (double)time(NULL)), 30);
+  }
+  ck_assert_double_eq(prom_value(b, "trainrun_round", -1), 0);
+  ck_assert_double_eq(prom_value(b, "trainrun_world_size", -1), 2);
+  ck_assert_ptr_nonnull(strstr(b, "run_id=\"live\\\"job\""));
+  free(body);
+  body = http_get(port, "/nothing");
+  ck_assert_ptr_nonnull(strstr(body, "HTTP/1.1 404 Not Found\r\n"));
+  free(body);
+
+  /* trainrun status: both ranks with step, loss, tokens/s, heartbeat */
+  char tmp_env[700];
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tmpdir);
+  char* env[] = {tmp_env, NULL};
+  char* sa[] = {(char*)bin("trainrun"), "status", NULL};
+  char* out;
+  char* err;
+  ck_assert_int_eq(run("status", sa, env, &out, &err, 20), 0);
+  ck_assert_ptr_nonnull(strstr(out, "run 'live\"job', running\n"));
+  ck_assert_ptr_nonnull(strstr(out, "node 0: '"));
+  for (int r = 0; r < 2; r++) {
+    char k[64];
+    snprintf(k, sizeof k, "  rank %d (local rank %d, pid ", r, r);
+    const char* line = strstr(out, k);
+    ck_assert_msg(line != NULL, "%s", out);
+    long long step, total;
+    double loss, tps, age;
+    const char* at = strstr(line, ", step ");
+    ck_assert_ptr_nonnull(at);
+    ck_assert_int_eq(sscanf(at, ", step %lld/%lld", &step, &total), 2);
+    at = strstr(at, ", loss ");
+    ck_assert_ptr_nonnull(at);
+    ck_assert_int_eq(sscanf(at,
+                            ", loss %lf, %lf tokens/s, last heartbeat %lfs "
+                            "ago",
+                            &loss, &tps, &age),
+                     3);
+    ck_assert_msg(loss > 0.5 && loss < 10, "loss %g", loss);
+    ck_assert_int_ge(step, 2);
+    ck_assert_int_eq(total, 1000);
+    ck_assert_double_gt(tps, 0);
+    ck_assert_double_lt(age, 5);
+  }
+  free(out);
+  free(err);
+
+  /* SIGTERM: every rank stops after its step, exit 0 */
+  kill(p.pid, SIGTERM);
+  ck_assert_int_eq(finish(&p, 60), 0);
+  out = slurp(p.out);
+  err = slurp(p.err);
+  ck_assert_msg(strstr(err,
+                       "trainrun: got SIGTERM: stopping every rank after "
+                       "its current step"),
+                "%s", err);
+  ck_assert_msg(strstr(out, "[rank0]:stopping after step "), "%s", out);
+  char f[800];
+  struct stat st;
+  snprintf(f, sizeof f, "%s/model.safetensors", c.dump);
+  ck_assert_int_eq(stat(f, &st), 0);
+  if (have_checkpoints()) {
+    /* the step it stopped after is saved (and complete) */
+    const char* s = strstr(out, "[rank0]:stopping after step ");
+    int step = atoi(s + strlen("[rank0]:stopping after step "));
+    snprintf(f, sizeof f, "%s/checkpoint/step-%d/metadata.json", c.dump, step);
+    ck_assert_msg(stat(f, &st) == 0, "no %s", f);
+  }
+  free(out);
+  free(err);
+}
+END_TEST
+
+/* ---- many nodes on loopback ---- */
+
+/* Run `nodes` trainrun processes of `nproc` workers each for a job of
+ * global batch 8, 3 steps, with --nnodes and --rdzv-endpoint when flags
+ * has F_ENDPOINT; env_fn(k, ...) fills node k's extra env (up to 4
+ * entries). The losses of rank 0 into loss[3]. */
+typedef void (*node_env_fn)(int k, int nodes, int port, char** env);
+
+static void run_nodes(const char* tag, int nodes, int nproc, int flags,
+                      node_env_fn env_fn, double* loss) {
+  enum { F_ENDPOINT = 1 };
+  int port = free_port();
+  char ep[64], nn[16], np[16], batch[16];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
+  snprintf(nn, sizeof nn, "%d", nodes);
+  snprintf(np, sizeof np, "%d", nproc);
+  snprintf(batch, sizeof batch, "%d", 8 / (nodes * nproc));
+  proc_t p[8];
+  cmd_t c[8];
+  char envs[8][4][128];
+  for (int k = 0; k < nodes; k++) {
+    char t[64];
+    snprintf(t, sizeof t, "%s%d", tag, k);
+    cmd_init(&c[k], t);
+    if (flags & F_ENDPOINT) {
+      cmd_add(&c[k], "--nnodes");
+      cmd_add(&c[k], nn);
+      cmd_add(&c[k], "--rdzv-endpoint");
+      cmd_add(&c[k], ep);
+    }
+    cmd_add(&c[k], "--nproc-per-node");
+    cmd_add(&c[k], np);
+    cmd_job(&c[k], "3", batch);
+    char* env[5] = {NULL};
+    for (int i = 0; i < 4; i++) envs[k][i][0] = '\0';
+    if (env_fn) {
+      char* slots[4] = {envs[k][0], envs[k][1], envs[k][2], envs[k][3]};
+      env_fn(k, nodes, port, slots);
+      int n = 0;
+      for (int i = 0; i < 4; i++)
+        if (envs[k][i][0]) env[n++] = envs[k][i];
+    }
+    start(&p[k], t, c[k].v, env);
+  }
+  for (int k = 0; k < nodes; k++) {
+    int rc = finish(&p[k], 90);
+    char* err = slurp(p[k].err);
+    char* out = slurp(p[k].out);
+    ck_assert_msg(rc == 0, "%s node %d: rc %d\n%s\n%s", tag, k, rc, out, err);
+    free(err);
+    free(out);
+  }
+  /* rank 0 wrote the metrics: find the node that ran it */
+  int found = 0;
+  for (int k = 0; k < nodes && !found; k++) {
+    char f[800];
+    struct stat st;
+    snprintf(f, sizeof f, "%s/metrics.jsonl", c[k].dump);
+    if (stat(f, &st) != 0) continue;
+    for (int s = 1; s <= 3; s++) loss[s - 1] = loss_at(c[k].dump, s);
+    found = 1;
+  }
+  ck_assert_msg(found, "%s: no node wrote metrics.jsonl", tag);
+}
+
+static void one_process(double* loss) {
+  cmd_t c;
+  cmd_init(&c, "single");
+  cmd_job(&c, "3", "8");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run("single", c.v, NULL, &out, &err, 60), 0);
+  free(out);
+  free(err);
+  for (int s = 1; s <= 3; s++) loss[s - 1] = loss_at(c.dump, s);
+  ck_assert_double_lt(loss[2], loss[0] - 0.3); /* it trained */
+}
+
+static void same_losses(const char* what, const double* a, const double* b) {
+  for (int i = 0; i < 3; i++) {
+    double rel = fabs(a[i] - b[i]) / fabs(b[i]);
+    ck_assert_msg(rel <= 1e-5,
+                  "%s: step %d: loss %.12g, one process %.12g (relative "
+                  "difference %.3g)",
+                  what, i + 1, a[i], b[i], rel);
+  }
+}
+
+START_TEST(test_eight_nodes_one_rank) {
+  double one[3], eight[3];
+  one_process(one);
+  run_nodes("n8_", 8, 1, 1, NULL, eight);
+  same_losses("8 nodes x 1 rank", eight, one);
+}
+END_TEST
+
+/* Slurm's srun: every node the same flags, its place from the env. */
+static void slurm_env(int k, int nodes, int port, char** env) {
+  snprintf(env[0], 128, "SLURM_STEP_NUM_NODES=%d", nodes);
+  snprintf(env[1], 128, "SLURM_NODEID=%d", k);
+  snprintf(env[2], 128, "SLURM_STEP_NODELIST=localhost");
+  snprintf(env[3], 128, "SLURM_JOB_ID=sj%d", port);
+}
+
+/* Open MPI's mpirun: ranks on this host; the endpoint from MASTER_*. */
+static void ompi_env(int k, int nodes, int port, char** env) {
+  snprintf(env[0], 128, "OMPI_COMM_WORLD_SIZE=%d", nodes);
+  snprintf(env[1], 128, "OMPI_COMM_WORLD_RANK=%d", k);
+  snprintf(env[2], 128, "OMPI_COMM_WORLD_LOCAL_SIZE=%d", nodes);
+  snprintf(env[3], 128, "MASTER_PORT=%d", port);
+}
+
+static int port_29500_free(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(29500);
+  int one_ = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one_, sizeof one_);
+  int busy = bind(s, (struct sockaddr*)&a, sizeof a) != 0;
+  close(s);
+  return !busy;
+}
+
+START_TEST(test_two_by_two_slurm_mpirun) {
+  double one[3], got[3];
+  one_process(one);
+  /* 2 nodes x 2 ranks as srun starts them (srun's port is trainrun's
+   * default 29500: with flags when another program holds it) */
+  if (port_29500_free()) {
+    run_nodes("slurm_", 2, 2, 0, slurm_env, got);
+    same_losses("Slurm-style, 2 nodes x 2 ranks", got, one);
+  } else {
+    fprintf(stderr, "port 29500 is in use: 2 x 2 with flags, not srun's\n");
+    run_nodes("n2x2_", 2, 2, 1, NULL, got);
+    same_losses("2 nodes x 2 ranks", got, one);
+  }
+  run_nodes("mpi_", 4, 1, 0, ompi_env, got);
+  same_losses("mpirun-style, 4 processes", got, one);
+}
+END_TEST
+
+/* ---- a node lost below MIN; errors ---- */
+
+START_TEST(test_lost_node_below_min) {
+  /* --nnodes 2: node B's daemon dies; A notices within the heartbeat
+   * limit and stops (MIN 2 cannot be met), naming the node */
+  char ep[64];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  char conf[] =
+      "keep_alive_interval=0.2,keep_alive_max_attempt=5,is_host=false";
+  char* argv[] = {(char*)bin("trainrund"),
+                  "--nnodes",
+                  "2",
+                  "--max-restarts",
+                  "3",
+                  "--rdzv-endpoint",
+                  ep,
+                  "--rdzv-conf",
+                  conf + 0,
+                  NULL,
+                  (char*)bin("tests/fake_worker"),
+                  "--hang",
+                  NULL};
+  char conf_a[] = "keep_alive_interval=0.2,keep_alive_max_attempt=5";
+  proc_t p[2];
+  argv[8] = conf_a;
+  argv[9] = "--node-rank=0";
+  start(&p[0], "minA", argv, NULL);
+  argv[8] = conf;
+  argv[9] = "--node-rank=1";
+  start(&p[1], "minB", argv, NULL);
+  /* both nodes' workers run once B's daemon says so */
+  char tmp_env[700];
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tmpdir);
+  char* env[] = {tmp_env, NULL};
+  char* sa[] = {(char*)bin("trainrun"), "status", NULL};
+  double t0 = now_s();
+  for (;;) {
+    char* out;
+    char* err;
+    run("st", sa, env, &out, &err, 20);
+    int n = 0;
+    for (const char* q = out; (q = strstr(q, "): running for ")); q++) n++;
+    free(out);
+    free(err);
+    if (n == 2) break;
+    ck_assert_msg(now_s() - t0 < 20, "the two workers never ran");
+    usleep(50000);
+  }
+  t0 = now_s();
+  kill(p[1].pid, SIGKILL);
+  ck_assert_int_eq(finish(&p[1], 20), 128 + SIGKILL);
+  ck_assert_int_eq(finish(&p[0], 30), 1);
+  double took = now_s() - t0;
+  char* err = slurp(p[0].err);
+  ck_assert_msg(strstr(err, "trainrund: node 1 '"), "%s", err);
+  ck_assert_ptr_nonnull(strstr(err, "' stopped sending heartbeats"));
+  ck_assert_ptr_nonnull(strstr(err,
+                               "1 of the round's 2 nodes remain, fewer than "
+                               "the 2 that --nnodes 2:2 needs: stopping\n"));
+  ck_assert_ptr_null(strstr(err, "restarting"));
+  ck_assert_msg(took < 10, "took %.1fs", took);
+  free(err);
+}
+END_TEST
+
+START_TEST(test_clear_errors) {
+  char* out;
+  char* err;
+  cmd_t c;
+  /* nothing listens at the endpoint */
+  int closed = free_port();
+  char ep[64];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", closed);
+  char* a[] = {(char*)bin("trainrun"),
+               "--nnodes",
+               "2",
+               "--rdzv-endpoint",
+               ep,
+               "--rdzv-conf",
+               "is_host=false,join_timeout=1",
+               "--exec",
+               "/bin/true",
+               NULL};
+  ck_assert_int_eq(run("unreach", a, NULL, &out, &err, 30), 1);
+  char want[200];
+  snprintf(want, sizeof want,
+           "trainrun: cannot reach the rendezvous store at %s: timed out "
+           "(is the node that hosts it up?)\n",
+           ep);
+  ck_assert_msg(strstr(err, want), "%s", err);
+  free(out);
+  free(err);
+  /* --metrics-port on a port in use */
+  int busy_fd;
+  int busy = port_on_loopback(1, &busy_fd);
+  char bp[16];
+  snprintf(bp, sizeof bp, "%d", busy);
+  cmd_init(&c, "busy");
+  cmd_add(&c, "--metrics-port");
+  cmd_add(&c, bp);
+  cmd_add(&c, "--exec");
+  cmd_add(&c, "/bin/true");
+  ck_assert_int_eq(run("busy", c.v, NULL, &out, &err, 30), 1);
+  snprintf(want, sizeof want,
+           "trainrun: --metrics-port %d: cannot listen: address already in "
+           "use\n",
+           busy);
+  ck_assert_str_eq(err, want);
+  /* ... and at the rendezvous endpoint: no store answers there */
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", busy);
+  char* b[] = {(char*)bin("trainrun"),
+               "--nnodes",
+               "2",
+               "--rdzv-endpoint",
+               ep,
+               "--rdzv-conf",
+               "join_timeout=1",
+               "--exec",
+               "/bin/true",
+               NULL};
+  free(out);
+  free(err);
+  ck_assert_int_eq(run("inuse", b, NULL, &out, &err, 30), 1);
+  snprintf(want, sizeof want,
+           "trainrun: the rendezvous endpoint %s is in use by a program that "
+           "is not a trainrun store (timed out): pick another port\n",
+           ep);
+  ck_assert_msg(strstr(err, want), "%s", err);
+  close(busy_fd);
+  free(out);
+  free(err);
+  /* bad flags and specs, refused before any worker starts */
+  struct {
+    const char* flag;
+    const char* value;
+    const char* want;
+  } bad[] = {
+      {"--worker-timeout", "soon",
+       "trainrun: --worker-timeout: expected seconds (0 to 604800; 0: off), "
+       "got 'soon'\n"},
+      {"--metrics-port", "70000",
+       "trainrun: --metrics-port: expected a port 0 to 65535 (0: any free "
+       "one), got '70000'\n"},
+      {"--debug.fault", "kill:rnk=1:step=2",
+       "trainrun: debug.fault 'kill:rnk=1:step=2': 'rnk' is no field of kill "
+       "(rank, step, restart)\n"},
+      {"--debug.fault", "kill:rank=2:step=2",
+       "trainrun: debug.fault 'kill:rank=2:step=2': rank 2 is not below the "
+       "world size 2\n"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cmd_init(&c, "bad");
+    cmd_add(&c, "--nproc-per-node");
+    cmd_add(&c, "2");
+    if (strncmp(bad[i].flag, "--debug", 7) != 0) {
+      cmd_add(&c, bad[i].flag);
+      cmd_add(&c, bad[i].value);
+    }
+    cmd_job(&c, "2", "1");
+    if (strncmp(bad[i].flag, "--debug", 7) == 0) {
+      cmd_add(&c, bad[i].flag);
+      cmd_add(&c, bad[i].value);
+    }
+    ck_assert_int_eq(run("bad", c.v, NULL, &out, &err, 30), 2);
+    ck_assert_str_eq(err, bad[i].want);
+    ck_assert_str_eq(out, "");
+    free(out);
+    free(err);
+  }
+}
+END_TEST
+
+static Suite* super_suite(void) {
+  Suite* s = suite_create("super");
+  TCase* u = tcase_create("units");
+  tcase_add_checked_fixture(u, setup, teardown);
+  tcase_add_test(u, test_fault_parse);
+  tcase_add_test(u, test_fault_effects);
+  tcase_add_test(u, test_heartbeat_page);
+  suite_add_tcase(s, u);
+  TCase* p = tcase_create("jobs");
+  tcase_add_checked_fixture(p, setup, teardown);
+  tcase_set_timeout(p, 120);
+  tcase_add_test(p, test_fault_exit_report);
+  tcase_add_test(p, test_collective_faults);
+  tcase_add_test(p, test_hang_worker_timeout);
+  tcase_add_test(p, test_kill_restart_resumes);
+  tcase_add_test(p, test_status_metrics_sigterm);
+  tcase_add_test(p, test_lost_node_below_min);
+  tcase_add_test(p, test_clear_errors);
+  tcase_add_test(p, test_eight_nodes_one_rank);
+  tcase_add_test(p, test_two_by_two_slurm_mpirun);
+  suite_add_tcase(s, p);
+  return s;
+}
+
+int main(void) {
+  SRunner* sr = srunner_create(super_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

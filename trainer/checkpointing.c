@@ -1,0 +1,414 @@
+/* trainer/checkpointing.c: the trainer's [checkpoint] — what a checkpoint
+ * of a run holds (model, AdamW moments, train state), when it is saved
+ * (interval, first step, last step, on a stop signal), resuming from the
+ * latest complete step at start, and loading any step folder
+ * (trainrun/trainer.h; the format is trainrun/checkpoint.h). */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h> /* the train state */
+
+#include "trainrun/checkpoint.h"
+#include "trainrun/error.h"
+#include "trainrun/heartbeat.h"
+#include "trainrun/log.h"
+#include "trainrun/metrics.h"     /* stall and write times */
+#include "trainrun/safetensors.h" /* the model config as JSON */
+#include "trainrun/trainer.h"
+
+struct tr__trainer_ckpt {
+  tr_ckpt_saver_t* saver;
+  char* folder; /* <dump_folder>/<checkpoint.folder> */
+  FILE* con;
+  tr_metrics_logger_t* ml;
+  int64_t saved_step; /* last step saved (or loaded); -1: none */
+};
+
+/* ---- what a checkpoint holds ---- */
+
+/* Names: "model.<HF name>", "optimizer.state.<HF name>.exp_avg",
+ * "optimizer.state.<HF name>.exp_avg_sq" (torchtitan's flattened keys). */
+static char* item_name(const tr_param_t* p, int which) {
+  static const char* const suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
+  size_t n = strlen(p->name) + 40;
+  char* s = malloc(n);
+  if (s)
+    snprintf(s, n, "%s%s%s", which == 0 ? "model." : "optimizer.state.",
+             p->name, suffix[which]);
+  return s;
+}
+
+/* Items for the parameters (which 0), the first (1) and second (2) moments
+ * of every parameter; names malloc'd (free_items). */
+static int make_items(tr_trainer_t* t, int which, tr_ckpt_item_t* items) {
+  tr_model_t* m = &t->model;
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    tr_ckpt_item_t* it = &items[i];
+    memset(it, 0, sizeof *it);
+    it->name = item_name(p, which);
+    if (!it->name) return TR_ENOMEM;
+    it->ndim = p->ndim;
+    memcpy(it->shape, p->shape, sizeof it->shape);
+    memcpy(it->offset, p->layout.offset, sizeof it->offset);
+    it->tensor = which == 0   ? &p->data
+                 : which == 1 ? &t->adam_m[i]
+                              : &t->adam_v[i];
+    /* a rank holding the whole tensor in a data-parallel world holds a
+     * replica (DDP); a sharded layout (FSDP, TP) holds its own chunk */
+    int whole = 1;
+    for (int d = 0; d < p->ndim; d++)
+      whole &= p->layout.offset[d] == 0 && p->layout.shape[d] == p->shape[d];
+    it->replicated = whole && t->dist.dp_size > 1;
+  }
+  return 0;
+}
+
+static void free_items(tr_ckpt_item_t* items, size_t n) {
+  if (!items) return;
+  for (size_t i = 0; i < n; i++) free((char*)items[i].name);
+  free(items);
+}
+
+static char* train_state_json(const tr_trainer_t* t) {
+  tr_loader_state_t ls;
+  tr_loader_get_state(&t->train, &ls);
+  json_t* dl = json_pack("{sIsIsIsI}", "sample", (json_int_t)ls.sample, "seed",
+                         (json_int_t)ls.seed, "seq_len", (json_int_t)ls.seq_len,
+                         "ntokens", (json_int_t)ls.ntokens);
+  json_t* lr =
+      json_pack("{sIsfsfsIsIsIsI}", "step", (json_int_t)t->step, "last_lr",
+                t->step > 0 ? tr_lr_schedule_lr(&t->lr, t->step) : 0.0, "lr",
+                t->lr.lr, "total_steps", (json_int_t)t->lr.total_steps,
+                "warmup_steps", (json_int_t)t->lr.warmup_steps, "stable_steps",
+                (json_int_t)t->lr.stable_steps, "decay_steps",
+                (json_int_t)t->lr.decay_steps);
+  json_t* root = json_pack(
+      "{sIsIsosos{sI}s{sIsIsI}}", "step", (json_int_t)t->step, "tokens_seen",
+      (json_int_t)(t->step * t->G * t->T), "dataloader", dl, "lr_scheduler", lr,
+      "rng", "seed", (json_int_t)t->seed, "batch", "global", (json_int_t)t->G,
+      "local", (json_int_t)t->B, "dp", (json_int_t)t->dist.dp_size);
+  /* the model config, so `trainrun ckpt export` can rebuild the model */
+  char* mc = tr_model_config_to_json(&t->model.cfg);
+  json_error_t je;
+  json_t* mj = mc ? json_loads(mc, 0, &je) : NULL;
+  free(mc);
+  if (root && mj) json_object_set_new(root, "model", mj);
+  char* s = root && mj ? json_dumps(root, JSON_COMPACT) : NULL;
+  if (!root) json_decref(mj);
+  json_decref(root);
+  return s;
+}
+
+static int excluded(const tr_config_t* cfg, const char* part) {
+  const tr_config_list_t* l = &cfg->checkpoint.exclude_from_loading;
+  for (size_t i = 0; i < l->n; i++)
+    if (strcmp(l->v[i], part) == 0) return 1;
+  return 0;
+}
+
+/* ---- loading ---- */
+
+static int load_items(tr_trainer_t* t, const tr_ckpt_t* ck, int which,
+                      tr_errmsg_t* err) {
+  int np = t->model.n_params;
+  tr_ckpt_item_t* items = calloc((size_t)np + 1, sizeof *items);
+  if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  int rc = make_items(t, which, items);
+  if (rc < 0)
+    rc = tr_errmsg_set(err, rc, "out of memory");
+  else
+    rc = tr_ckpt_load(ck, items, (size_t)np, err);
+  free_items(items, (size_t)np);
+  return rc;
+}
+
+static int restore_state(tr_trainer_t* t, const tr_ckpt_t* ck,
+                         tr_errmsg_t* err) {
+  const tr_config_t* cfg = t->cfg;
+  json_error_t je;
+  json_t* st = json_loads(ck->train_state_json, 0, &je);
+  if (!st)
+    return tr_errmsg_set(err, TR_EFORMAT, "'%s': bad train_state", ck->dir);
+  json_int_t step, seed, sample, sseed, seq_len, ntokens;
+  int bad = json_unpack(st, "{sIs{sI}}", "step", &step, "rng", "seed", &seed);
+  json_t* dl = json_object_get(st, "dataloader");
+  int rc = 0;
+  if (bad || step < 0) {
+    rc = tr_errmsg_set(err, TR_EFORMAT, "'%s': train_state has no step",
+                       ck->dir);
+    goto out;
+  }
+  if (!excluded(cfg, "train_state")) t->step = step;
+  if (dl && !excluded(cfg, "dataloader")) {
+    if (json_unpack(dl, "{sIsIsIsI}", "sample", &sample, "seed", &sseed,
+                    "seq_len", &seq_len, "ntokens", &ntokens) < 0) {
+      rc =
+          tr_errmsg_set(err, TR_EFORMAT, "'%s': bad dataloader state", ck->dir);
+      goto out;
+    }
+    if ((uint64_t)sseed != t->seed) {
+      /* the data order follows the seed the run started with */
+      t->seed = (uint64_t)sseed;
+      t->train.seed = (uint64_t)sseed;
+    }
+    tr_loader_state_t ls = {.sample = sample,
+                            .seed = (uint64_t)sseed,
+                            .seq_len = seq_len,
+                            .ntokens = ntokens};
+    rc = tr_loader_restore(&t->train, &ls, err);
+  }
+out:
+  json_decref(st);
+  return rc;
+}
+
+int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
+                               int model_only, tr_errmsg_t* err) {
+  tr_ckpt_t* ck;
+  TR_CHECK(tr_ckpt_open(&ck, step_dir, err));
+  int rc = 0;
+  if (!excluded(t->cfg, "model")) rc = load_items(t, ck, 0, err);
+  int has_opt = 0;
+  if (t->model.n_params > 0) {
+    char* n = item_name(&t->model.params[0], 1);
+    has_opt = n && tr_ckpt_find(ck, n) != NULL;
+    free(n);
+  }
+  if (rc == 0 && !model_only) {
+    if (has_opt && !excluded(t->cfg, "optimizer")) {
+      rc = load_items(t, ck, 1, err);
+      if (rc == 0) rc = load_items(t, ck, 2, err);
+    } else if (!has_opt) {
+      TR_LOG_WARN(TRAIN, "'%s' holds no optimizer state: AdamW starts fresh",
+                  step_dir);
+    }
+    if (rc == 0) rc = restore_state(t, ck, err);
+  }
+  if (rc < 0) tr_errmsg_prefix(err, rc, "cannot load checkpoint");
+  tr_ckpt_close(ck);
+  return rc;
+}
+
+/* ---- saving ---- */
+
+static int dist_sum(void* arg, double* vals, int n) {
+  tr_trainer_t* t = arg;
+  return t->dist.all_reduce_sum(t->dist.arg, vals, n);
+}
+
+static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  const tr_config_t* cfg = t->cfg;
+  int np = t->model.n_params, parts = model_only ? 1 : 3;
+  tr_ckpt_item_t* items = calloc((size_t)np * 3 + 1, sizeof *items);
+  if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  int rc = 0;
+  for (int w = 0; w < parts && rc == 0; w++)
+    rc = make_items(t, w, items + (size_t)w * np);
+  char* state = rc == 0 ? train_state_json(t) : NULL;
+  if (rc < 0 || !state) {
+    free(state);
+    free_items(items, (size_t)np * 3);
+    return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  }
+  tr_dtype_t dt = TR_F32;
+  int convert = model_only &&
+                tr_dtype_parse(cfg->checkpoint.export_dtype, &dt) == 0 &&
+                dt != TR_F32;
+  /* the daemon allows a rank writing a checkpoint twice --worker-timeout */
+  tr_heartbeat_phase("checkpoint");
+  rc = tr_ckpt_save(c->saver, t->step, items, (size_t)np * parts, state,
+                    convert ? &dt : NULL, err);
+  if (rc == 0 && sync) rc = tr_ckpt_wait(c->saver, err);
+  tr_heartbeat_phase("step");
+  free(state);
+  free_items(items, (size_t)np * 3);
+  if (rc < 0) return rc;
+  c->saved_step = t->step;
+  tr_ckpt_stats_t s;
+  tr_ckpt_saver_stats(c->saver, &s);
+  if (c->con) {
+    fprintf(c->con,
+            "checkpoint step %" PRId64 "%s: training stalled %.3f s%s\n",
+            t->step, model_only ? " (model only)" : "", s.stall_s,
+            tr_ckpt_pending(c->saver) ? ", writing in the background" : "");
+    fflush(c->con);
+  }
+  return 0;
+}
+
+/* After a commit completes (in the background or not), report it once:
+ * a console line and the metrics record. */
+static int report_commit(tr_trainer_t* t, int64_t before, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  tr_ckpt_stats_t s;
+  tr_ckpt_saver_stats(c->saver, &s);
+  if (s.committed_step < 0 || s.committed_step == before) return 0;
+  if (c->con) {
+    fprintf(c->con,
+            "checkpoint step %" PRId64
+            " complete: %.1f MB written by rank 0 "
+            "in %.3f s\n",
+            s.committed_step, (double)s.bytes / 1e6, s.write_s);
+    fflush(c->con);
+  }
+  return tr_metrics_log_ckpt(c->ml, s.committed_step, s.stall_s, s.write_s,
+                             s.bytes, err);
+}
+
+int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
+                                struct tr_metrics_logger* ml,
+                                tr_errmsg_t* err) {
+  const tr_config_t* cfg = t->cfg;
+  if (!cfg->checkpoint.enable) return 0;
+  struct tr__trainer_ckpt* c = calloc(1, sizeof *c);
+  if (!c) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  t->ckpt = c;
+  c->con = con;
+  c->ml = ml;
+  c->saved_step = -1;
+  size_t n = strlen(cfg->job.dump_folder) + strlen(cfg->checkpoint.folder) + 2;
+  c->folder = malloc(n);
+  if (!c->folder) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  snprintf(c->folder, n, "%s/%s", cfg->job.dump_folder, cfg->checkpoint.folder);
+  tr_ckpt_saver_opts_t o = {
+      .folder = c->folder,
+      .comm = {.rank = t->dist.dp_rank,
+               .world = t->dist.dp_size,
+               .all_reduce_sum = t->dist.all_reduce_sum ? dist_sum : NULL,
+               .arg = t},
+      .keep_latest_k = (int)cfg->checkpoint.keep_latest_k};
+  if (tr_ckpt_mode_parse(cfg->checkpoint.async_mode, &o.mode) < 0)
+    return tr_errmsg_set(err, TR_ECONFIG, "checkpoint.async_mode: unknown '%s'",
+                         cfg->checkpoint.async_mode);
+  char layout[160];
+  snprintf(layout, sizeof layout,
+           "{\"kind\":\"data_parallel\",\"dp\":%d,\"global_batch\":%" PRId64
+           ",\"local_batch\":%" PRId64 "}",
+           t->dist.dp_size, t->G, t->B);
+  o.layout_json = layout;
+  if (!cfg->checkpoint.load_only)
+    TR_CHECK(tr_ckpt_saver_new(&o, &c->saver, err));
+
+  if (cfg->checkpoint.create_seed_checkpoint && c->saver) {
+    /* torchtitan's seed checkpoint: the initialised model as step 0 */
+    TR_CHECK(save(t, 1, 1, err));
+    TR_CHECK(report_commit(t, -1, err));
+    if (con) {
+      fprintf(con,
+              "wrote the seed checkpoint %s/step-0; not training "
+              "(checkpoint.create_seed_checkpoint)\n",
+              c->folder);
+      fflush(con);
+    }
+    t->step = cfg->training.steps; /* tr_train's loop has nothing to do */
+    return 0;
+  }
+  /* resume: load_step, else the latest complete step, else
+   * initial_load_path */
+  int64_t step = cfg->checkpoint.load_step;
+  int rc = 0;
+  char dir[4096];
+  if (step < 0) {
+    tr_errmsg_t lerr;
+    rc = tr_ckpt_latest(c->folder, &step, &lerr);
+    if (rc == TR_ENOTFOUND) {
+      rc = 0;
+      step = -1;
+    } else if (rc < 0) {
+      return tr_errmsg_set(err, rc, "%s", lerr.message);
+    }
+  }
+  if (step >= 0) {
+    tr_ckpt_step_dir(c->folder, step, dir, sizeof dir);
+    TR_CHECK(tr_trainer_load_checkpoint(t, dir, 0, err));
+    c->saved_step = t->step;
+    if (con) {
+      fprintf(con, "resumed from '%s' at step %" PRId64 "\n", dir, t->step);
+      fflush(con);
+    }
+  } else if (cfg->checkpoint.initial_load_path &&
+             cfg->checkpoint.initial_load_in_hf) {
+    /* Hugging Face weights (whole tensors on every rank) */
+    TR_CHECK(
+        tr_st_import_model(&t->model, cfg->checkpoint.initial_load_path, err));
+    if (con) {
+      fprintf(con, "loaded the Hugging Face weights '%s'\n",
+              cfg->checkpoint.initial_load_path);
+      fflush(con);
+    }
+  } else if (cfg->checkpoint.initial_load_path) {
+    int model_only = cfg->checkpoint.initial_load_model_only;
+    TR_CHECK(tr_trainer_load_checkpoint(t, cfg->checkpoint.initial_load_path,
+                                        model_only, err));
+    if (con) {
+      fprintf(con, "loaded %s'%s'\n", model_only ? "the model of " : "",
+              cfg->checkpoint.initial_load_path);
+      fflush(con);
+    }
+  }
+  return rc;
+}
+
+/* Wait for (wait) or poll the save in flight; report its commit. */
+static int settle(tr_trainer_t* t, int wait, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (!tr_ckpt_pending(c->saver)) return 0;
+  tr_ckpt_stats_t before;
+  tr_ckpt_saver_stats(c->saver, &before);
+  TR_CHECK(wait ? tr_ckpt_wait(c->saver, err) : tr_ckpt_poll(c->saver, err));
+  return report_commit(t, before.committed_step, err);
+}
+
+/* Save now (after the previous save is committed and reported). */
+static int save_now(tr_trainer_t* t, int model_only, int sync,
+                    tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  TR_CHECK(settle(t, 1, err));
+  tr_ckpt_stats_t before;
+  tr_ckpt_saver_stats(c->saver, &before);
+  TR_CHECK(save(t, model_only, sync, err));
+  return report_commit(t, before.committed_step, err);
+}
+
+int tr_trainer_checkpoint_step(tr_trainer_t* t, int last, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (!c || !c->saver) return 0;
+  const tr_config_t* cfg = t->cfg;
+  TR_CHECK(settle(t, 0, err));
+  int at_end = t->step >= cfg->training.steps;
+  int due = t->step % cfg->checkpoint.interval == 0 || last ||
+            (t->step == 1 && cfg->checkpoint.enable_first_step_checkpoint);
+  if (!due || t->step == c->saved_step) return 0;
+  /* the last step's save is synchronous and, with last_save_model_only,
+   * holds the model alone (in export_dtype) */
+  return save_now(t, at_end && cfg->checkpoint.last_save_model_only, last, err);
+}
+
+int tr_trainer_checkpoint_now(tr_trainer_t* t, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (!c || !c->saver)
+    return tr_errmsg_set(err, TR_EINVAL, "checkpointing is not enabled");
+  if (t->step == c->saved_step) return settle(t, 1, err);
+  return save_now(t, 0, 1, err);
+}
+
+int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (!c || !c->saver) return 0;
+  return settle(t, 1, err);
+}
+
+void tr__trainer_checkpoint_release(tr_trainer_t* t) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (!c) return;
+  tr_ckpt_saver_free(c->saver);
+  free(c->folder);
+  free(c);
+  t->ckpt = NULL;
+}
