@@ -12,7 +12,7 @@ trainruninclude_HEADERS += \
 
 check_PROGRAMS += tests/check_checkpoint
 TESTS += tests/check_checkpoint
-tests_check_checkpoint_SOURCES = tests/check_checkpoint.c
+tests_check_checkpoint_SOURCES = tests/check_checkpoint.c tests/fixtures.c
 tests_check_checkpoint_CFLAGS = $(TEST_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_checkpoint_LDADD = $(TEST_LIBS) $(JANSSON_LIBS) -lm
 

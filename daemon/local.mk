@@ -28,9 +28,11 @@ dist_man_MANS += man/trainrund.8
 # The daemon's unit tests (options, Slurm host lists, rendezvous, output)
 # and its multi-process tests with tests/fake_worker: spawn, output,
 # filters, restarts, signals, two nodes on loopback, start-up time.
+# tests/procs.[ch]: running trainrun processes in the suites that do.
+noinst_HEADERS += tests/procs.h
 check_PROGRAMS += tests/check_daemon tests/fake_worker
 TESTS += tests/check_daemon
-tests_check_daemon_SOURCES = tests/check_daemon.c
+tests_check_daemon_SOURCES = tests/check_daemon.c tests/procs.c
 tests_check_daemon_CFLAGS = $(TEST_CFLAGS)
 tests_check_daemon_LDADD = $(TEST_LIBS)
 tests_fake_worker_SOURCES = tests/fake_worker.c
@@ -39,7 +41,7 @@ tests_fake_worker_SOURCES = tests/fake_worker.c
 # checkpoint, signals, status and metrics, many nodes, clear errors.
 check_PROGRAMS += tests/check_super
 TESTS += tests/check_super
-tests_check_super_SOURCES = tests/check_super.c
+tests_check_super_SOURCES = tests/check_super.c tests/procs.c
 tests_check_super_CFLAGS = $(TEST_CFLAGS)
 tests_check_super_LDADD = $(TEST_LIBS) -lm
 

@@ -18,6 +18,6 @@ tests_check_fsdp2_LDADD = $(TEST_LIBS) -lm
 # Jobs through the launcher: FSDP 2 and 4, HSDP 2x2, DDP 4 against 1 rank.
 check_PROGRAMS += tests/check_fsdp2_train
 TESTS += tests/check_fsdp2_train
-tests_check_fsdp2_train_SOURCES = tests/check_fsdp2_train.c
+tests_check_fsdp2_train_SOURCES = tests/check_fsdp2_train.c tests/procs.c
 tests_check_fsdp2_train_CFLAGS = $(TEST_CFLAGS)
 tests_check_fsdp2_train_LDADD = $(TEST_LIBS) -lm

@@ -23,19 +23,10 @@
 #include "trainrun/checkpoint.h"
 #include "trainrun/error.h"
 #include "trainrun/tensor.h"
+#include "tests/fixtures.h"
 
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/check_ckpt.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
-}
+static void setup(void) { fx_tmpdir_make("check_ckpt"); }
+static void teardown(void) { fx_tmpdir_remove(); }
 
 /* The value of element i of tensor `id`. */
 static float val(int id, int64_t i) { return (float)(id * 1000 + i) * 0.5f; }
@@ -145,7 +136,7 @@ static void* save_rank(void* arg) {
   }
   if (a->bad) it[0].offset[1] = 3; /* 6 columns from 3: past the 6 */
   char folder[400];
-  snprintf(folder, sizeof folder, "%s/ck", tmpdir);
+  snprintf(folder, sizeof folder, "%s/ck", fx_tmpdir);
   tr_ckpt_saver_opts_t o = {.folder = folder,
                             .comm = {.rank = r,
                                      .world = world,
@@ -208,16 +199,16 @@ START_TEST(test_failed_rank) {
   save_world_bad(4, TR_CKPT_ASYNC, 3, 2);
   save_world_bad(4, TR_CKPT_SYNC, 4, 0);
   char path[500];
-  snprintf(path, sizeof path, "%s/ck/step-3/metadata.json", tmpdir);
+  snprintf(path, sizeof path, "%s/ck/step-3/metadata.json", fx_tmpdir);
   ck_assert_int_ne(access(path, F_OK), 0);
-  snprintf(path, sizeof path, "%s/ck/step-4/metadata.json", tmpdir);
+  snprintf(path, sizeof path, "%s/ck/step-4/metadata.json", fx_tmpdir);
   ck_assert_int_ne(access(path, F_OK), 0);
 }
 END_TEST
 
 static tr_ckpt_t* open_step(int64_t step) {
   char dir[400];
-  snprintf(dir, sizeof dir, "%s/ck/step-%lld", tmpdir, (long long)step);
+  snprintf(dir, sizeof dir, "%s/ck/step-%lld", fx_tmpdir, (long long)step);
   tr_ckpt_t* ck;
   tr_errmsg_t err;
   int rc = tr_ckpt_open(&ck, dir, &err);
@@ -305,19 +296,6 @@ END_TEST
 
 /* ---- the files of a save ---- */
 
-static char* slurp(const char* path) {
-  FILE* f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* s = malloc((size_t)n + 1);
-  ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 /* Save one [3, 4] tensor "a" and a [5] tensor "b" on one rank. */
 static void save_one(const char* folder, int64_t step, tr_ckpt_mode_t mode,
                      int keep, const tr_dtype_t* as) {
@@ -350,10 +328,11 @@ static void save_one(const char* folder, int64_t step, tr_ckpt_mode_t mode,
 
 START_TEST(test_files) {
   char folder[400], path[500];
-  snprintf(folder, sizeof folder, "%s/c", tmpdir);
+  snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
   save_one(folder, 3, TR_CKPT_SYNC, 0, NULL);
   snprintf(path, sizeof path, "%s/step-3/metadata.json", folder);
-  char* text = slurp(path);
+  size_t len;
+  char* text = (char*)fx_slurp(path, &len);
   json_error_t je;
   json_t* m = json_loads(text, 0, &je);
   ck_assert_ptr_nonnull(m);
@@ -373,7 +352,7 @@ START_TEST(test_files) {
   free(text);
   /* the data file: magic, then the chunk at its offset, as written */
   snprintf(path, sizeof path, "%s/step-3/rank-00000.bin", folder);
-  char* bin = slurp(path);
+  char* bin = (char*)fx_slurp(path, &len);
   ck_assert_int_eq(memcmp(bin, "TRCKPT01", 8), 0);
   float f;
   memcpy(&f, bin + 64 + 4 * 5, 4);
@@ -389,7 +368,7 @@ END_TEST
 
 START_TEST(test_bf16_and_async_single) {
   char folder[400], dir[500];
-  snprintf(folder, sizeof folder, "%s/c", tmpdir);
+  snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
   tr_dtype_t bf = TR_BF16;
   save_one(folder, 1, TR_CKPT_ASYNC, 0, &bf);
   snprintf(dir, sizeof dir, "%s/step-1", folder);
@@ -426,7 +405,7 @@ END_TEST
 
 START_TEST(test_incomplete_skipped) {
   char folder[400], dir[500];
-  snprintf(folder, sizeof folder, "%s/c", tmpdir);
+  snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
   save_one(folder, 5, TR_CKPT_SYNC, 0, NULL);
   save_one(folder, 7, TR_CKPT_SYNC, 0, NULL);
   snprintf(dir, sizeof dir, "%s/step-7/metadata.json", folder);
@@ -452,14 +431,14 @@ START_TEST(test_incomplete_skipped) {
   ck_assert_int_eq(tr_ckpt_open(&ck, dir, &err), TR_ENOTFOUND);
   ck_assert_ptr_nonnull(strstr(err.message, "is incomplete"));
   /* no complete step at all */
-  snprintf(dir, sizeof dir, "%s/none", tmpdir);
+  snprintf(dir, sizeof dir, "%s/none", fx_tmpdir);
   ck_assert_int_eq(tr_ckpt_latest(dir, &step, &err), TR_ENOTFOUND);
 }
 END_TEST
 
 START_TEST(test_corrupt_and_truncated) {
   char folder[400], dir[500], bin[600];
-  snprintf(folder, sizeof folder, "%s/c", tmpdir);
+  snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
   save_one(folder, 2, TR_CKPT_SYNC, 0, NULL);
   snprintf(dir, sizeof dir, "%s/step-2", folder);
   snprintf(bin, sizeof bin, "%s/rank-00000.bin", dir);
@@ -512,7 +491,7 @@ END_TEST
 
 START_TEST(test_keep_latest_k) {
   char folder[400];
-  snprintf(folder, sizeof folder, "%s/c", tmpdir);
+  snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
   for (int s = 1; s <= 5; s++) save_one(folder, s * 10, TR_CKPT_SYNC, 2, NULL);
   tr_ckpt_entry_t* v;
   size_t n;
@@ -535,7 +514,7 @@ START_TEST(test_partial_reads) {
    * rows reads only their blocks, so damage elsewhere does not stop it,
    * while damage inside them is found */
   char folder[400], dir[500], bin[600];
-  snprintf(folder, sizeof folder, "%s/c", tmpdir);
+  snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
   int64_t gs[2] = {1024, 1024}, z[2] = {0, 0};
   tr_tensor_t a;
   fill_box(&a, 5, 2, gs, z, gs);
@@ -587,7 +566,7 @@ START_TEST(test_kill_during_async_write) {
    * killed with SIGKILL while its thread writes: step 1 stays loadable and
    * step 2 is skipped */
   char folder[400], dir[500];
-  snprintf(folder, sizeof folder, "%s/c", tmpdir);
+  snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
   int fds[2];
   ck_assert_int_eq(pipe(fds), 0);
   pid_t pid = fork();

@@ -29,126 +29,9 @@
 #include "trainrun/daemon.h"
 #include "trainrun/error.h"
 #include "trainrun/param.h"
+#include "tests/procs.h"
 
 /* ---- helpers ---- */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char* builddir(void) {
-  const char* b = getenv("top_builddir");
-  return b && *b ? b : ".";
-}
-
-static const char* srcdir(void) {
-  const char* s = getenv("top_srcdir");
-  return s && *s ? s : ".";
-}
-
-/* A path under the build folder, in a static ring of buffers. */
-static const char* bin(const char* name) {
-  static char bufs[8][4096];
-  static int k;
-  char* b = bufs[k++ % 8];
-  snprintf(b, 4096, "%s/%s", builddir(), name);
-  return b;
-}
-
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(s, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ck_assert_int_eq(bind(s, (struct sockaddr*)&a, sizeof a), 0);
-  socklen_t l = sizeof a;
-  getsockname(s, (struct sockaddr*)&a, &l);
-  close(s);
-  return ntohs(a.sin_port);
-}
-
-static char tmpdir[256];
-
-static void make_tmp(void) {
-  snprintf(tmpdir, sizeof tmpdir, "%s/check_daemon.XXXXXX",
-           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void rm_tree(const char* path) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  int rc = system(cmd);
-  (void)rc;
-}
-
-/* A process started by start(): its pid and where its output goes. */
-typedef struct {
-  pid_t pid;
-  char out[512], err[512];
-  double t0;
-} proc_t;
-
-/* Start argv (NULL-terminated) with extra "NAME=value" env entries (NULL-
- * terminated, may be NULL), stdout/stderr into files named after tag. */
-static void start(proc_t* p, const char* tag, char* const* argv,
-                  char* const* env) {
-  snprintf(p->out, sizeof p->out, "%s/%s.out", tmpdir, tag);
-  snprintf(p->err, sizeof p->err, "%s/%s.err", tmpdir, tag);
-  p->t0 = now_s();
-  p->pid = fork();
-  ck_assert_int_ge(p->pid, 0);
-  if (p->pid == 0) {
-    /* no cluster but the one a test describes */
-    unsetenv("SLURM_STEP_NUM_NODES");
-    unsetenv("OMPI_COMM_WORLD_SIZE");
-    unsetenv("TRAINRUN_WORKER");
-    setenv("TRAINRUN_LOG_LEVEL", "warn", 1); /* messages are asserted */
-    setenv("TMPDIR", tmpdir, 1);             /* status sockets, log dirs */
-    for (char* const* e = env; e && *e; e++) putenv(*e);
-    int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int er = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(er, 2);
-    execv(argv[0], argv);
-    _exit(126);
-  }
-}
-
-static char* slurp(const char* path) {
-  FILE* f = fopen(path, "r");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* s = malloc((size_t)n + 1);
-  size_t got = fread(s, 1, (size_t)n, f);
-  s[got] = '\0';
-  fclose(f);
-  return s;
-}
-
-/* Wait for p (up to timeout s: then kill it and fail); its exit code, or
- * 128 + signal. */
-static int finish(proc_t* p, double timeout) {
-  int st;
-  for (;;) {
-    pid_t r = waitpid(p->pid, &st, WNOHANG);
-    if (r == p->pid) break;
-    if (now_s() - p->t0 > timeout) {
-      kill(p->pid, SIGKILL);
-      waitpid(p->pid, &st, 0);
-      char* e = slurp(p->err);
-      ck_abort_msg("process %s did not end within %gs; stderr:\n%s", p->out,
-                   timeout, e);
-    }
-    usleep(2000);
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 static int count(const char* hay, const char* needle) {
   int n = 0;
@@ -156,28 +39,14 @@ static int count(const char* hay, const char* needle) {
   return n;
 }
 
-/* Run and wait; output in *out / *err (malloc()ed). */
-static int run(const char* tag, char* const* argv, char* const* env, char** out,
-               char** err, double timeout) {
-  proc_t p;
-  start(&p, tag, argv, env);
-  int rc = finish(&p, timeout);
-  *out = slurp(p.out);
-  *err = slurp(p.err);
-  return rc;
-}
+static char env_quiet[] = "TRAINRUN_LOG_LEVEL=warn"; /* messages are asserted */
+static char* env_defaults[] = {env_quiet, NULL};
 
-static void wait_file(const char* path, double timeout) {
-  double t0 = now_s();
-  struct stat st;
-  while (stat(path, &st) != 0) {
-    ck_assert_msg(now_s() - t0 < timeout, "'%s' did not appear", path);
-    usleep(2000);
-  }
+static void setup(void) {
+  tp_env_defaults = env_defaults;
+  tp_tmpdir_make("check_daemon");
 }
-
-static void setup(void) { make_tmp(); }
-static void teardown(void) { rm_tree(tmpdir); }
+static void teardown(void) { tp_cleanup(); }
 
 /* ---- Slurm host lists ---- */
 
@@ -668,7 +537,7 @@ START_TEST(test_stream_prefix_file_tail) {
   ck_assert_int_eq(pipe(console), 0);
   fcntl(worker[0], F_SETFL, O_NONBLOCK);
   char path[600];
-  snprintf(path, sizeof path, "%s/f.log", tmpdir);
+  snprintf(path, sizeof path, "%s/f.log", tp_tmpdir);
   int file = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   tr__stream_t s;
   tr__tail_t tail = {0};
@@ -689,7 +558,7 @@ START_TEST(test_stream_prefix_file_tail) {
   ck_assert_int_gt(n, 0);
   ck_assert_str_eq(got,
                    "[rank3]:one\r\n[rank3]:two\n[rank3]:three\n[rank3]:tail\n");
-  char* f = slurp(path);
+  char* f = tp_slurp(path);
   ck_assert_str_eq(f, "one\r\ntwo\nthree\ntail"); /* the bytes as written */
   free(f);
   char* t = tr__tail_format(&tail, "  ");
@@ -730,16 +599,16 @@ static char env_stop[] = "TRAINRUN_STOP_TIMEOUT=2";
 START_TEST(test_spawn_env) {
   char* out;
   char* err;
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "3",
                   "--rdzv-id",
                   "envtest",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--env",
                   NULL};
   char* env[] = {env_stop, NULL};
-  ck_assert_int_eq(run("env", argv, env, &out, &err, 20), 0);
+  ck_assert_int_eq(tp_run("env", argv, env, &out, &err, 20), 0);
   for (int r = 0; r < 3; r++) {
     char want[64];
 #define HAS(fmt, ...)                            \
@@ -782,10 +651,10 @@ START_TEST(test_output_lines_whole) {
    * one rank, and each rank's lines arrive complete and in order */
   char* out;
   char* err;
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "3",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--lines",
                   "3000",
                   "--partial",
@@ -793,7 +662,7 @@ START_TEST(test_output_lines_whole) {
                   "--err",
                   "to stderr",
                   NULL};
-  ck_assert_int_eq(run("lines", argv, NULL, &out, &err, 30), 0);
+  ck_assert_int_eq(tp_run("lines", argv, NULL, &out, &err, 30), 0);
   int next[3] = {0, 0, 0}, partial = 0;
   for (char* line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
     int r, k, r2;
@@ -818,12 +687,12 @@ END_TEST
 
 START_TEST(test_log_dir_redirects_filter) {
   char logs[600];
-  snprintf(logs, sizeof logs, "%s/logs", tmpdir);
+  snprintf(logs, sizeof logs, "%s/logs", tp_tmpdir);
   char* out;
   char* err;
   /* --redirects 1: stdout only in the files; --local-ranks-filter 1: only
    * rank 1 on the console; the files hold every rank, unprefixed */
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "3",
                   "--log-dir",
@@ -832,23 +701,23 @@ START_TEST(test_log_dir_redirects_filter) {
                   "1",
                   "--local-ranks-filter",
                   "1",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--out",
                   "to stdout",
                   "--err",
                   "to stderr",
                   NULL};
-  ck_assert_int_eq(run("logs", argv, NULL, &out, &err, 20), 0);
+  ck_assert_int_eq(tp_run("logs", argv, NULL, &out, &err, 20), 0);
   ck_assert_str_eq(out, "");
   ck_assert_str_eq(err, "[rank1]:to stderr\n");
   for (int r = 0; r < 3; r++) {
     char p[700];
     snprintf(p, sizeof p, "%s/attempt_0/%d/stdout.log", logs, r);
-    char* f = slurp(p);
+    char* f = tp_slurp(p);
     ck_assert_str_eq(f, "to stdout\n");
     free(f);
     snprintf(p, sizeof p, "%s/attempt_0/%d/stderr.log", logs, r);
-    f = slurp(p);
+    f = tp_slurp(p);
     ck_assert_str_eq(f, "to stderr\n");
     free(f);
   }
@@ -857,26 +726,26 @@ START_TEST(test_log_dir_redirects_filter) {
 
   /* --tee 2 without --log-dir: a folder is made and named */
   char tmp_env[700];
-  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tmpdir);
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tp_tmpdir);
   char* env[] = {tmp_env, NULL};
-  char* argv2[] = {(char*)bin("trainrund"),
+  char* argv2[] = {(char*)tp_bin("trainrund"),
                    "--tee",
                    "2",
-                   (char*)bin("tests/fake_worker"),
+                   (char*)tp_bin("tests/fake_worker"),
                    "--err",
                    "teed",
                    NULL};
-  ck_assert_int_eq(run("tee", argv2, env, &out, &err, 20), 0);
+  ck_assert_int_eq(tp_run("tee", argv2, env, &out, &err, 20), 0);
   char want[700];
   snprintf(want, sizeof want, "trainrund: worker logs in %s/trainrun_none_",
-           tmpdir);
+           tp_tmpdir);
   ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "stderr: %s", err);
   ck_assert_ptr_nonnull(strstr(err, "[rank0]:teed\n"));
   char dir[700];
   sscanf(err, "trainrund: worker logs in %699s", dir);
   char p[800];
   snprintf(p, sizeof p, "%s/attempt_0/0/stderr.log", dir);
-  char* f = slurp(p);
+  char* f = tp_slurp(p);
   ck_assert_str_eq(f, "teed\n");
   free(f);
   free(out);
@@ -888,12 +757,12 @@ START_TEST(test_restarts_then_report) {
   /* rank 1 fails every round: 1 + 2 restarts, then exit 1 naming it */
   char* out;
   char* err;
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "3",
                   "--max-restarts",
                   "2",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--out",
                   "round $TRAINRUN_RESTART_COUNT",
                   "--err",
@@ -905,7 +774,7 @@ START_TEST(test_restarts_then_report) {
                   "--others-hang",
                   NULL};
   char* env[] = {env_stop, NULL};
-  ck_assert_int_eq(run("restarts", argv, env, &out, &err, 30), 1);
+  ck_assert_int_eq(tp_run("restarts", argv, env, &out, &err, 30), 1);
   ck_assert_int_eq(count(out, "[rank1]:round"), 3);
   ck_assert_int_eq(count(err, "restarting the workers (restart 1 of 2)"), 1);
   ck_assert_int_eq(count(err, "restarting the workers (restart 2 of 2)"), 1);
@@ -932,12 +801,12 @@ START_TEST(test_restart_recovers) {
    * and the second round's workers see restart count 1 */
   char* out;
   char* err;
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "2",
                   "--max-restarts",
                   "3",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--env",
                   "--rank",
                   "0",
@@ -947,7 +816,7 @@ START_TEST(test_restart_recovers) {
                   "9",
                   NULL};
   char* env[] = {env_stop, NULL};
-  ck_assert_int_eq(run("recover", argv, env, &out, &err, 30), 0);
+  ck_assert_int_eq(tp_run("recover", argv, env, &out, &err, 30), 0);
   ck_assert_ptr_nonnull(strstr(err, "trainrund: rank 0 (local rank 0, pid "));
   ck_assert_ptr_nonnull(strstr(err,
                                "was killed by signal 9 (SIGKILL); "
@@ -960,9 +829,9 @@ START_TEST(test_restart_recovers) {
   free(err);
 
   /* no restarts: a signal death is reported as such */
-  char* argv2[] = {(char*)bin("trainrund"), (char*)bin("tests/fake_worker"),
-                   "--kill", "11", NULL};
-  ck_assert_int_eq(run("segv", argv2, env, &out, &err, 20), 1);
+  char* argv2[] = {(char*)tp_bin("trainrund"),
+                   (char*)tp_bin("tests/fake_worker"), "--kill", "11", NULL};
+  ck_assert_int_eq(tp_run("segv", argv2, env, &out, &err, 20), 1);
   ck_assert_ptr_nonnull(strstr(err, "was killed by signal 11 (SIGSEGV"));
   free(out);
   free(err);
@@ -972,22 +841,22 @@ END_TEST
 START_TEST(test_bad_program_and_flags) {
   char* out;
   char* err;
-  char* a[] = {(char*)bin("trainrund"), "no-such-program-here", NULL};
-  ck_assert_int_eq(run("noprog", a, NULL, &out, &err, 20), 2);
+  char* a[] = {(char*)tp_bin("trainrund"), "no-such-program-here", NULL};
+  ck_assert_int_eq(tp_run("noprog", a, NULL, &out, &err, 20), 2);
   ck_assert_str_eq(err,
                    "trainrund: cannot run 'no-such-program-here': not found "
                    "in PATH\n");
   free(out);
   free(err);
-  char* b[] = {(char*)bin("trainrund"), "--nnodes", "x", "prog", NULL};
-  ck_assert_int_eq(run("badflag", b, NULL, &out, &err, 20), 2);
+  char* b[] = {(char*)tp_bin("trainrund"), "--nnodes", "x", "prog", NULL};
+  ck_assert_int_eq(tp_run("badflag", b, NULL, &out, &err, 20), 2);
   ck_assert_str_eq(err,
                    "trainrund: --nnodes: expected N or MIN:MAX with 1 <= MIN "
                    "<= MAX, got 'x'\n");
   free(out);
   free(err);
-  char* c[] = {(char*)bin("trainrund"), "--bogus", "prog", NULL};
-  ck_assert_int_eq(run("unknown", c, NULL, &out, &err, 20), 2);
+  char* c[] = {(char*)tp_bin("trainrund"), "--bogus", "prog", NULL};
+  ck_assert_int_eq(tp_run("unknown", c, NULL, &out, &err, 20), 2);
   ck_assert_str_eq(
       err, "trainrund: unknown flag '--bogus' (see trainrund --help)\n");
   free(out);
@@ -998,29 +867,29 @@ END_TEST
 START_TEST(test_sigterm_graceful) {
   /* SIGTERM to the daemon: forwarded once, ranks finish and exit 0 */
   char ready[700];
-  snprintf(ready, sizeof ready, "%s/ready", tmpdir);
+  snprintf(ready, sizeof ready, "%s/ready", tp_tmpdir);
   mkdir(ready, 0755);
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "2",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--term-exit",
                   "0",
                   "--ready",
                   ready,
                   "--hang",
                   NULL};
-  proc_t p;
-  start(&p, "term", argv, NULL);
+  tp_proc_t p;
+  tp_proc_start(&p, "term", argv, NULL);
   char f[800];
   for (int r = 0; r < 2; r++) {
     snprintf(f, sizeof f, "%s/ready.%d", ready, r);
-    wait_file(f, 20);
+    tp_wait_file(f, 20);
   }
   kill(p.pid, SIGTERM);
-  ck_assert_int_eq(finish(&p, 20), 0);
-  char* out = slurp(p.out);
-  char* err = slurp(p.err);
+  ck_assert_int_eq(tp_proc_finish(&p, 20), 0);
+  char* out = tp_slurp(p.out);
+  char* err = tp_slurp(p.err);
   ck_assert_ptr_nonnull(strstr(out, "[rank0]:rank 0 got SIGTERM\n"));
   ck_assert_ptr_nonnull(strstr(out, "[rank1]:rank 1 got SIGTERM\n"));
   ck_assert_str_eq(err,
@@ -1033,38 +902,38 @@ END_TEST
 
 START_TEST(test_second_signal_kills) {
   char ready[700];
-  snprintf(ready, sizeof ready, "%s/ready2", tmpdir);
+  snprintf(ready, sizeof ready, "%s/ready2", tp_tmpdir);
   mkdir(ready, 0755);
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "2",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--term-ignore",
                   "--ready",
                   ready,
                   "--hang",
                   NULL};
-  proc_t p;
-  start(&p, "int2", argv, NULL);
+  tp_proc_t p;
+  tp_proc_start(&p, "int2", argv, NULL);
   char f[800];
   for (int r = 0; r < 2; r++) {
     snprintf(f, sizeof f, "%s/ready.%d", ready, r);
-    wait_file(f, 20);
+    tp_wait_file(f, 20);
   }
   kill(p.pid, SIGINT);
   /* the ranks saw the first one before the second comes */
-  double t0 = now_s();
+  double t0 = tp_now_s();
   for (;;) {
-    char* out = slurp(p.out);
+    char* out = tp_slurp(p.out);
     int n = count(out, "ignores SIGINT");
     free(out);
     if (n == 2) break;
-    ck_assert_msg(now_s() - t0 < 20, "the ranks never saw SIGINT");
+    ck_assert_msg(tp_now_s() - t0 < 20, "the ranks never saw SIGINT");
     usleep(5000);
   }
   kill(p.pid, SIGINT);
-  ck_assert_int_eq(finish(&p, 20), 128 + SIGINT);
-  char* err = slurp(p.err);
+  ck_assert_int_eq(tp_proc_finish(&p, 20), 128 + SIGINT);
+  char* err = tp_slurp(p.err);
   ck_assert_ptr_nonnull(strstr(err, "got SIGINT again: killing the workers"));
   ck_assert_ptr_nonnull(strstr(err, "trainrund: stopped by a second signal"));
   free(err);
@@ -1075,21 +944,21 @@ END_TEST
 static void two_nodes(const char* tag, char* const* env_a, char* const* env_b,
                       char* const* args, int nargs, int* rc, char** out,
                       char** err) {
-  proc_t p[2];
+  tp_proc_t p[2];
   for (int k = 0; k < 2; k++) {
     char* argv[40];
     int n = 0;
-    argv[n++] = (char*)bin("trainrund");
+    argv[n++] = (char*)tp_bin("trainrund");
     for (int i = 0; i < nargs; i++) argv[n++] = args[i];
     argv[n] = NULL;
     char t[64];
     snprintf(t, sizeof t, "%s%d", tag, k);
-    start(&p[k], t, argv, k == 0 ? env_a : env_b);
+    tp_proc_start(&p[k], t, argv, k == 0 ? env_a : env_b);
   }
   for (int k = 0; k < 2; k++) {
-    rc[k] = finish(&p[k], 30);
-    out[k] = slurp(p[k].out);
-    err[k] = slurp(p[k].err);
+    rc[k] = tp_proc_finish(&p[k], 30);
+    out[k] = tp_slurp(p[k].out);
+    err[k] = tp_slurp(p[k].err);
   }
 }
 
@@ -1103,14 +972,14 @@ static int env_of(const char* out, int r, const char* name) {
 
 START_TEST(test_two_nodes) {
   char ep[64];
-  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", tp_free_port());
   char* args[] = {"--nnodes",
                   "2",
                   "--nproc-per-node",
                   "2",
                   "--rdzv-endpoint",
                   ep,
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--env"};
   int rc[2];
   char* out[2];
@@ -1150,7 +1019,7 @@ START_TEST(test_two_nodes_failure_spreads) {
   /* rank 3 (node 1) fails; node 0's hanging ranks are stopped; both
    * daemons restart once, then both report rank 3 and exit 1 */
   char ep[64];
-  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", tp_free_port());
   char* args[] = {"--nnodes",
                   "2",
                   "--node-rank",
@@ -1161,26 +1030,26 @@ START_TEST(test_two_nodes_failure_spreads) {
                   "1",
                   "--rdzv-endpoint",
                   ep,
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--rank",
                   "3",
                   "--exit",
                   "5",
                   "--others-hang"};
-  proc_t p[2];
+  tp_proc_t p[2];
   for (int k = 0; k < 2; k++) {
     char* argv[32];
     int n = 0;
-    argv[n++] = (char*)bin("trainrund");
+    argv[n++] = (char*)tp_bin("trainrund");
     for (size_t i = 0; i < sizeof args / sizeof args[0]; i++)
       argv[n++] = i == 3 ? (k ? "1" : "0") : args[i];
     argv[n] = NULL;
     char* env[] = {env_stop, NULL};
-    start(&p[k], k ? "fail1" : "fail0", argv, env);
+    tp_proc_start(&p[k], k ? "fail1" : "fail0", argv, env);
   }
   for (int k = 0; k < 2; k++) {
-    ck_assert_int_eq(finish(&p[k], 30), 1);
-    char* err = slurp(p[k].err);
+    ck_assert_int_eq(tp_proc_finish(&p[k], 30), 1);
+    char* err = tp_slurp(p[k].err);
     ck_assert_int_eq(count(err, "(restart 1 of 1)"), 1);
     ck_assert_msg(strstr(err, "trainrund: rank 3 (local rank 3, pid ") &&
                       strstr(err, ") on node 1 '") &&
@@ -1194,7 +1063,7 @@ END_TEST
 START_TEST(test_two_nodes_refused) {
   /* both ask for node rank 1: both refuse the round with one message */
   char ep[64];
-  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", tp_free_port());
   char* args[] = {"--nnodes",        "2", "--node-rank", "1",
                   "--rdzv-endpoint", ep,  "/bin/true"};
   int rc[2];
@@ -1212,7 +1081,7 @@ START_TEST(test_two_nodes_refused) {
 END_TEST
 
 START_TEST(test_slurm_and_mpirun_style) {
-  int port = free_port();
+  int port = tp_free_port();
   char mp[64];
   snprintf(mp, sizeof mp, "%d", port);
   /* srun: SLURM_* give nodes, node ranks and the host list */
@@ -1226,7 +1095,7 @@ START_TEST(test_slurm_and_mpirun_style) {
                   mp,
                   "--nproc-per-node",
                   "1",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--env"};
   int rc[2];
   char* out[2];
@@ -1246,7 +1115,7 @@ START_TEST(test_slurm_and_mpirun_style) {
   /* mpirun: OMPI_COMM_WORLD_* and MASTER_ADDR/MASTER_PORT */
   char maddr[] = "MASTER_ADDR=127.0.0.1";
   char mport[64];
-  snprintf(mport, sizeof mport, "MASTER_PORT=%d", free_port());
+  snprintf(mport, sizeof mport, "MASTER_PORT=%d", tp_free_port());
   char* ma[] = {"OMPI_COMM_WORLD_SIZE=2",
                 "OMPI_COMM_WORLD_RANK=0",
                 "OMPI_COMM_WORLD_LOCAL_SIZE=2",
@@ -1259,7 +1128,7 @@ START_TEST(test_slurm_and_mpirun_style) {
                 maddr,
                 mport,
                 NULL};
-  char* margs[] = {(char*)bin("tests/fake_worker"), "--env"};
+  char* margs[] = {(char*)tp_bin("tests/fake_worker"), "--env"};
   two_nodes("mpi", ma, mb, margs, 2, rc, out, err);
   ck_assert_int_eq(rc[0], 0);
   ck_assert_int_eq(rc[1], 0);
@@ -1279,13 +1148,13 @@ START_TEST(test_lost_node_elastic) {
   /* nodes 1:2; node B's daemon is killed with SIGKILL: node A notices the
    * missing heartbeats, restarts alone (MIN is 1) and finishes */
   char ep[64];
-  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", tp_free_port());
   char ready[700];
-  snprintf(ready, sizeof ready, "%s/ready3", tmpdir);
+  snprintf(ready, sizeof ready, "%s/ready3", tp_tmpdir);
   mkdir(ready, 0755);
   char conf[] =
       "keep_alive_interval=0.2,keep_alive_max_attempt=5,last_call_timeout=0.3";
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nnodes",
                   "1:2",
                   "--nproc-per-node",
@@ -1297,7 +1166,7 @@ START_TEST(test_lost_node_elastic) {
                   "--rdzv-conf",
                   conf,
                   NULL,
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--ready",
                   ready,
                   "--until-restart",
@@ -1305,26 +1174,26 @@ START_TEST(test_lost_node_elastic) {
                   "--hang",
                   NULL};
   char* env[] = {env_stop, NULL};
-  proc_t p[2];
+  tp_proc_t p[2];
   argv[11] = "--node-rank=0";
-  start(&p[0], "lostA", argv, env);
+  tp_proc_start(&p[0], "lostA", argv, env);
   /* B never hosts the store: losing B is losing a node, not the store */
   argv[11] = "--node-rank=1";
   char conf_b[sizeof conf + 32];
   snprintf(conf_b, sizeof conf_b, "%s,is_host=false", conf);
   argv[10] = conf_b;
-  start(&p[1], "lostB", argv, env);
+  tp_proc_start(&p[1], "lostB", argv, env);
   char f[800];
   for (int r = 0; r < 2; r++) {
     snprintf(f, sizeof f, "%s/ready.%d", ready, r);
-    wait_file(f, 20);
+    tp_wait_file(f, 20);
   }
-  double t0 = now_s();
+  double t0 = tp_now_s();
   kill(p[1].pid, SIGKILL);
-  ck_assert_int_eq(finish(&p[1], 20), 128 + SIGKILL);
-  ck_assert_int_eq(finish(&p[0], 20), 0);
-  double took = now_s() - t0;
-  char* err = slurp(p[0].err);
+  ck_assert_int_eq(tp_proc_finish(&p[1], 20), 128 + SIGKILL);
+  ck_assert_int_eq(tp_proc_finish(&p[0], 20), 0);
+  double took = tp_now_s() - t0;
+  char* err = tp_slurp(p[0].err);
   ck_assert_ptr_nonnull(strstr(err, "node 1 '"));
   ck_assert_ptr_nonnull(strstr(err, "' stopped sending heartbeats"));
   ck_assert_ptr_nonnull(strstr(err, "(restart 1 of 1)"));
@@ -1337,18 +1206,18 @@ START_TEST(test_elastic_scale_up) {
   /* --nnodes 1:2: A starts alone after the last call; B arrives later and
    * waits; A's round ends ("scale") and both run round 1 as a world of 2 */
   char ep[64];
-  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", tp_free_port());
   char ready[700];
-  snprintf(ready, sizeof ready, "%s/ready6", tmpdir);
+  snprintf(ready, sizeof ready, "%s/ready6", tp_tmpdir);
   mkdir(ready, 0755);
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nnodes",
                   "1:2",
                   "--rdzv-endpoint",
                   ep,
                   "--rdzv-conf",
                   "last_call_timeout=0.1",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--env",
                   "--ready",
                   ready,
@@ -1357,17 +1226,17 @@ START_TEST(test_elastic_scale_up) {
                   "--hang",
                   NULL};
   char* env[] = {env_stop, NULL};
-  proc_t a, b;
-  start(&a, "scaleA", argv, env);
+  tp_proc_t a, b;
+  tp_proc_start(&a, "scaleA", argv, env);
   char f[800];
   snprintf(f, sizeof f, "%s/ready.0", ready);
-  wait_file(f, 20);
-  start(&b, "scaleB", argv, env);
-  ck_assert_int_eq(finish(&a, 20), 0);
-  ck_assert_int_eq(finish(&b, 20), 0);
-  char* out = slurp(a.out);
-  char* err = slurp(a.err);
-  char* outb = slurp(b.out);
+  tp_wait_file(f, 20);
+  tp_proc_start(&b, "scaleB", argv, env);
+  ck_assert_int_eq(tp_proc_finish(&a, 20), 0);
+  ck_assert_int_eq(tp_proc_finish(&b, 20), 0);
+  char* out = tp_slurp(a.out);
+  char* err = tp_slurp(a.err);
+  char* outb = tp_slurp(b.out);
   /* round 0: A alone; round 1: A is node 0 again, B node 1 */
   ck_assert_ptr_nonnull(strstr(out, "[rank0]:WORLD_SIZE=1\n"));
   ck_assert_ptr_nonnull(strstr(out, "[rank0]:WORLD_SIZE=2\n"));
@@ -1386,36 +1255,36 @@ START_TEST(test_store_lost) {
   /* the node hosting the store dies: the other stops its workers and
    * exits 1 naming the store */
   char ep[64];
-  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", tp_free_port());
   char ready[700];
-  snprintf(ready, sizeof ready, "%s/ready5", tmpdir);
+  snprintf(ready, sizeof ready, "%s/ready5", tp_tmpdir);
   mkdir(ready, 0755);
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nnodes",
                   "2",
                   "--rdzv-endpoint",
                   ep,
                   "--rdzv-conf",
                   "is_host=true",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--ready",
                   ready,
                   "--hang",
                   NULL};
   char* env[] = {env_stop, NULL};
-  proc_t p[2];
-  start(&p[0], "hostA", argv, env);
+  tp_proc_t p[2];
+  tp_proc_start(&p[0], "hostA", argv, env);
   argv[6] = "is_host=false";
-  start(&p[1], "clientB", argv, env);
+  tp_proc_start(&p[1], "clientB", argv, env);
   char f[800];
   for (int r = 0; r < 2; r++) {
     snprintf(f, sizeof f, "%s/ready.%d", ready, r);
-    wait_file(f, 20);
+    tp_wait_file(f, 20);
   }
   kill(p[0].pid, SIGKILL);
-  ck_assert_int_eq(finish(&p[0], 20), 128 + SIGKILL);
-  ck_assert_int_eq(finish(&p[1], 20), 1);
-  char* err = slurp(p[1].err);
+  ck_assert_int_eq(tp_proc_finish(&p[0], 20), 128 + SIGKILL);
+  ck_assert_int_eq(tp_proc_finish(&p[1], 20), 1);
+  char* err = tp_slurp(p[1].err);
   char want[128];
   snprintf(want, sizeof want,
            "trainrund: lost the rendezvous store at %s: ", ep);
@@ -1428,22 +1297,22 @@ START_TEST(test_launcher) {
   char* out;
   char* err;
   /* --exec: any program, with the same flags */
-  char* a[] = {(char*)bin("trainrun"),
+  char* a[] = {(char*)tp_bin("trainrun"),
                "--nproc-per-node",
                "2",
                "--exec",
-               (char*)bin("tests/fake_worker"),
+               (char*)tp_bin("tests/fake_worker"),
                "--env",
                NULL};
-  ck_assert_int_eq(run("exec", a, NULL, &out, &err, 20), 0);
+  ck_assert_int_eq(tp_run("exec", a, NULL, &out, &err, 20), 0);
   ck_assert_int_eq(env_of(out, 1, "WORLD_SIZE"), 2);
   ck_assert_int_eq(env_of(out, 1, "RANK"), 1);
   free(out);
   free(err);
   /* --dry-run: the layout and the job resolved for its world */
   char job[600];
-  snprintf(job, sizeof job, "%s/examples/debug.toml", srcdir());
-  char* b[] = {(char*)bin("trainrun"),
+  snprintf(job, sizeof job, "%s/examples/debug.toml", tp_srcdir());
+  char* b[] = {(char*)tp_bin("trainrun"),
                "--dry-run",
                "--nnodes",
                "2",
@@ -1453,7 +1322,7 @@ START_TEST(test_launcher) {
                "4",
                job,
                NULL};
-  ck_assert_int_eq(run("dry", b, NULL, &out, &err, 20), 0);
+  ck_assert_int_eq(tp_run("dry", b, NULL, &out, &err, 20), 0);
   ck_assert_msg(strstr(out,
                        "layout: 2 nodes x 4 workers = 8 ranks; "
                        "rendezvous head:29500, run 'none'; node ranks "
@@ -1463,7 +1332,7 @@ START_TEST(test_launcher) {
   free(out);
   free(err);
   /* a layout the job cannot take names the key */
-  char* c[] = {(char*)bin("trainrun"),
+  char* c[] = {(char*)tp_bin("trainrun"),
                "--dry-run",
                "--nproc-per-node",
                "3",
@@ -1471,14 +1340,14 @@ START_TEST(test_launcher) {
                "--parallelism.tensor_parallel_degree",
                "2",
                NULL};
-  ck_assert_int_eq(run("drybad", c, NULL, &out, &err, 20), 2);
+  ck_assert_int_eq(tp_run("drybad", c, NULL, &out, &err, 20), 2);
   ck_assert_ptr_nonnull(strstr(err, "trainrun: "));
   ck_assert_ptr_nonnull(strstr(err, "tensor_parallel_degree"));
   free(out);
   free(err);
   /* launcher flag errors */
-  char* d[] = {(char*)bin("trainrun"), "--max-restarts", "many", job, NULL};
-  ck_assert_int_eq(run("lbad", d, NULL, &out, &err, 20), 2);
+  char* d[] = {(char*)tp_bin("trainrun"), "--max-restarts", "many", job, NULL};
+  ck_assert_int_eq(tp_run("lbad", d, NULL, &out, &err, 20), 2);
   ck_assert_str_eq(err,
                    "trainrun: --max-restarts: expected a number >= 0, got "
                    "'many'\n");
@@ -1486,10 +1355,10 @@ START_TEST(test_launcher) {
   free(err);
   /* status with no daemon running for this TMPDIR */
   char tmp_env[700];
-  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tmpdir);
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tp_tmpdir);
   char* env[] = {tmp_env, NULL};
-  char* e[] = {(char*)bin("trainrun"), "status", NULL};
-  ck_assert_int_eq(run("status0", e, env, &out, &err, 20), 1);
+  char* e[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  ck_assert_int_eq(tp_run("status0", e, env, &out, &err, 20), 1);
   ck_assert_str_eq(err, "trainrun: no trainrun job runs on this machine\n");
   free(out);
   free(err);
@@ -1500,12 +1369,12 @@ START_TEST(test_launcher_trains_one_rank) {
   /* trainrun -> the daemon in its process -> a worker `trainrun JOB.toml`
    * that trains one step, its output prefixed and in the log folder */
   char job[600], data[600], dump[700], logs[700], dumparg[720];
-  snprintf(job, sizeof job, "%s/examples/debug.toml", srcdir());
-  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", srcdir());
-  snprintf(dump, sizeof dump, "%s/out", tmpdir);
-  snprintf(logs, sizeof logs, "%s/logs", tmpdir);
+  snprintf(job, sizeof job, "%s/examples/debug.toml", tp_srcdir());
+  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", tp_srcdir());
+  snprintf(dump, sizeof dump, "%s/out", tp_tmpdir);
+  snprintf(logs, sizeof logs, "%s/logs", tp_tmpdir);
   snprintf(dumparg, sizeof dumparg, "--job.dump_folder=%s", dump);
-  char* a[] = {(char*)bin("trainrun"),
+  char* a[] = {(char*)tp_bin("trainrun"),
                "--max-restarts",
                "1",
                "--log-dir",
@@ -1526,7 +1395,7 @@ START_TEST(test_launcher_trains_one_rank) {
                NULL};
   char* out;
   char* err;
-  ck_assert_int_eq(run("train", a, NULL, &out, &err, 60), 0);
+  ck_assert_int_eq(tp_run("train", a, NULL, &out, &err, 60), 0);
   ck_assert_msg(strstr(out, "[rank0]:step 1/1 | loss "), "stdout:\n%s\n%s", out,
                 err);
   char p[800];
@@ -1534,15 +1403,15 @@ START_TEST(test_launcher_trains_one_rank) {
   struct stat st;
   ck_assert_int_eq(stat(p, &st), 0);
   snprintf(p, sizeof p, "%s/attempt_0/0/stdout.log", logs);
-  char* f = slurp(p);
+  char* f = tp_slurp(p);
   ck_assert_ptr_nonnull(strstr(f, "\nstep 1/1 | loss "));
   free(f);
   free(out);
   free(err);
   /* what the launcher refuses before any worker starts */
-  char* b[] = {(char*)bin("trainrun"), "--max-restarts", "1", job,
-               "--validation.enable",  "false",          NULL};
-  ck_assert_int_eq(run("twofiles", b, NULL, &out, &err, 20), 2);
+  char* b[] = {(char*)tp_bin("trainrun"), "--max-restarts", "1", job,
+               "--validation.enable",     "false",          NULL};
+  ck_assert_int_eq(tp_run("twofiles", b, NULL, &out, &err, 20), 2);
   char want[800];
   snprintf(want, sizeof want,
            "trainrun: more than one job file ('%s', 'false')\n", job);
@@ -1550,45 +1419,30 @@ START_TEST(test_launcher_trains_one_rank) {
   free(out);
   free(err);
   /* a worker of several ranks needs the daemon's store */
-  char* e[] = {(char*)bin("trainrun"), job, NULL};
+  char* e[] = {(char*)tp_bin("trainrun"), job, NULL};
   char* env[] = {"TRAINRUN_WORKER=1", "WORLD_SIZE=2", "RANK=1",
                  "MASTER_ADDR=", NULL};
-  ck_assert_int_ne(run("dpw", e, env, &out, &err, 20), 0);
+  ck_assert_int_ne(tp_run("dpw", e, env, &out, &err, 20), 0);
   ck_assert_str_eq(err, "trainrun: rank 1: MASTER_ADDR is not set\n");
   free(out);
   free(err);
 }
 END_TEST
 
-/* The loss of each step 1..n in <dump>/metrics.jsonl, into loss[]. */
-static void read_losses(const char* dump, double* loss, int n) {
-  char p[1600];
-  snprintf(p, sizeof p, "%s/metrics.jsonl", dump);
-  char* f = slurp(p);
-  for (int i = 1; i <= n; i++) {
-    char key[64];
-    snprintf(key, sizeof key, "{\"step\":%d,\"loss\":", i);
-    const char* at = strstr(f, key);
-    ck_assert_msg(at != NULL, "%s has no step %d:\n%s", p, i, f);
-    loss[i - 1] = strtod(at + strlen(key), NULL);
-  }
-  free(f);
-}
-
 START_TEST(test_launcher_data_parallel) {
   /* two ranks of 4 sequences (Gloo gradient all-reduce) train like one
    * rank of 8: the same global batch, so the same losses step by step */
   char job[600], data[600];
-  snprintf(job, sizeof job, "%s/examples/debug.toml", srcdir());
-  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", srcdir());
+  snprintf(job, sizeof job, "%s/examples/debug.toml", tp_srcdir());
+  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", tp_srcdir());
   const char* batch[2] = {"4", "8"};
   enum { STEPS = 3 };
   double loss[2][STEPS];
   for (int k = 0; k < 2; k++) {
     char dump[300], dumparg[340];
-    snprintf(dump, sizeof dump, "%s/out%d", tmpdir, k);
+    snprintf(dump, sizeof dump, "%s/out%d", tp_tmpdir, k);
     snprintf(dumparg, sizeof dumparg, "--job.dump_folder=%s", dump);
-    char* a[] = {(char*)bin("trainrun"),
+    char* a[] = {(char*)tp_bin("trainrun"),
                  "--nproc-per-node",
                  k == 0 ? "2" : "1",
                  job,
@@ -1610,7 +1464,8 @@ START_TEST(test_launcher_data_parallel) {
                  NULL};
     char* out;
     char* err;
-    ck_assert_int_eq(run(k == 0 ? "dp2" : "dp1", a, NULL, &out, &err, 60), 0);
+    ck_assert_int_eq(tp_run(k == 0 ? "dp2" : "dp1", a, NULL, &out, &err, 60),
+                     0);
     if (k == 0) {
       /* rank 0 logs; both ranks trained the global batch of 8 */
       ck_assert_msg(strstr(out, "[rank0]:step 3/3 | loss "), "stdout:\n%s\n%s",
@@ -1624,7 +1479,7 @@ START_TEST(test_launcher_data_parallel) {
     }
     free(out);
     free(err);
-    read_losses(dump, loss[k], STEPS);
+    tp_read_losses(dump, loss[k], STEPS);
   }
   for (int i = 0; i < STEPS; i++) {
     double rel = fabs(loss[0][i] - loss[1][i]) / fabs(loss[1][i]);
@@ -1640,39 +1495,39 @@ END_TEST
 
 START_TEST(test_status) {
   char tmp_env[700];
-  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tmpdir);
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tp_tmpdir);
   char ready[700];
-  snprintf(ready, sizeof ready, "%s/ready4", tmpdir);
+  snprintf(ready, sizeof ready, "%s/ready4", tp_tmpdir);
   mkdir(ready, 0755);
   char* env[] = {tmp_env, NULL};
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nproc-per-node",
                   "2",
                   "--rdzv-id",
                   "st",
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--ready",
                   ready,
                   "--out",
                   "working hard",
                   "--hang",
                   NULL};
-  proc_t p;
-  start(&p, "stat", argv, env);
+  tp_proc_t p;
+  tp_proc_start(&p, "stat", argv, env);
   char f[800];
   for (int r = 0; r < 2; r++) {
     snprintf(f, sizeof f, "%s/ready.%d", ready, r);
-    wait_file(f, 20);
+    tp_wait_file(f, 20);
   }
   char* out;
   char* err;
   /* the output line may still be on its way: ask until it is there */
-  double t0 = now_s();
+  double t0 = tp_now_s();
   for (;;) {
-    char* e[] = {(char*)bin("trainrun"), "status", NULL};
-    int rc = run("status", e, env, &out, &err, 20);
+    char* e[] = {(char*)tp_bin("trainrun"), "status", NULL};
+    int rc = tp_run("status", e, env, &out, &err, 20);
     if (rc == 0 && count(out, ": working hard") == 2) break;
-    ck_assert_msg(now_s() - t0 < 20, "status: rc %d\n%s%s", rc, out, err);
+    ck_assert_msg(tp_now_s() - t0 < 20, "status: rc %d\n%s%s", rc, out, err);
     free(out);
     free(err);
     usleep(10000);
@@ -1686,16 +1541,16 @@ START_TEST(test_status) {
   free(out);
   free(err);
   kill(p.pid, SIGTERM);
-  ck_assert_int_eq(finish(&p, 20), 0);
+  ck_assert_int_eq(tp_proc_finish(&p, 20), 0);
 }
 END_TEST
 
 START_TEST(test_startup_time) {
   /* the launcher's whole life for 4 workers of /bin/true: store,
    * rendezvous, spawn, supervision, exit (torchrun takes seconds) */
-  char* d[] = {(char*)bin("trainrund"), "--nproc-per-node", "4", "/bin/true",
+  char* d[] = {(char*)tp_bin("trainrund"), "--nproc-per-node", "4", "/bin/true",
                NULL};
-  char* l[] = {(char*)bin("trainrun"),
+  char* l[] = {(char*)tp_bin("trainrun"),
                "--nproc-per-node",
                "4",
                "--exec",
@@ -1709,9 +1564,9 @@ START_TEST(test_startup_time) {
     for (int i = 0; i < 5; i++) {
       char* out;
       char* err;
-      double t0 = now_s();
-      ck_assert_int_eq(run("startup", cmds[c], NULL, &out, &err, 20), 0);
-      double t = now_s() - t0;
+      double t0 = tp_now_s();
+      ck_assert_int_eq(tp_run("startup", cmds[c], NULL, &out, &err, 20), 0);
+      double t = tp_now_s() - t0;
       if (t < best) best = t;
       free(out);
       free(err);

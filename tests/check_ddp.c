@@ -31,21 +31,20 @@ static void setup(void) { fx_tmpdir_make("check_ddp"); }
 /* A config for world size `world`: a global batch of 8 sequences of 16
  * tokens, 2 per micro-step (2 ranks: 2 accumulation steps each). */
 static void make_cfg(int world) {
-  tr_config_t* c = &g_cfg;
-  ck_assert_int_eq(tr_config_init(c), 0);
-  fx_cfg_set(c, "training.dataset_path", fx_path("corpus.txt"));
-  fx_cfg_set(c, "job.dump_folder", fx_path("out"));
-  fx_cfg_set(c, "debug.seed", "42");
-  fx_cfg_set(c, "training.local_batch_size", "2");
-  fx_cfg_set(c, "training.global_batch_size", "8");
-  fx_cfg_set(c, "training.seq_len", "16");
-  fx_cfg_set(c, "training.steps", "3");
-  fx_cfg_set(c, "optimizer.lr", "3e-3");
-  fx_cfg_set(c, "lr_scheduler.warmup_steps", "0");
-  fx_cfg_set(c, "validation.enable", "false");
-  fx_cfg_set(c, "metrics.enable_jsonl", "false");
-  tr_errmsg_t e;
-  ck_assert_msg(tr_config_resolve(c, world, &e) == 0, "%s", e.message);
+  static const char* const kv[] = {"training.local_batch_size",
+                                   "2",
+                                   "training.global_batch_size",
+                                   "8",
+                                   "training.seq_len",
+                                   "16",
+                                   "training.steps",
+                                   "3",
+                                   "lr_scheduler.warmup_steps",
+                                   "0",
+                                   "validation.enable",
+                                   "false",
+                                   NULL};
+  fx_make_cfg_world(&g_cfg, world, kv);
 }
 
 /* One rank: STEPS steps with 4 KiB buckets (many of them), then the

@@ -22,100 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char* builddir(void) {
-  const char* b = getenv("top_builddir");
-  return b && *b ? b : ".";
-}
+#include "tests/procs.h"
 
-static const char* srcdir(void) {
-  const char* s = getenv("top_srcdir");
-  return s && *s ? s : ".";
-}
-
-static char tmpdir[256];
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/check_fsdp2_train.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
-}
-
-static char* slurp(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* b = malloc((size_t)n + 1);
-  ck_assert_ptr_nonnull(b);
-  size_t got = fread(b, 1, (size_t)n, f);
-  b[got] = 0;
-  fclose(f);
-  return b;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Run argv (extra environment env) with stdout and stderr in files; the
- * exit code, or -1 when it was still running after timeout seconds (then
- * its process group is killed). *out and *err: what it printed. */
-static int run(const char* tag, char* const* argv, char* const* env, char** out,
-               char** err, double timeout) {
-  char po[400], pe[400];
-  snprintf(po, sizeof po, "%s/%s.out", tmpdir, tag);
-  snprintf(pe, sizeof pe, "%s/%s.err", tmpdir, tag);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fo < 0 || fe < 0) _exit(126);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    for (int i = 0; env && env[i]; i++) putenv(env[i]);
-    execv(argv[0], argv);
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  int st = 0, rc = -1;
-  double t0 = now_s();
-  for (;;) {
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) {
-      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      break;
-    }
-    if (now_s() - t0 > timeout) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      break;
-    }
-    usleep(10000);
-  }
-  *out = slurp(po);
-  *err = slurp(pe);
-  return rc;
-}
-
-static const char* bin(const char* name) {
-  static char bufs[4][1024];
-  static int k;
-  char* b = bufs[k++ % 4];
-  snprintf(b, 1024, "%s/%s", builddir(), name);
-  return b;
-}
+static void setup(void) { tp_tmpdir_make("check_fsdp2_train"); }
+static void teardown(void) { tp_cleanup(); }
 
 /* ---- equivalence ---- */
 
@@ -140,20 +50,6 @@ static const layout_t layouts[] = {
      "fsdp: 7 groups over 2 shard ranks x 2 replicas"},
     {"ddp4", "4", "1", "4", "1", "ddp: "},
 };
-
-static void read_losses(const char* dump, double* loss) {
-  char p[600];
-  snprintf(p, sizeof p, "%s/metrics.jsonl", dump);
-  char* f = slurp(p);
-  for (int i = 1; i <= STEPS; i++) {
-    char key[64];
-    snprintf(key, sizeof key, "{\"step\":%d,\"loss\":", i);
-    const char* at = strstr(f, key);
-    ck_assert_msg(at != NULL, "%s has no step %d:\n%s", p, i, f);
-    loss[i - 1] = strtod(at + strlen(key), NULL);
-  }
-  free(f);
-}
 
 /* The float32 payload of a safetensors file (header skipped). */
 static char* weights(const char* dump, size_t* n) {
@@ -181,11 +77,11 @@ static size_t ref_n;
 
 static void train(const layout_t* l, double* loss, char** w, size_t* wn) {
   char job[600], data[600], dump[400], dumparg[440];
-  snprintf(job, sizeof job, "%s/examples/debug.toml", srcdir());
-  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", srcdir());
-  snprintf(dump, sizeof dump, "%s/%s", tmpdir, l->tag);
+  snprintf(job, sizeof job, "%s/examples/debug.toml", tp_srcdir());
+  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", tp_srcdir());
+  snprintf(dump, sizeof dump, "%s/%s", tp_tmpdir, l->tag);
   snprintf(dumparg, sizeof dumparg, "--job.dump_folder=%s", dump);
-  char* a[] = {(char*)bin("trainrun"),
+  char* a[] = {(char*)tp_bin("trainrun"),
                "--nproc-per-node",
                (char*)l->nproc,
                job,
@@ -212,7 +108,7 @@ static void train(const layout_t* l, double* loss, char** w, size_t* wn) {
   char* env[] = {"TRAINRUN_LOG_LEVEL=info", "OMP_NUM_THREADS=1",
                  "OPENBLAS_NUM_THREADS=1", NULL};
   char *out, *err;
-  int rc = run(l->tag, a, env, &out, &err, 120);
+  int rc = tp_run(l->tag, a, env, &out, &err, 120);
   ck_assert_msg(rc == 0, "%s: exit %d\nstdout:\n%s\nstderr:\n%s", l->tag, rc,
                 out, err);
   if (l->layout)
@@ -223,7 +119,7 @@ static void train(const layout_t* l, double* loss, char** w, size_t* wn) {
   ck_assert_msg(strstr(out, want), "%s: stdout:\n%s", l->tag, out);
   free(out);
   free(err);
-  read_losses(dump, loss);
+  tp_read_losses(dump, loss, STEPS);
   *w = weights(dump, wn);
 }
 
@@ -272,8 +168,8 @@ END_TEST
 
 START_TEST(test_plan) {
   char job[600];
-  snprintf(job, sizeof job, "%s/examples/debug.toml", srcdir());
-  char* a[] = {(char*)bin("trainrun"),
+  snprintf(job, sizeof job, "%s/examples/debug.toml", tp_srcdir());
+  char* a[] = {(char*)tp_bin("trainrun"),
                "plan",
                job,
                "--world-size",
@@ -282,7 +178,7 @@ START_TEST(test_plan) {
                "2",
                NULL};
   char *out, *err;
-  ck_assert_int_eq(run("plan", a, NULL, &out, &err, 30), 0);
+  ck_assert_int_eq(tp_run("plan", a, NULL, &out, &err, 30), 0);
   static const char* const want[] = {
       "job 'Llama 3 debug training': llama3 debugmodel, 5246208 parameters\n",
       "mesh: pp 1 x dp_replicate 2 x dp_shard 2 x cp 1 x tp 1 = 4 ranks\n",
@@ -301,7 +197,7 @@ START_TEST(test_plan) {
   free(out);
   free(err);
   /* a layout that does not fit the world */
-  char* b[] = {(char*)bin("trainrun"),
+  char* b[] = {(char*)tp_bin("trainrun"),
                "plan",
                job,
                "--world-size",
@@ -309,12 +205,13 @@ START_TEST(test_plan) {
                "--parallelism.data_parallel_replicate_degree",
                "4",
                NULL};
-  ck_assert_int_eq(run("plan6", b, NULL, &out, &err, 30), 2);
+  ck_assert_int_eq(tp_run("plan6", b, NULL, &out, &err, 30), 2);
   ck_assert_msg(strstr(err, "trainrun: ") == err, "stderr: %s", err);
   free(out);
   free(err);
-  char* c[] = {(char*)bin("trainrun"), "plan", job, "--world-size", "0", NULL};
-  ck_assert_int_eq(run("plan0", c, NULL, &out, &err, 30), 2);
+  char* c[] = {
+      (char*)tp_bin("trainrun"), "plan", job, "--world-size", "0", NULL};
+  ck_assert_int_eq(tp_run("plan0", c, NULL, &out, &err, 30), 2);
   ck_assert_str_eq(err,
                    "trainrun: --world-size: expected a positive integer, got "
                    "'0'\n");

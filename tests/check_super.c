@@ -32,191 +32,33 @@
 #include "trainrun/fault.h"
 #include "trainrun/heartbeat.h"
 #include "trainrun/param.h"
+#include "tests/procs.h"
 
 /* ---- helpers ---- */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char* builddir(void) {
-  const char* b = getenv("top_builddir");
-  return b && *b ? b : ".";
-}
-
-static const char* srcdir(void) {
-  const char* s = getenv("top_srcdir");
-  return s && *s ? s : ".";
-}
-
-static const char* bin(const char* name) {
-  static char bufs[8][4096];
-  static int k;
-  char* b = bufs[k++ % 8];
-  snprintf(b, 4096, "%s/%s", builddir(), name);
-  return b;
-}
-
-/* A TCP socket on 127.0.0.1 and a free port: *fd listening (caller closes)
- * when listen_too, else closed again. */
-static int port_on_loopback(int listen_too, int* fd) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(s, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ck_assert_int_eq(bind(s, (struct sockaddr*)&a, sizeof a), 0);
-  socklen_t l = sizeof a;
-  getsockname(s, (struct sockaddr*)&a, &l);
-  if (listen_too) {
-    ck_assert_int_eq(listen(s, 4), 0);
-    *fd = s;
-  } else {
-    close(s);
-  }
-  return ntohs(a.sin_port);
-}
-
-static int free_port(void) { return port_on_loopback(0, NULL); }
-
-static char tmpdir[256];
 static double test_t0;
-static void cleanup_at_exit(void);
 
+static char env_quiet[] = "TRAINRUN_LOG_LEVEL=warn";
+static char env_stop[] = "TRAINRUN_STOP_TIMEOUT=2";
+static char* env_defaults[] = {env_quiet, env_stop, NULL};
+
+/* tp_tmpdir_make() has tp_cleanup() run at exit too: a failed assertion
+ * exits the test's process, which then kills the processes the test
+ * started (their workers die with them) and removes the test's folder,
+ * which the teardown would not. */
 static void setup(void) {
-  test_t0 = now_s();
-  atexit(cleanup_at_exit);
-  snprintf(tmpdir, sizeof tmpdir, "%s/check_super.XXXXXX",
-           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  test_t0 = tp_now_s();
+  tp_env_defaults = env_defaults;
+  tp_tmpdir_make("check_super");
 }
 
 static void teardown(void) {
-  fprintf(stderr, "(test took %.2fs)\n", now_s() - test_t0);
-  cleanup_at_exit();
-  tmpdir[0] = '\0';
-}
-
-typedef struct {
-  pid_t pid;
-  char out[512], err[512];
-  double t0;
-} proc_t;
-
-/* Processes started and not yet waited for: a failed assertion exits the
- * test's process, whose atexit handler kills them (their workers die with
- * them) and removes the test's folder, which the teardown would not. */
-static pid_t live[64];
-static int nlive;
-
-static void cleanup_at_exit(void) {
-  for (int i = 0; i < nlive; i++)
-    if (live[i] > 0) {
-      kill(live[i], SIGKILL);
-      waitpid(live[i], NULL, 0);
-    }
-  nlive = 0;
-  if (tmpdir[0]) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    int rc = system(cmd);
-    (void)rc;
-  }
-}
-
-static void forget(pid_t pid) {
-  for (int i = 0; i < nlive; i++)
-    if (live[i] == pid) live[i] = 0;
-}
-
-/* Start argv with extra "NAME=value" entries of env (NULL-terminated, may
- * be NULL); stdout and stderr into files named after tag. */
-static void start(proc_t* p, const char* tag, char* const* argv,
-                  char* const* env) {
-  snprintf(p->out, sizeof p->out, "%s/%s.out", tmpdir, tag);
-  snprintf(p->err, sizeof p->err, "%s/%s.err", tmpdir, tag);
-  p->t0 = now_s();
-  p->pid = fork();
-  ck_assert_int_ge(p->pid, 0);
-  if (p->pid == 0) {
-    unsetenv("SLURM_STEP_NUM_NODES");
-    unsetenv("OMPI_COMM_WORLD_SIZE");
-    unsetenv("TRAINRUN_WORKER");
-    unsetenv("TRAINRUN_HEARTBEAT_FD");
-    setenv("TRAINRUN_LOG_LEVEL", "warn", 1);
-    setenv("TMPDIR", tmpdir, 1);
-    setenv("TRAINRUN_STOP_TIMEOUT", "2", 1);
-    for (char* const* e = env; e && *e; e++) putenv(*e);
-    int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int er = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(er, 2);
-    execv(argv[0], argv);
-    _exit(126);
-  }
-  if (nlive < 64) live[nlive++] = p->pid;
-}
-
-static char* slurp(const char* path) {
-  FILE* f = fopen(path, "r");
-  if (!f) return strdup("");
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* s = malloc((size_t)n + 1);
-  size_t got = fread(s, 1, (size_t)n, f);
-  s[got] = '\0';
-  fclose(f);
-  return s;
-}
-
-static int finish(proc_t* p, double timeout) {
-  int st;
-  for (;;) {
-    pid_t r = waitpid(p->pid, &st, WNOHANG);
-    if (r == p->pid) break;
-    if (now_s() - p->t0 > timeout) {
-      kill(p->pid, SIGKILL);
-      waitpid(p->pid, &st, 0);
-      forget(p->pid);
-      char* e = slurp(p->err);
-      ck_abort_msg("process %s did not end within %gs; stderr:\n%s", p->out,
-                   timeout, e);
-    }
-    usleep(5000);
-  }
-  forget(p->pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static int run(const char* tag, char* const* argv, char* const* env, char** out,
-               char** err, double timeout) {
-  proc_t p;
-  start(&p, tag, argv, env);
-  int rc = finish(&p, timeout);
-  *out = slurp(p.out);
-  *err = slurp(p.err);
-  return rc;
-}
-
-/* Wait until the file holds needle (up to timeout s). */
-static void wait_text(const char* path, const char* needle, double timeout) {
-  double t0 = now_s();
-  for (;;) {
-    char* s = slurp(path);
-    int found = strstr(s, needle) != NULL;
-    if (!found && now_s() - t0 > timeout)
-      ck_abort_msg("'%s' never showed '%s':\n%s", path, needle, s);
-    free(s);
-    if (found) return;
-    usleep(20000);
-  }
+  fprintf(stderr, "(test took %.2fs)\n", tp_now_s() - test_t0);
+  tp_cleanup();
 }
 
 /* argv of `trainrun [launcher...] debug.toml <small CPU job> [extra...]`:
- * a fixed seed, metrics.jsonl every step into <tmpdir>/<dump>. */
+ * a fixed seed, metrics.jsonl every step into <tp_tmpdir>/<dump>. */
 typedef struct {
   char* v[96];
   int n;
@@ -225,11 +67,12 @@ typedef struct {
 
 static void cmd_init(cmd_t* c, const char* dump) {
   memset(c, 0, sizeof *c);
-  snprintf(c->job, sizeof c->job, "%s/examples/debug.toml", srcdir());
-  snprintf(c->data, sizeof c->data, "%s/examples/data/tinytales.txt", srcdir());
-  snprintf(c->dump, sizeof c->dump, "%s/%s", tmpdir, dump);
+  snprintf(c->job, sizeof c->job, "%s/examples/debug.toml", tp_srcdir());
+  snprintf(c->data, sizeof c->data, "%s/examples/data/tinytales.txt",
+           tp_srcdir());
+  snprintf(c->dump, sizeof c->dump, "%s/%s", tp_tmpdir, dump);
   snprintf(c->dumparg, sizeof c->dumparg, "--job.dump_folder=%s", c->dump);
-  c->v[c->n++] = (char*)bin("trainrun");
+  c->v[c->n++] = (char*)tp_bin("trainrun");
 }
 
 static void cmd_add(cmd_t* c, const char* a) {
@@ -259,22 +102,6 @@ static void cmd_job(cmd_t* c, const char* steps, const char* batch) {
                      c->data,
                      c->dumparg};
   for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) cmd_add(c, a[i]);
-}
-
-/* The loss of step `step` in <dump>/metrics.jsonl (the last record of that
- * step: a restarted run writes its steps again). */
-static double loss_at(const char* dump, int step) {
-  char p[800];
-  snprintf(p, sizeof p, "%s/metrics.jsonl", dump);
-  char* f = slurp(p);
-  char key[64];
-  snprintf(key, sizeof key, "{\"step\":%d,\"loss\":", step);
-  const char* at = NULL;
-  for (const char* q = f; (q = strstr(q, key)); q++) at = q;
-  ck_assert_msg(at != NULL, "%s has no step %d:\n%s", p, step, f);
-  double v = strtod(at + strlen(key), NULL);
-  free(f);
-  return v;
 }
 
 /* ---- fault specs ---- */
@@ -349,10 +176,10 @@ static int in_child(void (*fn)(void), double kill_after) {
     _exit(0);
   }
   int st;
-  double t0 = now_s();
+  double t0 = tp_now_s();
   for (;;) {
     if (waitpid(p, &st, WNOHANG) == p) return st;
-    if (kill_after > 0 && now_s() - t0 > kill_after) {
+    if (kill_after > 0 && tp_now_s() - t0 > kill_after) {
       kill(p, SIGKILL);
       waitpid(p, &st, 0);
       return -1; /* still running when killed: it hung */
@@ -414,17 +241,17 @@ START_TEST(test_fault_effects) {
   /* slow: every step of the rank (or just step=N) */
   arm("slow:rank=2:ms=40", 2, 0);
   ck_assert_int_eq(tr_fault_armed(), 1);
-  double t0 = now_s();
+  double t0 = tp_now_s();
   tr_fault_step(1);
   tr_fault_step(2);
-  double took = now_s() - t0;
+  double took = tp_now_s() - t0;
   ck_assert_msg(took >= 0.08 && took < 1.0, "two slow steps took %.3fs", took);
   arm("slow:rank=2:ms=40:step=3", 2, 0);
-  t0 = now_s();
+  t0 = tp_now_s();
   tr_fault_step(1);
-  ck_assert_double_lt(now_s() - t0, 0.03);
+  ck_assert_double_lt(tp_now_s() - t0, 0.03);
   tr_fault_step(3);
-  ck_assert_double_ge(now_s() - t0, 0.04);
+  ck_assert_double_ge(tp_now_s() - t0, 0.04);
   /* not for this rank: not armed */
   arm("slow:rank=2:ms=40", 1, 0);
   ck_assert_int_eq(tr_fault_armed(), 0);
@@ -503,7 +330,7 @@ START_TEST(test_fault_exit_report) {
   cmd_add(&c, "exit:rank=1:step=2:code=7");
   char* out;
   char* err;
-  ck_assert_int_eq(run("exit", c.v, NULL, &out, &err, 60), 1);
+  ck_assert_int_eq(tp_run("exit", c.v, NULL, &out, &err, 60), 1);
   /* which rank failed first, how, and its last lines */
   ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s", err);
   ck_assert_ptr_nonnull(
@@ -536,7 +363,7 @@ START_TEST(test_collective_faults) {
     cmd_add(&c, specs[k]);
     char* out;
     char* err;
-    ck_assert_int_eq(run("coll", c.v, NULL, &out, &err, 60), 1);
+    ck_assert_int_eq(tp_run("coll", c.v, NULL, &out, &err, 60), 1);
     char want[160];
     snprintf(want, sizeof want, "trainrun: rank 1: debug.fault '%s", specs[k]);
     ck_assert_msg(strstr(out, want) || strstr(err, want), "%s\n%s", out, err);
@@ -565,9 +392,9 @@ START_TEST(test_hang_worker_timeout) {
   cmd_add(&c, "hang:rank=1:step=2");
   char* out;
   char* err;
-  double t0 = now_s();
-  ck_assert_int_eq(run("hang", c.v, NULL, &out, &err, 60), 1);
-  double took = now_s() - t0;
+  double t0 = tp_now_s();
+  ck_assert_int_eq(tp_run("hang", c.v, NULL, &out, &err, 60), 1);
+  double took = tp_now_s() - t0;
   ck_assert_msg(
       strstr(err, "trainrun: rank 1 stopped heartbeating: no beat for "), "%s",
       err);
@@ -591,7 +418,7 @@ END_TEST
 static int have_checkpoints(void) {
   char p[700];
   struct stat st;
-  snprintf(p, sizeof p, "%s/include/trainrun/checkpoint.h", srcdir());
+  snprintf(p, sizeof p, "%s/include/trainrun/checkpoint.h", tp_srcdir());
   return stat(p, &st) == 0;
 }
 
@@ -619,7 +446,7 @@ START_TEST(test_kill_restart_resumes) {
     }
     char* out;
     char* err;
-    int rc = run(k == 0 ? "plain" : "killed", c.v, NULL, &out, &err, 90);
+    int rc = tp_run(k == 0 ? "plain" : "killed", c.v, NULL, &out, &err, 90);
     ck_assert_msg(rc == 0, "rc %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
     if (k == 1) {
       ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s",
@@ -634,7 +461,7 @@ START_TEST(test_kill_restart_resumes) {
     }
     free(out);
     free(err);
-    loss[k] = loss_at(c.dump, STEPS);
+    loss[k] = tp_loss_at(c.dump, STEPS);
   }
   ck_assert_msg(loss[0] == loss[1],
                 "final loss %.17g after a kill -9 and a restart, %.17g "
@@ -740,10 +567,10 @@ START_TEST(test_status_metrics_sigterm) {
     cmd_add(&c, "--checkpoint.interval");
     cmd_add(&c, "1000");
   }
-  proc_t p;
-  start(&p, "live", c.v, NULL);
-  wait_text(p.err, "/metrics\n", 30);
-  char* e = slurp(p.err);
+  tp_proc_t p;
+  tp_proc_start(&p, "live", c.v, NULL);
+  tp_wait_text(p.err, "/metrics\n", 30);
+  char* e = tp_slurp(p.err);
   const char* m = strstr(e, "trainrun: metrics at http://");
   ck_assert_ptr_nonnull(m);
   const char* colon = strchr(m + strlen("trainrun: metrics at http://"), ':');
@@ -752,7 +579,7 @@ START_TEST(test_status_metrics_sigterm) {
   ck_assert_int_gt(port, 0);
   /* until both ranks finished step 2 */
   char* body = NULL;
-  double t0 = now_s();
+  double t0 = tp_now_s();
   for (;;) {
     body = http_get(port, "/metrics");
     char* b = strstr(body, "\r\n\r\n");
@@ -760,7 +587,7 @@ START_TEST(test_status_metrics_sigterm) {
     double s0 = prom_value(b + 4, "trainrun_rank_step", 0);
     double s1 = prom_value(b + 4, "trainrun_rank_step", 1);
     if (s0 >= 2 && s1 >= 2) break;
-    ck_assert_msg(now_s() - t0 < 40, "no step 2 in:\n%s", body);
+    ck_assert_msg(tp_now_s() - t0 < 40, "no step 2 in:\n%s", body);
     free(body);
     usleep(50000);
   }
@@ -790,12 +617,12 @@ START_TEST(test_status_metrics_sigterm) {
 
   /* trainrun status: both ranks with step, loss, tokens/s, heartbeat */
   char tmp_env[700];
-  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tmpdir);
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tp_tmpdir);
   char* env[] = {tmp_env, NULL};
-  char* sa[] = {(char*)bin("trainrun"), "status", NULL};
+  char* sa[] = {(char*)tp_bin("trainrun"), "status", NULL};
   char* out;
   char* err;
-  ck_assert_int_eq(run("status", sa, env, &out, &err, 20), 0);
+  ck_assert_int_eq(tp_run("status", sa, env, &out, &err, 20), 0);
   ck_assert_ptr_nonnull(strstr(out, "run 'live\"job', running\n"));
   ck_assert_ptr_nonnull(strstr(out, "node 0: '"));
   for (int r = 0; r < 2; r++) {
@@ -826,9 +653,9 @@ START_TEST(test_status_metrics_sigterm) {
 
   /* SIGTERM: every rank stops after its step, exit 0 */
   kill(p.pid, SIGTERM);
-  ck_assert_int_eq(finish(&p, 60), 0);
-  out = slurp(p.out);
-  err = slurp(p.err);
+  ck_assert_int_eq(tp_proc_finish(&p, 60), 0);
+  out = tp_slurp(p.out);
+  err = tp_slurp(p.err);
   ck_assert_msg(strstr(err,
                        "trainrun: got SIGTERM: stopping every rank after "
                        "its current step"),
@@ -861,13 +688,13 @@ typedef void (*node_env_fn)(int k, int nodes, int port, char** env);
 static void run_nodes(const char* tag, int nodes, int nproc, int flags,
                       node_env_fn env_fn, double* loss) {
   enum { F_ENDPOINT = 1 };
-  int port = free_port();
+  int port = tp_free_port();
   char ep[64], nn[16], np[16], batch[16];
   snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
   snprintf(nn, sizeof nn, "%d", nodes);
   snprintf(np, sizeof np, "%d", nproc);
   snprintf(batch, sizeof batch, "%d", 8 / (nodes * nproc));
-  proc_t p[8];
+  tp_proc_t p[8];
   cmd_t c[8];
   char envs[8][4][128];
   for (int k = 0; k < nodes; k++) {
@@ -892,12 +719,12 @@ static void run_nodes(const char* tag, int nodes, int nproc, int flags,
       for (int i = 0; i < 4; i++)
         if (envs[k][i][0]) env[n++] = envs[k][i];
     }
-    start(&p[k], t, c[k].v, env);
+    tp_proc_start(&p[k], t, c[k].v, env);
   }
   for (int k = 0; k < nodes; k++) {
-    int rc = finish(&p[k], 90);
-    char* err = slurp(p[k].err);
-    char* out = slurp(p[k].out);
+    int rc = tp_proc_finish(&p[k], 90);
+    char* err = tp_slurp(p[k].err);
+    char* out = tp_slurp(p[k].out);
     ck_assert_msg(rc == 0, "%s node %d: rc %d\n%s\n%s", tag, k, rc, out, err);
     free(err);
     free(out);
@@ -909,7 +736,7 @@ static void run_nodes(const char* tag, int nodes, int nproc, int flags,
     struct stat st;
     snprintf(f, sizeof f, "%s/metrics.jsonl", c[k].dump);
     if (stat(f, &st) != 0) continue;
-    for (int s = 1; s <= 3; s++) loss[s - 1] = loss_at(c[k].dump, s);
+    for (int s = 1; s <= 3; s++) loss[s - 1] = tp_loss_at(c[k].dump, s);
     found = 1;
   }
   ck_assert_msg(found, "%s: no node wrote metrics.jsonl", tag);
@@ -921,10 +748,10 @@ static void one_process(double* loss) {
   cmd_job(&c, "3", "8");
   char* out;
   char* err;
-  ck_assert_int_eq(run("single", c.v, NULL, &out, &err, 60), 0);
+  ck_assert_int_eq(tp_run("single", c.v, NULL, &out, &err, 60), 0);
   free(out);
   free(err);
-  for (int s = 1; s <= 3; s++) loss[s - 1] = loss_at(c.dump, s);
+  for (int s = 1; s <= 3; s++) loss[s - 1] = tp_loss_at(c.dump, s);
   ck_assert_double_lt(loss[2], loss[0] - 0.3); /* it trained */
 }
 
@@ -999,10 +826,10 @@ START_TEST(test_lost_node_below_min) {
   /* --nnodes 2: node B's daemon dies; A notices within the heartbeat
    * limit and stops (MIN 2 cannot be met), naming the node */
   char ep[64];
-  snprintf(ep, sizeof ep, "127.0.0.1:%d", free_port());
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", tp_free_port());
   char conf[] =
       "keep_alive_interval=0.2,keep_alive_max_attempt=5,is_host=false";
-  char* argv[] = {(char*)bin("trainrund"),
+  char* argv[] = {(char*)tp_bin("trainrund"),
                   "--nnodes",
                   "2",
                   "--max-restarts",
@@ -1012,41 +839,41 @@ START_TEST(test_lost_node_below_min) {
                   "--rdzv-conf",
                   conf + 0,
                   NULL,
-                  (char*)bin("tests/fake_worker"),
+                  (char*)tp_bin("tests/fake_worker"),
                   "--hang",
                   NULL};
   char conf_a[] = "keep_alive_interval=0.2,keep_alive_max_attempt=5";
-  proc_t p[2];
+  tp_proc_t p[2];
   argv[8] = conf_a;
   argv[9] = "--node-rank=0";
-  start(&p[0], "minA", argv, NULL);
+  tp_proc_start(&p[0], "minA", argv, NULL);
   argv[8] = conf;
   argv[9] = "--node-rank=1";
-  start(&p[1], "minB", argv, NULL);
+  tp_proc_start(&p[1], "minB", argv, NULL);
   /* both nodes' workers run once B's daemon says so */
   char tmp_env[700];
-  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tmpdir);
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tp_tmpdir);
   char* env[] = {tmp_env, NULL};
-  char* sa[] = {(char*)bin("trainrun"), "status", NULL};
-  double t0 = now_s();
+  char* sa[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  double t0 = tp_now_s();
   for (;;) {
     char* out;
     char* err;
-    run("st", sa, env, &out, &err, 20);
+    tp_run("st", sa, env, &out, &err, 20);
     int n = 0;
     for (const char* q = out; (q = strstr(q, "): running for ")); q++) n++;
     free(out);
     free(err);
     if (n == 2) break;
-    ck_assert_msg(now_s() - t0 < 20, "the two workers never ran");
+    ck_assert_msg(tp_now_s() - t0 < 20, "the two workers never ran");
     usleep(50000);
   }
-  t0 = now_s();
+  t0 = tp_now_s();
   kill(p[1].pid, SIGKILL);
-  ck_assert_int_eq(finish(&p[1], 20), 128 + SIGKILL);
-  ck_assert_int_eq(finish(&p[0], 30), 1);
-  double took = now_s() - t0;
-  char* err = slurp(p[0].err);
+  ck_assert_int_eq(tp_proc_finish(&p[1], 20), 128 + SIGKILL);
+  ck_assert_int_eq(tp_proc_finish(&p[0], 30), 1);
+  double took = tp_now_s() - t0;
+  char* err = tp_slurp(p[0].err);
   ck_assert_msg(strstr(err, "trainrund: node 1 '"), "%s", err);
   ck_assert_ptr_nonnull(strstr(err, "' stopped sending heartbeats"));
   ck_assert_ptr_nonnull(strstr(err,
@@ -1063,10 +890,10 @@ START_TEST(test_clear_errors) {
   char* err;
   cmd_t c;
   /* nothing listens at the endpoint */
-  int closed = free_port();
+  int closed = tp_free_port();
   char ep[64];
   snprintf(ep, sizeof ep, "127.0.0.1:%d", closed);
-  char* a[] = {(char*)bin("trainrun"),
+  char* a[] = {(char*)tp_bin("trainrun"),
                "--nnodes",
                "2",
                "--rdzv-endpoint",
@@ -1076,7 +903,7 @@ START_TEST(test_clear_errors) {
                "--exec",
                "/bin/true",
                NULL};
-  ck_assert_int_eq(run("unreach", a, NULL, &out, &err, 30), 1);
+  ck_assert_int_eq(tp_run("unreach", a, NULL, &out, &err, 30), 1);
   char want[200];
   snprintf(want, sizeof want,
            "trainrun: cannot reach the rendezvous store at %s: timed out "
@@ -1087,7 +914,7 @@ START_TEST(test_clear_errors) {
   free(err);
   /* --metrics-port on a port in use */
   int busy_fd;
-  int busy = port_on_loopback(1, &busy_fd);
+  int busy = tp_port_on_loopback(1, &busy_fd);
   char bp[16];
   snprintf(bp, sizeof bp, "%d", busy);
   cmd_init(&c, "busy");
@@ -1095,7 +922,7 @@ START_TEST(test_clear_errors) {
   cmd_add(&c, bp);
   cmd_add(&c, "--exec");
   cmd_add(&c, "/bin/true");
-  ck_assert_int_eq(run("busy", c.v, NULL, &out, &err, 30), 1);
+  ck_assert_int_eq(tp_run("busy", c.v, NULL, &out, &err, 30), 1);
   snprintf(want, sizeof want,
            "trainrun: --metrics-port %d: cannot listen: address already in "
            "use\n",
@@ -1103,7 +930,7 @@ START_TEST(test_clear_errors) {
   ck_assert_str_eq(err, want);
   /* ... and at the rendezvous endpoint: no store answers there */
   snprintf(ep, sizeof ep, "127.0.0.1:%d", busy);
-  char* b[] = {(char*)bin("trainrun"),
+  char* b[] = {(char*)tp_bin("trainrun"),
                "--nnodes",
                "2",
                "--rdzv-endpoint",
@@ -1115,7 +942,7 @@ START_TEST(test_clear_errors) {
                NULL};
   free(out);
   free(err);
-  ck_assert_int_eq(run("inuse", b, NULL, &out, &err, 30), 1);
+  ck_assert_int_eq(tp_run("inuse", b, NULL, &out, &err, 30), 1);
   snprintf(want, sizeof want,
            "trainrun: the rendezvous endpoint %s is in use by a program that "
            "is not a trainrun store (timed out): pick another port\n",
@@ -1156,7 +983,7 @@ START_TEST(test_clear_errors) {
       cmd_add(&c, bad[i].flag);
       cmd_add(&c, bad[i].value);
     }
-    ck_assert_int_eq(run("bad", c.v, NULL, &out, &err, 30), 2);
+    ck_assert_int_eq(tp_run("bad", c.v, NULL, &out, &err, 30), 2);
     ck_assert_str_eq(err, bad[i].want);
     ck_assert_str_eq(out, "");
     free(out);

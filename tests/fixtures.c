@@ -85,6 +85,10 @@ void fx_cfg_set(tr_config_t* cfg, const char* key, const char* value) {
 }
 
 void fx_make_cfg(tr_config_t* cfg, const char* const* kv) {
+  fx_make_cfg_world(cfg, 1, kv);
+}
+
+void fx_make_cfg_world(tr_config_t* cfg, int world, const char* const* kv) {
   ck_assert_int_eq(tr_config_init(cfg), 0);
   fx_cfg_set(cfg, "training.dataset_path", fx_path("corpus.txt"));
   fx_cfg_set(cfg, "job.dump_folder", fx_path("out"));
@@ -97,5 +101,5 @@ void fx_make_cfg(tr_config_t* cfg, const char* const* kv) {
   fx_cfg_set(cfg, "metrics.enable_jsonl", "false");
   for (size_t i = 0; kv && kv[i]; i += 2) fx_cfg_set(cfg, kv[i], kv[i + 1]);
   tr_errmsg_t e;
-  ck_assert_msg(tr_config_resolve(cfg, 1, &e) == 0, "%s", e.message);
+  ck_assert_msg(tr_config_resolve(cfg, world, &e) == 0, "%s", e.message);
 }

@@ -1,6 +1,7 @@
-/* tests/fixtures.h: helpers the Check suites of the trainer layer share
- * (check_data, check_trainer, check_ddp): a temporary folder per test,
- * files in it, and a tiny model trained on a generated corpus.
+/* tests/fixtures.h: helpers the Check suites of the trainer and checkpoint
+ * layers share (check_data, check_trainer, check_ddp, check_checkpoint): a
+ * temporary folder per test, files in it, and a tiny model trained on a
+ * generated corpus.
  *
  * The temporary folder: fx_tmpdir_make as a checked fixture's setup
  * (Check forks each test, so each test gets a new one) and
@@ -56,5 +57,7 @@ void fx_cfg_set(tr_config_t* cfg, const char* key, const char* value);
  * "value" pairs (NULL-terminated; may be NULL), applied before resolving.
  */
 void fx_make_cfg(tr_config_t* cfg, const char* const* kv);
+/* fx_make_cfg() resolved for world size `world`. */
+void fx_make_cfg_world(tr_config_t* cfg, int world, const char* const* kv);
 
 #endif /* TRAINRUN_TESTS_FIXTURES_H */
