@@ -87,12 +87,18 @@ extern "C" void tr__cuda_host_free(void* p) {
   cuda_check(cudaFreeHost(p), "cudaFreeHost");
 }
 
+// Asked once per process: without a driver every cudaGetDeviceCount searches
+// the library path for libcuda again (some 80 failed opens each time).
 extern "C" int tr__cuda_device_count(void) {
-  int n = 0;
+  static int cached = -1;
+  int n = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+  if (n >= 0) return n;
+  n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
+    n = 0;
   }
+  __atomic_store_n(&cached, n, __ATOMIC_RELEASE);
   return n;
 }
 
