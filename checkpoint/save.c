@@ -39,16 +39,27 @@ typedef struct {
   char* name;
 } decl_t;
 
+/* A host chunk to copy into its staging buffer: done by the writer thread
+ * while the trainer computes the next step (only its optimizer step must
+ * wait, tr_ckpt_wait_staged). */
+typedef struct {
+  size_t dst;      /* index into the saver's staging buffers */
+  tr_tensor_t src; /* a view: holds a reference to the caller's storage */
+} copy_t;
+
 typedef struct {
   char* dir;
   int rank;
   seg_t* segs;
   size_t nsegs;
+  copy_t* copies;
+  size_t ncopies;
   int rc;
   tr_errmsg_t err;
   double seconds;
   int64_t bytes;
-  int done; /* atomic: the thread finished */
+  int done;   /* atomic: the thread finished */
+  int staged; /* under saver->stage_mu: the copies are done */
 } job_t;
 
 struct tr_ckpt_saver {
@@ -62,6 +73,8 @@ struct tr_ckpt_saver {
   size_t nstage;
   /* the save in flight */
   job_t job;
+  pthread_mutex_t stage_mu;
+  pthread_cond_t stage_cv;
   pthread_t thread;
   int thread_live;
   int pending; /* staged or written, not committed */
@@ -98,6 +111,8 @@ int tr_ckpt_saver_new(const tr_ckpt_saver_opts_t* o, tr_ckpt_saver_t** out,
   if (!s) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   s->folder = strdup(o->folder);
   s->layout = strdup(o->layout_json ? o->layout_json : "{}");
+  pthread_mutex_init(&s->stage_mu, NULL);
+  pthread_cond_init(&s->stage_cv, NULL);
   s->comm = o->comm;
   s->mode = o->mode;
   s->keep = o->keep_latest_k;
@@ -118,6 +133,8 @@ static void job_release(job_t* j) {
     free(j->segs[i].crcs);
   }
   free(j->segs);
+  for (size_t i = 0; i < j->ncopies; i++) tr_tensor_release(&j->copies[i].src);
+  free(j->copies);
   free(j->dir);
   memset(j, 0, sizeof *j);
 }
@@ -155,6 +172,8 @@ void tr_ckpt_saver_free(tr_ckpt_saver_t* s) {
   free(s->stage);
   free(s->folder);
   free(s->layout);
+  pthread_mutex_destroy(&s->stage_mu);
+  pthread_cond_destroy(&s->stage_cv);
   free(s);
 }
 
@@ -291,11 +310,37 @@ static int write_rank(job_t* j) {
   return rc;
 }
 
+/* Copy the host chunks into their staging buffers, then say so. */
+static int stage_copies(tr_ckpt_saver_t* s) {
+  job_t* j = &s->job;
+  int rc = 0;
+  for (size_t i = 0; i < j->ncopies && rc == 0; i++)
+    rc = tr_tensor_copy(&s->stage[j->copies[i].dst], &j->copies[i].src);
+  if (rc < 0) tr_errmsg_set(&j->err, rc, "cannot stage: %s", tr_strerror(rc));
+  pthread_mutex_lock(&s->stage_mu);
+  j->staged = 1;
+  pthread_cond_broadcast(&s->stage_cv);
+  pthread_mutex_unlock(&s->stage_mu);
+  return rc;
+}
+
 static void* write_thread(void* arg) {
-  job_t* j = arg;
-  j->rc = write_rank(j);
+  tr_ckpt_saver_t* s = arg;
+  job_t* j = &s->job;
+  j->rc = stage_copies(s);
+  if (j->rc == 0) j->rc = write_rank(j);
   __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
   return NULL;
+}
+
+int tr_ckpt_wait_staged(tr_ckpt_saver_t* s) {
+  if (!s->thread_live) return 0;
+  double t0 = tr__now();
+  pthread_mutex_lock(&s->stage_mu);
+  while (!s->job.staged) pthread_cond_wait(&s->stage_cv, &s->stage_mu);
+  pthread_mutex_unlock(&s->stage_mu);
+  s->stats.stall_s += tr__now() - t0;
+  return 0;
 }
 
 /* ---- rank 0's commit ---- */
@@ -625,6 +670,13 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
     drop_decls(s);
     return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   }
+  j->copies = calloc(n + 1, sizeof *j->copies);
+  if (!j->copies) {
+    free(load);
+    job_release(j);
+    drop_decls(s);
+    return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  }
   uint64_t off = TR__CKPT_HEADER;
   size_t nstaged = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
@@ -699,7 +751,12 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
                : tr_tensor_empty(st, dt, TR_DEVICE_CPU, src->ndim, src->shape);
       if (rc < 0) break;
     }
-    if (src->device.type != TR_DEV_CPU && dt != src->dtype) {
+    if (src->device.type == TR_DEV_CPU) {
+      /* host chunks are copied by the writer thread (below) */
+      copy_t* c = &j->copies[j->ncopies++];
+      c->dst = nstaged - 1; /* s->stage may move as it grows */
+      tr_tensor_view(&c->src, src);
+    } else if (dt != src->dtype) {
       /* device tensors convert on the host: copy, then convert */
       tr_tensor_t tmp;
       rc = tr_tensor_empty(&tmp, src->dtype, TR_DEVICE_CPU, src->ndim,
@@ -733,13 +790,14 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
     return finish(s, err);
   }
   if (s->mode != TR_CKPT_SYNC &&
-      pthread_create(&s->thread, NULL, write_thread, j) == 0) {
+      pthread_create(&s->thread, NULL, write_thread, s) == 0) {
     s->thread_live = 1;
     s->stats.stall_s = tr__now() - t0;
     return 0;
   }
-  /* synchronous (or no thread could start): write, then commit */
-  j->rc = write_rank(j);
+  /* synchronous (or no thread could start): stage, write, then commit */
+  j->rc = stage_copies(s);
+  if (j->rc == 0) j->rc = write_rank(j);
   j->done = 1;
   rc = finish(s, err);
   s->stats.stall_s = tr__now() - t0;

@@ -150,7 +150,9 @@ static void* save_rank(void* arg) {
   if (a->rc == 0)
     a->rc =
         tr_ckpt_save(s, a->step, it, 4, "{\"step\":7,\"x\":[1,2]}", NULL, &err);
-  /* the caller may change its tensors once save returned (async: staged) */
+  /* the caller may change its host tensors once they are staged (async:
+   * the writer thread copies them, as the trainer's next forward runs) */
+  if (a->rc == 0) a->rc = tr_ckpt_wait_staged(s);
   for (int i = 0; i < 4; i++) tr_tensor_fill(&t[i], -1.0);
   for (int k = 0; a->rc == 0 && k < 3; k++) a->rc = tr_ckpt_poll(s, &err);
   if (a->rc == 0) a->rc = tr_ckpt_wait(s, &err);

@@ -404,6 +404,11 @@ int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err) {
   return settle(t, 1, err);
 }
 
+void tr__trainer_checkpoint_before_update(tr_trainer_t* t) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (c && c->saver) tr_ckpt_wait_staged(c->saver);
+}
+
 void tr__trainer_checkpoint_release(tr_trainer_t* t) {
   struct tr__trainer_ckpt* c = t->ckpt;
   if (!c) return;

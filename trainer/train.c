@@ -377,6 +377,8 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
                     ? tr_kern_clip_coef(norm, t->cfg->training.max_norm)
                     : 1.0;
   double lr = tr_lr_schedule_lr(&t->lr, t->step + 1);
+  /* an async checkpoint may still be copying the weights and moments */
+  tr__trainer_checkpoint_before_update(t);
   rc = optimizer_step(t, lr, clip);
   if (rc < 0)
     return tr_errmsg_set(err, rc, "step %" PRId64 ": optimizer: %s",

@@ -44,7 +44,9 @@
  *     tr_ckpt_saver_t* s;
  *     tr_ckpt_saver_new(&o, &s, &err);
  *     ...after an optimizer step:
- *     tr_ckpt_save(s, step, items, n, state_json, NULL, &err); // stages
+ *     tr_ckpt_save(s, step, items, n, state_json, NULL, &err);
+ *     ...the next step: forward, backward, then before the optimizer:
+ *     tr_ckpt_wait_staged(s);
  *     ...every following step (collective while a save is in flight):
  *     tr_ckpt_poll(s, &err);
  *     ...at the end:
@@ -52,10 +54,13 @@
  *     tr_ckpt_saver_free(s);
  *
  * In TR_CKPT_SYNC mode tr_ckpt_save writes and commits before it returns.
- * In the async modes it copies the chunks to host staging buffers (reused
+ * In the async modes the chunks go to host staging buffers (reused
  * across saves; page-locked in TR_CKPT_ASYNC_PINNED, which matters for
- * device tensors), starts a thread that writes them, and returns: the
- * caller may change its tensors as soon as it returns. A new save first
+ * device tensors) and a thread writes them: device chunks are staged
+ * before tr_ckpt_save returns; host chunks are copied by that thread, so
+ * the caller may read them at once but must call tr_ckpt_wait_staged
+ * before it changes them (the trainer: before its next optimizer step,
+ * so the copy overlaps the next forward and backward). A new save first
  * waits for the previous one to be written and committed.
  *
  * Loading: tr_ckpt_open reads and checks a step's metadata;
@@ -152,6 +157,10 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
  * writing (collective: all ranks call it at the same points), and commit
  * when all have. No-op (no collective) when nothing is in flight. */
 int tr_ckpt_poll(tr_ckpt_saver_t* s, tr_errmsg_t* err);
+/* Until the save in flight has copied the caller's host chunks (not
+ * collective; no-op when none is in flight). The time waited counts as
+ * stall in the save's stats. */
+int tr_ckpt_wait_staged(tr_ckpt_saver_t* s);
 /* Wait for the save in flight and commit it (collective). */
 int tr_ckpt_wait(tr_ckpt_saver_t* s, tr_errmsg_t* err);
 /* 1 while an async save is in flight. */

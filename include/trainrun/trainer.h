@@ -258,6 +258,10 @@ int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err);
  * size loads (chunks are matched by overlap). */
 int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
                                int model_only, tr_errmsg_t* err);
+/* Before the weights or AdamW moments change: wait until an async save in
+ * flight has copied them (tr_trainer_step calls it before its optimizer
+ * step; a no-op without one). */
+void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
 /* Free the checkpoint state (tr_trainer_release calls it). */
 void tr__trainer_checkpoint_release(tr_trainer_t* t);
 
