@@ -198,17 +198,23 @@ typedef struct {
   char* argv[64][40];
 } job_t;
 
-static char** train_argv(int k, void* arg) {
-  job_t* j = arg;
-  char** a = j->argv[k];
+/* The node flags every process of a run shares; returns how many. */
+static int node_argv(const job_t* j, char** a) {
   int n = 0;
-  a[n++] = j->bin;
+  a[n++] = (char*)j->bin;
   a[n++] = "--nnodes";
-  a[n++] = j->nn;
+  a[n++] = (char*)j->nn;
   a[n++] = "--nproc-per-node";
   a[n++] = "1";
   a[n++] = "--rdzv-endpoint";
-  a[n++] = j->ep;
+  a[n++] = (char*)j->ep;
+  return n;
+}
+
+static char** train_argv(int k, void* arg) {
+  job_t* j = arg;
+  char** a = j->argv[k];
+  int n = node_argv(j, a);
   a[n++] = j->job;
   a[n++] = "--training.steps";
   a[n++] = "1";
@@ -231,14 +237,7 @@ static char** train_argv(int k, void* arg) {
 static char** rdzv_argv(int k, void* arg) {
   job_t* j = arg;
   char** a = j->argv[k];
-  int n = 0;
-  a[n++] = j->bin;
-  a[n++] = "--nnodes";
-  a[n++] = j->nn;
-  a[n++] = "--nproc-per-node";
-  a[n++] = "1";
-  a[n++] = "--rdzv-endpoint";
-  a[n++] = j->ep;
+  int n = node_argv(j, a);
   a[n++] = "/bin/true";
   a[n] = NULL;
   return a;
