@@ -867,6 +867,7 @@ static void enqueue_hooks(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_backend_t b) {
   const tr_pg_hooks_t* h = tr__pg_hooks();
   if (!h->enqueue) return;
   tr_pg_record_t rec;
+  int64_t now = tr__wall_ns();
   for (int i = 0; i <= w->n_ops; i++) {
     if (i == w->n_ops && !w->coalesced) break;
     memset(&rec, 0, sizeof rec);
@@ -876,15 +877,20 @@ static void enqueue_hooks(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_backend_t b) {
     rec.collective_seq_id = w->seq;
     rec.p2p_seq_id = w->p2p_seq;
     rec.timeout_ms = w->timeout_ms;
-    rec.time_created_ns = tr__wall_ns();
+    rec.time_created_ns = now;
     char pn[64];
     if (i < w->n_ops) {
       tr__pg_op_t* op = &w->ops[i];
       rec.op = op->type;
       rec.op_id = op->op_id;
       rec.is_p2p = op_is_p2p(op);
-      profiling_name(pg, op, b, pn, sizeof pn);
-      rec.profiling_name = pn;
+      /* a single op's name is the work's, formatted at issue */
+      if (w->coalesced) {
+        profiling_name(pg, op, b, pn, sizeof pn);
+        rec.profiling_name = pn;
+      } else {
+        rec.profiling_name = w->profiling_name;
+      }
       const tr_tensor_t* in = op->in.storage ? &op->in : &op->out;
       const tr_tensor_t* out = op->user.storage ? &op->user : &op->out;
       if (op->type != TR_PG_OP_BARRIER) {
