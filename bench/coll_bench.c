@@ -4,21 +4,36 @@
  * for all_reduce, x (n-1)/n for all_gather and reduce_scatter, size being
  * the whole buffer: the all_reduce tensor, the all_gather output, the
  * reduce_scatter input). With NCCL, --raw times the same calls made
- * directly on a communicator of its own in the same run, next to ours.
+ * directly on a communicator of its own in the same run, next to ours;
+ * --raw-events adds raw NCCL with the process group's stream protocol
+ * (the comm stream waits for an event of the user stream, a done event per
+ * op; sync mode: the user stream waits for it), which tells the cost of
+ * that protocol from the cost of our host code.
+ *
+ * --mode sync (the default): every op but the last of a batch is a
+ * blocking call (no handle; the user stream waits for it), the last one's
+ * handle is waited on the host. --mode async: every op returns a handle,
+ * all are waited at the end of the batch -- how DDP's buckets and FSDP's
+ * prefetches use the group, and what raw NCCL's timing (back to back on
+ * one stream, one synchronisation at the end) compares with. --reps N
+ * times each variant N times, interleaved, and keeps the fastest.
  *
  *   coll_bench -b gloo -n 2 --max 64M           # CPU, 2 forked ranks
  *   coll_bench -b nccl --raw --max 1G           # one rank per GPU
+ *   coll_bench -b nccl --raw --raw-events --mode async -i 200 --reps 3
  *   mpirun -np 4 coll_bench -b mpi              # MPI's ranks
  *
  * Ranks are forked from this process (not under mpirun) and rendezvous
  * through a store server on 127.0.0.1. Rank 0 prints one line per op and
- * size; the time is the slowest rank's mean over the timed iterations. */
+ * size; the time is the slowest rank's mean over the timed iterations;
+ * issue(us) is the host time of one call (ours, then raw NCCL's). */
 #include "config.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +64,10 @@ typedef struct {
   int ops; /* bit i: op i of k_ops */
   int raw;
   int check;
-  int gpu; /* CUDA tensors */
+  int gpu;        /* CUDA tensors */
+  int async;      /* --mode async */
+  int reps;       /* --reps */
+  int raw_events; /* --raw-events */
 } opts_t;
 
 static const struct {
@@ -135,26 +153,46 @@ static int issue(tr_pg_t* pg, tr_pg_op_t op, tr_tensor_t* a, tr_tensor_t* b,
   }
 }
 
-/* Mean time of one op over o->iters, in ns (this rank). Ops are issued
- * back to back; the last one's completion bounds them all. */
-static int64_t time_op(tr_pg_t* pg, const opts_t* o, tr_pg_op_t op,
-                       tr_tensor_t* a, tr_tensor_t* b) {
-  for (int i = 0; i < o->warmup; i++) {
-    int rc = issue(pg, op, a, b, NULL);
+/* Times of one op, ns: the mean over a batch, and the mean host time of
+ * issuing one. */
+typedef struct {
+  int64_t total, issue;
+} timing_t;
+
+/* n ops back to back, waited as o->async says (see the top of the file);
+ * ws holds n handles. */
+static timing_t batch(tr_pg_t* pg, const opts_t* o, tr_pg_op_t op,
+                      tr_tensor_t* a, tr_tensor_t* b, int n,
+                      tr_pg_work_t** ws) {
+  timing_t t = {0, 0};
+  int rc;
+  int64_t t0 = now_ns();
+  for (int i = 0; i < n; i++) {
+    tr_pg_work_t** w = o->async ? &ws[i] : i == n - 1 ? &ws[0] : NULL;
+    rc = issue(pg, op, a, b, w);
     if (rc < 0) die(tr_pg_op_name(op), rc);
   }
-  tr_pg_work_t* w = NULL;
+  t.issue = (now_ns() - t0) / n;
+  for (int i = 0; i < (o->async ? n : 1); i++) {
+    rc = tr_pg_work_wait(ws[i], 0);
+    if (rc < 0) die(tr_pg_op_name(op), rc);
+    tr_pg_work_free(ws[i]);
+  }
+  t.total = (now_ns() - t0) / n;
+  return t;
+}
+
+/* Warm-up, a barrier, then the timed batch of o->iters (this rank). */
+static timing_t time_op(tr_pg_t* pg, const opts_t* o, tr_pg_op_t op,
+                        tr_tensor_t* a, tr_tensor_t* b) {
+  int cap = o->iters > o->warmup ? o->iters : o->warmup;
+  tr_pg_work_t** ws = calloc((size_t)cap, sizeof *ws);
+  if (!ws) die("allocation", TR_ENOMEM);
+  if (o->warmup > 0) batch(pg, o, op, a, b, o->warmup, ws);
   int rc = tr_pg_barrier(pg, NULL);
   if (rc < 0) die("barrier", rc);
-  int64_t t0 = now_ns();
-  for (int i = 0; i < o->iters; i++) {
-    rc = issue(pg, op, a, b, i == o->iters - 1 ? &w : NULL);
-    if (rc < 0) die(tr_pg_op_name(op), rc);
-  }
-  rc = tr_pg_work_wait(w, 0);
-  if (rc < 0) die(tr_pg_op_name(op), rc);
-  int64_t t = (now_ns() - t0) / o->iters;
-  tr_pg_work_free(w);
+  timing_t t = batch(pg, o, op, a, b, o->iters, ws);
+  free(ws);
   return t;
 }
 
@@ -163,9 +201,13 @@ static int64_t time_op(tr_pg_t* pg, const opts_t* o, tr_pg_op_t op,
 typedef struct {
   ncclComm_t comm;
   cudaStream_t stream;
+  cudaEvent_t ready; /* --raw-events: on the user stream */
+  cudaEvent_t* done; /* one per op of a batch */
+  int ndone;
 } raw_t;
 
-static int raw_init(raw_t* r, tr_store_client_t* c, int rank, int n) {
+static int raw_init(raw_t* r, tr_store_client_t* c, int rank, int n,
+                    const opts_t* o) {
   ncclUniqueId id;
   if (rank == 0) {
     if (ncclGetUniqueId(&id) != ncclSuccess) return TR_ENCCL;
@@ -182,7 +224,26 @@ static int raw_init(raw_t* r, tr_store_client_t* c, int rank, int n) {
   if (cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) !=
       cudaSuccess)
     return TR_ECUDA;
+  r->ndone = o->iters > o->warmup ? o->iters : o->warmup;
+  r->done = calloc((size_t)r->ndone, sizeof *r->done);
+  if (!r->done) return TR_ENOMEM;
+  if (cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming) !=
+      cudaSuccess)
+    return TR_ECUDA;
+  for (int i = 0; i < r->ndone; i++)
+    if (cudaEventCreateWithFlags(&r->done[i], cudaEventDisableTiming) !=
+        cudaSuccess)
+      return TR_ECUDA;
   return 0;
+}
+
+static void raw_release(raw_t* r) {
+  ncclCommDestroy(r->comm);
+  for (int i = 0; i < r->ndone; i++)
+    if (r->done[i]) cudaEventDestroy(r->done[i]);
+  free(r->done);
+  cudaEventDestroy(r->ready);
+  cudaStreamDestroy(r->stream);
 }
 
 static ncclDataType_t raw_type(tr_dtype_t dt) {
@@ -202,30 +263,70 @@ static ncclDataType_t raw_type(tr_dtype_t dt) {
   }
 }
 
-static int64_t raw_time(raw_t* r, const opts_t* o, tr_pg_op_t op,
-                        tr_tensor_t* a, tr_tensor_t* b, int n) {
+static void raw_call(raw_t* r, tr_pg_op_t op, void* pa, void* pb, size_t na,
+                     ncclDataType_t t) {
+  ncclResult_t rc;
+  if (op == TR_PG_OP_ALL_REDUCE)
+    rc = ncclAllReduce(pa, pa, na, t, ncclSum, r->comm, r->stream);
+  else if (op == TR_PG_OP_ALL_GATHER)
+    rc = ncclAllGather(pa, pb, na, t, r->comm, r->stream);
+  else
+    rc = ncclReduceScatter(pb, pa, na, t, ncclSum, r->comm, r->stream);
+  if (rc != ncclSuccess) die("raw NCCL call", TR_ENCCL);
+}
+
+static void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    fprintf(stderr, "coll_bench: %s: %s\n", what, cudaGetErrorString(e));
+    exit(1);
+  }
+}
+
+/* n raw calls. Plain: back to back on the raw stream, one synchronisation
+ * at the end. events: the process group's protocol -- the raw stream waits
+ * for an event recorded on the user stream (the legacy default stream, the
+ * group's in this bench), a done event after each call; sync mode: the
+ * user stream waits for it too, and the last one is waited on the host;
+ * async: every done event is waited on the host, in order. */
+static timing_t raw_batch(raw_t* r, const opts_t* o, tr_pg_op_t op,
+                          tr_tensor_t* a, tr_tensor_t* b, int n, int events) {
   void* pa = tr_tensor_data(a);
   void* pb = tr_tensor_data(b);
   size_t na = (size_t)tr_tensor_numel(a);
   ncclDataType_t t = raw_type(a->dtype);
-  int64_t t0 = 0;
-  for (int i = 0; i < o->warmup + o->iters; i++) {
-    if (i == o->warmup) {
-      cudaStreamSynchronize(r->stream);
-      t0 = now_ns();
+  timing_t tm = {0, 0};
+  int64_t t0 = now_ns();
+  for (int i = 0; i < n; i++) {
+    if (events) {
+      cuda_ok(cudaEventRecord(r->ready, NULL), "cudaEventRecord");
+      cuda_ok(cudaStreamWaitEvent(r->stream, r->ready, 0),
+              "cudaStreamWaitEvent");
     }
-    ncclResult_t rc;
-    if (op == TR_PG_OP_ALL_REDUCE)
-      rc = ncclAllReduce(pa, pa, na, t, ncclSum, r->comm, r->stream);
-    else if (op == TR_PG_OP_ALL_GATHER)
-      rc = ncclAllGather(pa, pb, na, t, r->comm, r->stream);
-    else
-      rc = ncclReduceScatter(pb, pa, na, t, ncclSum, r->comm, r->stream);
-    if (rc != ncclSuccess) die("raw NCCL call", TR_ENCCL);
+    raw_call(r, op, pa, pb, na, t);
+    if (events) {
+      cuda_ok(cudaEventRecord(r->done[i], r->stream), "cudaEventRecord");
+      if (!o->async && i < n - 1)
+        cuda_ok(cudaStreamWaitEvent(NULL, r->done[i], 0),
+                "cudaStreamWaitEvent");
+    }
   }
-  cudaStreamSynchronize(r->stream);
-  (void)n;
-  return (now_ns() - t0) / o->iters;
+  tm.issue = (now_ns() - t0) / n;
+  if (!events)
+    cuda_ok(cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+  else if (!o->async)
+    cuda_ok(cudaEventSynchronize(r->done[n - 1]), "cudaEventSynchronize");
+  else
+    for (int i = 0; i < n; i++)
+      cuda_ok(cudaEventSynchronize(r->done[i]), "cudaEventSynchronize");
+  tm.total = (now_ns() - t0) / n;
+  return tm;
+}
+
+static timing_t raw_time(raw_t* r, const opts_t* o, tr_pg_op_t op,
+                         tr_tensor_t* a, tr_tensor_t* b, int events) {
+  if (o->warmup > 0) raw_batch(r, o, op, a, b, o->warmup, events);
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return raw_batch(r, o, op, a, b, o->iters, events);
 }
 #endif
 
@@ -262,18 +363,25 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
   int use_raw = o->raw && dev.type == TR_DEV_CUDA && store;
   if (use_raw) {
     cudaSetDevice(dev.index);
-    int rc = raw_init(&raw, store, rank, n);
+    int rc = raw_init(&raw, store, rank, n, o);
     if (rc < 0) die("raw NCCL set-up", rc);
   }
 #else
   int use_raw = 0;
   (void)store;
 #endif
+  int use_ev = use_raw && o->raw_events;
   if (rank == 0) {
-    printf("# coll_bench: %s, %d ranks, %s, %d iterations (%d warm-up)\n", be,
-           n, tr_dtype_name(o->dtype), o->iters, o->warmup);
-    printf("# %12s  %-15s %12s %12s %12s%s\n", "size(B)", "op", "time(us)",
-           "algbw(GB/s)", "busbw(GB/s)", use_raw ? "   raw(GB/s)  ratio" : "");
+    printf(
+        "# coll_bench: %s, %d ranks, %s, %d iterations (%d warm-up), %s "
+        "mode, best of %d\n",
+        be, n, tr_dtype_name(o->dtype), o->iters, o->warmup,
+        o->async ? "async" : "sync", o->reps);
+    printf("# %12s  %-15s %12s %12s %12s%s%s %9s%s\n", "size(B)", "op",
+           "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+           use_raw ? "    raw(GB/s)  ratio" : "",
+           use_ev ? "  rawev(GB/s)  ratio" : "", "issue(us)",
+           use_raw ? " raw_issue(us)" : "");
   }
   for (int64_t size = o->min_bytes; size <= o->max_bytes; size *= o->factor) {
     /* whole buffer: a multiple of n elements */
@@ -290,12 +398,34 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
       if (rc < 0) die("allocation", rc);
       if (op == TR_PG_OP_ALL_REDUCE) tr_tensor_fill(&a, 0);
       if (o->check) fill_check(pg, op, &a, &b, n);
-      int64_t t = max_over_ranks(pg, time_op(pg, o, op, &a, &b), dev);
-      int64_t traw = 0;
+      /* the fastest of o->reps, each the slowest rank's; interleaved */
+      int64_t t = INT64_MAX, ti = 0, traw = INT64_MAX, trawi = 0;
+      int64_t tev = INT64_MAX;
+      for (int r = 0; r < o->reps; r++) {
+        timing_t m = time_op(pg, o, op, &a, &b);
+        int64_t v = max_over_ranks(pg, m.total, dev);
+        int64_t vi = max_over_ranks(pg, m.issue, dev);
+        if (v < t) {
+          t = v;
+          ti = vi;
+        }
 #ifdef HAVE_NCCL
-      if (use_raw)
-        traw = max_over_ranks(pg, raw_time(&raw, o, op, &a, &b, n), dev);
+        if (use_raw) {
+          m = raw_time(&raw, o, op, &a, &b, 0);
+          v = max_over_ranks(pg, m.total, dev);
+          vi = max_over_ranks(pg, m.issue, dev);
+          if (v < traw) {
+            traw = v;
+            trawi = vi;
+          }
+        }
+        if (use_ev) {
+          m = raw_time(&raw, o, op, &a, &b, 1);
+          v = max_over_ranks(pg, m.total, dev);
+          if (v < tev) tev = v;
+        }
 #endif
+      }
       if (rank == 0) {
         double bytes = (double)elems * (double)esz;
         double alg = bytes / (double)t; /* bytes/ns = GB/s */
@@ -306,6 +436,12 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
           double rbus = bytes / (double)traw * bus_factor(op, n);
           printf(" %12.3f %6.3f", rbus, rbus > 0 ? bus / rbus : 0);
         }
+        if (use_ev) {
+          double ebus = bytes / (double)tev * bus_factor(op, n);
+          printf(" %12.3f %6.3f", ebus, ebus > 0 ? bus / ebus : 0);
+        }
+        printf(" %9.2f", (double)ti / 1000);
+        if (use_raw) printf(" %13.2f", (double)trawi / 1000);
         printf("\n");
         fflush(stdout);
       }
@@ -314,10 +450,7 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
     }
   }
 #ifdef HAVE_NCCL
-  if (use_raw) {
-    ncclCommDestroy(raw.comm);
-    cudaStreamDestroy(raw.stream);
-  }
+  if (use_raw) raw_release(&raw);
 #endif
 }
 
@@ -358,10 +491,15 @@ static void usage(void) {
       stderr,
       "usage: coll_bench [-b gloo|nccl|mpi] [-n ranks] [-o ops] [-d dtype]\n"
       "                  [--min SIZE] [--max SIZE] [-f factor] [-w warmup]\n"
-      "                  [-i iters] [--raw] [--check]\n"
+      "                  [-i iters] [--raw] [--raw-events] [--check]\n"
+      "                  [--mode sync|async] [--reps N]\n"
       "  ops: comma list of all_reduce, all_gather, reduce_scatter\n"
       "  SIZE: bytes with K/M/G suffixes (1K .. 64M; nccl: 1K .. 1G)\n"
-      "  --raw: nccl only, time raw NCCL calls next to ours\n");
+      "  --raw: nccl only, time raw NCCL calls next to ours\n"
+      "  --raw-events: also raw NCCL with the group's event protocol\n"
+      "  --mode: sync (blocking calls, the default) or async (handles,\n"
+      "          waited at the end of each batch)\n"
+      "  --reps: time each variant N times, keep the fastest\n");
   exit(2);
 }
 
@@ -375,11 +513,16 @@ static int count_gpus(void) {
 }
 
 int main(int argc, char** argv) {
-  opts_t o = {"gloo", 2, 1024, -1, 2, 5, 20, TR_F32, 7, 0, 0, 0};
-  static const struct option lo[] = {
-      {"min", required_argument, 0, 1}, {"max", required_argument, 0, 2},
-      {"raw", no_argument, 0, 3},       {"check", no_argument, 0, 4},
-      {"help", no_argument, 0, 'h'},    {0, 0, 0, 0}};
+  opts_t o = {"gloo", 2, 1024, -1, 2, 5, 20, TR_F32, 7, 0, 0, 0, 0, 1, 0};
+  static const struct option lo[] = {{"min", required_argument, 0, 1},
+                                     {"max", required_argument, 0, 2},
+                                     {"raw", no_argument, 0, 3},
+                                     {"check", no_argument, 0, 4},
+                                     {"mode", required_argument, 0, 5},
+                                     {"reps", required_argument, 0, 6},
+                                     {"raw-events", no_argument, 0, 7},
+                                     {"help", no_argument, 0, 'h'},
+                                     {0, 0, 0, 0}};
   int ch, n_set = 0;
   while ((ch = getopt_long(argc, argv, "b:n:o:d:f:w:i:h", lo, NULL)) != -1) {
     switch (ch) {
@@ -420,6 +563,20 @@ int main(int argc, char** argv) {
       case 4:
         o.check = 1;
         break;
+      case 5:
+        if (!strcmp(optarg, "async"))
+          o.async = 1;
+        else if (!strcmp(optarg, "sync"))
+          o.async = 0;
+        else
+          usage();
+        break;
+      case 6:
+        o.reps = atoi(optarg);
+        break;
+      case 7:
+        o.raw = o.raw_events = 1;
+        break;
       default:
         usage();
     }
@@ -427,7 +584,9 @@ int main(int argc, char** argv) {
   int gpu = strstr(o.backend, "nccl") != NULL;
   o.gpu = gpu;
   if (o.max_bytes < 0) o.max_bytes = gpu ? (int64_t)1 << 30 : 64 << 20;
-  if (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.min_bytes < 1) usage();
+  if (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.min_bytes < 1 ||
+      o.reps < 1)
+    usage();
 
   const char* mpi_size = getenv("OMPI_COMM_WORLD_SIZE");
   if (mpi_size) { /* under mpirun: MPI's ranks, no store */

@@ -657,7 +657,7 @@ static void gloo_destroy(tr__pg_backend_t* be) {
 const tr__pg_backend_vt_t tr__pg_gloo_vt = {
     TR_PG_BACKEND_GLOO, "gloo",    1,          gloo_create, gloo_start,
     gloo_progress,      gloo_wake, gloo_abort, nullptr,     nullptr,
-    gloo_destroy,
+    gloo_destroy,       nullptr,
 };
 
 }  // extern "C"

@@ -142,6 +142,11 @@ typedef struct {
   int (*wait_stream)(tr__pg_backend_t* be, tr_pg_work_t* w, void* stream);
   /* Free everything (after the thread stopped, no work in flight). */
   void (*destroy)(tr__pg_backend_t* be);
+  /* Non-threaded asynchronous backends (nccl), from the watchdog once a
+   * round: finish and retire every pending work that completed (the
+   * per-work polls see 64 a round). May be NULL
+   * (last member: gloo.cc fills this table by position). */
+  void (*reap)(tr__pg_backend_t* be);
 } tr__pg_backend_vt_t;
 
 struct tr__pg_backend {

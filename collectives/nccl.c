@@ -30,7 +30,17 @@
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 
-#define EVENT_POOL 64
+/* The backend state of one issued work, recycled through a free list with
+ * its two events: once the backend has had as many works in flight as it
+ * will have, an op creates and destroys nothing. */
+typedef struct nccl_work nccl_work_t;
+struct nccl_work {
+  cudaEvent_t start, done;
+  int start_seen;
+  tr_pg_work_t* w;   /* while pending */
+  nccl_work_t* prev; /* pending list, in issue order */
+  nccl_work_t* next; /* pending list, or the free list */
+};
 
 typedef struct {
   ncclComm_t comm;
@@ -39,16 +49,10 @@ typedef struct {
   int device;
   pthread_mutex_t mu;
   int aborted;
-  cudaEvent_t pool[EVENT_POOL];
-  int npool;
-  tr_pg_work_t** pending; /* issued, not retired */
-  int npending, cap;
+  nccl_work_t* free_nw;     /* recycled, events kept */
+  nccl_work_t *head, *tail; /* issued, not retired; oldest first */
+  int npending;
 } nccl_impl_t;
-
-typedef struct {
-  cudaEvent_t start, done;
-  int start_seen;
-} nccl_work_t;
 
 /* ---- errors at the boundary ---- */
 
@@ -410,20 +414,38 @@ static int post_op(nccl_impl_t* im, tr_pg_t* pg, tr__pg_op_t* op, stage_t* st) {
   return 0;
 }
 
-static cudaEvent_t get_event(nccl_impl_t* im) {
-  if (im->npool > 0) return im->pool[--im->npool];
-  cudaEvent_t e = NULL;
-  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
-    return NULL;
-  return e;
+/* A work's state with its events (on im->device, which is current):
+ * recycled, or new. 0, TR_ENOMEM or TR_ECUDA. Under im->mu. */
+static int nw_get(nccl_impl_t* im, nccl_work_t** out) {
+  nccl_work_t* nw = im->free_nw;
+  if (nw) {
+    im->free_nw = nw->next;
+    nw->next = NULL;
+    nw->start_seen = 0;
+    *out = nw;
+    return 0;
+  }
+  nw = calloc(1, sizeof *nw);
+  if (!nw) return TR_ENOMEM;
+  if (cudaEventCreateWithFlags(&nw->start, cudaEventDisableTiming) !=
+          cudaSuccess ||
+      cudaEventCreateWithFlags(&nw->done, cudaEventDisableTiming) !=
+          cudaSuccess) {
+    if (nw->start) cudaEventDestroy(nw->start);
+    free(nw);
+    return TR_ECUDA;
+  }
+  *out = nw;
+  return 0;
 }
 
-static void put_event(nccl_impl_t* im, cudaEvent_t e) {
-  if (!e) return;
-  if (im->npool < EVENT_POOL)
-    im->pool[im->npool++] = e;
-  else
-    cudaEventDestroy(e);
+/* Back on the free list (under im->mu). Its events may still be pending
+ * on the stream: recording them again later is fine. */
+static void nw_put(nccl_impl_t* im, nccl_work_t* nw) {
+  nw->w = NULL;
+  nw->prev = NULL;
+  nw->next = im->free_nw;
+  im->free_nw = nw;
 }
 
 static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
@@ -437,32 +459,22 @@ static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
     snprintf(err, errlen, "the communicator was aborted");
     return TR_EABORTED;
   }
-  if (im->npending == im->cap) {
-    int cap = im->cap ? im->cap * 2 : 64;
-    tr_pg_work_t** p = realloc(im->pending, sizeof *p * (size_t)cap);
-    if (!p) {
-      pthread_mutex_unlock(&im->mu);
-      return TR_ENOMEM;
-    }
-    im->pending = p;
-    im->cap = cap;
-  }
-  nccl_work_t* nw = calloc(1, sizeof *nw);
-  stage_t* st = calloc((size_t)w->n_ops, sizeof *st);
-  if (!nw || !st) {
-    free(nw);
-    free(st);
+  /* one op (the common case) stages on the stack */
+  stage_t one = {NULL, NULL};
+  stage_t* st = w->n_ops == 1 ? &one : calloc((size_t)w->n_ops, sizeof *st);
+  if (!st) {
     pthread_mutex_unlock(&im->mu);
     return TR_ENOMEM;
   }
   cudaSetDevice(im->device);
   cudaStream_t user = (cudaStream_t)pg->cuda_stream;
-  nw->start = get_event(im);
-  nw->done = get_event(im);
-  if (!nw->start || !nw->done) {
-    rc = TR_ECUDA;
-    snprintf(err, errlen, "cannot create CUDA events");
-    goto out_fail;
+  nccl_work_t* nw = NULL;
+  rc = nw_get(im, &nw);
+  if (rc < 0) {
+    if (st != &one) free(st);
+    pthread_mutex_unlock(&im->mu);
+    if (rc == TR_ECUDA) snprintf(err, errlen, "cannot create CUDA events");
+    return rc;
   }
   TR_CHECK_GOTO(cuda_fail(cudaEventRecord(im->ready, user), "cudaEventRecord",
                           err, errlen),
@@ -499,9 +511,18 @@ static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
     if (st[i].in && st[i].in != st[i].out) cudaFreeAsync(st[i].in, im->stream);
     if (st[i].out) cudaFreeAsync(st[i].out, im->stream);
   }
-  free(st);
+  if (st != &one) free(st);
+  /* pending, at the tail (issue order) */
+  nw->w = w;
+  nw->prev = im->tail;
+  nw->next = NULL;
+  if (im->tail)
+    im->tail->next = nw;
+  else
+    im->head = nw;
+  im->tail = nw;
+  im->npending++;
   w->be_data = nw;
-  im->pending[im->npending++] = w;
   pthread_mutex_unlock(&im->mu);
   return 1;
 
@@ -510,27 +531,28 @@ out_fail:
     if (st[i].in && st[i].in != st[i].out) cudaFreeAsync(st[i].in, im->stream);
     if (st[i].out) cudaFreeAsync(st[i].out, im->stream);
   }
-  free(st);
-  put_event(im, nw->start);
-  put_event(im, nw->done);
-  free(nw);
+  if (st != &one) free(st);
+  nw_put(im, nw);
   pthread_mutex_unlock(&im->mu);
   return rc;
 }
 
 /* Take w off the pending list (under im->mu); 1 when it was there. */
 static int claim(nccl_impl_t* im, tr_pg_work_t* w) {
-  for (int i = 0; i < im->npending; i++)
-    if (im->pending[i] == w) {
-      im->pending[i] = im->pending[--im->npending];
-      nccl_work_t* nw = w->be_data;
-      put_event(im, nw->start);
-      put_event(im, nw->done);
-      free(nw);
-      w->be_data = NULL;
-      return 1;
-    }
-  return 0;
+  nccl_work_t* nw = w->be_data;
+  if (!nw) return 0;
+  if (nw->prev)
+    nw->prev->next = nw->next;
+  else
+    im->head = nw->next;
+  if (nw->next)
+    nw->next->prev = nw->prev;
+  else
+    im->tail = nw->prev;
+  im->npending--;
+  w->be_data = NULL;
+  nw_put(im, nw);
+  return 1;
 }
 
 static int nccl_poll(tr__pg_backend_t* be, tr_pg_work_t* w) {
@@ -587,8 +609,47 @@ static int nccl_wait_stream(tr__pg_backend_t* be, tr_pg_work_t* w,
     if (rc < 0) TR_LOG_ERROR(COLL, "%s", err);
   }
   pthread_mutex_unlock(&im->mu);
-  if (!nw) return tr_pg_work_status(w);
+  /* Claimed by a poll or the sweep, which finishes it at once: its status
+   * (not "pending") is the answer. */
+  if (!nw) return tr_pg_work_wait(w, 0);
   return rc;
+}
+
+/* The watchdog's sweep, once a round: finish and retire, oldest first,
+ * the works whose done event has completed, a few at a time so that an
+ * issuing thread never waits long for im->mu. Without it, works issued
+ * with no handle (blocking calls) would leave only through the watchdog's
+ * per-work polls, 64 a round. Errors are left to those polls; a busy
+ * im->mu skips the sweep until the next round. */
+static void nccl_reap(tr__pg_backend_t* be) {
+  nccl_impl_t* im = be->impl;
+  enum { CHUNK = 16 };
+  for (;;) {
+    tr_pg_work_t* list[CHUNK];
+    int n = 0;
+    /* never wait here: a call stuck in NCCL holds im->mu, and the
+     * watchdog must go on to time it out */
+    if (pthread_mutex_trylock(&im->mu) != 0) return;
+    if (__atomic_load_n(&im->aborted, __ATOMIC_ACQUIRE) || !im->head) {
+      pthread_mutex_unlock(&im->mu);
+      return;
+    }
+    cudaSetDevice(im->device);
+    for (nccl_work_t* nw = im->head;
+         nw && n < CHUNK && cudaEventQuery(nw->done) == cudaSuccess;
+         nw = nw->next)
+      list[n++] = nw->w;
+    /* an aborted kernel ends early: its event says nothing of the data */
+    if (__atomic_load_n(&im->aborted, __ATOMIC_ACQUIRE)) n = 0;
+    for (int i = 0; i < n; i++) claim(im, list[i]);
+    int more = n == CHUNK && im->head;
+    pthread_mutex_unlock(&im->mu);
+    for (int i = 0; i < n; i++) {
+      tr__work_finish(list[i], 0, NULL);
+      tr__work_retire(list[i]);
+    }
+    if (!more) return;
+  }
 }
 
 /* The watchdog's abort. A call stuck inside NCCL (the first send/recv of a
@@ -620,7 +681,8 @@ static void nccl_abort(tr__pg_backend_t* be) {
   }
   int n = im->npending;
   tr_pg_work_t** list = malloc(sizeof *list * (size_t)(n ? n : 1));
-  for (int i = 0; list && i < n; i++) list[i] = im->pending[i];
+  n = 0;
+  for (nccl_work_t* nw = im->head; list && nw; nw = nw->next) list[n++] = nw->w;
   for (int i = 0; list && i < n; i++) claim(im, list[i]);
   pthread_mutex_unlock(&im->mu);
   for (int i = 0; list && i < n; i++) {
@@ -651,11 +713,16 @@ static void nccl_destroy(tr__pg_backend_t* be) {
       ncclCommAbort(im->comm);
     }
   }
-  for (int i = 0; i < im->npool; i++) cudaEventDestroy(im->pool[i]);
+  while (im->free_nw) {
+    nccl_work_t* nw = im->free_nw;
+    im->free_nw = nw->next;
+    cudaEventDestroy(nw->start);
+    cudaEventDestroy(nw->done);
+    free(nw);
+  }
   cudaEventDestroy(im->ready);
   cudaStreamDestroy(im->stream);
   pthread_mutex_destroy(&im->mu);
-  free(im->pending);
   free(im);
   be->impl = NULL;
 }
@@ -670,4 +737,5 @@ const tr__pg_backend_vt_t tr__pg_nccl_vt = {
     .poll = nccl_poll,
     .wait_stream = nccl_wait_stream,
     .destroy = nccl_destroy,
+    .reap = nccl_reap,
 };

@@ -143,6 +143,16 @@ static void check_exception_dump(tr__pg_world_t* wd) {
 }
 
 static void check_group(tr__pg_world_t* wd, tr_pg_t* pg, int* stuck) {
+  /* Backends that can retire all their completed works at once do so
+   * first (blocking CUDA calls leave many behind, which would otherwise
+   * keep their tensors and events until polled below, 64 a round). */
+  tr__pg_backend_t* bes[TR__PG_NDEV];
+  pthread_mutex_lock(&pg->mu);
+  for (int d = 0; d < TR__PG_NDEV; d++) bes[d] = pg->be[d];
+  pthread_mutex_unlock(&pg->mu);
+  for (int d = 0; d < TR__PG_NDEV; d++)
+    if (bes[d] && bes[d]->vt->reap) bes[d]->vt->reap(bes[d]);
+
   int64_t now = tr__now_ns();
   /* Snapshot the works in flight (with references). */
   tr_pg_work_t* list[64];
