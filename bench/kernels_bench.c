@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/kernels_cuda.h"
 #include "trainrun/tensor.h"
@@ -460,8 +461,12 @@ static void bench_attention(const char* tag, int B, int T, int H, int KVH,
                             int D) {
   char name[64], shape[64];
   int any = 0;
-  const char* impls[2] = {"flash", "simt"};
-  for (int i = 0; i < 2; i++) {
+  /* cudnn: cuDNN's fused attention (builds with cuDNN; skipped with a note
+   * when cuDNN declines the shape) */
+  const char* impls[3] = {"flash", "simt", "cudnn"};
+  const tr_cuda_attn_impl_t ids[3] = {TR_CUDA_ATTN_FLASH, TR_CUDA_ATTN_SIMT,
+                                      TR_CUDA_ATTN_CUDNN};
+  for (int i = 0; i < 3; i++) {
     snprintf(name, sizeof name, "attention %s %s fwd", tag, impls[i]);
     any |= wanted(name);
     snprintf(name, sizeof name, "attention %s %s bwd", tag, impls[i]);
@@ -478,18 +483,36 @@ static void bench_attention(const char* tag, int B, int T, int H, int KVH,
   c.lse = dbuf(TR_F32, N * H, 1.0f);
   double fl = 4.0 * B * H * (double)T * T * D / 2.0;
   snprintf(shape, sizeof shape, "B%d T%d H%d/%d D%d", B, T, H, KVH, D);
-  for (int i = 0; i < 2; i++) {
-    tr_kern_cuda_set_attention(i == 0 ? TR_CUDA_ATTN_FLASH : TR_CUDA_ATTN_SIMT);
-    snprintf(name, sizeof name, "attention %s %s fwd", tag, impls[i]);
-    BENCH(name, shape, fl, 0, &c, run_att_fwd);
+  for (int i = 0; i < 3; i++) {
+    tr_kern_cuda_set_attention(ids[i]);
+    char fname[64], bname[64];
+    snprintf(fname, sizeof fname, "attention %s %s fwd", tag, impls[i]);
+    snprintf(bname, sizeof bname, "attention %s %s bwd", tag, impls[i]);
+    if (ids[i] == TR_CUDA_ATTN_CUDNN) { /* one untimed call: usable here? */
+      if (!wanted(fname) && !wanted(bname)) continue;
+      size_t ko = (size_t)H * D * 2, vo = (size_t)(H + KVH) * D * 2;
+      int rc = tr_kern_cuda_attention_fwd(TR_BF16, c.out, c.lse, c.qkv,
+                                          c.qkv + ko, c.qkv + vo, B, T, H,
+                                          KVH, D, c.W, c.W, 0);
+      if (rc == 0)
+        rc = tr_kern_cuda_attention_bwd(
+            TR_BF16, c.dqkv, c.dqkv + ko, c.dqkv + vo, c.dout, c.qkv,
+            c.qkv + ko, c.qkv + vo, c.out, c.lse, B, T, H, KVH, D, c.W, c.W,
+            0, 0);
+      if (rc != 0) {
+        printf("attention %s cudnn: not available (%s)\n", tag,
+               tr_strerror(rc));
+        continue;
+      }
+    }
+    BENCH(fname, shape, fl, 0, &c, run_att_fwd);
     if (i == 0 && D == 64) { /* the other forward variant */
       tr__flash_set_fwd_variant(1);
       snprintf(name, sizeof name, "attention %s flash fwd (16 rows/warp)", tag);
       BENCH(name, shape, fl, 0, &c, run_att_fwd);
       tr__flash_set_fwd_variant(0);
     }
-    snprintf(name, sizeof name, "attention %s %s bwd", tag, impls[i]);
-    BENCH(name, shape, 2.5 * fl, 0, &c, run_att_bwd);
+    BENCH(bname, shape, 2.5 * fl, 0, &c, run_att_bwd);
   }
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
   cudaFree(c.qkv);

@@ -147,6 +147,7 @@ int tr_ckpt_list(const char* folder, tr_ckpt_entry_t** out, size_t* n,
     e->step = step;
     e->complete = 0;
     e->bytes = 0;
+    e->hf = 0;
     DIR* sd = opendir(dir);
     struct dirent* fe;
     while (sd && (fe = readdir(sd)) != NULL) {
@@ -155,6 +156,7 @@ int tr_ckpt_list(const char* folder, tr_ckpt_entry_t** out, size_t* n,
       if (fp && stat(fp, &st) == 0 && S_ISREG(st.st_mode)) {
         e->bytes += st.st_size;
         if (strcmp(fe->d_name, TR_CKPT_METADATA) == 0) e->complete = 1;
+        if (strcmp(fe->d_name, TR_CKPT_HF_INDEX) == 0) e->hf = 1;
       }
       free(fp);
     }
@@ -183,10 +185,17 @@ int tr_ckpt_latest(const char* folder, int64_t* step, tr_errmsg_t* err) {
       rc = 0;
       break;
     }
-    TR_LOG_WARN(CKPT,
-                "skipping '%s/step-%" PRId64
-                "': incomplete (no " TR_CKPT_METADATA ")",
-                folder, v[i].step);
+    if (v[i].hf)
+      TR_LOG_WARN(CKPT,
+                  "skipping '%s/step-%" PRId64
+                  "': a Hugging Face export without " TR_CKPT_METADATA
+                  " (not resumable)",
+                  folder, v[i].step);
+    else
+      TR_LOG_WARN(CKPT,
+                  "skipping '%s/step-%" PRId64
+                  "': incomplete (no " TR_CKPT_METADATA ")",
+                  folder, v[i].step);
   }
   free(v);
   if (rc < 0)
@@ -197,11 +206,14 @@ int tr_ckpt_latest(const char* folder, int64_t* step, tr_errmsg_t* err) {
 int tr_ckpt_remove_step(const char* folder, int64_t step) {
   char dir[4096];
   tr_ckpt_step_dir(folder, step, dir, sizeof dir);
-  char* meta = tr__ckpt_join(dir, TR_CKPT_METADATA);
-  if (!meta) return TR_ENOMEM;
   int rc = 0;
-  if (unlink(meta) < 0 && errno != ENOENT) rc = tr_err_from_errno();
-  free(meta);
+  static const char* const first[] = {TR_CKPT_METADATA, TR_CKPT_HF_INDEX};
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    char* p = tr__ckpt_join(dir, first[i]);
+    if (!p) return TR_ENOMEM;
+    if (unlink(p) < 0 && errno != ENOENT) rc = tr_err_from_errno();
+    free(p);
+  }
   if (rc < 0) return rc;
   tr__ckpt_fsync_dir(dir);
   DIR* d = opendir(dir);

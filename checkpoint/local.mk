@@ -4,7 +4,8 @@ libtrainrun_la_SOURCES += \
 	checkpoint/folder.c \
 	checkpoint/save.c \
 	checkpoint/load.c \
-	checkpoint/safetensors.c
+	checkpoint/safetensors.c \
+	checkpoint/hf_export.c
 noinst_HEADERS += checkpoint/internal.h
 trainruninclude_HEADERS += \
 	include/trainrun/checkpoint.h \

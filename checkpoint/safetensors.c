@@ -595,28 +595,48 @@ static int param_whole(const tr_param_t* p) {
 int tr_st_export_model(const tr_model_t* m, const char* path, tr_dtype_t dtype,
                        tr_errmsg_t* err) {
   tr_st_item_t* items = calloc((size_t)m->n_params + 1, sizeof *items);
-  if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  /* host copies of device parameters */
+  tr_tensor_t* host = calloc((size_t)m->n_params + 1, sizeof *host);
+  int rc = 0;
+  if (!items || !host) {
+    rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    goto out;
+  }
   for (int i = 0; i < m->n_params; i++) {
     const tr_param_t* p = &m->params[i];
-    if (!param_whole(p) || p->data.device.type != TR_DEV_CPU) {
-      free(items);
-      return tr_errmsg_set(err, TR_EINVAL,
-                           "'%s': parameter '%s' is not a whole host tensor "
-                           "on this rank",
-                           path, p->name);
+    if (!param_whole(p)) {
+      rc = tr_errmsg_set(err, TR_EINVAL,
+                         "'%s': parameter '%s' is not a whole tensor on this "
+                         "rank",
+                         path, p->name);
+      goto out;
     }
     items[i].name = p->name;
     items[i].tensor = &p->data;
     items[i].transpose = p->hf_layout == TR_HF_TRANSPOSED;
+    if (p->data.device.type == TR_DEV_CPU) continue;
+    rc = tr_tensor_empty(&host[i], p->data.dtype, TR_DEVICE_CPU, p->data.ndim,
+                         p->data.shape);
+    if (rc == 0) rc = tr_tensor_copy(&host[i], &p->data);
+    if (rc < 0) {
+      rc = tr_errmsg_set(err, rc, "'%s': copying '%s' to the host: %s", path,
+                         p->name, tr_strerror(rc));
+      goto out;
+    }
+    items[i].tensor = &host[i];
   }
   char* js = tr_model_config_to_json(&m->cfg);
   if (!js) {
-    free(items);
-    return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    goto out;
   }
   const char* meta[] = {"format", "pt", "trainrun_model_config", js};
-  int rc = tr_st_write(path, items, (size_t)m->n_params, dtype, meta, 2, err);
+  rc = tr_st_write(path, items, (size_t)m->n_params, dtype, meta, 2, err);
   free(js);
+out:
+  if (host)
+    for (int i = 0; i < m->n_params; i++) tr_tensor_release(&host[i]);
+  free(host);
   free(items);
   return rc;
 }

@@ -501,8 +501,13 @@ out:
 typedef struct {
   char* folder;
   int keep;
+  int64_t committed; /* the step whose commit started this purge */
 } purge_t;
 
+/* Remove the complete steps beyond the newest p->keep, and the incomplete
+ * step folders (a save that never finished: no metadata) older than the
+ * step just committed. Newer incomplete ones are left alone: the next save
+ * of this run may be writing one now. */
 static void* purge_thread(void* arg) {
   purge_t* p = arg;
   tr_ckpt_entry_t* v;
@@ -510,12 +515,26 @@ static void* purge_thread(void* arg) {
   if (tr_ckpt_list(p->folder, &v, &n, NULL) == 0) {
     size_t complete = 0;
     for (size_t i = n; i-- > 0;) {
-      if (!v[i].complete) continue;
-      if (++complete <= (size_t)p->keep) continue;
+      int stale;
+      if (v[i].complete)
+        stale = ++complete > (size_t)p->keep;
+      else
+        stale = !v[i].hf && v[i].step < p->committed;
+      if (!stale) continue;
       int rc = tr_ckpt_remove_step(p->folder, v[i].step);
       if (rc < 0)
         TR_LOG_WARN(CKPT, "cannot remove '%s/step-%" PRId64 "': %s", p->folder,
                     v[i].step, tr_strerror(rc));
+      else if (v[i].complete)
+        TR_LOG_INFO(CKPT,
+                    "removed '%s/step-%" PRId64 "' (keep_latest_k %d)",
+                    p->folder, v[i].step, p->keep);
+      else
+        TR_LOG_WARN(CKPT,
+                    "removed the incomplete '%s/step-%" PRId64
+                    "' (%.1f MB, no " TR_CKPT_METADATA
+                    ": a save that never finished)",
+                    p->folder, v[i].step, (double)v[i].bytes / 1e6);
     }
     free(v);
   }
@@ -531,6 +550,7 @@ static void start_purge(tr_ckpt_saver_t* s) {
   if (!p) return;
   p->folder = strdup(s->folder);
   p->keep = s->keep;
+  p->committed = s->step;
   if (!p->folder || pthread_create(&s->purge, NULL, purge_thread, p) != 0) {
     free(p->folder);
     free(p);

@@ -529,6 +529,13 @@ static int check_special(const tr_config_key_t* k, const val_t* v,
                     "1 is not allowed: a save in progress could leave no "
                     "complete checkpoint; use 0 (keep all) or at least 2");
       break;
+    case TR_CFG_K_activation_checkpoint_mode:
+      if (strcmp(v->s, "memory_budget") == 0)
+        return fail(err, w, k,
+                    "memory_budget needs a compiler's graph partitioner, "
+                    "which trainrun does not have; use none, selective or "
+                    "full");
+      break;
     case TR_CFG_K_activation_checkpoint_selective_ac_option: {
       int64_t n;
       if (strcmp(v->s, "op") != 0 && (parse_int(v->s, &n) < 0 || n < 1))
@@ -1285,6 +1292,28 @@ static void degree_terms(char* buf, size_t cap, const char* const* names,
 
 static int mul_ok(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
+}
+
+int tr_config_device(const tr_config_t* cfg, int local_rank, tr_device_t* out,
+                     tr_errmsg_t* err) {
+  const char* want = cfg->training.device;
+  int n = tr_cuda_device_count();
+  *out = TR_DEVICE_CPU;
+  if (strcmp(want, "cpu") == 0 || (strcmp(want, "auto") == 0 && n == 0))
+    return 0;
+  if (n == 0)
+    return tr_errmsg_set(err, TR_EDEVICE,
+                         "training.device: 'cuda', but no CUDA device is "
+                         "visible%s",
+#ifdef HAVE_CUDA
+                         ""
+#else
+                         " (this build has no CUDA)"
+#endif
+    );
+  out->type = TR_DEV_CUDA;
+  out->index = (local_rank < 0 ? 0 : local_rank) % n;
+  return 0;
 }
 
 int tr_config_resolve(tr_config_t* cfg, int64_t world_size, tr_errmsg_t* err) {

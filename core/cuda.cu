@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/cuda.h"
 #include "trainrun/error.h"
@@ -67,15 +68,38 @@ static unsigned grid_for(int64_t n) {
   return (unsigned)(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
+// Device memory comes from each device's stream-ordered pool, allocated and
+// freed on the legacy default stream: a free is ordered after the kernels
+// already enqueued there that use the block, and the block is reused by the
+// next allocation without a device synchronization (cudaFree would wait for
+// the whole device). The pool keeps what it has (release threshold: all),
+// like PyTorch's caching allocator; work on other streams that reads a block
+// must be ordered against the default stream (the process group does so with
+// events).
+static void pool_setup(int device) {
+  static int done[TR_MAX_DEVICES];
+  if (device < 0 || device >= TR_MAX_DEVICES ||
+      __atomic_load_n(&done[device], __ATOMIC_ACQUIRE))
+    return;
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  cudaGetLastError();
+  __atomic_store_n(&done[device], 1, __ATOMIC_RELEASE);
+}
+
 extern "C" int tr__cuda_malloc(int device, size_t n, void** out) {
   int rc = cuda_check(cudaSetDevice(device), "cudaSetDevice");
   if (rc < 0) return rc;
-  return cuda_check(cudaMalloc(out, n), "cudaMalloc");
+  pool_setup(device);
+  return cuda_check(cudaMallocAsync(out, n, 0), "cudaMallocAsync");
 }
 
 extern "C" void tr__cuda_free(int device, void* p) {
   cudaSetDevice(device);
-  cuda_check(cudaFree(p), "cudaFree");
+  cuda_check(cudaFreeAsync(p, 0), "cudaFreeAsync");
 }
 
 extern "C" int tr__cuda_host_alloc(size_t n, void** out) {
@@ -102,6 +126,20 @@ extern "C" int tr__cuda_device_count(void) {
   return n;
 }
 
+extern "C" int tr__cuda_set_device(int device, char* name, size_t cap) {
+  int rc = cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  if (rc < 0 || !name || !cap) return rc;
+  cudaDeviceProp prop;
+  rc = cuda_check(cudaGetDeviceProperties(&prop, device),
+                  "cudaGetDeviceProperties");
+  if (rc == 0) snprintf(name, cap, "%s", prop.name);
+  return rc;
+}
+
+extern "C" int tr__cuda_synchronize(void) {
+  return cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 extern "C" int tr__cuda_memcpy(void* dst, const void* src, size_t n) {
   return cuda_check(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy");
 }
@@ -111,9 +149,7 @@ extern "C" int tr__cuda_convert(int device, void* dst, int dst_dtype,
   int rc = cuda_check(cudaSetDevice(device), "cudaSetDevice");
   if (rc < 0 || n == 0) return rc;
   convert_kernel<<<grid_for(n), 256>>>(dst, dst_dtype, src, src_dtype, n);
-  rc = cuda_check(cudaGetLastError(), "convert_kernel launch");
-  if (rc < 0) return rc;
-  return cuda_check(cudaDeviceSynchronize(), "convert_kernel");
+  return cuda_check(cudaGetLastError(), "convert_kernel launch");
 }
 
 extern "C" int tr__cuda_fill(int device, void* dst, int dtype, double value,
@@ -121,7 +157,5 @@ extern "C" int tr__cuda_fill(int device, void* dst, int dtype, double value,
   int rc = cuda_check(cudaSetDevice(device), "cudaSetDevice");
   if (rc < 0 || n == 0) return rc;
   fill_kernel<<<grid_for(n), 256>>>(dst, dtype, value, n);
-  rc = cuda_check(cudaGetLastError(), "fill_kernel launch");
-  if (rc < 0) return rc;
-  return cuda_check(cudaDeviceSynchronize(), "fill_kernel");
+  return cuda_check(cudaGetLastError(), "fill_kernel launch");
 }

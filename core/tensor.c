@@ -137,6 +137,24 @@ int tr_cuda_device_count(void) {
 #endif
 }
 
+int tr_cuda_set_device(int index, char* name, size_t cap) {
+  if (name && cap) name[0] = '\0';
+  if (index < 0 || index >= tr_cuda_device_count()) return TR_EDEVICE;
+#ifdef HAVE_CUDA
+  return tr__cuda_set_device(index, name, cap);
+#else
+  return TR_EDEVICE;
+#endif
+}
+
+int tr_cuda_synchronize(void) {
+#ifdef HAVE_CUDA
+  return tr_cuda_device_count() > 0 ? tr__cuda_synchronize() : 0;
+#else
+  return 0;
+#endif
+}
+
 /* ---- storage ---- */
 
 static int storage_new(tr_mem_kind_t kind, int device, size_t nbytes,

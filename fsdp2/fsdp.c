@@ -15,6 +15,7 @@
 #include "trainrun/fsdp2.h"
 #include "trainrun/kernels.h" /* accumulate, scale */
 #include "trainrun/log.h"
+#include "trainrun/param.h" /* LOCAL_RANK: the rank's device */
 
 typedef struct {
   tr__fsdp_group_t def; /* blocks, params, offsets (fsdp2/internal.h) */
@@ -24,7 +25,7 @@ typedef struct {
   tr_tensor_t ag_out; /* [n*S] param_dtype, while gathering */
   tr_pg_work_t* ag;   /* the all-gather in flight */
   tr_tensor_t full;   /* [n*S] param_dtype: unsharded params, param-major */
-  tr_tensor_t gfull;  /* [n*S] param_dtype: unsharded grads, param-major */
+  tr_tensor_t gfull;  /* [n*S] fp32: unsharded grads, param-major */
 } fsdp_group_t;
 
 /* A gradient reduction in flight: its reduce-scatter (stage 0), then
@@ -364,8 +365,9 @@ static int grads_on(tr_fsdp_t* f, int gi) {
   const tr__fsdp_group_t* d = &g->def;
   if (g->grads_live) return 0;
   int64_t total = d->shard_numel * f->n;
-  TR_CHECK(
-      tr_tensor_zeros(&g->gfull, f->o.param_dtype, f->m->device, 1, &total));
+  /* fp32 whatever param_dtype: the kernels accumulate parameter
+   * gradients in fp32 */
+  TR_CHECK(tr_tensor_zeros(&g->gfull, TR_F32, f->m->device, 1, &total));
   for (int k = 0; k < d->n; k++) {
     int p = d->params[k];
     tr_param_t* prm = &f->m->params[p];
@@ -725,11 +727,20 @@ int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
     return tr_errmsg_set(err, TR_ECONFIG,
                          "training.mixed_precision_reduce: unknown '%s'",
                          cfg->training.mixed_precision_reduce);
-  /* the CPU trainer computes in float32 (mixed_precision_param applies to
-   * CUDA compute) */
+  /* mixed_precision_param applies to CUDA compute; the CPU kernels are
+   * float32 */
+  tr_device_t dev;
+  TR_CHECK(tr_config_device(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &dev,
+                            err));
   o.param_dtype = TR_F32;
+  if (dev.type == TR_DEV_CUDA &&
+      tr_dtype_parse(cfg->training.mixed_precision_param, &o.param_dtype) < 0)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "training.mixed_precision_param: unknown '%s'",
+                         cfg->training.mixed_precision_param);
   o.divide_factor = 1; /* the trainer scales the loss by the global batch */
   o.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
+  o.prefetch_depth = (int)cfg->parallelism.fsdp_prefetch_depth;
   tr_mesh_degrees_t d;
   tr_mesh_degrees_from_config(cfg, &d);
   d.keep_size1 = 0; /* no one-rank groups */

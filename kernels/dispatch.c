@@ -45,6 +45,8 @@ typedef struct {
   const char* op;
   tr_device_t dev;
   int have_dev;
+  tr_dtype_t act; /* dtype of activations and weights: f32 or bf16 */
+  int have_act;
 } chk_t;
 
 /* t must exist, have dtype dt, sit on the same device as the arguments
@@ -83,13 +85,44 @@ static int opt(chk_t* c, const tr_tensor_t* t, const char* what,
   return t ? arg(c, t, what, dt, 1) : 0;
 }
 
+/* An activation or weight: f32 or bf16, the same dtype as the op's other
+ * activations (the first one decides). */
+static int act(chk_t* c, const tr_tensor_t* t, const char* what,
+               int contiguous) {
+  if (t && !c->have_act) {
+    if (t->dtype != TR_F32 && t->dtype != TR_BF16) {
+      TR_LOG_ERROR(KERN, "%s: %s is %s, expected float32 or bfloat16", c->op,
+                   what, tr_dtype_name(t->dtype));
+      return TR_EDTYPE;
+    }
+    c->act = t->dtype;
+    c->have_act = 1;
+  }
+  return arg(c, t, what, c->have_act ? c->act : TR_F32, contiguous);
+}
+
+static int opt_act(chk_t* c, const tr_tensor_t* t, const char* what) {
+  return t ? act(c, t, what, 1) : 0;
+}
+
+/* The table for the checked device, and within it the one for the
+ * activations' dtype. */
 static const tr_kern_ops_t* table(chk_t* c, int* rc) {
   const tr_kern_ops_t* ops = tr_kern_ops(c->dev.type);
+  char buf[32];
   if (!ops) {
-    char buf[32];
     TR_LOG_ERROR(KERN, "%s: no kernels for %s tensors in this build", c->op,
                  tr_device_str(c->dev, buf, sizeof buf));
     *rc = TR_EUNSUPPORTED;
+    return NULL;
+  }
+  if (c->have_act && c->act == TR_BF16) {
+    if (!ops->bf16) {
+      TR_LOG_ERROR(KERN, "%s: no bfloat16 kernels for %s tensors", c->op,
+                   tr_device_str(c->dev, buf, sizeof buf));
+      *rc = TR_EDTYPE;
+    }
+    return ops->bf16;
   }
   return ops;
 }
@@ -130,16 +163,30 @@ static int row_view(const tr_tensor_t* t, int64_t* n, int64_t* w,
   return 0;
 }
 
+/* Row stride of an activation whose rows may be padded (a column slice of
+ * a wider buffer). */
+static int row_ld(const chk_t* c, const tr_tensor_t* t, const char* what,
+                  int64_t* ld) {
+  int64_t n, w;
+  if (tr_tensor_is_contiguous(t)) {
+    *ld = last_dim(t);
+    return 0;
+  }
+  if (row_view(t, &n, &w, ld) < 0)
+    return bad(c->op, what, t, "expected rows with unit column stride");
+  return 0;
+}
+
 /* ---- embedding ---- */
 
 int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
                           const tr_tensor_t* wte, const tr_tensor_t* wpe) {
   chk_t c = {.op = "embedding_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(act(&c, out, "out", 1));
   TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
-  TR_CHECK(arg(&c, wte, "wte", TR_F32, 1));
-  TR_CHECK(opt(&c, wpe, "wpe", TR_F32));
+  TR_CHECK(act(&c, wte, "wte", 1));
+  TR_CHECK(opt_act(&c, wpe, "wpe"));
   if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
   int64_t B = tokens->shape[0], T = tokens->shape[1];
   if (wte->ndim != 2) return bad(c.op, "wte", wte, "expected [V, C]");
@@ -171,7 +218,7 @@ int tr_kern_embedding_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
   int rc = 0;
   TR_CHECK(arg(&c, dwte, "dwte", TR_F32, 1));
   TR_CHECK(opt(&c, dwpe, "dwpe", TR_F32));
-  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
+  TR_CHECK(act(&c, dout, "dout", 1));
   TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
   if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
   int64_t B = tokens->shape[0], T = tokens->shape[1];
@@ -201,12 +248,12 @@ int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
                           float eps) {
   chk_t c = {.op = "layernorm_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(act(&c, out, "out", 1));
   TR_CHECK(arg(&c, mean, "mean", TR_F32, 1));
   TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
-  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
-  TR_CHECK(opt(&c, bias, "bias", TR_F32));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  TR_CHECK(opt_act(&c, bias, "bias"));
   int64_t N = rows(inp), C = last_dim(inp);
   if (!same_rows(out, inp)) return bad(c.op, "out", out, "expected inp's");
   if (tr_tensor_numel(mean) != N || tr_tensor_numel(rstd) != N)
@@ -226,12 +273,12 @@ int tr_kern_layernorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                           const tr_tensor_t* mean, const tr_tensor_t* rstd) {
   chk_t c = {.op = "layernorm_bwd"};
   int rc = 0;
-  TR_CHECK(opt(&c, dinp, "dinp", TR_F32));
+  TR_CHECK(opt_act(&c, dinp, "dinp"));
   TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
   TR_CHECK(opt(&c, dbias, "dbias", TR_F32));
-  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
-  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(act(&c, dout, "dout", 1));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
   TR_CHECK(arg(&c, mean, "mean", TR_F32, 1));
   TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
   int64_t N = rows(inp), C = last_dim(inp);
@@ -256,10 +303,10 @@ int tr_kern_rmsnorm_fwd(tr_tensor_t* out, tr_tensor_t* rstd,
                         float eps) {
   chk_t c = {.op = "rmsnorm_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(act(&c, out, "out", 1));
   TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
-  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
   int64_t N = rows(inp), C = last_dim(inp);
   if (!same_rows(out, inp)) return bad(c.op, "out", out, "expected inp's");
   if (tr_tensor_numel(rstd) != N)
@@ -276,11 +323,11 @@ int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                         const tr_tensor_t* weight, const tr_tensor_t* rstd) {
   chk_t c = {.op = "rmsnorm_bwd"};
   int rc = 0;
-  TR_CHECK(opt(&c, dinp, "dinp", TR_F32));
+  TR_CHECK(opt_act(&c, dinp, "dinp"));
   TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
-  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
-  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(act(&c, dout, "dout", 1));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
   TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
   int64_t N = rows(inp), C = last_dim(inp);
   if (!same_rows(dout, inp)) return bad(c.op, "dout", dout, "expected inp's");
@@ -303,10 +350,12 @@ int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* weight, const tr_tensor_t* bias) {
   chk_t c = {.op = "linear_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
-  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
-  TR_CHECK(opt(&c, bias, "bias", TR_F32));
+  TR_CHECK(act(&c, out, "out", 0));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  TR_CHECK(opt_act(&c, bias, "bias"));
+  int64_t ldo;
+  TR_CHECK(row_ld(&c, out, "out", &ldo));
   int64_t N = rows(inp), IC = last_dim(inp);
   if (weight->ndim != 2 || weight->shape[1] != IC)
     return bad(c.op, "weight", weight, "expected [OC, IC]");
@@ -319,7 +368,7 @@ int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->linear_fwd(F(out), CF(inp), CF(weight), bias ? CF(bias) : NULL, N,
-                         (int)IC, (int)OC);
+                         (int)IC, (int)OC, ldo);
 }
 
 int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
@@ -327,12 +376,14 @@ int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                        const tr_tensor_t* inp, const tr_tensor_t* weight) {
   chk_t c = {.op = "linear_bwd"};
   int rc = 0;
-  TR_CHECK(opt(&c, dinp, "dinp", TR_F32));
+  TR_CHECK(opt_act(&c, dinp, "dinp"));
   TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
   TR_CHECK(opt(&c, dbias, "dbias", TR_F32));
-  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
-  TR_CHECK(arg(&c, weight, "weight", TR_F32, 1));
+  TR_CHECK(act(&c, dout, "dout", 0));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  int64_t ldd;
+  TR_CHECK(row_ld(&c, dout, "dout", &ldd));
   int64_t N = rows(inp), IC = last_dim(inp);
   if (weight->ndim != 2 || weight->shape[1] != IC)
     return bad(c.op, "weight", weight, "expected [OC, IC]");
@@ -348,16 +399,16 @@ int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->linear_bwd(OF(dinp), OF(dweight), OF(dbias), CF(dout), CF(inp),
-                         CF(weight), N, (int)IC, (int)OC);
+                         CF(weight), N, (int)IC, (int)OC, ldd);
 }
 
 int tr_kern_gemm(tr_tensor_t* cm, const tr_tensor_t* a, int transa,
                  const tr_tensor_t* b, int transb, float alpha, float beta) {
   chk_t c = {.op = "gemm"};
   int rc = 0;
-  TR_CHECK(arg(&c, cm, "c", TR_F32, 0));
-  TR_CHECK(arg(&c, a, "a", TR_F32, 0));
-  TR_CHECK(arg(&c, b, "b", TR_F32, 0));
+  TR_CHECK(act(&c, cm, "c", 0));
+  TR_CHECK(act(&c, a, "a", 0));
+  TR_CHECK(act(&c, b, "b", 0));
   const tr_tensor_t* ts[3] = {cm, a, b};
   for (int i = 0; i < 3; i++)
     if (ts[i]->ndim != 2 || ts[i]->stride[1] != 1 ||
@@ -388,7 +439,7 @@ int tr_kern_rope(tr_tensor_t* x, int n_heads, const tr_tensor_t* cos_t,
                  const tr_tensor_t* sin_t, int inverse) {
   chk_t c = {.op = "rope"};
   int rc = 0;
-  TR_CHECK(arg(&c, x, "x", TR_F32, 0));
+  TR_CHECK(act(&c, x, "x", 0));
   TR_CHECK(arg(&c, cos_t, "cos", TR_F32, 1));
   TR_CHECK(arg(&c, sin_t, "sin", TR_F32, 1));
   int64_t n, w, stride;
@@ -434,11 +485,11 @@ int tr_kern_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
                           const tr_tensor_t* v, int n_heads, int n_kv_heads) {
   chk_t c = {.op = "attention_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(act(&c, out, "out", 1));
   TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
-  TR_CHECK(arg(&c, q, "q", TR_F32, 0));
-  TR_CHECK(arg(&c, k, "k", TR_F32, 0));
-  TR_CHECK(arg(&c, v, "v", TR_F32, 0));
+  TR_CHECK(act(&c, q, "q", 0));
+  TR_CHECK(act(&c, k, "k", 0));
+  TR_CHECK(act(&c, v, "v", 0));
   int64_t B, T, D, qs, kvs;
   TR_CHECK(attn_args(&c, q, k, v, n_heads, n_kv_heads, &B, &T, &D, &qs, &kvs));
   if (out->ndim != 3 || out->shape[0] != B || out->shape[1] != T ||
@@ -459,14 +510,14 @@ int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
                           int n_heads, int n_kv_heads) {
   chk_t c = {.op = "attention_bwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, dq, "dq", TR_F32, 0));
-  TR_CHECK(arg(&c, dk, "dk", TR_F32, 0));
-  TR_CHECK(arg(&c, dv, "dv", TR_F32, 0));
-  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
-  TR_CHECK(arg(&c, q, "q", TR_F32, 0));
-  TR_CHECK(arg(&c, k, "k", TR_F32, 0));
-  TR_CHECK(arg(&c, v, "v", TR_F32, 0));
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
+  TR_CHECK(act(&c, dq, "dq", 0));
+  TR_CHECK(act(&c, dk, "dk", 0));
+  TR_CHECK(act(&c, dv, "dv", 0));
+  TR_CHECK(act(&c, dout, "dout", 1));
+  TR_CHECK(act(&c, q, "q", 0));
+  TR_CHECK(act(&c, k, "k", 0));
+  TR_CHECK(act(&c, v, "v", 0));
+  TR_CHECK(act(&c, out, "out", 1));
   TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
   int64_t B, T, D, qs, kvs, B2, T2, D2, dqs, dkvs;
   TR_CHECK(attn_args(&c, q, k, v, n_heads, n_kv_heads, &B, &T, &D, &qs, &kvs));
@@ -491,8 +542,8 @@ int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
 int tr_kern_gelu_fwd(tr_tensor_t* out, const tr_tensor_t* inp) {
   chk_t c = {.op = "gelu_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(act(&c, out, "out", 1));
+  TR_CHECK(act(&c, inp, "inp", 1));
   if (tr_tensor_numel(out) != tr_tensor_numel(inp))
     return bad(c.op, "out", out, "expected inp's size");
   const tr_kern_ops_t* ops = table(&c, &rc);
@@ -504,9 +555,9 @@ int tr_kern_gelu_bwd(tr_tensor_t* dinp, const tr_tensor_t* dout,
                      const tr_tensor_t* inp) {
   chk_t c = {.op = "gelu_bwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, dinp, "dinp", TR_F32, 1));
-  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
-  TR_CHECK(arg(&c, inp, "inp", TR_F32, 1));
+  TR_CHECK(act(&c, dinp, "dinp", 1));
+  TR_CHECK(act(&c, dout, "dout", 1));
+  TR_CHECK(act(&c, inp, "inp", 1));
   int64_t n = tr_tensor_numel(inp);
   if (tr_tensor_numel(dinp) != n || tr_tensor_numel(dout) != n)
     return bad(c.op, "dout", dout, "expected inp's size");
@@ -519,9 +570,9 @@ int tr_kern_swiglu_fwd(tr_tensor_t* out, const tr_tensor_t* gate,
                        const tr_tensor_t* up) {
   chk_t c = {.op = "swiglu_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
-  TR_CHECK(arg(&c, gate, "gate", TR_F32, 1));
-  TR_CHECK(arg(&c, up, "up", TR_F32, 1));
+  TR_CHECK(act(&c, out, "out", 1));
+  TR_CHECK(act(&c, gate, "gate", 1));
+  TR_CHECK(act(&c, up, "up", 1));
   int64_t n = tr_tensor_numel(gate);
   if (tr_tensor_numel(out) != n || tr_tensor_numel(up) != n)
     return bad(c.op, "up", up, "expected gate's size");
@@ -535,11 +586,11 @@ int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
                        const tr_tensor_t* up) {
   chk_t c = {.op = "swiglu_bwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, dgate, "dgate", TR_F32, 1));
-  TR_CHECK(arg(&c, dup, "dup", TR_F32, 1));
-  TR_CHECK(arg(&c, dout, "dout", TR_F32, 1));
-  TR_CHECK(arg(&c, gate, "gate", TR_F32, 1));
-  TR_CHECK(arg(&c, up, "up", TR_F32, 1));
+  TR_CHECK(act(&c, dgate, "dgate", 1));
+  TR_CHECK(act(&c, dup, "dup", 1));
+  TR_CHECK(act(&c, dout, "dout", 1));
+  TR_CHECK(act(&c, gate, "gate", 1));
+  TR_CHECK(act(&c, up, "up", 1));
   int64_t n = tr_tensor_numel(gate);
   if (tr_tensor_numel(dgate) != n || tr_tensor_numel(dup) != n ||
       tr_tensor_numel(dout) != n || tr_tensor_numel(up) != n)
@@ -557,8 +608,10 @@ int tr_kern_xent_fwd(tr_tensor_t* losses, tr_tensor_t* lse,
   int rc = 0;
   TR_CHECK(arg(&c, losses, "losses", TR_F32, 1));
   TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
-  TR_CHECK(arg(&c, logits, "logits", TR_F32, 1));
+  TR_CHECK(act(&c, logits, "logits", 0));
   TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  int64_t ld;
+  TR_CHECK(row_ld(&c, logits, "logits", &ld));
   int64_t N = rows(logits), V = last_dim(logits);
   if (tr_tensor_numel(targets) != N || tr_tensor_numel(losses) != N ||
       tr_tensor_numel(lse) != N)
@@ -566,23 +619,26 @@ int tr_kern_xent_fwd(tr_tensor_t* losses, tr_tensor_t* lse,
   if (!fits_int(V) || V == 0) return TR_EINVAL;
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
-  return ops->xent_fwd(F(losses), F(lse), CF(logits), I(targets), N, (int)V);
+  return ops->xent_fwd(F(losses), F(lse), CF(logits), I(targets), N, (int)V,
+                       ld);
 }
 
 int tr_kern_xent_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
                      const tr_tensor_t* targets, float scale) {
   chk_t c = {.op = "xent_bwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, logits, "logits", TR_F32, 1));
+  TR_CHECK(act(&c, logits, "logits", 0));
   TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
   TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  int64_t ld;
+  TR_CHECK(row_ld(&c, logits, "logits", &ld));
   int64_t N = rows(logits), V = last_dim(logits);
   if (tr_tensor_numel(targets) != N || tr_tensor_numel(lse) != N)
     return bad(c.op, "targets", targets, "expected one per logits row");
   if (!fits_int(V) || V == 0) return TR_EINVAL;
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
-  return ops->xent_bwd(F(logits), CF(lse), I(targets), N, (int)V, scale);
+  return ops->xent_bwd(F(logits), CF(lse), I(targets), N, (int)V, ld, scale);
 }
 
 /* ---- optimizer, norms, elementwise ---- */
@@ -608,7 +664,7 @@ int tr_kern_adamw(tr_tensor_t* param, const tr_tensor_t* grad, tr_tensor_t* m,
 int tr_kern_sum_squares(const tr_tensor_t* x, double* out) {
   chk_t c = {.op = "sum_squares"};
   int rc = 0;
-  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  TR_CHECK(act(&c, x, "x", 1));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   double s = 0.0;
@@ -625,7 +681,7 @@ double tr_kern_clip_coef(double total_norm, double max_norm) {
 int tr_kern_scale(tr_tensor_t* x, float s) {
   chk_t c = {.op = "scale"};
   int rc = 0;
-  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  TR_CHECK(act(&c, x, "x", 1));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->scale(F(x), s, tr_tensor_numel(x));
@@ -634,9 +690,9 @@ int tr_kern_scale(tr_tensor_t* x, float s) {
 int tr_kern_add(tr_tensor_t* out, const tr_tensor_t* a, const tr_tensor_t* b) {
   chk_t c = {.op = "add"};
   int rc = 0;
-  TR_CHECK(arg(&c, out, "out", TR_F32, 1));
-  TR_CHECK(arg(&c, a, "a", TR_F32, 1));
-  TR_CHECK(arg(&c, b, "b", TR_F32, 1));
+  TR_CHECK(act(&c, out, "out", 1));
+  TR_CHECK(act(&c, a, "a", 1));
+  TR_CHECK(act(&c, b, "b", 1));
   int64_t n = tr_tensor_numel(out);
   if (tr_tensor_numel(a) != n || tr_tensor_numel(b) != n)
     return bad(c.op, "a", a, "expected out's size");
@@ -648,8 +704,8 @@ int tr_kern_add(tr_tensor_t* out, const tr_tensor_t* a, const tr_tensor_t* b) {
 int tr_kern_accumulate(tr_tensor_t* y, const tr_tensor_t* x) {
   chk_t c = {.op = "accumulate"};
   int rc = 0;
-  TR_CHECK(arg(&c, y, "y", TR_F32, 1));
-  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  TR_CHECK(act(&c, y, "y", 1));
+  TR_CHECK(act(&c, x, "x", 1));
   if (tr_tensor_numel(x) != tr_tensor_numel(y))
     return bad(c.op, "x", x, "expected y's size");
   const tr_kern_ops_t* ops = table(&c, &rc);
@@ -660,7 +716,7 @@ int tr_kern_accumulate(tr_tensor_t* y, const tr_tensor_t* x) {
 int tr_kern_zero(tr_tensor_t* x) {
   chk_t c = {.op = "zero"};
   int rc = 0;
-  TR_CHECK(arg(&c, x, "x", TR_F32, 1));
+  TR_CHECK(act(&c, x, "x", 1));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->zero(F(x), tr_tensor_numel(x));

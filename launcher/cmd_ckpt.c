@@ -88,17 +88,20 @@ static int cmd_ls(const char* folder) {
     free(v);
     return 2;
   }
-  printf("%-10s %-10s %10s %5s  %s\n", "step", "state", "size", "world",
+  printf("%-10s %-11s %10s %5s  %s\n", "step", "state", "size", "world",
          "layout");
   for (size_t i = 0; i < n; i++) {
     char sz[32], dir[4200];
     tr_ckpt_step_dir(folder, v[i].step, dir, sizeof dir);
     tr_ckpt_t* ck = NULL;
     int ok = v[i].complete && tr_ckpt_open(&ck, dir, NULL) == 0;
-    printf("%-10" PRId64 " %-10s %10s ", v[i].step,
-           !v[i].complete ? "incomplete"
-           : ok           ? "complete"
-                          : "unreadable",
+    /* +hf: it also holds a Hugging Face export (last_save_in_hf); hf-only:
+     * nothing else (torchtitan's last_save_in_hf), not resumable */
+    const char* state = !v[i].complete ? (v[i].hf ? "hf-only" : "incomplete")
+                        : !ok          ? "unreadable"
+                        : v[i].hf      ? "complete+hf"
+                                       : "complete";
+    printf("%-10" PRId64 " %-11s %10s ", v[i].step, state,
            human((double)v[i].bytes, sz, sizeof sz));
     if (ok)
       printf("%5d  %s\n", ck->world_size, ck->layout_json);
@@ -114,6 +117,29 @@ static void print_box(const int64_t* v, int n) {
   putchar('[');
   for (int d = 0; d < n; d++) printf("%s%" PRId64, d ? ", " : "", v[d]);
   putchar(']');
+}
+
+/* The Hugging Face export a step folder also holds (last_save_in_hf):
+ * one line, checked; nothing when there is none. 0, or an exit code when
+ * it is damaged (the message on stderr). */
+static int print_hf(const char* dir) {
+  char idx[4200];
+  snprintf(idx, sizeof idx, "%s/%s", dir, TR_CKPT_HF_INDEX);
+  if (access(idx, F_OK) != 0) return 0;
+  tr_st_hf_summary_t hs;
+  tr_errmsg_t err;
+  int rc = tr_st_check_hf_dir(dir, &hs, &err);
+  if (rc < 0) {
+    fflush(stdout);
+    fprintf(stderr, "trainrun: the Hugging Face export: %s\n", err.message);
+    return tr__cmd_exit_code(rc);
+  }
+  char sz[32];
+  printf("hugging face: %s: %d tensor%s in %d file%s, %s, %s\n",
+         TR_CKPT_HF_INDEX, hs.ntensors, hs.ntensors == 1 ? "" : "s",
+         hs.nfiles, hs.nfiles == 1 ? "" : "s", tr_st_dtype_name(hs.dtype),
+         human((double)hs.total_size, sz, sizeof sz));
+  return 0;
 }
 
 static int cmd_inspect(const char* path) {
@@ -146,8 +172,9 @@ static int cmd_inspect(const char* path) {
   char sz[32];
   printf("%zu tensors, %s\n", ck->ntensors,
          human((double)total, sz, sizeof sz));
+  rc = print_hf(ck->dir);
   tr_ckpt_close(ck);
-  return 0;
+  return rc;
 }
 
 static int cmd_verify(const char* path) {
@@ -168,34 +195,8 @@ static int cmd_verify(const char* path) {
          " is complete: %zu tensors, %zu chunks, "
          "%" PRId64 " bytes, every checksum matches\n",
          ck->dir, ck->step, ck->ntensors, chunks, bytes);
+  rc = print_hf(ck->dir);
   tr_ckpt_close(ck);
-  return 0;
-}
-
-/* The model a checkpoint's train state describes, with its weights. */
-static int load_model(const tr_ckpt_t* ck, tr_model_t* m, tr_errmsg_t* err) {
-  char* text = tr_ckpt_state_get(ck, "model");
-  if (!text)
-    return tr_errmsg_set(err, TR_EFORMAT,
-                         "'%s': the train state records no model config",
-                         ck->dir);
-  tr_model_config_t cfg;
-  int rc = tr_model_config_from_json(text, &cfg, err);
-  free(text);
-  if (rc < 0) return rc;
-  rc = tr_model_init(m, &cfg);
-  if (rc == 0) rc = tr_model_alloc(m, TR_DEVICE_CPU);
-  if (rc < 0)
-    return tr_errmsg_set(err, rc, "cannot build the model: %s",
-                         tr_strerror(rc));
-  for (int i = 0; i < m->n_params && rc == 0; i++) {
-    tr_param_t* p = &m->params[i];
-    char name[128];
-    snprintf(name, sizeof name, "model.%s", p->name);
-    tr_ckpt_item_t it = {.name = name, .ndim = p->ndim, .tensor = &p->data};
-    memcpy(it.shape, p->shape, sizeof it.shape);
-    rc = tr_ckpt_load(ck, &it, 1, err);
-  }
   return rc;
 }
 
@@ -204,111 +205,24 @@ static int cmd_export(const char* path, const char* out, const char* dtype,
   tr_ckpt_t* ck;
   int rc = open_or_fail(path, &ck);
   if (rc) return rc;
-  tr_errmsg_t err;
-  tr_model_t m;
-  memset(&m, 0, sizeof m);
-  char* fpath = malloc(strlen(out) + 64);
-  tr_st_item_t* items = NULL;
   tr_dtype_t dt = TR_F32;
-  if (dtype) {
-    if (tr_dtype_parse(dtype, &dt) < 0 ||
-        (dt != TR_F32 && dt != TR_BF16 && dt != TR_F16)) {
-      fprintf(stderr,
-              "trainrun: --dtype: '%s' is not float32, bfloat16 or "
-              "float16\n",
-              dtype);
-      rc = 2;
-      goto out;
-    }
-  } else if (ck->ntensors) {
-    dt = ck->tensors[0].dtype; /* keep what was saved */
+  if (dtype && (tr_dtype_parse(dtype, &dt) < 0 ||
+                (dt != TR_F32 && dt != TR_BF16 && dt != TR_F16))) {
+    fprintf(stderr,
+            "trainrun: --dtype: '%s' is not float32, bfloat16 or float16\n",
+            dtype);
+    tr_ckpt_close(ck);
+    return 2;
   }
-  int trc = load_model(ck, &m, &err);
-  if (trc == 0) {
-    struct stat st;
-    if (stat(out, &st) != 0 && mkdir(out, 0777) != 0) {
-      trc = tr_err_from_errno();
-      tr_errmsg_set(&err, trc, "cannot create folder '%s': %s", out,
-                    tr_strerror(trc));
-    }
-  }
-  int64_t total = 0;
-  for (int i = 0; trc == 0 && i < m.n_params; i++)
-    total += tr_tensor_numel(&m.params[i].data) * (int64_t)tr_dtype_size(dt);
-  if (trc == 0 && total <= max_shard) {
-    sprintf(fpath, "%s/model.safetensors", out);
-    trc = tr_st_export_model(&m, fpath, dt, &err);
-    if (trc == 0) printf("wrote %s\n", fpath);
-  } else if (trc == 0) {
-    /* shards of at most max_shard bytes (a bigger tensor gets its own) */
-    int np = m.n_params, nshards = 0;
-    int* shard = calloc((size_t)np + 1, sizeof *shard);
-    items = calloc((size_t)np + 1, sizeof *items);
-    int64_t cur = 0;
-    for (int i = 0; shard && i < np; i++) {
-      int64_t b =
-          tr_tensor_numel(&m.params[i].data) * (int64_t)tr_dtype_size(dt);
-      if (i == 0 || (cur > 0 && cur + b > max_shard)) {
-        nshards++;
-        cur = 0;
-      }
-      cur += b;
-      shard[i] = nshards;
-    }
-    char* js = tr_model_config_to_json(&m.cfg);
-    const char* meta[] = {"format", "pt", "trainrun_model_config", js};
-    for (int s = 1; trc == 0 && shard && items && s <= nshards; s++) {
-      size_t n = 0;
-      char fname[64];
-      snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s,
-               nshards);
-      for (int i = 0; i < np; i++) {
-        if (shard[i] != s) continue;
-        items[n].name = m.params[i].name;
-        items[n].tensor = &m.params[i].data;
-        items[n].transpose = m.params[i].hf_layout == TR_HF_TRANSPOSED;
-        n++;
-      }
-      sprintf(fpath, "%s/%s", out, fname);
-      trc = tr_st_write(fpath, items, n, dt, meta, 2, &err);
-      if (trc == 0) printf("wrote %s\n", fpath);
-    }
-    free(js);
-    if (trc == 0) {
-      /* the index: which file holds each tensor */
-      sprintf(fpath, "%s/model.safetensors.index.json", out);
-      FILE* f = fopen(fpath, "w");
-      if (f) {
-        fprintf(f,
-                "{\n  \"metadata\": {\"total_size\": %" PRId64
-                "},\n  \"weight_map\": {",
-                total);
-        for (int i = 0; i < np; i++)
-          fprintf(f, "%s\n    \"%s\": \"model-%05d-of-%05d.safetensors\"",
-                  i ? "," : "", m.params[i].name, shard[i], nshards);
-        fprintf(f, "\n  }\n}\n");
-      }
-      if (!f || fclose(f) != 0) {
-        trc = TR_EIO;
-        tr_errmsg_set(&err, trc, "cannot write '%s'", fpath);
-      } else {
-        printf("wrote %s\n", fpath);
-      }
-    }
-    free(shard);
-  }
-  if (trc == 0) {
-    sprintf(fpath, "%s/config.json", out);
-    trc = tr_hf_write_config(&m.cfg, fpath, &err);
-  }
+  tr_st_export_opts_t o = {.dtype = dtype ? &dt : NULL,
+                           .max_shard_bytes = max_shard,
+                           .report = stdout};
+  tr_errmsg_t err;
+  int trc = tr_st_export_checkpoint(ck, out, &o, &err);
   if (trc < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = tr__cmd_exit_code(trc);
   }
-out:
-  free(items);
-  free(fpath);
-  tr_model_release(&m);
   tr_ckpt_close(ck);
   return rc;
 }

@@ -143,7 +143,7 @@ int tr__gpt2_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
       tr_kern_linear_bwd(&dsmall, G(m, blk, G_PROJ_W), G(m, blk, G_PROJ_B),
                          dres, &s->atty, W(m, blk, G_PROJ_W)),
       rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dqkv, B, T, 3 * (int64_t)C), rc, out);
+  TR_CHECK_GOTO(tr__act(m, &dqkv, B, T, 3 * (int64_t)C), rc, out); /* set */
   TR_CHECK_GOTO(qkv_views(&s->qkv, C, &q, &k, &v), rc, out);
   TR_CHECK_GOTO(qkv_views(&dqkv, C, &dq, &dk, &dv), rc, out);
   TR_CHECK_GOTO(tr_kern_attention_bwd(&dq, &dk, &dv, &dsmall, &q, &k, &v,
@@ -165,4 +165,39 @@ out:;
     tr_tensor_release(ts[i]);
   tr__gpt2_layer_free(s);
   return rc;
+}
+
+/* ---- selective "op" checkpointing: drop the cheap activations ---- */
+
+void tr__gpt2_layer_slim(void* saved) {
+  gpt2_saved_t* s = saved;
+  tr_tensor_release(&s->ln1);
+  tr_tensor_release(&s->ln2);
+  tr_tensor_release(&s->gelu);
+}
+
+int tr__gpt2_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                          void* saved) {
+  gpt2_saved_t* s = saved;
+  const tr_model_config_t* c = &m->cfg;
+  int B = mb->B, T = mb->T, C = c->dim;
+  /* the same kernels on the same inputs as the forward: the statistics
+   * are rewritten with the values they hold */
+  if (!s->ln1.storage) {
+    TR_CHECK(tr__act(m, &s->ln1, B, T, C));
+    TR_CHECK(tr_kern_layernorm_fwd(&s->ln1, &s->ln1_mean, &s->ln1_rstd, &s->x,
+                                   W(m, blk, G_LN1_W), W(m, blk, G_LN1_B),
+                                   c->norm_eps));
+  }
+  if (!s->ln2.storage) {
+    TR_CHECK(tr__act(m, &s->ln2, B, T, C));
+    TR_CHECK(tr_kern_layernorm_fwd(&s->ln2, &s->ln2_mean, &s->ln2_rstd,
+                                   &s->x2, W(m, blk, G_LN2_W),
+                                   W(m, blk, G_LN2_B), c->norm_eps));
+  }
+  if (!s->gelu.storage) {
+    TR_CHECK(tr__act(m, &s->gelu, B, T, s->fc.shape[2]));
+    TR_CHECK(tr_kern_gelu_fwd(&s->gelu, &s->fc));
+  }
+  return 0;
 }

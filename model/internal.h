@@ -41,13 +41,19 @@ enum {
 static inline tr_param_t* tr__param(tr_model_t* m, int block, int slot) {
   return &m->params[m->blocks[block].params[slot]];
 }
-#define W(m, blk, slot) (&tr__param((m), (blk), (slot))->data)
+/* The weight a block reads: the compute copy when there is one. */
+static inline tr_tensor_t* tr__weight(tr_model_t* m, int block, int slot) {
+  tr_param_t* p = tr__param(m, block, slot);
+  return p->compute.storage ? &p->compute : &p->data;
+}
+#define W(m, blk, slot) tr__weight((m), (blk), (slot))
 #define G(m, blk, slot) (&tr__param((m), (blk), (slot))->grad)
 
-/* Activations: [B, T, w] fp32 on the model's device, uninitialised or 0. */
+/* Activations: [B, T, w] in the compute dtype on the model's device,
+ * uninitialised or 0. */
 int tr__act(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w);
 int tr__act_zeros(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w);
-/* [n] fp32 */
+/* [n] fp32 (statistics) */
 int tr__vec(tr_model_t* m, tr_tensor_t* t, int64_t n);
 /* Make sure the RoPE tables cover T positions. */
 int tr__rope_ensure(tr_model_t* m, int T);
@@ -65,5 +71,23 @@ void tr__llama_layer_free(void* saved);
 
 /* Release a list of tensors. */
 void tr__release_all(tr_tensor_t* ts, int n);
+
+/* Selective "op" checkpointing (model/recompute.c): _slim releases what
+ * the backward can recompute cheaply from the record (the norm outputs and
+ * the GELU / SwiGLU product), _refill recomputes it with the forward's
+ * kernels (bit-identical) before the backward. */
+void tr__gpt2_layer_slim(void* saved);
+int tr__gpt2_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                          void* saved);
+void tr__llama_layer_slim(void* saved);
+int tr__llama_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                           void* saved);
+
+/* Every layer pass goes through these (model/recompute.c): they apply the
+ * model's checkpointing policy around the family's layer functions. The
+ * record they save is their own; free it with tr__ac_layer_free. */
+int tr__ac_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved);
+int tr__ac_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved);
+void tr__ac_layer_free(tr_model_t* m, void* saved);
 
 #endif /* TRAINRUN_MODEL_INTERNAL_H */

@@ -171,9 +171,10 @@ int tr__llama_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr_kern_linear_bwd(&datty, G(m, blk, L_WO), NULL, dres,
                                    &s->atty, W(m, blk, L_WO)),
                 rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dq, B, T, (int64_t)d.H * d.D), rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dk, B, T, (int64_t)d.KVH * d.D), rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dv, B, T, (int64_t)d.KVH * d.D), rc, out);
+  /* written whole by the attention backward */
+  TR_CHECK_GOTO(tr__act(m, &dq, B, T, (int64_t)d.H * d.D), rc, out);
+  TR_CHECK_GOTO(tr__act(m, &dk, B, T, (int64_t)d.KVH * d.D), rc, out);
+  TR_CHECK_GOTO(tr__act(m, &dv, B, T, (int64_t)d.KVH * d.D), rc, out);
   TR_CHECK_GOTO(tr_kern_attention_bwd(&dq, &dk, &dv, &datty, &s->q, &s->k,
                                       &s->v, &s->atty, &s->lse, d.H, d.KVH),
                 rc, out);
@@ -202,4 +203,37 @@ out:;
     tr_tensor_release(ts[i]);
   tr__llama_layer_free(s);
   return rc;
+}
+
+/* ---- selective "op" checkpointing: drop the cheap activations ---- */
+
+void tr__llama_layer_slim(void* saved) {
+  llama_saved_t* s = saved;
+  tr_tensor_release(&s->h);
+  tr_tensor_release(&s->h2);
+  tr_tensor_release(&s->sw);
+}
+
+int tr__llama_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                           void* saved) {
+  llama_saved_t* s = saved;
+  const tr_model_config_t* c = &m->cfg;
+  int B = mb->B, T = mb->T, C = c->dim;
+  /* the forward's kernels on the forward's inputs (rstd is rewritten with
+   * the values it holds) */
+  if (!s->h.storage) {
+    TR_CHECK(tr__act(m, &s->h, B, T, C));
+    TR_CHECK(tr_kern_rmsnorm_fwd(&s->h, &s->rstd1, &s->x,
+                                 W(m, blk, L_ATTN_NORM), c->norm_eps));
+  }
+  if (!s->h2.storage) {
+    TR_CHECK(tr__act(m, &s->h2, B, T, C));
+    TR_CHECK(tr_kern_rmsnorm_fwd(&s->h2, &s->rstd2, &s->x2,
+                                 W(m, blk, L_FFN_NORM), c->norm_eps));
+  }
+  if (!s->sw.storage) {
+    TR_CHECK(tr__act(m, &s->sw, B, T, s->g.shape[2]));
+    TR_CHECK(tr_kern_swiglu_fwd(&s->sw, &s->g, &s->u));
+  }
+  return 0;
 }

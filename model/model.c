@@ -15,7 +15,7 @@
 
 int tr__act(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w) {
   int64_t shape[3] = {B, T, w};
-  return tr_tensor_empty(t, TR_F32, m->device, 3, shape);
+  return tr_tensor_empty(t, m->compute_dtype, m->device, 3, shape);
 }
 
 int tr__act_zeros(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w) {
@@ -97,6 +97,9 @@ int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
   mb->n_blocks = m->n_blocks;
   mb->saved = calloc((size_t)m->n_blocks, sizeof *mb->saved);
   if (!mb->saved) return TR_ENOMEM;
+  if (targets)
+    for (int64_t i = 0; i < (int64_t)B * T; i++)
+      mb->n_valid += targets[i] != TR_IGNORE_INDEX;
   int rc = to_device(m, &mb->tokens, tokens, B, T);
   if (rc == 0 && targets) rc = to_device(m, &mb->targets, targets, B, T);
   if (rc < 0) tr_model_mb_release(m, mb);
@@ -124,10 +127,7 @@ static void free_saved(tr_model_t* m, int blk, void* saved) {
       head_free(saved);
       break;
     case TR_BLOCK_LAYER:
-      if (m->cfg.family == TR_MODEL_GPT2)
-        tr__gpt2_layer_free(saved);
-      else
-        tr__llama_layer_free(saved);
+      tr__ac_layer_free(m, saved);
       break;
   }
 }
@@ -171,6 +171,43 @@ static int embed_bwd(tr_model_t* m, tr_model_mb_t* mb) {
 
 /* ---- head block: final norm, output projection, cross-entropy ---- */
 
+/* mb->logits [B,T,V]: on a device, rows padded to a multiple of 64
+ * elements (a column slice of [B,T,Vp]) so the output projection's GEMMs
+ * and the classifier work on aligned rows (GPT-2's 50257 is odd). */
+static int logits_buffer(tr_model_t* m, tr_model_mb_t* mb) {
+  int64_t V = m->cfg.vocab_size;
+  if (m->device.type == TR_DEV_CPU || V % 64 == 0)
+    return tr__act(m, &mb->logits, mb->B, mb->T, V);
+  tr_tensor_t wide = {0};
+  TR_CHECK(tr__act(m, &wide, mb->B, mb->T, (V + 63) / 64 * 64));
+  int rc = tr_tensor_narrow(&mb->logits, &wide, 2, 0, V);
+  tr_tensor_release(&wide);
+  return rc;
+}
+
+/* loss_sum = the per-token losses (0 at ignored targets) added in a fixed
+ * order in double, through a host copy for device tensors. */
+static int sum_losses(tr_model_mb_t* mb, int64_t N) {
+  tr_tensor_t h = {0};
+  if (mb->losses.device.type == TR_DEV_CPU) {
+    tr_tensor_view(&h, &mb->losses);
+  } else {
+    TR_CHECK(tr_tensor_empty(&h, TR_F32, TR_DEVICE_CPU, mb->losses.ndim,
+                             mb->losses.shape));
+    int rc = tr_tensor_copy(&h, &mb->losses);
+    if (rc < 0) {
+      tr_tensor_release(&h);
+      return rc;
+    }
+  }
+  const float* l = tr_tensor_data(&h);
+  double sum = 0.0;
+  for (int64_t i = 0; i < N; i++) sum += l[i];
+  mb->loss_sum = sum;
+  tr_tensor_release(&h);
+  return 0;
+}
+
 static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
   const tr_model_config_t* c = &m->cfg;
   int gpt2 = c->family == TR_MODEL_GPT2;
@@ -195,10 +232,9 @@ static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
   }
   tr_tensor_t* wout = W(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
   tr_tensor_release(&mb->logits);
-  TR_CHECK_GOTO(tr__act(m, &mb->logits, mb->B, mb->T, c->vocab_size), rc, fail);
+  TR_CHECK_GOTO(logits_buffer(m, mb), rc, fail);
   TR_CHECK_GOTO(tr_kern_linear_fwd(&mb->logits, &s->hn, wout, NULL), rc, fail);
   mb->loss_sum = 0.0;
-  mb->n_valid = 0;
   if (mb->targets.storage) {
     int64_t shape[2] = {mb->B, mb->T};
     tr_tensor_release(&mb->losses);
@@ -208,32 +244,7 @@ static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
     TR_CHECK_GOTO(
         tr_kern_xent_fwd(&mb->losses, &s->lse, &mb->logits, &mb->targets), rc,
         fail);
-    /* sum in a fixed order, in double (host copies for device tensors) */
-    tr_tensor_t hl = {0}, ht = {0};
-    if (m->device.type == TR_DEV_CPU) {
-      tr_tensor_view(&hl, &mb->losses);
-      tr_tensor_view(&ht, &mb->targets);
-    } else {
-      TR_CHECK_GOTO(tr_tensor_empty(&hl, TR_F32, TR_DEVICE_CPU, 2, shape), rc,
-                    fail);
-      rc = tr_tensor_empty(&ht, TR_I32, TR_DEVICE_CPU, 2, shape);
-      if (rc == 0) rc = tr_tensor_copy(&hl, &mb->losses);
-      if (rc == 0) rc = tr_tensor_copy(&ht, &mb->targets);
-      if (rc < 0) {
-        tr_tensor_release(&hl);
-        tr_tensor_release(&ht);
-        goto fail;
-      }
-    }
-    const float* l = tr_tensor_data(&hl);
-    const int32_t* t = tr_tensor_data(&ht);
-    for (int64_t i = 0; i < N; i++)
-      if (t[i] != TR_IGNORE_INDEX) {
-        mb->loss_sum += l[i];
-        mb->n_valid++;
-      }
-    tr_tensor_release(&hl);
-    tr_tensor_release(&ht);
+    if (!mb->defer_loss) TR_CHECK_GOTO(sum_losses(mb, N), rc, fail);
   }
   if (mb->no_grad || !mb->targets.storage) {
     head_free(s);
@@ -303,10 +314,8 @@ int tr_model_block_forward(tr_model_t* m, tr_model_mb_t* mb, int blk) {
       rc = embed_fwd(m, mb);
       saved = mb->no_grad ? NULL : (void*)mb; /* marker: forward ran */
       break;
-    case TR_BLOCK_LAYER:
-      rc = m->cfg.family == TR_MODEL_GPT2
-               ? tr__gpt2_layer_fwd(m, mb, blk, &saved)
-               : tr__llama_layer_fwd(m, mb, blk, &saved);
+    case TR_BLOCK_LAYER: /* checkpointing policy: model/recompute.c */
+      rc = tr__ac_layer_fwd(m, mb, blk, &saved);
       break;
     case TR_BLOCK_HEAD:
       rc = head_fwd(m, mb, blk, &saved);
@@ -340,10 +349,8 @@ int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int blk) {
     case TR_BLOCK_EMBED:
       rc = embed_bwd(m, mb);
       break;
-    case TR_BLOCK_LAYER:
-      rc = m->cfg.family == TR_MODEL_GPT2
-               ? tr__gpt2_layer_bwd(m, mb, blk, saved)
-               : tr__llama_layer_bwd(m, mb, blk, saved);
+    case TR_BLOCK_LAYER: /* recomputes first where checkpointed */
+      rc = tr__ac_layer_bwd(m, mb, blk, saved);
       break;
     case TR_BLOCK_HEAD:
       rc = head_bwd(m, mb, blk, saved);

@@ -193,6 +193,31 @@ int tr_model_alloc(tr_model_t* m, tr_device_t dev) {
   return 0;
 }
 
+int tr_model_set_compute_dtype(tr_model_t* m, tr_dtype_t dt, int copies) {
+  if (dt != TR_F32 && dt != TR_BF16) return TR_EDTYPE;
+  if (dt == TR_BF16 && m->device.type == TR_DEV_CPU) {
+    TR_LOG_ERROR(MODEL, "bfloat16 compute needs a CUDA device");
+    return TR_EDTYPE;
+  }
+  m->compute_dtype = dt;
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    tr_tensor_release(&p->compute);
+    if (!copies || !p->data.storage || p->data.dtype == dt) continue;
+    TR_CHECK(tr_tensor_empty(&p->compute, dt, p->data.device, p->data.ndim,
+                             p->data.shape));
+  }
+  return tr_model_refresh_compute(m);
+}
+
+int tr_model_refresh_compute(tr_model_t* m) {
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    if (p->compute.storage) TR_CHECK(tr_tensor_copy(&p->compute, &p->data));
+  }
+  return 0;
+}
+
 int tr_model_zero_grad(tr_model_t* m) {
   for (int i = 0; i < m->n_params; i++)
     if (m->params[i].grad.storage) TR_CHECK(tr_kern_zero(&m->params[i].grad));
@@ -203,6 +228,7 @@ void tr_model_release(tr_model_t* m) {
   for (int i = 0; i < m->n_params; i++) {
     tr_tensor_release(&m->params[i].data);
     tr_tensor_release(&m->params[i].grad);
+    tr_tensor_release(&m->params[i].compute);
   }
   free(m->params);
   free(m->blocks);
@@ -362,11 +388,19 @@ int tr_model_init_weights(tr_model_t* m, uint64_t seed) {
       TR_LOG_ERROR(MODEL, "init of '%s' before tr_model_alloc", p->name);
       return TR_EINVAL;
     }
-    if (p->data.device.type != TR_DEV_CPU) return TR_EDEVICE;
-    init_job_t j = {p, tr_tensor_data(&p->data),
-                    mix64(seed ^ name_hash(p->name)),
-                    tr_tensor_numel(&p->data)};
+    /* generated on the host, then copied to a device tensor */
+    tr_tensor_t host = {0};
+    if (p->data.device.type == TR_DEV_CPU && p->data.dtype == TR_F32)
+      tr_tensor_view(&host, &p->data);
+    else
+      TR_CHECK(tr_tensor_empty(&host, TR_F32, TR_DEVICE_CPU, p->data.ndim,
+                               p->data.shape));
+    init_job_t j = {p, tr_tensor_data(&host), mix64(seed ^ name_hash(p->name)),
+                    tr_tensor_numel(&host)};
     tr_kern_cpu_parallel((j.n + INIT_CHUNK - 1) / INIT_CHUNK, init_task, &j);
+    int rc = host.storage == p->data.storage ? 0 : tr_tensor_copy(&p->data, &host);
+    tr_tensor_release(&host);
+    TR_CHECK(rc);
   }
-  return 0;
+  return tr_model_refresh_compute(m);
 }

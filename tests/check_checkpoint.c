@@ -3,11 +3,13 @@
  * replicated chunks written once, resharding (Shard(0) over 4 ranks with
  * uneven and empty chunks loaded over 3 ranks, as Shard(1) and whole),
  * incomplete steps skipped, corrupted and truncated data named by file
- * and byte offset, keep_latest_k. Ranks are threads sharing a summing
+ * and byte offset, keep_latest_k (and its purge of incomplete step folders
+ * older than the step committed). Ranks are threads sharing a summing
  * communicator. */
 #include "config.h"
 
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -491,18 +493,56 @@ START_TEST(test_corrupt_and_truncated) {
 }
 END_TEST
 
+/* A step folder with one file and no metadata (what a save that crashed
+ * leaves), or a Hugging Face export alone (index named). */
+static void fake_step(const char* folder, int64_t step, const char* file) {
+  char dir[500], path[600];
+  snprintf(dir, sizeof dir, "%s/step-%lld", folder, (long long)step);
+  ck_assert_int_eq(mkdir(folder, 0777) == 0 || errno == EEXIST, 1);
+  ck_assert_int_eq(mkdir(dir, 0777), 0);
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  fx_write_bytes(path, "partial", 7);
+}
+
 START_TEST(test_keep_latest_k) {
   char folder[400];
   snprintf(folder, sizeof folder, "%s/c", fx_tmpdir);
-  for (int s = 1; s <= 5; s++) save_one(folder, s * 10, TR_CKPT_SYNC, 2, NULL);
+  /* left by a crashed run: incomplete steps older than what this run
+   * saves (purged), one newer (kept: it could be a save in progress), and
+   * a Hugging Face export alone (kept) */
+  fake_step(folder, 5, "rank-00000.bin");
+  fake_step(folder, 35, "rank-00001.bin");
+  fake_step(folder, 7, TR_CKPT_HF_INDEX);
+  fake_step(folder, 99, "rank-00000.bin");
   tr_ckpt_entry_t* v;
   size_t n;
   tr_errmsg_t err;
   ck_assert_int_eq(tr_ckpt_list(folder, &v, &n, &err), 0);
-  ck_assert_uint_eq(n, 2);
-  ck_assert_int_eq(v[0].step, 40);
-  ck_assert_int_eq(v[1].step, 50);
+  ck_assert_uint_eq(n, 4);
+  ck_assert(!v[1].complete && v[1].hf && !v[0].hf);
   free(v);
+  /* the first commit (step 10) purges step-5, not step-35 */
+  save_one(folder, 10, TR_CKPT_SYNC, 2, NULL);
+  char dir[500];
+  snprintf(dir, sizeof dir, "%s/step-5", folder);
+  ck_assert_int_eq(access(dir, F_OK), -1);
+  snprintf(dir, sizeof dir, "%s/step-35", folder);
+  ck_assert_int_eq(access(dir, F_OK), 0);
+  for (int s = 2; s <= 5; s++) save_one(folder, s * 10, TR_CKPT_SYNC, 2, NULL);
+  ck_assert_int_eq(tr_ckpt_list(folder, &v, &n, &err), 0);
+  ck_assert_uint_eq(n, 4);
+  ck_assert_int_eq(v[0].step, 7);
+  ck_assert(v[0].hf && !v[0].complete);
+  ck_assert_int_eq(v[1].step, 40);
+  ck_assert_int_eq(v[2].step, 50);
+  ck_assert(v[1].complete && v[2].complete);
+  ck_assert_int_eq(v[3].step, 99);
+  ck_assert(!v[3].complete);
+  free(v);
+  ck_assert_int_eq(tr_ckpt_remove_step(folder, 99), 0);
+  ck_assert_int_eq(tr_ckpt_remove_step(folder, 7), 0); /* index first */
+  snprintf(dir, sizeof dir, "%s/step-7", folder);
+  ck_assert_int_eq(access(dir, F_OK), -1);
   /* saving a step again replaces it */
   save_one(folder, 50, TR_CKPT_SYNC, 0, NULL);
   int64_t step;

@@ -12,7 +12,10 @@
  * reduce, a tied table, the full gather for export, and the bfloat16 cast
  * of a mixed-precision copy-in. Memory: the
  * trainer's per-rank peak under FSDP on 4 ranks against the unsharded
- * size, from the host allocator's counters. */
+ * size, from the host allocator's counters. [parallelism]
+ * fsdp_prefetch_depth 0, 1, 2 through the trainer: the same losses bit for
+ * bit, and exactly `depth` layer groups gathered ahead of the one
+ * computing. */
 #include "config.h"
 
 #include <check.h>
@@ -634,6 +637,147 @@ static void body_memory(tr_pg_t* world, pg_ctx_t* ctx) {
 START_TEST(test_memory_fsdp4) { spawn(4, body_memory); }
 END_TEST
 
+/* ---- [parallelism] fsdp_prefetch_depth through the trainer ---- */
+
+/* At each layer's pre_forward / pre_backward (after FSDP's hooks): how
+ * many of the following layer groups (in the pass's order) are gathered or
+ * gathering, and whether the count is what the depth says. */
+static struct {
+  int depth;
+  int checked, wrong, max_ahead;
+} ahead;
+
+static int count_ahead(tr_model_t* m, int b, int dir) {
+  if (m->blocks[b].kind != TR_BLOCK_LAYER) return 0;
+  int left = 0;
+  for (int k = b + dir; k >= 0 && k < m->n_blocks; k += dir)
+    if (m->blocks[k].kind == TR_BLOCK_LAYER) left++;
+  int n = 0, k = b + dir, i = 1;
+  for (; k >= 0 && k < m->n_blocks; k += dir) {
+    if (m->blocks[k].kind != TR_BLOCK_LAYER) continue;
+    tr_fsdp_group_info_t gi;
+    tr_fsdp_group_info(obs_f, tr_fsdp_group_of_block(obs_f, k), &gi);
+    int live = gi.state != TR_FSDP_SHARDED;
+    /* exactly the next `depth` layers, in order */
+    if (live != (i <= ahead.depth)) ahead.wrong++;
+    n += live;
+    i++;
+  }
+  ahead.checked++;
+  if (n != (left < ahead.depth ? left : ahead.depth)) ahead.wrong++;
+  if (n > ahead.max_ahead) ahead.max_ahead = n;
+  return 0;
+}
+
+static int obs_ahead_fwd(void* arg, tr_model_t* m, int b, tr_model_mb_t* mb) {
+  (void)arg;
+  return mb->no_grad ? 0 : count_ahead(m, b, +1);
+}
+
+static int obs_ahead_bwd(void* arg, tr_model_t* m, int b, tr_model_mb_t* mb) {
+  (void)arg;
+  (void)mb;
+  return count_ahead(m, b, -1);
+}
+
+/* Three training steps of the 8-layer model over 2 FSDP ranks with
+ * fsdp_prefetch_depth 0, 1 and 2 (the job config through
+ * tr_fsdp_from_config): the losses and grad norms are the same bit for bit,
+ * and the depth is how many layer groups are gathered ahead of the one
+ * computing (forward and backward); the host allocator's peak grows with
+ * it (printed). */
+static void body_prefetch_depth(tr_pg_t* world, pg_ctx_t* ctx) {
+  enum { STEPS = 3 };
+  double loss[3][STEPS], gnorm[3][STEPS];
+  int64_t peak[3];
+  for (int depth = 0; depth <= 2; depth++) {
+    char dv[8];
+    snprintf(dv, sizeof dv, "%d", depth);
+    const char* ov[] = {"--training.dataset_path",
+                        data_path(),
+                        "--training.local_batch_size",
+                        "1",
+                        "--training.seq_len",
+                        "16",
+                        "--validation.enable=false",
+                        "--training.device",
+                        "cpu",
+                        "--debug.seed",
+                        "3",
+                        "--model.name",
+                        "llama3",
+                        "--parallelism.fsdp_prefetch_depth",
+                        dv};
+    int nov = (int)(sizeof ov / sizeof ov[0]);
+    tr_config_t cfg;
+    tr_errmsg_t err;
+    PCHECK_RC(tr_config_load(&cfg, NULL, nov, (char**)ov, &err));
+    PCHECK(cfg.parallelism.fsdp_prefetch_depth == depth);
+    PCHECK_RC(tr_config_resolve(&cfg, ctx->size, &err));
+    tr_fsdp_t* f;
+    int rc = tr_fsdp_from_config(&cfg, world, &f, &err);
+    if (rc < 0) fprintf(stderr, "fsdp: %s\n", err.message);
+    PCHECK_RC(rc);
+    obs_f = f;
+    tr_trainer_dist_t dist;
+    tr_fsdp_dist(f, &dist);
+    tr_model_config_t mc;
+    mem_model(&mc);
+    tr_trainer_opts_t to = {.model_override = &mc, .dist = &dist, .quiet = 1};
+    tr_trainer_t t;
+    tr_mem_stats_t s0, s1;
+    tr_mem_stats(TR_MEM_HOST, 0, &s0);
+    rc = tr_trainer_init(&t, &cfg, &to, &err);
+    if (rc < 0) fprintf(stderr, "trainer: %s\n", err.message);
+    PCHECK_RC(rc);
+    PCHECK_RC(
+        tr_model_add_hook(&t.model, TR_HOOK_PRE_FORWARD, obs_ahead_fwd, NULL));
+    PCHECK_RC(
+        tr_model_add_hook(&t.model, TR_HOOK_PRE_BACKWARD, obs_ahead_bwd, NULL));
+    memset(&ahead, 0, sizeof ahead);
+    ahead.depth = depth;
+    tr_mem_reset_peak(TR_MEM_HOST, 0);
+    tr_fsdp_stats_t st0, st1;
+    tr_fsdp_stats(f, &st0);
+    for (int k = 0; k < STEPS; k++) {
+      tr_step_stats_t st;
+      rc = tr_trainer_step(&t, &st, &err);
+      if (rc < 0) fprintf(stderr, "step: %s\n", err.message);
+      PCHECK_RC(rc);
+      loss[depth][k] = st.loss;
+      gnorm[depth][k] = st.grad_norm;
+    }
+    tr_fsdp_stats(f, &st1);
+    tr_mem_stats(TR_MEM_HOST, 0, &s1);
+    peak[depth] = s1.peak_bytes - s0.current_bytes;
+    /* 8 layers, forward and backward, every step */
+    PCHECK(ahead.checked == STEPS * 2 * mc.n_layers);
+    PCHECK(ahead.wrong == 0);
+    PCHECK(ahead.max_ahead == depth);
+    PCHECK(depth > 0 ? st1.prefetches > st0.prefetches
+                     : st1.prefetches == st0.prefetches);
+    tr_trainer_release(&t);
+    tr_fsdp_free(f);
+    tr_config_release(&cfg);
+  }
+  for (int depth = 1; depth <= 2; depth++)
+    for (int k = 0; k < STEPS; k++) {
+      PCHECK(memcmp(&loss[depth][k], &loss[0][k], sizeof(double)) == 0);
+      PCHECK(memcmp(&gnorm[depth][k], &gnorm[0][k], sizeof(double)) == 0);
+    }
+  /* training moved: not a comparison of constants */
+  PCHECK(loss[0][STEPS - 1] != loss[0][0]);
+  if (ctx->rank == 0)
+    fprintf(stderr,
+            "fsdp_prefetch_depth 0 / 1 / 2: losses %.9g %.9g %.9g the same; "
+            "host peak %lld / %lld / %lld bytes\n",
+            loss[0][0], loss[0][1], loss[0][2], (long long)peak[0],
+            (long long)peak[1], (long long)peak[2]);
+}
+
+START_TEST(test_prefetch_depth) { spawn(2, body_prefetch_depth); }
+END_TEST
+
 static Suite* fsdp2_suite(void) {
   Suite* s = suite_create("fsdp2");
   TCase* tc = tcase_create("local");
@@ -650,6 +794,7 @@ static Suite* fsdp2_suite(void) {
   tcase_add_test(tc, test_bf16_copy_in);
   tcase_add_test(tc, test_bf16_reduce_tied);
   tcase_add_test(tc, test_memory_fsdp4);
+  tcase_add_test(tc, test_prefetch_depth);
   suite_add_tcase(s, tc);
 #endif
   return s;

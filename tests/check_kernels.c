@@ -624,6 +624,14 @@ static void attention_case(int B, int T, int H, int KVH, int D, int fused) {
   double* ref = malloc(sizeof(double) * (size_t)nq);
   att_ref(&c, ref);
   check_fwd("attention out", fp(&y), ref, nq);
+  /* the backward overwrites its gradients: start them as garbage */
+  if (fused) {
+    ck_assert_int_eq(tr_tensor_fill(&dbuf, 7.0), 0);
+  } else {
+    ck_assert_int_eq(tr_tensor_fill(&dq, 7.0), 0);
+    ck_assert_int_eq(tr_tensor_fill(&dk, -3.0), 0);
+    ck_assert_int_eq(tr_tensor_fill(&dv, 5.0), 0);
+  }
   ck_assert_int_eq(
       tr_kern_attention_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &lse, H, KVH),
       0);

@@ -912,9 +912,25 @@ END_TEST
 
 /* ---- attention ---- */
 
-/* qkv: one fused buffer [B, T, (H + 2 KVH) D], as GPT-2's c_attn writes */
-static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
-                          int H, int KVH, int Dh, int accumulate) {
+static const char* impl_name(tr_cuda_attn_impl_t impl) {
+  switch (impl) {
+    case TR_CUDA_ATTN_FLASH:
+      return "flash";
+    case TR_CUDA_ATTN_CUDNN:
+      return "cudnn";
+    case TR_CUDA_ATTN_SIMT:
+      return "simt";
+    default:
+      return "auto";
+  }
+}
+
+/* qkv: one fused buffer [B, T, (H + 2 KVH) D], as GPT-2's c_attn writes.
+ * The forward runs impl, the backward impl_bwd (its lse from impl's
+ * forward). */
+static void run_attention_mixed(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
+                                tr_cuda_attn_impl_t impl_bwd, int B, int T,
+                                int H, int KVH, int Dh, int accumulate) {
   int64_t W = (int64_t)(H + 2 * KVH) * Dh;
   tr_tensor_t qkv, dqkv, rdqkv, dout, out, lse;
   hrand(&qkv, dt, 1.5, 3, SH(B, T, W));
@@ -951,6 +967,9 @@ static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
   ck_assert_int_eq(tr_kern_attention_bwd(&dq, &dk, &dv, &dout, &q, &k, &v, &out,
                                          &lse, H, KVH),
                    0);
+  if (accumulate) /* the CPU backward overwrites: add what was there */
+    for (int64_t i = 0; i < tr_tensor_numel(&rdqkv); i++)
+      F(&rdqkv)[i] += F(&dqkv)[i];
   tr_tensor_t d_qkv, d_dqkv, d_dout, d_out, d_lse, d_dqkv2;
   todev(&d_qkv, &qkv, dt);
   todev(&d_dout, &dout, dt);
@@ -973,7 +992,7 @@ static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
   char* dbase2 = D(&d_dqkv2);
   size_t es = tr_dtype_size(dt);
   size_t ko = (size_t)H * Dh * es, vo = (size_t)(H + KVH) * Dh * es;
-  if (dt == TR_F32 && accumulate) { /* the table: views of cuda tensors */
+  if (dt == TR_F32 && !accumulate) { /* the table (it overwrites): views */
     tr_tensor_t gq, gk, gv, gdq, gdk, gdv;
     ck_assert_int_eq(tr_tensor_narrow(&gq, &d_qkv, 2, 0, (int64_t)H * Dh), 0);
     ck_assert_int_eq(
@@ -1000,6 +1019,7 @@ static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
         tr_kern_cuda_attention_fwd(dt, D(&d_out), D(&d_lse), base, base + ko,
                                    base + vo, B, T, H, KVH, Dh, W, W, NULL),
         0);
+    tr_kern_cuda_set_attention(impl_bwd);
     ck_assert_int_eq(tr_kern_cuda_attention_bwd(
                          dt, dbase, dbase + ko, dbase + vo, D(&d_dout), base,
                          base + ko, base + vo, D(&d_out), D(&d_lse), B, T, H,
@@ -1012,7 +1032,12 @@ static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
                        Dh, W, W, accumulate, NULL),
                    0);
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
-  const char* iname = impl == TR_CUDA_ATTN_FLASH ? "flash" : "simt";
+  char iname[32];
+  if (impl_bwd == impl)
+    snprintf(iname, sizeof iname, "%s", impl_name(impl));
+  else
+    snprintf(iname, sizeof iname, "%s>%s", impl_name(impl),
+             impl_name(impl_bwd));
   char what[128];
   double tol = tol_of(dt);
   snprintf(what, sizeof what, "attn_fwd %s B=%d T=%d H=%d/%d D=%d", iname, B, T,
@@ -1048,6 +1073,11 @@ static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
       &d_dqkv, &d_dout, &d_out, &d_lse, &d_dqkv2, &h_d);
 }
 
+static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
+                          int H, int KVH, int Dh, int accumulate) {
+  run_attention_mixed(dt, impl, impl, B, T, H, KVH, Dh, accumulate);
+}
+
 START_TEST(test_attention_simt) {
   run_attention(TR_F32, TR_CUDA_ATTN_SIMT, 2, 100, 4, 2, 32, 1);
   run_attention(TR_F32, TR_CUDA_ATTN_SIMT, 1, 70, 2, 1, 16, 0);
@@ -1061,6 +1091,56 @@ START_TEST(test_attention_flash) {
   run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 2, 256, 8, 2, 64, 0);
   run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 1, 130, 4, 2, 128, 1);
   run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 2, 64, 2, 1, 128, 0);
+}
+END_TEST
+
+/* cuDNN's fused attention (TR_CUDA_ATTN_CUDNN fails instead of falling
+ * back, so these prove cuDNN ran): GQA and MHA, D 64 and 128 (and 32),
+ * T not a multiple of 64, q/k/v and their gradients as column slices of
+ * fused buffers, += into random gradients and = over garbage. */
+#ifdef HAVE_CUDNN
+START_TEST(test_attention_cudnn) {
+  run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 200, 8, 2, 64, 1);
+  run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 1, 200, 8, 2, 128, 0);
+  run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 128, 4, 4, 64, 0);
+  run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 1, 77, 4, 1, 128, 1);
+  run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 96, 4, 2, 32, 1);
+}
+END_TEST
+
+/* lse of cuDNN's forward and of the other kernels is the same quantity
+ * (natural-log log-sum-exp): each backward accepts the other's forward. */
+START_TEST(test_attention_cudnn_mixed) {
+  run_attention_mixed(TR_BF16, TR_CUDA_ATTN_CUDNN, TR_CUDA_ATTN_FLASH, 2, 200,
+                      8, 2, 64, 1);
+  run_attention_mixed(TR_BF16, TR_CUDA_ATTN_FLASH, TR_CUDA_ATTN_CUDNN, 1, 130,
+                      4, 2, 128, 0);
+  run_attention_mixed(TR_BF16, TR_CUDA_ATTN_CUDNN, TR_CUDA_ATTN_SIMT, 1, 70, 4,
+                      4, 64, 1);
+}
+END_TEST
+#endif /* HAVE_CUDNN */
+
+/* Without cuDNN, or for what cuDNN cannot take (fp32 here), an explicit
+ * TR_CUDA_ATTN_CUDNN is an error and AUTO still runs. */
+START_TEST(test_attention_cudnn_unsupported) {
+  int64_t n = 2 * 16 * 64;
+  tr_tensor_t d_x, d_o, d_l;
+  ck_assert_int_eq(tr_tensor_zeros(&d_x, TR_F32, GPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&d_o, TR_F32, GPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&d_l, TR_F32, GPU, 1, SH(2 * 16)), 0);
+  tr_kern_cuda_set_attention(TR_CUDA_ATTN_CUDNN);
+  ck_assert_int_eq(tr_kern_cuda_get_attention(), TR_CUDA_ATTN_CUDNN);
+  ck_assert_int_eq(tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l),
+                                              D(&d_x), D(&d_x), D(&d_x), 2, 16,
+                                              1, 1, 64, 64, 64, NULL),
+                   TR_EUNSUPPORTED);
+  tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
+  ck_assert_int_eq(tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l),
+                                              D(&d_x), D(&d_x), D(&d_x), 2, 16,
+                                              1, 1, 64, 64, 64, NULL),
+                   0);
+  REL(&d_x, &d_o, &d_l);
 }
 END_TEST
 
@@ -1214,6 +1294,11 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_classifier);
   tcase_add_test(tc, test_attention_simt);
   tcase_add_test(tc, test_attention_flash);
+#ifdef HAVE_CUDNN
+  tcase_add_test(tc, test_attention_cudnn);
+  tcase_add_test(tc, test_attention_cudnn_mixed);
+#endif
+  tcase_add_test(tc, test_attention_cudnn_unsupported);
   tcase_add_test(tc, test_adamw_table);
   tcase_add_test(tc, test_adamw_multi);
   tcase_add_test(tc, test_grad_norm);

@@ -1,6 +1,7 @@
 /* trainer/checkpointing.c: the trainer's [checkpoint] — what a checkpoint
  * of a run holds (model, AdamW moments, train state), when it is saved
- * (interval, first step, last step, on a stop signal), resuming from the
+ * (interval, first step, last step — as Hugging Face safetensors too with
+ * last_save_in_hf —, on a stop signal), resuming from the
  * latest complete step at start, and loading any step folder
  * (trainrun/trainer.h; the format is trainrun/checkpoint.h). */
 #include "config.h"
@@ -17,7 +18,7 @@
 #include "trainrun/heartbeat.h"
 #include "trainrun/log.h"
 #include "trainrun/metrics.h"     /* stall and write times */
-#include "trainrun/safetensors.h" /* the model config as JSON */
+#include "trainrun/safetensors.h" /* model config JSON; last_save_in_hf */
 #include "trainrun/trainer.h"
 
 struct tr__trainer_ckpt {
@@ -189,6 +190,7 @@ int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
     }
     if (rc == 0) rc = restore_state(t, ck, err);
   }
+  if (rc == 0) rc = tr_model_refresh_compute(&t->model); /* bf16 copies */
   if (rc < 0) tr_errmsg_prefix(err, rc, "cannot load checkpoint");
   tr_ckpt_close(ck);
   return rc;
@@ -242,6 +244,61 @@ static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
   return 0;
 }
 
+/* checkpoint.last_save_in_hf: the model-only step just committed, also
+ * as a Hugging Face folder in the same step folder (torchtitan's layout:
+ * model-00001-of-0000N.safetensors + model.safetensors.index.json; plus
+ * config.json). As DCP's Hugging Face writer, every rank has written its
+ * own chunks (the step's rank files) and the files are then consolidated:
+ * each rank writes every world-th file, and after all did (a sum), rank 0
+ * writes the index, so its presence means the export is whole. */
+static int save_hf(tr_trainer_t* t, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  char dir[4096];
+  tr_ckpt_step_dir(c->folder, t->step, dir, sizeof dir);
+  tr_st_export_opts_t o = {.sharded_names = 1,
+                           .part = TR_ST_EXPORT_FILES,
+                           .rank = t->dist.dp_rank,
+                           .world = t->dist.dp_size};
+  tr_heartbeat_phase("checkpoint");
+  tr_ckpt_t* ck = NULL;
+  tr_errmsg_t lerr;
+  tr_errmsg_clear(&lerr);
+  int rc = tr_ckpt_open(&ck, dir, &lerr);
+  if (rc == 0) rc = tr_st_export_checkpoint(ck, dir, &o, &lerr);
+  for (int phase = 0; phase < 2; phase++) {
+    double v[1] = {rc < 0 ? 1 : 0};
+    int src = t->dist.all_reduce_sum && t->dist.dp_size > 1
+                  ? t->dist.all_reduce_sum(t->dist.arg, v, 1)
+                  : 0;
+    if (rc < 0) {
+      tr_errmsg_set(err, rc, "last_save_in_hf: %s", lerr.message);
+      break;
+    }
+    if (src < 0 || v[0] > 0) {
+      rc = src < 0 ? src : TR_EIO;
+      tr_errmsg_set(err, rc,
+                    "last_save_in_hf: %s",
+                    src < 0 ? tr_strerror(src)
+                    : phase ? "rank 0 could not write the index"
+                            : "a rank could not write its files");
+      break;
+    }
+    if (phase == 1 || t->dist.dp_rank != 0) continue;
+    o.part = TR_ST_EXPORT_INDEX;
+    rc = tr_st_export_checkpoint(ck, dir, &o, &lerr);
+  }
+  tr_heartbeat_phase("step");
+  tr_ckpt_close(ck);
+  if (rc == 0 && c->con) {
+    fprintf(c->con,
+            "checkpoint step %" PRId64
+            ": Hugging Face safetensors in '%s' (" TR_CKPT_HF_INDEX ")\n",
+            t->step, dir);
+    fflush(c->con);
+  }
+  return rc;
+}
+
 /* After a commit completes (in the background or not), report it once:
  * a console line and the metrics record. */
 static int report_commit(tr_trainer_t* t, int64_t before, tr_errmsg_t* err) {
@@ -266,6 +323,11 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
                                 tr_errmsg_t* err) {
   const tr_config_t* cfg = t->cfg;
   if (!cfg->checkpoint.enable) return 0;
+  if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.last_save_model_only)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "checkpoint.last_save_in_hf needs "
+                         "checkpoint.last_save_model_only = true (only the "
+                         "model is saved as Hugging Face safetensors)");
   struct tr__trainer_ckpt* c = calloc(1, sizeof *c);
   if (!c) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   t->ckpt = c;
@@ -386,8 +448,13 @@ int tr_trainer_checkpoint_step(tr_trainer_t* t, int last, tr_errmsg_t* err) {
             (t->step == 1 && cfg->checkpoint.enable_first_step_checkpoint);
   if (!due || t->step == c->saved_step) return 0;
   /* the last step's save is synchronous and, with last_save_model_only,
-   * holds the model alone (in export_dtype) */
-  return save_now(t, at_end && cfg->checkpoint.last_save_model_only, last, err);
+   * holds the model alone (in export_dtype), and with last_save_in_hf
+   * also as Hugging Face safetensors */
+  int model_only = at_end && cfg->checkpoint.last_save_model_only;
+  TR_CHECK(save_now(t, model_only, last, err));
+  if (model_only && last && cfg->checkpoint.last_save_in_hf)
+    return save_hf(t, err);
+  return 0;
 }
 
 int tr_trainer_checkpoint_now(tr_trainer_t* t, tr_errmsg_t* err) {

@@ -8,6 +8,7 @@ libtrainrun_la_SOURCES += \
 	trainer/tensorboard.c \
 	trainer/metrics.c \
 	trainer/train.c \
+	trainer/device.c \
 	trainer/checkpointing.c \
 	trainer/ddp.c \
 	trainer/fault.c \

@@ -147,10 +147,7 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
   if (t->B * t->T > INT32_MAX)
     return tr_errmsg_set(err, TR_ECONFIG, "training: batch too large");
 
-  if (strcmp(cfg->training.device, "cuda") == 0 && !tr_kern_ops(TR_DEV_CUDA))
-    return tr_errmsg_set(err, TR_EUNSUPPORTED,
-                         "training.device: 'cuda' needs the CUDA kernels, "
-                         "which this build does not have");
+  TR_CHECK(tr__trainer_device_pick(t, err));
 
   /* the model */
   tr_model_config_t mc;
@@ -173,8 +170,13 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
   }
   if (t->dist.setup_model) /* FSDP: shard layouts and hooks */
     TR_CHECK_GOTO(t->dist.setup_model(t->dist.arg, &t->model), rc, out_fail);
-  TR_CHECK_GOTO(tr_model_alloc(&t->model, TR_DEVICE_CPU), rc, out_fail);
+  TR_CHECK_GOTO(tr_model_alloc(&t->model, t->device), rc, out_fail);
   TR_CHECK_GOTO(tr_model_init_weights(&t->model, t->seed), rc, out_fail);
+  TR_CHECK_GOTO(tr__trainer_device_setup(t), rc, out_fail);
+  if ((rc = tr_model_set_activation_checkpoint_config(
+           &t->model, cfg->activation_checkpoint.mode,
+           cfg->activation_checkpoint.selective_ac_option, err)) < 0)
+    goto out_release;
   t->flops_per_token = tr_model_flops_per_token(&mc, (int)t->T);
 
   /* AdamW state */
@@ -258,6 +260,7 @@ out_release:
 
 void tr_trainer_release(tr_trainer_t* t) {
   tr__trainer_checkpoint_release(t); /* joins a background write first */
+  tr__trainer_device_release(t);
   if (t->adam_m || t->adam_v)
     for (int i = 0; i < t->model.n_params; i++) {
       if (t->adam_m) tr_tensor_release(&t->adam_m[i]);
@@ -274,37 +277,6 @@ void tr_trainer_release(tr_trainer_t* t) {
 }
 
 /* ---- one step ---- */
-
-/* Adam (not W): weight decay as an L2 term in the gradient, on the host. */
-static int add_l2(tr_param_t* p, float wd, float grad_scale) {
-  if (p->grad.device.type != TR_DEV_CPU) return TR_EDEVICE;
-  float* g = tr_tensor_data(&p->grad);
-  const float* w = tr_tensor_data(&p->data);
-  int64_t n = tr_tensor_numel(&p->grad);
-  /* the kernel multiplies g by grad_scale: pre-divide the L2 term */
-  for (int64_t i = 0; i < n; i++) g[i] += wd * w[i] / grad_scale;
-  return 0;
-}
-
-static int optimizer_step(tr_trainer_t* t, double lr, double clip) {
-  const typeof(t->cfg->optimizer)* o = &t->cfg->optimizer;
-  int adam_l2 = strcmp(o->name, "Adam") == 0;
-  for (int i = 0; i < t->model.n_params; i++) {
-    tr_param_t* p = &t->model.params[i];
-    float wd = p->decay ? (float)o->weight_decay : 0.0f; /* ndim >= 2 */
-    tr_adamw_args_t a = {.lr = (float)lr,
-                         .beta1 = (float)o->beta1,
-                         .beta2 = (float)o->beta2,
-                         .eps = (float)o->eps,
-                         .weight_decay = adam_l2 ? 0.0f : wd,
-                         .grad_scale = (float)clip,
-                         .step = t->step + 1};
-    if (adam_l2 && wd != 0) TR_CHECK(add_l2(p, wd, (float)clip));
-    TR_CHECK(
-        tr_kern_adamw(&p->data, &p->grad, &t->adam_m[i], &t->adam_v[i], &a));
-  }
-  return 0;
-}
 
 int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   double t0 = tr__now();
@@ -329,9 +301,10 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
       return tr_errmsg_set(err, rc, "step %" PRId64 ": bad batch: %s",
                            t->step + 1, tr_strerror(rc));
     mb.loss_scale = scale;
+    mb.defer_loss = m->device.type != TR_DEV_CPU; /* summed at the end */
     rc = tr_model_forward(m, &mb, 0, m->n_blocks);
     if (rc == 0) rc = tr_model_backward(m, &mb, 0, m->n_blocks);
-    sums[0] += mb.loss_sum;
+    if (rc == 0) rc = tr__trainer_loss_add(t, &mb, &sums[0]);
     sums[1] += (double)mb.n_valid;
     tr_model_mb_release(m, &mb);
     if (rc < 0)
@@ -346,10 +319,10 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
       return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient sync: %s",
                            t->step + 1, tr_strerror(rc));
   }
-  /* the global gradient norm, before clipping */
+  /* the global gradient norm, before clipping; the device's losses */
   double sq = 0;
-  for (int i = 0; i < m->n_params && rc == 0; i++)
-    rc = tr_kern_sum_squares(&m->params[i].grad, &sq);
+  rc = tr__trainer_grad_sumsq(t, &sq);
+  if (rc == 0) rc = tr__trainer_loss_take(t, &sums[0]);
   /* FSDP: --debug.fault skip_collective / mismatch act on this one */
   int fs = t->dist.grads_sharded ? tr_fault_sharded_sync(t->step + 1)
                                  : TR_FAULT_SYNC_NONE;
@@ -379,7 +352,7 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   double lr = tr_lr_schedule_lr(&t->lr, t->step + 1);
   /* an async checkpoint may still be copying the weights and moments */
   tr__trainer_checkpoint_before_update(t);
-  rc = optimizer_step(t, lr, clip);
+  rc = tr__trainer_adamw(t, lr, clip);
   if (rc < 0)
     return tr_errmsg_set(err, rc, "step %" PRId64 ": optimizer: %s",
                          t->step + 1, tr_strerror(rc));
@@ -597,6 +570,12 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
             model_summary(&t.model, ms, sizeof ms), cfg->training.dataset_path,
             t.train.end - t.train.begin, t.train.nsamples, t.T, t.seed,
             cfg->debug.seed.set ? "" : " (picked; set debug.seed to repeat)");
+    if (t.device.type == TR_DEV_CUDA) {
+      char ds[32];
+      fprintf(con, "device %s (%s), %s compute, float32 master weights\n",
+              tr_device_str(t.device, ds, sizeof ds), t.device_name,
+              tr_dtype_name(t.compute_dtype));
+    }
     fflush(con);
   }
 
@@ -612,8 +591,9 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
   double start = tr__now(), last = start;
   int64_t last_step = 0, tokens = 0;
   int64_t steps = cfg->training.steps, log_freq = cfg->metrics.log_freq;
-  tr_mem_kind_t mk = TR_MEM_HOST;
-  int dev = 0;
+  tr_mem_kind_t mk = t.device.type == TR_DEV_CUDA ? TR_MEM_DEVICE : TR_MEM_HOST;
+  int dev = t.device.type == TR_DEV_CUDA ? t.device.index : 0;
+  double peak = tr_peak_bf16_flops(t.device_name); /* 0 (MFU n/a): unknown */
   while (t.step < steps) {
     tr_step_stats_t st;
     rc = tr_trainer_step(&t, &st, err);
@@ -640,7 +620,6 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
       tr_mem_stats_t ms;
       tr_mem_stats(mk, dev, &ms);
       double tps = dt > 0 ? (double)tokens / dt : 0;
-      double peak = tr_peak_bf16_flops(NULL); /* CPU: no peak, MFU n/a */
       tr_metrics_t mt = {
           .step = st.step,
           .total_steps = steps,

@@ -84,6 +84,8 @@ extern "C" {
 
 #define TR_CKPT_VERSION 1
 #define TR_CKPT_METADATA "metadata.json"
+/* The index of a Hugging Face (safetensors) export inside a step folder. */
+#define TR_CKPT_HF_INDEX "model.safetensors.index.json"
 #define TR_CKPT_CRC_BLOCK (1u << 20) /* bytes per checksum */
 
 /* How the ranks of a save agree. all_reduce_sum sums n doubles over the
@@ -128,7 +130,11 @@ typedef struct {
   tr_ckpt_comm_t comm;
   tr_ckpt_mode_t mode;
   /* After each commit rank 0 removes, in a background thread, the oldest
-   * complete steps beyond the newest keep_latest_k; 0 keeps all. */
+   * complete steps beyond the newest keep_latest_k, and every incomplete
+   * step folder (no metadata.json: a save that never finished) older than
+   * the step just committed — never a newer one, which may be a save in
+   * progress, nor a Hugging Face export alone (tr_ckpt_entry_t.hf). Each
+   * removal is logged (incomplete ones as warnings). 0 keeps all. */
   int keep_latest_k;
   /* JSON object recorded as "layout" (e.g. {"dp":4}); NULL: {}. Copied. */
   const char* layout_json;
@@ -239,6 +245,10 @@ typedef struct {
   int64_t step;
   int complete;  /* metadata.json exists */
   int64_t bytes; /* sum of the sizes of the files in the step folder */
+  /* TR_CKPT_HF_INDEX exists: the folder holds a Hugging Face export
+   * (checkpoint.last_save_in_hf; alone, without metadata.json, in a step
+   * folder torchtitan wrote with last_save_in_hf) */
+  int hf;
 } tr_ckpt_entry_t;
 
 /* The step-N folders of folder, ascending by N (other names are ignored).
@@ -250,7 +260,8 @@ int tr_ckpt_list(const char* folder, tr_ckpt_entry_t** out, size_t* n,
 int tr_ckpt_latest(const char* folder, int64_t* step, tr_errmsg_t* err);
 /* "<folder>/step-<N>" into buf. */
 void tr_ckpt_step_dir(const char* folder, int64_t step, char* buf, size_t cap);
-/* Remove the step folder (metadata first, so it is never half complete). */
+/* Remove the step folder (metadata first, so it is never half complete,
+ * then the Hugging Face index, so it never looks like an export alone). */
 int tr_ckpt_remove_step(const char* folder, int64_t step);
 
 #ifdef __cplusplus

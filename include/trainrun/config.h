@@ -56,6 +56,7 @@
 
 #include "trainrun/config_schema.h"
 #include "trainrun/errmsg.h"
+#include "trainrun/tensor.h" /* tr_device_t */
 
 #ifdef __cplusplus
 extern "C" {
@@ -254,6 +255,13 @@ int tr_config_load(tr_config_t* cfg, const char* path, int argc,
  * (file:line:col or --flag). Calling it again with the same world size
  * succeeds. */
 int tr_config_resolve(tr_config_t* cfg, int64_t world_size, tr_errmsg_t* err);
+
+/* The device a rank computes on: [training] device "cpu"; "cuda" (cuda:N
+ * with N = local_rank modulo the visible GPUs; TR_EDEVICE with a message
+ * naming the key when none is visible); "auto": cuda when a GPU is visible,
+ * else cpu. */
+int tr_config_device(const tr_config_t* cfg, int local_rank, tr_device_t* out,
+                     tr_errmsg_t* err);
 
 /* ---- reading a config ---- */
 

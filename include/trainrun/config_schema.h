@@ -135,6 +135,13 @@
     "Free gathered parameters after forward (always), keep them for "         \
     "backward (never), or always except under pipeline parallelism "          \
     "(default).")                                                              \
+  X(parallelism, fsdp_prefetch_depth, INT, "1", 0, 64, NULL,                   \
+    "trainrun: FSDP groups whose all-gathers are issued ahead of the one "     \
+    "about to compute, forward and backward: 1 is FSDP2's implicit "           \
+    "prefetch (the next block), k > 1 its explicit set_modules_to_forward_"    \
+    "prefetch / set_modules_to_backward_prefetch with k blocks (more "         \
+    "overlap, k more unsharded groups held), 0 gathers each group only "       \
+    "when it is used. The losses are the same for every depth.")               \
   X(parallelism, tensor_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,      \
     "Ranks each layer's matrices are split over (tensor parallel).")           \
   X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
@@ -196,7 +203,10 @@
   X(checkpoint, last_save_model_only, BOOL, "true", 0, 0, NULL,                \
     "The save after the last step holds only the model, in export_dtype.")     \
   X(checkpoint, last_save_in_hf, BOOL, "false", 0, 0, NULL,                    \
-    "Write the last save as Hugging Face safetensors.")                        \
+    "Also write the last save (model only: needs last_save_model_only) as "    \
+    "Hugging Face safetensors in its step folder, consolidated from any "      \
+    "layout: model-00001-of-0000N.safetensors, "                               \
+    "model.safetensors.index.json (written last) and config.json.")            \
   X(checkpoint, export_dtype, ENUM, "float32", 0, 0,                           \
     "float32|bfloat16|float16", "Dtype of model-only saves.")                  \
   X(checkpoint, async_mode, ENUM, "disabled", 0, 0,                            \
@@ -206,7 +216,9 @@
     "reused pinned buffers (GPU).")                                            \
   X(checkpoint, keep_latest_k, INT, "10", 0, TR_CFG_NOMAX, NULL,               \
     "Keep this many newest complete checkpoints; 0 keeps all. 1 is not "      \
-    "allowed (a save in progress could leave none).")                          \
+    "allowed (a save in progress could leave none). trainrun: the purge also " \
+    "removes incomplete step folders (no metadata.json: a save that never "    \
+    "finished) older than the step just saved, with a warning.")               \
   X(checkpoint, load_step, INT, "-1", -1, TR_CFG_NOMAX, NULL,                  \
     "Step to resume from; -1 means the latest complete one.")                  \
   X(checkpoint, exclude_from_loading, LIST, "", 0, 0, NULL,                    \
@@ -299,19 +311,27 @@
 #define TR_CONFIG_KEYS_activation_checkpoint(X)                                \
   X(activation_checkpoint, mode, ENUM, "selective", 0, 0,                      \
     "selective|full|memory_budget|none",                                       \
-    "none keeps every activation; full recomputes every block in backward; "  \
-    "selective recomputes some.")                                              \
+    "none keeps every activation; full: every transformer layer keeps only "  \
+    "its input and recomputes its forward in backward; selective: see "       \
+    "selective_ac_option. Losses and gradients are bit-identical in every "   \
+    "mode. memory_budget is refused (it needs a compiler's partitioner).")     \
   X(activation_checkpoint, selective_ac_option, STR, "2", 0, 0, NULL,          \
-    "Under selective: a number N recomputes every Nth block; op keeps the "   \
-    "outputs of matmuls and recomputes the rest.")                             \
+    "Under selective: a number N recomputes every Nth layer as full does "    \
+    "(layers N-1, 2N-1, ... counting from 0, as torchtitan); op keeps the "   \
+    "outputs of the matmuls and of attention and recomputes the norm "         \
+    "outputs and the GELU / SwiGLU product.")                                  \
   X(activation_checkpoint, memory_budget, FLOAT, "0.5", 0, 1, NULL,            \
-    "Under memory_budget: fraction of the activation memory to keep.")         \
+    "Under memory_budget: fraction of the activation memory to keep "         \
+    "(accepted; memory_budget itself is not supported).")                      \
   X(activation_checkpoint, preserve_rng_state, BOOL, "true", 0, 0, NULL,       \
-    "Recompute with the random state of the first pass.")                      \
+    "Recompute with the random state of the first pass (trainrun's models "   \
+    "have no dropout or other random state: nothing to preserve).")            \
   X(activation_checkpoint, early_stop, BOOL, "false", 0, 0, NULL,              \
-    "Stop a recomputation as soon as the needed activations exist.")           \
+    "Stop a recomputation as soon as the needed activations exist (not "      \
+    "implemented: a recomputation runs the whole layer).")                     \
   X(activation_checkpoint, debug, BOOL, "false", 0, 0, NULL,                   \
-    "Log what is recomputed.")
+    "Log what is recomputed (trainrun logs the policy at info level and "     \
+    "each recomputation at debug level, whatever this says).")
 
 #define TR_CONFIG_KEYS_validation(X)                                           \
   X(validation, enable, BOOL, "false", 0, 0, NULL,                             \

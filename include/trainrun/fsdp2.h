@@ -67,9 +67,11 @@
  *
  * Dtypes: param_dtype is the dtype of the all-gather and the unsharded
  * parameters (the compute dtype; bf16 on GPU under mixed precision, fp32 on
- * CPU), reduce_dtype that of the reduce-scatter (fp32 default). The sharded
- * parameters, grads and optimizer state stay in the dtype the model
- * allocated (fp32 master weights).
+ * CPU), reduce_dtype that of the reduce-scatter (fp32 default). The
+ * unsharded grads are fp32 (the kernels accumulate parameter gradients in
+ * fp32; PyTorch keeps them in param_dtype). The sharded parameters, grads
+ * and optimizer state stay in the dtype the model allocated (fp32 master
+ * weights).
  */
 #ifndef TRAINRUN_FSDP2_H
 #define TRAINRUN_FSDP2_H
@@ -116,7 +118,8 @@ typedef struct {
   /* Groups whose all-gather is issued ahead of their use: 1 (default) is
    * FSDP2's implicit prefetch (the next group), k > 1 its explicit
    * set_modules_to_forward/backward_prefetch with k groups, 0 none (each
-   * all-gather waited right after it is issued). */
+   * all-gather waited right after it is issued). The job config's
+   * [parallelism] fsdp_prefetch_depth. */
   int prefetch_depth;
   tr_dtype_t param_dtype;  /* default TR_F32 */
   tr_dtype_t reduce_dtype; /* default TR_F32 */
@@ -167,7 +170,8 @@ int tr_fsdp_gather_full(tr_fsdp_t* f);
 /* FSDP (HSDP when data_parallel_replicate_degree > 1) for a worker of a
  * job over world: the mesh of cfg's [parallelism] degrees (dtensor.h; its
  * dp_shard and dp_replicate groups, owned by *out), reshard_after_forward
- * from [parallelism] fsdp_reshard_after_forward, reduce_dtype from
+ * and prefetch_depth from [parallelism] fsdp_reshard_after_forward and
+ * fsdp_prefetch_depth, reduce_dtype from
  * [training] mixed_precision_reduce, divide factor 1 (the trainer scales
  * the loss by the global batch), the [comm] train timeout. Collective over
  * world. TR_ECONFIG (message in err) for bad values or a shard degree of

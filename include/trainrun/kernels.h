@@ -26,9 +26,10 @@
  *  - Backward kernels ACCUMULATE (+=) into every gradient they produce, input
  *    gradients and parameter gradients alike: callers zero a buffer before
  *    its first use. This lets residual streams, tied weights and gradient
- *    accumulation work without extra passes. Two documented exceptions work
- *    in place: tr_kern_rope (both directions) and tr_kern_xent_bwd (turns
- *    logits into dlogits).
+ *    accumulation work without extra passes. Documented exceptions:
+ *    tr_kern_rope (both directions) and tr_kern_xent_bwd (turns logits into
+ *    dlogits) work in place, and tr_kern_attention_bwd overwrites dq, dk
+ *    and dv (the one writer of a layer's q|k|v gradient).
  *  - Deterministic: a result never depends on the number of threads. Every
  *    output element is summed in one fixed order by one thread; global
  *    reductions (loss, norms) sum fixed-size chunks, then the chunks in
@@ -117,14 +118,16 @@ typedef struct tr_kern_ops {
   int (*gemm)(int transa, int transb, int64_t M, int64_t N, int64_t K,
               float alpha, const float* A, int64_t lda, const float* B,
               int64_t ldb, float beta, float* C, int64_t ldc);
-  /* out[N,OC] = inp[N,IC] w[OC,IC]^T + bias[OC] (bias may be NULL). */
+  /* out[N,OC] = inp[N,IC] w[OC,IC]^T + bias[OC] (bias may be NULL); the
+   * rows of out are ldo >= OC elements apart (CUDA: no bias then). */
   int (*linear_fwd)(float* out, const float* inp, const float* w,
-                    const float* bias, int64_t N, int IC, int OC);
+                    const float* bias, int64_t N, int IC, int OC, int64_t ldo);
   /* dinp += dout w ; dw += dout^T inp ; dbias += colsum(dout). Any of
-   * dinp, dw, dbias may be NULL (not wanted). */
+   * dinp, dw, dbias may be NULL (not wanted). The rows of dout are ldd >=
+   * OC elements apart (CUDA: no dbias then). */
   int (*linear_bwd)(float* dinp, float* dw, float* dbias, const float* dout,
                     const float* inp, const float* w, int64_t N, int IC,
-                    int OC);
+                    int OC, int64_t ldd);
 
   /* Rotate x[B,T,H,D] in place, Hugging Face "rotate_half" layout: pair
    * (i, i + D/2) for i < D/2, angle cos/sin[t, i] ([T, D/2] tables from
@@ -140,7 +143,9 @@ typedef struct tr_kern_ops {
   int (*attention_fwd)(float* out, float* lse, const float* q, const float* k,
                        const float* v, int B, int T, int H, int KVH, int D,
                        int64_t q_stride, int64_t kv_stride);
-  /* dq, dk, dv += gradients; they use the same strides as q, k, v. */
+  /* dq, dk, dv = gradients (overwritten, unlike the other backward
+   * entries: every element is written, and a fused dq|dk|dv buffer needs
+   * no zeroing); they use the same strides as q, k, v. */
   int (*attention_bwd)(float* dq, float* dk, float* dv, const float* dout,
                        const float* q, const float* k, const float* v,
                        const float* out, const float* lse, int B, int T, int H,
@@ -154,16 +159,17 @@ typedef struct tr_kern_ops {
   int (*swiglu_bwd)(float* dgate, float* dup, const float* dout,
                     const float* gate, const float* up, int64_t n);
 
-  /* Cross-entropy of logits[N,V] against targets[N]: losses[N] (0 where the
-   * target is TR_IGNORE_INDEX) and lse[N] saved for the backward. Targets
-   * outside [0, V) other than the ignore index give TR_EINVAL. */
+  /* Cross-entropy of logits[N,V] (rows ld >= V apart) against targets[N]:
+   * losses[N] (0 where the target is TR_IGNORE_INDEX) and lse[N] saved for
+   * the backward. Targets outside [0, V) other than the ignore index give
+   * TR_EINVAL. */
   int (*xent_fwd)(float* losses, float* lse, const float* logits,
-                  const int32_t* targets, int64_t N, int V);
+                  const int32_t* targets, int64_t N, int V, int64_t ld);
   /* In place: logits become scale * (softmax - onehot) (rows with an
    * ignored target become 0). scale is d(loss)/d(each token's loss), e.g.
    * 1 / (number of non-ignored targets in the global batch). */
   int (*xent_bwd)(float* logits, const float* lse, const int32_t* targets,
-                  int64_t N, int V, float scale);
+                  int64_t N, int V, int64_t ld, float scale);
 
   int (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,
                const tr_adamw_args_t* args);
@@ -174,6 +180,14 @@ typedef struct tr_kern_ops {
              int64_t n);
   int (*accumulate)(float* y, const float* x, int64_t n); /* y += x */
   int (*zero)(float* x, int64_t n);
+
+  /* The same entry points for bfloat16 activations and weights, or NULL
+   * (CPU). In that table every pointer to an activation, a weight, or an
+   * activation's gradient points at bf16 elements (typed float* to share
+   * this struct); parameter gradients, statistics (mean, rstd, lse),
+   * losses, RoPE tables and optimizer state stay fp32. Arithmetic is fp32
+   * in registers. */
+  const struct tr_kern_ops* bf16;
 } tr_kern_ops_t;
 
 /* The table for a device type, or NULL when none is registered. */
@@ -188,7 +202,14 @@ void* tr_kern_get_stream(void);
 
 /* ---- tensor entry points ----
  * fp32 tensors unless noted; tokens and targets are int32. Leading dims of
- * activations may be [N, C] or [B, T, C] (flattened to rows). */
+ * activations may be [N, C] or [B, T, C] (flattened to rows).
+ * Activations and weights (and their gradients, e.g. dinp, dq) may instead
+ * all be bfloat16 on a device whose table has a bf16 table (CUDA): the
+ * first one decides, the others must match (TR_EDTYPE otherwise, and for
+ * bf16 on the CPU). Parameter gradients (dweight, dbias, dwte, dwpe),
+ * mean/rstd/lse, losses and the RoPE tables are fp32 in every case; the
+ * element-wise ops (add, accumulate, scale, zero, sum_squares) take either
+ * dtype. */
 
 /* out [B,T,C]; tokens [B,T] int32 in [0, V); wte [V,C]; wpe [maxT,C] with
  * maxT >= T, or NULL. TR_EINVAL names the first token out of range. */
@@ -213,7 +234,11 @@ int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                         const tr_tensor_t* dout, const tr_tensor_t* inp,
                         const tr_tensor_t* weight, const tr_tensor_t* rstd);
 
-/* out [N,OC] = inp [N,IC] weight[OC,IC]^T + bias[OC] (bias may be NULL). */
+/* out [N,OC] = inp [N,IC] weight[OC,IC]^T + bias[OC] (bias may be NULL).
+ * out (and linear_bwd's dout) may have padded rows (a column slice of a
+ * wider buffer, stride[last] == 1): the output projection writes its logits
+ * into rows padded to a multiple of 64 elements on CUDA, where GEMMs and
+ * the classifier want aligned rows (no bias then on CUDA). */
 int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* weight, const tr_tensor_t* bias);
 /* dinp, dweight, dbias may each be NULL. */
@@ -255,7 +280,8 @@ int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
                        const tr_tensor_t* dout, const tr_tensor_t* gate,
                        const tr_tensor_t* up);
 
-/* logits [N,V] (or [B,T,V]), targets [N] int32, losses [N], lse [N]. */
+/* logits [N,V] (or [B,T,V]; rows may be padded), targets [N] int32,
+ * losses [N], lse [N]. */
 int tr_kern_xent_fwd(tr_tensor_t* losses, tr_tensor_t* lse,
                      const tr_tensor_t* logits, const tr_tensor_t* targets);
 int tr_kern_xent_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,

@@ -231,14 +231,23 @@ int tr_kern_cuda_xent_bwd(tr_dtype_t dt, void* logits, int64_t ld,
 /* ---- attention ---- */
 
 typedef enum {
-  TR_CUDA_ATTN_AUTO = 0, /* tensor-core flash kernel when it applies
-                             (bf16, D in {64, 128}, 16-byte aligned rows),
-                             else the SIMT kernel */
-  TR_CUDA_ATTN_SIMT = 1, /* portable kernel: any dtype, D <= 256 */
-  TR_CUDA_ATTN_FLASH = 2 /* tensor-core kernel (TR_EUNSUPPORTED when it
+  TR_CUDA_ATTN_AUTO = 0,  /* cuDNN's fused attention in builds with cuDNN
+                             when it applies (bf16, D % 8 == 0, D <= 128,
+                             16-byte aligned rows) and cuDNN accepts the
+                             shape; else the tensor-core flash kernel when
+                             it applies (bf16, D in {64, 128}, 16-byte
+                             aligned rows); else the SIMT kernel */
+  TR_CUDA_ATTN_SIMT = 1,  /* portable kernel: any dtype, D <= 256 */
+  TR_CUDA_ATTN_FLASH = 2, /* tensor-core kernel (TR_EUNSUPPORTED when it
                              does not apply) */
+  TR_CUDA_ATTN_CUDNN = 3  /* cuDNN fused attention (TR_EUNSUPPORTED when
+                             it does not apply, the build has no cuDNN, or
+                             cuDNN declines the shape) */
 } tr_cuda_attn_impl_t;
-/* Choose the implementation (process-wide). */
+/* Choose the implementation (process-wide). The default is AUTO, or what
+ * TRAINRUN_ATTENTION (auto, cudnn, flash, simt) says. The lse of every
+ * implementation is the natural-log log-sum-exp of the scaled scores, so
+ * the backward may run another implementation than its forward. */
 void tr_kern_cuda_set_attention(tr_cuda_attn_impl_t impl);
 tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void);
 

@@ -47,6 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trainrun/errmsg.h"
 #include "trainrun/kernels.h"
 #include "trainrun/tensor.h"
 
@@ -163,6 +164,13 @@ typedef struct {
    * tr_model_release. */
   tr_tensor_t data;
   tr_tensor_t grad;
+  /* data in the model's compute dtype (bf16 on CUDA), which the blocks
+   * read instead of data when it exists; grads stay fp32. Made by
+   * tr_model_set_compute_dtype, refreshed by tr_model_refresh_compute or
+   * by an optimizer that writes both (the fused CUDA AdamW). Empty when the
+   * compute dtype is data's, or when hooks supply weights in the compute
+   * dtype themselves (FSDP's all-gather in param_dtype). */
+  tr_tensor_t compute;
 } tr_param_t;
 
 /* ---- blocks and hooks ---- */
@@ -225,11 +233,16 @@ typedef struct tr_model {
   int n_blocks; /* n_layers + 2 */
   tr_model_block_t* blocks;
   tr_model_tp_t tp;
+  /* dtype of activations and of the weights the blocks read: TR_F32
+   * (default, every device) or TR_BF16 (CUDA) */
+  tr_dtype_t compute_dtype;
   /* private */
   tr_model_hook_t* hooks[TR_HOOK__COUNT];
   int n_hooks[TR_HOOK__COUNT];
   tr_tensor_t rope_cos, rope_sin; /* [T, head_dim/2], grown on demand */
   int rope_T;
+  int ac_mode;  /* tr_model_ac_mode_t (tr_model_set_activation_checkpoint) */
+  int ac_every; /* TR_AC_LAYERS: every ac_every-th layer */
 } tr_model_t;
 
 /* Build the parameter table and the blocks for cfg (checked with
@@ -245,8 +258,19 @@ int tr_model_alloc(tr_model_t* m, tr_device_t dev);
  * biases 0, LayerNorm 1/0. Llama (torchtitan): embedding N(0, 1); wq, wk,
  * wv, w1 trunc-normal 0.02; wo, w2, w3 trunc-normal 0.02/sqrt(2(layer+1));
  * norms 1; output trunc-normal dim^-0.5 cut at 3 std (a tied table uses
- * the output's rule). Host tensors only (TR_EDEVICE otherwise). */
+ * the output's rule). Device tensors are filled through a host
+ * copy; compute copies are refreshed. */
 int tr_model_init_weights(tr_model_t* m, uint64_t seed);
+/* Compute in dt (TR_F32 or TR_BF16; after tr_model_alloc). With copies
+ * != 0 and dt differing from the parameters' dtype, every parameter gets a
+ * compute copy, filled now; with copies == 0 the hooks provide weights in
+ * dt (FSDP). Activations are dt from the next forward; statistics, losses
+ * and parameter gradients stay fp32. TR_EDTYPE for other dtypes. */
+int tr_model_set_compute_dtype(tr_model_t* m, tr_dtype_t dt, int copies);
+/* Convert every parameter's data into its compute copy (after the weights
+ * change other than through an optimizer that writes both: loading a
+ * checkpoint). Enqueued on the device; no-op without copies. */
+int tr_model_refresh_compute(tr_model_t* m);
 /* Zero every grad. */
 int tr_model_zero_grad(tr_model_t* m);
 /* Free everything (tensors, table, hooks). Safe on a zeroed struct. */
@@ -284,7 +308,13 @@ typedef struct tr_model_mb {
   tr_tensor_t logits;
   tr_tensor_t losses;
   double loss_sum; /* sum of the losses of non-ignored targets */
-  int64_t n_valid; /* number of targets != TR_IGNORE_INDEX */
+  int64_t n_valid; /* number of targets != TR_IGNORE_INDEX (counted on the
+                      host by tr_model_mb_init) */
+  /* 1: the head leaves the per-token losses in `losses` (0 at ignored
+   * targets) and does not sum them, so loss_sum stays 0: the caller adds
+   * them up later, and a device step needs no host synchronization per
+   * micro-batch. */
+  int defer_loss;
   /* d(objective)/d(each token's loss) for the backward; 0 (the default)
    * means 1/n_valid, the mean over this micro-batch. Set it to
    * 1/(valid tokens in the global batch) for accumulation or DP. */
@@ -318,6 +348,46 @@ int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int block);
 
 /* Mean loss of the last forward (loss_sum / n_valid; NaN when none). */
 double tr_model_mb_loss(const tr_model_mb_t* mb);
+
+/* ---- activation checkpointing (model/recompute.c) ----
+ *
+ * Trade compute for memory in the transformer layers (torchtitan's
+ * [activation_checkpoint]). A checkpointed layer's forward keeps only a
+ * view of its input; its backward first re-runs the layer's forward from
+ * that input (after the pre-backward hooks, so FSDP's gathered parameters
+ * serve it; the forward hooks do not run again, as FSDP2's do nothing
+ * during a recomputation) and then the backward. The kernels are
+ * deterministic and the model has no dropout, so the recomputed
+ * activations, and hence losses and gradients, are bit-identical to a run
+ * without checkpointing. The embedding and head blocks always keep theirs.
+ */
+typedef enum {
+  TR_AC_NONE = 0,   /* keep every activation (the default) */
+  TR_AC_FULL = 1,   /* every layer recomputes its forward in backward */
+  TR_AC_LAYERS = 2, /* selective N: layers with (layer + 1) % N == 0 recompute,
+                       as torchtitan counts them (N = 2: layers 1, 3, ...) */
+  TR_AC_OPS = 3     /* selective op: keep the matmul and attention outputs
+                       (gpt2: qkv, attention out, fc; llama3: q, k, v after
+                       RoPE, attention out, gate, up) and recompute the
+                       norm outputs and the GELU / SwiGLU products */
+} tr_model_ac_mode_t;
+
+/* Set the policy for the forwards that follow (a record saved before
+ * keeps the policy it was saved under). every_n >= 1 for TR_AC_LAYERS
+ * (ignored otherwise). TR_EINVAL for a bad mode or every_n. */
+int tr_model_set_activation_checkpoint(tr_model_t* m, tr_model_ac_mode_t mode,
+                                       int every_n);
+/* Whether layer `layer` (0-based) recomputes its forward under the current
+ * policy (TR_AC_OPS: 0, it keeps part of its activations). */
+int tr_model_ac_recomputes(const tr_model_t* m, int layer);
+/* Set the policy from [activation_checkpoint] mode and selective_ac_option
+ * strings ("none", "full", "selective" with "op" or a number N >= 1).
+ * TR_ECONFIG with a message in err (may be NULL) naming the key for an
+ * unknown mode, "memory_budget" (not supported) or a bad option. Logs the
+ * policy (which layers recompute) at info level. */
+int tr_model_set_activation_checkpoint_config(tr_model_t* m, const char* mode,
+                                              const char* option,
+                                              tr_errmsg_t* err);
 
 #ifdef __cplusplus
 }

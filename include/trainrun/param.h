@@ -38,6 +38,9 @@ typedef enum {
      "CPU kernel threads per rank; 0 = OMP_NUM_THREADS, else the cores")       \
   XX(OMP_NUM_THREADS, "OMP_NUM_THREADS", INT, "0", 0, 4096,                  \
      "read when TRAINRUN_NUM_THREADS is 0: CPU kernel threads; 0 = cores")     \
+  XX(ATTENTION, "TRAINRUN_ATTENTION", STRING, "auto", 0, 0,                    \
+     "CUDA attention kernels: auto (cuDNN, else flash, else simt), cudnn, "    \
+     "flash or simt")                                                          \
   XX(STORE_TOKEN, "TRAINRUN_STORE_TOKEN", STRING, "", 0, 0,                    \
      "shared secret trainrun store clients prove before any command")          \
   XX(STORE_MAX_KEY, "TRAINRUN_STORE_MAX_KEY_BYTES", INT, "8192", 1, 1048576,   \

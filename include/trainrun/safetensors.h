@@ -29,7 +29,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "trainrun/checkpoint.h"
 #include "trainrun/errmsg.h"
 #include "trainrun/model.h"
 #include "trainrun/tensor.h"
@@ -101,7 +103,8 @@ int tr_st_write(const char* path, const tr_st_item_t* items, size_t n,
 /* ---- models ---- */
 
 /* Write m's parameters with HF names and layouts (see above) as dtype.
- * Parameters must be whole (not sharded) host tensors. */
+ * Parameters must be whole (not sharded); device tensors are copied to the
+ * host first. */
 int tr_st_export_model(const tr_model_t* m, const char* path, tr_dtype_t dtype,
                        tr_errmsg_t* err);
 /* Load every parameter of m from path. Errors name the tensor and the
@@ -119,6 +122,56 @@ int tr_model_config_from_json(const char* json, tr_model_config_t* cfg,
 /* Write a Hugging Face config.json for cfg (GPT2LMHeadModel or
  * LlamaForCausalLM) at path. */
 int tr_hf_write_config(const tr_model_config_t* cfg, const char* path,
+                       tr_errmsg_t* err);
+
+/* ---- checkpoint steps as Hugging Face folders ---- */
+
+/* The model of a checkpoint step (trainrun/checkpoint.h) written as a
+ * Hugging Face folder: the "model.<name>" tensors, consolidated from the
+ * chunks of whatever layout saved them, in files of at most
+ * max_shard_bytes (in parameter order; a bigger tensor gets a file of its
+ * own), named model.safetensors when there is one file (unless
+ * sharded_names), else model-<i>-of-<n>.safetensors (5 digits each) with
+ * model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map":
+ * {name: file}}, written after every file, so its presence means the
+ * files are whole), plus config.json. Names, layouts and metadata as
+ * tr_st_export_model, so the bytes of one file equal what
+ * tr_st_export_model writes for the same weights. Each file holds only
+ * its own tensors in memory while it is written. */
+typedef enum {
+  TR_ST_EXPORT_ALL = 0,   /* every file, then the index and config.json */
+  TR_ST_EXPORT_FILES = 1, /* this rank's files: file i (from 0) when
+                             i % world == rank */
+  TR_ST_EXPORT_INDEX = 2  /* the index and config.json, after every rank
+                             wrote its files */
+} tr_st_export_part_t;
+
+typedef struct {
+  const tr_dtype_t* dtype; /* F32, BF16 or F16; NULL: the saved dtype */
+  int64_t max_shard_bytes; /* 0: 5000000000 */
+  int sharded_names;       /* model-00001-of-00001 and an index for one
+                              file too (checkpoint.last_save_in_hf, as
+                              torchtitan's consolidated save) */
+  tr_st_export_part_t part;
+  int rank, world; /* TR_ST_EXPORT_FILES; world 0 means 1 */
+  FILE* report;    /* "wrote PATH" per file written, or NULL */
+} tr_st_export_opts_t;
+
+/* Creates dir when missing. Errors name the file (or the checkpoint). */
+int tr_st_export_checkpoint(const tr_ckpt_t* ck, const char* dir,
+                            const tr_st_export_opts_t* o, tr_errmsg_t* err);
+
+typedef struct {
+  int nfiles, ntensors;
+  int64_t total_size; /* bytes of tensor data */
+  tr_dtype_t dtype;   /* of the first tensor */
+} tr_st_hf_summary_t;
+
+/* Check the Hugging Face folder dir through its
+ * model.safetensors.index.json: every file it names opens and checks
+ * (tr_st_open), holds the tensors the map gives it, and the tensors add up
+ * to total_size. Without an index: the negated errno of opening it. */
+int tr_st_check_hf_dir(const char* dir, tr_st_hf_summary_t* sum,
                        tr_errmsg_t* err);
 
 #ifdef __cplusplus

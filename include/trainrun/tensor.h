@@ -84,6 +84,12 @@ const char* tr_device_str(tr_device_t d, char* buf, size_t n);
 int tr_device_eq(tr_device_t a, tr_device_t b);
 /* Number of CUDA devices visible (0 in builds without CUDA or no GPU). */
 int tr_cuda_device_count(void);
+/* Make CUDA device `index` the calling thread's current device and, when
+ * name != NULL, write its product name ("NVIDIA H100 80GB HBM3") into
+ * name[cap]. TR_EDEVICE when it does not exist. */
+int tr_cuda_set_device(int index, char* name, size_t cap);
+/* Wait for everything enqueued on the current device (0 without CUDA). */
+int tr_cuda_synchronize(void);
 
 /* ---- allocators ---- */
 

@@ -181,6 +181,11 @@ typedef struct tr_trainer {
   int32_t* targets;
   tr_trainer_opts_t opts;
   struct tr__trainer_ckpt* ckpt; /* [checkpoint] state; NULL: disabled */
+  /* where it computes ([training] device, LOCAL_RANK) */
+  tr_device_t device;
+  char device_name[96];      /* "cpu", "NVIDIA H100 80GB HBM3" */
+  tr_dtype_t compute_dtype;  /* bf16 on cuda by default, f32 on the CPU */
+  tr_tensor_t loss_acc;      /* cuda: per-token losses of the step so far */
 } tr_trainer_t;
 
 /* Build everything a run needs from a resolved config: the model (seeded
@@ -264,6 +269,23 @@ int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
 void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
 /* Free the checkpoint state (tr_trainer_release calls it). */
 void tr__trainer_checkpoint_release(tr_trainer_t* t);
+
+/* trainer/device.c: what depends on the device. pick: t->device,
+ * device_name, compute_dtype from the config (and the current CUDA
+ * device); setup (after the weights exist): compute copies and the loss
+ * accumulator; loss_add: a micro-batch's losses into *sum (CPU) or the
+ * device accumulator; loss_take: the accumulator added into *sum and
+ * cleared (one host synchronization); grad_sumsq: *sq += sum of squares of
+ * every local grad; adamw: the update of every parameter (and its compute
+ * copy). */
+int tr__trainer_device_pick(tr_trainer_t* t, tr_errmsg_t* err);
+int tr__trainer_device_setup(tr_trainer_t* t);
+void tr__trainer_device_release(tr_trainer_t* t);
+int tr__trainer_loss_add(tr_trainer_t* t, const tr_model_mb_t* mb,
+                         double* sum);
+int tr__trainer_loss_take(tr_trainer_t* t, double* sum);
+int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq);
+int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip);
 
 /* The model config a run of cfg builds: the [model] flavor with vocab_size
  * kept (256 for the byte-level debug models) and, for llama3 (which has no

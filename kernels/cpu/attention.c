@@ -105,6 +105,15 @@ static void attn_bwd_task(void* ctx, int64_t task) {
   float* dv = a->dv + kvoff;
   float* P = tr__cpu_scratch(2, sizeof(float) * (size_t)TILE * a->T);
   float* dP = tr__cpu_scratch(3, sizeof(float) * (size_t)TILE * a->T);
+  /* the gradients are overwritten: this task owns k/v head kvh and its
+   * query heads in batch b */
+  for (int t = 0; t < a->T; t++) {
+    memset(dk + (int64_t)t * a->kvs, 0, sizeof(float) * (size_t)a->D);
+    memset(dv + (int64_t)t * a->kvs, 0, sizeof(float) * (size_t)a->D);
+    for (int h = kvh * group; h < (kvh + 1) * group; h++)
+      memset(a->dq + ((int64_t)b * a->T + t) * a->qs + (int64_t)h * a->D, 0,
+             sizeof(float) * (size_t)a->D);
+  }
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
     for (int i0 = 0; i0 < a->T; i0 += TILE) {
       int i1 = i0 + TILE < a->T ? i0 + TILE : a->T;

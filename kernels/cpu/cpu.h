@@ -55,10 +55,11 @@ int tr__cpu_gemm(int transa, int transb, int64_t M, int64_t N, int64_t K,
                  float alpha, const float* A, int64_t lda, const float* B,
                  int64_t ldb, float beta, float* C, int64_t ldc);
 int tr__cpu_linear_fwd(float* out, const float* inp, const float* w,
-                       const float* bias, int64_t N, int IC, int OC);
+                       const float* bias, int64_t N, int IC, int OC,
+                       int64_t ldo);
 int tr__cpu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
                        const float* inp, const float* w, int64_t N, int IC,
-                       int OC);
+                       int OC, int64_t ldd);
 int tr__cpu_rope(float* x, const float* cos_t, const float* sin_t, int B, int T,
                  int H, int D, int64_t stride, int inverse);
 int tr__cpu_attention_fwd(float* out, float* lse, const float* q,
@@ -77,9 +78,9 @@ int tr__cpu_swiglu_fwd(float* out, const float* gate, const float* up,
 int tr__cpu_swiglu_bwd(float* dgate, float* dup, const float* dout,
                        const float* gate, const float* up, int64_t n);
 int tr__cpu_xent_fwd(float* losses, float* lse, const float* logits,
-                     const int32_t* targets, int64_t N, int V);
+                     const int32_t* targets, int64_t N, int V, int64_t ld);
 int tr__cpu_xent_bwd(float* logits, const float* lse, const int32_t* targets,
-                     int64_t N, int V, float scale);
+                     int64_t N, int V, int64_t ld, float scale);
 int tr__cpu_adamw(float* p, const float* g, float* m, float* v, int64_t n,
                   const tr_adamw_args_t* args);
 int tr__cpu_sum_squares(double* out, const float* x, int64_t n);

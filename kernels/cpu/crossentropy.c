@@ -19,6 +19,7 @@ typedef struct {
   const float* clse;
   const int32_t* targets;
   int V;
+  int64_t ld; /* row stride of the logits */
   float scale;
 } xent_t;
 
@@ -36,7 +37,7 @@ static int check_targets(const int32_t* targets, int64_t N, int V) {
 
 static void xent_fwd_task(void* ctx, int64_t r) {
   const xent_t* a = ctx;
-  const float* x = a->clogits + r * a->V;
+  const float* x = a->clogits + r * a->ld;
   float m = -INFINITY;
   for (int j = 0; j < a->V; j++) m = x[j] > m ? x[j] : m;
   double s = 0.0;
@@ -48,20 +49,21 @@ static void xent_fwd_task(void* ctx, int64_t r) {
 }
 
 int tr__cpu_xent_fwd(float* losses, float* lse, const float* logits,
-                     const int32_t* targets, int64_t N, int V) {
+                     const int32_t* targets, int64_t N, int V, int64_t ld) {
   TR_CHECK(check_targets(targets, N, V));
   xent_t a = {.losses = losses,
               .lse = lse,
               .clogits = logits,
               .targets = targets,
-              .V = V};
+              .V = V,
+              .ld = ld};
   tr__cpu_parallel(N, xent_fwd_task, &a);
   return 0;
 }
 
 static void xent_bwd_task(void* ctx, int64_t r) {
   const xent_t* a = ctx;
-  float* x = a->logits + r * a->V;
+  float* x = a->logits + r * a->ld;
   int32_t t = a->targets[r];
   if (t == TR_IGNORE_INDEX) {
     memset(x, 0, (size_t)a->V * sizeof(float));
@@ -73,12 +75,13 @@ static void xent_bwd_task(void* ctx, int64_t r) {
 }
 
 int tr__cpu_xent_bwd(float* logits, const float* lse, const int32_t* targets,
-                     int64_t N, int V, float scale) {
+                     int64_t N, int V, int64_t ld, float scale) {
   TR_CHECK(check_targets(targets, N, V));
   xent_t a = {.logits = logits,
               .clse = lse,
               .targets = targets,
               .V = V,
+              .ld = ld,
               .scale = scale};
   tr__cpu_parallel(N, xent_bwd_task, &a);
   return 0;

@@ -286,23 +286,25 @@ typedef struct {
   const float* bias;
   int64_t N;
   int OC;
+  int64_t ld;
 } bias_fill_t;
 
 static void bias_fill_task(void* ctx, int64_t task) {
   const bias_fill_t* a = ctx;
   int64_t r0 = task * 64, r1 = r0 + 64 < a->N ? r0 + 64 : a->N;
   for (int64_t r = r0; r < r1; r++)
-    memcpy(a->out + r * a->OC, a->bias, (size_t)a->OC * sizeof(float));
+    memcpy(a->out + r * a->ld, a->bias, (size_t)a->OC * sizeof(float));
 }
 
 int tr__cpu_linear_fwd(float* out, const float* inp, const float* w,
-                       const float* bias, int64_t N, int IC, int OC) {
+                       const float* bias, int64_t N, int IC, int OC,
+                       int64_t ldo) {
   if (bias) {
-    bias_fill_t a = {out, bias, N, OC};
+    bias_fill_t a = {out, bias, N, OC, ldo};
     tr__cpu_parallel(tr__cpu_ntasks(N, 64), bias_fill_task, &a);
   }
   return tr__cpu_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, bias ? 1.0f : 0.0f,
-                      out, OC);
+                      out, ldo);
 }
 
 typedef struct {
@@ -310,6 +312,7 @@ typedef struct {
   const float* dout;
   int64_t N;
   int OC;
+  int64_t ld;
 } dbias_t;
 
 #define DBIAS_COLS 64
@@ -320,7 +323,7 @@ static void dbias_task(void* ctx, int64_t task) {
   int c1 = c0 + DBIAS_COLS < a->OC ? c0 + DBIAS_COLS : a->OC;
   float acc[DBIAS_COLS] = {0};
   for (int64_t r = 0; r < a->N; r++) {
-    const float* d = a->dout + r * a->OC;
+    const float* d = a->dout + r * a->ld;
     for (int c = c0; c < c1; c++) acc[c - c0] += d[c];
   }
   for (int c = c0; c < c1; c++) a->dbias[c] += acc[c - c0];
@@ -328,15 +331,15 @@ static void dbias_task(void* ctx, int64_t task) {
 
 int tr__cpu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
                        const float* inp, const float* w, int64_t N, int IC,
-                       int OC) {
+                       int OC, int64_t ldd) {
   if (dinp)
     TR_CHECK(
-        tr__cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC));
+        tr__cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, ldd, w, IC, 1.0f, dinp, IC));
   if (dw)
     TR_CHECK(
-        tr__cpu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC));
+        tr__cpu_gemm(1, 0, OC, IC, N, 1.0f, dout, ldd, inp, IC, 1.0f, dw, IC));
   if (dbias) {
-    dbias_t a = {dbias, dout, N, OC};
+    dbias_t a = {dbias, dout, N, OC, ldd};
     tr__cpu_parallel(tr__cpu_ntasks(OC, DBIAS_COLS), dbias_task, &a);
   }
   return 0;

@@ -1,8 +1,13 @@
 // kernels/cuda/attention.cu: causal attention with grouped-query heads,
 // forward and backward, never holding a T x T matrix: the portable kernels
 // (fp32 or bf16 storage, fp32 arithmetic on CUDA cores, head dims up to 256)
-// and the dispatcher that sends bf16 work to the tensor-core kernels of
-// flash_attention.cu when they apply.
+// and the dispatcher that sends bf16 work to cuDNN's fused attention
+// (cudnn_attention.cu, in builds with cuDNN) or the tensor-core kernels of
+// flash_attention.cu when they apply. The implementation comes from
+// tr_kern_cuda_set_attention, else TRAINRUN_ATTENTION (read once). Every
+// implementation's lse is the natural-log log-sum-exp of the scaled scores,
+// so a forward and its backward need not use the same one: when cuDNN
+// declines a shape (warned once per shape) the flash/SIMT kernels run.
 //
 // The portable kernels work on 32 x 32 tiles kept in shared memory as fp32
 // (rows padded by one float, so column walks do not collide in a bank):
@@ -16,6 +21,11 @@
 //    (batch, head, 32 queries), rebuilds them again for dQ. Every gradient
 //    element is summed by one thread in a fixed order: no atomics.
 #include "kernels/cuda/common.cuh"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "trainrun/param.h"  // TRAINRUN_ATTENTION
 
 #define TILE 32
 #define THREADS 256  // 8 warps; thread t owns row t / 8 and dims t % 8 + 8 m
@@ -421,17 +431,62 @@ int check_args(const char* op, int B, int T, int H, int KVH, int D, int64_t qs,
 }
 
 tr_cuda_attn_impl_t g_impl = TR_CUDA_ATTN_AUTO;
+pthread_once_t g_impl_once = PTHREAD_ONCE_INIT;
+
+// The default implementation from TRAINRUN_ATTENTION (once, before the
+// first set or get).
+void impl_from_env(void) {
+  const char* v = tr_param_str(TR_PARAM_ATTENTION);
+  tr_cuda_attn_impl_t impl = TR_CUDA_ATTN_AUTO;
+  if (strcmp(v, "cudnn") == 0)
+    impl = TR_CUDA_ATTN_CUDNN;
+  else if (strcmp(v, "flash") == 0)
+    impl = TR_CUDA_ATTN_FLASH;
+  else if (strcmp(v, "simt") == 0)
+    impl = TR_CUDA_ATTN_SIMT;
+  else if (strcmp(v, "auto") != 0 && v[0] != '\0')
+    TR_LOG_WARN(KERN,
+                "TRAINRUN_ATTENTION='%s' is not auto, cudnn, flash or simt: "
+                "using auto",
+                v);
+  __atomic_store_n(&g_impl, impl, __ATOMIC_RELAXED);
+}
 
 }  // namespace
 
 // ---- launchers ----
 
 extern "C" void tr_kern_cuda_set_attention(tr_cuda_attn_impl_t impl) {
+  pthread_once(&g_impl_once, impl_from_env);
   __atomic_store_n(&g_impl, impl, __ATOMIC_RELAXED);
 }
 
 extern "C" tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void) {
+  pthread_once(&g_impl_once, impl_from_env);
   return __atomic_load_n(&g_impl, __ATOMIC_RELAXED);
+}
+
+// cuDNN for this call? 1: try it (AUTO may still fall back when cuDNN
+// declines), 0: no, < 0: error (CUDNN requested, not usable).
+static int use_cudnn(tr_dtype_t dt, int D, const void* q, const void* k,
+                     const void* v, int64_t qs, int64_t kvs, bool others_ok) {
+  tr_cuda_attn_impl_t impl = tr_kern_cuda_get_attention();
+  if (impl != TR_CUDA_ATTN_AUTO && impl != TR_CUDA_ATTN_CUDNN) return 0;
+#ifdef HAVE_CUDNN
+  int ok = others_ok && tr__cudnn_attn_applies(dt, D, q, k, v, qs, kvs);
+#else
+  (void)dt, (void)D, (void)q, (void)k, (void)v, (void)qs, (void)kvs;
+  (void)others_ok;
+  int ok = 0;
+#endif
+  if (impl == TR_CUDA_ATTN_CUDNN && !ok) {
+    TR_LOG_ERROR(KERN,
+                 "attention: cuDNN attention needs a build with cuDNN, "
+                 "bfloat16, a head dim that is a multiple of 8 up to 128 "
+                 "and 16-byte aligned rows");
+    return TR_EUNSUPPORTED;
+  }
+  return ok;
 }
 
 // 1: tensor-core kernel, 0: SIMT, < 0: error (FLASH requested, not usable)
@@ -439,7 +494,7 @@ extern "C" tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void) {
 static int use_flash(tr_dtype_t dt, int D, const void* q, const void* k,
                      const void* v, int64_t qs, int64_t kvs, bool others_ok) {
   tr_cuda_attn_impl_t impl = tr_kern_cuda_get_attention();
-  if (impl == TR_CUDA_ATTN_SIMT) return 0;
+  if (impl == TR_CUDA_ATTN_SIMT || impl == TR_CUDA_ATTN_CUDNN) return 0;
   int ok = others_ok && tr__flash_applies(dt, D, q, k, v, qs, kvs);
   if (impl == TR_CUDA_ATTN_FLASH && !ok) {
     TR_LOG_ERROR(KERN,
@@ -457,6 +512,21 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                                           int64_t kvs, tr_cuda_stream_t s) {
   TR_CHECK(check_args("attention_fwd", B, T, H, KVH, D, qs, kvs));
   if ((int64_t)B * T == 0) return 0;
+  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out));
+  if (cu < 0) return cu;
+#ifdef HAVE_CUDNN
+  if (cu) {
+    int rc = tr__cudnn_attn_fwd((bf16*)out, lse, (const bf16*)q,
+                                (const bf16*)k, (const bf16*)v, B, T, H, KVH,
+                                D, qs, kvs, s);
+    // cuDNN declined the shape: an explicit request fails, AUTO falls back
+    if (rc != TR_EUNSUPPORTED) return rc;
+    if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
+      TR_LOG_ERROR(KERN, "attention_fwd: cuDNN declined this shape");
+      return rc;
+    }
+  }
+#endif
   int fl = use_flash(dt, D, q, k, v, qs, kvs, tr__aligned16(out));
   if (fl < 0) return fl;
   if (fl)
@@ -481,6 +551,21 @@ extern "C" int tr_kern_cuda_attention_bwd(
   }
   bool others = tr__aligned16(dout) && tr__aligned16(dq) && tr__aligned16(dk) &&
                 tr__aligned16(dv);
+  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, others && tr__aligned16(out));
+  if (cu < 0) return cu;
+#ifdef HAVE_CUDNN
+  if (cu) {
+    int rc = tr__cudnn_attn_bwd(
+        (bf16*)dq, (bf16*)dk, (bf16*)dv, (const bf16*)dout, (const bf16*)q,
+        (const bf16*)k, (const bf16*)v, (const bf16*)out, lse, B, T, H, KVH, D,
+        qs, kvs, accumulate, s);
+    if (rc != TR_EUNSUPPORTED) return rc;
+    if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
+      TR_LOG_ERROR(KERN, "attention_bwd: cuDNN declined this shape");
+      return rc;
+    }
+  }
+#endif
   int fl = use_flash(dt, D, q, k, v, qs, kvs, others);
   if (fl < 0) return fl;
   float* dsum = NULL;

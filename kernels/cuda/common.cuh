@@ -245,4 +245,23 @@ int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                   const float* lse, int B, int T, int H, int KVH, int D,
                   int64_t qs, int64_t kvs, int accumulate, cudaStream_t s);
 
+// cuDNN fused attention (cudnn_attention.cu, builds with HAVE_CUDNN): 1
+// when the arguments are of a kind cuDNN may take (bf16, D % 8 == 0,
+// D <= 128, 16-byte aligned pointers and rows). fwd/bwd return
+// TR_EUNSUPPORTED, having enqueued nothing, when cuDNN declines the shape
+// (warned once per shape); the caller then runs the flash or SIMT kernels.
+// Their lse/Stats is the natural-log log-sum-exp, as the other kernels'.
+int tr__cudnn_attn_applies(tr_dtype_t dt, int D, const void* q, const void* k,
+                           const void* v, int64_t qs, int64_t kvs);
+int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
+                       const bf16* v, int B, int T, int H, int KVH, int D,
+                       int64_t qs, int64_t kvs, cudaStream_t s);
+int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
+                       const bf16* q, const bf16* k, const bf16* v,
+                       const bf16* out, const float* lse, int B, int T, int H,
+                       int KVH, int D, int64_t qs, int64_t kvs, int accumulate,
+                       cudaStream_t s);
+// Destroy cached cuDNN plans and handles (from tr_kern_cuda_release).
+void tr__cudnn_attn_release(void);
+
 #endif  // TRAINRUN_KERNELS_CUDA_COMMON_CUH

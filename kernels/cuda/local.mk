@@ -18,6 +18,7 @@ KERNELS_CUDA_SOURCES = \
 	kernels/cuda/global_norm.cu \
 	kernels/cuda/attention.cu \
 	kernels/cuda/flash_attention.cu \
+	kernels/cuda/cudnn_attention.cu \
 	kernels/cuda/ops.cu
 if HAVE_CUDA
 libtrainrun_la_SOURCES += $(KERNELS_CUDA_SOURCES)
@@ -44,3 +45,7 @@ bench_kernels_bench_SOURCES = bench/kernels_bench.c
 bench_kernels_bench_LDADD = libtrainrun.la $(CUDA_LIBS) -lm
 endif
 EXTRA_DIST += tests/gpu/kernels.sh
+# bench/gpu_train.sh: trainrun next to llm.c and PyTorch on one GPU.
+EXTRA_DIST += bench/gpu_train.sh bench/gpu/gpt2_124m.toml \
+	bench/gpu/llama3_1b.toml bench/gpu/make_shard.py bench/gpu/summarize.py \
+	bench/peers/benchlib.py bench/peers/gpt2_torch.py bench/peers/llama_torch.py

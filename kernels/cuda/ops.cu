@@ -1,6 +1,7 @@
-// kernels/cuda/ops.cu: the "cuda" table of trainrun/kernels.h: the fp32
-// entry points, each running the CUDA kernels on the calling thread's
-// stream (tr_kern_set_stream), registered when the library loads.
+// kernels/cuda/ops.cu: the "cuda" table of trainrun/kernels.h and its bf16
+// table: the entry points, each running the CUDA kernels on the calling
+// thread's stream (tr_kern_set_stream), registered when the library loads.
+// One template per entry point, instantiated for fp32 and bf16.
 //
 // A few entries synchronize that stream, because their contract returns
 // something to the host: sum_squares (a host double) and xent_fwd (targets
@@ -20,45 +21,52 @@ namespace {
 
 cudaStream_t cur(void) { return (cudaStream_t)tr_kern_get_stream(); }
 
+template <tr_dtype_t DT>
 int cu_embedding_fwd(float* out, const int32_t* tok, const float* wte,
                      const float* wpe, int B, int T, int C) {
   // the table does not pass the vocabulary size: the tensor entry point
   // checks tokens on the host for CPU tensors only
-  return tr_kern_cuda_embedding_fwd(TR_F32, out, tok, wte, wpe, B, T, C,
+  return tr_kern_cuda_embedding_fwd(DT, out, tok, wte, wpe, B, T, C,
                                     INT_MAX, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_embedding_bwd(float* dwte, float* dwpe, const float* dout,
                      const int32_t* tok, int B, int T, int C) {
-  return tr_kern_cuda_embedding_bwd(TR_F32, dwte, dwpe, dout, tok, B, T, C,
+  return tr_kern_cuda_embedding_bwd(DT, dwte, dwpe, dout, tok, B, T, C,
                                     INT_MAX, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp,
                      const float* w, const float* b, int64_t N, int C,
                      float eps) {
-  return tr_kern_cuda_layernorm_fwd(TR_F32, out, mean, rstd, inp, w, b, N, C,
+  return tr_kern_cuda_layernorm_fwd(DT, out, mean, rstd, inp, w, b, N, C,
                                     eps, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_layernorm_bwd(float* dinp, float* dw, float* db, const float* dout,
                      const float* inp, const float* w, const float* mean,
                      const float* rstd, int64_t N, int C) {
-  return tr_kern_cuda_layernorm_bwd(TR_F32, dinp, dw, db, dout, inp, w, mean,
+  return tr_kern_cuda_layernorm_bwd(DT, dinp, dw, db, dout, inp, w, mean,
                                     rstd, N, C, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w,
                    int64_t N, int C, float eps) {
-  return tr_kern_cuda_rmsnorm_fwd(TR_F32, out, rstd, inp, w, N, C, eps, cur());
+  return tr_kern_cuda_rmsnorm_fwd(DT, out, rstd, inp, w, N, C, eps, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp,
                    const float* w, const float* rstd, int64_t N, int C) {
-  return tr_kern_cuda_rmsnorm_bwd(TR_F32, dinp, dw, dout, inp, w, rstd, N, C,
+  return tr_kern_cuda_rmsnorm_bwd(DT, dinp, dw, dout, inp, w, rstd, N, C,
                                   cur());
 }
 
+template <tr_dtype_t DT>
 int cu_gemm(int transa, int transb, int64_t M, int64_t N, int64_t K,
             float alpha, const float* A, int64_t lda, const float* B,
             int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -75,65 +83,139 @@ int cu_gemm(int transa, int transb, int64_t M, int64_t N, int64_t K,
   g.ldb = ldb;
   g.C = C;
   g.ldc = ldc;
-  g.ab_type = g.c_type = TR_F32;
+  g.ab_type = g.c_type = DT;
   g.alpha = alpha;
   g.beta = beta;
   return tr_kern_cuda_gemm(&g, cur());
 }
 
+// One GEMM of a linear layer whose output (gradient) rows are ld apart:
+// the padded logits of the output projection.
+int strided_gemm(tr_dtype_t ab, tr_dtype_t c, int transa, int transb,
+                 int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                 const void* B, int64_t ldb, void* C, int64_t ldc, float beta) {
+  tr_cuda_gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.transa = transa;
+  g.transb = transb;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = A;
+  g.lda = lda;
+  g.B = B;
+  g.ldb = ldb;
+  g.C = C;
+  g.ldc = ldc;
+  g.ab_type = ab;
+  g.c_type = c;
+  g.alpha = 1.0f;
+  g.beta = beta;
+  return tr_kern_cuda_gemm(&g, cur());
+}
+
+// Padded rows (ld a multiple of 8, OC not: GPT-2's vocabulary of 50257):
+// cuBLASLt falls back to 1-element-aligned kernels, 5-10x slower, when the
+// contiguous extent of an operand is odd, so each GEMM runs on the aligned
+// first OC & ~7 columns and, separately, on the few left (a thin GEMM).
+template <tr_dtype_t DT>
 int cu_linear_fwd(float* out, const float* inp, const float* w,
-                  const float* bias, int64_t N, int IC, int OC) {
-  return tr_kern_cuda_linear_fwd(TR_F32, out, NULL, inp, w, bias, N, IC, OC, 0,
-                                 cur());
+                  const float* bias, int64_t N, int IC, int OC, int64_t ldo) {
+  if (ldo == OC || N <= 1)
+    return tr_kern_cuda_linear_fwd(DT, out, NULL, inp, w, bias, N, IC, OC, 0,
+                                   cur());
+  if (bias) {
+    TR_LOG_ERROR(KERN, "linear_fwd: a bias with padded output rows");
+    return TR_EUNSUPPORTED;
+  }
+  const size_t es = DT == TR_BF16 ? 2 : 4;
+  int64_t a = OC & ~(int64_t)7, r = OC - a;
+  if (a > 0)
+    TR_CHECK(
+        strided_gemm(DT, DT, 0, 1, N, a, IC, inp, IC, w, IC, out, ldo, 0.0f));
+  if (r > 0)
+    TR_CHECK(strided_gemm(DT, DT, 0, 1, N, r, IC, inp, IC,
+                          (const char*)w + (size_t)a * IC * es, IC,
+                          (char*)out + (size_t)a * es, ldo, 0.0f));
+  return 0;
 }
 
+template <tr_dtype_t DT>
 int cu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
-                  const float* inp, const float* w, int64_t N, int IC, int OC) {
-  return tr_kern_cuda_linear_bwd(TR_F32, dinp, dw, dbias, dout, inp, w, NULL, N,
-                                 IC, OC, cur());
+                  const float* inp, const float* w, int64_t N, int IC, int OC,
+                  int64_t ldd) {
+  if (ldd == OC || N <= 1)
+    return tr_kern_cuda_linear_bwd(DT, dinp, dw, dbias, dout, inp, w, NULL, N,
+                                   IC, OC, cur());
+  if (dbias) {
+    TR_LOG_ERROR(KERN, "linear_bwd: a bias gradient with padded rows");
+    return TR_EUNSUPPORTED;
+  }
+  const size_t es = DT == TR_BF16 ? 2 : 4;
+  int64_t a = OC & ~(int64_t)7, r = OC - a;
+  if (dinp && a > 0)
+    TR_CHECK(strided_gemm(DT, DT, 0, 0, N, IC, a, dout, ldd, w, IC, dinp, IC,
+                          1.0f));
+  if (dinp && r > 0)
+    TR_CHECK(strided_gemm(DT, DT, 0, 0, N, IC, r,
+                          (const char*)dout + (size_t)a * es, ldd,
+                          (const char*)w + (size_t)a * IC * es, IC, dinp, IC,
+                          1.0f));
+  if (dw)
+    TR_CHECK(strided_gemm(DT, TR_F32, 1, 0, OC, IC, N, dout, ldd, inp, IC, dw,
+                          IC, 1.0f));
+  return 0;
 }
 
+template <tr_dtype_t DT>
 int cu_rope(float* x, const float* cos_t, const float* sin_t, int B, int T,
             int H, int D, int64_t stride, int inverse) {
-  return tr_kern_cuda_rope(TR_F32, x, cos_t, sin_t, B, T, H, D, stride, inverse,
+  return tr_kern_cuda_rope(DT, x, cos_t, sin_t, B, T, H, D, stride, inverse,
                            cur());
 }
 
+template <tr_dtype_t DT>
 int cu_attention_fwd(float* out, float* lse, const float* q, const float* k,
                      const float* v, int B, int T, int H, int KVH, int D,
                      int64_t q_stride, int64_t kv_stride) {
-  return tr_kern_cuda_attention_fwd(TR_F32, out, lse, q, k, v, B, T, H, KVH, D,
+  return tr_kern_cuda_attention_fwd(DT, out, lse, q, k, v, B, T, H, KVH, D,
                                     q_stride, kv_stride, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_attention_bwd(float* dq, float* dk, float* dv, const float* dout,
                      const float* q, const float* k, const float* v,
                      const float* out, const float* lse, int B, int T, int H,
                      int KVH, int D, int64_t q_stride, int64_t kv_stride) {
-  return tr_kern_cuda_attention_bwd(TR_F32, dq, dk, dv, dout, q, k, v, out, lse,
-                                    B, T, H, KVH, D, q_stride, kv_stride, 1,
+  return tr_kern_cuda_attention_bwd(DT, dq, dk, dv, dout, q, k, v, out, lse,
+                                    B, T, H, KVH, D, q_stride, kv_stride, 0,
                                     cur());
 }
 
+template <tr_dtype_t DT>
 int cu_gelu_fwd(float* out, const float* inp, int64_t n) {
-  return tr_kern_cuda_gelu_fwd(TR_F32, out, inp, n, cur());
+  return tr_kern_cuda_gelu_fwd(DT, out, inp, n, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_gelu_bwd(float* dinp, const float* dout, const float* inp, int64_t n) {
-  return tr_kern_cuda_gelu_bwd(TR_F32, dinp, dout, inp, n, cur());
+  return tr_kern_cuda_gelu_bwd(DT, dinp, dout, inp, n, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_swiglu_fwd(float* out, const float* gate, const float* up, int64_t n) {
-  return tr_kern_cuda_swiglu_fwd(TR_F32, out, gate, up, n, cur());
+  return tr_kern_cuda_swiglu_fwd(DT, out, gate, up, n, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_swiglu_bwd(float* dgate, float* dup, const float* dout,
                   const float* gate, const float* up, int64_t n) {
-  return tr_kern_cuda_swiglu_bwd(TR_F32, dgate, dup, dout, gate, up, n, cur());
+  return tr_kern_cuda_swiglu_bwd(DT, dgate, dup, dout, gate, up, n, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_xent_fwd(float* losses, float* lse, const float* logits,
-                const int32_t* targets, int64_t N, int V) {
+                const int32_t* targets, int64_t N, int V, int64_t ld) {
   cudaStream_t s = cur();
   static const int none = INT_MAX;
   int* err = NULL;
@@ -142,7 +224,7 @@ int cu_xent_fwd(float* losses, float* lse, const float* logits,
   rc = TR_CUDA_CALL(
       cudaMemcpyAsync(err, &none, sizeof none, cudaMemcpyHostToDevice, s));
   if (rc == 0)
-    rc = tr_kern_cuda_xent_fwd(TR_F32, losses, lse, logits, V, targets, N, V,
+    rc = tr_kern_cuda_xent_fwd(DT, losses, lse, logits, ld, targets, N, V,
                                err, s);
   if (rc == 0)
     rc = TR_CUDA_CALL(
@@ -160,9 +242,10 @@ int cu_xent_fwd(float* losses, float* lse, const float* logits,
   return rc;
 }
 
+template <tr_dtype_t DT>
 int cu_xent_bwd(float* logits, const float* lse, const int32_t* targets,
-                int64_t N, int V, float scale) {
-  return tr_kern_cuda_xent_bwd(TR_F32, logits, V, lse, targets, N, V, scale,
+                int64_t N, int V, int64_t ld, float scale) {
+  return tr_kern_cuda_xent_bwd(DT, logits, ld, lse, targets, N, V, scale,
                                cur());
 }
 
@@ -179,10 +262,11 @@ int cu_adamw(float* p, const float* g, float* m, float* v, int64_t n,
   return tr_kern_cuda_adamw(&t, 1, args, NULL, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_sum_squares(double* out, const float* x, int64_t n) {
   cudaStream_t s = cur();
   double* d = NULL;
-  tr_cuda_span_t span = {x, TR_F32, n};
+  tr_cuda_span_t span = {x, DT, n};
   TR_CHECK(tr__cuda_tmp_alloc((void**)&d, sizeof(double), s));
   int rc = tr_kern_cuda_sum_squares(d, &span, 1, s);
   if (rc == 0)
@@ -193,51 +277,64 @@ int cu_sum_squares(double* out, const float* x, int64_t n) {
   return rc;
 }
 
+template <tr_dtype_t DT>
 int cu_scale(float* x, float a, int64_t n) {
-  return tr_kern_cuda_scale(TR_F32, x, a, n, cur());
+  return tr_kern_cuda_scale(DT, x, a, n, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_add(float* out, const float* a, const float* b, int64_t n) {
-  return tr_kern_cuda_add(TR_F32, out, a, b, n, cur());
+  return tr_kern_cuda_add(DT, out, a, b, n, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_accumulate(float* y, const float* x, int64_t n) {
-  return tr_kern_cuda_accumulate(TR_F32, y, x, n, cur());
+  return tr_kern_cuda_accumulate(DT, y, x, n, cur());
 }
 
+template <tr_dtype_t DT>
 int cu_zero(float* x, int64_t n) {
   if (n <= 0) return 0;
-  return TR_CUDA_CALL(cudaMemsetAsync(x, 0, (size_t)n * sizeof(float), cur()));
+  size_t elem = DT == TR_BF16 ? 2 : 4;
+  return TR_CUDA_CALL(cudaMemsetAsync(x, 0, (size_t)n * elem, cur()));
 }
 
 tr_kern_ops_t cuda_ops;
+tr_kern_ops_t cuda_bf16_ops;
+
+template <tr_dtype_t DT>
+void fill(tr_kern_ops_t* t, const char* name) {
+  t->name = name;
+  t->embedding_fwd = cu_embedding_fwd<DT>;
+  t->embedding_bwd = cu_embedding_bwd<DT>;
+  t->layernorm_fwd = cu_layernorm_fwd<DT>;
+  t->layernorm_bwd = cu_layernorm_bwd<DT>;
+  t->rmsnorm_fwd = cu_rmsnorm_fwd<DT>;
+  t->rmsnorm_bwd = cu_rmsnorm_bwd<DT>;
+  t->gemm = cu_gemm<DT>;
+  t->linear_fwd = cu_linear_fwd<DT>;
+  t->linear_bwd = cu_linear_bwd<DT>;
+  t->rope = cu_rope<DT>;
+  t->attention_fwd = cu_attention_fwd<DT>;
+  t->attention_bwd = cu_attention_bwd<DT>;
+  t->gelu_fwd = cu_gelu_fwd<DT>;
+  t->gelu_bwd = cu_gelu_bwd<DT>;
+  t->swiglu_fwd = cu_swiglu_fwd<DT>;
+  t->swiglu_bwd = cu_swiglu_bwd<DT>;
+  t->xent_fwd = cu_xent_fwd<DT>;
+  t->xent_bwd = cu_xent_bwd<DT>;
+  t->adamw = cu_adamw;
+  t->sum_squares = cu_sum_squares<DT>;
+  t->scale = cu_scale<DT>;
+  t->add = cu_add<DT>;
+  t->accumulate = cu_accumulate<DT>;
+  t->zero = cu_zero<DT>;
+}
 
 void fill_table(void) {
-  cuda_ops.name = "cuda";
-  cuda_ops.embedding_fwd = cu_embedding_fwd;
-  cuda_ops.embedding_bwd = cu_embedding_bwd;
-  cuda_ops.layernorm_fwd = cu_layernorm_fwd;
-  cuda_ops.layernorm_bwd = cu_layernorm_bwd;
-  cuda_ops.rmsnorm_fwd = cu_rmsnorm_fwd;
-  cuda_ops.rmsnorm_bwd = cu_rmsnorm_bwd;
-  cuda_ops.gemm = cu_gemm;
-  cuda_ops.linear_fwd = cu_linear_fwd;
-  cuda_ops.linear_bwd = cu_linear_bwd;
-  cuda_ops.rope = cu_rope;
-  cuda_ops.attention_fwd = cu_attention_fwd;
-  cuda_ops.attention_bwd = cu_attention_bwd;
-  cuda_ops.gelu_fwd = cu_gelu_fwd;
-  cuda_ops.gelu_bwd = cu_gelu_bwd;
-  cuda_ops.swiglu_fwd = cu_swiglu_fwd;
-  cuda_ops.swiglu_bwd = cu_swiglu_bwd;
-  cuda_ops.xent_fwd = cu_xent_fwd;
-  cuda_ops.xent_bwd = cu_xent_bwd;
-  cuda_ops.adamw = cu_adamw;
-  cuda_ops.sum_squares = cu_sum_squares;
-  cuda_ops.scale = cu_scale;
-  cuda_ops.add = cu_add;
-  cuda_ops.accumulate = cu_accumulate;
-  cuda_ops.zero = cu_zero;
+  fill<TR_F32>(&cuda_ops, "cuda");
+  fill<TR_BF16>(&cuda_bf16_ops, "cuda-bf16");
+  cuda_ops.bf16 = &cuda_bf16_ops;
 }
 
 __attribute__((constructor)) void register_at_load(void) {
@@ -254,4 +351,9 @@ extern "C" void tr_kern_cuda_register(void) {
   tr_kern_register(TR_DEV_CUDA, &cuda_ops);
 }
 
-extern "C" void tr_kern_cuda_release(void) { tr__cuda_matmul_release(); }
+extern "C" void tr_kern_cuda_release(void) {
+  tr__cuda_matmul_release();
+#ifdef HAVE_CUDNN
+  tr__cudnn_attn_release();
+#endif
+}

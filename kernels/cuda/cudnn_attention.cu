@@ -1,0 +1,929 @@
+// kernels/cuda/cudnn_attention.cu: causal attention with grouped-query heads
+// through cuDNN's fused flash attention (SDPA), forward and backward, built
+// with the cuDNN 9 backend graph API in plain C (cudnn-frontend is not used).
+// Compiles to nothing in builds without HAVE_CUDNN.
+//
+// cuDNN's runtime-fusion engines recognise flash attention as a graph of
+// primitive operations (the composition cudnn-frontend's SDPA nodes emit
+// for cuDNN 9.0 to 9.20): forward
+//   S = Q K^T (fp32) * scale; causal mask (row index >= column index, else
+//   -inf, by GEN_INDEX, CMP_GE and BINARY_SELECT); M = rowmax S;
+//   E = exp(S - M); Z = rowsum E; Stats = M + log Z; O = (E / Z) V,
+// backward
+//   Dsum = rowsum(dO * O) (a device buffer of ours); P = exp(mask(S) - Stats);
+//   dV = P^T dO; dS = P (dO V^T - Dsum) * scale; dK = dS^T Q; dQ = dS K,
+// with GQA's dK and dV summed over the query heads of a group by a
+// reduction. Our layouts are expressed with strides: Q [B,H,T,D] strides
+// [T qs, D, qs, 1], K and V [T kvs, D, kvs, 1] (K passed transposed as
+// [B,KVH,D,T]), O and dO [T H D, D, H D, 1], Stats [B,H,T,1] [H T, T, 1, 1].
+//
+// Stats: exp and log of these pointwise operations are natural, and the
+// scale is applied before the max, so Stats is the natural-log log-sum-exp
+// of each row of the scaled, masked scores: exactly the lse of
+// kernels_cuda.h (cudnn-frontend documents its SDPA "Stats" output as
+// max + log(sum(exp(S - max)))). So a cuDNN forward may feed the flash or
+// SIMT backward and the other way round.
+//
+// The backward first asks for the graph that writes dQ directly (the one
+// cudnn-frontend uses for its deterministic algorithm on Hopper) and skips
+// engines noted non-deterministic; when none finalizes, it takes the graph
+// whose dQ goes through an fp32 accumulator in the workspace (atomics: not
+// bit-reproducible), with a warning.
+//
+// Execution plans are built once per (device, direction, shape, strides)
+// and cached; a shape cuDNN declines is remembered, warned about once, and
+// answered TR_EUNSUPPORTED at once afterwards (the caller falls back to the
+// flash or SIMT kernels). One cuDNN handle per device, its stream set at
+// each call; workspace from the stream's pool.
+#include "kernels/cuda/common.cuh"
+
+#ifdef HAVE_CUDNN
+
+#include <cudnn.h>  // cudnnHandle_t, cudnnBackend* (the graph API)
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- tensor ids of a graph ----
+
+enum {
+  UID_Q = 1,
+  UID_K = 2,
+  UID_V = 3,
+  UID_O = 4,
+  UID_STATS = 5,
+  UID_SCALE = 6,
+  UID_NEGINF = 7,
+  UID_DO = 8,
+  UID_DQ = 9,
+  UID_DK = 10,
+  UID_DV = 11,
+  UID_DSUM = 12,
+  UID_DQACC = 13,
+  UID_ONE = 14,
+  UID_VIRTUAL = 100  // virtual tensors count up from here
+};
+
+#define GB_MAX_DESC 128
+#define GB_MAX_OPS 48
+
+// ---- a graph under construction: every descriptor it created ----
+
+typedef struct {
+  cudnnBackendDescriptor_t all[GB_MAX_DESC];
+  int n_all;
+  cudnnBackendDescriptor_t ops[GB_MAX_OPS];
+  int n_ops;
+  int64_t next_uid;
+  cudnnStatus_t st;  // first failure
+  const char* what;  // what failed first
+} gb_t;
+
+static void gb_release(gb_t* g) {
+  for (int i = g->n_all - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(g->all[i]);
+  g->n_all = 0;
+  g->n_ops = 0;
+}
+
+static bool gb_ok(gb_t* g, cudnnStatus_t st, const char* what) {
+  if (g->st != CUDNN_STATUS_SUCCESS) return false;
+  if (st != CUDNN_STATUS_SUCCESS) {
+    g->st = st;
+    g->what = what;
+    return false;
+  }
+  return true;
+}
+
+static cudnnBackendDescriptor_t gb_new(gb_t* g, cudnnBackendDescriptorType_t t,
+                                       const char* what) {
+  if (g->st != CUDNN_STATUS_SUCCESS) return NULL;
+  if (g->n_all == GB_MAX_DESC) {
+    gb_ok(g, CUDNN_STATUS_INTERNAL_ERROR, "too many descriptors");
+    return NULL;
+  }
+  cudnnBackendDescriptor_t d = NULL;
+  if (!gb_ok(g, cudnnBackendCreateDescriptor(t, &d), what)) return NULL;
+  g->all[g->n_all++] = d;
+  return d;
+}
+
+static void gb_set(gb_t* g, cudnnBackendDescriptor_t d,
+                   cudnnBackendAttributeName_t name,
+                   cudnnBackendAttributeType_t type, int64_t n,
+                   const void* val, const char* what) {
+  if (g->st != CUDNN_STATUS_SUCCESS || !d) return;
+  gb_ok(g, cudnnBackendSetAttribute(d, name, type, n, val), what);
+}
+
+static void gb_finalize(gb_t* g, cudnnBackendDescriptor_t d,
+                        const char* what) {
+  if (g->st != CUDNN_STATUS_SUCCESS || !d) return;
+  gb_ok(g, cudnnBackendFinalize(d), what);
+}
+
+// A 4-d tensor; uid < 0 takes the next virtual id.
+static cudnnBackendDescriptor_t gb_tensor(gb_t* g, int64_t uid,
+                                          cudnnDataType_t dt,
+                                          const int64_t dims[4],
+                                          const int64_t strides[4],
+                                          bool is_virtual, bool by_value) {
+  cudnnBackendDescriptor_t t =
+      gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor descriptor");
+  if (uid < 0) uid = g->next_uid++;
+  int64_t align = 16;
+  bool virt = is_virtual, byval = by_value;
+  gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt,
+         "tensor data type");
+  gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims,
+         "tensor dimensions");
+  gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides,
+         "tensor strides");
+  gb_set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid,
+         "tensor id");
+  gb_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align,
+         "tensor alignment");
+  gb_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt,
+         "tensor is_virtual");
+  if (by_value)
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval,
+           "tensor is_by_value");
+  gb_finalize(g, t, "tensor finalize");
+  return t;
+}
+
+// Virtual tensor of type dt shaped like dims/strides.
+static cudnnBackendDescriptor_t gb_virt(gb_t* g, cudnnDataType_t dt,
+                                        const int64_t dims[4],
+                                        const int64_t strides[4]) {
+  return gb_tensor(g, -1, dt, dims, strides, true, false);
+}
+
+// A by-value fp32 scalar [1,1,1,1].
+static cudnnBackendDescriptor_t gb_scalar(gb_t* g, int64_t uid) {
+  static const int64_t one[4] = {1, 1, 1, 1};
+  return gb_tensor(g, uid, CUDNN_DATA_FLOAT, one, one, false, true);
+}
+
+static void gb_add_op(gb_t* g, cudnnBackendDescriptor_t op) {
+  if (g->st != CUDNN_STATUS_SUCCESS || !op) return;
+  if (g->n_ops == GB_MAX_OPS) {
+    gb_ok(g, CUDNN_STATUS_INTERNAL_ERROR, "too many operations");
+    return;
+  }
+  g->ops[g->n_ops++] = op;
+}
+
+// y = mode(x[, b[, t]]) in compute type ct; axis >= 0 for GEN_INDEX.
+static void gb_pw(gb_t* g, cudnnPointwiseMode_t mode, cudnnDataType_t ct,
+                  cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                  cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                  int64_t axis) {
+  cudnnBackendDescriptor_t pw =
+      gb_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise descriptor");
+  gb_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode,
+         "pointwise mode");
+  gb_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &ct,
+         "pointwise math precision");
+  if (axis >= 0)
+    gb_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis,
+           "pointwise axis");
+  gb_finalize(g, pw, "pointwise descriptor finalize");
+  cudnnBackendDescriptor_t op = gb_new(
+      g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise operation");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, "pointwise op descriptor");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise x");
+  if (b)
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "pointwise b");
+  if (t)
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, "pointwise t");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise y");
+  gb_finalize(g, op, "pointwise operation finalize");
+  gb_add_op(g, op);
+}
+
+// c = a b (batched over the first two dims), fp32 accumulation
+static void gb_matmul(gb_t* g, cudnnBackendDescriptor_t a,
+                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
+  cudnnDataType_t ct = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t mm =
+      gb_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul descriptor");
+  gb_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct,
+         "matmul compute type");
+  gb_finalize(g, mm, "matmul descriptor finalize");
+  cudnnBackendDescriptor_t op = gb_new(
+      g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul operation");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "matmul a");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "matmul b");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "matmul op descriptor");
+  gb_finalize(g, op, "matmul operation finalize");
+  gb_add_op(g, op);
+}
+
+// y = reduce(x) over the dims where y has extent 1 (or fewer heads)
+static void gb_reduce(gb_t* g, cudnnReduceTensorOp_t mode,
+                      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+  cudnnDataType_t ct = CUDNN_DATA_FLOAT;
+  cudnnBackendDescriptor_t rd =
+      gb_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction descriptor");
+  gb_set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR,
+         CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, "reduction operator");
+  gb_set(g, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct,
+         "reduction compute type");
+  gb_finalize(g, rd, "reduction descriptor finalize");
+  cudnnBackendDescriptor_t op = gb_new(
+      g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction operation");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reduction x");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reduction y");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd, "reduction op descriptor");
+  gb_finalize(g, op, "reduction operation finalize");
+  gb_add_op(g, op);
+}
+
+// y = x seen with other dims/strides (a transposed view)
+static void gb_reshape(gb_t* g, cudnnBackendDescriptor_t x,
+                       cudnnBackendDescriptor_t y) {
+  cudnnBackendDescriptor_t op = gb_new(
+      g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape operation");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reshape x");
+  gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reshape y");
+  gb_finalize(g, op, "reshape operation finalize");
+  gb_add_op(g, op);
+}
+
+// ---- plans ----
+
+typedef struct {
+  int dev, bwd;
+  int B, T, H, KVH, D;
+  int64_t qs, kvs, dqs, dkvs;
+} akey_t;
+
+typedef struct {
+  akey_t key;
+  int supported;                   // 0: cuDNN declined (warned once)
+  int direct_dq;                   // bwd: dQ written by the fused kernel
+  cudnnBackendDescriptor_t plan;   // finalized execution plan
+  cudnnBackendDescriptor_t cfg;    // its engine config
+  gb_t* graph;                     // the graph's descriptors, kept alive
+                                   // as long as the plan that uses them
+  int64_t ws;                      // the plan's workspace bytes
+} aplan_t;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudnnHandle_t g_handles[TR_MAX_DEVICES];
+static aplan_t** g_plans;
+static int g_n_plans, g_cap_plans;
+
+static const char* st_name(cudnnStatus_t st) { return cudnnGetErrorString(st); }
+
+// Called with g_lock held.
+static int handle_get(int dev, cudnnHandle_t* out) {
+  if (!g_handles[dev]) {
+    cudnnStatus_t st = cudnnCreate(&g_handles[dev]);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      g_handles[dev] = NULL;
+      TR_LOG_WARN(KERN, "cudnnCreate failed: %s", st_name(st));
+      return TR_EUNSUPPORTED;
+    }
+  }
+  *out = g_handles[dev];
+  return 0;
+}
+
+// 1 when engine config cfg is noted non-deterministic.
+static bool cfg_nondeterministic(cudnnBackendDescriptor_t cfg) {
+  cudnnBackendDescriptor_t eng = NULL;
+  bool nondet = false;
+  if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) !=
+      CUDNN_STATUS_SUCCESS)
+    return false;
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                               &eng) == CUDNN_STATUS_SUCCESS &&
+      n == 1) {
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t nn = 0;
+    if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                 CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn,
+                                 notes) == CUDNN_STATUS_SUCCESS)
+      for (int64_t i = 0; i < nn && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+        if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) nondet = true;
+  }
+  cudnnBackendDestroyDescriptor(eng);
+  return nondet;
+}
+
+// Finalize the operation graph of g, ask heuristics (mode A, then the
+// fallback list) and keep the first engine config whose execution plan
+// finalizes: *plan and *cfg (owned by the caller) and its workspace size.
+// Returns a cuDNN status; *why names what failed.
+static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
+                                     bool want_deterministic,
+                                     cudnnBackendDescriptor_t* plan,
+                                     cudnnBackendDescriptor_t* cfg,
+                                     int64_t* ws, const char** why) {
+  *plan = NULL;
+  *cfg = NULL;
+  cudnnBackendDescriptor_t graph =
+      gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+  gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+         CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops,
+         "operation graph ops");
+  // Deprecated in recent cuDNN 9 releases (the handle is given at execute
+  // time) but required by older ones: set it, and ignore a refusal.
+  if (graph && g->st == CUDNN_STATUS_SUCCESS)
+    (void)cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+                                   CUDNN_TYPE_HANDLE, 1, &h);
+  gb_finalize(g, graph, "operation graph finalize");
+  if (g->st != CUDNN_STATUS_SUCCESS) {
+    *why = g->what;
+    return g->st;
+  }
+  static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A,
+                                                  CUDNN_HEUR_MODE_FALLBACK};
+  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+  *why = "no engine config finalized an execution plan";
+  for (int m = 0; m < 2 && !*plan; m++) {
+    cudnnBackendDescriptor_t heur = NULL;
+    cudnnStatus_t st =
+        cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    st = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE,
+                                    CUDNN_TYPE_HEUR_MODE, 1, &modes[m]);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(heur);
+    int64_t count = 0;
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                    NULL);
+    if (st != CUDNN_STATUS_SUCCESS || count <= 0) {
+      if (st != CUDNN_STATUS_SUCCESS) {
+        last = st;
+        *why = "engine heuristics";
+      }
+      cudnnBackendDestroyDescriptor(heur);
+      continue;
+    }
+    cudnnBackendDescriptor_t* cfgs = (cudnnBackendDescriptor_t*)calloc(
+        (size_t)count, sizeof(cudnnBackendDescriptor_t));
+    int64_t made = 0;
+    if (!cfgs) {
+      cudnnBackendDestroyDescriptor(heur);
+      return CUDNN_STATUS_ALLOC_FAILED;
+    }
+    for (; made < count; made++)
+      if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+                                       &cfgs[made]) != CUDNN_STATUS_SUCCESS)
+        break;
+    int64_t got = 0;
+    st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &got,
+                                  cfgs);
+    if (st != CUDNN_STATUS_SUCCESS) got = 0;
+    for (int64_t i = 0; i < got && !*plan; i++) {
+      if (want_deterministic && cfg_nondeterministic(cfgs[i])) continue;
+      cudnnBackendDescriptor_t p = NULL;
+      st = cudnnBackendCreateDescriptor(
+          CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
+      if (st != CUDNN_STATUS_SUCCESS) break;
+      (void)cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                                     CUDNN_TYPE_HANDLE, 1, &h);
+      st = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+      if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(p);
+      int64_t n = 0, bytes = 0;
+      if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                      CUDNN_TYPE_INT64, 1, &n, &bytes);
+      if (st == CUDNN_STATUS_SUCCESS) {
+        *plan = p;
+        *cfg = cfgs[i];
+        cfgs[i] = NULL;
+        *ws = bytes;
+      } else {
+        last = st;
+        cudnnBackendDestroyDescriptor(p);
+      }
+    }
+    for (int64_t i = 0; i < made; i++)
+      if (cfgs[i]) cudnnBackendDestroyDescriptor(cfgs[i]);
+    free(cfgs);
+    cudnnBackendDestroyDescriptor(heur);
+  }
+  return *plan ? CUDNN_STATUS_SUCCESS : last;
+}
+
+// dims/strides helpers: a [B, heads, rows, cols] tensor, and the row-major
+// contiguous strides of one
+static void dims4(int64_t* d, int64_t a, int64_t b, int64_t c, int64_t e) {
+  d[0] = a;
+  d[1] = b;
+  d[2] = c;
+  d[3] = e;
+}
+
+static float neg_inf_value(void) {
+  // cudnn-frontend passes the lowest finite float to cuDNN before 9.10
+  return cudnnGetVersion() < 91000 ? -3.4028234663852886e38f : -INFINITY;
+}
+
+// The causal mask on scores s (virtual fp32 [B,H,T,T]): returns the masked
+// scores. The -inf constant is tensor UID_NEGINF.
+static cudnnBackendDescriptor_t gb_causal(gb_t* g, cudnnBackendDescriptor_t s,
+                                          const int64_t* sd, const int64_t* ss,
+                                          cudnnBackendDescriptor_t neginf) {
+  cudnnBackendDescriptor_t row = gb_virt(g, CUDNN_DATA_INT32, sd, ss);
+  cudnnBackendDescriptor_t col = gb_virt(g, CUDNN_DATA_INT32, sd, ss);
+  cudnnBackendDescriptor_t keep = gb_virt(g, CUDNN_DATA_BOOLEAN, sd, ss);
+  cudnnBackendDescriptor_t out = gb_virt(g, CUDNN_DATA_FLOAT, sd, ss);
+  gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, row, 2);
+  gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s, NULL, NULL, col, 3);
+  gb_pw(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep,
+        -1);
+  // out = keep ? s : -inf
+  gb_pw(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neginf, keep,
+        out, -1);
+  return out;
+}
+
+// Shared inputs of both graphs: Q, K^T, scale, -inf; scores
+// S = mask(Q K^T * scale) (virtual fp32).
+typedef struct {
+  int64_t qd[4], qstr[4];    // Q
+  int64_t ktd[4], ktstr[4];  // K^T
+  int64_t vd[4], vstr[4];    // V
+  int64_t od[4], ostr[4];    // O, dO
+  int64_t sd[4], sstr[4];    // scores [B,H,T,T]
+  int64_t rd[4], rstr[4];    // row statistics [B,H,T,1]
+  int64_t std_[4], sttr[4];  // transposed scores [B,H,Tk,Tq]
+} shapes_t;
+
+static void shapes_of(const akey_t* k, shapes_t* s) {
+  int64_t B = k->B, T = k->T, H = k->H, KVH = k->KVH, D = k->D;
+  dims4(s->qd, B, H, T, D);
+  dims4(s->qstr, T * k->qs, D, k->qs, 1);
+  dims4(s->ktd, B, KVH, D, T);
+  dims4(s->ktstr, T * k->kvs, D, 1, k->kvs);
+  dims4(s->vd, B, KVH, T, D);
+  dims4(s->vstr, T * k->kvs, D, k->kvs, 1);
+  dims4(s->od, B, H, T, D);
+  dims4(s->ostr, T * H * D, D, H * D, 1);
+  dims4(s->sd, B, H, T, T);
+  dims4(s->sstr, H * T * T, T * T, T, 1);
+  dims4(s->rd, B, H, T, 1);
+  dims4(s->rstr, H * T, T, 1, 1);
+  dims4(s->std_, B, H, T, T);
+  dims4(s->sttr, H * T * T, T * T, 1, T);
+}
+
+static cudnnBackendDescriptor_t gb_scores(gb_t* g, const shapes_t* s,
+                                          cudnnBackendDescriptor_t* q_out,
+                                          cudnnBackendDescriptor_t* kt_out,
+                                          cudnnBackendDescriptor_t* scale_out) {
+  cudnnBackendDescriptor_t q =
+      gb_tensor(g, UID_Q, CUDNN_DATA_BFLOAT16, s->qd, s->qstr, false, false);
+  cudnnBackendDescriptor_t kt =
+      gb_tensor(g, UID_K, CUDNN_DATA_BFLOAT16, s->ktd, s->ktstr, false, false);
+  cudnnBackendDescriptor_t scale = gb_scalar(g, UID_SCALE);
+  cudnnBackendDescriptor_t neginf = gb_scalar(g, UID_NEGINF);
+  cudnnBackendDescriptor_t s0 = gb_virt(g, CUDNN_DATA_FLOAT, s->sd, s->sstr);
+  cudnnBackendDescriptor_t s1 = gb_virt(g, CUDNN_DATA_FLOAT, s->sd, s->sstr);
+  gb_matmul(g, q, kt, s0);
+  gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s0, scale, NULL, s1, -1);
+  *q_out = q;
+  *kt_out = kt;
+  *scale_out = scale;
+  return gb_causal(g, s1, s->sd, s->sstr, neginf);
+}
+
+static void graph_fwd(gb_t* g, const akey_t* k) {
+  shapes_t s;
+  shapes_of(k, &s);
+  cudnnBackendDescriptor_t q, kt, scale;
+  cudnnBackendDescriptor_t sm = gb_scores(g, &s, &q, &kt, &scale);
+  cudnnBackendDescriptor_t v =
+      gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, s.vd, s.vstr, false, false);
+  cudnnBackendDescriptor_t o =
+      gb_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false);
+  cudnnBackendDescriptor_t stats =
+      gb_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, s.rd, s.rstr, false, false);
+  cudnnBackendDescriptor_t mx = gb_virt(g, CUDNN_DATA_FLOAT, s.rd, s.rstr);
+  cudnnBackendDescriptor_t sub = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  cudnnBackendDescriptor_t ex = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  cudnnBackendDescriptor_t sum = gb_virt(g, CUDNN_DATA_FLOAT, s.rd, s.rstr);
+  cudnnBackendDescriptor_t lg = gb_virt(g, CUDNN_DATA_FLOAT, s.rd, s.rstr);
+  // P in the operands' type, as bmm2 requires
+  cudnnBackendDescriptor_t p = gb_virt(g, CUDNN_DATA_BFLOAT16, s.sd, s.sstr);
+  gb_reduce(g, CUDNN_REDUCE_TENSOR_MAX, sm, mx);
+  gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, mx, NULL, sub, -1);
+  gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, NULL, NULL, ex, -1);
+  gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, ex, sum);
+  gb_pw(g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, NULL, NULL, lg, -1);
+  gb_pw(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, lg, NULL, stats, -1);
+  gb_pw(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, sum, NULL, p, -1);
+  gb_matmul(g, p, v, o);
+}
+
+// direct_dq: dQ = dS K straight into dQ; else through the fp32 accumulator
+// UID_DQACC and an identity into dQ.
+static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
+  shapes_t s;
+  shapes_of(k, &s);
+  int64_t B = k->B, T = k->T, H = k->H, KVH = k->KVH, D = k->D;
+  bool gqa = H != KVH;
+  cudnnBackendDescriptor_t q, kt, scale;
+  cudnnBackendDescriptor_t one = gb_scalar(g, UID_ONE);
+  int64_t vtd[4], vtstr[4];
+  dims4(vtd, B, KVH, D, T);
+  dims4(vtstr, T * k->kvs, D, 1, k->kvs);
+  cudnnBackendDescriptor_t vt =
+      gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, vtd, vtstr, false, false);
+  cudnnBackendDescriptor_t o =
+      gb_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false);
+  cudnnBackendDescriptor_t dout =
+      gb_tensor(g, UID_DO, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false);
+  cudnnBackendDescriptor_t stats =
+      gb_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, s.rd, s.rstr, false, false);
+  cudnnBackendDescriptor_t dsum =
+      gb_tensor(g, UID_DSUM, CUDNN_DATA_FLOAT, s.rd, s.rstr, false, false);
+  int64_t dqstr[4], dkvstr[4];
+  dims4(dqstr, T * k->dqs, D, k->dqs, 1);
+  dims4(dkvstr, T * k->dkvs, D, k->dkvs, 1);
+  cudnnBackendDescriptor_t dq =
+      gb_tensor(g, UID_DQ, CUDNN_DATA_BFLOAT16, s.qd, dqstr, false, false);
+  cudnnBackendDescriptor_t dk =
+      gb_tensor(g, UID_DK, CUDNN_DATA_BFLOAT16, s.vd, dkvstr, false, false);
+  cudnnBackendDescriptor_t dv =
+      gb_tensor(g, UID_DV, CUDNN_DATA_BFLOAT16, s.vd, dkvstr, false, false);
+
+  // Dsum = rowsum(dO * O) * 1
+  int64_t pdstr[4];
+  dims4(pdstr, H * T * D, T * D, H * D, 1);
+  cudnnBackendDescriptor_t dxo = gb_virt(g, CUDNN_DATA_FLOAT, s.od, pdstr);
+  cudnnBackendDescriptor_t rsum = gb_virt(g, CUDNN_DATA_FLOAT, s.rd, s.rstr);
+  gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dout, o, NULL, dxo, -1);
+  gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dxo, rsum);
+  gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rsum, one, NULL, dsum, -1);
+
+  // P = exp(mask(S) - Stats)
+  cudnnBackendDescriptor_t sm = gb_scores(g, &s, &q, &kt, &scale);
+  cudnnBackendDescriptor_t sub = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  cudnnBackendDescriptor_t p = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, stats, NULL, sub, -1);
+  gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, NULL, NULL, p, -1);
+
+  // dV = P^T dO (summed over the group's query heads for GQA)
+  int64_t fhd[4], fhstr[4];
+  dims4(fhd, B, H, T, D);
+  dims4(fhstr, H * T * D, T * D, D, 1);
+  cudnnBackendDescriptor_t pt =
+      gb_virt(g, CUDNN_DATA_BFLOAT16, s.std_, s.sttr);
+  gb_reshape(g, p, pt);
+  if (gqa) {
+    cudnnBackendDescriptor_t dvf =
+        gb_virt(g, CUDNN_DATA_BFLOAT16, fhd, fhstr);
+    gb_matmul(g, pt, dout, dvf);
+    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dvf, dv);
+  } else {
+    gb_matmul(g, pt, dout, dv);
+  }
+
+  // dS = P (dO V^T - Dsum) * scale
+  cudnnBackendDescriptor_t dp = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  cudnnBackendDescriptor_t dp1 = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  cudnnBackendDescriptor_t dp2 = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  cudnnBackendDescriptor_t ds = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
+  gb_matmul(g, dout, vt, dp);
+  gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, dsum, NULL, dp1, -1);
+  gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp1, p, NULL, dp2, -1);
+  gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp2, scale, NULL, ds, -1);
+
+  // dK = dS^T Q (summed over the group for GQA)
+  cudnnBackendDescriptor_t dst =
+      gb_virt(g, CUDNN_DATA_BFLOAT16, s.std_, s.sttr);
+  gb_reshape(g, ds, dst);
+  if (gqa) {
+    cudnnBackendDescriptor_t dkf =
+        gb_virt(g, CUDNN_DATA_BFLOAT16, fhd, fhstr);
+    gb_matmul(g, dst, q, dkf);
+    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dkf, dk);
+  } else {
+    gb_matmul(g, dst, q, dk);
+  }
+
+  // dQ = dS K (K seen untransposed again)
+  cudnnBackendDescriptor_t kk =
+      gb_virt(g, CUDNN_DATA_BFLOAT16, s.vd, s.vstr);
+  gb_reshape(g, kt, kk);
+  if (direct_dq) {
+    gb_matmul(g, ds, kk, dq);
+  } else {
+    cudnnBackendDescriptor_t acc =
+        gb_tensor(g, UID_DQACC, CUDNN_DATA_FLOAT, fhd, fhstr, false, false);
+    gb_matmul(g, ds, kk, acc);
+    gb_pw(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq,
+          -1);
+  }
+}
+
+static void key_desc(const akey_t* k, char* buf, size_t n) {
+  snprintf(buf, n, "%s B=%d T=%d H=%d/%d D=%d strides %lld/%lld",
+           k->bwd ? "backward" : "forward", k->B, k->T, k->H, k->KVH, k->D,
+           (long long)k->qs, (long long)k->kvs);
+}
+
+// Build the plan for k (g_lock held). A shape cuDNN declines is kept with
+// supported = 0 after one warning.
+static int plan_build(const akey_t* k, aplan_t** out) {
+  cudnnHandle_t h;
+  TR_CHECK(handle_get(k->dev, &h));
+  aplan_t* p = (aplan_t*)calloc(1, sizeof *p);
+  if (!p) return TR_ENOMEM;
+  p->key = *k;
+  const char* why = "";
+  cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
+  int tries = k->bwd ? 2 : 1;
+  for (int t = 0; t < tries && !p->plan; t++) {
+    gb_t* g = (gb_t*)calloc(1, sizeof *g);
+    if (!g) {
+      free(p);
+      return TR_ENOMEM;
+    }
+    g->next_uid = UID_VIRTUAL;
+    bool direct = k->bwd && t == 0;
+    if (k->bwd)
+      graph_bwd(g, k, direct);
+    else
+      graph_fwd(g, k);
+    st = plan_from_graph(g, h, direct, &p->plan, &p->cfg, &p->ws, &why);
+    if (!p->plan) {
+      gb_release(g);
+      free(g);
+    } else {
+      p->graph = g;
+      p->supported = 1;
+      p->direct_dq = direct;
+      if (k->bwd && !direct) {
+        char d[128];
+        key_desc(k, d, sizeof d);
+        TR_LOG_WARN(KERN,
+                    "cuDNN attention %s: no deterministic engine, using the "
+                    "atomic dQ graph (results not bit-reproducible)",
+                    d);
+      }
+    }
+  }
+  if (!p->plan) {
+    char d[128];
+    key_desc(k, d, sizeof d);
+    TR_LOG_WARN(KERN,
+                "cuDNN %d declined attention %s (%s: %s); the flash/SIMT "
+                "kernels take this shape unless cuDNN was asked for "
+                "explicitly",
+                (int)cudnnGetVersion(), d, why, st_name(st));
+  }
+  *out = p;
+  return 0;
+}
+
+// The cached plan for k, built on first use (g_lock held).
+static int plan_get(const akey_t* k, aplan_t** out) {
+  for (int i = 0; i < g_n_plans; i++)
+    if (memcmp(&g_plans[i]->key, k, sizeof *k) == 0) {
+      *out = g_plans[i];
+      return 0;
+    }
+  if (g_n_plans == g_cap_plans) {
+    int cap = g_cap_plans ? 2 * g_cap_plans : 32;
+    aplan_t** np = (aplan_t**)realloc(g_plans, sizeof(aplan_t*) * (size_t)cap);
+    if (!np) return TR_ENOMEM;
+    g_plans = np;
+    g_cap_plans = cap;
+  }
+  TR_CHECK(plan_build(k, out));
+  g_plans[g_n_plans++] = *out;
+  return 0;
+}
+
+// Run plan p with the given tensors (g_lock held).
+static int plan_run(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
+                    void** ptrs, void* ws) {
+  cudnnBackendDescriptor_t vp = NULL;
+  cudnnStatus_t st =
+      cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                  CUDNN_TYPE_INT64, n, uids);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                  CUDNN_TYPE_VOID_PTR, n, ptrs);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                  CUDNN_TYPE_VOID_PTR, 1, &ws);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(vp);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(h, p->plan, vp);
+  if (vp) cudnnBackendDestroyDescriptor(vp);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    TR_LOG_ERROR(KERN, "cuDNN attention execute failed: %s", st_name(st));
+    return TR_ECUDA;
+  }
+  return 0;
+}
+
+// Plan and handle for k with the stream set (takes g_lock; the caller
+// unlocks). TR_EUNSUPPORTED when cuDNN declined this shape.
+static int prepare(const akey_t* k, cudaStream_t s, aplan_t** p,
+                   cudnnHandle_t* h) {
+  pthread_mutex_lock(&g_lock);
+  int rc = plan_get(k, p);
+  if (rc == 0 && !(*p)->supported) rc = TR_EUNSUPPORTED;
+  if (rc == 0) rc = handle_get(k->dev, h);
+  if (rc == 0) {
+    cudnnStatus_t st = cudnnSetStream(*h, s);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      TR_LOG_ERROR(KERN, "cudnnSetStream failed: %s", st_name(st));
+      rc = TR_ECUDA;
+    }
+  }
+  return rc;
+}
+
+static size_t round256(int64_t n) { return (size_t)((n + 255) / 256 * 256); }
+
+// ---- y[r, c] += x[r, c] over rows x width, strides ys (y) and xs (x) ----
+
+static __global__ void acc_rows_kernel(bf16* y, const bf16* x, int64_t rows,
+                                int width, int64_t ys, int64_t xs) {
+  int64_t n = rows * width;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / width, c = i % width;
+    float v = __bfloat162float(y[r * ys + c]) + __bfloat162float(x[r * xs + c]);
+    y[r * ys + c] = __float2bfloat16_rn(v);
+  }
+}
+
+static int acc_rows(bf16* y, const bf16* x, int64_t rows, int width,
+                    int64_t ys, int64_t xs, cudaStream_t s) {
+  if (rows * width == 0) return 0;
+  unsigned b = tr__blocks(rows * width, 256);
+  acc_rows_kernel<<<b < 8192u ? b : 8192u, 256, 0, s>>>(y, x, rows, width, ys,
+                                                        xs);
+  return TR_CUDA_LAUNCHED("acc_rows_kernel");
+}
+
+// ---- entry points (common.cuh) ----
+
+int tr__cudnn_attn_applies(tr_dtype_t dt, int D, const void* q, const void* k,
+                           const void* v, int64_t qs, int64_t kvs) {
+  return dt == TR_BF16 && D % 8 == 0 && D > 0 && D <= 128 &&
+         tr__aligned16(q) && tr__aligned16(k) && tr__aligned16(v) &&
+         qs % 8 == 0 && kvs % 8 == 0;
+}
+
+int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
+                       const bf16* v, int B, int T, int H, int KVH, int D,
+                       int64_t qs, int64_t kvs, cudaStream_t s) {
+  akey_t key;
+  memset(&key, 0, sizeof key);  // padding bytes too: keys are memcmp'd
+  TR_CHECK(tr__cuda_device(&key.dev));
+  key.bwd = 0;
+  key.B = B;
+  key.T = T;
+  key.H = H;
+  key.KVH = KVH;
+  key.D = D;
+  key.qs = qs;
+  key.kvs = kvs;
+  aplan_t* p = NULL;
+  cudnnHandle_t h = NULL;
+  int rc = prepare(&key, s, &p, &h);
+  void* ws = NULL;
+  if (rc == 0) rc = tr__cuda_tmp_alloc(&ws, round256(p->ws), s);
+  if (rc == 0) {
+    float scale = 1.0f / sqrtf((float)D), ninf = neg_inf_value();
+    int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE,
+                       UID_NEGINF};
+    void* ptrs[7] = {(void*)q, (void*)k,     (void*)v, (void*)out,
+                     (void*)lse, &scale, &ninf};
+    rc = plan_run(p, h, 7, uids, ptrs, ws);
+    tr__cuda_tmp_free(ws, s);
+  }
+  pthread_mutex_unlock(&g_lock);
+  return rc;
+}
+
+int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
+                       const bf16* q, const bf16* k, const bf16* v,
+                       const bf16* out, const float* lse, int B, int T, int H,
+                       int KVH, int D, int64_t qs, int64_t kvs, int accumulate,
+                       cudaStream_t s) {
+  int64_t HD = (int64_t)H * D, KD = (int64_t)KVH * D, N = (int64_t)B * T;
+  akey_t key;
+  memset(&key, 0, sizeof key);
+  TR_CHECK(tr__cuda_device(&key.dev));
+  key.bwd = 1;
+  key.B = B;
+  key.T = T;
+  key.H = H;
+  key.KVH = KVH;
+  key.D = D;
+  key.qs = qs;
+  key.kvs = kvs;
+  // accumulate: cuDNN writes contiguous temporaries that are then added
+  key.dqs = accumulate ? HD : qs;
+  key.dkvs = accumulate ? KD : kvs;
+  aplan_t* p = NULL;
+  cudnnHandle_t h = NULL;
+  int rc = prepare(&key, s, &p, &h);
+  if (rc < 0) {
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+  }
+  // one workspace: the plan's, Dsum [B,H,T] fp32, the dQ accumulator
+  // [B,H,T,D] fp32 (atomic graph only), and the temporaries of accumulate
+  size_t o_dsum = round256(p->ws);
+  size_t o_acc = o_dsum + round256(N * H * (int64_t)sizeof(float));
+  size_t acc_bytes = p->direct_dq ? 0 : round256(N * HD * 4);
+  size_t o_tmp = o_acc + acc_bytes;
+  size_t tmp_bytes = accumulate ? round256(N * HD * 2) + 2 * round256(N * KD * 2)
+                                : 0;
+  char* ws = NULL;
+  rc = tr__cuda_tmp_alloc((void**)&ws, o_tmp + tmp_bytes, s);
+  if (rc == 0) {
+    void* acc = p->direct_dq ? NULL : ws + o_acc;
+    if (acc && cudnnGetVersion() < 90600)  // before 9.6 the caller zeroes it
+      rc = TR_CUDA_CALL(cudaMemsetAsync(acc, 0, acc_bytes, s));
+    bf16 *tq = dq, *tk = dk, *tv = dv;
+    if (accumulate) {
+      tq = (bf16*)(ws + o_tmp);
+      tk = (bf16*)(ws + o_tmp + round256(N * HD * 2));
+      tv = (bf16*)(ws + o_tmp + round256(N * HD * 2) + round256(N * KD * 2));
+    }
+    float scale = 1.0f / sqrtf((float)D), ninf = neg_inf_value(), one = 1.0f;
+    int64_t uids[15] = {UID_Q,     UID_K,   UID_V,    UID_O,  UID_DO,
+                        UID_STATS, UID_DQ,  UID_DK,   UID_DV, UID_DSUM,
+                        UID_SCALE, UID_NEGINF, UID_ONE, UID_DQACC, 0};
+    void* ptrs[15] = {(void*)q,   (void*)k,    (void*)v,  (void*)out,
+                      (void*)dout, (void*)lse, tq,        tk,
+                      tv,          ws + o_dsum, &scale,   &ninf,
+                      &one,        acc,         NULL};
+    int n = p->direct_dq ? 13 : 14;
+    if (rc == 0) rc = plan_run(p, h, n, uids, ptrs, ws);
+    if (rc == 0 && accumulate) {
+      rc = acc_rows(dq, tq, N, (int)HD, qs, HD, s);
+      if (rc == 0) rc = acc_rows(dk, tk, N, (int)KD, kvs, KD, s);
+      if (rc == 0) rc = acc_rows(dv, tv, N, (int)KD, kvs, KD, s);
+    }
+    tr__cuda_tmp_free(ws, s);
+  }
+  pthread_mutex_unlock(&g_lock);
+  return rc;
+}
+
+void tr__cudnn_attn_release(void) {
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_n_plans; i++) {
+    aplan_t* p = g_plans[i];
+    if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+    if (p->cfg) cudnnBackendDestroyDescriptor(p->cfg);
+    if (p->graph) {
+      gb_release(p->graph);
+      free(p->graph);
+    }
+    free(p);
+  }
+  free(g_plans);
+  g_plans = NULL;
+  g_n_plans = g_cap_plans = 0;
+  for (int d = 0; d < TR_MAX_DEVICES; d++)
+    if (g_handles[d]) {
+      cudnnDestroy(g_handles[d]);
+      g_handles[d] = NULL;
+    }
+  pthread_mutex_unlock(&g_lock);
+}
+
+#endif  // HAVE_CUDNN

@@ -1,0 +1,197 @@
+/* trainer/device.c: the parts of a step that depend on where the model
+ * lives — picking the rank's device and compute dtype, adding up the
+ * per-token losses, the global gradient norm and the AdamW update. On the
+ * CPU they go tensor by tensor through trainrun/kernels.h. On CUDA the
+ * losses stay on the device until the step ends, the norm is one
+ * multi-tensor reduction and the update one multi-tensor AdamW that also
+ * refreshes the bf16 compute copies, so a step synchronizes with the host
+ * once (for the loss and norm the metrics and clipping need). */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainrun/error.h"
+#include "trainrun/kernels.h"
+#include "trainrun/log.h"
+#include "trainrun/param.h" /* LOCAL_RANK */
+#include "trainrun/trainer.h"
+#ifdef HAVE_CUDA
+#include "trainrun/kernels_cuda.h"
+#endif
+
+static int on_cuda(const tr_trainer_t* t) {
+  return t->model.device.type == TR_DEV_CUDA;
+}
+
+int tr__trainer_device_pick(tr_trainer_t* t, tr_errmsg_t* err) {
+  int local = (int)tr_param_int(TR_PARAM_LOCAL_RANK);
+  TR_CHECK(tr_config_device(t->cfg, local, &t->device, err));
+  snprintf(t->device_name, sizeof t->device_name, "cpu");
+  t->compute_dtype = TR_F32;
+  if (t->device.type != TR_DEV_CUDA) return 0;
+  if (!tr_kern_ops(TR_DEV_CUDA))
+    return tr_errmsg_set(err, TR_EUNSUPPORTED,
+                         "training.device: cuda needs the CUDA kernels, "
+                         "which this build does not have");
+  int rc = tr_cuda_set_device(t->device.index, t->device_name,
+                              sizeof t->device_name);
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "cannot use cuda:%d: %s", t->device.index,
+                         tr_strerror(rc));
+  const char* mp = t->cfg->training.mixed_precision_param;
+  if (tr_dtype_parse(mp, &t->compute_dtype) < 0 ||
+      (t->compute_dtype != TR_F32 && t->compute_dtype != TR_BF16))
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "training.mixed_precision_param: '%s' is not "
+                         "float32 or bfloat16",
+                         mp);
+  if (strcmp(t->cfg->optimizer.name, "Adam") == 0 &&
+      t->cfg->optimizer.weight_decay != 0)
+    return tr_errmsg_set(err, TR_EUNSUPPORTED,
+                         "optimizer.name: 'Adam' with weight_decay (an L2 "
+                         "term) runs on the CPU only; use AdamW on cuda");
+  return 0;
+}
+
+int tr__trainer_device_setup(tr_trainer_t* t) {
+  if (!on_cuda(t)) return 0;
+  /* FSDP gathers the weights in param_dtype itself: no compute copies */
+  TR_CHECK(tr_model_set_compute_dtype(&t->model, t->compute_dtype,
+                                      t->dist.grads_sharded == 0));
+  int64_t shape[2] = {t->B, t->T};
+  return tr_tensor_zeros(&t->loss_acc, TR_F32, t->device, 2, shape);
+}
+
+void tr__trainer_device_release(tr_trainer_t* t) {
+  tr_tensor_release(&t->loss_acc);
+}
+
+/* ---- losses ---- */
+
+int tr__trainer_loss_add(tr_trainer_t* t, const tr_model_mb_t* mb,
+                         double* sum) {
+  if (!mb->defer_loss) {
+    *sum += mb->loss_sum;
+    return 0;
+  }
+  return tr_kern_accumulate(&t->loss_acc, &mb->losses);
+}
+
+int tr__trainer_loss_take(tr_trainer_t* t, double* sum) {
+  if (!on_cuda(t)) return 0;
+  tr_tensor_t h = {0};
+  TR_CHECK(tr_tensor_empty(&h, TR_F32, TR_DEVICE_CPU, t->loss_acc.ndim,
+                           t->loss_acc.shape));
+  int rc = tr_tensor_copy(&h, &t->loss_acc);
+  if (rc == 0) {
+    const float* l = tr_tensor_data(&h);
+    double s = 0.0;
+    for (int64_t i = 0; i < tr_tensor_numel(&h); i++) s += l[i];
+    *sum += s;
+    rc = tr_kern_zero(&t->loss_acc);
+  }
+  tr_tensor_release(&h);
+  return rc;
+}
+
+/* ---- gradient norm ---- */
+
+int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq) {
+  tr_model_t* m = &t->model;
+#ifdef HAVE_CUDA
+  if (on_cuda(t)) {
+    tr_cuda_span_t* sp = calloc((size_t)m->n_params + 1, sizeof *sp);
+    if (!sp) return TR_ENOMEM;
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+      const tr_tensor_t* g = &m->params[i].grad;
+      if (tr_tensor_numel(g) == 0) continue;
+      sp[n++] = (tr_cuda_span_t){tr_tensor_data(g), g->dtype,
+                                 tr_tensor_numel(g)};
+    }
+    tr_tensor_t dev = {0}, host = {0};
+    int64_t two = 2; /* one double as two floats' bytes */
+    int rc = tr_tensor_empty(&dev, TR_F32, t->device, 1, &two);
+    if (rc == 0) rc = tr_tensor_empty(&host, TR_F32, TR_DEVICE_CPU, 1, &two);
+    if (rc == 0)
+      rc = tr_kern_cuda_sum_squares(tr_tensor_data(&dev), sp, n,
+                                    tr_kern_get_stream());
+    if (rc == 0) rc = tr_tensor_copy(&host, &dev);
+    if (rc == 0) {
+      double v;
+      memcpy(&v, tr_tensor_data(&host), sizeof v);
+      *sq += v;
+    }
+    tr_tensor_release(&dev);
+    tr_tensor_release(&host);
+    free(sp);
+    return rc;
+  }
+#endif
+  for (int i = 0; i < m->n_params; i++)
+    TR_CHECK(tr_kern_sum_squares(&m->params[i].grad, sq));
+  return 0;
+}
+
+/* ---- AdamW ---- */
+
+/* Adam (not W): weight decay as an L2 term in the gradient, on the host. */
+static int add_l2(tr_param_t* p, float wd, float grad_scale) {
+  if (p->grad.device.type != TR_DEV_CPU) return TR_EDEVICE;
+  float* g = tr_tensor_data(&p->grad);
+  const float* w = tr_tensor_data(&p->data);
+  int64_t n = tr_tensor_numel(&p->grad);
+  /* the kernel multiplies g by grad_scale: pre-divide the L2 term */
+  for (int64_t i = 0; i < n; i++) g[i] += wd * w[i] / grad_scale;
+  return 0;
+}
+
+int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
+  const typeof(t->cfg->optimizer)* o = &t->cfg->optimizer;
+  int adam_l2 = strcmp(o->name, "Adam") == 0;
+  tr_adamw_args_t a = {.lr = (float)lr,
+                       .beta1 = (float)o->beta1,
+                       .beta2 = (float)o->beta2,
+                       .eps = (float)o->eps,
+                       .weight_decay = adam_l2 ? 0.0f : (float)o->weight_decay,
+                       .grad_scale = (float)clip,
+                       .step = t->step + 1};
+  tr_model_t* m = &t->model;
+#ifdef HAVE_CUDA
+  if (on_cuda(t)) {
+    tr_cuda_adamw_tensor_t* ts = calloc((size_t)m->n_params + 1, sizeof *ts);
+    if (!ts) return TR_ENOMEM;
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+      tr_param_t* p = &m->params[i];
+      if (tr_tensor_numel(&p->data) == 0) continue;
+      ts[n++] = (tr_cuda_adamw_tensor_t){
+          .param = tr_tensor_data(&p->data),
+          .grad = tr_tensor_data(&p->grad),
+          .m = tr_tensor_data(&t->adam_m[i]),
+          .v = tr_tensor_data(&t->adam_v[i]),
+          .param_bf16 =
+              p->compute.storage && p->compute.dtype == TR_BF16
+                  ? tr_tensor_data(&p->compute)
+                  : NULL,
+          .n = tr_tensor_numel(&p->data),
+          .decay = p->decay};
+    }
+    int rc = tr_kern_cuda_adamw(ts, n, &a, NULL, tr_kern_get_stream());
+    free(ts);
+    return rc;
+  }
+#endif
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    float wd = p->decay ? (float)o->weight_decay : 0.0f; /* ndim >= 2 */
+    a.weight_decay = adam_l2 ? 0.0f : wd;
+    if (adam_l2 && wd != 0) TR_CHECK(add_l2(p, wd, (float)clip));
+    TR_CHECK(
+        tr_kern_adamw(&p->data, &p->grad, &t->adam_m[i], &t->adam_v[i], &a));
+  }
+  /* compute copies of a CPU run (none today) or of an fp32 table */
+  return tr_model_refresh_compute(m);
+}
