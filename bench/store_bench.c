@@ -1,24 +1,35 @@
 /* bench/store_bench.c: load generator for TCPStore servers, on loopback.
  *
- *   store_bench [--clients 1024,4096] [--procs 4] [--ops-clients 64]
- *               [--ops-seconds 2] [--python python3] [--no-pytorch]
+ *   store_bench [--clients 1024,4096|none] [--procs 4] [--threads 1]
+ *               [--server-threads 1,4] [--null-threads N] [--repeat R]
+ *               [--ops-clients 64] [--ops-seconds 2|0] [--python python3]
+ *               [--no-pytorch] [--servers null,trainrun,pytorch]
+ *               [--connect PORT]
  *
  * (a) rendezvous: N clients each connect, VALIDATE, PING, ADD "init/" 1,
  *     and WAIT on a last key that the client whose ADD returned N sets --
  *     what every rank does when a job starts. The time is from the start
- *     signal to the last client's STOP_WAITING.
+ *     signal to the last client's STOP_WAITING. --clients none skips it.
  * (b) operations: 64 clients in a closed loop of SET, GET, ADD (one request
- *     in flight per connection, like PyTorch's client) for a few seconds.
+ *     in flight per connection, like PyTorch's client) for a few seconds;
+ *     --ops-seconds 0 skips it.
  *
- * Each load runs against: a null server (parses requests, answers at once,
- * stores nothing: the load generator's own ceiling), trainrun's server, and
- * PyTorch's libuv server when `python -c "import torch"` works (started
- * with TCPStore(is_master=True) in a child python). Every server runs in a
- * process of its own, started fresh for each load. The load generators are
- * --procs processes, each an epoll loop over its share of the clients;
- * refused or reset connections (listen backlog overflow) are retried after
- * 100 ms +-50 %, x1.5 per retry, like trainrun's client. The soft
- * RLIMIT_NOFILE is raised to the hard limit here.
+ * Each load runs against: a null server (parses requests with the store's
+ * parser and answers at once in the same framing, stores nothing: the
+ * ceiling of this load generator and this machine), trainrun's server with
+ * each of --server-threads I/O threads, and PyTorch's libuv server
+ * (TCPStore(is_master=True, use_libuv=True) in a child python) when
+ * `python -c "import torch"` works (--connect PORT: only a server already
+ * listening on 127.0.0.1:PORT, e.g. to run it under perf). The null server runs --null-threads
+ * epoll loops (default: the largest --server-threads), so it is a ceiling
+ * for a multi-threaded server too. Every server runs in a process of its
+ * own, started fresh for each run. Each cell is the median of --repeat runs.
+ *
+ * The load generators are --procs processes of --threads threads, each
+ * thread an epoll loop over its own share of the clients (its own
+ * connections); refused or reset connections (listen backlog overflow) are
+ * retried after 100 ms +-50 %, x1.5 per retry, like trainrun's client. The
+ * soft RLIMIT_NOFILE is raised to the hard limit here.
  */
 #include "config.h"
 
@@ -28,6 +39,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +55,9 @@
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/store.h"
+
+#define MAX_KINDS 8
+#define MAX_REPEAT 15
 
 static int64_t now_us(void) {
   struct timespec ts;
@@ -61,50 +76,62 @@ static void raise_nofile(void) {
 /* ---- servers, each in a child process ---- */
 
 typedef struct {
+  char label[24]; /* column name: "null(4t)", "trainrun(1t)", "pytorch" */
+  char kind[12];  /* null, trainrun, pytorch, external */
+  int threads;    /* null: epoll loops; trainrun: I/O threads; external:
+                     its port */
+} kind_t;
+
+typedef struct {
   pid_t pid;
   int port;
   int stdin_fd;    /* pytorch: closing it stops the server */
   double base_cpu; /* CPU seconds used before the load started */
 } server_t;
 
-/* The null server: one epoll loop; parses with the store parser, answers
- * PING with the nonce, ADD with a running count, WAIT/CHECK with 00, GET
- * with an empty value, nothing for SET. */
-static void null_server_main(int lfd) {
+/* The null server: nthreads epoll loops sharing the listening socket
+ * (EPOLLEXCLUSIVE: one loop is woken per connection, and accepts it into
+ * its own epoll). Parses with the store parser, answers PING with the
+ * nonce, ADD with a running count shared by the loops, WAIT/CHECK with 00,
+ * GET with an empty value, nothing for SET. */
+typedef struct {
+  int fd;
+  size_t n;
+  uint8_t in[4096];
+} nconn_t;
+
+static int64_t null_counter;
+
+static void* null_loop(void* arg) {
+  int lfd = *(int*)arg;
   int ep = epoll_create1(0);
-  struct epoll_event ev = {.events = EPOLLIN, .data.fd = lfd};
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = NULL};
   epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
   tr__store_limits_t lim;
   tr__store_limits_from_params(&lim);
-  int64_t counter = 0;
-  static uint8_t buf[1 << 16];
-  typedef struct {
-    uint8_t in[4096];
-    size_t n;
-  } nconn_t;
-  nconn_t** conns = calloc(1 << 20, sizeof *conns);
+  uint8_t* buf = malloc(1 << 16);
   struct epoll_event evs[256];
   for (;;) {
     int n = epoll_wait(ep, evs, 256, -1);
     for (int i = 0; i < n; i++) {
-      int fd = evs[i].data.fd;
-      if (fd == lfd) {
+      nconn_t* nc = evs[i].data.ptr;
+      if (!nc) {
         int c;
         while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
           int one = 1;
           setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          conns[c] = calloc(1, sizeof(nconn_t));
-          struct epoll_event e = {.events = EPOLLIN, .data.fd = c};
+          nconn_t* x = calloc(1, sizeof *x);
+          x->fd = c;
+          struct epoll_event e = {.events = EPOLLIN, .data.ptr = x};
           epoll_ctl(ep, EPOLL_CTL_ADD, c, &e);
         }
         continue;
       }
-      nconn_t* nc = conns[fd];
-      ssize_t r = recv(fd, nc->in + nc->n, sizeof nc->in - nc->n, 0);
+      ssize_t r = recv(nc->fd, nc->in + nc->n, sizeof nc->in - nc->n, 0);
       if (r <= 0) {
-        close(fd);
+        if (r < 0 && errno == EAGAIN) continue;
+        close(nc->fd);
         free(nc);
-        conns[fd] = NULL;
         continue;
       }
       nc->n += (size_t)r;
@@ -122,8 +149,9 @@ static void null_server_main(int lfd) {
             out += 4;
             break;
           case TR__Q_ADD:
-            counter += rq.i64;
-            tr__wr_u64(buf + out, (uint64_t)counter);
+            tr__wr_u64(buf + out,
+                       (uint64_t)__atomic_add_fetch(&null_counter, rq.i64,
+                                                    __ATOMIC_RELAXED));
             out += 8;
             break;
           case TR__Q_WAIT:
@@ -140,9 +168,20 @@ static void null_server_main(int lfd) {
       }
       memmove(nc->in, nc->in + off, nc->n - off);
       nc->n -= off;
-      if (out) (void)!send(fd, buf, out, MSG_NOSIGNAL);
+      if (out) (void)!send(nc->fd, buf, out, MSG_NOSIGNAL);
     }
   }
+  return NULL;
+}
+
+static void null_server_main(int lfd, int nthreads) {
+  static int fd;
+  fd = lfd;
+  for (int i = 1; i < nthreads; i++) {
+    pthread_t t;
+    pthread_create(&t, NULL, null_loop, &fd);
+  }
+  null_loop(&fd);
 }
 
 static int listen_any(int* port) {
@@ -160,7 +199,8 @@ static int listen_any(int* port) {
   return fd;
 }
 
-/* CPU seconds a process has used so far (/proc/PID/stat utime + stime). */
+/* CPU seconds a process has used so far (/proc/PID/stat utime + stime,
+ * all its threads). */
 static double proc_cpu(pid_t pid) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -178,9 +218,13 @@ static double proc_cpu(pid_t pid) {
 }
 
 /* Start a server; its port is read back through a pipe. */
-static int server_start(const char* kind, const char* python, server_t* s) {
+static int server_start(const kind_t* k, const char* python, server_t* s) {
   memset(s, 0, sizeof *s);
   s->stdin_fd = -1;
+  if (strcmp(k->kind, "external") == 0) { /* --connect: already running */
+    s->port = k->threads;
+    return 0;
+  }
   int p[2], in[2];
   if (pipe(p) < 0 || pipe(in) < 0) return -1;
   pid_t pid = fork();
@@ -188,27 +232,27 @@ static int server_start(const char* kind, const char* python, server_t* s) {
     close(p[0]);
     close(in[1]);
     raise_nofile();
-    if (strcmp(kind, "pytorch") == 0) {
+    if (strcmp(k->kind, "pytorch") == 0) {
       dup2(p[1], 1);
       dup2(in[0], 0);
       int null = open("/dev/null", O_WRONLY); /* its per-client warnings */
       if (null >= 0) dup2(null, 2);
-      execlp(
-          python, python, "-c",
-          "import sys, datetime, torch.distributed as d\n"
-          "s = d.TCPStore('127.0.0.1', 0, None, True, "
-          "wait_for_workers=False, timeout=datetime.timedelta(seconds=600))\n"
-          "print(s.port, flush=True)\n"
-          "sys.stdin.read()\n",
-          (char*)NULL);
+      execlp(python, python, "-c",
+             "import sys, datetime, torch.distributed as d\n"
+             "s = d.TCPStore('127.0.0.1', 0, None, True, "
+             "wait_for_workers=False, use_libuv=True, "
+             "timeout=datetime.timedelta(seconds=600))\n"
+             "print(s.port, flush=True)\n"
+             "sys.stdin.read()\n",
+             (char*)NULL);
       _exit(127);
     }
     char line[32];
-    if (strcmp(kind, "null") == 0) {
+    if (strcmp(k->kind, "null") == 0) {
       int port = 0, lfd = listen_any(&port);
       int n = snprintf(line, sizeof line, "%d\n", port);
       (void)!write(p[1], line, (size_t)n);
-      null_server_main(lfd);
+      null_server_main(lfd, k->threads);
       _exit(0);
     }
     sigset_t set;
@@ -218,6 +262,7 @@ static int server_start(const char* kind, const char* python, server_t* s) {
     tr_store_server_opts_t o;
     tr_store_server_opts_init(&o);
     o.host = "127.0.0.1";
+    o.threads = k->threads;
     tr_store_server_t* srv;
     if (tr_store_server_start(&o, &srv) < 0) _exit(1);
     int n = snprintf(line, sizeof line, "%d\n", tr_store_server_port(srv));
@@ -243,12 +288,19 @@ static int server_start(const char* kind, const char* python, server_t* s) {
   close(p[0]);
   s->port = atoi(line);
   s->base_cpu = proc_cpu(pid); /* start-up (python import) not counted */
-  return s->port > 0 ? 0 : -1;
+  if (s->port <= 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (s->stdin_fd >= 0) close(s->stdin_fd);
+    return -1;
+  }
+  return 0;
 }
 
 /* Stop the server; returns the CPU seconds it used (user + system), a
  * figure the other processes on the machine do not disturb. */
 static double server_stop(server_t* s) {
+  if (s->pid == 0) return 0; /* external */
   if (s->stdin_fd >= 0) close(s->stdin_fd);
   kill(s->pid, SIGTERM);
   struct rusage ru;
@@ -277,11 +329,12 @@ typedef struct {
 typedef struct {
   int port;
   int nclients; /* total, for the last-client test */
-  int mine;     /* clients of this process */
+  int mine;     /* clients of this thread */
   int base;     /* index of the first */
   int ops;      /* 1: operations load */
   int64_t ops_us;
   uint64_t seed;
+  int64_t start_us; /* set when the start signal arrives */
 } gen_args_t;
 
 typedef struct {
@@ -332,12 +385,14 @@ static void gsend(gconn_t* c, const uint8_t* b, size_t n, int state,
   if (send(c->fd, b, n, MSG_NOSIGNAL) != (ssize_t)n) c->state = -1;
 }
 
+/* One operation round: a SET (no reply) then a GET, each its own send as
+ * PyTorch's client sends them; or an ADD. */
 static void send_ops(gconn_t* c, int idx) {
   uint8_t b[256];
   size_t n = 0;
   char key[32];
   snprintf(key, sizeof key, "/bench/%d", idx);
-  if (c->op == 0) { /* SET (no reply), then GET */
+  if (c->op == 0) {
     static const char val[64] =
         "0123456789abcdef0123456789abcdef"
         "0123456789abcdef0123456789abcde";
@@ -363,15 +418,13 @@ static void send_ops(gconn_t* c, int idx) {
   }
 }
 
-static void gen_main(const gen_args_t* a, int result_fd, int go_fd) {
-  raise_nofile();
-  gconn_t* cs = calloc((size_t)a->mine, sizeof *cs);
+/* One generator thread's epoll loop over its clients. */
+static void gen_loop(const gen_args_t* a, gen_result_t* res) {
+  gconn_t* cs = calloc((size_t)(a->mine > 0 ? a->mine : 1), sizeof *cs);
   int ep = epoll_create1(0);
-  char go;
-  if (read(go_fd, &go, 1) != 1) _exit(1);
-  gen_result_t res = {0};
+  memset(res, 0, sizeof *res);
   uint64_t seed = a->seed | 1;
-  int64_t start = now_us();
+  int64_t start = a->start_us;
   int64_t ops_end = start + a->ops_us;
   int left = a->mine, pending_retry = 0;
   for (int i = 0; i < a->mine; i++) {
@@ -458,11 +511,11 @@ static void gen_main(const gen_args_t* a, int result_fd, int go_fd) {
               break;
             case ST_WAIT:
               c->state = ST_DONE;
-              res.last_done_us = now_us();
+              res->last_done_us = now_us();
               left--;
               break;
             case ST_OPS:
-              res.ops += c->op == 0 ? 2 : 1;
+              res->ops += c->op == 0 ? 2 : 1;
               c->op ^= 1;
               send_ops(c, a->base + i);
               break;
@@ -479,7 +532,7 @@ static void gen_main(const gen_args_t* a, int result_fd, int go_fd) {
         double f = 0.5 + (double)(rnd(&seed) % 1000) / 1000.0;
         c->retry_at = now_us() + (int64_t)(c->backoff * f);
         c->backoff *= 1.5;
-        res.retries++;
+        res->retries++;
         pending_retry++;
       }
     }
@@ -489,24 +542,81 @@ static void gen_main(const gen_args_t* a, int result_fd, int go_fd) {
         if (cs[i].state != ST_RETRY || cs[i].retry_at > t) continue;
         pending_retry--;
         if (gconnect(ep, &cs[i], i, a->port) < 0) {
-          close(cs[i].fd);
+          if (cs[i].fd >= 0) {
+            epoll_ctl(ep, EPOLL_CTL_DEL, cs[i].fd, NULL);
+            close(cs[i].fd);
+          }
+          cs[i].fd = -1;
           cs[i].state = ST_RETRY;
           cs[i].retry_at = t + 100000;
           pending_retry++;
-          res.failed++;
+          res->failed++;
         }
       }
     }
     if (!a->ops && now_us() - start > 120000000) break; /* 2 min: give up */
   }
-  if (!a->ops && left > 0) res.failed += left;
+  if (!a->ops && left > 0) res->failed += left;
+  for (int i = 0; i < a->mine; i++)
+    if (cs[i].fd > 0) close(cs[i].fd);
+  close(ep);
+  free(cs);
+}
+
+typedef struct {
+  gen_args_t a;
+  gen_result_t r;
+  pthread_barrier_t* go;
+} gen_thread_t;
+
+static void* gen_thread_main(void* arg) {
+  gen_thread_t* g = arg;
+  pthread_barrier_wait(g->go); /* released by the process's start signal */
+  g->a.start_us = now_us();
+  gen_loop(&g->a, &g->r);
+  return NULL;
+}
+
+/* One load-generator process: nthreads threads over a->mine clients, each
+ * with its own epoll and connections; the summed result goes to
+ * result_fd. */
+static void gen_proc_main(const gen_args_t* a, int nthreads, int result_fd,
+                          int go_fd) {
+  raise_nofile();
+  gen_thread_t* g = calloc((size_t)nthreads, sizeof *g);
+  pthread_t* th = calloc((size_t)nthreads, sizeof *th);
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, (unsigned)nthreads + 1);
+  int base = a->base;
+  for (int t = 0; t < nthreads; t++) {
+    g[t].a = *a;
+    g[t].a.mine = a->mine / nthreads + (t < a->mine % nthreads);
+    g[t].a.base = base;
+    g[t].a.seed = a->seed * (uint64_t)(2 * t + 1);
+    g[t].go = &go;
+    base += g[t].a.mine;
+    pthread_create(&th[t], NULL, gen_thread_main, &g[t]);
+  }
+  char c;
+  if (read(go_fd, &c, 1) != 1) _exit(1);
+  pthread_barrier_wait(&go);
+  gen_result_t res = {0};
+  for (int t = 0; t < nthreads; t++) {
+    pthread_join(th[t], NULL);
+    if (g[t].r.last_done_us > res.last_done_us)
+      res.last_done_us = g[t].r.last_done_us;
+    res.retries += g[t].r.retries;
+    res.ops += g[t].r.ops;
+    res.failed += g[t].r.failed;
+  }
   (void)!write(result_fd, &res, sizeof res);
   _exit(0);
 }
 
-/* Run one load with nprocs generators; fills *out (sums, max time). */
-static int run_load(int port, int nclients, int nprocs, int ops, double seconds,
-                    gen_result_t* out, int64_t* start_us) {
+/* Run one load with nprocs x nthreads generators; fills *out (sums, the
+ * latest finish). */
+static int run_load(int port, int nclients, int nprocs, int nthreads, int ops,
+                    double seconds, gen_result_t* out, int64_t* start_us) {
   int rp[2], gp[2];
   if (pipe(rp) < 0 || pipe(gp) < 0) return -1;
   pid_t* pids = calloc((size_t)nprocs, sizeof *pids);
@@ -518,18 +628,20 @@ static int run_load(int port, int nclients, int nprocs, int ops, double seconds,
                     base,
                     ops,
                     (int64_t)(seconds * 1e6),
-                    0x9E3779B97F4A7C15ULL * (uint64_t)(p + 1)};
+                    0x9E3779B97F4A7C15ULL * (uint64_t)(p + 1),
+                    0};
     base += a.mine;
+    int nt = nthreads < a.mine ? nthreads : (a.mine > 0 ? a.mine : 1);
     pids[p] = fork();
     if (pids[p] == 0) {
       close(rp[0]);
       close(gp[1]);
-      gen_main(&a, rp[1], gp[0]);
+      gen_proc_main(&a, nt, rp[1], gp[0]);
     }
   }
   close(rp[1]);
   close(gp[0]);
-  usleep(200000); /* let the generators set up */
+  usleep(200000 + 2000 * nprocs * nthreads); /* let the generators set up */
   *start_us = now_us();
   char go[256] = {0};
   (void)!write(gp[1], go, (size_t)nprocs);
@@ -552,6 +664,34 @@ static int run_load(int port, int nclients, int nprocs, int ops, double seconds,
   return 0;
 }
 
+/* TcpExt ListenOverflows of this network namespace: SYNs or handshakes
+ * the kernel dropped because a listen queue was full (the client resends
+ * the SYN after 1 s, 3 s, ...: those runs are slow for TCP's reasons).
+ * -1 when unreadable. */
+static int64_t listen_overflows(void) {
+  FILE* f = fopen("/proc/net/netstat", "r");
+  if (!f) return -1;
+  char names[4096], vals[4096];
+  int64_t v = -1;
+  while (fgets(names, sizeof names, f) && fgets(vals, sizeof vals, f)) {
+    if (strncmp(names, "TcpExt:", 7) != 0) continue;
+    char *sn, *sv;
+    char* n = strtok_r(names, " \n", &sn);
+    char* x = strtok_r(vals, " \n", &sv);
+    while (n && x) {
+      if (strcmp(n, "ListenOverflows") == 0) {
+        v = strtoll(x, NULL, 10);
+        break;
+      }
+      n = strtok_r(NULL, " \n", &sn);
+      x = strtok_r(NULL, " \n", &sv);
+    }
+    break;
+  }
+  fclose(f);
+  return v;
+}
+
 static int have_pytorch(const char* python) {
   char cmd[512];
   snprintf(cmd, sizeof cmd,
@@ -560,25 +700,99 @@ static int have_pytorch(const char* python) {
   return system(cmd) == 0;
 }
 
+static int cmp_double(const void* x, const void* y) {
+  double a = *(const double*)x, b = *(const double*)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One measurement: median wall seconds (or ops/s), server CPU seconds,
+ * retries, and the spread of the runs. */
+typedef struct {
+  double val, cpu, lo, hi;
+  int64_t retries, ops, failed, overflows;
+  int ok;
+} cell_t;
+
+static cell_t measure(const kind_t* k, const char* python, int nclients,
+                      int nprocs, int nthreads, int ops, double seconds,
+                      int repeat) {
+  cell_t c = {0};
+  double vals[MAX_REPEAT], cpus[MAX_REPEAT];
+  int n = 0;
+  for (int r = 0; r < repeat; r++) {
+    server_t s;
+    if (server_start(k, python, &s) < 0) continue;
+    gen_result_t res = {0};
+    int64_t start = 0;
+    double cpu0 = s.base_cpu;
+    int64_t ov0 = listen_overflows();
+    int lrc =
+        run_load(s.port, nclients, nprocs, nthreads, ops, seconds, &res, &start);
+    double cpu = server_stop(&s) - cpu0;
+    int64_t ov1 = listen_overflows();
+    if (ov0 >= 0 && ov1 >= ov0) c.overflows += ov1 - ov0;
+    if (lrc < 0) {
+      c.failed++;
+      continue;
+    }
+    c.failed += res.failed;
+    c.retries += res.retries;
+    c.ops += res.ops;
+    vals[n] = ops ? (double)res.ops / seconds
+                  : (double)(res.last_done_us - start) / 1e6;
+    cpus[n] = ops ? (res.ops ? cpu * 1e6 / (double)res.ops : 0) : cpu;
+    n++;
+  }
+  if (n == 0) return c;
+  c.ok = 1;
+  c.retries /= n;
+  c.overflows /= n;
+  double sorted[MAX_REPEAT];
+  memcpy(sorted, vals, sizeof vals[0] * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+  c.lo = sorted[0];
+  c.hi = sorted[n - 1];
+  c.val = median(vals, n);
+  c.cpu = median(cpus, n);
+  return c;
+}
+
 static void usage(void) {
   printf(
-      "usage: store_bench [--clients N[,N...]] [--procs P] "
-      "[--ops-clients N] [--ops-seconds S]\n"
-      "                   [--python PATH] [--no-pytorch] [--servers "
-      "null,trainrun,pytorch]\n");
+      "usage: store_bench [--clients N[,N...]|none] [--procs P] [--threads T]\n"
+      "                   [--server-threads N[,N...]] [--null-threads N] "
+      "[--repeat R]\n"
+      "                   [--ops-clients N] [--ops-seconds S] [--python PATH]\n"
+      "                   [--no-pytorch] [--servers null,trainrun,pytorch]"
+      " [--connect PORT]\n");
 }
 
 int main(int argc, char** argv) {
   const char* clients = "1024,4096";
   const char* python = "python3";
   const char* servers_arg = NULL;
-  int nprocs = 4, ops_clients = 64, no_pt = 0;
+  const char* sthreads_arg = "1";
+  int nprocs = 4, nthreads = 1, null_threads = 0, repeat = 1;
+  int ops_clients = 64, no_pt = 0, connect_port = 0;
   double ops_seconds = 2.0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--clients") && i + 1 < argc) {
       clients = argv[++i];
     } else if (!strcmp(argv[i], "--procs") && i + 1 < argc) {
       nprocs = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      nthreads = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--server-threads") && i + 1 < argc) {
+      sthreads_arg = argv[++i];
+    } else if (!strcmp(argv[i], "--null-threads") && i + 1 < argc) {
+      null_threads = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+      repeat = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--ops-clients") && i + 1 < argc) {
       ops_clients = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--ops-seconds") && i + 1 < argc) {
@@ -587,6 +801,12 @@ int main(int argc, char** argv) {
       python = argv[++i];
     } else if (!strcmp(argv[i], "--servers") && i + 1 < argc) {
       servers_arg = argv[++i];
+    } else if (!strcmp(argv[i], "--connect") && i + 1 < argc) {
+      connect_port = atoi(argv[++i]);
+      if (connect_port <= 0 || connect_port > 65535) {
+        usage();
+        return 2;
+      }
     } else if (!strcmp(argv[i], "--no-pytorch")) {
       no_pt = 1;
     } else {
@@ -594,97 +814,186 @@ int main(int argc, char** argv) {
       return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
     }
   }
-  if (nprocs < 1 || nprocs > 64 || ops_clients < 1) {
+  if (nprocs < 1 || nprocs > 64 || nthreads < 1 || nthreads > 64 ||
+      ops_clients < 1 || repeat < 1 || repeat > MAX_REPEAT ||
+      null_threads < 0 || null_threads > 64 || ops_seconds < 0) {
     usage();
     return 2;
   }
+  /* the trainrun variants */
+  int st[MAX_KINDS], nst = 0, max_st = 1;
+  {
+    char copy[128];
+    snprintf(copy, sizeof copy, "%s", sthreads_arg);
+    for (char* t = strtok(copy, ","); t && nst < MAX_KINDS - 2;
+         t = strtok(NULL, ",")) {
+      int v = atoi(t);
+      if (v < 1 || v > 64) {
+        usage();
+        return 2;
+      }
+      st[nst++] = v;
+      if (v > max_st) max_st = v;
+    }
+  }
+  if (nst == 0) st[nst++] = 1;
+  if (null_threads == 0) null_threads = max_st;
   signal(SIGPIPE, SIG_IGN);
   tr_log_set_level(TR_LOG_ERROR);
   raise_nofile();
-  const char* kinds[3];
-  int nk = 0;
+  int want_null = 1, want_tr = 1, want_pt = !no_pt;
   if (servers_arg) {
-    static char copy[128];
-    snprintf(copy, sizeof copy, "%s", servers_arg);
-    for (char* t = strtok(copy, ","); t && nk < 3; t = strtok(NULL, ","))
-      kinds[nk++] = t;
-  } else {
-    kinds[nk++] = "null";
-    kinds[nk++] = "trainrun";
-    if (!no_pt && have_pytorch(python)) kinds[nk++] = "pytorch";
+    want_null = strstr(servers_arg, "null") != NULL;
+    want_tr = strstr(servers_arg, "trainrun") != NULL;
+    want_pt = strstr(servers_arg, "pytorch") != NULL;
+  }
+  if (connect_port) want_null = want_tr = want_pt = 0;
+  if (want_pt && !have_pytorch(python)) {
+    printf("store_bench: '%s' cannot import torch: no PyTorch column\n",
+           python);
+    want_pt = 0;
+  }
+  kind_t kinds[MAX_KINDS];
+  int nk = 0, ni = -1, pi = -1;
+  if (want_null) {
+    ni = nk;
+    kinds[nk] = (kind_t){"", "null", null_threads};
+    snprintf(kinds[nk].label, sizeof kinds[nk].label, "null(%dt)",
+             null_threads);
+    nk++;
+  }
+  if (want_tr)
+    for (int i = 0; i < nst; i++) {
+      kinds[nk] = (kind_t){"", "trainrun", st[i]};
+      snprintf(kinds[nk].label, sizeof kinds[nk].label, "trainrun(%dt)",
+               st[i]);
+      nk++;
+    }
+  if (connect_port) {
+    kinds[nk] = (kind_t){"", "external", connect_port};
+    snprintf(kinds[nk].label, sizeof kinds[nk].label, "port %d", connect_port);
+    nk++;
+  }
+  if (want_pt) {
+    pi = nk;
+    kinds[nk++] = (kind_t){"pytorch", "pytorch", 1};
   }
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
   printf(
-      "store_bench: loopback 127.0.0.1, %ld CPUs, %d load-generator "
-      "processes, open-file limit %llu\n",
-      sysconf(_SC_NPROCESSORS_ONLN), nprocs, (unsigned long long)rl.rlim_cur);
+      "store_bench: loopback 127.0.0.1, %ld CPUs, load generator %d "
+      "processes x %d threads, open-file limit %llu, median of %d run%s\n",
+      sysconf(_SC_NPROCESSORS_ONLN), nprocs, nthreads,
+      (unsigned long long)rl.rlim_cur, repeat, repeat > 1 ? "s" : "");
+  if (pi >= 0) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "%s -c 'import torch; print(\"reference: PyTorch\", "
+             "torch.__version__, \"TCPStore(use_libuv=True)\")'",
+             python);
+    fflush(stdout);
+    (void)!system(cmd);
+  }
+  int rc = 0;
+  if (strcmp(clients, "none") == 0) goto ops;
   printf(
       "\n(a) rendezvous: connect, VALIDATE, PING, ADD init/, WAIT last "
       "key\n    cells: wall seconds / server CPU seconds / retried "
-      "connects (backlog resets)\n");
+      "connects (backlog resets) / listen-queue overflows (dropped SYNs, resent\n"
+      "    after 1 s, 3 s); per run%s\n",
+      repeat > 1 ? "; [min-max wall]" : "");
   printf("%-8s", "clients");
-  for (int k = 0; k < nk; k++) printf(" %20s", kinds[k]);
-  int ti = -1, pi = -1;
-  for (int k = 0; k < nk; k++) {
-    if (!strcmp(kinds[k], "trainrun")) ti = k;
-    if (!strcmp(kinds[k], "pytorch")) pi = k;
-  }
-  if (ti >= 0 && pi >= 0) printf(" %18s", "trainrun/pytorch");
+  for (int k = 0; k < nk; k++) printf(" %*s", repeat > 1 ? 34 : 22, kinds[k].label);
+  for (int k = 0; k < nk; k++)
+    if (!strcmp(kinds[k].kind, "trainrun")) {
+      char h[40];
+      if (pi >= 0) {
+        snprintf(h, sizeof h, "%dt/pytorch", kinds[k].threads);
+        printf(" %12s", h);
+      }
+      if (ni >= 0) {
+        snprintf(h, sizeof h, "%dt/null", kinds[k].threads);
+        printf(" %10s", h);
+      }
+    }
   printf("\n");
   char list[256];
   snprintf(list, sizeof list, "%s", clients);
-  int rc = 0;
   for (char* t = strtok(list, ","); t; t = strtok(NULL, ",")) {
     int n = atoi(t);
     if (n <= 0) continue;
     printf("%-8d", n);
     fflush(stdout);
-    double secs[3] = {0};
+    cell_t cells[MAX_KINDS];
     for (int k = 0; k < nk; k++) {
-      server_t s;
-      if (server_start(kinds[k], python, &s) < 0) {
-        printf(" %20s", "no server");
-        continue;
-      }
-      gen_result_t r;
-      int64_t start;
-      double cpu0 = s.base_cpu;
-      run_load(s.port, n, nprocs, 0, 0, &r, &start);
-      double cpu = server_stop(&s) - cpu0;
-      secs[k] = (double)(r.last_done_us - start) / 1e6;
-      char cell[64];
-      if (r.failed)
-        snprintf(cell, sizeof cell, "FAILED %" PRId64, r.failed), rc = 1;
+      cells[k] = measure(&kinds[k], python, n, nprocs, nthreads, 0, 0, repeat);
+      char cell[96];
+      if (!cells[k].ok)
+        snprintf(cell, sizeof cell, "no server"), rc = 1;
+      else if (cells[k].failed)
+        snprintf(cell, sizeof cell, "FAILED %" PRId64, cells[k].failed),
+            rc = 1;
+      else if (repeat > 1)
+        snprintf(cell, sizeof cell,
+                 "%.3f/%.3f/%" PRId64 "/%" PRId64 " [%.3f-%.3f]", cells[k].val,
+                 cells[k].cpu, cells[k].retries, cells[k].overflows,
+                 cells[k].lo, cells[k].hi);
       else
-        snprintf(cell, sizeof cell, "%.3f/%.3f/%" PRId64, secs[k], cpu,
-                 r.retries);
-      printf(" %20s", cell);
+        snprintf(cell, sizeof cell, "%.3f/%.3f/%" PRId64 "/%" PRId64,
+                 cells[k].val, cells[k].cpu, cells[k].retries,
+                 cells[k].overflows);
+      printf(" %*s", repeat > 1 ? 34 : 22, cell);
       fflush(stdout);
     }
-    if (ti >= 0 && pi >= 0 && secs[pi] > 0)
-      printf(" %18.2f", secs[ti] / secs[pi]);
+    for (int k = 0; k < nk; k++)
+      if (!strcmp(kinds[k].kind, "trainrun")) {
+        if (pi >= 0) {
+          if (cells[k].ok && cells[pi].ok && cells[pi].val > 0)
+            printf(" %12.2f", cells[k].val / cells[pi].val);
+          else
+            printf(" %12s", "-");
+        }
+        if (ni >= 0) {
+          if (cells[k].ok && cells[ni].ok && cells[ni].val > 0)
+            printf(" %10.2f", cells[k].val / cells[ni].val);
+          else
+            printf(" %10s", "-");
+        }
+      }
     printf("\n");
   }
+ops:
+  if (ops_seconds == 0) return rc;
   printf(
-      "\n(b) operations/s: %d clients, closed loop of SET, GET, ADD, "
-      "%.1f s\n",
-      ops_clients, ops_seconds);
-  double opsr[3] = {0};
+      "\n(b) operations/s: %d clients, closed loop of SET+GET, ADD "
+      "(one request in flight each), %.1f s%s\n",
+      ops_clients, ops_seconds, repeat > 1 ? "; [min-max]" : "");
+  printf("%-14s %10s %12s %24s %12s %10s\n", "server", "ops/s", "us CPU/op",
+         repeat > 1 ? "[min-max]" : "", pi >= 0 ? "/pytorch" : "",
+         ni >= 0 ? "/null" : "");
+  int gp = nprocs < ops_clients ? nprocs : ops_clients;
+  cell_t oc[MAX_KINDS];
+  for (int k = 0; k < nk; k++)
+    oc[k] = measure(&kinds[k], python, ops_clients, gp, nthreads, 1,
+                    ops_seconds, repeat);
   for (int k = 0; k < nk; k++) {
-    server_t s;
-    if (server_start(kinds[k], python, &s) < 0) continue;
-    gen_result_t r;
-    int64_t start;
-    double cpu0 = s.base_cpu;
-    run_load(s.port, ops_clients, nprocs < ops_clients ? nprocs : ops_clients,
-             1, ops_seconds, &r, &start);
-    double cpu = server_stop(&s) - cpu0;
-    opsr[k] = (double)r.ops / ops_seconds;
-    printf("%-10s %12.0f ops/s %12.2f us server CPU per op\n", kinds[k],
-           opsr[k], r.ops ? cpu * 1e6 / (double)r.ops : 0.0);
+    if (!oc[k].ok) {
+      printf("%-14s %10s\n", kinds[k].label, "no server");
+      rc = 1;
+      continue;
+    }
+    char range[48] = "";
+    if (repeat > 1)
+      snprintf(range, sizeof range, "[%.0f-%.0f]", oc[k].lo, oc[k].hi);
+    printf("%-14s %10.0f %12.2f %24s", kinds[k].label, oc[k].val, oc[k].cpu,
+           range);
+    if (pi >= 0 && oc[pi].ok && oc[pi].val > 0)
+      printf(" %11.2fx", oc[k].val / oc[pi].val);
+    else
+      printf(" %12s", "");
+    if (ni >= 0 && oc[ni].ok && oc[ni].val > 0)
+      printf(" %9.2fx", oc[k].val / oc[ni].val);
+    printf("\n");
   }
-  if (ti >= 0 && pi >= 0 && opsr[pi] > 0)
-    printf("trainrun/pytorch: %.2fx\n", opsr[ti] / opsr[pi]);
   return rc;
 }

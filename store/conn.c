@@ -111,6 +111,22 @@ static int parse_counter(const uint8_t* p, size_t n, int64_t* out) {
   return 0;
 }
 
+/* v in decimal, as "%" PRId64 writes it (snprintf's format parsing was a
+ * visible share of an ADD's CPU time); returns the length. */
+static size_t format_i64(int64_t v, char out[24]) {
+  char tmp[24];
+  size_t n = 0;
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  size_t len = 0;
+  if (v < 0) out[len++] = '-';
+  while (n) out[len++] = tmp[--n];
+  return len;
+}
+
 static int cmd_add(tr__store_conn_t* c, const tr__store_req_t* rq,
                    uint64_t off) {
   tr__store_slot_t* s;
@@ -130,8 +146,8 @@ static int cmd_add(tr__store_conn_t* c, const tr__store_req_t* rq,
     return reject(c, TR_ERANGE, off, "ADD overflows int64");
   }
   char text[24];
-  int n = snprintf(text, sizeof text, "%" PRId64, v);
-  rc = tr__store_db_set(c->db, s, text, (size_t)n);
+  size_t n = format_i64(v, text);
+  rc = tr__store_db_set(c->db, s, text, n);
   if (rc < 0) {
     tr__store_db_gc(c->db, s);
     return rc;

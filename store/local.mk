@@ -59,6 +59,8 @@ endif
 check_PROGRAMS += bench/store_bench
 bench_store_bench_SOURCES = bench/store_bench.c
 bench_store_bench_LDADD = libtrainrun.la $(LIBUV_LIBS)
+# bench/store_compare.sh OUTDIR: the figures of docs/PERFORMANCE.md in one run
+EXTRA_DIST += bench/store_compare.sh
 
 # The interop driver: our C client through every command against a server
 # (tests/interop/store_interop.py runs it against PyTorch's).

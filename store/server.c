@@ -14,7 +14,12 @@
  * STOP_WAITING bytes a SET sends to the clients waiting on its key, which may
  * belong to another shard: that shard is woken through its uv_async -- and
  * written once per client, with uv_try_write first and a queued uv_write for
- * what the socket did not take. A client whose replies pile up past
+ * what the socket did not take. A read takes the lock once: its requests
+ * execute, and the replies of every client of the shard they made ready
+ * are taken in the same critical section (collect_dirty), so a request
+ * costs one read(2), one write(2) and one lock round; what a connection's
+ * own loop alone touches (its input buffer, parser, pause flag) is read
+ * without the lock. A client whose replies pile up past
  * TR__STORE_OUT_HIGH is not read until they drain. A client that breaks a
  * rule is closed alone; client records are freed only once their handle is
  * closed and no dirty list holds them.
@@ -89,6 +94,9 @@ struct shard_s {
   int64_t refused_logged_at; /* uv_now of the last "refused" warning */
   /* under srv->mu */
   srv_client_t* dirty; /* clients with replies to write */
+  /* loop thread: the dirty clients taken in one lock round (send_batch) */
+  srv_client_t** batch;
+  size_t nbatch, capbatch;
   pending_fd_t* pend;  /* sockets from the acceptor */
   size_t npend, cappend;
   int stop;
@@ -180,12 +188,10 @@ static void flush(srv_client_t* cl);
 static void flush_dirty(shard_t* sh);
 static void read_start(srv_client_t* cl);
 
-static int is_paused(srv_client_t* cl) {
-  lock(cl->sh->srv);
-  int p = cl->conn.paused;
-  unlock(cl->sh->srv);
-  return p;
-}
+/* conn.paused, like conn.in and conn.ps, is touched only by the client's
+ * own loop thread (wake-ups from other shards write only conn.out and the
+ * WAIT fields), so reading it needs no lock. */
+static int is_paused(srv_client_t* cl) { return cl->conn.paused; }
 
 /* A paused client (replies over the high mark) whose replies have all been
  * handed to the kernel: parse what it sent meanwhile, flush, and repeat
@@ -233,23 +239,22 @@ static void on_write(uv_write_t* req, int status) {
   if (!cl->closing && is_paused(cl)) drain(cl);
 }
 
-/* Hand the client's gathered replies to the socket: they move to inflight
- * under the lock (new replies gather in the emptied buffer), then are
- * written without it. */
-static void flush(srv_client_t* cl) {
-  if (cl->closing || cl->writing) return;
-  tr_store_server_t* s = cl->sh->srv;
-  lock(s);
-  tr__buf_t* out = &cl->conn.out;
-  if (out->len == 0) {
-    unlock(s);
-    return;
-  }
+/* Under s->mu: move the client's gathered replies to inflight (new
+ * replies gather in the emptied buffer); 1 when there is something to
+ * write. */
+static int take_output(srv_client_t* cl) {
+  if (cl->closing || cl->writing || cl->conn.out.len == 0) return 0;
   tr__buf_t tmp = cl->inflight; /* empty: no write is in flight */
-  cl->inflight = *out;
-  *out = tmp;
-  out->len = 0;
-  unlock(s);
+  cl->inflight = cl->conn.out;
+  cl->conn.out = tmp;
+  cl->conn.out.len = 0;
+  return 1;
+}
+
+/* Write inflight without the lock: one uv_try_write (a write(2)) for all
+ * the replies gathered since the last one, and a queued uv_write for what
+ * the socket did not take. */
+static void send_inflight(srv_client_t* cl) {
   uv_buf_t b =
       uv_buf_init((char*)cl->inflight.data, (unsigned)cl->inflight.len);
   int n = uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
@@ -281,6 +286,16 @@ static void flush(srv_client_t* cl) {
   cl->writing = 1;
 }
 
+/* Hand the client's gathered replies to the socket. */
+static void flush(srv_client_t* cl) {
+  if (cl->closing || cl->writing) return;
+  tr_store_server_t* s = cl->sh->srv;
+  lock(s);
+  int have = take_output(cl);
+  unlock(s);
+  if (have) send_inflight(cl);
+}
+
 /* db.c tells us a connection has replies (its own, or a wake-up); called
  * under s->mu from whichever shard ran the request. */
 static void on_output(tr__store_conn_t* c, void* arg) {
@@ -295,21 +310,67 @@ static void on_output(tr__store_conn_t* c, void* arg) {
   if (sh != tls_shard) uv_async_send(&sh->async);
 }
 
-static void flush_dirty(shard_t* sh) {
-  tr_store_server_t* s = sh->srv;
-  lock(s);
+/* Under s->mu: empty the shard's dirty list into sh->batch, taking each
+ * client's replies (take_output) in the same critical section -- one lock
+ * round for all the clients a read or a wake-up gave replies to. */
+static void collect_dirty(shard_t* sh) {
   while (sh->dirty) {
     srv_client_t* cl = sh->dirty;
     sh->dirty = cl->dirty_next;
     cl->dirty = 0;
-    unlock(s);
-    if (cl->free_pending)
-      free_client(cl);
-    else
-      flush(cl);
-    lock(s);
+    if (!cl->free_pending && !take_output(cl)) continue;
+    if (sh->nbatch == sh->capbatch) {
+      size_t cap = sh->capbatch ? 2 * sh->capbatch : 64;
+      srv_client_t** b = realloc(sh->batch, cap * sizeof *b);
+      if (!b) { /* write it later: back on the list, woken again */
+        if (!cl->free_pending) {
+          tr__buf_t tmp = cl->conn.out; /* undo take_output */
+          cl->conn.out = cl->inflight;
+          cl->inflight = tmp;
+          cl->inflight.len = 0;
+        }
+        cl->dirty = 1;
+        cl->dirty_next = sh->dirty;
+        sh->dirty = cl;
+        uv_async_send(&sh->async);
+        break;
+      }
+      sh->batch = b;
+      sh->capbatch = cap;
+    }
+    sh->batch[sh->nbatch++] = cl;
   }
+}
+
+/* Without the lock: write what collect_dirty took, free the records whose
+ * handle closed while listed. The batch is detached first: a write may
+ * drain a paused client, which flushes the dirty list again. */
+static void send_batch(shard_t* sh) {
+  srv_client_t** b = sh->batch;
+  size_t n = sh->nbatch, cap = sh->capbatch;
+  if (n == 0) return;
+  sh->batch = NULL;
+  sh->nbatch = sh->capbatch = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (b[i]->free_pending)
+      free_client(b[i]);
+    else if (!b[i]->closing)
+      send_inflight(b[i]);
+  }
+  if (sh->batch) { /* a nested flush made its own */
+    free(b);
+    return;
+  }
+  sh->batch = b;
+  sh->capbatch = cap;
+}
+
+static void flush_dirty(shard_t* sh) {
+  tr_store_server_t* s = sh->srv;
+  lock(s);
+  collect_dirty(sh);
   unlock(s);
+  send_batch(sh);
 }
 
 /* ---- reading ---- */
@@ -317,10 +378,8 @@ static void flush_dirty(shard_t* sh) {
 static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
   (void)suggested;
   srv_client_t* cl = (srv_client_t*)h;
-  size_t room;
-  lock(cl->sh->srv);
+  size_t room; /* conn.in, .ps, .paused: this loop's own (see is_paused) */
   uint8_t* p = tr__store_conn_read_room(&cl->conn, &room);
-  unlock(cl->sh->srv);
   if (p) {
     if (room > UINT32_MAX) room = UINT32_MAX;
     *buf = uv_buf_init((char*)p, (unsigned)room);
@@ -363,14 +422,19 @@ static void on_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
     rc = tr__store_conn_input_inplace(&cl->conn, (size_t)nread);
   int paused = cl->conn.paused;
   publish_stats(s);
-  unlock(s);
-  if (rc < 0) {
+  if (rc < 0) { /* client_close writes what it had before the bad request */
+    unlock(s);
     client_close(cl, 1);
-  } else if (paused && cl->reading) {
+    flush_dirty(sh);
+    return;
+  }
+  collect_dirty(sh); /* this client's replies and those it woke */
+  unlock(s);
+  if (paused && cl->reading) {
     uv_read_stop(st);
     cl->reading = 0;
   }
-  flush_dirty(sh);
+  send_batch(sh);
 }
 
 /* Also called from drain() when a paused client caught up. */
@@ -671,6 +735,7 @@ static void server_free(tr_store_server_t* s) {
       uv_run(&sh->loop, UV_RUN_NOWAIT);
     for (size_t j = 0; j < sh->npend; j++) close(sh->pend[j].fd);
     free(sh->pend);
+    free(sh->batch);
   }
   free(s->shards);
   if (s->lfd >= 0) close(s->lfd);

@@ -67,8 +67,9 @@ def trainrun_steps(out):
 
 def llmc_steps(out, ntok):
     """[(step, tps, own mfu)] from llm.c's step lines."""
+    # llm.c prints -100% MFU for a GPU it has no peak for (the H200)
     pat = re.compile(r"^step\s+(\d+)/\d+ \|.*\| ([0-9.]+) ms \| "
-                     r"([0-9.]+)% bf16 MFU \|")
+                     r"(-?[0-9.]+)% bf16 MFU \|")
     rows = []
     try:
         with open(os.path.join(out, "llmc.log"), errors="replace") as f:
@@ -77,7 +78,8 @@ def llmc_steps(out, ntok):
                 if m and float(m.group(2)) > 0:
                     rows.append((int(m.group(1)),
                                  ntok / (float(m.group(2)) / 1e3),
-                                 float(m.group(3))))
+                                 float(m.group(3))
+                                 if float(m.group(3)) >= 0 else None))
     except OSError:
         pass
     return rows
