@@ -5,9 +5,9 @@ network).
 
   tests/gpu/hf_parity.py TRAINRUN OUTDIR [STEPS]
 
-1. Writes llm.c token shards of a learnable stream (each next token is one of
-   4 successors of the previous one: the best possible loss is ln 4 = 1.386),
-   a training and a validation shard.
+1. Writes llm.c token shards of a learnable stream (512 of the 50257 tokens;
+   each next token is one of 4 successors of the previous one: the best
+   possible loss is ln 4 = 1.386), a training and a validation shard.
 2. Trains GPT-2 124M with trainrun on cuda (bf16 compute, fp32 master
    weights) for STEPS (200) steps; trainrun validates at the end and writes
    OUTDIR/run/model.safetensors + config.json (Hugging Face names).
@@ -16,7 +16,7 @@ network).
    0..n-1 of the validation shard, T+1 tokens each, fp32), and again under
    bf16 autocast.
 Passes when |trainrun val_loss - HF fp32 loss| / HF loss <= 1e-2 and the
-training loss fell below 3.0 (it learned). Exit 0 / 1; a table on stdout.
+training loss fell below 5.0 from ln 50257 = 10.8 (it learned). Exit 0 / 1; a table on stdout.
 """
 import json
 import os
@@ -26,17 +26,21 @@ import sys
 import numpy as np
 
 V, T, B, VAL_STEPS = 50257, 1024, 16, 4
+STATES = 512  # distinct tokens of the stream
 
 
 def shard(path, n, seed):
     rng = np.random.default_rng(seed)
-    succ = np.random.default_rng(7).integers(0, V, size=(V, 4))
-    tok = np.empty(n, dtype=np.uint16)
-    t = 0
+    fixed = np.random.default_rng(7)
+    ids = fixed.choice(V, size=STATES, replace=False)  # tokens in use
+    succ = fixed.integers(0, STATES, size=(STATES, 4))
+    state = np.empty(n, dtype=np.int64)
+    s = 0
     picks = rng.integers(0, 4, size=n)
     for i in range(n):
-        tok[i] = t
-        t = succ[t, picks[i]]
+        state[i] = s
+        s = succ[s, picks[i]]
+    tok = ids[state].astype(np.uint16)
     hdr = np.zeros(256, dtype=np.int32)
     hdr[0], hdr[1], hdr[2] = 20240520, 1, n
     with open(path, "wb") as f:
@@ -101,7 +105,7 @@ def main():
                     x[i:i + B, 1:].reshape(-1), reduction="sum").item()
         losses[name] = tot / (n * T)
     rel = abs(ours_val - losses["fp32"]) / losses["fp32"]
-    ok = rel <= 1e-2 and last_loss is not None and last_loss < 3.0
+    ok = rel <= 1e-2 and last_loss is not None and last_loss < 5.0
     print("| after %d steps | loss |" % steps)
     print("|---|---:|")
     print("| trainrun last training loss | %.4f |" % last_loss)
