@@ -402,6 +402,65 @@ int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                          CF(weight), N, (int)IC, (int)OC, ldd);
 }
 
+int tr_kern_linear_gelu_fwd(tr_tensor_t* out, tr_tensor_t* pre,
+                            const tr_tensor_t* inp, const tr_tensor_t* weight,
+                            const tr_tensor_t* bias) {
+  chk_t c = {.op = "linear_gelu_fwd"};
+  int rc = 0;
+  TR_CHECK(act(&c, out, "out", 1));
+  TR_CHECK(act(&c, pre, "pre", 1));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  TR_CHECK(opt_act(&c, bias, "bias"));
+  int64_t N = rows(inp), IC = last_dim(inp);
+  if (weight->ndim != 2 || weight->shape[1] != IC)
+    return bad(c.op, "weight", weight, "expected [OC, IC]");
+  int64_t OC = weight->shape[0];
+  if (rows(out) != N || last_dim(out) != OC)
+    return bad(c.op, "out", out, "expected [N, OC]");
+  if (!same_rows(pre, out)) return bad(c.op, "pre", pre, "expected out's");
+  if (bias && !is_vec(bias, OC))
+    return bad(c.op, "bias", bias, "expected [OC]");
+  if (!fits_int(IC) || !fits_int(OC)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->linear_gelu_fwd(F(out), F(pre), CF(inp), CF(weight),
+                              bias ? CF(bias) : NULL, N, (int)IC, (int)OC);
+}
+
+int tr_kern_linear_dgelu_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                             tr_tensor_t* dbias, const tr_tensor_t* dout,
+                             const tr_tensor_t* inp, const tr_tensor_t* weight,
+                             const tr_tensor_t* pre) {
+  chk_t c = {.op = "linear_dgelu_bwd"};
+  int rc = 0;
+  TR_CHECK(act(&c, dinp, "dinp", 1));
+  TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
+  TR_CHECK(opt(&c, dbias, "dbias", TR_F32));
+  TR_CHECK(act(&c, dout, "dout", 1));
+  TR_CHECK(act(&c, inp, "inp", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  TR_CHECK(act(&c, pre, "pre", 1));
+  int64_t N = rows(inp), IC = last_dim(inp);
+  if (weight->ndim != 2 || weight->shape[1] != IC)
+    return bad(c.op, "weight", weight, "expected [OC, IC]");
+  int64_t OC = weight->shape[0];
+  if (rows(dout) != N || last_dim(dout) != OC)
+    return bad(c.op, "dout", dout, "expected [N, OC]");
+  if (!same_rows(dinp, inp)) return bad(c.op, "dinp", dinp, "expected inp's");
+  if (!same_rows(pre, inp)) return bad(c.op, "pre", pre, "expected inp's");
+  if (dweight && !tr_tensor_same_shape(dweight, weight))
+    return bad(c.op, "dweight", dweight, "expected weight's");
+  if (dbias && !is_vec(dbias, OC))
+    return bad(c.op, "dbias", dbias, "expected [OC]");
+  if (!fits_int(IC) || !fits_int(OC)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->linear_dgelu_bwd(F(dinp), OF(dweight), OF(dbias), CF(dout),
+                               CF(inp), CF(weight), CF(pre), N, (int)IC,
+                               (int)OC);
+}
+
 int tr_kern_gemm(tr_tensor_t* cm, const tr_tensor_t* a, int transa,
                  const tr_tensor_t* b, int transb, float alpha, float beta) {
   chk_t c = {.op = "gemm"};

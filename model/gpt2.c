@@ -80,11 +80,21 @@ int tr__gpt2_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
                                       W(m, blk, G_LN2_B), c->norm_eps),
                 rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->fc, B, T, c->ffn_dim), rc, fail);
-  TR_CHECK_GOTO(
-      tr_kern_linear_fwd(&s->fc, &s->ln2, W(m, blk, G_FC_W), W(m, blk, G_FC_B)),
-      rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->gelu, B, T, c->ffn_dim), rc, fail);
-  TR_CHECK_GOTO(tr_kern_gelu_fwd(&s->gelu, &s->fc), rc, fail);
+  if (m->ac_mode == TR_AC_OPS) {
+    /* the backward rebuilds gelu from fc with gelu_fwd (layer_refill):
+     * compute it the same way here, so the rebuilt bits equal these (the
+     * fused epilogue rounds gelu from fp32 on CUDA, not from bf16 fc) */
+    TR_CHECK_GOTO(tr_kern_linear_fwd(&s->fc, &s->ln2, W(m, blk, G_FC_W),
+                                     W(m, blk, G_FC_B)),
+                  rc, fail);
+    TR_CHECK_GOTO(tr_kern_gelu_fwd(&s->gelu, &s->fc), rc, fail);
+  } else {
+    /* fc keeps the pre-activation, gelu the output */
+    TR_CHECK_GOTO(tr_kern_linear_gelu_fwd(&s->gelu, &s->fc, &s->ln2,
+                                          W(m, blk, G_FC_W), W(m, blk, G_FC_B)),
+                  rc, fail);
+  }
   TR_CHECK_GOTO(tr__act(m, &fcp, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr_kern_linear_fwd(&fcp, &s->gelu, W(m, blk, G_FCP_W),
                                    W(m, blk, G_FCP_B)),
@@ -115,18 +125,16 @@ int tr__gpt2_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim, H = c->n_heads;
   tr_tensor_t* dres = &mb->dhidden; /* d(output), becomes d(input) */
-  tr_tensor_t dgelu = {0}, dfc = {0}, dsmall = {0}, dqkv = {0};
+  tr_tensor_t dfc = {0}, dsmall = {0}, dqkv = {0};
   tr_tensor_t q = {0}, k = {0}, v = {0}, dq = {0}, dk = {0}, dv = {0};
   int rc;
   /* MLP branch: x3 = x2 + fcproj(gelu(fc(ln2(x2)))) */
-  TR_CHECK_GOTO(tr__act_zeros(m, &dgelu, B, T, c->ffn_dim), rc, out);
+  /* d(fc) = (dres fcproj_w) * gelu'(fc), written whole by one call */
+  TR_CHECK_GOTO(tr__act(m, &dfc, B, T, c->ffn_dim), rc, out);
   TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dgelu, G(m, blk, G_FCP_W), G(m, blk, G_FCP_B), dres,
-                         &s->gelu, W(m, blk, G_FCP_W)),
+      tr_kern_linear_dgelu_bwd(&dfc, G(m, blk, G_FCP_W), G(m, blk, G_FCP_B),
+                               dres, &s->gelu, W(m, blk, G_FCP_W), &s->fc),
       rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dfc, B, T, c->ffn_dim), rc, out);
-  TR_CHECK_GOTO(tr_kern_gelu_bwd(&dfc, &dgelu, &s->fc), rc, out);
-  tr_tensor_release(&dgelu);
   TR_CHECK_GOTO(tr__act_zeros(m, &dsmall, B, T, C), rc, out);
   TR_CHECK_GOTO(
       tr_kern_linear_bwd(&dsmall, G(m, blk, G_FC_W), G(m, blk, G_FC_B), &dfc,
@@ -160,7 +168,7 @@ int tr__gpt2_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
                 rc, out);
   rc = 0;
 out:;
-  tr_tensor_t* ts[] = {&dgelu, &dfc, &dsmall, &dqkv, &q, &k, &v, &dq, &dk, &dv};
+  tr_tensor_t* ts[] = {&dfc, &dsmall, &dqkv, &q, &k, &v, &dq, &dk, &dv};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
     tr_tensor_release(ts[i]);
   tr__gpt2_layer_free(s);
@@ -196,6 +204,8 @@ int tr__gpt2_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
                                    W(m, blk, G_LN2_B), c->norm_eps));
   }
   if (!s->gelu.storage) {
+    /* in this mode the forward ran gelu_fwd on fc too (not the fused
+     * linear_gelu_fwd), so these are its bits */
     TR_CHECK(tr__act(m, &s->gelu, B, T, s->fc.shape[2]));
     TR_CHECK(tr_kern_gelu_fwd(&s->gelu, &s->fc));
   }

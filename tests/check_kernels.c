@@ -709,6 +709,137 @@ START_TEST(test_gelu) {
 }
 END_TEST
 
+/* ---- linear + GELU, fused ---- */
+
+static double gelu_grad_d(double x) {
+  double k = sqrt(2 / M_PI), th = tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + th) +
+         0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+/* a copy of t's shape filled with v (NaN: "must be overwritten") */
+static void filled(tr_tensor_t* t, const tr_tensor_t* like, float v) {
+  ck_assert_int_eq(
+      tr_tensor_empty(t, TR_F32, TR_DEVICE_CPU, like->ndim, like->shape), 0);
+  for (int64_t i = 0; i < tr_tensor_numel(t); i++) fp(t)[i] = v;
+}
+
+static void dup_tensor(tr_tensor_t* t, const tr_tensor_t* src) {
+  filled(t, src, 0.0f);
+  memcpy(fp(t), fp(src), sizeof(float) * (size_t)tr_tensor_numel(src));
+}
+
+static void assert_same_bits(const char* what, const tr_tensor_t* a,
+                             const tr_tensor_t* b) {
+  int64_t n = tr_tensor_numel(a);
+  ck_assert_int_eq(n, tr_tensor_numel(b));
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t x, y;
+    memcpy(&x, fp(a) + i, 4);
+    memcpy(&y, fp(b) + i, 4);
+    ck_assert_msg(x == y, "%s[%lld]: fused %a (0x%08x) vs unfused %a (0x%08x)",
+                  what, (long long)i, (double)fp(a)[i], x, (double)fp(b)[i], y);
+  }
+}
+
+/* The MLP of a GPT-2 layer, B*T = 303 rows (not a multiple of the GEMM's
+ * 96-row or 256-deep tiles nor of GELU's chunk), hidden 300 (not a multiple
+ * of the 256-column tile), both with biases and without: the fused entries
+ * give the bits of linear_fwd + gelu_fwd and of linear_bwd into a zeroed
+ * buffer + gelu_bwd into a zeroed buffer. */
+static void linear_gelu_case(tr_gemm_impl_t impl, int with_bias) {
+  if (impl == TR_GEMM_BLAS && !tr_kern_cpu_have_blas()) return;
+  ck_assert_int_eq(tr_kern_cpu_set_gemm(impl), 0);
+  const int64_t B = 3, T = 101, C = 40, H = 300;
+  tr_tensor_t x, w1, b1, w2, dy;
+  rnd(&x, NULL, 1.0, 3, B, T, C);
+  rnd(&w1, NULL, 0.5, 2, H, C);
+  rnd(&b1, NULL, 0.5, 1, H);
+  rnd(&w2, NULL, 0.2, 2, C, H);
+  rnd(&dy, NULL, 1.0, 3, B, T, C);
+  for (int64_t i = 0; i < C; i++) fp(&dy)[5 * C + i] = 0.0f; /* a zero row */
+  /* forward: fused vs linear_fwd + gelu_fwd */
+  tr_tensor_t pre, out, pre_ref, out_ref;
+  rnd(&pre, NULL, 1.0, 3, B, T, H);
+  filled(&out, &pre, NAN);
+  zeros(&pre_ref, 3, B, T, H);
+  zeros(&out_ref, 3, B, T, H);
+  ck_assert_int_eq(
+      tr_kern_linear_gelu_fwd(&out, &pre, &x, &w1, with_bias ? &b1 : NULL), 0);
+  ck_assert_int_eq(
+      tr_kern_linear_fwd(&pre_ref, &x, &w1, with_bias ? &b1 : NULL), 0);
+  ck_assert_int_eq(tr_kern_gelu_fwd(&out_ref, &pre_ref), 0);
+  assert_same_bits("linear_gelu_fwd pre", &pre, &pre_ref);
+  assert_same_bits("linear_gelu_fwd out", &out, &out_ref);
+  /* backward: fused vs linear_bwd into zeros + gelu_bwd into zeros; the
+   * parameter gradients start from random values (they accumulate), the
+   * fused dinp from NaN (it is overwritten) */
+  tr_tensor_t dw, db, dw_ref, db_ref, dfc, dfc_ref, dgelu;
+  rnd(&dw, NULL, 1.0, 2, C, H);
+  rnd(&db, NULL, 1.0, 1, C);
+  dup_tensor(&dw_ref, &dw);
+  dup_tensor(&db_ref, &db);
+  filled(&dfc, &pre, NAN);
+  zeros(&dgelu, 3, B, T, H);
+  zeros(&dfc_ref, 3, B, T, H);
+  ck_assert_int_eq(tr_kern_linear_dgelu_bwd(&dfc, &dw, with_bias ? &db : NULL,
+                                            &dy, &out, &w2, &pre),
+                   0);
+  ck_assert_int_eq(
+      tr_kern_linear_bwd(&dgelu, &dw_ref, with_bias ? &db_ref : NULL, &dy, &out,
+                         &w2),
+      0);
+  ck_assert_int_eq(tr_kern_gelu_bwd(&dfc_ref, &dgelu, &pre), 0);
+  assert_same_bits("linear_dgelu_bwd dinp", &dfc, &dfc_ref);
+  assert_same_bits("linear_dgelu_bwd dw", &dw, &dw_ref);
+  assert_same_bits("linear_dgelu_bwd db", &db, &db_ref);
+  /* and not a sequence that happens to agree with itself: dinp is
+   * (dout w2) * gelu'(pre), checked in double at a few points */
+  for (int64_t n = 0; n < B * T; n += 37)
+    for (int64_t h = 0; h < H; h += 29) {
+      double g = 0;
+      for (int64_t c = 0; c < C; c++)
+        g += (double)fp(&dy)[n * C + c] * fp(&w2)[c * H + h];
+      double ref = g * gelu_grad_d(fp(&pre)[n * H + h]);
+      ck_assert_msg(fabs(fp(&dfc)[n * H + h] - ref) <= 1e-5 * (fabs(ref) + 1),
+                    "dinp[%lld, %lld] %.9g vs %.9g", (long long)n, (long long)h,
+                    (double)fp(&dfc)[n * H + h], ref);
+    }
+  /* dinp is overwritten: a second call gives the same dinp */
+  ck_assert_int_eq(
+      tr_kern_linear_dgelu_bwd(&dfc, NULL, NULL, &dy, &out, &w2, &pre), 0);
+  assert_same_bits("linear_dgelu_bwd dinp again", &dfc, &dfc_ref);
+  /* shape errors */
+  tr_tensor_t bad;
+  zeros(&bad, 3, B, T, H + 1);
+  ck_assert_int_eq(tr_kern_linear_gelu_fwd(&out, &bad, &x, &w1, NULL),
+                   TR_ESHAPE);
+  ck_assert_int_eq(
+      tr_kern_linear_dgelu_bwd(&dfc, NULL, NULL, &dy, &out, &w2, &bad),
+      TR_ESHAPE);
+  ck_assert_int_eq(
+      tr_kern_linear_dgelu_bwd(&bad, NULL, NULL, &dy, &out, &w2, &pre),
+      TR_ESHAPE);
+  tr_tensor_t* ts[] = {&x,      &w1,      &b1,      &w2,    &dy, &pre,
+                       &out,    &pre_ref, &out_ref, &dw,    &db, &dw_ref,
+                       &db_ref, &dfc,     &dfc_ref, &dgelu, &bad};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+  tr_kern_cpu_set_gemm(TR_GEMM_AUTO);
+}
+
+START_TEST(test_linear_gelu_fused_blocked) {
+  linear_gelu_case(TR_GEMM_BLOCKED, 1);
+  linear_gelu_case(TR_GEMM_BLOCKED, 0);
+}
+END_TEST
+
+START_TEST(test_linear_gelu_fused_blas) {
+  linear_gelu_case(TR_GEMM_BLAS, 1);
+  linear_gelu_case(TR_GEMM_BLAS, 0);
+}
+END_TEST
+
 START_TEST(test_swiglu) {
   act_ctx c = {.n = 1000, .swiglu = 1};
   tr_tensor_t g, u, dy, y, dg, du;
@@ -1047,6 +1178,8 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_gemm_impl_switch);
   tcase_add_test(tc, test_linear_grad_blas);
   tcase_add_test(tc, test_linear_grad_blocked);
+  tcase_add_test(tc, test_linear_gelu_fused_blocked);
+  tcase_add_test(tc, test_linear_gelu_fused_blas);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 60);

@@ -12,8 +12,9 @@
  * contract is checked too. Also: determinism (bit-identical repeats), the
  * fused epilogues against their unfused form, out-of-range tokens and
  * targets, AdamW with the bf16 copy and a device-side gradient scale.
- * Each comparison prints one line to stdout. Exits 77 (skipped) when the
- * build has no CUDA or the machine no GPU.
+ * Each comparison prints one line to stdout. Also that cuBLASLt is mapped
+ * only from the first GEMM on (checked before the GPU question). Exits 77
+ * (skipped) when the build has no CUDA or the machine no GPU.
  */
 #include "config.h"
 
@@ -538,6 +539,26 @@ START_TEST(test_gemm) {
 }
 END_TEST
 
+/* Whether this process maps a file whose path contains name. */
+static int maps_have(const char* name) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  char line[4096];
+  int found = 0;
+  if (!f) return -1;
+  while (!found && fgets(line, sizeof line, f))
+    found = strstr(line, name) != NULL;
+  fclose(f);
+  return found;
+}
+
+/* cuBLASLt is loaded by the first GEMM (main checks that it was not
+ * mapped before): after one, the library is there. */
+START_TEST(test_cublaslt_loaded_by_gemm) {
+  run_gemm(TR_F32, TR_F32, 0, 1, 24, 16, 8, 1.0f, 0.0f);
+  ck_assert_int_eq(maps_have("libcublasLt.so"), 1);
+}
+END_TEST
+
 /* linear forward/backward; gelu: GELU fused after the forward GEMM (pre
  * kept) and, in the backward, fused into the GEMM of the layer that
  * consumes the GELU's output */
@@ -657,6 +678,104 @@ static void run_mlp_gelu(tr_dtype_t dt) {
 START_TEST(test_mlp_gelu_epilogues) {
   run_mlp_gelu(TR_F32);
   run_mlp_gelu(TR_BF16);
+}
+END_TEST
+
+/* the fused table entries through the tensor API (tr_kern_linear_gelu_fwd,
+ * tr_kern_linear_dgelu_bwd; bf16 tensors pick the bf16 table) against the
+ * CPU's. The backward's reference runs on the GPU's own pre and GELU output
+ * (bf16 values for bf16), so both sides see the same inputs. */
+static void run_linear_gelu_table(tr_dtype_t dt, int64_t N, int C, int H4,
+                                  int bias) {
+  char what[96];
+  tr_tensor_t x, w1, b1, w2, dy, pre, act, dinp, dw, db, hpre, hact;
+  hrand(&x, dt, 1.0, 2, SH(N, C));
+  hrand(&w1, dt, 0.2, 2, SH(H4, C));
+  hrand(&b1, dt, 0.5, 1, SH(H4));
+  hrand(&w2, dt, 0.1, 2, SH(C, H4));
+  hrand(&dy, dt, 1.0, 2, SH(N, C));
+  hrand(&dinp, dt, 1.0, 2, SH(N, H4));   /* overwritten */
+  hrand(&dw, TR_F32, 0.5, 2, SH(C, H4)); /* += */
+  hrand(&db, TR_F32, 0.5, 1, SH(C));     /* += */
+  ck_assert_int_eq(tr_tensor_empty(&pre, TR_F32, TR_DEVICE_CPU, 2, SH(N, H4)),
+                   0);
+  ck_assert_int_eq(tr_tensor_empty(&act, TR_F32, TR_DEVICE_CPU, 2, SH(N, H4)),
+                   0);
+  ck_assert_int_eq(
+      tr_kern_linear_gelu_fwd(&act, &pre, &x, &w1, bias ? &b1 : NULL), 0);
+  tr_tensor_t d_x, d_w1, d_b1, d_w2, d_dy, d_pre, d_act, d_dinp, d_dinp2, d_dw,
+      d_db;
+  todev(&d_x, &x, dt);
+  todev(&d_w1, &w1, dt);
+  todev(&d_b1, &b1, dt);
+  todev(&d_w2, &w2, dt);
+  todev(&d_dy, &dy, dt);
+  todev(&d_dinp, &dinp, dt);
+  todev(&d_dw, &dw, TR_F32);
+  todev(&d_db, &db, TR_F32);
+  ck_assert_int_eq(tr_tensor_empty(&d_pre, dt, GPU, 2, SH(N, H4)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_act, dt, GPU, 2, SH(N, H4)), 0);
+  ck_assert_int_eq(
+      tr_kern_linear_gelu_fwd(&d_act, &d_pre, &d_x, &d_w1, bias ? &d_b1 : NULL),
+      0);
+  double tol = tol_of(dt);
+  snprintf(what, sizeof what, "linear_gelu_fwd%s %lldx%d->%d: pre",
+           bias ? "+bias" : "", (long long)N, C, H4);
+  expect_close(what, &d_pre, &pre, tol);
+  snprintf(what, sizeof what, "linear_gelu_fwd%s %lldx%d->%d: out",
+           bias ? "+bias" : "", (long long)N, C, H4);
+  expect_close(what, &d_act, &act, tol);
+  /* backward on the GPU's pre and act */
+  tohost(&hpre, &d_pre);
+  tohost(&hact, &d_act);
+  /* twice: the parameter gradients get two increments, an overwrite
+   * would leave one; dinp is the same after both */
+  for (int rep = 0; rep < 2; rep++) {
+    ck_assert_int_eq(tr_kern_linear_dgelu_bwd(&dinp, &dw, bias ? &db : NULL,
+                                              &dy, &hact, &w2, &hpre),
+                     0);
+    ck_assert_int_eq(
+        tr_kern_linear_dgelu_bwd(&d_dinp, &d_dw, bias ? &d_db : NULL, &d_dy,
+                                 &d_act, &d_w2, &d_pre),
+        0);
+  }
+  expect_close("linear_dgelu_bwd dinp (overwritten)", &d_dinp, &dinp, tol);
+  expect_close("linear_dgelu_bwd dweight (+= twice, fp32)", &d_dw, &dw, tol);
+  if (bias)
+    expect_close("linear_dgelu_bwd dbias (+= twice, fp32)", &d_db, &db, tol);
+  /* dinp is overwritten: from other old contents (zeros rather than
+   * random values), the same bits */
+  ck_assert_int_eq(tr_tensor_zeros(&d_dinp2, dt, GPU, 2, SH(N, H4)), 0);
+  ck_assert_int_eq(tr_kern_linear_dgelu_bwd(&d_dinp2, NULL, NULL, &d_dy, &d_act,
+                                            &d_w2, &d_pre),
+                   0);
+  ck_assert_msg(bits_equal(&d_dinp, &d_dinp2),
+                "linear_dgelu_bwd: dinp depends on its old contents");
+  /* deterministic parameter gradients: two runs from zeros, same bits */
+  tr_tensor_t e_dw[2], e_db[2];
+  for (int rep = 0; rep < 2; rep++) {
+    ck_assert_int_eq(tr_tensor_zeros(&e_dw[rep], TR_F32, GPU, 2, SH(C, H4)), 0);
+    ck_assert_int_eq(tr_tensor_zeros(&e_db[rep], TR_F32, GPU, 1, SH(C)), 0);
+    ck_assert_int_eq(tr_kern_linear_dgelu_bwd(&d_dinp2, &e_dw[rep], &e_db[rep],
+                                              &d_dy, &d_act, &d_w2, &d_pre),
+                     0);
+  }
+  ck_assert_msg(
+      bits_equal(&e_dw[0], &e_dw[1]) && bits_equal(&e_db[0], &e_db[1]),
+      "linear_dgelu_bwd: dweight or dbias differs between runs");
+  REL(&x, &w1, &b1, &w2, &dy, &pre, &act, &dinp, &dw, &db, &hpre, &hact, &d_x,
+      &d_w1, &d_b1, &d_w2, &d_dy, &d_pre, &d_act, &d_dinp, &d_dinp2, &d_dw,
+      &d_db, &e_dw[0], &e_dw[1], &e_db[0], &e_db[1]);
+}
+
+START_TEST(test_linear_gelu_table) {
+  run_linear_gelu_table(TR_F32, 333, 96, 384, 1);
+  run_linear_gelu_table(TR_F32, 77, 40, 160, 0);
+  run_linear_gelu_table(TR_BF16, 333, 128, 512, 1);
+  run_linear_gelu_table(TR_BF16, 300, 64, 256, 0);
+  /* hidden widths that are not a multiple of 8 (no cuBLASLt epilogue) */
+  run_linear_gelu_table(TR_F32, 50, 24, 100, 1);
+  run_linear_gelu_table(TR_BF16, 70, 32, 36, 1);
 }
 END_TEST
 
@@ -1284,9 +1403,11 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_activations);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_rmsnorm);
+  tcase_add_test(tc, test_cublaslt_loaded_by_gemm);
   tcase_add_test(tc, test_gemm);
   tcase_add_test(tc, test_linear);
   tcase_add_test(tc, test_mlp_gelu_epilogues);
+  tcase_add_test(tc, test_linear_gelu_table);
   tcase_add_test(tc, test_rope);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_embedding_bad_token);
@@ -1319,6 +1440,12 @@ static int have_gpu(void) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* linked, cuBLASLt would cost every process (launcher, daemon, CPU
+   * workers) its load time: it must be loaded by the first GEMM only */
+  if (maps_have("libcublasLt.so") != 0) {
+    printf("libcublasLt is mapped before any GEMM (or no /proc/self/maps)\n");
+    return 1;
+  }
   if (!have_gpu()) {
     printf("no CUDA device: skipped\n");
     return 77;

@@ -14,6 +14,7 @@
   the loop; numpy and torch are imported only where used, so that
   summarize.py needs neither).
 """
+import contextlib
 import json
 import math
 import sys
@@ -128,27 +129,32 @@ def open_shard(path):
 
 
 class Batches:
-    """Consecutive (x, y) windows of B*T+1 tokens, wrapping at the end."""
+    """Consecutive (x, y) windows of B*T+1 tokens, wrapping at the end. With
+    world ranks, each step reads a global batch of world*B sequences and
+    rank r takes sequences r*B .. r*B+B-1 of it (as trainrun's loader)."""
 
-    def __init__(self, path, B, T, device):
+    def __init__(self, path, B, T, device, rank=0, world=1):
         import torch
         self.torch = torch
         self.tok = open_shard(path)
         self.B, self.T, self.device = B, T, torch.device(device)
+        self.rank, self.world = rank, world
         self.n = B * T + 1
-        if self.tok.shape[0] < self.n:
+        self.span = world * B * T + 1  # the global batch and its last target
+        if self.tok.shape[0] < self.span:
             raise ValueError(f"{path}: {self.tok.shape[0]} tokens, a batch "
-                             f"needs {self.n}")
+                             f"needs {self.span}")
         self.pos = 0
 
     def next(self):
         import numpy as np
         torch = self.torch
-        if self.pos + self.n > self.tok.shape[0]:
+        if self.pos + self.span > self.tok.shape[0]:
             self.pos = 0
+        first = self.pos + self.rank * self.B * self.T
         buf = torch.from_numpy(
-            np.asarray(self.tok[self.pos:self.pos + self.n], dtype=np.int64))
-        self.pos += self.B * self.T
+            np.asarray(self.tok[first:first + self.n], dtype=np.int64))
+        self.pos += self.world * self.B * self.T
         if self.device.type == "cuda":
             buf = buf.pin_memory().to(self.device, non_blocking=True)
         x = buf[:-1].view(self.B, self.T)
@@ -183,14 +189,25 @@ def common_args(p, default_B, default_T, default_steps):
     p.add_argument("--seed", type=int, default=1234)
 
 
-def train(model, cfg, flops_cfg, args, program):
+def train(model, cfg, flops_cfg, args, program, dist=None):
     """Train model for args.steps steps and print one JSON line per step and
     a summary. cfg is the model's shape, flops_cfg the shape whose FLOPs
-    count (the unpadded vocabulary)."""
+    count (the unpadded vocabulary).
+
+    dist, for data-parallel runs (llama_fsdp2.py), is a dict: rank, world,
+    device (this rank's torch.device), sharded (the model is wrapped by
+    fully_shard: its mixed-precision policy casts, so no autocast; the
+    caller already compiled what args.compile asks for) and any extra keys
+    for the first line. Every rank trains; rank 0 prints. The loss printed
+    is the mean over the ranks; tps and MFU are per GPU (B*T per step)."""
     import torch
     import torch.nn.functional as F  # noqa: F401  (the models use it)
 
-    dev = torch.device(args.device)
+    dist = dist or {}
+    rank, world = dist.get("rank", 0), dist.get("world", 1)
+    sharded = dist.get("sharded", False)
+    dev = dist.get("device") or torch.device(args.device)
+    out = emit if rank == 0 else (lambda obj: None)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
@@ -205,42 +222,54 @@ def train(model, cfg, flops_cfg, args, program):
                                 eps=1e-8)
         fused = False
     step_model = model
-    if args.compile:
+    if args.compile and not sharded:
         kw = {"mode": args.compile_mode} if args.compile_mode else {}
         step_model = torch.compile(model, **kw)
 
     ctx = _sdpa_context(args.sdpa_backend)
-    batches = Batches(args.data, args.B, args.T, dev)
+    batches = Batches(args.data, args.B, args.T, dev, rank, world)
     skip = args.skip if args.skip is not None else max(3, args.steps // 5)
     ntok = args.B * args.T
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     fpt = flops_per_token(flops_cfg, args.T)
     peak = peak_bf16(gpu)
-    emit({"program": program, "torch": torch.__version__, "device": gpu,
-          "params": sum(p.numel() for p in params),
-          "params_trainrun_formula": num_params(flops_cfg),
-          "vocab": cfg["vocab"], "B": args.B, "T": args.T,
-          "fused_adamw": fused, "compile": bool(args.compile),
-          "sdpa_backend": args.sdpa_backend})
+    head = {"program": program, "torch": torch.__version__, "device": gpu,
+            "params": sum(p.numel() for p in params),  # DTensor: global
+            "params_trainrun_formula": num_params(flops_cfg),
+            "vocab": cfg["vocab"], "B": args.B, "T": args.T,
+            "fused_adamw": fused, "compile": bool(args.compile),
+            "sdpa_backend": args.sdpa_backend}
+    if world > 1 or sharded:
+        head.update(world_size=world, global_B=world * args.B)
+        head.update({k: v for k, v in dist.items()
+                     if k not in ("rank", "world", "device", "sharded")})
+    out(head)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     dts = []
     last = time.perf_counter()
+    amp = (contextlib.nullcontext() if sharded else
+           torch.autocast(device_type=dev.type, dtype=torch.bfloat16))
     with ctx:
         for step in range(1, args.steps + 1):
             x, y = batches.next()
-            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+            with amp:
                 loss = step_model(x, y)
             loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+            norm = _clip_grad_norm(torch, params, 1.0, sharded)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            lv = loss.item()  # one host sync per step, as trainrun and llm.c
+            if world > 1:
+                lt = loss.detach().float().clone()
+                torch.distributed.all_reduce(lt)  # SUM: gloo has no AVG
+                lv = lt.item() / world
+            else:
+                lv = loss.item()  # one host sync a step, as trainrun, llm.c
             now = time.perf_counter()
             dt, last = now - last, now
             if step > skip:
                 dts.append(dt)
-            emit({"step": step, "loss": lv, "grad_norm": float(norm),
+            out({"step": step, "loss": lv, "grad_norm": float(norm),
                   "dt_ms": dt * 1e3, "tps": ntok / dt})
             if not math.isfinite(lv):
                 print(f"{program}: loss is {lv} at step {step}",
@@ -250,13 +279,31 @@ def train(model, cfg, flops_cfg, args, program):
     tps = ntok / mdt if dts else float("nan")
     mem = (torch.cuda.max_memory_allocated(dev) / 2**30
            if dev.type == "cuda" else float("nan"))
-    emit({"summary": program, "steps_timed": len(dts), "skip": skip,
-          "median_step_ms": mdt * 1e3, "median_tps": tps,
-          "flops_per_token": fpt, "formula": FLOPS_FORMULA,
-          "peak_flops": peak,
-          "mfu": 100.0 * tps * fpt / peak if peak > 0 else None,
-          "max_mem_gib": mem if math.isfinite(mem) else None})
+    summ = {"summary": program, "steps_timed": len(dts), "skip": skip,
+            "median_step_ms": mdt * 1e3, "median_tps": tps,
+            "flops_per_token": fpt, "formula": FLOPS_FORMULA,
+            "peak_flops": peak,
+            "mfu": 100.0 * tps * fpt / peak if peak > 0 else None,
+            "max_mem_gib": mem if math.isfinite(mem) else None}
+    if world > 1 or sharded:
+        summ.update(world_size=world, median_tps_all_gpus=tps * world)
+    out(summ)
     return 0
+
+
+def _clip_grad_norm(torch, params, max_norm, sharded):
+    """Clip the gradients to a global norm of max_norm and return the norm
+    before clipping as a tensor. Sharded gradients (DTensor) are clipped the
+    way torchtitan does: the total norm's partial sums are reduced over the
+    ranks (full_tensor) before the scale is applied."""
+    if not sharded:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, 2.0)
+    if hasattr(total, "full_tensor"):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
 
 
 def _sdpa_context(backend):

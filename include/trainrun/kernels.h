@@ -28,8 +28,9 @@
  *    its first use. This lets residual streams, tied weights and gradient
  *    accumulation work without extra passes. Documented exceptions:
  *    tr_kern_rope (both directions) and tr_kern_xent_bwd (turns logits into
- *    dlogits) work in place, and tr_kern_attention_bwd overwrites dq, dk
- *    and dv (the one writer of a layer's q|k|v gradient).
+ *    dlogits) work in place, tr_kern_attention_bwd overwrites dq, dk
+ *    and dv (the one writer of a layer's q|k|v gradient), and
+ *    tr_kern_linear_dgelu_bwd overwrites dinp.
  *  - Deterministic: a result never depends on the number of threads. Every
  *    output element is summed in one fixed order by one thread; global
  *    reductions (loss, norms) sum fixed-size chunks, then the chunks in
@@ -128,6 +129,20 @@ typedef struct tr_kern_ops {
   int (*linear_bwd)(float* dinp, float* dw, float* dbias, const float* dout,
                     const float* inp, const float* w, int64_t N, int IC,
                     int OC, int64_t ldd);
+  /* A linear layer followed by GELU-tanh (gelu_fwd's formula), contiguous
+   * rows: pre[N,OC] = inp[N,IC] w[OC,IC]^T + bias[OC] (bias may be NULL),
+   * out[N,OC] = gelu(pre). Both are written. */
+  int (*linear_gelu_fwd)(float* out, float* pre, const float* inp,
+                         const float* w, const float* bias, int64_t N, int IC,
+                         int OC);
+  /* The backward of a GELU followed by a linear layer, the GELU's gradient
+   * fused in: dinp[N,IC] = (dout[N,OC] w[OC,IC]) * gelu'(pre[N,IC]),
+   * OVERWRITTEN (every element is written, no zeroing needed); dw +=
+   * dout^T inp and dbias += colsum(dout) accumulate as in linear_bwd (each
+   * may be NULL). inp is gelu(pre), the linear layer's input. */
+  int (*linear_dgelu_bwd)(float* dinp, float* dw, float* dbias,
+                          const float* dout, const float* inp, const float* w,
+                          const float* pre, int64_t N, int IC, int OC);
 
   /* Rotate x[B,T,H,D] in place, Hugging Face "rotate_half" layout: pair
    * (i, i + D/2) for i < D/2, angle cos/sin[t, i] ([T, D/2] tables from
@@ -245,6 +260,27 @@ int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
 int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                        tr_tensor_t* dbias, const tr_tensor_t* dout,
                        const tr_tensor_t* inp, const tr_tensor_t* weight);
+/* The MLP's first linear layer and its GELU in one call (on CUDA, with OC
+ * a multiple of 8, the GELU runs in the GEMM's epilogue on the fp32
+ * accumulator): pre [N,OC] = inp [N,IC] weight[OC,IC]^T + bias[OC] (bias
+ * may be NULL), out [N,OC] = gelu(pre), as tr_kern_linear_fwd then
+ * tr_kern_gelu_fwd. All contiguous. On the CPU the bits equal the two
+ * calls'; on CUDA out is rounded once from fp32, so a bf16 out may differ
+ * from gelu_fwd(pre) in the last bit. */
+int tr_kern_linear_gelu_fwd(tr_tensor_t* out, tr_tensor_t* pre,
+                            const tr_tensor_t* inp, const tr_tensor_t* weight,
+                            const tr_tensor_t* bias);
+/* The backward of the MLP's second linear layer (input inp = gelu(pre),
+ * inp and pre [N,IC], weight [OC,IC], dout [N,OC]) with the GELU's backward
+ * fused into the input gradient: dinp [N,IC] = (dout weight) * gelu'(pre),
+ * OVERWRITTEN (an exception to the += rule: dinp needs no zeroing);
+ * dweight += dout^T inp and dbias += colsum(dout) accumulate (fp32; each
+ * may be NULL). On the CPU the bits equal tr_kern_linear_bwd into a zeroed
+ * buffer followed by tr_kern_gelu_bwd into a zeroed dinp. */
+int tr_kern_linear_dgelu_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                             tr_tensor_t* dbias, const tr_tensor_t* dout,
+                             const tr_tensor_t* inp, const tr_tensor_t* weight,
+                             const tr_tensor_t* pre);
 /* c = alpha op(a) op(b) + beta c on 2-D tensors whose rows may be padded
  * (stride[1] == 1, stride[0] >= width). */
 int tr_kern_gemm(tr_tensor_t* c, const tr_tensor_t* a, int transa,

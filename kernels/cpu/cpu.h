@@ -60,6 +60,13 @@ int tr__cpu_linear_fwd(float* out, const float* inp, const float* w,
 int tr__cpu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
                        const float* inp, const float* w, int64_t N, int IC,
                        int OC, int64_t ldd);
+int tr__cpu_linear_gelu_fwd(float* out, float* pre, const float* inp,
+                            const float* w, const float* bias, int64_t N,
+                            int IC, int OC);
+int tr__cpu_linear_dgelu_bwd(float* dinp, float* dw, float* dbias,
+                             const float* dout, const float* inp,
+                             const float* w, const float* pre, int64_t N,
+                             int IC, int OC);
 int tr__cpu_rope(float* x, const float* cos_t, const float* sin_t, int B, int T,
                  int H, int D, int64_t stride, int inverse);
 int tr__cpu_attention_fwd(float* out, float* lse, const float* q,

@@ -10,6 +10,7 @@
 
 #include <cuda_bf16.h>     // __nv_bfloat16 and its conversions
 #include <cuda_runtime.h>  // runtime API, streams, events
+#include <cublasLt.h>      // cuBLASLt types (the library: tr__cublaslt)
 #include <math.h>
 #include <stdint.h>
 
@@ -207,6 +208,40 @@ int tr__cuda_device(int* dev);
 int tr__cuda_sm_count(void);
 // Largest dynamic shared memory a block may opt into, in bytes.
 int tr__cuda_smem_optin(void);
+
+// ---- cuBLASLt, loaded on first use (cublaslt_load.cu) ----
+
+// Every cuBLASLt function trainrun calls, each once: X(name). The library
+// is not linked; matmul.cu calls these only through tr__cublaslt's table.
+#define TR__CUBLASLT_FUNCS(X)             \
+  X(cublasLtGetVersion)                   \
+  X(cublasLtGetStatusString)              \
+  X(cublasLtCreate)                       \
+  X(cublasLtDestroy)                      \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescDestroy)            \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmul)
+
+// One pointer per function, named and typed after it (t->cublasLtMatmul).
+#define TR__CUBLASLT_MEMBER(fn) decltype(&::fn) fn;
+typedef struct {
+  TR__CUBLASLT_FUNCS(TR__CUBLASLT_MEMBER)
+} tr__cublaslt_t;
+#undef TR__CUBLASLT_MEMBER
+
+// The table, after loading libcublasLt (the soname of the headers' major
+// version, else libcublasLt.so) with dlopen and resolving every function,
+// once per process (thread-safe); later calls return the same table. A
+// failed load, a missing function or another major version logs the library
+// and dlerror() and returns TR_ECUDA, then and on every later call.
+int tr__cublaslt(const tr__cublaslt_t** out);
 
 // ---- internal entry points between op files ----
 

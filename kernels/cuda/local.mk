@@ -5,6 +5,7 @@ trainruninclude_HEADERS += include/trainrun/kernels_cuda.h
 noinst_HEADERS += kernels/cuda/common.cuh
 KERNELS_CUDA_SOURCES = \
 	kernels/cuda/runtime.cu \
+	kernels/cuda/cublaslt_load.cu \
 	kernels/cuda/elementwise.cu \
 	kernels/cuda/gelu.cu \
 	kernels/cuda/swiglu.cu \
@@ -48,4 +49,5 @@ EXTRA_DIST += tests/gpu/kernels.sh
 # bench/gpu_train.sh: trainrun next to llm.c and PyTorch on one GPU.
 EXTRA_DIST += bench/gpu_train.sh bench/gpu/gpt2_124m.toml \
 	bench/gpu/llama3_1b.toml bench/gpu/make_shard.py bench/gpu/summarize.py \
-	bench/peers/benchlib.py bench/peers/gpt2_torch.py bench/peers/llama_torch.py
+	bench/peers/benchlib.py bench/peers/gpt2_torch.py bench/peers/llama_torch.py \
+	bench/peers/llama_fsdp2.py

@@ -10,20 +10,33 @@
 // cuBLASLt offers no algorithm for an epilogue, the plain GEMM runs and the
 // epilogue follows as separate kernels (reduce.cu, gelu.cu) with the same
 // result.
+//
+// The linear backward's weight-gradient GEMM (dw += dout^T inp, K = the
+// tokens) also produces the bias gradient, colsum(dout), in its BGRADB
+// epilogue: in cuBLASLt's swapped operands dout^T is the B operand and the
+// bias gradient is its sum over K, one value per column of D. cuBLASLt
+// overwrites that vector, so it goes to a temporary that is then added to
+// dbias (the += contract across micro-batches).
+//
+// cuBLASLt is not linked: the first handle loads it (cublaslt_load.cu) and
+// every call goes through that table (lt->cublasLt...).
 #include "kernels/cuda/common.cuh"
 
-#include <cublasLt.h>  // cublasLt* (the library, not cuBLAS's legacy API)
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
 
+// cuBLASLt's functions (cublaslt_load.cu), set with the first handle;
+// lt_check runs only on statuses those returned
+static const tr__cublaslt_t* lt;
+
 static int lt_check(cublasStatus_t st, const char* what, const char* file,
                     int line) {
   if (st == CUBLAS_STATUS_SUCCESS) return 0;
   TR_LOG_ERROR(KERN, "%s failed at %s:%d: %s", what, file, line,
-               cublasLtGetStatusString(st));
+               lt->cublasLtGetStatusString(st));
   return st == CUBLAS_STATUS_ALLOC_FAILED ? TR_ENOMEM : TR_ECUDA;
 }
 #define LT(call) lt_check((call), #call, __FILE__, __LINE__)
@@ -65,16 +78,17 @@ static int align_of(const void* p) {
 
 static void plan_free(plan_t* p) {
   if (!p) return;
-  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
-  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  if (p->desc) lt->cublasLtMatmulDescDestroy(p->desc);
+  if (p->la) lt->cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) lt->cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) lt->cublasLtMatrixLayoutDestroy(p->lc);
   free(p);
 }
 
 // Called with lt_lock held.
 static int handle_get(int dev, cublasLtHandle_t* out) {
-  if (!handles[dev]) TR_CHECK(LT(cublasLtCreate(&handles[dev])));
+  if (!lt) TR_CHECK(tr__cublaslt(&lt));
+  if (!handles[dev]) TR_CHECK(LT(lt->cublasLtCreate(&handles[dev])));
   *out = handles[dev];
   return 0;
 }
@@ -100,18 +114,25 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
   size_t ws = WORKSPACE_BYTES;
   uint32_t al_a = (uint32_t)k->align_b, al_b = (uint32_t)k->align_a,
            al_c = (uint32_t)k->align_c;
-  if ((rc = LT(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F))) < 0)
+  if ((rc = LT(lt->cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F))) < 0)
     goto out_free;
-  if ((rc = LT(cublasLtMatmulDescSetAttribute(
+  if ((rc = LT(lt->cublasLtMatmulDescSetAttribute(
            p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa))) < 0 ||
-      (rc = LT(cublasLtMatmulDescSetAttribute(
+      (rc = LT(lt->cublasLtMatmulDescSetAttribute(
            p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb))) < 0 ||
-      (rc = LT(cublasLtMatmulDescSetAttribute(
+      (rc = LT(lt->cublasLtMatmulDescSetAttribute(
            p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi))) < 0)
     goto out_free;
   if (epi & CUBLASLT_EPILOGUE_BIAS) {
     cudaDataType_t bt = cuda_type(k->c_type);
-    if ((rc = LT(cublasLtMatmulDescSetAttribute(
+    if ((rc = LT(lt->cublasLtMatmulDescSetAttribute(
+             p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt))) <
+        0)
+      goto out_free;
+  }
+  if (epi == CUBLASLT_EPILOGUE_BGRADB) {  // fp32 gradient, whatever A and B
+    cudaDataType_t bt = CUDA_R_32F;
+    if ((rc = LT(lt->cublasLtMatmulDescSetAttribute(
              p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt))) <
         0)
       goto out_free;
@@ -120,40 +141,40 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
       epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
       epi == CUBLASLT_EPILOGUE_DGELU) {
     int64_t ld = k->ldaux;
-    if ((rc = LT(cublasLtMatmulDescSetAttribute(
+    if ((rc = LT(lt->cublasLtMatmulDescSetAttribute(
              p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld))) <
         0)
       goto out_free;
   }
   // A' = our B: [N,K] column-major (no transpose) or [K,N] (transposed)
-  if ((rc = LT(cublasLtMatrixLayoutCreate(&p->la, cuda_type(k->ab_type),
-                                          k->tb ? k->K : k->N,
-                                          k->tb ? k->N : k->K, k->ldb))) < 0 ||
-      (rc = LT(cublasLtMatrixLayoutCreate(&p->lb, cuda_type(k->ab_type),
-                                          k->ta ? k->M : k->K,
-                                          k->ta ? k->K : k->M, k->lda))) < 0 ||
-      (rc = LT(cublasLtMatrixLayoutCreate(&p->lc, cuda_type(k->c_type), k->N,
-                                          k->M, k->ldc))) < 0)
+  if ((rc = LT(lt->cublasLtMatrixLayoutCreate(
+           &p->la, cuda_type(k->ab_type), k->tb ? k->K : k->N,
+           k->tb ? k->N : k->K, k->ldb))) < 0 ||
+      (rc = LT(lt->cublasLtMatrixLayoutCreate(
+           &p->lb, cuda_type(k->ab_type), k->ta ? k->M : k->K,
+           k->ta ? k->K : k->M, k->lda))) < 0 ||
+      (rc = LT(lt->cublasLtMatrixLayoutCreate(&p->lc, cuda_type(k->c_type),
+                                              k->N, k->M, k->ldc))) < 0)
     goto out_free;
-  if ((rc = LT(cublasLtMatmulPreferenceCreate(&pref))) < 0) goto out_free;
-  if ((rc = LT(cublasLtMatmulPreferenceSetAttribute(
+  if ((rc = LT(lt->cublasLtMatmulPreferenceCreate(&pref))) < 0) goto out_free;
+  if ((rc = LT(lt->cublasLtMatmulPreferenceSetAttribute(
            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))) <
           0 ||
-      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+      (rc = LT(lt->cublasLtMatmulPreferenceSetAttribute(
            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
            sizeof al_a))) < 0 ||
-      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+      (rc = LT(lt->cublasLtMatmulPreferenceSetAttribute(
            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
            sizeof al_b))) < 0 ||
-      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+      (rc = LT(lt->cublasLtMatmulPreferenceSetAttribute(
            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
            sizeof al_c))) < 0 ||
-      (rc = LT(cublasLtMatmulPreferenceSetAttribute(
+      (rc = LT(lt->cublasLtMatmulPreferenceSetAttribute(
            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
            sizeof al_c))) < 0)
     goto out_pref;
   {
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+    cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(
         h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
     if (st == CUBLAS_STATUS_SUCCESS && nres > 0) {
       p->supported = 1;
@@ -165,11 +186,11 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
       goto out_pref;
     }
   }
-  cublasLtMatmulPreferenceDestroy(pref);
+  lt->cublasLtMatmulPreferenceDestroy(pref);
   *out = p;
   return 0;
 out_pref:
-  cublasLtMatmulPreferenceDestroy(pref);
+  lt->cublasLtMatmulPreferenceDestroy(pref);
 out_free:
   plan_free(p);
   return rc;
@@ -201,18 +222,18 @@ static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
   cublasLtHandle_t h;
   TR_CHECK(handle_get(p->key.dev, &h));
   cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->key.epi;
-  if (epi & CUBLASLT_EPILOGUE_BIAS)
-    TR_CHECK(LT(cublasLtMatmulDescSetAttribute(
+  if ((epi & CUBLASLT_EPILOGUE_BIAS) || epi == CUBLASLT_EPILOGUE_BGRADB)
+    TR_CHECK(LT(lt->cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)));
   if (epi == CUBLASLT_EPILOGUE_GELU_AUX ||
       epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epi == CUBLASLT_EPILOGUE_DGELU)
-    TR_CHECK(LT(cublasLtMatmulDescSetAttribute(
+    TR_CHECK(LT(lt->cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)));
   void* ws = NULL;
   if (p->ws) TR_CHECK(tr__cuda_tmp_alloc(&ws, p->ws, s));
-  int rc = LT(cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A, p->lb,
-                             &g->beta, g->C, p->lc, g->C, p->lc, &p->algo, ws,
-                             p->ws, s));
+  int rc = LT(lt->cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A,
+                                 p->lb, &g->beta, g->C, p->lc, g->C, p->lc,
+                                 &p->algo, ws, p->ws, s));
   tr__cuda_tmp_free(ws, s);
   return rc;
 }
@@ -232,7 +253,12 @@ static cublasLtEpilogue_t epilogue_of(const tr_cuda_gemm_t* g) {
   }
 }
 
-static int gemm_checked(const tr_cuda_gemm_t* g, cudaStream_t s) {
+// bgrad: NULL, or (g->epilogue NONE, g->transa set) an fp32 vector [M]
+// that receives sum_k op(A)[m, k] (overwritten) from the BGRADB epilogue;
+// *bgrad_done says whether it did (0: no algorithm has the epilogue for
+// this case, the plain GEMM ran and bgrad is untouched).
+static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
+                        cudaStream_t s) {
   plan_key_t k;
   memset(&k, 0, sizeof k);  // padding bytes take part in memcmp
   TR_CHECK(tr__cuda_device(&k.dev));
@@ -250,7 +276,8 @@ static int gemm_checked(const tr_cuda_gemm_t* g, cudaStream_t s) {
   k.align_a = align_of(g->A);
   k.align_b = align_of(g->B);
   k.align_c = align_of(g->C);
-  k.epi = epilogue_of(g);
+  k.epi = bgrad ? CUBLASLT_EPILOGUE_BGRADB : epilogue_of(g);
+  if (bgrad_done) *bgrad_done = 0;
   if (g->aux) {
     k.ldaux = g->ldaux;
     k.align_aux = align_of(g->aux);
@@ -260,8 +287,9 @@ static int gemm_checked(const tr_cuda_gemm_t* g, cudaStream_t s) {
   plan_t* p = NULL;
   rc = plan_get(&k, &p);
   if (rc == 0 && p->supported) {
-    rc = plan_run(p, g, g->bias, g->aux, s);
+    rc = plan_run(p, g, bgrad ? (const void*)bgrad : g->bias, g->aux, s);
     pthread_mutex_unlock(&lt_lock);
+    if (rc == 0 && bgrad_done) *bgrad_done = bgrad != NULL;
     return rc;
   }
   // no fused algorithm: the plain GEMM, then the epilogue as kernels
@@ -340,7 +368,7 @@ extern "C" int tr_kern_cuda_gemm(const tr_cuda_gemm_t* g, tr_cuda_stream_t s) {
                                   s));
     return 0;
   }
-  return gemm_checked(g, s);
+  return gemm_checked(g, NULL, NULL, s);
 }
 
 extern "C" int tr_kern_cuda_linear_fwd(tr_dtype_t dt, void* out, void* pre,
@@ -423,6 +451,18 @@ extern "C" int tr_kern_cuda_linear_bwd(tr_dtype_t dt, void* dinp, float* dw,
     g.c_type = TR_F32;
     g.alpha = 1.0f;
     g.beta = 1.0f;
+    if (dbias && N > 0) {
+      // the bias gradient from the same GEMM (BGRADB), then added
+      float* tmp = NULL;
+      int done = 0;
+      TR_CHECK(tr__cuda_tmp_alloc((void**)&tmp, sizeof(float) * (size_t)OC, s));
+      int rc = gemm_checked(&g, tmp, &done, s);
+      if (rc == 0)
+        rc = done ? tr_kern_cuda_accumulate(TR_F32, dbias, tmp, OC, s)
+                  : tr_kern_cuda_bias_bwd(dt, dbias, dout, N, OC, s);
+      tr__cuda_tmp_free(tmp, s);
+      return rc;
+    }
     TR_CHECK(tr_kern_cuda_gemm(&g, s));
   }
   if (dbias) TR_CHECK(tr_kern_cuda_bias_bwd(dt, dbias, dout, N, OC, s));
@@ -456,7 +496,7 @@ extern "C" void tr__cuda_matmul_release(void) {
   n_plans = cap_plans = 0;
   for (int d = 0; d < TR_MAX_DEVICES; d++)
     if (handles[d]) {
-      cublasLtDestroy(handles[d]);
+      lt->cublasLtDestroy(handles[d]);
       handles[d] = NULL;
     }
   pthread_mutex_unlock(&lt_lock);

@@ -66,34 +66,10 @@ int cu_rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp,
                                   cur());
 }
 
-template <tr_dtype_t DT>
-int cu_gemm(int transa, int transb, int64_t M, int64_t N, int64_t K,
-            float alpha, const float* A, int64_t lda, const float* B,
-            int64_t ldb, float beta, float* C, int64_t ldc) {
-  tr_cuda_gemm_t g;
-  memset(&g, 0, sizeof g);
-  g.transa = transa;
-  g.transb = transb;
-  g.M = M;
-  g.N = N;
-  g.K = K;
-  g.A = A;
-  g.lda = lda;
-  g.B = B;
-  g.ldb = ldb;
-  g.C = C;
-  g.ldc = ldc;
-  g.ab_type = g.c_type = DT;
-  g.alpha = alpha;
-  g.beta = beta;
-  return tr_kern_cuda_gemm(&g, cur());
-}
-
-// One GEMM of a linear layer whose output (gradient) rows are ld apart:
-// the padded logits of the output projection.
-int strided_gemm(tr_dtype_t ab, tr_dtype_t c, int transa, int transb,
-                 int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
-                 const void* B, int64_t ldb, void* C, int64_t ldc, float beta) {
+// One GEMM on raw pointers: A and B of type ab, C of type c.
+int plain_gemm(tr_dtype_t ab, tr_dtype_t c, int transa, int transb, int64_t M,
+               int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
+               const void* B, int64_t ldb, float beta, void* C, int64_t ldc) {
   tr_cuda_gemm_t g;
   memset(&g, 0, sizeof g);
   g.transa = transa;
@@ -109,9 +85,26 @@ int strided_gemm(tr_dtype_t ab, tr_dtype_t c, int transa, int transb,
   g.ldc = ldc;
   g.ab_type = ab;
   g.c_type = c;
-  g.alpha = 1.0f;
+  g.alpha = alpha;
   g.beta = beta;
   return tr_kern_cuda_gemm(&g, cur());
+}
+
+template <tr_dtype_t DT>
+int cu_gemm(int transa, int transb, int64_t M, int64_t N, int64_t K,
+            float alpha, const float* A, int64_t lda, const float* B,
+            int64_t ldb, float beta, float* C, int64_t ldc) {
+  return plain_gemm(DT, DT, transa, transb, M, N, K, alpha, A, lda, B, ldb,
+                    beta, C, ldc);
+}
+
+// One GEMM of a linear layer whose output (gradient) rows are ld apart:
+// the padded logits of the output projection.
+int strided_gemm(tr_dtype_t ab, tr_dtype_t c, int transa, int transb,
+                 int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                 const void* B, int64_t ldb, void* C, int64_t ldc, float beta) {
+  return plain_gemm(ab, c, transa, transb, M, N, K, 1.0f, A, lda, B, ldb, beta,
+                    C, ldc);
 }
 
 // Padded rows (ld a multiple of 8, OC not: GPT-2's vocabulary of 50257):
@@ -165,6 +158,47 @@ int cu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
     TR_CHECK(strided_gemm(DT, TR_F32, 1, 0, OC, IC, N, dout, ldd, inp, IC, dw,
                           IC, 1.0f));
   return 0;
+}
+
+// GELU in the GEMM's epilogue, the pre-activation kept in `pre` (aux).
+// cuBLASLt wants the aux rows a multiple of 8 elements apart; other widths
+// run the two kernels.
+template <tr_dtype_t DT>
+int cu_linear_gelu_fwd(float* out, float* pre, const float* inp, const float* w,
+                       const float* bias, int64_t N, int IC, int OC) {
+  cudaStream_t s = cur();
+  if (OC % 8 == 0)
+    return tr_kern_cuda_linear_fwd(DT, out, pre, inp, w, bias, N, IC, OC, 1, s);
+  TR_CHECK(
+      tr_kern_cuda_linear_fwd(DT, pre, NULL, inp, w, bias, N, IC, OC, 0, s));
+  return tr_kern_cuda_gelu_fwd(DT, out, pre, N * OC, s);
+}
+
+// dinp overwritten by the DGELU epilogue of the dinp GEMM (beta = 0); for
+// widths that are not a multiple of 8, dout w goes to a zeroed temporary
+// and gelu_bwd into the zeroed dinp.
+template <tr_dtype_t DT>
+int cu_linear_dgelu_bwd(float* dinp, float* dw, float* dbias, const float* dout,
+                        const float* inp, const float* w, const float* pre,
+                        int64_t N, int IC, int OC) {
+  cudaStream_t s = cur();
+  if (IC % 8 == 0)
+    return tr_kern_cuda_linear_bwd(DT, dinp, dw, dbias, dout, inp, w, pre, N,
+                                   IC, OC, s);
+  const size_t bytes = (size_t)N * IC * (DT == TR_BF16 ? 2 : 4);
+  if (bytes == 0)
+    return tr_kern_cuda_linear_bwd(DT, NULL, dw, dbias, dout, inp, w, NULL, N,
+                                   IC, OC, s);
+  void* tmp = NULL;
+  TR_CHECK(tr__cuda_tmp_alloc(&tmp, bytes, s));
+  int rc = TR_CUDA_CALL(cudaMemsetAsync(tmp, 0, bytes, s));
+  if (rc == 0)
+    rc = tr_kern_cuda_linear_bwd(DT, tmp, dw, dbias, dout, inp, w, NULL, N, IC,
+                                 OC, s);
+  if (rc == 0) rc = TR_CUDA_CALL(cudaMemsetAsync(dinp, 0, bytes, s));
+  if (rc == 0) rc = tr_kern_cuda_gelu_bwd(DT, dinp, tmp, pre, N * IC, s);
+  tr__cuda_tmp_free(tmp, s);
+  return rc;
 }
 
 template <tr_dtype_t DT>
@@ -314,6 +348,8 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->gemm = cu_gemm<DT>;
   t->linear_fwd = cu_linear_fwd<DT>;
   t->linear_bwd = cu_linear_bwd<DT>;
+  t->linear_gelu_fwd = cu_linear_gelu_fwd<DT>;
+  t->linear_dgelu_bwd = cu_linear_dgelu_bwd<DT>;
   t->rope = cu_rope<DT>;
   t->attention_fwd = cu_attention_fwd<DT>;
   t->attention_bwd = cu_attention_bwd<DT>;
