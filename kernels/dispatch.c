@@ -700,6 +700,28 @@ int tr_kern_xent_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
   return ops->xent_bwd(F(logits), CF(lse), I(targets), N, (int)V, ld, scale);
 }
 
+int tr_kern_xent_fused(tr_tensor_t* losses, tr_tensor_t* lse,
+                       tr_tensor_t* logits, const tr_tensor_t* targets,
+                       float scale) {
+  chk_t c = {.op = "xent_fused"};
+  int rc = 0;
+  TR_CHECK(arg(&c, losses, "losses", TR_F32, 1));
+  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
+  TR_CHECK(act(&c, logits, "logits", 0));
+  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  int64_t ld;
+  TR_CHECK(row_ld(&c, logits, "logits", &ld));
+  int64_t N = rows(logits), V = last_dim(logits);
+  if (tr_tensor_numel(targets) != N || tr_tensor_numel(losses) != N ||
+      tr_tensor_numel(lse) != N)
+    return bad(c.op, "targets", targets, "expected one per logits row");
+  if (!fits_int(V) || V == 0) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->xent_fused(F(losses), F(lse), F(logits), I(targets), N, (int)V,
+                         ld, scale);
+}
+
 /* ---- optimizer, norms, elementwise ---- */
 
 int tr_kern_adamw(tr_tensor_t* param, const tr_tensor_t* grad, tr_tensor_t* m,

@@ -109,6 +109,7 @@ int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
 /* Saved records: the embedding keeps nothing; the head's is head_saved_t. */
 typedef struct {
   tr_tensor_t x, hn, mean, rstd, lse;
+  int dlogits; /* the forward already turned the logits into dlogits */
 } head_saved_t;
 
 static void head_free(void* p) {
@@ -208,6 +209,13 @@ static int sum_losses(tr_model_mb_t* mb, int64_t N) {
   return 0;
 }
 
+/* d(objective)/d(each token's loss): mb->loss_scale, else the mean over
+ * this micro-batch's valid targets. */
+static float loss_scale(const tr_model_mb_t* mb) {
+  if (mb->loss_scale != 0.0f) return mb->loss_scale;
+  return mb->n_valid ? 1.0f / (float)mb->n_valid : 0.0f;
+}
+
 static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
   const tr_model_config_t* c = &m->cfg;
   int gpt2 = c->family == TR_MODEL_GPT2;
@@ -241,9 +249,16 @@ static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
     TR_CHECK_GOTO(tr_tensor_empty(&mb->losses, TR_F32, m->device, 2, shape), rc,
                   fail);
     TR_CHECK_GOTO(tr__vec(m, &s->lse, N), rc, fail);
-    TR_CHECK_GOTO(
-        tr_kern_xent_fwd(&mb->losses, &s->lse, &mb->logits, &mb->targets), rc,
-        fail);
+    if (mb->no_grad) {
+      TR_CHECK_GOTO(
+          tr_kern_xent_fwd(&mb->losses, &s->lse, &mb->logits, &mb->targets),
+          rc, fail);
+    } else { /* training: losses and dlogits in one pass */
+      TR_CHECK_GOTO(tr_kern_xent_fused(&mb->losses, &s->lse, &mb->logits,
+                                       &mb->targets, loss_scale(mb)),
+                    rc, fail);
+      s->dlogits = 1;
+    }
     if (!mb->defer_loss) TR_CHECK_GOTO(sum_losses(mb, N), rc, fail);
   }
   if (mb->no_grad || !mb->targets.storage) {
@@ -263,10 +278,10 @@ static int head_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
   int gpt2 = c->family == TR_MODEL_GPT2;
   int rc;
   tr_tensor_t dhn = {0};
-  float scale = mb->loss_scale;
-  if (scale == 0.0f) scale = mb->n_valid ? 1.0f / (float)mb->n_valid : 0.0f;
-  TR_CHECK_GOTO(tr_kern_xent_bwd(&mb->logits, &s->lse, &mb->targets, scale), rc,
-                out);
+  if (!s->dlogits)
+    TR_CHECK_GOTO(
+        tr_kern_xent_bwd(&mb->logits, &s->lse, &mb->targets, loss_scale(mb)),
+        rc, out);
   tr_tensor_t* wout = W(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
   tr_tensor_t* dwout = G(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
   TR_CHECK_GOTO(tr__act_zeros(m, &dhn, mb->B, mb->T, c->dim), rc, out);

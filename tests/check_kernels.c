@@ -917,11 +917,26 @@ START_TEST(test_cross_entropy) {
   ck_assert_int_eq(tr_kern_xent_bwd(&x, &lse, &tt, (float)c.scale), 0);
   for (int j = 0; j < 30; j++) ck_assert(fp(&x)[30 + j] == 0.0f);
   check_grad("xent dlogits", c.x, 6 * 30, fp(&x), xent_obj, &c, 1000);
+  /* the fused entry gives the same bits as the two calls, also on padded
+   * rows (a column slice of a wider buffer) */
+  tr_tensor_t wide, xf, lf, ef;
+  zeros(&wide, 2, (int64_t)6, (int64_t)37);
+  ck_assert_int_eq(tr_tensor_narrow(&xf, &wide, 1, 0, 30), 0);
+  for (int64_t i = 0; i < 6 * 30; i++)
+    fp(&wide)[(i / 30) * 37 + i % 30] = (float)c.x[i];
+  zeros(&lf, 1, (int64_t)6);
+  zeros(&ef, 1, (int64_t)6);
+  ck_assert_int_eq(tr_kern_xent_fused(&lf, &ef, &xf, &tt, (float)c.scale), 0);
+  ck_assert(memcmp(fp(&lf), fp(&losses), 6 * sizeof(float)) == 0);
+  ck_assert(memcmp(fp(&ef), fp(&lse), 6 * sizeof(float)) == 0);
+  for (int64_t i = 0; i < 6 * 30; i++)
+    ck_assert(fp(&wide)[(i / 30) * 37 + i % 30] == fp(&x)[i]);
   /* a target outside the vocabulary is an error */
   t[2] = 30;
   ck_assert_int_eq(tr_kern_xent_fwd(&losses, &lse, &x, &tt), TR_EINVAL);
-  tr_tensor_t* ts[] = {&x, &tt, &losses, &lse};
-  for (int i = 0; i < 4; i++) tr_tensor_release(ts[i]);
+  ck_assert_int_eq(tr_kern_xent_fused(&lf, &ef, &xf, &tt, 1.0f), TR_EINVAL);
+  tr_tensor_t* ts[] = {&x, &tt, &losses, &lse, &wide, &xf, &lf, &ef};
+  for (int i = 0; i < 8; i++) tr_tensor_release(ts[i]);
   free(c.x);
 }
 END_TEST

@@ -185,6 +185,11 @@ typedef struct tr_kern_ops {
    * 1 / (number of non-ignored targets in the global batch). */
   int (*xent_bwd)(float* logits, const float* lse, const int32_t* targets,
                   int64_t N, int V, int64_t ld, float scale);
+  /* xent_fwd then xent_bwd in one pass over each row where the device can
+   * (the CUDA classifier reads the logits twice and writes them once). */
+  int (*xent_fused)(float* losses, float* lse, float* logits,
+                    const int32_t* targets, int64_t N, int V, int64_t ld,
+                    float scale);
 
   int (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,
                const tr_adamw_args_t* args);
@@ -322,6 +327,12 @@ int tr_kern_xent_fwd(tr_tensor_t* losses, tr_tensor_t* lse,
                      const tr_tensor_t* logits, const tr_tensor_t* targets);
 int tr_kern_xent_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
                      const tr_tensor_t* targets, float scale);
+/* Both at once, for training: losses and lse as tr_kern_xent_fwd, then the
+ * logits become dlogits as tr_kern_xent_bwd with scale. Same values as the
+ * two calls (bit for bit on the CPU). */
+int tr_kern_xent_fused(tr_tensor_t* losses, tr_tensor_t* lse,
+                       tr_tensor_t* logits, const tr_tensor_t* targets,
+                       float scale);
 
 /* One AdamW step on a parameter; grad, m, v have its shape. */
 int tr_kern_adamw(tr_tensor_t* param, const tr_tensor_t* grad, tr_tensor_t* m,

@@ -301,10 +301,12 @@ typedef struct tr_model_mb {
    * input there. A pipeline stage receives into / sends from these. */
   tr_tensor_t hidden;  /* [B,T,C] */
   tr_tensor_t dhidden; /* [B,T,C] */
-  /* After the head block's forward: logits [B,T,V] (turned into dlogits
-   * and freed by its backward; kept for the caller when there is no
-   * backward: eval, sampling) and per-token losses [B,T]; the head
-   * consumes `hidden`, which is then empty. */
+  /* After the head block's forward: logits [B,T,V] and per-token losses
+   * [B,T]. A forward that will be followed by a backward (targets given,
+   * not no_grad) leaves dlogits there already (one fused pass, with the
+   * loss_scale below); its backward frees them. Under no_grad (eval,
+   * sampling) they stay logits for the caller. The head consumes
+   * `hidden`, which is then empty. */
   tr_tensor_t logits;
   tr_tensor_t losses;
   double loss_sum; /* sum of the losses of non-ignored targets */

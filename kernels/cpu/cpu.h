@@ -88,6 +88,9 @@ int tr__cpu_xent_fwd(float* losses, float* lse, const float* logits,
                      const int32_t* targets, int64_t N, int V, int64_t ld);
 int tr__cpu_xent_bwd(float* logits, const float* lse, const int32_t* targets,
                      int64_t N, int V, int64_t ld, float scale);
+int tr__cpu_xent_fused(float* losses, float* lse, float* logits,
+                       const int32_t* targets, int64_t N, int V, int64_t ld,
+                       float scale);
 int tr__cpu_adamw(float* p, const float* g, float* m, float* v, int64_t n,
                   const tr_adamw_args_t* args);
 int tr__cpu_sum_squares(double* out, const float* x, int64_t n);

@@ -25,6 +25,7 @@ const tr_kern_ops_t tr__cpu_ops = {
     .swiglu_bwd = tr__cpu_swiglu_bwd,
     .xent_fwd = tr__cpu_xent_fwd,
     .xent_bwd = tr__cpu_xent_bwd,
+    .xent_fused = tr__cpu_xent_fused,
     .adamw = tr__cpu_adamw,
     .sum_squares = tr__cpu_sum_squares,
     .scale = tr__cpu_scale,

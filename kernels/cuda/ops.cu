@@ -247,9 +247,11 @@ int cu_swiglu_bwd(float* dgate, float* dup, const float* dout,
   return tr_kern_cuda_swiglu_bwd(DT, dgate, dup, dout, gate, up, n, cur());
 }
 
-template <tr_dtype_t DT>
-int cu_xent_fwd(float* losses, float* lse, const float* logits,
-                const int32_t* targets, int64_t N, int V, int64_t ld) {
+// Run a cross-entropy kernel with a device flag for targets outside
+// [0, V), then report the first one (TR_EINVAL): the table's contract. One
+// stream synchronization per call.
+template <typename F>
+int with_target_check(const int32_t* targets, int V, F launch) {
   cudaStream_t s = cur();
   static const int none = INT_MAX;
   int* err = NULL;
@@ -257,9 +259,7 @@ int cu_xent_fwd(float* losses, float* lse, const float* logits,
   TR_CHECK(tr__cuda_tmp_alloc((void**)&err, sizeof(int), s));
   rc = TR_CUDA_CALL(
       cudaMemcpyAsync(err, &none, sizeof none, cudaMemcpyHostToDevice, s));
-  if (rc == 0)
-    rc = tr_kern_cuda_xent_fwd(DT, losses, lse, logits, ld, targets, N, V,
-                               err, s);
+  if (rc == 0) rc = launch(err, s);
   if (rc == 0)
     rc = TR_CUDA_CALL(
         cudaMemcpyAsync(&herr, err, sizeof herr, cudaMemcpyDeviceToHost, s));
@@ -274,6 +274,25 @@ int cu_xent_fwd(float* losses, float* lse, const float* logits,
     return TR_EINVAL;
   }
   return rc;
+}
+
+template <tr_dtype_t DT>
+int cu_xent_fwd(float* losses, float* lse, const float* logits,
+                const int32_t* targets, int64_t N, int V, int64_t ld) {
+  return with_target_check(targets, V, [&](int* err, cudaStream_t s) {
+    return tr_kern_cuda_xent_fwd(DT, losses, lse, logits, ld, targets, N, V,
+                                 err, s);
+  });
+}
+
+template <tr_dtype_t DT>
+int cu_xent_fused(float* losses, float* lse, float* logits,
+                  const int32_t* targets, int64_t N, int V, int64_t ld,
+                  float scale) {
+  return with_target_check(targets, V, [&](int* err, cudaStream_t s) {
+    return tr_kern_cuda_classifier(DT, logits, ld, losses, lse, targets, N, V,
+                                   scale, 1, err, s);
+  });
 }
 
 template <tr_dtype_t DT>
@@ -359,6 +378,7 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->swiglu_bwd = cu_swiglu_bwd<DT>;
   t->xent_fwd = cu_xent_fwd<DT>;
   t->xent_bwd = cu_xent_bwd<DT>;
+  t->xent_fused = cu_xent_fused<DT>;
   t->adamw = cu_adamw;
   t->sum_squares = cu_sum_squares<DT>;
   t->scale = cu_scale<DT>;
