@@ -661,21 +661,30 @@ int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
 
 /* ---- cross-entropy ---- */
 
+/* The checks of the forward and the fused forward+backward. */
+static int xent_args(chk_t* c, const tr_tensor_t* losses, const tr_tensor_t* lse,
+                     const tr_tensor_t* logits, const tr_tensor_t* targets,
+                     int64_t* N, int64_t* V, int64_t* ld) {
+  TR_CHECK(arg(c, losses, "losses", TR_F32, 1));
+  TR_CHECK(arg(c, lse, "lse", TR_F32, 1));
+  TR_CHECK(act(c, logits, "logits", 0));
+  TR_CHECK(arg(c, targets, "targets", TR_I32, 1));
+  TR_CHECK(row_ld(c, logits, "logits", ld));
+  *N = rows(logits);
+  *V = last_dim(logits);
+  if (tr_tensor_numel(targets) != *N || tr_tensor_numel(losses) != *N ||
+      tr_tensor_numel(lse) != *N)
+    return bad(c->op, "targets", targets, "expected one per logits row");
+  if (!fits_int(*V) || *V == 0) return TR_EINVAL;
+  return 0;
+}
+
 int tr_kern_xent_fwd(tr_tensor_t* losses, tr_tensor_t* lse,
                      const tr_tensor_t* logits, const tr_tensor_t* targets) {
   chk_t c = {.op = "xent_fwd"};
   int rc = 0;
-  TR_CHECK(arg(&c, losses, "losses", TR_F32, 1));
-  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
-  TR_CHECK(act(&c, logits, "logits", 0));
-  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
-  int64_t ld;
-  TR_CHECK(row_ld(&c, logits, "logits", &ld));
-  int64_t N = rows(logits), V = last_dim(logits);
-  if (tr_tensor_numel(targets) != N || tr_tensor_numel(losses) != N ||
-      tr_tensor_numel(lse) != N)
-    return bad(c.op, "targets", targets, "expected one per logits row");
-  if (!fits_int(V) || V == 0) return TR_EINVAL;
+  int64_t N, V, ld;
+  TR_CHECK(xent_args(&c, losses, lse, logits, targets, &N, &V, &ld));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->xent_fwd(F(losses), F(lse), CF(logits), I(targets), N, (int)V,
@@ -705,17 +714,8 @@ int tr_kern_xent_fused(tr_tensor_t* losses, tr_tensor_t* lse,
                        float scale) {
   chk_t c = {.op = "xent_fused"};
   int rc = 0;
-  TR_CHECK(arg(&c, losses, "losses", TR_F32, 1));
-  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
-  TR_CHECK(act(&c, logits, "logits", 0));
-  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
-  int64_t ld;
-  TR_CHECK(row_ld(&c, logits, "logits", &ld));
-  int64_t N = rows(logits), V = last_dim(logits);
-  if (tr_tensor_numel(targets) != N || tr_tensor_numel(losses) != N ||
-      tr_tensor_numel(lse) != N)
-    return bad(c.op, "targets", targets, "expected one per logits row");
-  if (!fits_int(V) || V == 0) return TR_EINVAL;
+  int64_t N, V, ld;
+  TR_CHECK(xent_args(&c, losses, lse, logits, targets, &N, &V, &ld));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->xent_fused(F(losses), F(lse), F(logits), I(targets), N, (int)V,
