@@ -4,8 +4,10 @@
  * CPU they go tensor by tensor through trainrun/kernels.h. On CUDA the
  * losses stay on the device until the step ends, the norm is one
  * multi-tensor reduction and the update one multi-tensor AdamW that also
- * refreshes the bf16 compute copies, so a step synchronizes with the host
- * once (for the loss and norm the metrics and clipping need). */
+ * refreshes the bf16 compute copies. What still waits for the device: the
+ * classifier's check of the targets against the vocabulary (once per
+ * micro-batch), the tokens' copy to the device, and the loss and norm at
+ * the end of the step (the metrics and clipping need them). */
 #include "config.h"
 
 #include <inttypes.h>
