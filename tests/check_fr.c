@@ -34,9 +34,11 @@ static void make_dir(void) {
   ck_assert_ptr_nonnull(mkdtemp(g_dir));
 }
 
+/* Dumps at <g_dir>/<name> write their JSON twin to the sibling folder
+ * <g_dir>_json: remove both. */
 static void rm_dir(void) {
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s_json'", g_dir, g_dir);
   ck_assert_int_eq(system(cmd), 0);
 }
 
