@@ -16,7 +16,21 @@ PER GPU (B*T over the step time).
 
   torchrun --nproc-per-node N llama_fsdp2.py --data train.bin [-B 8]
            [-T 2048] [--steps 30] [--skip S] [--compile]
+           [--model 1B|8B] [--ac none|op|full]
            [--device cpu --tiny]   (CPU: Gloo instead of NCCL)
+
+--model 8B (bench/multi_gpu.sh, issue 11) is Llama 3.1 8B as trainrun's
+flavor 8B builds it (model/config.c: dim 4096, 32 layers, 32 heads, 8
+key/value heads, SwiGLU hidden 14336, vocab 128256, RoPE theta 500000 with
+Llama 3.1 scaling (factor 8, low 1, high 4, original context 8192), an
+untied output projection). It is built on the meta device, sharded, and
+only then materialised on the GPU and initialised (torchtitan's order), so
+no rank ever holds the 32 GB of fp32 weights. --ac (default none for 1B, op
+for 8B) wraps every block in activation checkpointing before it is
+compiled and sharded, as torchtitan applies it: op keeps the outputs of the
+matmuls and of attention and recomputes the rest (the norms, RoPE, SwiGLU's
+product), which is what trainrun's selective "op" mode keeps
+(model/recompute.c); full keeps only each block's input.
 """
 import os
 import sys
@@ -27,19 +41,120 @@ import benchlib  # noqa: E402
 import llama_torch  # noqa: E402
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
+import math  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import (  # noqa: E402
     MixedPrecisionPolicy, fully_shard)
 
 
+# trainrun's flavor 8B (model/config.c); benchlib's formulas take it as
+# they take LLAMA3_1B
+LLAMA3_8B = dict(family="llama3", dim=4096, n_layers=32, n_heads=32,
+                 n_kv_heads=8, ffn_dim=14336, vocab=128256,
+                 max_seq_len=131072, tie=False, norm_eps=1e-5,
+                 rope_theta=500000.0, rope_factor=8.0, rope_low=1.0,
+                 rope_high=4.0, rope_orig=8192)
+
+
+class LlamaUntied(llama_torch.Llama):
+    """llama_torch.Llama with its own output projection (Llama 3 8B)."""
+
+    def __init__(self, c, T):
+        super().__init__(c, T)
+        self.output = nn.Linear(c["dim"], c["vocab"], bias=False)
+        nn.init.normal_(self.output.weight, 0.0, 0.02)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.tok_embeddings(idx)
+        cos, sin = self.cos[:T], self.sin[:T]
+        for b in self.layers:
+            x = b(x, cos, sin)
+        x = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
+        logits = self.output(x)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(),
+                               targets.reshape(-1))
+
+
+def init_weights(model, cfg, T, dev):
+    """Llama.__init__'s initialisation, for a model materialised with
+    to_empty (sharded DTensor parameters): norms 1, output projections
+    normal(0, 0.02/sqrt(2*layers)), the other matrices normal(0, 0.02); the
+    RoPE tables computed again (to_empty left them uninitialised)."""
+    cos, sin = llama_torch.rope_tables(cfg, T)
+    model.cos = cos.to(dev)
+    model.sin = sin.to(dev)
+    std = 0.02
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+            elif name.endswith("wo.weight") or name.endswith("w2.weight"):
+                nn.init.normal_(p, 0.0, std / math.sqrt(2 * cfg["n_layers"]))
+            else:
+                nn.init.normal_(p, 0.0, std)
+
+
+# torchtitan's selective op checkpointing keeps these ops' outputs; here
+# every matmul's (trainrun's "op" mode keeps them all) and attention's
+def _ac_save_ops():
+    ops = [torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+           torch.ops.aten.bmm.default]
+    for n in ("_scaled_dot_product_flash_attention",
+              "_scaled_dot_product_efficient_attention",
+              "_scaled_dot_product_cudnn_attention",
+              "_scaled_dot_product_flash_attention_for_cpu"):
+        op = getattr(torch.ops.aten, n, None)
+        if op is not None:
+            ops.append(op.default)
+    return set(ops)
+
+
+class CheckpointedBlock(nn.Module):
+    """A block under torch.utils.checkpoint: mode full recomputes the whole
+    block in backward; op saves the outputs of _ac_save_ops() and
+    recomputes the rest (selective activation checkpointing)."""
+
+    def __init__(self, block, mode):
+        super().__init__()
+        self.block, self.mode = block, mode
+        if mode == "op":
+            from torch.utils.checkpoint import (
+                CheckpointPolicy, create_selective_checkpoint_contexts)
+            save = _ac_save_ops()
+
+            def policy(ctx, op, *args, **kwargs):
+                return (CheckpointPolicy.MUST_SAVE if op in save
+                        else CheckpointPolicy.PREFER_RECOMPUTE)
+            self.context_fn = functools.partial(
+                create_selective_checkpoint_contexts, policy)
+
+    def forward(self, x, cos, sin):
+        from torch.utils.checkpoint import checkpoint
+        if self.mode == "full":
+            return checkpoint(self.block, x, cos, sin, use_reentrant=False)
+        return checkpoint(self.block, x, cos, sin, use_reentrant=False,
+                          context_fn=self.context_fn)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchlib.common_args(p, 8, 2048, 30)
+    p.add_argument("--model", choices=("1B", "8B"), default="1B",
+                   help="Llama 3.2 1B (default) or Llama 3.1 8B")
+    p.add_argument("--ac", choices=("none", "op", "full"), default=None,
+                   help="activation checkpointing per block (default: none "
+                        "for 1B, op for 8B)")
     p.set_defaults(lr=3e-4)
     args = p.parse_args()
+    if args.ac is None:
+        args.ac = "op" if args.model == "8B" else "none"
     try:
         rank = int(os.environ["RANK"])
         world = int(os.environ["WORLD_SIZE"])
@@ -59,10 +174,15 @@ def main():
 
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)  # the same initial weights on every rank
-    cfg = dict(benchlib.LLAMA3_1B)
+    big = args.model == "8B"
+    cfg = dict(LLAMA3_8B if big else benchlib.LLAMA3_1B)
     if args.tiny:
         cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
-    model = llama_torch.Llama(cfg, args.T).to(dev)
+    if big:  # on the meta device: materialised after sharding
+        with torch.device("meta"):
+            model = LlamaUntied(cfg, args.T)
+    else:
+        model = llama_torch.Llama(cfg, args.T).to(dev)
     n = sum(q.numel() for q in model.parameters())
     if n != benchlib.num_params(cfg):
         print(f"llama_fsdp2: {n} parameters, trainrun's formula says "
@@ -78,12 +198,18 @@ def main():
                               cast_forward_inputs=False)
     kw = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": True}
     for i, block in enumerate(model.layers):
+        if args.ac != "none":
+            block = CheckpointedBlock(block, args.ac)
+            model.layers[i] = block
         if args.compile:
             ckw = {"mode": args.compile_mode} if args.compile_mode else {}
             block = torch.compile(block, fullgraph=True, **ckw)
             model.layers[i] = block
         fully_shard(block, **kw)
     fully_shard(model, **kw)
+    if big:
+        model.to_empty(device=dev)
+        init_weights(model, cfg, args.T, dev)
 
     name = "torch FSDP2" + (" + compile" if args.compile else "")
     return benchlib.train(model, cfg, cfg, args, name,
@@ -91,7 +217,10 @@ def main():
                                 "sharded": True, "fsdp": "fully_shard",
                                 "reshard_after_forward": True,
                                 "param_dtype": "bfloat16",
-                                "reduce_dtype": "float32"})
+                                "reduce_dtype": "float32",
+                                "model": "Llama 3.1 8B" if big
+                                else "Llama 3.2 1B",
+                                "ac": args.ac, "meta_init": big})
 
 
 if __name__ == "__main__":

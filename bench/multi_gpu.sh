@@ -1,0 +1,485 @@
+#!/usr/bin/env bash
+# bench/multi_gpu.sh: issue 11's multi-GPU runs on one host, in one call:
+# data, fully sharded and hybrid sharded data parallel throughput, the same
+# Llama 8B job under PyTorch FSDP2 + torch.compile, and a checkpointed run
+# that loses a worker and must restart; a markdown table of every figure.
+#
+#   bench/multi_gpu.sh [--nproc N] [--runs LIST] [--dry-run | --cpu-smoke]
+#
+# Run from the repository root of a staged tree on the GPU host: the
+# binaries in .gpu/ (trainrun, trainrund) and `. .gpu/env.sh` sourced
+# first (the script sources it too when it is there and TRAINRUN is
+# .gpu/trainrun). N is the GPU count (default: every visible GPU); runs on
+# fewer GPUs use the first ones:
+#
+#   . .gpu/env.sh && bench/multi_gpu.sh --nproc 4     (one 9-minute call)
+#
+# The sub-runs, in the order they run (each one's timeout is cut so that
+# it ends by MG_DEADLINE; one left with less than 30 s is skipped):
+#
+#   shards        bench/gpu/make_shard.py: random Llama 3 tokens (uint32,
+#                 vocab 128256, magic 20240801) and GPT-2 tokens (uint16,
+#                 vocab 50257), in SCRATCH
+#   gpt2_ddp_nN   GPT-2 124M (bench/gpu/gpt2_124m.toml), DDP over N GPUs,
+#                 batch 64 x 1024 per GPU
+#   llama8b_fsdp_nN   Llama 3 8B (bench/gpu/llama3_8b.toml, the model and
+#                 batch of examples/llama3_8b.toml: 1 x 8192 per GPU,
+#                 selective op checkpointing), FSDP over N
+#   torch_fsdp2_nN    the same job under PyTorch FSDP2 + torch.compile
+#                 (bench/peers/llama_fsdp2.py --model 8B --ac op --compile,
+#                 under torchrun)
+#   llama8b_hsdp_2xM  the same job, HSDP: 2 replicas of FSDP over M = N/2
+#                 (N >= 4 and even)
+#   ckpt_kill_nN  Llama 3.2 1B, FSDP over N (bench/gpu/ckpt_llama3_1b.toml),
+#                 an async checkpoint every 20 steps in SCRATCH, rank N-1
+#                 killed (SIGKILL) as step 30 starts, --max-restarts 1: it
+#                 must resume from step 20 and finish step 50. Its output
+#                 is time-stamped as it arrives: restart time = first step
+#                 line after the restore - the kill's line
+#   gpt2_ddp_nK   the GPT-2 scaling baselines, K = 1, 2, 4, ... < N
+#   llama8b_fsdp_nK   the Llama baselines, K = N/2, ..., 4, 2 (8B does not
+#                 fit one GPU: its scaling is against FSDP over 2)
+#   summary       bench/gpu/summarize.py --mode multigpu: OUT/summary.md
+#
+# Every sub-run runs under `timeout`, its output in OUT/NAME.log, its exit
+# status in OUT/NAME.rc, a line in OUT/runs.tsv; a failure is recorded and
+# the next one starts. trainrun's dump folders (its final weights, the
+# checkpoints) live in SCRATCH on a local disk and are removed after each
+# run; their metrics.jsonl is kept as OUT/NAME.metrics.jsonl.
+#
+# Options: --nproc N (GPUs), --runs LIST (comma-separated, of gpt2, fsdp,
+# torch, hsdp, ckpt, scaling; default all), --dry-run (print the commands,
+# run nothing), --cpu-smoke (every sub-run on 2 CPU ranks with the debug
+# models and a few steps, HSDP 2x2 on 4 ranks, the PyTorch peer with
+# --device cpu --tiny: a test of this script's logic and of the summary).
+#
+# Environment: OUT (./out), MG_SCRATCH (SCRATCH above, on a local disk:
+# /tmp/trainrun-multigpu), TRAINRUN (.gpu/trainrun, else ./trainrun),
+# PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run"),
+# TRAINRUN_FLAGS and TORCH_FLAGS (extra arguments for every trainrun job and
+# for the PyTorch peer), MG_DEADLINE (s by which every sub-run has ended,
+# 530),
+# MG_GPT2_STEPS (30), MG_LLAMA_STEPS (12), MG_LLAMA_T (8192), MG_TORCH_STEPS
+# (12), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b), MG_CKPT_STEPS (50),
+# MG_CKPT_INTERVAL (20), MG_CKPT_KILL_STEP (30), MG_TMO_GPT2 (90),
+# MG_TMO_LLAMA (150), MG_TMO_TORCH (240), MG_TMO_CKPT (200) (s per run),
+# MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU counts, e.g. "1 2 4"
+# and "4 2").
+set -u
+
+usage() {
+  echo "usage: bench/multi_gpu.sh [--nproc N] [--runs LIST] [--dry-run | --cpu-smoke]" >&2
+  exit 2
+}
+
+mode=gpu
+N=
+runs=gpt2,fsdp,torch,hsdp,ckpt,scaling
+cmdline="bench/multi_gpu.sh $*"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) mode=dry ;;
+    --cpu-smoke) mode=smoke ;;
+    --nproc)
+      [ $# -ge 2 ] || usage
+      N=$2
+      shift
+      ;;
+    --nproc=*) N=${1#--nproc=} ;;
+    --runs)
+      [ $# -ge 2 ] || usage
+      runs=$2
+      shift
+      ;;
+    --runs=*) runs=${1#--runs=} ;;
+    -h | --help) usage ;;
+    *) usage ;;
+  esac
+  shift
+done
+for r in ${runs//,/ }; do
+  case $r in
+    gpt2 | fsdp | torch | hsdp | ckpt | scaling) ;;
+    *)
+      echo "multi_gpu: unknown run '$r' in --runs (gpt2, fsdp, torch, hsdp, ckpt, scaling)" >&2
+      exit 2
+      ;;
+  esac
+done
+want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
+
+PY=${PYTHON:-python3}
+if [ -z "${TRAINRUN:-}" ]; then
+  if [ -x .gpu/trainrun ]; then TRAINRUN=.gpu/trainrun; else TRAINRUN=./trainrun; fi
+fi
+if [ "$mode" = gpu ] && [ "$TRAINRUN" = .gpu/trainrun ] && [ -r .gpu/env.sh ]; then
+  # shellcheck disable=SC1091
+  . .gpu/env.sh
+fi
+read -r -a TORCHRUN_CMD <<< "${TORCHRUN:-$PY -m torch.distributed.run}"
+OUT=${OUT:-./out}
+SCRATCH=${MG_SCRATCH:-/tmp/trainrun-multigpu}
+DEADLINE=${MG_DEADLINE:-530}
+
+# the GPUs: CUDA_VISIBLE_DEVICES's list or 0..count-1
+gpus=()
+if [ "$mode" != smoke ]; then
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    IFS=, read -r -a gpus <<< "$CUDA_VISIBLE_DEVICES"
+  else
+    ng=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    for ((i = 0; i < ng; i++)); do gpus+=("$i"); done
+  fi
+fi
+if [ "$mode" = smoke ]; then
+  N=${N:-2}
+elif [ -z "$N" ]; then
+  N=${#gpus[@]}
+  [ "$mode" = dry ] && [ "$N" -eq 0 ] && N=4
+fi
+case $N in
+  '' | *[!0-9]* | 0)
+    echo "multi_gpu: no GPU count (nvidia-smi sees none): pass --nproc N" >&2
+    exit 2
+    ;;
+esac
+if [ "$mode" = gpu ] && [ "${#gpus[@]}" -lt "$N" ]; then
+  echo "multi_gpu: --nproc $N but only ${#gpus[@]} GPUs are visible" >&2
+  exit 2
+fi
+if [ "$mode" = dry ] && [ "${#gpus[@]}" -lt "$N" ]; then
+  gpus=()
+  for ((i = 0; i < N; i++)); do gpus+=("$i"); done
+fi
+
+# the jobs' shapes; --cpu-smoke shrinks every one of them
+if [ "$mode" = smoke ]; then
+  GPT2_STEPS=${MG_GPT2_STEPS:-6}
+  LLAMA_STEPS=${MG_LLAMA_STEPS:-6}
+  TORCH_STEPS=${MG_TORCH_STEPS:-6}
+  CKPT_STEPS=${MG_CKPT_STEPS:-10}
+  CKPT_INTERVAL=${MG_CKPT_INTERVAL:-4}
+  CKPT_KILL=${MG_CKPT_KILL_STEP:-6}
+  GPT2_B=2 GPT2_T=64 LLAMA_B=1 LLAMA_T=${MG_LLAMA_T:-64} CKPT_B=2 CKPT_T=64
+  GPT2_VOCAB=256 LLAMA_VOCAB=256 GPT2_TOKENS=200000 LLAMA_TOKENS=200000
+  TMO_GPT2=${MG_TMO_GPT2:-120} TMO_LLAMA=${MG_TMO_LLAMA:-120}
+  TMO_TORCH=${MG_TMO_TORCH:-420} TMO_CKPT=${MG_TMO_CKPT:-180}
+  DEADLINE=${MG_DEADLINE:-1500}
+  TR_DEV=(--training.device cpu --model.flavor debugmodel)
+  TORCH_DEV=(--device cpu --tiny)
+  MIN_TMO=10
+else
+  GPT2_STEPS=${MG_GPT2_STEPS:-30}
+  LLAMA_STEPS=${MG_LLAMA_STEPS:-12}
+  TORCH_STEPS=${MG_TORCH_STEPS:-12}
+  CKPT_STEPS=${MG_CKPT_STEPS:-50}
+  CKPT_INTERVAL=${MG_CKPT_INTERVAL:-20}
+  CKPT_KILL=${MG_CKPT_KILL_STEP:-30}
+  GPT2_B=64 GPT2_T=1024 LLAMA_B=1 LLAMA_T=${MG_LLAMA_T:-8192} CKPT_B=4 CKPT_T=2048
+  GPT2_VOCAB=50257 LLAMA_VOCAB=128256 GPT2_TOKENS=33554432 LLAMA_TOKENS=16777216
+  TMO_GPT2=${MG_TMO_GPT2:-90} TMO_LLAMA=${MG_TMO_LLAMA:-150}
+  TMO_TORCH=${MG_TMO_TORCH:-240} TMO_CKPT=${MG_TMO_CKPT:-200}
+  TR_DEV=()
+  TORCH_DEV=()
+  MIN_TMO=30
+fi
+skip_of() { local s=$(($1 / 4)); [ "$s" -lt 3 ] && s=3; [ "$s" -ge "$1" ] && s=$(($1 - 1)); echo "$s"; }
+GPT2_SKIP=$(skip_of "$GPT2_STEPS")
+LLAMA_SKIP=$(skip_of "$LLAMA_STEPS")
+TORCH_SKIP=$(skip_of "$TORCH_STEPS")
+CKPT_MODEL=${MG_CKPT_MODEL:-llama1b}
+case $CKPT_MODEL in
+  llama1b) CKPT_TOML=bench/gpu/ckpt_llama3_1b.toml CKPT_DATA=llama ;;
+  gpt2) CKPT_TOML=bench/gpu/gpt2_124m.toml CKPT_DATA=gpt2 CKPT_B=$GPT2_B CKPT_T=$GPT2_T ;;
+  llama8b) CKPT_TOML=bench/gpu/llama3_8b.toml CKPT_DATA=llama CKPT_B=$LLAMA_B CKPT_T=$LLAMA_T ;;
+  *)
+    echo "multi_gpu: MG_CKPT_MODEL must be llama1b, gpt2 or llama8b" >&2
+    exit 2
+    ;;
+esac
+if [ "$CKPT_KILL" -le "$CKPT_INTERVAL" ] || [ "$CKPT_KILL" -gt "$CKPT_STEPS" ]; then
+  echo "multi_gpu: the kill step ($CKPT_KILL) must come after the first checkpoint ($CKPT_INTERVAL) and by the last step ($CKPT_STEPS)" >&2
+  exit 2
+fi
+data=$SCRATCH/data
+
+# Print a command the way a shell would read it back.
+show() {
+  printf '+'
+  printf ' %q' "$@"
+  printf '\n'
+}
+
+# Time-stamp each line of stdin with the wall clock (s since the epoch).
+stamp() {
+  local line now
+  while IFS= read -r line || [ -n "$line" ]; do
+    now=${EPOCHREALTIME:-}
+    [ -n "$now" ] || now=$(date +%s.%N)
+    printf '%s %s\n' "${now/,/.}" "$line"
+  done
+}
+
+# run NAME TMO STAMP CMD...: CMD under timeout (TMO, cut so that every run
+# has ended by DEADLINE), its output in OUT/NAME.log (each line time-stamped
+# when STAMP is 1), its exit status in OUT/NAME.rc ("skipped" when the
+# deadline left no time), its wall time in OUT/NAME.wall. Never fails.
+run() {
+  local name=$1 tmo=$2 st=$3 rc t0
+  shift 3
+  show timeout -k 10 "$tmo" "$@"
+  [ "$mode" = dry ] && return 0
+  local left=$((DEADLINE - SECONDS))
+  [ "$left" -lt "$tmo" ] && tmo=$left
+  if [ "$tmo" -lt "$MIN_TMO" ]; then
+    echo "  $name: skipped ($SECONDS s used, deadline $DEADLINE s)"
+    echo skipped > "$OUT/$name.rc"
+    echo 0 > "$OUT/$name.wall"
+    return 0
+  fi
+  t0=$SECONDS
+  date -u +%FT%TZ > "$OUT/$name.start"
+  if [ "$st" = 1 ]; then
+    timeout -k 10 "$tmo" "$@" 2>&1 | stamp > "$OUT/$name.log"
+    rc=${PIPESTATUS[0]}
+  else
+    timeout -k 10 "$tmo" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?
+  fi
+  echo "$rc" > "$OUT/$name.rc"
+  echo $((SECONDS - t0)) > "$OUT/$name.wall"
+  gpu_drain "$name"
+  if [ "$rc" -eq 0 ]; then
+    echo "  $name: done in $((SECONDS - t0)) s"
+  else
+    [ "$rc" -eq 124 ] && echo "  $name: timed out after $tmo s"
+    echo "  $name failed (exit $rc) after $((SECONDS - t0)) s: see $OUT/$name.log"
+    tail -n 5 "$OUT/$name.log" | sed 's/^/    | /'
+  fi
+  return 0
+}
+
+# gpu_drain NAME: after a sub-run, wait up to 20 s for the processes it
+# left on the GPUs (a worker that outlived a timeout) to end, then SIGKILL
+# them by pid, so that the next sub-run finds the GPUs free; noted in
+# OUT/NAME.log
+gpu_drain() {
+  [ "$mode" = gpu ] || return 0
+  local i pids
+  for ((i = 0; i < 20; i++)); do
+    pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
+    [ -z "$pids" ] && return 0
+    sleep 1
+  done
+  echo "multi_gpu: processes left on the GPUs after $1: ${pids//$'\n'/ }: SIGKILL" |
+    tee -a "$OUT/$1.log"
+  for p in $pids; do kill -KILL "$p" 2>/dev/null; done
+  sleep 2
+}
+
+# gpus_for N: CUDA_VISIBLE_DEVICES for a run on the first N GPUs
+gpus_for() {
+  local IFS=,
+  echo "${gpus[*]:0:$1}"
+}
+
+# record NAME KIND PROGRAM MODEL N REPLICATE SHARD B T STEPS SKIP: the
+# sub-run's line in OUT/runs.tsv, what summarize.py reads
+record() {
+  [ "$mode" = dry ] && return 0
+  local IFS=$'\t'
+  echo "$*" >> "$OUT/runs.tsv"
+}
+
+# keep_dump NAME DIR: the metrics of trainrun's dump folder DIR into OUT,
+# the flight-recorder dumps when the run failed, then DIR removed
+keep_dump() {
+  [ "$mode" = dry ] && return 0
+  local name=$1 dir=$2
+  [ -f "$dir/metrics.jsonl" ] && cp "$dir/metrics.jsonl" "$OUT/$name.metrics.jsonl"
+  if [ "$(cat "$OUT/$name.rc" 2>/dev/null)" != 0 ] && [ -d "$dir/comm_traces_json" ]; then
+    cp -r "$dir/comm_traces_json" "$OUT/$name.comm_traces_json" 2>/dev/null
+  fi
+  if [ -d "$dir/checkpoint" ]; then
+    du -sb "$dir/checkpoint"/step-* > "$OUT/$name.ckpt_sizes" 2>/dev/null
+  fi
+  rm -rf "$dir"
+}
+
+model_of() { # the model key summarize.py knows for a trainrun job
+  if [ "$mode" = smoke ]; then echo "debug-$1"; else echo "$1"; fi
+}
+
+# trainrun_dp NAME MODEL TOML N REPLICATE SHARD B T STEPS SKIP TMO: one
+# data-parallel trainrun job (DDP: REPLICATE=N SHARD=1; FSDP: 1, N; HSDP)
+trainrun_dp() {
+  local name=$1 model=$2 toml=$3 n=$4 rep=$5 shard=$6 B=$7 T=$8 steps=$9 skip=${10} tmo=${11}
+  local ds=$data/llama.bin dir=$SCRATCH/dump/$name
+  [ "$model" = gpt2_124m ] && ds=$data/gpt2.bin
+  local env=()
+  [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$n")")
+  echo "-- $name: $model on $n ranks (replicate $rep x shard $shard), B=$B T=$T, $steps steps"
+  if [ "$mode" != dry ]; then
+    rm -rf "$dir"
+    # the per-rank memory trainrun plans for this layout (no GPU needed)
+    timeout 60 "$TRAINRUN" plan "$toml" --world-size "$n" \
+      --training.local_batch_size "$B" --training.seq_len "$T" \
+      --parallelism.data_parallel_replicate_degree "$rep" \
+      --parallelism.data_parallel_shard_degree "$shard" \
+      "${TR_DEV[@]}" > "$OUT/$name.plan.txt" 2>&1
+  fi
+  # shellcheck disable=SC2086
+  run "$name" "$tmo" 0 "${env[@]}" "$TRAINRUN" --nproc-per-node "$n" "$toml" \
+    --training.dataset_path "$ds" --training.local_batch_size "$B" \
+    --training.seq_len "$T" --training.steps "$steps" --job.dump_folder "$dir" \
+    --parallelism.data_parallel_replicate_degree "$rep" \
+    --parallelism.data_parallel_shard_degree "$shard" \
+    "${TR_DEV[@]}" ${TRAINRUN_FLAGS:-}
+  keep_dump "$name" "$dir"
+  record "$name" trainrun "trainrun" "$(model_of "$model")" "$n" "$rep" "$shard" "$B" "$T" "$steps" "$skip"
+}
+
+echo "== multi_gpu ($mode): N=$N runs=$runs out=$OUT scratch=$SCRATCH deadline=${DEADLINE}s"
+if [ "$mode" != dry ]; then
+  mkdir -p "$OUT" "$data" "$SCRATCH/dump" || exit 1
+  rm -f "$OUT/runs.tsv"
+  {
+    date -u
+    echo "command: $cmdline"
+    echo "mode: $mode  N=$N  TRAINRUN=$TRAINRUN"
+    env | grep -E '^(MG_|TRAINRUN_FLAGS=|TORCH_FLAGS=|TORCHRUN=|CUDA_VISIBLE_DEVICES=)' | sort
+    if [ "$mode" = gpu ]; then
+      nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm \
+        --format=csv 2>&1
+      nvidia-smi topo -m 2>&1
+    fi
+    "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1 | tail -n 1
+    "$TRAINRUN" --version 2>&1
+    nproc
+    free -g | head -n 2
+    df -h "$SCRATCH" | tail -n 1
+  } > "$OUT/env.txt" 2>&1
+  cat "$OUT/env.txt"
+fi
+if [ "$mode" = smoke ]; then
+  gpu_name=cpu
+else
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+fi
+
+# the baselines: powers of two below N for GPT-2, N/2 .. 2 for Llama 8B
+# (MG_GPT2_BASE, MG_LLAMA_BASE: space-separated GPU counts instead)
+gpt2_base=()
+for ((k = 1; k < N; k *= 2)); do gpt2_base+=("$k"); done
+llama_base=()
+for ((k = N / 2; k >= 2; k /= 2)); do llama_base+=("$k"); done
+[ -n "${MG_GPT2_BASE:-}" ] && read -r -a gpt2_base <<< "$MG_GPT2_BASE"
+[ -n "${MG_LLAMA_BASE:-}" ] && read -r -a llama_base <<< "$MG_LLAMA_BASE"
+
+# 1. shards
+echo "-- shards"
+run make_shard_llama 120 0 "$PY" bench/gpu/make_shard.py --out "$data/llama.bin" \
+  --tokens "$LLAMA_TOKENS" --vocab "$LLAMA_VOCAB" --width 4 --seed 1234
+run make_shard_gpt2 120 0 "$PY" bench/gpu/make_shard.py --out "$data/gpt2.bin" \
+  --tokens "$GPT2_TOKENS" --vocab "$GPT2_VOCAB" --width 2 --seed 1234
+
+# 2. GPT-2 DDP over N
+if want gpt2; then
+  trainrun_dp "gpt2_ddp_n$N" gpt2_124m bench/gpu/gpt2_124m.toml "$N" "$N" 1 \
+    "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
+fi
+
+# 3. Llama 8B FSDP over N
+if want fsdp; then
+  if [ "$N" -ge 2 ]; then
+    trainrun_dp "llama8b_fsdp_n$N" llama3_8b bench/gpu/llama3_8b.toml "$N" 1 "$N" \
+      "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+  else
+    echo "-- llama8b_fsdp_n$N: skipped (8B needs 2 GPUs or more)"
+  fi
+fi
+
+# 4. PyTorch FSDP2 + torch.compile, the same job
+if want torch; then
+  name=torch_fsdp2_n$N
+  env=()
+  [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$N")")
+  echo "-- $name: torch FSDP2 + compile, Llama 8B on $N ranks, B=$LLAMA_B T=$LLAMA_T"
+  # shellcheck disable=SC2086
+  run "$name" "$TMO_TORCH" 0 "${env[@]}" "${TORCHRUN_CMD[@]}" --standalone \
+    --nproc-per-node "$N" bench/peers/llama_fsdp2.py --model 8B --ac op \
+    --compile --data "$data/llama.bin" -B "$LLAMA_B" -T "$LLAMA_T" \
+    --steps "$TORCH_STEPS" --skip "$TORCH_SKIP" "${TORCH_DEV[@]}" ${TORCH_FLAGS:-}
+  record "$name" torch "torch FSDP2 + compile" "$(model_of llama3_8b)" "$N" 1 "$N" \
+    "$LLAMA_B" "$LLAMA_T" "$TORCH_STEPS" "$TORCH_SKIP"
+fi
+
+# 5. HSDP 2 x N/2 (the CPU smoke runs 2 x 2 on 4 ranks)
+if want hsdp; then
+  hn=$N
+  [ "$mode" = smoke ] && [ "$hn" -lt 4 ] && hn=4
+  if [ "$hn" -ge 4 ] && [ $((hn % 2)) -eq 0 ]; then
+    trainrun_dp "llama8b_hsdp_2x$((hn / 2))" llama3_8b bench/gpu/llama3_8b.toml "$hn" 2 \
+      $((hn / 2)) "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+  else
+    echo "-- llama8b_hsdp: skipped (HSDP 2 x N/2 needs an even N >= 4)"
+  fi
+fi
+
+# 6. checkpoints every CKPT_INTERVAL steps, a rank killed at CKPT_KILL
+if want ckpt; then
+  name=ckpt_kill_n$N
+  dir=$SCRATCH/dump/$name
+  kr=$((N - 1))
+  ds=$data/llama.bin
+  [ "$CKPT_DATA" = gpt2 ] && ds=$data/gpt2.bin
+  rep=1 shard=$N
+  [ "$CKPT_MODEL" = gpt2 ] && rep=$N shard=1
+  env=()
+  [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$N")")
+  echo "-- $name: $CKPT_MODEL on $N ranks, checkpoint every $CKPT_INTERVAL steps, rank $kr killed at step $CKPT_KILL"
+  [ "$mode" = dry ] || rm -rf "$dir"
+  # shellcheck disable=SC2086
+  run "$name" "$TMO_CKPT" 1 "${env[@]}" "$TRAINRUN" --nproc-per-node "$N" \
+    --max-restarts 1 "$CKPT_TOML" --training.dataset_path "$ds" \
+    --training.local_batch_size "$CKPT_B" --training.seq_len "$CKPT_T" \
+    --training.steps "$CKPT_STEPS" --job.dump_folder "$dir" \
+    --parallelism.data_parallel_replicate_degree "$rep" \
+    --parallelism.data_parallel_shard_degree "$shard" \
+    --checkpoint.enable=true --checkpoint.folder checkpoint \
+    --checkpoint.interval "$CKPT_INTERVAL" \
+    --checkpoint.async_mode async_with_pinned_mem \
+    --checkpoint.keep_latest_k 2 --checkpoint.last_save_model_only=true \
+    --debug.fault "kill:rank=$kr:step=$CKPT_KILL" "${TR_DEV[@]}" ${TRAINRUN_FLAGS:-}
+  keep_dump "$name" "$dir"
+  ckm=llama3_1b
+  [ "$CKPT_MODEL" = gpt2 ] && ckm=gpt2_124m
+  [ "$CKPT_MODEL" = llama8b ] && ckm=llama3_8b
+  record "$name" ckpt trainrun "$(model_of $ckm)" "$N" "$rep" "$shard" "$CKPT_B" "$CKPT_T" \
+    "$CKPT_STEPS" 3 "interval=$CKPT_INTERVAL" "kill_rank=$kr" "kill_step=$CKPT_KILL"
+fi
+
+# 7. the scaling baselines on fewer GPUs
+if want scaling; then
+  for k in "${gpt2_base[@]}"; do
+    trainrun_dp "gpt2_ddp_n$k" gpt2_124m bench/gpu/gpt2_124m.toml "$k" "$k" 1 \
+      "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
+  done
+  for k in "${llama_base[@]}"; do
+    trainrun_dp "llama8b_fsdp_n$k" llama3_8b bench/gpu/llama3_8b.toml "$k" 1 "$k" \
+      "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+  done
+fi
+
+# 8. the table
+echo "-- summary"
+sargs=(--mode multigpu --out "$OUT" --gpu "${gpu_name:-unknown}" --nproc "$N"
+  --command "$cmdline")
+show "$PY" bench/gpu/summarize.py "${sargs[@]}"
+[ "$mode" = dry ] && exit 0
+rm -rf "$SCRATCH/dump"
+[ "$mode" = smoke ] || rm -rf "$data"
+"$PY" bench/gpu/summarize.py "${sargs[@]}"
+rc=$?
+echo "total: $SECONDS s"
+exit $rc
