@@ -12,11 +12,16 @@
   third is the token count) and the tokens;
 - the training loop of the PyTorch peers (numpy is needed; torch only by
   the loop; numpy and torch are imported only where used, so that
-  summarize.py needs neither).
+  summarize.py needs neither);
+- what a loss-curve comparison with trainrun needs (tests/gpu/curve.sh):
+  trainrun's shuffled sample order (trainer/data.c: tr_data_permute and
+  tr_loader_window), its warmup-stable-decay learning rate (trainer/lr.c)
+  and safetensors files (Hugging Face weights) read and written with numpy.
 """
 import contextlib
 import json
 import math
+import os
 import sys
 import time
 
@@ -128,20 +133,79 @@ def open_shard(path):
                      offset=SHARD_HEADER_BYTES, shape=(ntok,))
 
 
-class Batches:
-    """Consecutive (x, y) windows of B*T+1 tokens, wrapping at the end. With
-    world ranks, each step reads a global batch of world*B sequences and
-    rank r takes sequences r*B .. r*B+B-1 of it (as trainrun's loader)."""
+_M64 = (1 << 64) - 1
 
-    def __init__(self, path, B, T, device, rank=0, world=1):
+
+def _mix64(x):
+    """SplitMix64's finaliser on a uint64 (trainer/data.c mix64)."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def trainrun_permute(i, n, key):
+    """tr_data_permute: a bijection of [0, n) keyed by a uint64 (a 4-round
+    Feistel network over an even number of bits, cycle-walking back into
+    range)."""
+    if n <= 1 or i < 0 or i >= n:
+        return i
+    bits = 2
+    while bits < 62 and (1 << bits) < n:
+        bits += 2
+    half = bits // 2
+    mask = (1 << half) - 1
+    x = i
+    while True:
+        l, r = x >> half, x & mask
+        for rnd in range(4):
+            f = _mix64(r ^ _mix64((key + rnd) & _M64)) & mask
+            l, r = r, l ^ f
+        x = (l << half) | r
+        if x < n:
+            return x
+
+
+def trainrun_window(i, nsamples, T, seed, begin=0):
+    """tr_loader_window of a shuffled loader: the first token of sample i
+    (its epoch is i // nsamples; each epoch has its own permutation)."""
+    epoch, k = divmod(i, nsamples)
+    key = _mix64((seed & _M64) ^ _mix64(epoch))
+    return begin + trainrun_permute(k, nsamples, key) * T
+
+
+class Batches:
+    """(x, y) batches of B sequences of T tokens from an llm.c shard.
+
+    order "sequential" (the throughput benchmarks): consecutive windows of
+    B*T+1 tokens, wrapping at the end. With world ranks, each step reads a
+    global batch of world*B sequences and rank r takes sequences r*B ..
+    r*B+B-1 of it.
+
+    order "trainrun": exactly the samples trainrun's training loader feeds
+    (trainer/data.c, no validation split): the shard is cut into
+    nsamples = (tokens - 1) // T windows of T+1 tokens starting every T
+    tokens, visited in a per-epoch permutation keyed by seed (trainrun's
+    debug.seed); step s of rank r reads samples s*world*B + r*B + b."""
+
+    def __init__(self, path, B, T, device, rank=0, world=1,
+                 order="sequential", seed=0):
         import torch
         self.torch = torch
         self.tok = open_shard(path)
         self.B, self.T, self.device = B, T, torch.device(device)
         self.rank, self.world = rank, world
+        self.order, self.seed = order, seed
         self.n = B * T + 1
         self.span = world * B * T + 1  # the global batch and its last target
-        if self.tok.shape[0] < self.span:
+        if order == "trainrun":
+            self.nsamples = (self.tok.shape[0] - 1) // T
+            if self.nsamples < 1:
+                raise ValueError(f"{path}: {self.tok.shape[0]} tokens, fewer "
+                                 f"than one sequence of {T + 1}")
+        elif order != "sequential":
+            raise ValueError(f"unknown data order {order!r}")
+        elif self.tok.shape[0] < self.span:
             raise ValueError(f"{path}: {self.tok.shape[0]} tokens, a batch "
                              f"needs {self.span}")
         self.pos = 0
@@ -149,6 +213,19 @@ class Batches:
     def next(self):
         import numpy as np
         torch = self.torch
+        if self.order == "trainrun":
+            first = self.pos + self.rank * self.B
+            rows = []
+            for b in range(self.B):
+                w = trainrun_window(first + b, self.nsamples, self.T,
+                                    self.seed)
+                rows.append(np.asarray(self.tok[w:w + self.T + 1],
+                                       dtype=np.int64))
+            self.pos += self.world * self.B
+            buf = torch.from_numpy(np.stack(rows))
+            if self.device.type == "cuda":
+                buf = buf.pin_memory().to(self.device, non_blocking=True)
+            return buf[:, :-1], buf[:, 1:]
         if self.pos + self.span > self.tok.shape[0]:
             self.pos = 0
         first = self.pos + self.rank * self.B * self.T
@@ -162,12 +239,126 @@ class Batches:
         return x, y
 
 
+class LrSchedule:
+    """trainrun's [lr_scheduler] (trainer/lr.c, torchtitan's
+    warmup-stable-decay): lr(step) for the 1-based optimizer step."""
+
+    def __init__(self, lr, warmup_steps, total_steps, decay_ratio=None,
+                 decay_type="linear", min_lr_factor=0.0):
+        if total_steps < 1:
+            raise ValueError(f"total_steps {total_steps} is below 1")
+        if decay_type not in ("linear", "sqrt", "cosine"):
+            raise ValueError(f"unknown decay_type {decay_type!r}")
+        warmup = min(warmup_steps, total_steps)
+        if decay_ratio is not None:
+            decay = round(total_steps * decay_ratio)  # half to even
+            decay = min(decay, total_steps - warmup)
+        else:
+            decay = total_steps - warmup
+        self.lr, self.warmup, self.decay = lr, warmup, decay
+        self.stable = total_steps + 1 - warmup - decay
+        self.decay_type, self.min_lr_factor = decay_type, min_lr_factor
+
+    def factor(self, step):
+        k = max(step - 1, 0)  # LambdaLR's count: 0 for the first step
+        if k < self.warmup:
+            return (k + 1) / self.warmup
+        ws = self.warmup + self.stable
+        if k < ws or self.decay == 0:
+            return 1.0
+        p = min((k + 1 - ws) / self.decay, 1.0)
+        if self.decay_type == "sqrt":
+            g = 1 - math.sqrt(p)
+        elif self.decay_type == "cosine":
+            g = 0.5 * (1.0 + math.cos(math.pi * p))
+        else:
+            g = 1 - p
+        return self.min_lr_factor + (1 - self.min_lr_factor) * g
+
+    def __call__(self, step):
+        return self.lr * self.factor(step)
+
+
+# ---- safetensors (https://github.com/huggingface/safetensors: an 8-byte
+# little-endian header length, a JSON header of name -> dtype, shape and
+# byte offsets, then the data) ----
+
+_ST_DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8",
+              "I32": "<i4", "U8": "u1"}
+
+
+def st_write(path, tensors, metadata=None):
+    """Write {name: numpy array} (float32 arrays as F32) to path, through a
+    temporary name."""
+    import numpy as np
+    header, off, blobs = {}, 0, []
+    rev = {np.dtype(v).str: k for k, v in _ST_DTYPES.items()}
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        code = rev.get(a.dtype.str)
+        if code is None:
+            raise ValueError(f"{name}: dtype {a.dtype} has no safetensors "
+                             f"code here")
+        b = a.tobytes()
+        header[name] = {"dtype": code, "shape": list(a.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    header["__metadata__"] = dict(metadata or {"format": "pt"})
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def st_read(path):
+    """{name: float32 or integer numpy array} of a safetensors file (BF16
+    and F16 are widened to float32)."""
+    import numpy as np
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: truncated safetensors header")
+    n = int.from_bytes(raw[:8], "little")
+    if 8 + n > len(raw):
+        raise ValueError(f"{path}: header of {n} bytes past the end")
+    header = json.loads(raw[8:8 + n])
+    data = memoryview(raw)[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b0, b1 = e["data_offsets"]
+        if not 0 <= b0 <= b1 <= len(data):
+            raise ValueError(f"{path}: tensor {name!r} lies outside the data")
+        chunk = data[b0:b1]
+        if e["dtype"] == "BF16":
+            a = (np.frombuffer(chunk, dtype="<u2").astype(np.uint32)
+                 << 16).view(np.float32)
+        elif e["dtype"] in _ST_DTYPES:
+            a = np.frombuffer(chunk, dtype=_ST_DTYPES[e["dtype"]])
+        else:
+            raise ValueError(f"{path}: tensor {name!r} has dtype "
+                             f"{e['dtype']}")
+        if e["dtype"] in ("F16",):
+            a = a.astype(np.float32)
+        out[name] = a.reshape(e["shape"])
+    return out
+
+
 def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
-def common_args(p, default_B, default_T, default_steps):
-    p.add_argument("--data", required=True, help="llm.c shard to read")
+def common_args(p, default_B, default_T, default_steps, data_required=True):
+    p.add_argument("--data", required=data_required,
+                   help="llm.c shard to read")
     p.add_argument("-B", type=int, default=default_B, help="batch size")
     p.add_argument("-T", type=int, default=default_T, help="sequence length")
     p.add_argument("--steps", type=int, default=default_steps)
@@ -187,6 +378,45 @@ def common_args(p, default_B, default_T, default_steps):
                         "backend")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--seed", type=int, default=1234)
+    g = p.add_argument_group(
+        "training semantics (defaults: the throughput benchmark's; "
+        "tests/gpu/curve.sh sets them to trainrun's)")
+    g.add_argument("--data-order", choices=["sequential", "trainrun"],
+                   default="sequential",
+                   help="consecutive windows, or trainrun's shuffled "
+                        "samples (trainer/data.c)")
+    g.add_argument("--data-seed", type=int, default=None,
+                   help="trainrun's debug.seed for --data-order trainrun "
+                        "(default: --seed)")
+    g.add_argument("--lr-schedule", choices=["constant", "trainrun"],
+                   default="constant",
+                   help="constant --lr, or trainrun's [lr_scheduler] "
+                        "warmup-stable-decay (trainer/lr.c)")
+    g.add_argument("--warmup-steps", type=int, default=0)
+    g.add_argument("--total-steps", type=int, default=None,
+                   help="schedule length (default: --steps)")
+    g.add_argument("--decay-ratio", type=float, default=None,
+                   help="decay over this fraction of the steps (default: "
+                        "every step after warmup)")
+    g.add_argument("--decay-type", choices=["linear", "sqrt", "cosine"],
+                   default="linear")
+    g.add_argument("--min-lr-factor", type=float, default=0.0)
+    g.add_argument("--beta1", type=float, default=0.9)
+    g.add_argument("--beta2", type=float, default=0.95)
+    g.add_argument("--eps", type=float, default=1e-8)
+    g.add_argument("--weight-decay", type=float, default=0.1)
+    g.add_argument("--decay-params", choices=["matrices", "all"],
+                   default="matrices",
+                   help="what --weight-decay applies to: parameters of 2 or "
+                        "more dimensions (trainrun, llm.c, nanoGPT) or "
+                        "every parameter (torchtitan's build_optimizers)")
+    g.add_argument("--max-norm", type=float, default=1.0,
+                   help="gradient clipping (0: none)")
+    g.add_argument("--fused", choices=["auto", "yes", "no"], default="auto",
+                   help="fused AdamW (auto: where torch has it; no: the "
+                        "for-loop implementation)")
+    g.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                   help="bf16 autocast over fp32 weights, or fp32 throughout")
 
 
 def train(model, cfg, flops_cfg, args, program, dist=None):
@@ -213,21 +443,43 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1},
               {"params": no_decay, "weight_decay": 0.0}]
-    try:
-        opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
-                                eps=1e-8, fused=True)
-        fused = True
-    except (RuntimeError, ValueError):
-        opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95),
-                                eps=1e-8)
-        fused = False
+    wd = getattr(args, "weight_decay", 0.1)
+    groups[0]["weight_decay"] = wd
+    if getattr(args, "decay_params", "matrices") == "all":
+        groups[1]["weight_decay"] = wd
+    betas = (getattr(args, "beta1", 0.9), getattr(args, "beta2", 0.95))
+    eps = getattr(args, "eps", 1e-8)
+    want_fused = getattr(args, "fused", "auto")
+    opt = None
+    if want_fused != "no":
+        try:
+            opt = torch.optim.AdamW(groups, lr=args.lr, betas=betas,
+                                    eps=eps, fused=True)
+        except (RuntimeError, ValueError):
+            if want_fused == "yes":
+                raise
+    fused = opt is not None
+    if opt is None:  # --fused no: the for-loop implementation
+        opt = torch.optim.AdamW(groups, lr=args.lr, betas=betas, eps=eps,
+                                foreach=False if want_fused == "no" else None)
+    max_norm = getattr(args, "max_norm", 1.0)
+    sched = None
+    if getattr(args, "lr_schedule", "constant") == "trainrun":
+        sched = LrSchedule(args.lr, args.warmup_steps,
+                           args.total_steps or args.steps, args.decay_ratio,
+                           args.decay_type, args.min_lr_factor)
+    order = getattr(args, "data_order", "sequential")
+    dseed = getattr(args, "data_seed", None)
+    dseed = args.seed if dseed is None else dseed
+    precision = getattr(args, "precision", "bf16")
     step_model = model
     if args.compile and not sharded:
         kw = {"mode": args.compile_mode} if args.compile_mode else {}
         step_model = torch.compile(model, **kw)
 
     ctx = _sdpa_context(args.sdpa_backend)
-    batches = Batches(args.data, args.B, args.T, dev, rank, world)
+    batches = Batches(args.data, args.B, args.T, dev, rank, world, order,
+                      dseed)
     skip = args.skip if args.skip is not None else max(3, args.steps // 5)
     ntok = args.B * args.T
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
@@ -238,7 +490,11 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
             "params_trainrun_formula": num_params(flops_cfg),
             "vocab": cfg["vocab"], "B": args.B, "T": args.T,
             "fused_adamw": fused, "compile": bool(args.compile),
-            "sdpa_backend": args.sdpa_backend}
+            "sdpa_backend": args.sdpa_backend, "precision": precision,
+            "data_order": order, "lr_schedule":
+            "trainrun" if sched else "constant", "weight_decay": wd,
+            "decay_params": getattr(args, "decay_params", "matrices"),
+            "betas": list(betas), "eps": eps, "max_norm": max_norm}
     if world > 1 or sharded:
         head.update(world_size=world, global_B=world * args.B)
         head.update({k: v for k, v in dist.items()
@@ -248,7 +504,7 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
         torch.cuda.reset_peak_memory_stats(dev)
     dts = []
     last = time.perf_counter()
-    amp = (contextlib.nullcontext() if sharded else
+    amp = (contextlib.nullcontext() if sharded or precision == "fp32" else
            torch.autocast(device_type=dev.type, dtype=torch.bfloat16))
     with ctx:
         for step in range(1, args.steps + 1):
@@ -256,7 +512,11 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
             with amp:
                 loss = step_model(x, y)
             loss.backward()
-            norm = _clip_grad_norm(torch, params, 1.0, sharded)
+            norm = _clip_grad_norm(torch, params, max_norm, sharded)
+            lr = sched(step) if sched else args.lr
+            if sched:
+                for grp in opt.param_groups:
+                    grp["lr"] = lr
             opt.step()
             opt.zero_grad(set_to_none=True)
             if world > 1:
@@ -270,7 +530,7 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
             if step > skip:
                 dts.append(dt)
             out({"step": step, "loss": lv, "grad_norm": float(norm),
-                  "dt_ms": dt * 1e3, "tps": ntok / dt})
+                 "lr": lr, "dt_ms": dt * 1e3, "tps": ntok / dt})
             if not math.isfinite(lv):
                 print(f"{program}: loss is {lv} at step {step}",
                       file=sys.stderr)
@@ -292,17 +552,19 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
 
 
 def _clip_grad_norm(torch, params, max_norm, sharded):
-    """Clip the gradients to a global norm of max_norm and return the norm
-    before clipping as a tensor. Sharded gradients (DTensor) are clipped the
-    way torchtitan does: the total norm's partial sums are reduced over the
-    ranks (full_tensor) before the scale is applied."""
-    if not sharded:
+    """Clip the gradients to a global norm of max_norm (max_norm <= 0: no
+    clipping) and return the norm before clipping as a tensor. Sharded
+    gradients (DTensor) are clipped the way torchtitan does: the total
+    norm's partial sums are reduced over the ranks (full_tensor) before the
+    scale is applied."""
+    if not sharded and max_norm > 0:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     grads = [p.grad for p in params if p.grad is not None]
     total = torch.nn.utils.get_total_norm(grads, 2.0)
     if hasattr(total, "full_tensor"):
         total = total.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total
 
 
