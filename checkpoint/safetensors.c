@@ -663,6 +663,49 @@ static const tr_st_tensor_t* find_param(const tr_st_file_t* f,
   return e;
 }
 
+/* Read e into p->data. A whole host parameter is read in place; otherwise
+ * (a device parameter, or a shard: the region [layout.offset, +layout.shape)
+ * of the global tensor) the global tensor is read into a host buffer, one
+ * parameter at a time, and the rank's region copied over. tr: HF holds the
+ * transpose of our layout. */
+static int import_param(const tr_st_file_t* f, const tr_st_tensor_t* e,
+                        tr_param_t* p, int tr, tr_errmsg_t* err) {
+  tr_tensor_t global = {0}, view = {0}, part = {0}, next = {0}, packed = {0};
+  int whole_host = param_whole(p) && p->data.device.type == TR_DEV_CPU;
+  int rc = 0;
+  if (whole_host)
+    tr_tensor_view(&global, &p->data);
+  else
+    rc = tr_tensor_empty(&global, p->data.dtype, TR_DEVICE_CPU, p->ndim,
+                         p->shape);
+  if (rc == 0 && tr)
+    rc = tr_tensor_transpose(&view, &global, 0, 1); /* a new reference */
+  else if (rc == 0)
+    tr_tensor_view(&view, &global);
+  if (rc == 0) rc = tr_st_read(f, e, &view, err);
+  if (rc < 0 || whole_host) goto out;
+  tr_tensor_view(&part, &global);
+  for (int d = 0; d < p->ndim && rc == 0; d++) {
+    rc = tr_tensor_narrow(&next, &part, d, p->layout.offset[d],
+                          p->layout.shape[d]);
+    tr_tensor_release(&part);
+    part = next;
+    memset(&next, 0, sizeof next);
+  }
+  /* host->device copies want a contiguous source */
+  if (rc == 0) rc = tr_tensor_contiguous(&packed, &part);
+  if (rc == 0) rc = tr_tensor_copy(&p->data, &packed);
+  if (rc < 0)
+    tr_errmsg_set(err, rc, "parameter '%s': copying this rank's part: %s",
+                  p->name, tr_strerror(rc));
+out:
+  tr_tensor_release(&packed);
+  tr_tensor_release(&part);
+  tr_tensor_release(&view);
+  tr_tensor_release(&global);
+  return rc;
+}
+
 int tr_st_import_model(tr_model_t* m, const char* path, tr_errmsg_t* err) {
   tr_st_file_t f;
   int rc = tr_st_open(&f, path, err);
@@ -704,20 +747,7 @@ int tr_st_import_model(tr_model_t* m, const char* path, tr_errmsg_t* err) {
                          p->name, tr_st_dtype_name(e->dtype));
       break;
     }
-    if (!param_whole(p) || p->data.device.type != TR_DEV_CPU) {
-      rc = tr_errmsg_set(err, TR_EINVAL,
-                         "'%s': parameter '%s' is not a whole host tensor "
-                         "on this rank",
-                         path, p->name);
-      break;
-    }
-    tr_tensor_t view = {0};
-    if (tr)
-      rc = tr_tensor_transpose(&view, &p->data, 0, 1); /* a new reference */
-    else
-      tr_tensor_view(&view, &p->data);
-    if (rc == 0) rc = tr_st_read(&f, e, &view, err);
-    tr_tensor_release(&view);
+    rc = import_param(&f, e, p, tr, err);
   }
   for (size_t i = 0; i < f.n && rc == 0; i++) {
     if (used[i] || is_hf_buffer(f.tensors[i].name)) continue;

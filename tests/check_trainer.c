@@ -604,6 +604,39 @@ START_TEST(test_export_import_gpt2) {
   ck_assert_int_eq(tr_st_import_model(&m2, fx_path("g.safetensors"), &err), 0);
   ck_assert(params_equal(&m, &m2));
 
+  /* a sharded rank (rank 1 of 3 along dim 0, as FSDP's Shard(0); the last
+   * dim narrowed too for matrices, as a 2-D layout would): each parameter
+   * receives exactly its region of the file's tensor */
+  tr_model_t msh;
+  ck_assert_int_eq(tr_model_init(&msh, &c), 0);
+  for (int i = 0; i < msh.n_params; i++) {
+    tr_param_t* p = &msh.params[i];
+    int64_t start, len;
+    tr_chunk_range(p->shape[0], 3, 1, &start, &len);
+    p->layout.offset[0] = start;
+    p->layout.shape[0] = len;
+    if (p->ndim == 2) {
+      p->layout.offset[1] = 1;
+      p->layout.shape[1] = p->shape[1] - 2;
+    }
+  }
+  ck_assert_int_eq(tr_model_alloc(&msh, TR_DEVICE_CPU), 0);
+  ck_assert_int_eq(tr_st_import_model(&msh, fx_path("g.safetensors"), &err), 0);
+  for (int i = 0; i < msh.n_params; i++) {
+    const tr_param_t* p = &msh.params[i];
+    const float* full = tr_tensor_data(&m.params[i].data);
+    const float* mine = tr_tensor_data(&p->data);
+    int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+    int64_t lc = p->ndim == 2 ? p->layout.shape[1] : 1;
+    int64_t c0 = p->ndim == 2 ? p->layout.offset[1] : 0;
+    for (int64_t r = 0; r < p->layout.shape[0]; r++)
+      for (int64_t k = 0; k < lc; k++)
+        ck_assert_msg(mine[r * lc + k] ==
+                          full[(p->layout.offset[0] + r) * cols + c0 + k],
+                      "%s [%lld, %lld]", p->name, (long long)r, (long long)k);
+  }
+  tr_model_release(&msh);
+
   /* a model of another width: the first tensor that differs is named */
   tr_model_config_t c3 = c;
   c3.dim = 64;

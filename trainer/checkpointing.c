@@ -399,6 +399,7 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
     /* Hugging Face weights (whole tensors on every rank) */
     TR_CHECK(
         tr_st_import_model(&t->model, cfg->checkpoint.initial_load_path, err));
+    TR_CHECK(tr_model_refresh_compute(&t->model)); /* bf16 copies */
     if (con) {
       fprintf(con, "loaded the Hugging Face weights '%s'\n",
               cfg->checkpoint.initial_load_path);

@@ -153,8 +153,9 @@ typedef struct {
   tr_hf_layout_t hf_layout;
   tr_init_rule_t init;
   int block; /* block that owns it (first user) */
-  /* 1 for matrices, 0 for norms and biases: a hint for optimizers that
-   * exempt them (torchtitan and llm.c decay everything) */
+  /* 1 for matrices and embeddings, 0 for norms and biases: the trainer's
+   * AdamW decays only the former (as llm.c and nanoGPT; torchtitan decays
+   * everything) */
   int decay;
   tr_param_layout_t layout;
   /* The tensors the kernels read and accumulate into, shaped like

@@ -107,9 +107,12 @@ int tr_st_write(const char* path, const tr_st_item_t* items, size_t n,
  * host first. */
 int tr_st_export_model(const tr_model_t* m, const char* path, tr_dtype_t dtype,
                        tr_errmsg_t* err);
-/* Load every parameter of m from path. Errors name the tensor and the
- * file: a missing tensor, a shape that differs (in HF layout), a tensor the
- * model does not have. */
+/* Load every parameter of m from path: into host or device tensors, and
+ * for a sharded parameter only this rank's region (layout.offset/shape) of
+ * the file's tensor (read whole into a host buffer, one at a time). Errors
+ * name the tensor and the file: a missing tensor, a shape that differs (in
+ * HF layout), a tensor the model does not have. The caller refreshes compute
+ * copies (tr_model_refresh_compute). */
 int tr_st_import_model(tr_model_t* m, const char* path, tr_errmsg_t* err);
 /* The model config recorded in an exported file's metadata; TR_ENOTFOUND
  * when the file has none (a file from another tool). */
