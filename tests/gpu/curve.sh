@@ -12,11 +12,10 @@
 #   2. bench/peers/gpt2_torch.py --save-init: PyTorch's random init as
 #      Hugging Face safetensors;
 #   3. trainrun (bench/gpu/gpt2_124m.toml: cuda, bf16 compute, fp32 master
-#      weights) from that file: CURVE_LOAD=ckpt (the GPU default) turns it
-#      into a step folder with `trainrun ckpt import` and starts from it
-#      ([checkpoint] initial_load_path); CURVE_LOAD=hf (the CPU default)
-#      reads the safetensors directly (initial_load_path +
-#      initial_load_in_hf, which takes host parameters only today);
+#      weights) from that file: CURVE_LOAD=hf (the default) reads the
+#      safetensors directly (initial_load_path + initial_load_in_hf);
+#      CURVE_LOAD=ckpt turns it into a step folder with `trainrun ckpt
+#      import` and starts from it ([checkpoint] initial_load_path);
 #   4. gpt2_torch.py from that file with trainrun's sample order
 #      (--data-order trainrun, the same debug.seed), schedule and optimizer:
 #      bf16 autocast; again with another SDPA kernel (CURVE_ALT_SDPA,
@@ -60,7 +59,7 @@ else
   warmup=${CURVE_WARMUP:-30} tokens=${CURVE_TOKENS:-5500000}
   vocab=50257 states=512 flavor=124M dev=cuda
   noise=${CURVE_NOISE:-alt fp32}
-  load=${CURVE_LOAD:-ckpt}
+  load=${CURVE_LOAD:-hf}
 fi
 case $load in
   ckpt | hf) ;;
