@@ -4,7 +4,7 @@
  *               [--server-threads 1,4] [--null-threads N] [--repeat R]
  *               [--ops-clients 64] [--ops-seconds 2|0] [--python python3]
  *               [--no-pytorch] [--servers null,trainrun,pytorch]
- *               [--connect PORT]
+ *               [--connect PORT] [--connect-window W] [--listeners K]
  *
  * (a) rendezvous: N clients each connect, VALIDATE, PING, ADD "init/" 1,
  *     and WAIT on a last key that the client whose ADD returned N sets --
@@ -30,6 +30,16 @@
  * connections); refused or reset connections (listen backlog overflow) are
  * retried after 100 ms +-50 %, x1.5 per retry, like trainrun's client. The
  * soft RLIMIT_NOFILE is raised to the hard limit here.
+ *
+ * Connects are paced: at most --connect-window W clients (over all the
+ * generators; default 3/4 of somaxconn, so that even a one-queue server
+ * never overflows its backlog) are connecting at once, a client counting
+ * until its PING is answered -- so the rendezvous measures servers, not
+ * SYNs the kernel dropped and TCP resent 1 s later. --connect-window 0:
+ * every client at once (a burst; see the overflow column). trainrun's
+ * server is told the clients to expect, as the daemon does, and picks its
+ * accept queues (SO_REUSEPORT sockets) from them; the null server listens
+ * on as many; --listeners K sets K for both.
  */
 #include "config.h"
 
@@ -102,11 +112,19 @@ typedef struct {
 
 static int64_t null_counter;
 
+#define NULL_MAX_LFDS 16
+static int null_lfds[NULL_MAX_LFDS], null_nlfds;
+static nconn_t null_listener[NULL_MAX_LFDS]; /* marks: .fd is the socket */
+
 static void* null_loop(void* arg) {
-  int lfd = *(int*)arg;
+  (void)arg;
   int ep = epoll_create1(0);
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = NULL};
-  epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+  for (int l = 0; l < null_nlfds; l++) {
+    null_listener[l].fd = null_lfds[l];
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
+                             .data.ptr = &null_listener[l]};
+    epoll_ctl(ep, EPOLL_CTL_ADD, null_lfds[l], &ev);
+  }
   tr__store_limits_t lim;
   tr__store_limits_from_params(&lim);
   uint8_t* buf = malloc(1 << 16);
@@ -115,9 +133,9 @@ static void* null_loop(void* arg) {
     int n = epoll_wait(ep, evs, 256, -1);
     for (int i = 0; i < n; i++) {
       nconn_t* nc = evs[i].data.ptr;
-      if (!nc) {
+      if (nc >= null_listener && nc < null_listener + NULL_MAX_LFDS) {
         int c;
-        while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+        while ((c = accept4(nc->fd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
           int one = 1;
           setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           nconn_t* x = calloc(1, sizeof *x);
@@ -149,9 +167,8 @@ static void* null_loop(void* arg) {
             out += 4;
             break;
           case TR__Q_ADD:
-            tr__wr_u64(buf + out,
-                       (uint64_t)__atomic_add_fetch(&null_counter, rq.i64,
-                                                    __ATOMIC_RELAXED));
+            tr__wr_u64(buf + out, (uint64_t)__atomic_add_fetch(
+                                      &null_counter, rq.i64, __ATOMIC_RELAXED));
             out += 8;
             break;
           case TR__Q_WAIT:
@@ -174,29 +191,51 @@ static void* null_loop(void* arg) {
   return NULL;
 }
 
-static void null_server_main(int lfd, int nthreads) {
-  static int fd;
-  fd = lfd;
+static void null_server_main(int nthreads) {
   for (int i = 1; i < nthreads; i++) {
     pthread_t t;
-    pthread_create(&t, NULL, null_loop, &fd);
+    pthread_create(&t, NULL, null_loop, NULL);
   }
-  null_loop(&fd);
+  null_loop(NULL);
 }
 
-static int listen_any(int* port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+/* The null server's nlfds listening sockets on one loopback port (one
+ * SO_REUSEPORT group when more than one, as trainrun's server does). */
+static int listen_any(int nlfds, int* port) {
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, (struct sockaddr*)&a, sizeof a) < 0 || listen(fd, -1) < 0)
-    return -1;
-  socklen_t n = sizeof a;
-  getsockname(fd, (struct sockaddr*)&a, &n);
-  *port = ntohs(a.sin_port);
-  return fd;
+  null_nlfds = 0;
+  for (int l = 0; l < nlfds && l < NULL_MAX_LFDS; l++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (nlfds > 1) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (bind(fd, (struct sockaddr*)&a, sizeof a) < 0 || listen(fd, -1) < 0)
+      return l ? 0 : -1;
+    socklen_t n = sizeof a;
+    getsockname(fd, (struct sockaddr*)&a, &n);
+    *port = ntohs(a.sin_port);
+    null_lfds[null_nlfds++] = fd;
+  }
+  return 0;
+}
+
+static int somaxconn(void) {
+  FILE* f = fopen("/proc/sys/net/core/somaxconn", "r");
+  int v = 0;
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1) v = 0;
+    fclose(f);
+  }
+  return v > 0 ? v : 4096;
+}
+
+/* Accept queues a server gets for nclients: --listeners, or (0) the
+ * trainrun server's own default for that many expected clients. */
+static int queues_for(int listeners, int nclients) {
+  return listeners > 0 ? listeners
+                       : tr__store_default_listeners(nclients, somaxconn());
 }
 
 /* CPU seconds a process has used so far (/proc/PID/stat utime + stime,
@@ -218,7 +257,8 @@ static double proc_cpu(pid_t pid) {
 }
 
 /* Start a server; its port is read back through a pipe. */
-static int server_start(const kind_t* k, const char* python, server_t* s) {
+static int server_start(const kind_t* k, const char* python, int nclients,
+                        int listeners, server_t* s) {
   memset(s, 0, sizeof *s);
   s->stdin_fd = -1;
   if (strcmp(k->kind, "external") == 0) { /* --connect: already running */
@@ -249,10 +289,11 @@ static int server_start(const kind_t* k, const char* python, server_t* s) {
     }
     char line[32];
     if (strcmp(k->kind, "null") == 0) {
-      int port = 0, lfd = listen_any(&port);
+      int port = 0;
+      if (listen_any(queues_for(listeners, nclients), &port) < 0) _exit(1);
       int n = snprintf(line, sizeof line, "%d\n", port);
       (void)!write(p[1], line, (size_t)n);
-      null_server_main(lfd, k->threads);
+      null_server_main(k->threads);
       _exit(0);
     }
     sigset_t set;
@@ -263,6 +304,8 @@ static int server_start(const kind_t* k, const char* python, server_t* s) {
     tr_store_server_opts_init(&o);
     o.host = "127.0.0.1";
     o.threads = k->threads;
+    o.expected_clients = nclients; /* as the daemon does for a job */
+    o.listeners = listeners;
     tr_store_server_t* srv;
     if (tr_store_server_start(&o, &srv) < 0) _exit(1);
     int n = snprintf(line, sizeof line, "%d\n", tr_store_server_port(srv));
@@ -323,7 +366,8 @@ typedef struct {
   uint8_t rbuf[128];
   int64_t retry_at;
   double backoff;
-  int op; /* ops mode: 0 SET+GET, 1 ADD */
+  int op;     /* ops mode: 0 SET+GET, 1 ADD */
+  int pinged; /* its PING was answered: out of the connect window */
 } gconn_t;
 
 typedef struct {
@@ -335,6 +379,8 @@ typedef struct {
   int64_t ops_us;
   uint64_t seed;
   int64_t start_us; /* set when the start signal arrives */
+  int window;       /* clients connecting (no PING reply yet) at once;
+                       0: all */
 } gen_args_t;
 
 typedef struct {
@@ -427,14 +473,22 @@ static void gen_loop(const gen_args_t* a, gen_result_t* res) {
   int64_t start = a->start_us;
   int64_t ops_end = start + a->ops_us;
   int left = a->mine, pending_retry = 0;
-  for (int i = 0; i < a->mine; i++) {
-    cs[i].backoff = 100000;
-    if (gconnect(ep, &cs[i], i, a->port) < 0) {
-      cs[i].state = ST_RETRY;
-      cs[i].retry_at = now_us();
-      pending_retry++;
-    }
+  /* clients started and not yet answered their PING: at most window */
+  int window = a->window > 0 ? a->window : a->mine;
+  int started = 0, connecting = 0;
+#define START_MORE()                                 \
+  while (started < a->mine && connecting < window) { \
+    gconn_t* c0 = &cs[started];                      \
+    c0->backoff = 100000;                            \
+    if (gconnect(ep, c0, started, a->port) < 0) {    \
+      c0->state = ST_RETRY;                          \
+      c0->retry_at = now_us();                       \
+      pending_retry++;                               \
+    }                                                \
+    started++;                                       \
+    connecting++;                                    \
   }
+  START_MORE();
   struct epoll_event evs[512];
   uint8_t b[256];
   while (left > 0) {
@@ -482,6 +536,11 @@ static void gen_loop(const gen_args_t* a, gen_result_t* res) {
           size_t m = 0;
           switch (c->state) {
             case ST_PING:
+              if (!c->pinged) { /* out of the connect window */
+                c->pinged = 1;
+                connecting--;
+                START_MORE();
+              }
               if (a->ops) {
                 send_ops(c, a->base + i);
                 break;
@@ -538,7 +597,7 @@ static void gen_loop(const gen_args_t* a, gen_result_t* res) {
     }
     if (pending_retry) {
       t = now_us();
-      for (int i = 0; i < a->mine; i++) {
+      for (int i = 0; i < started; i++) {
         if (cs[i].state != ST_RETRY || cs[i].retry_at > t) continue;
         pending_retry--;
         if (gconnect(ep, &cs[i], i, a->port) < 0) {
@@ -557,7 +616,8 @@ static void gen_loop(const gen_args_t* a, gen_result_t* res) {
     if (!a->ops && now_us() - start > 120000000) break; /* 2 min: give up */
   }
   if (!a->ops && left > 0) res->failed += left;
-  for (int i = 0; i < a->mine; i++)
+#undef START_MORE
+  for (int i = 0; i < started; i++)
     if (cs[i].fd > 0) close(cs[i].fd);
   close(ep);
   free(cs);
@@ -616,7 +676,8 @@ static void gen_proc_main(const gen_args_t* a, int nthreads, int result_fd,
 /* Run one load with nprocs x nthreads generators; fills *out (sums, the
  * latest finish). */
 static int run_load(int port, int nclients, int nprocs, int nthreads, int ops,
-                    double seconds, gen_result_t* out, int64_t* start_us) {
+                    double seconds, int window, gen_result_t* out,
+                    int64_t* start_us) {
   int rp[2], gp[2];
   if (pipe(rp) < 0 || pipe(gp) < 0) return -1;
   pid_t* pids = calloc((size_t)nprocs, sizeof *pids);
@@ -629,9 +690,13 @@ static int run_load(int port, int nclients, int nprocs, int nthreads, int ops,
                     ops,
                     (int64_t)(seconds * 1e6),
                     0x9E3779B97F4A7C15ULL * (uint64_t)(p + 1),
+                    0,
                     0};
     base += a.mine;
     int nt = nthreads < a.mine ? nthreads : (a.mine > 0 ? a.mine : 1);
+    /* the window is shared out over every generator thread */
+    a.window = window > 0 ? window / (nprocs * nt) : 0;
+    if (window > 0 && a.window < 1) a.window = 1;
     pids[p] = fork();
     if (pids[p] == 0) {
       close(rp[0]);
@@ -720,19 +785,19 @@ typedef struct {
 
 static cell_t measure(const kind_t* k, const char* python, int nclients,
                       int nprocs, int nthreads, int ops, double seconds,
-                      int repeat) {
+                      int repeat, int window, int listeners) {
   cell_t c = {0};
   double vals[MAX_REPEAT], cpus[MAX_REPEAT];
   int n = 0;
   for (int r = 0; r < repeat; r++) {
     server_t s;
-    if (server_start(k, python, &s) < 0) continue;
+    if (server_start(k, python, nclients, listeners, &s) < 0) continue;
     gen_result_t res = {0};
     int64_t start = 0;
     double cpu0 = s.base_cpu;
     int64_t ov0 = listen_overflows();
-    int lrc =
-        run_load(s.port, nclients, nprocs, nthreads, ops, seconds, &res, &start);
+    int lrc = run_load(s.port, nclients, nprocs, nthreads, ops, seconds, window,
+                       &res, &start);
     double cpu = server_stop(&s) - cpu0;
     int64_t ov1 = listen_overflows();
     if (ov0 >= 0 && ov1 >= ov0) c.overflows += ov1 - ov0;
@@ -769,7 +834,8 @@ static void usage(void) {
       "[--repeat R]\n"
       "                   [--ops-clients N] [--ops-seconds S] [--python PATH]\n"
       "                   [--no-pytorch] [--servers null,trainrun,pytorch]"
-      " [--connect PORT]\n");
+      " [--connect PORT]\n"
+      "                   [--connect-window W] [--listeners K]\n");
 }
 
 int main(int argc, char** argv) {
@@ -779,6 +845,7 @@ int main(int argc, char** argv) {
   const char* sthreads_arg = "1";
   int nprocs = 4, nthreads = 1, null_threads = 0, repeat = 1;
   int ops_clients = 64, no_pt = 0, connect_port = 0;
+  int window = -1, listeners = 0;
   double ops_seconds = 2.0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--clients") && i + 1 < argc) {
@@ -804,6 +871,18 @@ int main(int argc, char** argv) {
     } else if (!strcmp(argv[i], "--connect") && i + 1 < argc) {
       connect_port = atoi(argv[++i]);
       if (connect_port <= 0 || connect_port > 65535) {
+        usage();
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--connect-window") && i + 1 < argc) {
+      window = atoi(argv[++i]);
+      if (window < 0) {
+        usage();
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--listeners") && i + 1 < argc) {
+      listeners = atoi(argv[++i]);
+      if (listeners < 0 || listeners > 16) {
         usage();
         return 2;
       }
@@ -865,8 +944,7 @@ int main(int argc, char** argv) {
   if (want_tr)
     for (int i = 0; i < nst; i++) {
       kinds[nk] = (kind_t){"", "trainrun", st[i]};
-      snprintf(kinds[nk].label, sizeof kinds[nk].label, "trainrun(%dt)",
-               st[i]);
+      snprintf(kinds[nk].label, sizeof kinds[nk].label, "trainrun(%dt)", st[i]);
       nk++;
     }
   if (connect_port) {
@@ -878,6 +956,9 @@ int main(int argc, char** argv) {
     pi = nk;
     kinds[nk++] = (kind_t){"pytorch", "pytorch", 1};
   }
+  /* default window: 3/4 of one somaxconn backlog -- PyTorch's server has
+   * one accept queue -- so no server's queue overflows */
+  if (window < 0) window = somaxconn() * 3 / 4;
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
   printf(
@@ -885,6 +966,22 @@ int main(int argc, char** argv) {
       "processes x %d threads, open-file limit %llu, median of %d run%s\n",
       sysconf(_SC_NPROCESSORS_ONLN), nprocs, nthreads,
       (unsigned long long)rl.rlim_cur, repeat, repeat > 1 ? "s" : "");
+  if (window > 0)
+    printf(
+        "connect window: %d clients connecting at once (no PING reply "
+        "yet), over all generators; somaxconn %d\n",
+        window, somaxconn());
+  else
+    printf(
+        "connect window: none (every client connects at once); "
+        "somaxconn %d\n",
+        somaxconn());
+  if (listeners > 0)
+    printf("accept queues (trainrun, null): %d\n", listeners);
+  else
+    printf(
+        "accept queues (trainrun, null): the server's default, "
+        "ceil(clients / somaxconn) for a rendezvous\n");
   if (pi >= 0) {
     char cmd[512];
     snprintf(cmd, sizeof cmd,
@@ -899,11 +996,13 @@ int main(int argc, char** argv) {
   printf(
       "\n(a) rendezvous: connect, VALIDATE, PING, ADD init/, WAIT last "
       "key\n    cells: wall seconds / server CPU seconds / retried "
-      "connects (backlog resets) / listen-queue overflows (dropped SYNs, resent\n"
+      "connects (backlog resets) / listen-queue overflows (dropped SYNs, "
+      "resent\n"
       "    after 1 s, 3 s); per run%s\n",
       repeat > 1 ? "; [min-max wall]" : "");
   printf("%-8s", "clients");
-  for (int k = 0; k < nk; k++) printf(" %*s", repeat > 1 ? 34 : 22, kinds[k].label);
+  for (int k = 0; k < nk; k++)
+    printf(" %*s", repeat > 1 ? 34 : 22, kinds[k].label);
   for (int k = 0; k < nk; k++)
     if (!strcmp(kinds[k].kind, "trainrun")) {
       char h[40];
@@ -926,13 +1025,13 @@ int main(int argc, char** argv) {
     fflush(stdout);
     cell_t cells[MAX_KINDS];
     for (int k = 0; k < nk; k++) {
-      cells[k] = measure(&kinds[k], python, n, nprocs, nthreads, 0, 0, repeat);
+      cells[k] = measure(&kinds[k], python, n, nprocs, nthreads, 0, 0, repeat,
+                         window, listeners);
       char cell[96];
       if (!cells[k].ok)
         snprintf(cell, sizeof cell, "no server"), rc = 1;
       else if (cells[k].failed)
-        snprintf(cell, sizeof cell, "FAILED %" PRId64, cells[k].failed),
-            rc = 1;
+        snprintf(cell, sizeof cell, "FAILED %" PRId64, cells[k].failed), rc = 1;
       else if (repeat > 1)
         snprintf(cell, sizeof cell,
                  "%.3f/%.3f/%" PRId64 "/%" PRId64 " [%.3f-%.3f]", cells[k].val,
@@ -975,7 +1074,7 @@ ops:
   cell_t oc[MAX_KINDS];
   for (int k = 0; k < nk; k++)
     oc[k] = measure(&kinds[k], python, ops_clients, gp, nthreads, 1,
-                    ops_seconds, repeat);
+                    ops_seconds, repeat, window, listeners);
   for (int k = 0; k < nk; k++) {
     if (!oc[k].ok) {
       printf("%-14s %10s\n", kinds[k].label, "no server");

@@ -50,7 +50,8 @@ static void store_usage(FILE* out) {
           "  --token-env           require clients to prove the secret in\n"
           "                        TRAINRUN_STORE_TOKEN (trainrun clients "
           "only)\n"
-          "  --expected-clients N  warn when the listen backlog is smaller\n"
+          "  --expected-clients N  size the accept queues for N clients and\n"
+          "                        warn when they cannot hold them\n"
           "Limits: TRAINRUN_STORE_* (trainrun --help-env). See "
           "trainrun-store(1).\n");
 }

@@ -112,6 +112,15 @@ typedef struct {
 /* The limits from the TRAINRUN_STORE_* parameters. */
 void tr__store_limits_from_params(tr__store_limits_t* lim);
 
+/* ---- server defaults (server.c) ---- */
+
+/* I/O loops when neither opts.threads nor TRAINRUN_STORE_THREADS says:
+ * min(4, max(1, online CPUs / 4)). */
+int tr__store_default_threads(void);
+/* Accept queues for expected clients and a backlog per queue:
+ * ceil(expected / backlog), 1 to 16 (1 when expected is not known). */
+int tr__store_default_listeners(int expected, int backlog);
+
 /* ---- incremental request parser (proto.c) ---- */
 
 /* A byte string inside the request buffer. */

@@ -1,14 +1,32 @@
 /* store/server.c: the TCPStore server -- an acceptor thread and a few libuv
  * I/O loops ("shards"), each on a thread of its own.
  *
- * The acceptor drains the kernel's accept queue in a tight loop (so a burst
- * of thousands of connecting ranks overflows the listen backlog as little as
- * possible) and deals the new sockets round-robin to the shards. Each shard
+ * The acceptor drains the kernel's accept queues in a tight loop (so a
+ * burst of thousands of connecting ranks overflows the listen backlog as
+ * little as possible) and deals the new sockets round-robin to the shards.
+ * It listens on K sockets of one SO_REUSEPORT group (opts.listeners; by
+ * default enough that the expected clients fit in K somaxconn-sized
+ * backlogs): the kernel spreads connections over them by hash. Each shard
  * reads its clients, feeds what they send to their request engines (conn.c)
  * and writes the replies back. The key-value state (db.c) and every
  * connection's request engine are guarded by one mutex, held only while
  * requests are parsed and executed -- never across a system call -- so the
  * shards overlap their socket work, which is most of the cost of a request.
+ *
+ * The accept fence. A SET has no reply, so a client may SET, close, and
+ * have another process connect and read the key: with one loop the SET
+ * executes first (the loop polls the older socket first); with several, the
+ * new connection's loop could run ahead of the one holding the SET's bytes.
+ * So the acceptor releases the clients it accepted (one batch: everything
+ * accepted since the last release) only after every shard has, after the
+ * batch's last accept, run a non-blocking poll and read every connection
+ * the kernel had bytes for (a uv_idle to keep the poll from blocking, a
+ * uv_check to count two polls, a byte on the ack pipe); then it executes,
+ * in accept order, what each released client already sent (so clients of
+ * one batch are ordered too) and hands them to the shards. The next batch
+ * gathers while a fence is in flight: a burst of 16K connects costs a few
+ * fences, not 16K. Connections waiting in different accept queues at once
+ * have no order among them (the kernel's hash picked the queues).
  *
  * Replies are gathered per client while a read is processed -- including the
  * STOP_WAITING bytes a SET sends to the clients waiting on its key, which may
@@ -24,10 +42,10 @@
  * rule is closed alone; client records are freed only once their handle is
  * closed and no dirty list holds them.
  *
- * TRAINRUN_STORE_THREADS sets the number of shards (default 1, PyTorch's
- * ordering: requests execute in the order the kernel delivered them; 0: one
- * per online CPU, at most 4 -- see store.h for what more than one gives
- * up). Cross-thread calls: tr_store_server_stop (a pipe to the
+ * TRAINRUN_STORE_THREADS sets the number of shards (default: a quarter
+ * of the CPUs, 1 to 4; see store.h for the ordering the fence keeps and
+ * what it does not).
+ * Cross-thread calls: tr_store_server_stop (a pipe to the
  * acceptor, the shards' uv_async) and tr_store_server_stats (atomics).
  */
 #include "config.h"
@@ -44,7 +62,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h> /* RLIMIT_NOFILE */
+#include <stddef.h>       /* offsetof */
 #include <sys/socket.h>
+#include <sys/un.h> /* the endpoint claim */
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -58,6 +78,7 @@
 #define READ_BUF (64u << 10)
 #define OUT_KEEP (64u << 10) /* output buffer kept between replies */
 #define MAX_SHARDS 64
+#define MAX_LISTENERS 16
 #define ACCEPT_BATCH 256
 
 typedef struct shard_s shard_t;
@@ -65,6 +86,7 @@ typedef struct shard_s shard_t;
 typedef struct srv_client_s {
   uv_tcp_t tcp; /* first: the handle's address is the record's */
   shard_t* sh;
+  int fd; /* the accepted socket, until its shard opens tcp on it */
   tr__store_conn_t conn; /* under srv->mu */
   uv_write_t wreq;
   tr__buf_t inflight; /* bytes handed to the socket (loop thread only) */
@@ -79,11 +101,6 @@ typedef struct srv_client_s {
   struct srv_client_s* next;
 } srv_client_t;
 
-typedef struct {
-  int fd;
-  struct sockaddr_storage addr;
-} pending_fd_t;
-
 struct shard_s {
   tr_store_server_t* srv;
   uv_loop_t loop;
@@ -97,9 +114,16 @@ struct shard_s {
   /* loop thread: the dirty clients taken in one lock round (send_batch) */
   srv_client_t** batch;
   size_t nbatch, capbatch;
-  pending_fd_t* pend;  /* sockets from the acceptor */
+  srv_client_t** pend; /* clients from the acceptor (under srv->mu) */
   size_t npend, cappend;
   int stop;
+  /* the accept fence: fence_req (under srv->mu) is the acceptor's latest;
+   * fence_seen the one being served; fence_acked (atomic) the last one
+   * this loop completed */
+  uint64_t fence_req, fence_seen, fence_acked;
+  int fence_stage;      /* 1: the poll that took it ran; 2: one more poll ran */
+  uv_idle_t fence_idle; /* keeps the next poll from blocking */
+  uv_check_t fence_check;
   uint8_t rbuf[READ_BUF];
 };
 
@@ -108,8 +132,13 @@ struct tr_store_server_s {
   tr__store_db_t db;
   shard_t* shards;
   int nshards;
-  int lfd;     /* the listening socket (non-blocking) */
-  int wake[2]; /* tells the acceptor to stop */
+  int lfds[MAX_LISTENERS]; /* listening sockets (non-blocking), one
+                              SO_REUSEPORT group when more than one */
+  int nlfds;
+  int lockfd;       /* abstract unix socket claiming host:port for the group */
+  int wake[2];      /* tells the acceptor to stop */
+  int ack[2];       /* shards tell the acceptor a fence completed */
+  uint8_t* acc_buf; /* the acceptor's pre-read buffer */
   pthread_t acceptor;
   int acceptor_started;
   char host[INET6_ADDRSTRLEN];
@@ -465,80 +494,116 @@ static void peer_name(const struct sockaddr_storage* ss, char* out, size_t n) {
            ss->ss_family == AF_INET ? ntohs(a->sin_port) : 0);
 }
 
-static void on_refused_closed(uv_handle_t* h) { free(h); }
-
-static void adopt(shard_t* sh, const pending_fd_t* p) {
-  tr_store_server_t* s = sh->srv;
-  char peer[72];
-  peer_name(&p->addr, peer, sizeof peer);
-  if (__atomic_load_n(&s->nconns, __ATOMIC_RELAXED) >= s->max_conns) {
-    uint64_t now = uv_now(&sh->loop);
-    if ((int64_t)now - sh->refused_logged_at >= 1000) {
-      sh->refused_logged_at = (int64_t)now;
-      TR_LOG_WARN(STORE,
-                  "refusing client %s: %" PRId64
-                  " clients connected "
-                  "(TRAINRUN_STORE_MAX_CONNECTIONS)",
-                  peer, __atomic_load_n(&s->nconns, __ATOMIC_RELAXED));
-    }
+/* Drop a client record no loop has opened yet (the acceptor's, or one left
+ * in a shard's pending list at stop): replies it has go out best effort. */
+static void record_discard(tr_store_server_t* s, srv_client_t* cl, int error) {
+  lock(s);
+  if (error) {
     __atomic_add_fetch(&s->st_errors, 1, __ATOMIC_RELAXED);
-    close(p->fd);
-    return;
+    if (cl->conn.out.len) {
+      ssize_t w =
+          send(cl->fd, cl->conn.out.data, cl->conn.out.len, MSG_NOSIGNAL);
+      (void)w;
+    }
   }
-  srv_client_t* cl = calloc(1, sizeof *cl);
-  if (!cl) {
-    close(p->fd);
-    return;
-  }
-  uv_tcp_init(&sh->loop, &cl->tcp);
+  tr__store_conn_release(&cl->conn);
+  unlock(s);
+  close(cl->fd);
+  __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+  free_client(cl);
+}
+
+static void on_open_failed(uv_handle_t* h) { free_client((srv_client_t*)h); }
+
+/* Open the acceptor's record on this loop. The acceptor may have executed
+ * its first requests already (fenced pre-read): their replies are in
+ * conn.out, sent by the flush_dirty that follows. */
+static void adopt(shard_t* sh, srv_client_t* cl) {
+  tr_store_server_t* s = sh->srv;
   cl->sh = sh;
-  if (uv_tcp_open(&cl->tcp, p->fd) < 0) {
-    close(p->fd);
-    uv_close((uv_handle_t*)&cl->tcp, on_refused_closed);
+  uv_tcp_init(&sh->loop, &cl->tcp);
+  int rc = uv_tcp_open(&cl->tcp, cl->fd);
+  if (rc < 0) {
+    TR_LOG_INFO(STORE, "closing client %s: %s", cl->conn.peer, uv_strerror(rc));
+    lock(s);
+    tr__store_conn_release(&cl->conn);
+    unlock(s);
+    close(cl->fd);
+    __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+    uv_close((uv_handle_t*)&cl->tcp, on_open_failed);
     return;
   }
   uv_tcp_nodelay(&cl->tcp, 1);
-  lock(s);
-  tr__store_conn_init(&cl->conn, &s->db, peer);
-  cl->conn.user = cl;
-  unlock(s);
   cl->next = sh->clients;
   if (sh->clients) sh->clients->prev = cl;
   sh->clients = cl;
-  __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&s->st_accepted, 1, __ATOMIC_RELAXED);
-  TR_LOG_DEBUG(STORE, "client %s connected", peer);
-  read_start(cl);
+  lock(s);
+  cl->conn.user = cl; /* wake-ups reach it from here on */
+  if (cl->conn.out.len) on_output(&cl->conn, s);
+  unlock(s);
+  if (!is_paused(cl)) read_start(cl); /* else drain() starts it */
 }
 
 static void shard_stop(shard_t* sh) {
   while (sh->clients) client_close(sh->clients, 0);
   uv_close((uv_handle_t*)&sh->async, NULL);
+  uv_close((uv_handle_t*)&sh->fence_idle, NULL);
+  uv_close((uv_handle_t*)&sh->fence_check, NULL);
   lock(sh->srv);
   publish_stats(sh->srv);
   unlock(sh->srv);
+}
+
+/* ---- the accept fence (see the top of the file) ---- */
+
+static void on_fence_idle(uv_idle_t* h) { (void)h; }
+
+/* Runs after each poll phase while a fence is served: the first time after
+ * the poll that delivered the fence, the second after one more poll -- one
+ * that did not block (fence_idle) and so returned every connection that
+ * was readable when the fence was posted, whose on_read ran. Then ack. */
+static void on_fence_check(uv_check_t* h) {
+  shard_t* sh = h->data;
+  if (sh->fence_stage == 1) {
+    sh->fence_stage = 2;
+    return;
+  }
+  sh->fence_stage = 0;
+  uv_idle_stop(&sh->fence_idle);
+  uv_check_stop(&sh->fence_check);
+  __atomic_store_n(&sh->fence_acked, sh->fence_seen, __ATOMIC_RELEASE);
+  char b = 1;
+  ssize_t w = write(sh->srv->ack[1], &b, 1); /* full pipe: already woken */
+  (void)w;
 }
 
 static void on_async(uv_async_t* a) {
   shard_t* sh = a->data;
   tr_store_server_t* s = sh->srv;
   lock(s);
-  pending_fd_t* pend = sh->pend;
+  srv_client_t** pend = sh->pend;
   size_t npend = sh->npend;
   sh->pend = NULL;
   sh->npend = sh->cappend = 0;
   int stop = sh->stop;
+  uint64_t fence = sh->fence_req;
   unlock(s);
   for (size_t i = 0; i < npend; i++) {
     if (stop)
-      close(pend[i].fd);
+      record_discard(s, pend[i], 0);
     else
-      adopt(sh, &pend[i]);
+      adopt(sh, pend[i]);
   }
   free(pend);
   if (stop) {
     shard_stop(sh);
     return;
+  }
+  if (fence > sh->fence_seen) {
+    sh->fence_seen = fence;
+    sh->fence_stage = 1;
+    uv_idle_start(&sh->fence_idle, on_fence_idle);
+    uv_check_start(&sh->fence_check, on_fence_check);
   }
   flush_dirty(sh);
   lock(s);
@@ -569,6 +634,187 @@ static void* shard_main(void* arg) {
 
 /* ---- the acceptor thread ---- */
 
+typedef struct {
+  srv_client_t** v;
+  size_t n, cap;
+} cl_vec_t;
+
+static int vec_push(cl_vec_t* q, srv_client_t* cl) {
+  if (q->n == q->cap) {
+    size_t cap = q->cap ? 2 * q->cap : 256;
+    srv_client_t** v = realloc(q->v, cap * sizeof *v);
+    if (!v) return TR_ENOMEM;
+    q->v = v;
+    q->cap = cap;
+  }
+  q->v[q->n++] = cl;
+  return 0;
+}
+
+/* A record for a socket just accepted; NULL when refused. */
+static srv_client_t* record_new(tr_store_server_t* s, int fd,
+                                const struct sockaddr_storage* addr,
+                                time_t* refused_warned) {
+  char peer[72];
+  peer_name(addr, peer, sizeof peer);
+  if (__atomic_load_n(&s->nconns, __ATOMIC_RELAXED) >= s->max_conns) {
+    time_t now = time(NULL);
+    if (now != *refused_warned) {
+      *refused_warned = now;
+      TR_LOG_WARN(STORE,
+                  "refusing client %s: %" PRId64
+                  " clients connected "
+                  "(TRAINRUN_STORE_MAX_CONNECTIONS)",
+                  peer, __atomic_load_n(&s->nconns, __ATOMIC_RELAXED));
+    }
+    __atomic_add_fetch(&s->st_errors, 1, __ATOMIC_RELAXED);
+    close(fd);
+    return NULL;
+  }
+  srv_client_t* cl = calloc(1, sizeof *cl);
+  if (!cl) {
+    close(fd);
+    return NULL;
+  }
+  cl->fd = fd;
+  lock(s);
+  tr__store_conn_init(&cl->conn, &s->db, peer); /* conn.user NULL: no loop */
+  unlock(s);
+  __atomic_add_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&s->st_accepted, 1, __ATOMIC_RELAXED);
+  TR_LOG_DEBUG(STORE, "client %s connected", peer);
+  return cl;
+}
+
+/* Execute, in accept order, what the new client already sent, before any
+ * loop reads it: clients accepted in the same batch are ordered as the
+ * kernel queued them. 0, or -1 when the record was discarded. */
+static int preread(tr_store_server_t* s, srv_client_t* cl, uint8_t* buf) {
+  for (;;) {
+    ssize_t r = read(cl->fd, buf, READ_BUF);
+    if (r > 0) {
+      lock(s);
+      int rc = tr__store_conn_input(&cl->conn, buf, (size_t)r);
+      int paused = cl->conn.paused;
+      publish_stats(s);
+      unlock(s);
+      if (rc < 0) {
+        record_discard(s, cl, 1);
+        return -1;
+      }
+      if (paused || (size_t)r < READ_BUF) return 0;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (r == 0) {
+      /* a client that sent and closed: it gets its replies (a half-closed
+       * one may read them) and is dropped */
+      if (cl->conn.in.len)
+        TR_LOG_INFO(STORE,
+                    "client %s closed in the middle of a request "
+                    "(%zu bytes of it received)",
+                    cl->conn.peer, cl->conn.in.len);
+      else
+        TR_LOG_DEBUG(STORE, "client %s disconnected", cl->conn.peer);
+      if (cl->conn.out.len) {
+        ssize_t w =
+            send(cl->fd, cl->conn.out.data, cl->conn.out.len, MSG_NOSIGNAL);
+        (void)w;
+      }
+    } else {
+      TR_LOG_INFO(STORE, "closing client %s: read failed: %s", cl->conn.peer,
+                  strerror(errno));
+    }
+    record_discard(s, cl, 0);
+    return -1;
+  }
+}
+
+/* Hand the batch to the shards, round-robin; with several shards, first
+ * execute what each client already sent, in accept order. */
+static void release(tr_store_server_t* s, cl_vec_t* q, int* next,
+                    uint8_t* buf) {
+  uint64_t woke = 0;
+  if (s->nshards > 1)
+    for (size_t i = 0; i < q->n; i++)
+      if (preread(s, q->v[i], buf) < 0) q->v[i] = NULL;
+  lock(s);
+  for (size_t i = 0; i < q->n; i++) {
+    srv_client_t* cl = q->v[i];
+    if (!cl) continue;
+    shard_t* sh = &s->shards[*next];
+    if (sh->npend == sh->cappend) {
+      size_t cap = sh->cappend ? 2 * sh->cappend : 64;
+      srv_client_t** v = realloc(sh->pend, cap * sizeof *v);
+      if (!v) {
+        unlock(s);
+        record_discard(s, cl, 0);
+        lock(s);
+        continue;
+      }
+      sh->pend = v;
+      sh->cappend = cap;
+    }
+    sh->pend[sh->npend++] = cl;
+    woke |= 1ull << *next;
+    *next = (*next + 1) % s->nshards;
+  }
+  unlock(s);
+  q->n = 0;
+  for (int i = 0; i < s->nshards; i++)
+    if (woke & (1ull << i)) uv_async_send(&s->shards[i].async);
+}
+
+static void post_fence(tr_store_server_t* s, uint64_t seq) {
+  lock(s);
+  for (int i = 0; i < s->nshards; i++) s->shards[i].fence_req = seq;
+  unlock(s);
+  for (int i = 0; i < s->nshards; i++) uv_async_send(&s->shards[i].async);
+}
+
+static int fence_done(tr_store_server_t* s, uint64_t seq) {
+  for (int i = 0; i < s->nshards; i++)
+    if (__atomic_load_n(&s->shards[i].fence_acked, __ATOMIC_ACQUIRE) < seq)
+      return 0;
+  return 1;
+}
+
+/* Accept from every listener until each is empty or gave ACCEPT_BATCH;
+ * 1 when a failure other than "empty" asks for a back-off. */
+static int accept_sweep(tr_store_server_t* s, cl_vec_t* q, time_t* warned,
+                        time_t* refused_warned) {
+  int backoff = 0;
+  for (int l = 0; l < s->nlfds; l++) {
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
+      struct sockaddr_storage addr;
+      socklen_t len = sizeof addr;
+      int fd = accept4(s->lfds[l], (struct sockaddr*)&addr, &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          /* EMFILE, ENFILE, ENOBUFS: say so once a second and back off */
+          time_t now = time(NULL);
+          if (now != *warned) {
+            *warned = now;
+            TR_LOG_WARN(STORE, "cannot accept a client: %s", strerror(errno));
+          }
+          backoff = 1;
+        }
+        break;
+      }
+      srv_client_t* cl = record_new(s, fd, &addr, refused_warned);
+      if (cl && vec_push(q, cl) < 0) record_discard(s, cl, 0);
+    }
+  }
+  return backoff;
+}
+
+/* The acceptor: accepts into a batch; with several shards, a batch is
+ * released only once every shard completed a fence posted after the
+ * batch's last accept, and the next batch gathers meanwhile (so a burst
+ * costs one fence per round trip to the shards, not one per client). */
 static void* acceptor_main(void* arg) {
   tr_store_server_t* s = arg;
   sigset_t all;
@@ -577,68 +823,56 @@ static void* acceptor_main(void* arg) {
 #ifdef __linux__
   pthread_setname_np(pthread_self(), "tr_store_acc");
 #endif
-  pending_fd_t batch[ACCEPT_BATCH];
-  int next = 0;
-  time_t warned = 0;
+  uint8_t* buf = s->acc_buf;
+  cl_vec_t fenced = {0}, gathering = {0};
+  uint64_t seq = 0;
+  int next = 0, in_flight = 0;
+  time_t warned = 0, refused_warned = 0;
+  struct pollfd p[MAX_LISTENERS + 2];
   for (;;) {
-    struct pollfd p[2] = {{s->lfd, POLLIN, 0}, {s->wake[0], POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
+    int np = 0;
+    for (int l = 0; l < s->nlfds; l++)
+      p[np++] = (struct pollfd){s->lfds[l], POLLIN, 0};
+    p[np++] = (struct pollfd){s->wake[0], POLLIN, 0};
+    p[np++] = (struct pollfd){s->ack[0], POLLIN, 0};
+    if (poll(p, (nfds_t)np, -1) < 0) {
       if (errno == EINTR) continue;
       TR_LOG_ERROR(STORE, "store acceptor: poll: %s", strerror(errno));
       break;
     }
-    if (p[1].revents) break;
-    size_t n = 0;
-    int backoff = 0;
-    while (n < ACCEPT_BATCH) {
-      socklen_t len = sizeof batch[n].addr;
-      int fd = accept4(s->lfd, (struct sockaddr*)&batch[n].addr, &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd >= 0) {
-        batch[n++].fd = fd;
-        continue;
+    if (p[s->nlfds].revents) break;
+    if (p[s->nlfds + 1].revents) {
+      char drain[64];
+      while (read(s->ack[0], drain, sizeof drain) > 0) {
       }
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        /* EMFILE, ENFILE, ENOBUFS: say so once a second and back off */
-        time_t now = time(NULL);
-        if (now != warned) {
-          warned = now;
-          TR_LOG_WARN(STORE, "cannot accept a client: %s", strerror(errno));
-        }
-        backoff = 1;
-      }
-      break;
     }
-    uint64_t woke = 0;
-    lock(s);
-    for (size_t i = 0; i < n; i++) {
-      shard_t* sh = &s->shards[next];
-      if (sh->npend == sh->cappend) {
-        size_t cap = sh->cappend ? 2 * sh->cappend : 64;
-        pending_fd_t* q = realloc(sh->pend, cap * sizeof *q);
-        if (!q) {
-          close(batch[i].fd);
-          continue;
-        }
-        sh->pend = q;
-        sh->cappend = cap;
-      }
-      sh->pend[sh->npend++] = batch[i];
-      woke |= 1ull << next;
-      next = (next + 1) % s->nshards;
+    if (in_flight && fence_done(s, seq)) {
+      in_flight = 0;
+      release(s, &fenced, &next, buf);
     }
-    unlock(s);
-    for (int i = 0; i < s->nshards; i++)
-      if (woke & (1ull << i)) uv_async_send(&s->shards[i].async);
+    int backoff = accept_sweep(s, &gathering, &warned, &refused_warned);
+    if (!in_flight && gathering.n) {
+      if (s->nshards == 1) {
+        release(s, &gathering, &next, buf);
+      } else {
+        cl_vec_t t = fenced;
+        fenced = gathering;
+        gathering = t;
+        post_fence(s, ++seq);
+        in_flight = 1;
+      }
+    }
     if (backoff) {
       struct timespec ts = {0, 10 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
   }
+  for (size_t i = 0; i < fenced.n; i++) record_discard(s, fenced.v[i], 0);
+  for (size_t i = 0; i < gathering.n; i++) record_discard(s, gathering.v[i], 0);
+  free(fenced.v);
+  free(gathering.v);
   return NULL;
 }
-
 /* ---- start / stop ---- */
 
 static int read_somaxconn(void) {
@@ -661,12 +895,26 @@ static void raise_nofile(void) {
                  (unsigned long long)old, (unsigned long long)rl.rlim_max);
 }
 
-/* A non-blocking listening socket on one address; -errno on failure. */
-static int listen_on(const struct sockaddr* sa, socklen_t len, int backlog) {
+/* A non-blocking listening socket on one address, in a SO_REUSEPORT group
+ * when reuseport; -errno on failure. */
+static int listen_on(const struct sockaddr* sa, socklen_t len, int backlog,
+                     int reuseport) {
   int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
   int on = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+#ifdef SO_REUSEPORT
+  if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on)) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+#else
+  if (reuseport) {
+    close(fd);
+    return TR_ENOTSUP;
+  }
+#endif
   if (bind(fd, sa, len) < 0 || listen(fd, backlog) < 0) {
     int e = errno;
     close(fd);
@@ -677,13 +925,14 @@ static int listen_on(const struct sockaddr* sa, socklen_t len, int backlog) {
 
 /* Listen on host:port: numeric addresses directly, names through
  * getaddrinfo (their first address that binds). The fd, or -errno. */
-static int bind_listener(const char* host, int port, int backlog) {
+static int bind_listener(const char* host, int port, int backlog,
+                         int reuseport) {
   struct sockaddr_in a4;
   struct sockaddr_in6 a6;
   if (uv_ip4_addr(host, port, &a4) == 0)
-    return listen_on((struct sockaddr*)&a4, sizeof a4, backlog);
+    return listen_on((struct sockaddr*)&a4, sizeof a4, backlog, reuseport);
   if (uv_ip6_addr(host, port, &a6) == 0)
-    return listen_on((struct sockaddr*)&a6, sizeof a6, backlog);
+    return listen_on((struct sockaddr*)&a6, sizeof a6, backlog, reuseport);
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -698,7 +947,7 @@ static int bind_listener(const char* host, int port, int backlog) {
   }
   int fd = TR_EINVAL;
   for (struct addrinfo* ai = res; ai; ai = ai->ai_next) {
-    fd = listen_on(ai->ai_addr, ai->ai_addrlen, backlog);
+    fd = listen_on(ai->ai_addr, ai->ai_addrlen, backlog, reuseport);
     if (fd >= 0) break;
   }
   freeaddrinfo(res);
@@ -715,13 +964,105 @@ void tr_store_server_opts_init(tr_store_server_opts_t* o) {
   o->max_keys = (int64_t)lim.max_keys;
   o->max_memory_bytes = (int64_t)lim.max_memory;
   o->max_connections = tr_param_int(TR_PARAM_STORE_MAX_CONNS);
-  o->threads = (int)tr_param_int(TR_PARAM_STORE_THREADS);
+  o->threads = (int)tr_param_int(TR_PARAM_STORE_THREADS);     /* 0: auto */
+  o->listeners = (int)tr_param_int(TR_PARAM_STORE_LISTENERS); /* 0: auto */
 }
 
-static int default_threads(void) {
+/* A quarter of the CPUs, 1 to 4: the store shares its host with the
+ * daemon's workers, and past 4 the one lock over the table is the limit. */
+int tr__store_default_threads(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
+  n /= 4;
   if (n < 1) n = 1;
   return n < 4 ? (int)n : 4;
+}
+
+/* Accept queues for expected clients with a backlog each: enough that a
+ * burst of them all fits, at most MAX_LISTENERS. */
+int tr__store_default_listeners(int expected, int backlog) {
+  if (expected <= 0 || backlog <= 0) return 1;
+  int64_t k = ((int64_t)expected + backlog - 1) / backlog;
+  if (k < 1) k = 1;
+  return k > MAX_LISTENERS ? MAX_LISTENERS : (int)k;
+}
+
+/* Claim host:port for this process's SO_REUSEPORT group: an abstract unix
+ * socket of that name binds once per network namespace, so a second
+ * trainrun server (same user: the kernel would let its sockets join the
+ * group) gets EADDRINUSE as it would without SO_REUSEPORT. The fd or -errno. */
+static int claim_endpoint(const struct sockaddr_storage* ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port;
+  if (ss->ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6*)ss)->sin6_addr, host,
+              sizeof host);
+    port = ntohs(((const struct sockaddr_in6*)ss)->sin6_port);
+  } else {
+    inet_ntop(AF_INET, &((const struct sockaddr_in*)ss)->sin_addr, host,
+              sizeof host);
+    port = ntohs(((const struct sockaddr_in*)ss)->sin_port);
+  }
+  struct sockaddr_un un;
+  memset(&un, 0, sizeof un);
+  un.sun_family = AF_UNIX;
+  int n = snprintf(un.sun_path + 1, sizeof un.sun_path - 1,
+                   "trainrun-store/%s/%d", host, port);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  if (bind(fd, (struct sockaddr*)&un,
+           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+/* Listen on K sockets of one SO_REUSEPORT group at host:port (the first
+ * bound picks the port when it is 0), or one plain socket when k is 1 or
+ * the group cannot be made. 0 or a negative TR_E*. */
+static int listen_all(tr_store_server_t* s, const char* host, int port,
+                      int backlog, int k) {
+  int rc = bind_listener(host, port, backlog, k > 1);
+  if (k > 1 && rc < 0 && rc != TR_EADDRINUSE && rc != TR_EINVAL) {
+    TR_LOG_WARN(STORE,
+                "cannot listen on %d SO_REUSEPORT sockets at '%s' port %d: "
+                "%s; using one accept queue",
+                k, host, port, tr_strerror(rc));
+    k = 1;
+    rc = bind_listener(host, port, backlog, 0);
+  }
+  if (rc < 0) return rc;
+  s->lfds[0] = rc;
+  s->nlfds = 1;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  getsockname(rc, (struct sockaddr*)&ss, &len);
+  if (k > 1) {
+    rc = claim_endpoint(&ss);
+    if (rc < 0) {
+      if (rc == TR_EADDRINUSE) return rc; /* another server's group */
+      TR_LOG_WARN(STORE,
+                  "cannot claim '%s' port %d for SO_REUSEPORT sockets: %s; "
+                  "using one accept queue",
+                  host, port, tr_strerror(rc));
+      k = 1;
+    } else {
+      s->lockfd = rc;
+    }
+  }
+  for (int i = 1; i < k; i++) {
+    rc = listen_on((struct sockaddr*)&ss, len, backlog, 1);
+    if (rc < 0) {
+      TR_LOG_WARN(STORE,
+                  "cannot listen on %d SO_REUSEPORT sockets at '%s' port "
+                  "%d: %s; using %d accept queue(s)",
+                  k, host, port, tr_strerror(rc), s->nlfds);
+      break;
+    }
+    s->lfds[s->nlfds++] = rc;
+  }
+  return 0;
 }
 
 /* Tear down what start built (threads not started, or joined). */
@@ -729,18 +1070,24 @@ static void server_free(tr_store_server_t* s) {
   for (int i = 0; i < s->nshards; i++) {
     shard_t* sh = &s->shards[i];
     if (!sh->srv) continue;
-    if (!uv_is_closing((uv_handle_t*)&sh->async))
-      uv_close((uv_handle_t*)&sh->async, NULL);
+    uv_handle_t* hs[3] = {(uv_handle_t*)&sh->async,
+                          (uv_handle_t*)&sh->fence_idle,
+                          (uv_handle_t*)&sh->fence_check};
+    for (int j = 0; j < 3; j++)
+      if (!uv_is_closing(hs[j])) uv_close(hs[j], NULL);
     while (uv_loop_close(&sh->loop) == UV_EBUSY)
       uv_run(&sh->loop, UV_RUN_NOWAIT);
-    for (size_t j = 0; j < sh->npend; j++) close(sh->pend[j].fd);
+    for (size_t j = 0; j < sh->npend; j++) record_discard(s, sh->pend[j], 0);
     free(sh->pend);
     free(sh->batch);
   }
   free(s->shards);
-  if (s->lfd >= 0) close(s->lfd);
-  if (s->wake[0] >= 0) close(s->wake[0]);
-  if (s->wake[1] >= 0) close(s->wake[1]);
+  for (int i = 0; i < s->nlfds; i++) close(s->lfds[i]);
+  if (s->lockfd >= 0) close(s->lockfd);
+  int* fds[4] = {&s->wake[0], &s->wake[1], &s->ack[0], &s->ack[1]};
+  for (int i = 0; i < 4; i++)
+    if (*fds[i] >= 0) close(*fds[i]);
+  free(s->acc_buf);
   tr__store_db_release(&s->db);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -753,12 +1100,13 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
   if (o->max_key_bytes <= 0 || o->max_value_bytes <= 0 ||
       o->max_request_bytes <= 0 || o->max_keys <= 0 ||
       o->max_memory_bytes <= 0 || o->max_connections <= 0 || o->threads < 0 ||
-      o->threads > MAX_SHARDS)
+      o->threads > MAX_SHARDS || o->listeners < 0 ||
+      o->listeners > MAX_LISTENERS)
     return TR_EINVAL;
   raise_nofile();
   tr_store_server_t* s = calloc(1, sizeof *s);
   if (!s) return TR_ENOMEM;
-  s->lfd = s->wake[0] = s->wake[1] = -1;
+  s->lockfd = s->wake[0] = s->wake[1] = s->ack[0] = s->ack[1] = -1;
   pthread_mutex_init(&s->mu, NULL);
   tr__store_limits_t lim = {(uint64_t)o->max_key_bytes,
                             (uint64_t)o->max_value_bytes, (uint64_t)o->max_keys,
@@ -773,10 +1121,16 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
   s->db.notify = on_output;
   s->db.notify_arg = s;
   s->max_conns = o->max_connections;
-  s->nshards = o->threads > 0 ? o->threads : default_threads();
+  s->nshards = o->threads > 0 ? o->threads : tr__store_default_threads();
   s->shards = calloc((size_t)s->nshards, sizeof *s->shards);
-  if (!s->shards || pipe2(s->wake, O_CLOEXEC) < 0) {
-    rc = s->shards ? -errno : TR_ENOMEM;
+  s->acc_buf = malloc(READ_BUF);
+  if (!s->shards || !s->acc_buf) {
+    rc = TR_ENOMEM;
+    goto fail;
+  }
+  if (pipe2(s->wake, O_CLOEXEC) < 0 ||
+      pipe2(s->ack, O_CLOEXEC | O_NONBLOCK) < 0) {
+    rc = -errno;
     goto fail;
   }
   for (int i = 0; i < s->nshards; i++) {
@@ -787,18 +1141,18 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
     sh->refused_logged_at = -1000000;
     uv_async_init(&sh->loop, &sh->async, on_async);
     sh->async.data = sh;
+    uv_idle_init(&sh->loop, &sh->fence_idle);
+    uv_check_init(&sh->loop, &sh->fence_check);
+    sh->fence_check.data = sh;
   }
 
   const char* host = o->host && *o->host ? o->host : "127.0.0.1";
   int somax = read_somaxconn();
   int backlog = o->backlog > 0 ? o->backlog : somax;
-  if (o->expected_clients > backlog)
-    TR_LOG_WARN(STORE,
-                "listen backlog %d is below the %d expected clients: "
-                "raise net.core.somaxconn, or clients may be reset at "
-                "connect (they retry)",
-                backlog, o->expected_clients);
-  rc = bind_listener(host, o->port, backlog);
+  int k = o->listeners > 0
+              ? o->listeners
+              : tr__store_default_listeners(o->expected_clients, backlog);
+  rc = listen_all(s, host, o->port, backlog, k);
   if (rc < 0) {
     /* an endpoint already taken is a normal outcome for daemons racing to
      * host the store (the loser joins it); the caller reports it */
@@ -810,10 +1164,15 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
                    tr_strerror(rc));
     goto fail;
   }
-  s->lfd = rc;
+  if (o->expected_clients > (int64_t)backlog * s->nlfds)
+    TR_LOG_WARN(STORE,
+                "listen backlog %d x %d accept queue(s) is below the %d "
+                "expected clients: raise net.core.somaxconn, or clients may "
+                "be reset at connect (they retry)",
+                backlog, s->nlfds, o->expected_clients);
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
-  getsockname(s->lfd, (struct sockaddr*)&ss, &len);
+  getsockname(s->lfds[0], (struct sockaddr*)&ss, &len);
   if (ss.ss_family == AF_INET6) {
     inet_ntop(AF_INET6, &((struct sockaddr_in6*)&ss)->sin6_addr, s->host,
               sizeof s->host);
@@ -839,8 +1198,10 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
     return rc;
   }
   s->acceptor_started = 1;
-  TR_LOG_INFO(STORE, "store server listening on %s port %d (%d I/O threads)%s",
-              s->host, s->port, s->nshards,
+  TR_LOG_INFO(STORE,
+              "store server listening on %s port %d (%d I/O threads, %d "
+              "accept queue(s))%s",
+              s->host, s->port, s->nshards, s->nlfds,
               s->db.token ? " (token required)" : "");
   *out = s;
   return 0;
@@ -872,9 +1233,9 @@ void tr_store_server_stop(tr_store_server_t* s) {
     }
     pthread_join(s->acceptor, NULL);
   }
-  /* the listener closes first: new connections are refused from here on */
-  if (s->lfd >= 0) close(s->lfd);
-  s->lfd = -1;
+  /* the listeners close first: new connections are refused from here on */
+  for (int i = 0; i < s->nlfds; i++) close(s->lfds[i]);
+  s->nlfds = 0;
   for (int i = 0; i < s->nshards; i++) {
     shard_t* sh = &s->shards[i];
     if (!sh->thread_started) continue;

@@ -28,6 +28,7 @@
 #include "store/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
+#include "trainrun/param.h"
 #include "trainrun/store.h"
 
 /* ---- helpers ---- */
@@ -1593,6 +1594,156 @@ START_TEST(t_cli_store) {
 }
 END_TEST
 
+/* ---- several I/O loops: the accept fence; several accept queues ---- */
+
+/* Round after round, client A connects, SETs a fresh key and closes (or,
+ * every third round, stays connected and says nothing more) without
+ * waiting for anything -- SET has no reply; then client B connects and
+ * GETs the key: B must see A's value, never the empty reply of a missing
+ * key, though A and B are served by different loops of the 4. */
+START_TEST(t_fence_set_close_then_get) {
+  tr_store_server_opts_t o;
+  tr_store_server_opts_init(&o);
+  o.threads = 4;
+  tr_store_server_t* s = start_opts(&o);
+  int port = tr_store_server_port(s);
+  enum { ROUNDS = 1500 };
+  static char big[20000];
+  memset(big, 'v', sizeof big - 1);
+  msg_t* m = m_new();
+  int missing = 0, first_missing = -1;
+  for (int i = 0; i < ROUNDS; i++) {
+    char key[32], val[32];
+    snprintf(key, sizeof key, "/fence/%d", i);
+    snprintf(val, sizeof val, "value-%d", i);
+    const char* v = i % 7 == 3 ? big : val; /* some SETs span segments */
+    int a = raw_connect(port);
+    m_validate(m);
+    m_set(m, key, v);
+    m_send(a, m);
+    int keep = i % 3 == 2;
+    if (!keep) close(a);
+    int b = raw_connect(port);
+    m_validate(m);
+    m_get(m, key);
+    m_send(b, m);
+    uint8_t len8[8];
+    ck_assert_int_eq(recv_n(b, len8, 8, 3000), 8);
+    uint64_t n = tr__rd_u64(len8);
+    if (n == 0) {
+      if (first_missing < 0) first_missing = i;
+      missing++;
+    } else {
+      ck_assert_uint_eq(n, strlen(v));
+      char* got = malloc(n);
+      ck_assert_int_eq(recv_n(b, (uint8_t*)got, n, 3000), (ssize_t)n);
+      ck_assert_msg(memcmp(got, v, n) == 0, "round %d: wrong value", i);
+      free(got);
+    }
+    close(b);
+    if (keep) close(a);
+  }
+  free(m);
+  ck_assert_msg(missing == 0,
+                "%d of %d GETs missed the SET their predecessor sent "
+                "before closing (first in round %d)",
+                missing, ROUNDS, first_missing);
+  tr_store_server_stats_t st;
+  tr_store_server_stats(s, &st);
+  ck_assert_int_eq(st.keys, ROUNDS);
+  tr_store_server_stop(s);
+}
+END_TEST
+
+/* Listening sockets on 127.0.0.1:port, from /proc/net/tcp. */
+static int count_listeners(int port) {
+  FILE* f = fopen("/proc/net/tcp", "r");
+  if (!f) return -1;
+  char line[512];
+  int n = 0;
+  char want[32];
+  snprintf(want, sizeof want, "0100007F:%04X", port);
+  while (fgets(line, sizeof line, f)) {
+    char local[64], remote[64];
+    unsigned st;
+    if (sscanf(line, " %*d: %63s %63s %x", local, remote, &st) == 3 &&
+        st == 0x0A && strcmp(local, want) == 0)
+      n++;
+  }
+  fclose(f);
+  return n;
+}
+
+/* opts.listeners = 4 with port 0: four listening sockets on the port the
+ * first one got, every one of 64 clients (spread over them by the kernel)
+ * served; a second server cannot take the port, with or without a group
+ * of its own; the defaults follow expected clients over the backlog. */
+START_TEST(t_reuseport_listeners) {
+  ck_assert_int_eq(tr__store_default_listeners(0, 4096), 1);
+  ck_assert_int_eq(tr__store_default_listeners(4096, 4096), 1);
+  ck_assert_int_eq(tr__store_default_listeners(4097, 4096), 2);
+  ck_assert_int_eq(tr__store_default_listeners(16384, 4096), 4);
+  ck_assert_int_eq(tr__store_default_listeners(1 << 24, 4096), 16);
+  tr_store_server_opts_t o;
+  tr_store_server_opts_init(&o);
+  o.listeners = 4;
+  o.threads = 2;
+  tr_store_server_t* s = start_opts(&o);
+  int port = tr_store_server_port(s);
+  ck_assert_int_gt(port, 0);
+  ck_assert_int_eq(count_listeners(port), 4);
+  enum { N = 64 };
+  int fds[N];
+  for (int i = 0; i < N; i++) fds[i] = raw_client(s);
+  for (int i = 0; i < N; i++) {
+    expect_alive(fds[i]);
+    close(fds[i]);
+  }
+  tr_store_server_stats_t st;
+  tr_store_server_stats(s, &st);
+  ck_assert_int_eq(st.accepted, N);
+  for (int k = 1; k <= 4; k += 3) {
+    tr_store_server_opts_t o2;
+    tr_store_server_opts_init(&o2);
+    o2.host = "127.0.0.1";
+    o2.port = port;
+    o2.listeners = k;
+    tr_store_server_t* s2 = NULL;
+    ck_assert_int_eq(tr_store_server_start(&o2, &s2), TR_EADDRINUSE);
+    ck_assert_ptr_null(s2);
+  }
+  tr_store_server_stop(s);
+  ck_assert_int_eq(count_listeners(port), 0);
+  /* expected clients past the backlog pick the queues */
+  tr_store_server_opts_init(&o);
+  o.backlog = 64;
+  o.expected_clients = 200;
+  s = start_opts(&o);
+  ck_assert_int_eq(count_listeners(tr_store_server_port(s)), 4);
+  tr_store_server_stop(s);
+}
+END_TEST
+
+/* The I/O thread default: several where the CPUs allow, the variable
+ * overrides it. */
+START_TEST(t_threads_default) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int want = (int)(ncpu / 4 < 1 ? 1 : ncpu / 4 > 4 ? 4 : ncpu / 4);
+  ck_assert_int_eq(tr__store_default_threads(), want);
+  unsetenv("TRAINRUN_STORE_THREADS");
+  tr_param_reset();
+  tr_store_server_opts_t o;
+  tr_store_server_opts_init(&o);
+  ck_assert_int_eq(o.threads, 0);
+  setenv("TRAINRUN_STORE_THREADS", "3", 1);
+  tr_param_reset();
+  tr_store_server_opts_init(&o);
+  ck_assert_int_eq(o.threads, 3);
+  unsetenv("TRAINRUN_STORE_THREADS");
+  tr_param_reset();
+}
+END_TEST
+
 static Suite* store_suite(void) {
   Suite* s = suite_create("store");
   TCase* wire = tcase_create("wire");
@@ -1632,6 +1783,12 @@ static Suite* store_suite(void) {
   tcase_add_test(client, t_threads_rendezvous);
   tcase_add_test(client, t_prefix_store);
   suite_add_tcase(s, client);
+  TCase* multi = tcase_create("multi");
+  tcase_set_timeout(multi, 40);
+  tcase_add_test(multi, t_fence_set_close_then_get);
+  tcase_add_test(multi, t_reuseport_listeners);
+  tcase_add_test(multi, t_threads_default);
+  suite_add_tcase(s, multi);
   TCase* auth = tcase_create("token");
   tcase_set_timeout(auth, 30);
   tcase_add_test(auth, t_token);

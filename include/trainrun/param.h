@@ -51,9 +51,12 @@ typedef enum {
      1048576, INT64_MAX, "total key+value bytes the store server holds")      \
   XX(STORE_MAX_CONNS, "TRAINRUN_STORE_MAX_CONNECTIONS", INT, "262144", 1,      \
      16777216, "connections the store server accepts at once")                 \
-  XX(STORE_THREADS, "TRAINRUN_STORE_THREADS", INT, "1", 0, 64,                \
-     "store server I/O threads (0: one per CPU, at most 4); above 1, an "     \
-     "unacknowledged SET is not ordered before other clients' requests")      \
+  XX(STORE_THREADS, "TRAINRUN_STORE_THREADS", INT, "0", 0, 64,                \
+     "store server I/O threads; 0: a quarter of the CPUs, 1 to 4 (an accept "  \
+     "fence orders a closed client's SET before later connections)")          \
+  XX(STORE_LISTENERS, "TRAINRUN_STORE_LISTENERS", INT, "0", 0, 16,            \
+     "store server accept queues (SO_REUSEPORT sockets); 0: ceil(expected "    \
+     "clients / somaxconn)")                                                   \
   XX(STORE_MAX_KEYS, "TRAINRUN_STORE_MAX_KEYS_PER_REQUEST", INT, "131072", 1, \
      16777216, "keys in one store CHECK, WAIT, MULTI_GET or MULTI_SET")        \
   XX(STORE_MAX_REQUEST, "TRAINRUN_STORE_MAX_REQUEST_BYTES", INT, "268435456", \

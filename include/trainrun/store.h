@@ -9,7 +9,8 @@
  *
  * Server
  * ------
- * The server is a single-threaded libuv loop on a thread of its own:
+ * The server is an acceptor thread and a few libuv I/O loops, each on a
+ * thread of its own (opts.threads, opts.listeners below):
  *
  *   tr_store_server_opts_t o;
  *   tr_store_server_opts_init(&o);         // limits from TRAINRUN_STORE_*
@@ -75,22 +76,33 @@ typedef struct {
   int64_t max_keys;          /* keys in one CHECK/WAIT/MULTI_GET/MULTI_SET */
   int64_t max_memory_bytes;  /* key + value + queued bytes held in total */
   int64_t max_connections;   /* clients connected at once */
-  /* I/O threads (TRAINRUN_STORE_THREADS, default 1; 0: one per CPU, at
-   * most 4). With one, requests execute in the order the kernel delivered
-   * them, as in PyTorch's server. With more, clients are served in parallel,
-   * and a SET -- which the protocol does not acknowledge -- from one client
-   * may execute after a later request of a client on another thread: use
-   * them only where clients order themselves through WAIT/GET/ADD replies
-   * (rendezvous does). */
+  /* I/O threads: 0 picks min(4, max(1, CPUs / 4)); TRAINRUN_STORE_THREADS,
+   * when set, gives it (opts_init). Requests of one client execute in order;
+   * clients are served in parallel. A request sent after a reply was
+   * received is ordered after whatever that reply reflected, as with one
+   * thread. An accept fence keeps the one other ordering clients rely on:
+   * a connection accepted after another client's SET (not acknowledged in
+   * the protocol) was sent and that client closed or kept quiet, observes
+   * the SET. Beyond that, two clients' concurrent unacknowledged SETs and
+   * reads on other connections are not ordered (nor are they in PyTorch's
+   * server, except by the kernel's delivery order). */
   int threads;
+  /* Accept queues: the server listens on this many sockets of one
+   * SO_REUSEPORT group at host:port, each with its own backlog, so a burst
+   * of connecting clients overflows none. 0 picks
+   * ceil(expected_clients / backlog), 1 to 16. Where SO_REUSEPORT cannot be
+   * used the server falls back to one socket and logs why. Linux lets only
+   * sockets of the same effective user join a group; the server also
+   * claims host:port so another trainrun server cannot join it. */
+  int listeners;
 } tr_store_server_opts_t;
 
 /* Fill opts with the defaults: host NULL, port 0, no token, and the limits
  * read from the TRAINRUN_STORE_* parameters (param.h). */
 void tr_store_server_opts_init(tr_store_server_opts_t* opts);
 
-/* Bind, listen and start the server's threads: an acceptor and
- * opts.threads I/O loops (the key-value state is shared under one lock held
+/* Bind, listen (opts.listeners sockets) and start the server's threads: an
+ * acceptor and opts.threads I/O loops (the key-value state is shared under one lock held
  * only while requests execute). On success *out is the new
  * server, owned by the caller until tr_store_server_stop(). Bind errors are
  * returned here (e.g. TR_EADDRINUSE), not on the thread. Raises the soft
