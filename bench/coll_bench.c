@@ -17,6 +17,15 @@
  * prefetches use the group, and what raw NCCL's timing (back to back on
  * one stream, one synchronisation at the end) compares with. --reps N
  * times each variant N times, interleaved, and keeps the fastest.
+ * --op-timing turns the group's op timing on (tr_pg_set_op_timing) and adds
+ * dev(us), the mean duration of the ops with handles (async: all; sync:
+ * the last of each batch) as the backend measured it -- on GPUs the device
+ * time between the op's start and end events: an op whose issue(us)
+ * exceeds dev(us) is bound by the host. Timed ops record one event more.
+ * --issue-costs (nccl) first prints the host time of each CUDA / NCCL call
+ * that issuing an op makes, each timed alone in a loop on the raw
+ * communicator, next to one blocking tr_pg_all_reduce: where the host time
+ * of an op goes.
  *
  *   coll_bench -b gloo -n 2 --max 64M           # CPU, 2 forked ranks
  *   coll_bench -b nccl --raw --max 1G           # one rank per GPU
@@ -68,6 +77,8 @@ typedef struct {
   int async;      /* --mode async */
   int reps;       /* --reps */
   int raw_events; /* --raw-events */
+  int op_timing;  /* --op-timing */
+  int costs;      /* --issue-costs */
 } opts_t;
 
 static const struct {
@@ -153,10 +164,10 @@ static int issue(tr_pg_t* pg, tr_pg_op_t op, tr_tensor_t* a, tr_tensor_t* b,
   }
 }
 
-/* Times of one op, ns: the mean over a batch, and the mean host time of
- * issuing one. */
+/* Times of one op, ns: the mean over a batch, the mean host time of
+ * issuing one, and (--op-timing) the mean duration the backend measured. */
 typedef struct {
-  int64_t total, issue;
+  int64_t total, issue, dev;
 } timing_t;
 
 /* n ops back to back, waited as o->async says (see the top of the file);
@@ -164,7 +175,8 @@ typedef struct {
 static timing_t batch(tr_pg_t* pg, const opts_t* o, tr_pg_op_t op,
                       tr_tensor_t* a, tr_tensor_t* b, int n,
                       tr_pg_work_t** ws) {
-  timing_t t = {0, 0};
+  timing_t t = {0, 0, 0};
+  double dev_us = 0;
   int rc;
   int64_t t0 = now_ns();
   for (int i = 0; i < n; i++) {
@@ -176,9 +188,16 @@ static timing_t batch(tr_pg_t* pg, const opts_t* o, tr_pg_op_t op,
   for (int i = 0; i < (o->async ? n : 1); i++) {
     rc = tr_pg_work_wait(ws[i], 0);
     if (rc < 0) die(tr_pg_op_name(op), rc);
+    double us = 0;
+    if (o->op_timing) {
+      rc = tr_pg_work_duration_us(ws[i], &us);
+      if (rc < 0) die("tr_pg_work_duration_us", rc);
+    }
+    dev_us += us;
     tr_pg_work_free(ws[i]);
   }
   t.total = (now_ns() - t0) / n;
+  t.dev = (int64_t)(dev_us * 1000 / (o->async ? n : 1));
   return t;
 }
 
@@ -294,7 +313,7 @@ static timing_t raw_batch(raw_t* r, const opts_t* o, tr_pg_op_t op,
   void* pb = tr_tensor_data(b);
   size_t na = (size_t)tr_tensor_numel(a);
   ncclDataType_t t = raw_type(a->dtype);
-  timing_t tm = {0, 0};
+  timing_t tm = {0, 0, 0};
   int64_t t0 = now_ns();
   for (int i = 0; i < n; i++) {
     if (events) {
@@ -328,6 +347,66 @@ static timing_t raw_time(raw_t* r, const opts_t* o, tr_pg_op_t op,
   cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return raw_batch(r, o, op, a, b, o->iters, events);
 }
+#endif
+
+#ifdef HAVE_NCCL
+/* --issue-costs: mean host ns of one call, over batches of COST_N (small
+ * enough that launches never wait for the device), the slowest rank's. */
+enum { COST_N = 400 };
+
+#define COST(label, call)                                                   \
+  do {                                                                      \
+    int64_t t0_ = now_ns();                                                 \
+    for (int i_ = 0; i_ < COST_N; i_++) call;                               \
+    int64_t v_ = max_over_ranks(pg, (now_ns() - t0_), dev);                 \
+    cuda_ok(cudaStreamSynchronize(r->stream), "synchronize");               \
+    cuda_ok(cudaDeviceSynchronize(), "synchronize");                        \
+    if (rank == 0) printf("#   %-46s %8.0f\n", label, (double)v_ / COST_N); \
+  } while (0)
+
+static void issue_costs(raw_t* r, tr_pg_t* pg, tr_device_t dev) {
+  int rank = tr_pg_rank(pg), cur = 0;
+  int64_t shape[1] = {256};
+  tr_tensor_t a;
+  if (tr_tensor_zeros(&a, TR_F32, dev, 1, shape) < 0)
+    die("allocation", TR_ENOMEM);
+  void* p = tr_tensor_data(&a);
+  cudaEvent_t ev, evt;
+  cuda_ok(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
+  cuda_ok(cudaEventCreate(&evt), "event");
+  if (rank == 0) printf("# issue costs: host ns per call, 1 KiB f32\n");
+  COST("cudaGetDevice", cudaGetDevice(&cur));
+  COST("cudaSetDevice (current)", cudaSetDevice(dev.index));
+  COST("cudaEventRecord (comm stream)", cudaEventRecord(ev, r->stream));
+  COST("cudaEventRecord (comm stream, timing event)",
+       cudaEventRecord(evt, r->stream));
+  COST("cudaEventRecord (legacy default stream)", cudaEventRecord(ev, NULL));
+  COST("cudaStreamWaitEvent (comm waits)",
+       cudaStreamWaitEvent(r->stream, ev, 0));
+  COST("cudaStreamWaitEvent (legacy default waits)",
+       cudaStreamWaitEvent(NULL, ev, 0));
+  COST("cudaEventQuery", cudaEventQuery(ev));
+  COST("ncclAllReduce",
+       ncclAllReduce(p, p, 256, ncclFloat32, ncclSum, r->comm, r->stream));
+  COST("ncclGroupStart + ncclAllReduce + ncclGroupEnd",
+       (ncclGroupStart(),
+        ncclAllReduce(p, p, 256, ncclFloat32, ncclSum, r->comm, r->stream),
+        ncclGroupEnd()));
+  COST("raw event protocol (sync mode) + ncclAllReduce",
+       (cudaEventRecord(r->ready, NULL),
+        cudaStreamWaitEvent(r->stream, r->ready, 0),
+        ncclAllReduce(p, p, 256, ncclFloat32, ncclSum, r->comm, r->stream),
+        cudaEventRecord(ev, r->stream), cudaStreamWaitEvent(NULL, ev, 0)));
+  COST("tr_pg_all_reduce (blocking)",
+       tr_pg_all_reduce(pg, &a, TR_PG_SUM, NULL));
+  tr_pg_work_t* w = NULL;
+  COST("tr_pg_all_reduce (handle) + tr_pg_work_free",
+       (tr_pg_all_reduce(pg, &a, TR_PG_SUM, &w), tr_pg_work_free(w)));
+  cudaEventDestroy(ev);
+  cudaEventDestroy(evt);
+  tr_tensor_release(&a);
+}
+#undef COST
 #endif
 
 static void fill_check(tr_pg_t* pg, tr_pg_op_t op, tr_tensor_t* a,
@@ -371,17 +450,20 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
   (void)store;
 #endif
   int use_ev = use_raw && o->raw_events;
+#ifdef HAVE_NCCL
+  if (use_raw && o->costs) issue_costs(&raw, pg, dev);
+#endif
   if (rank == 0) {
     printf(
         "# coll_bench: %s, %d ranks, %s, %d iterations (%d warm-up), %s "
         "mode, best of %d\n",
         be, n, tr_dtype_name(o->dtype), o->iters, o->warmup,
         o->async ? "async" : "sync", o->reps);
-    printf("# %12s  %-15s %12s %12s %12s%s%s %9s%s\n", "size(B)", "op",
+    printf("# %12s  %-15s %12s %12s %12s%s%s %9s%s%s\n", "size(B)", "op",
            "time(us)", "algbw(GB/s)", "busbw(GB/s)",
            use_raw ? "    raw(GB/s)  ratio" : "",
            use_ev ? "  rawev(GB/s)  ratio" : "", "issue(us)",
-           use_raw ? " raw_issue(us)" : "");
+           use_raw ? " raw_issue(us)" : "", o->op_timing ? "   dev(us)" : "");
   }
   for (int64_t size = o->min_bytes; size <= o->max_bytes; size *= o->factor) {
     /* whole buffer: a multiple of n elements */
@@ -399,15 +481,17 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
       if (op == TR_PG_OP_ALL_REDUCE) tr_tensor_fill(&a, 0);
       if (o->check) fill_check(pg, op, &a, &b, n);
       /* the fastest of o->reps, each the slowest rank's; interleaved */
-      int64_t t = INT64_MAX, ti = 0, traw = INT64_MAX, trawi = 0;
+      int64_t t = INT64_MAX, ti = 0, td = 0, traw = INT64_MAX, trawi = 0;
       int64_t tev = INT64_MAX;
       for (int r = 0; r < o->reps; r++) {
         timing_t m = time_op(pg, o, op, &a, &b);
         int64_t v = max_over_ranks(pg, m.total, dev);
         int64_t vi = max_over_ranks(pg, m.issue, dev);
+        int64_t vd = max_over_ranks(pg, m.dev, dev);
         if (v < t) {
           t = v;
           ti = vi;
+          td = vd;
         }
 #ifdef HAVE_NCCL
         if (use_raw) {
@@ -442,6 +526,7 @@ static void run(tr_pg_t* pg, tr_store_client_t* store, const opts_t* o,
         }
         printf(" %9.2f", (double)ti / 1000);
         if (use_raw) printf(" %13.2f", (double)trawi / 1000);
+        if (o->op_timing) printf(" %9.2f", (double)td / 1000);
         printf("\n");
         fflush(stdout);
       }
@@ -475,6 +560,7 @@ static int rank_main(const opts_t* o, int rank, int port) {
   tr_pg_t* pg = NULL;
   int rc = tr_pg_init(&po, &pg);
   if (rc < 0) die("tr_pg_init", rc);
+  if (o->op_timing) tr_pg_set_op_timing(pg, 1);
   tr_device_t dev = TR_DEVICE_CPU;
   if (o->gpu) {
     int ng = tr_cuda_device_count();
@@ -492,11 +578,15 @@ static void usage(void) {
       "usage: coll_bench [-b gloo|nccl|mpi] [-n ranks] [-o ops] [-d dtype]\n"
       "                  [--min SIZE] [--max SIZE] [-f factor] [-w warmup]\n"
       "                  [-i iters] [--raw] [--raw-events] [--check]\n"
-      "                  [--mode sync|async] [--reps N]\n"
+      "                  [--mode sync|async] [--reps N] [--op-timing]\n"
+      "                  [--issue-costs]\n"
       "  ops: comma list of all_reduce, all_gather, reduce_scatter\n"
       "  SIZE: bytes with K/M/G suffixes (1K .. 64M; nccl: 1K .. 1G)\n"
       "  --raw: nccl only, time raw NCCL calls next to ours\n"
       "  --raw-events: also raw NCCL with the group's event protocol\n"
+      "  --op-timing: time every op (tr_pg_set_op_timing), print dev(us)\n"
+      "  --issue-costs: nccl only, first the host time of each call an op\n"
+      "          makes (implies --raw)\n"
       "  --mode: sync (blocking calls, the default) or async (handles,\n"
       "          waited at the end of each batch)\n"
       "  --reps: time each variant N times, keep the fastest\n");
@@ -513,7 +603,7 @@ static int count_gpus(void) {
 }
 
 int main(int argc, char** argv) {
-  opts_t o = {"gloo", 2, 1024, -1, 2, 5, 20, TR_F32, 7, 0, 0, 0, 0, 1, 0};
+  opts_t o = {"gloo", 2, 1024, -1, 2, 5, 20, TR_F32, 7, 0, 0, 0, 0, 1, 0, 0, 0};
   static const struct option lo[] = {{"min", required_argument, 0, 1},
                                      {"max", required_argument, 0, 2},
                                      {"raw", no_argument, 0, 3},
@@ -521,6 +611,8 @@ int main(int argc, char** argv) {
                                      {"mode", required_argument, 0, 5},
                                      {"reps", required_argument, 0, 6},
                                      {"raw-events", no_argument, 0, 7},
+                                     {"op-timing", no_argument, 0, 8},
+                                     {"issue-costs", no_argument, 0, 9},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   int ch, n_set = 0;
@@ -576,6 +668,12 @@ int main(int argc, char** argv) {
         break;
       case 7:
         o.raw = o.raw_events = 1;
+        break;
+      case 8:
+        o.op_timing = 1;
+        break;
+      case 9:
+        o.raw = o.costs = 1;
         break;
       default:
         usage();

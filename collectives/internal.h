@@ -72,8 +72,11 @@ struct tr_pg_work_s {
   tr__pg_backend_t* be;
   tr_device_type_t dev;
   int n_ops;
-  tr__pg_op_t* ops;
+  tr__pg_op_t* ops; /* &op0 for one op; coalesced works grow it apart */
   int coalesced;
+  int block_stream; /* no handle: the group's CUDA stream must wait for w
+                       (nccl's start does it, sparing the issuing thread a
+                       second trip into the backend) */
   int is_p2p;
   int64_t seq;     /* collective_seq_id at issue */
   int64_t p2p_seq; /* p2p_seq_id at issue */
@@ -83,15 +86,27 @@ struct tr_pg_work_s {
   int64_t timeout_ms;
   int64_t t_issue_ns;  /* CLOCK_MONOTONIC */
   int64_t deadline_ns; /* CLOCK_MONOTONIC */
+  /* Op timing (tr_pg_set_op_timing was on at issue). CPU backends: the
+   * monotonic time the backend began w (0: never began: the duration then
+   * runs from t_issue_ns); tr__work_finish turns it into dur_us unless the
+   * backend set dur_us itself (CUDA: the events' elapsed time) and
+   * dur_set. */
+  int timed;
+  int dur_set;
+  int64_t t_start_ns;
+  double dur_us;
 
   tr_pg_work_t* q_next;  /* backend queue */
   tr_pg_work_t* if_prev; /* group in-flight list */
   tr_pg_work_t* if_next;
   int in_flight;
-  void* be_data; /* backend state of this work */
+  void* be_data;   /* backend state of this work */
+  tr__pg_op_t op0; /* the ops of a single-op work: one allocation a work */
 };
 
-/* A new work for pg with n_ops zeroed ops, one reference (the caller's). */
+/* A new work for pg with n_ops zeroed ops, one reference (the caller's).
+ * n_ops <= 1 uses w->op0 (w->ops == &w->op0: never freed or reallocated
+ * apart from w). */
 tr_pg_work_t* tr__work_new(tr_pg_t* pg, int n_ops);
 void tr__work_ref(tr_pg_work_t* w);
 /* Drop a reference; the last frees the tensors and the work. */
@@ -126,7 +141,9 @@ typedef struct {
   int (*create)(tr__pg_backend_t* be, char* err, size_t errlen);
   /* Begin w: 0 when it completed (the caller finishes it), 1 when it is
    * pending (the backend finishes and retires it later), < 0 on failure
-   * with the reason in err (the caller finishes it with "failed: err"). */
+   * with the reason in err (the caller finishes it with "failed: err").
+   * Non-threaded backends that return 1 for a w->block_stream work have
+   * made the group's CUDA stream wait for it (or cleared block_stream). */
   int (*start)(tr__pg_backend_t* be, tr_pg_work_t* w, char* err, size_t errlen);
   /* Threaded backends with pending works: make progress for up to
    * timeout_ms (returns early when woken); finishes and retires works. */
@@ -256,6 +273,8 @@ struct tr_pg_s {
   void* mpi_comm;      /* MPI_Comm (mpi.c) */
   pthread_mutex_t bmu; /* backend set-up */
 
+  int op_timing; /* atomic: tr_pg_set_op_timing */
+
   pthread_mutex_t mu; /* everything below */
   pthread_cond_t cv;  /* in-flight list emptied */
   int64_t seq_coll, seq_p2p, op_id;
@@ -290,6 +309,8 @@ int64_t tr__wall_ns(void);
 
 /* The process-wide hooks (a copy; fields may be NULL). */
 const tr_pg_hooks_t* tr__pg_hooks(void);
+/* tr_pg_set_cuda_start_events. */
+int tr__pg_cuda_start_events(void);
 
 /* Start / stop the world's watchdog; wake it (an error to report). */
 int tr__watchdog_start(tr__pg_world_t* w);

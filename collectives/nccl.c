@@ -2,14 +2,23 @@
  * communicator (unique id through the store, after a store barrier that
  * bounds the wait for the other ranks; or ncclCommSplit of the parent's),
  * aborted by the watchdog when an op passes its deadline; one
- * high-priority comm stream. An op
- * records an event on the group's user stream and makes the comm stream
- * wait for it, records a start event, issues the NCCL calls in one group
- * call, records a done event -- no host synchronisation anywhere. The
- * watchdog (and waiters) poll the events: start -> start hook, done ->
+ * high-priority comm stream. An op records an event on the group's user
+ * stream and makes the comm stream wait for it, records a start event only
+ * when something reads it (the start hook with tr_pg_set_cuda_start_events
+ * on, or op timing), issues the NCCL calls (one group call when there are
+ * several), records a done event, and for a blocking call makes the user
+ * stream wait for it -- no host synchronisation anywhere.
+ * The watchdog (and waiters) poll the events: start -> start hook, done ->
  * complete; an op past its deadline gets ncclCommAbort. uint16 reductions
  * are staged through uint32 and integer AVG is SUM then a division
- * (collectives/nccl_cuda.cu). */
+ * (collectives/nccl_cuda.cu).
+ *
+ * The issue path is what bounds small collectives (measured on H200s: the
+ * CUDA and NCCL calls take ~11 us an op, NVLink moves 1 MiB in less), so
+ * it makes no CUDA call that the protocol does not need: events come from
+ * a free list, the device is set only when it is not current, no start
+ * event by default (PyTorch records one only with
+ * TORCH_NCCL_ENABLE_TIMING), no group call around a single op. */
 #include "config.h"
 
 #include <pthread.h>
@@ -31,15 +40,19 @@
 #include "trainrun/log.h"
 
 /* The backend state of one issued work, recycled through a free list with
- * its two events: once the backend has had as many works in flight as it
- * will have, an op creates and destroys nothing. */
+ * its events (each made the first time a work needs it): once the backend
+ * has had as many works in flight as it will have, an op creates and
+ * destroys nothing. */
 typedef struct nccl_work nccl_work_t;
 struct nccl_work {
-  cudaEvent_t start, done;
-  int start_seen;
-  tr_pg_work_t* w;   /* while pending */
-  nccl_work_t* prev; /* pending list, in issue order */
-  nccl_work_t* next; /* pending list, or the free list */
+  cudaEvent_t start, done;   /* without timing */
+  cudaEvent_t tstart, tdone; /* with timing: op timing's pair */
+  cudaEvent_t ev_start;      /* the start event this op records, or NULL */
+  cudaEvent_t ev_done;       /* the done event it records: done or tdone */
+  int start_seen;            /* the start hook needs nothing more */
+  tr_pg_work_t* w;           /* while pending */
+  nccl_work_t* prev;         /* pending list, in issue order */
+  nccl_work_t* next;         /* pending list, or the free list */
 };
 
 typedef struct {
@@ -53,6 +66,15 @@ typedef struct {
   nccl_work_t *head, *tail; /* issued, not retired; oldest first */
   int npending;
 } nccl_impl_t;
+
+/* Make the group's device current when it is not: cudaGetDevice is a
+ * thread-local read, cudaSetDevice costs more even when nothing changes
+ * (PyTorch's c10::cuda::SetDevice makes the same check). */
+static void use_device(const nccl_impl_t* im) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess || cur != im->device)
+    cudaSetDevice(im->device);
+}
 
 /* ---- errors at the boundary ---- */
 
@@ -222,7 +244,7 @@ int tr__nccl_split(tr__pg_backend_t* parent, tr_pg_t* child, int color, int key,
     snprintf(err, errlen, "the parent communicator was aborted");
     return TR_EABORTED;
   }
-  cudaSetDevice(pim->device);
+  use_device(pim);
   int64_t deadline = tr__now_ns() + tr_pg_timeout(parent->pg) * 1000000;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 1;
@@ -414,29 +436,58 @@ static int post_op(nccl_impl_t* im, tr_pg_t* pg, tr__pg_op_t* op, stage_t* st) {
   return 0;
 }
 
-/* A work's state with its events (on im->device, which is current):
- * recycled, or new. 0, TR_ENOMEM or TR_ECUDA. Under im->mu. */
-static int nw_get(nccl_impl_t* im, nccl_work_t** out) {
+/* A work's state (recycled, or new) with the events w needs, made on
+ * im->device (current) the first time: timed works record tstart/tdone;
+ * others done, and start when the start hook wants device start times.
+ * 0, TR_ENOMEM or TR_ECUDA. Under im->mu. */
+static int nw_get(nccl_impl_t* im, int timed, int start_hook,
+                  nccl_work_t** out) {
   nccl_work_t* nw = im->free_nw;
   if (nw) {
     im->free_nw = nw->next;
     nw->next = NULL;
-    nw->start_seen = 0;
-    *out = nw;
-    return 0;
+  } else if (!(nw = calloc(1, sizeof *nw))) {
+    return TR_ENOMEM;
   }
-  nw = calloc(1, sizeof *nw);
-  if (!nw) return TR_ENOMEM;
-  if (cudaEventCreateWithFlags(&nw->start, cudaEventDisableTiming) !=
-          cudaSuccess ||
-      cudaEventCreateWithFlags(&nw->done, cudaEventDisableTiming) !=
-          cudaSuccess) {
-    if (nw->start) cudaEventDestroy(nw->start);
-    free(nw);
+  cudaError_t e = cudaSuccess;
+  if (timed) {
+    if (!nw->tstart) e = cudaEventCreateWithFlags(&nw->tstart, 0);
+    if (e == cudaSuccess && !nw->tdone)
+      e = cudaEventCreateWithFlags(&nw->tdone, 0);
+    nw->ev_start = nw->tstart;
+    nw->ev_done = nw->tdone;
+  } else {
+    if (start_hook && !nw->start)
+      e = cudaEventCreateWithFlags(&nw->start, cudaEventDisableTiming);
+    if (e == cudaSuccess && !nw->done)
+      e = cudaEventCreateWithFlags(&nw->done, cudaEventDisableTiming);
+    nw->ev_start = start_hook ? nw->start : NULL;
+    nw->ev_done = nw->done;
+  }
+  nw->start_seen = !start_hook;
+  if (e != cudaSuccess) {
+    /* the events made so far stay with it on the free list */
+    nw->next = im->free_nw;
+    im->free_nw = nw;
     return TR_ECUDA;
   }
   *out = nw;
   return 0;
+}
+
+/* A timed work's device time, found complete: into w before it is
+ * finished (under w->mu, so a finish racing with us wins cleanly). */
+static void set_duration(tr_pg_work_t* w, const nccl_work_t* nw) {
+  float ms = 0;
+  if (!w->timed ||
+      cudaEventElapsedTime(&ms, nw->tstart, nw->tdone) != cudaSuccess)
+    return;
+  pthread_mutex_lock(&w->mu);
+  if (!w->done) {
+    w->dur_us = (double)ms * 1e3;
+    w->dur_set = 1;
+  }
+  pthread_mutex_unlock(&w->mu);
 }
 
 /* Back on the free list (under im->mu). Its events may still be pending
@@ -452,6 +503,13 @@ static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
                       size_t errlen) {
   nccl_impl_t* im = be->impl;
   tr_pg_t* pg = be->pg;
+  const tr_pg_hooks_t* h = tr__pg_hooks();
+  /* the start hook gets the device's start time when it asks for it, or
+   * for free when op timing records a start event anyway */
+  int start_hook = h->start && (w->timed || tr__pg_cuda_start_events());
+  /* one op goes to NCCL alone (it makes its own group); all_to_all's
+   * sends and receives, and coalesced ops, need one group call */
+  int grouped = w->n_ops > 1 || w->ops[0].type == TR_PG_OP_ALL_TO_ALL;
   int rc = 0;
   pthread_mutex_lock(&im->mu);
   if (im->aborted) {
@@ -466,10 +524,10 @@ static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
     pthread_mutex_unlock(&im->mu);
     return TR_ENOMEM;
   }
-  cudaSetDevice(im->device);
+  use_device(im);
   cudaStream_t user = (cudaStream_t)pg->cuda_stream;
   nccl_work_t* nw = NULL;
-  rc = nw_get(im, &nw);
+  rc = nw_get(im, w->timed, start_hook, &nw);
   if (rc < 0) {
     if (st != &one) free(st);
     pthread_mutex_unlock(&im->mu);
@@ -484,29 +542,39 @@ static int nccl_start(tr__pg_backend_t* be, tr_pg_work_t* w, char* err,
                 rc, out_fail);
   for (int i = 0; i < w->n_ops; i++)
     TR_CHECK_GOTO(pre_op(im, &w->ops[i], &st[i], err, errlen), rc, out_fail);
-  /* the start event only serves the flight recorder's start hook */
-  if (tr__pg_hooks()->start)
-    TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->start, im->stream),
+  if (nw->ev_start)
+    TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->ev_start, im->stream),
                             "cudaEventRecord", err, errlen),
                   rc, out_fail);
-  else
-    nw->start_seen = 1;
-  TR_CHECK_GOTO(
-      nccl_fail(ncclGroupStart(), im->comm, "ncclGroupStart", err, errlen), rc,
-      out_fail);
+  if (grouped)
+    TR_CHECK_GOTO(
+        nccl_fail(ncclGroupStart(), im->comm, "ncclGroupStart", err, errlen),
+        rc, out_fail);
   for (int i = 0; i < w->n_ops && rc == 0; i++)
     rc = issue(im, pg, &w->ops[i], &st[i], err, errlen);
-  ncclResult_t r = ncclGroupEnd();
-  if (rc == 0 && r == ncclInProgress)
-    rc = wait_ready(im->comm, w->deadline_ns, "ncclGroupEnd", err, errlen);
-  else if (rc == 0)
-    rc = nccl_fail(r, im->comm, "ncclGroupEnd", err, errlen);
+  if (grouped) {
+    ncclResult_t r = ncclGroupEnd();
+    if (rc == 0 && r == ncclInProgress)
+      rc = wait_ready(im->comm, w->deadline_ns, "ncclGroupEnd", err, errlen);
+    else if (rc == 0)
+      rc = nccl_fail(r, im->comm, "ncclGroupEnd", err, errlen);
+  }
   if (rc < 0) goto out_fail;
   for (int i = 0; i < w->n_ops; i++)
     TR_CHECK_GOTO(post_op(im, pg, &w->ops[i], &st[i]), rc, out_fail);
-  TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->done, im->stream),
+  TR_CHECK_GOTO(cuda_fail(cudaEventRecord(nw->ev_done, im->stream),
                           "cudaEventRecord", err, errlen),
                 rc, out_fail);
+  /* A blocking call: the user stream waits here, while the device is set
+   * and the lock held, rather than in a second call into the backend. */
+  if (w->block_stream) {
+    char why[256];
+    if (cuda_fail(cudaStreamWaitEvent(user, nw->ev_done, 0),
+                  "cudaStreamWaitEvent", why, sizeof why) < 0) {
+      TR_LOG_ERROR(COLL, "%s", why);
+      w->block_stream = 0; /* the caller goes through wait_stream */
+    }
+  }
   for (int i = 0; i < w->n_ops; i++) {
     if (st[i].in && st[i].in != st[i].out) cudaFreeAsync(st[i].in, im->stream);
     if (st[i].out) cudaFreeAsync(st[i].out, im->stream);
@@ -565,16 +633,17 @@ static int nccl_poll(tr__pg_backend_t* be, tr_pg_work_t* w) {
     pthread_mutex_unlock(&im->mu);
     return 1;
   }
-  cudaSetDevice(im->device);
-  if (!nw->start_seen && cudaEventQuery(nw->start) == cudaSuccess)
+  use_device(im);
+  if (!nw->start_seen && cudaEventQuery(nw->ev_start) == cudaSuccess)
     nw->start_seen = started = 1;
-  cudaError_t q = cudaEventQuery(nw->done);
+  cudaError_t q = cudaEventQuery(nw->ev_done);
   if (__atomic_load_n(&im->aborted, __ATOMIC_ACQUIRE)) {
     /* an aborted kernel ends early: its event says nothing of the data */
     status = TR_EABORTED;
     snprintf(err, sizeof err, "the NCCL communicator was aborted");
   } else if (q == cudaSuccess) {
     status = 0;
+    set_duration(w, nw);
   } else if (q != cudaErrorNotReady) {
     status = cuda_fail(q, "cudaEventQuery", err, sizeof err);
   } else if (im->comm) {
@@ -602,9 +671,9 @@ static int nccl_wait_stream(tr__pg_backend_t* be, tr_pg_work_t* w,
   pthread_mutex_lock(&im->mu);
   nccl_work_t* nw = w->be_data;
   if (nw) {
-    cudaSetDevice(im->device);
+    use_device(im);
     char err[256];
-    rc = cuda_fail(cudaStreamWaitEvent((cudaStream_t)stream, nw->done, 0),
+    rc = cuda_fail(cudaStreamWaitEvent((cudaStream_t)stream, nw->ev_done, 0),
                    "cudaStreamWaitEvent", err, sizeof err);
     if (rc < 0) TR_LOG_ERROR(COLL, "%s", err);
   }
@@ -615,18 +684,28 @@ static int nccl_wait_stream(tr__pg_backend_t* be, tr_pg_work_t* w,
   return rc;
 }
 
+/* 1 when nw's done event has completed. */
+static int nw_done(const nccl_work_t* nw) {
+  return cudaEventQuery(nw->ev_done) == cudaSuccess;
+}
+
 /* The watchdog's sweep, once a round: finish and retire, oldest first,
- * the works whose done event has completed, a few at a time so that an
+ * the works whose done event has completed, a chunk at a time so that an
  * issuing thread never waits long for im->mu. Without it, works issued
  * with no handle (blocking calls) would leave only through the watchdog's
- * per-work polls, 64 a round. Errors are left to those polls; a busy
- * im->mu skips the sweep until the next round. */
+ * per-work polls, 64 a round. Done events complete in issue order (all are
+ * recorded on im->stream), so the completed prefix of a chunk is found by
+ * bisection: a few event queries a chunk instead of one a work (blocking
+ * calls leave thousands a round, and every query takes the driver's locks
+ * that the issuing thread needs). Errors are left to the per-work polls;
+ * a busy im->mu skips the sweep until the next round. */
 static void nccl_reap(tr__pg_backend_t* be) {
   nccl_impl_t* im = be->impl;
-  enum { CHUNK = 16 };
+  enum { CHUNK = 64 };
   for (;;) {
+    nccl_work_t* at[CHUNK];
     tr_pg_work_t* list[CHUNK];
-    int n = 0;
+    int m = 0, n = 0;
     /* never wait here: a call stuck in NCCL holds im->mu, and the
      * watchdog must go on to time it out */
     if (pthread_mutex_trylock(&im->mu) != 0) return;
@@ -634,14 +713,32 @@ static void nccl_reap(tr__pg_backend_t* be) {
       pthread_mutex_unlock(&im->mu);
       return;
     }
-    cudaSetDevice(im->device);
-    for (nccl_work_t* nw = im->head;
-         nw && n < CHUNK && cudaEventQuery(nw->done) == cudaSuccess;
-         nw = nw->next)
-      list[n++] = nw->w;
+    use_device(im);
+    for (nccl_work_t* nw = im->head; nw && m < CHUNK; nw = nw->next)
+      at[m++] = nw;
+    /* n: the length of the completed prefix of at[0..m) */
+    if (!nw_done(at[0])) {
+      n = 0;
+    } else if (nw_done(at[m - 1])) {
+      n = m;
+    } else { /* at[lo - 1] is done, at[hi] is not */
+      int lo = 1, hi = m - 1;
+      while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (nw_done(at[mid]))
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      n = lo;
+    }
     /* an aborted kernel ends early: its event says nothing of the data */
     if (__atomic_load_n(&im->aborted, __ATOMIC_ACQUIRE)) n = 0;
-    for (int i = 0; i < n; i++) claim(im, list[i]);
+    for (int i = 0; i < n; i++) {
+      list[i] = at[i]->w;
+      set_duration(list[i], at[i]);
+      claim(im, list[i]);
+    }
     int more = n == CHUNK && im->head;
     pthread_mutex_unlock(&im->mu);
     for (int i = 0; i < n; i++) {
@@ -669,13 +766,13 @@ static void nccl_abort(tr__pg_backend_t* be) {
                  be->pg->name);
     ncclComm_t c = __atomic_exchange_n(&im->comm, NULL, __ATOMIC_ACQ_REL);
     __atomic_store_n(&im->aborted, 1, __ATOMIC_RELEASE);
-    cudaSetDevice(im->device);
+    use_device(im);
     if (c) ncclCommAbort(c);
     return; /* the stuck call fails; destroy retires what is left */
   }
   if (!im->aborted) {
     im->aborted = 1;
-    cudaSetDevice(im->device);
+    use_device(im);
     ncclComm_t c = __atomic_exchange_n(&im->comm, NULL, __ATOMIC_ACQ_REL);
     if (c) ncclCommAbort(c);
   }
@@ -697,7 +794,7 @@ static void nccl_destroy(tr__pg_backend_t* be) {
   nccl_impl_t* im = be->impl;
   if (!im) return;
   if (im->npending) nccl_abort(be); /* none are left after tr_pg_free */
-  cudaSetDevice(im->device);
+  use_device(im);
   if (im->comm) {
     char err[256];
     int64_t deadline = tr__now_ns() + (int64_t)10000 * 1000000;
@@ -716,8 +813,9 @@ static void nccl_destroy(tr__pg_backend_t* be) {
   while (im->free_nw) {
     nccl_work_t* nw = im->free_nw;
     im->free_nw = nw->next;
-    cudaEventDestroy(nw->start);
-    cudaEventDestroy(nw->done);
+    cudaEvent_t evs[4] = {nw->start, nw->done, nw->tstart, nw->tdone};
+    for (int i = 0; i < 4; i++)
+      if (evs[i]) cudaEventDestroy(evs[i]);
     free(nw);
   }
   cudaEventDestroy(im->ready);

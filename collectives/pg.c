@@ -96,6 +96,16 @@ void tr_pg_set_hooks(const tr_pg_hooks_t* hooks) {
 
 const tr_pg_hooks_t* tr__pg_hooks(void) { return &g_hooks; }
 
+static int g_cuda_start_events;
+
+void tr_pg_set_cuda_start_events(int on) {
+  __atomic_store_n(&g_cuda_start_events, on != 0, __ATOMIC_RELAXED);
+}
+
+int tr__pg_cuda_start_events(void) {
+  return __atomic_load_n(&g_cuda_start_events, __ATOMIC_RELAXED);
+}
+
 /* ---- backend specs ---- */
 
 static int parse_backend_name(const char* s, size_t n, tr_pg_backend_t* out) {
@@ -398,6 +408,12 @@ int64_t tr_pg_timeout(const tr_pg_t* pg) {
   int64_t t = p->timeout_ms;
   pthread_mutex_unlock(&p->mu);
   return t;
+}
+
+int tr_pg_set_op_timing(tr_pg_t* pg, int on) {
+  if (!pg) return TR_EINVAL;
+  __atomic_store_n(&pg->op_timing, on != 0, __ATOMIC_RELAXED);
+  return 0;
 }
 
 void tr_pg_set_cuda_stream(tr_pg_t* pg, void* stream) {
@@ -837,16 +853,43 @@ static int stage_out(tr__pg_op_t* op, tr_tensor_t* t, int in_place) {
   return 0;
 }
 
-static void profiling_name(const tr_pg_t* pg, const tr__pg_op_t* op,
+/* "<backend>:<op>" for every backend and op, so that issuing a collective
+ * copies its name instead of formatting it (p2p names carry ranks). */
+static const char* const k_prof_names[][TR_PG_OP__COUNT] = {
+#define TR__PG_PROF(name, str) TR__PG_PROF_B ":" str,
+#define TR__PG_PROF_B "none"
+    {TR_PG_OP_MAP(TR__PG_PROF)},
+#undef TR__PG_PROF_B
+#define TR__PG_PROF_B "gloo"
+    {TR_PG_OP_MAP(TR__PG_PROF)},
+#undef TR__PG_PROF_B
+#define TR__PG_PROF_B "nccl"
+    {TR_PG_OP_MAP(TR__PG_PROF)},
+#undef TR__PG_PROF_B
+#define TR__PG_PROF_B "mpi"
+    {TR_PG_OP_MAP(TR__PG_PROF)},
+#undef TR__PG_PROF_B
+#define TR__PG_PROF_B "fake"
+    {TR_PG_OP_MAP(TR__PG_PROF)},
+#undef TR__PG_PROF_B
+#undef TR__PG_PROF
+};
+
+static void profiling_name(const tr_pg_t* pg, tr_pg_op_t type, int peer,
                            tr_pg_backend_t b, char* buf, size_t n) {
-  if (op->type == TR_PG_OP_SEND)
-    snprintf(buf, n, "%s:send %d->%d", tr_pg_backend_name(b), pg->rank,
-             op->peer);
-  else if (op->type == TR_PG_OP_RECV)
-    snprintf(buf, n, "%s:recv %d<-%d", tr_pg_backend_name(b), pg->rank,
-             op->peer);
-  else
-    snprintf(buf, n, "%s:%s", tr_pg_backend_name(b), tr_pg_op_name(op->type));
+  if (type == TR_PG_OP_SEND)
+    snprintf(buf, n, "%s:send %d->%d", tr_pg_backend_name(b), pg->rank, peer);
+  else if (type == TR_PG_OP_RECV)
+    snprintf(buf, n, "%s:recv %d<-%d", tr_pg_backend_name(b), pg->rank, peer);
+  else if ((unsigned)b < sizeof k_prof_names / sizeof k_prof_names[0] &&
+           (unsigned)type < TR_PG_OP__COUNT) {
+    const char* s = k_prof_names[b][type]; /* a copy, not a printf */
+    size_t len = strlen(s);
+    if (len >= n) len = n - 1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+  } else
+    snprintf(buf, n, "%s:%s", tr_pg_backend_name(b), tr_pg_op_name(type));
 }
 
 static int op_is_p2p(const tr__pg_op_t* op) {
@@ -886,7 +929,7 @@ static void enqueue_hooks(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_backend_t b) {
       rec.is_p2p = op_is_p2p(op);
       /* a single op's name is the work's, formatted at issue */
       if (w->coalesced) {
-        profiling_name(pg, op, b, pn, sizeof pn);
+        profiling_name(pg, op->type, op->peer, b, pn, sizeof pn);
         rec.profiling_name = pn;
       } else {
         rec.profiling_name = w->profiling_name;
@@ -942,12 +985,16 @@ static int submit(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_work_t** out) {
     }
     if (c->n_ops == pg->coal_cap) {
       int cap = pg->coal_cap ? pg->coal_cap * 2 : 8;
-      tr__pg_op_t* ops = realloc(c->ops, sizeof *ops * (size_t)cap);
+      /* the first op sits in c->op0, inside the work */
+      int inside = c->ops == &c->op0;
+      tr__pg_op_t* ops =
+          realloc(inside ? NULL : c->ops, sizeof *ops * (size_t)cap);
       if (!ops) {
         pthread_mutex_unlock(&pg->mu);
         tr__work_unref(w);
         return TR_ENOMEM;
       }
+      if (inside) ops[0] = c->op0;
       c->ops = ops;
       pg->coal_cap = cap;
     }
@@ -984,23 +1031,24 @@ static int submit(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_work_t** out) {
     pg->stats.calls[TR_PG_OP_COALESCED]++;
   }
   w->timeout_ms = pg->timeout_ms;
+  /* set up already (the steady state): no trip through get_backend */
+  tr__pg_backend_t* be = (unsigned)dev < TR__PG_NDEV ? pg->be[dev] : NULL;
   pthread_mutex_unlock(&pg->mu);
 
   w->dev = dev;
+  w->block_stream = out == NULL;
+  w->timed = __atomic_load_n(&pg->op_timing, __ATOMIC_RELAXED);
   w->t_issue_ns = tr__now_ns();
   w->deadline_ns = w->t_issue_ns + w->timeout_ms * 1000000;
   tr_pg_backend_t kind =
       (unsigned)dev < TR__PG_NDEV ? pg->kinds[dev] : TR_PG_BACKEND_NONE;
-  if (w->coalesced)
-    snprintf(w->profiling_name, sizeof w->profiling_name, "%s:coalesced",
-             tr_pg_backend_name(kind));
-  else
-    profiling_name(pg, &w->ops[0], kind, w->profiling_name,
-                   sizeof w->profiling_name);
+  profiling_name(pg, w->coalesced ? TR_PG_OP_COALESCED : w->ops[0].type,
+                 w->ops[0].peer, kind, w->profiling_name,
+                 sizeof w->profiling_name);
 
-  char err[1024] = "";
-  tr__pg_backend_t* be = NULL;
-  int rc = get_backend(pg, dev, &be, err, sizeof err);
+  char err[1024];
+  err[0] = '\0';
+  int rc = be ? 0 : get_backend(pg, dev, &be, err, sizeof err);
   enqueue_hooks(pg, w, kind);
   w->be = be;
   /* In flight from here: the engine holds a reference until it retires w. */
@@ -1018,6 +1066,8 @@ static int submit(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_work_t** out) {
   } else if (be->vt->threaded) {
     tr__queue_push(be, w);
   } else {
+    if (w->timed)
+      __atomic_store_n(&w->t_start_ns, tr__now_ns(), __ATOMIC_RELAXED);
     rc = be->vt->start(be, w, err, sizeof err);
     if (rc == 0) {
       tr__work_started(w);
@@ -1033,7 +1083,9 @@ static int submit(tr_pg_t* pg, tr_pg_work_t* w, tr_pg_work_t** out) {
     *out = w;
     return 0;
   }
-  if (be && be->vt->wait_stream && !tr__work_is_done(w))
+  if (rc == 1 && w->block_stream) /* start made the stream wait for w */
+    rc = 0;
+  else if (be && be->vt->wait_stream && !tr__work_is_done(w))
     rc = be->vt->wait_stream(be, w, pg->cuda_stream);
   else
     rc = tr_pg_work_wait(w, 0);
@@ -1337,9 +1389,10 @@ int tr_pg_coalesce_end(tr_pg_t* pg, tr_pg_work_t** work) {
   pg->coalescing = 0;
   pthread_mutex_unlock(&pg->mu);
   if (c->n_ops == 0) {
-    /* Nothing was issued: a work that is already complete. */
+    /* Nothing was issued: a work that is already complete (in no time). */
     c->done = 1;
     c->status = 0;
+    c->timed = __atomic_load_n(&pg->op_timing, __ATOMIC_RELAXED);
     if (work)
       *work = c;
     else

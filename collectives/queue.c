@@ -50,6 +50,9 @@ static void run_one(tr__pg_backend_t* be, tr_pg_work_t* w) {
     return;
   }
   tr__work_started(w);
+  /* op timing: the wall clock of this thread, from here to the finish */
+  if (w->timed)
+    __atomic_store_n(&w->t_start_ns, tr__now_ns(), __ATOMIC_RELAXED);
   char err[1024] = "";
   int rc = be->vt->start(be, w, err, sizeof err);
   if (rc == 1) {

@@ -31,8 +31,9 @@ int64_t tr__wall_ns(void) {
 tr_pg_work_t* tr__work_new(tr_pg_t* pg, int n_ops) {
   tr_pg_work_t* w = calloc(1, sizeof *w);
   if (!w) return NULL;
-  w->ops = calloc((size_t)(n_ops > 0 ? n_ops : 1), sizeof *w->ops);
-  if (!w->ops) {
+  if (n_ops <= 1) {
+    w->ops = &w->op0;
+  } else if (!(w->ops = calloc((size_t)n_ops, sizeof *w->ops))) {
     free(w);
     return NULL;
   }
@@ -59,7 +60,7 @@ void tr__work_unref(tr_pg_work_t* w) {
     free(op->in_counts);
     free(op->out_counts);
   }
-  free(w->ops);
+  if (w->ops != &w->op0) free(w->ops);
   free(w->err);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
@@ -185,6 +186,10 @@ int tr__work_finish(tr_pg_work_t* w, int status, const char* detail_fmt, ...) {
   }
   w->status = status;
   w->err = msg;
+  if (w->timed && !w->dur_set) {
+    int64_t t0 = __atomic_load_n(&w->t_start_ns, __ATOMIC_RELAXED);
+    w->dur_us = (double)(tr__now_ns() - (t0 ? t0 : w->t_issue_ns)) / 1e3;
+  }
   int was_started = w->started;
   w->started = 1;
   /* The flight recorder hears of the completion before any waiter can see
@@ -325,3 +330,12 @@ int tr_pg_work_on_complete(tr_pg_work_t* w, tr_pg_work_cb cb, void* arg) {
 }
 
 void tr_pg_work_free(tr_pg_work_t* w) { tr__work_unref(w); }
+
+int tr_pg_work_duration_us(tr_pg_work_t* w, double* us) {
+  if (!w || !us || !w->timed) return TR_EINVAL;
+  /* tr_pg_work_test polls (an event query at most): it never waits */
+  if (tr_pg_work_test(w) != 1) return TR_EAGAIN;
+  /* written before done was published (release), read after (acquire) */
+  *us = w->dur_us;
+  return 0;
+}

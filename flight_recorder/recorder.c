@@ -420,6 +420,7 @@ int tr_fr_init(const tr_fr_opts_t* o, tr_fr_t** out) {
   __atomic_store_n(&g_fr, fr, __ATOMIC_RELEASE);
   tr_pg_hooks_t hooks = {fr, h_group, h_enqueue, h_start, h_complete, h_dump};
   tr_pg_set_hooks(&hooks);
+  tr_pg_set_cuda_start_events(o->timing); /* durations need start events */
   if (o->sigusr1) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -481,6 +482,7 @@ int tr_fr_snapshot_self(const tr_fr_t* fr, tr_fr_snapshot_t* out) {
 void tr_fr_free(tr_fr_t* fr) {
   if (!fr) return;
   tr_pg_set_hooks(NULL);
+  tr_pg_set_cuda_start_events(0);
   if (fr->usr1_set) sigaction(SIGUSR1, &fr->old_usr1, NULL);
   __atomic_store_n(&g_fr, NULL, __ATOMIC_RELEASE);
   munmap(fr->h, fr->size);

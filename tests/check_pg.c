@@ -2,8 +2,8 @@
  * shape checks, sub-groups, coalescing and hooks in one process; then Gloo
  * on 2, 3 and 4 forked ranks over loopback: every op x dtype x reduce op
  * with uneven sizes, sub-groups and splits, async overlap and work handles,
- * a timeout that fires and is reported, a rank that dies mid-collective, and
- * the flight-recorder hooks. */
+ * a timeout that fires and is reported, a rank that dies mid-collective,
+ * the flight-recorder hooks and op timing. */
 #include "config.h"
 
 #include <check.h>
@@ -335,6 +335,13 @@ START_TEST(test_gloo_hooks) {
   all_ok(3, st);
 }
 END_TEST
+
+START_TEST(test_gloo_timing) {
+  int st[2];
+  run(2, "gloo", pg_body_timing, 30, st);
+  all_ok(2, st);
+}
+END_TEST
 #endif
 
 static Suite* pg_suite(void) {
@@ -355,6 +362,7 @@ static Suite* pg_suite(void) {
   tcase_add_test(tc, test_gloo_timeout);
   tcase_add_test(tc, test_gloo_rank_dies);
   tcase_add_test(tc, test_gloo_hooks);
+  tcase_add_test(tc, test_gloo_timing);
   suite_add_tcase(s, tc);
 #endif
   return s;

@@ -56,6 +56,8 @@ static int rank_main(const char* scenario) {
     pg_body_die(world, &ctx);
   else if (!strcmp(scenario, "hooks"))
     pg_body_hooks(world, &ctx);
+  else if (!strcmp(scenario, "timing"))
+    pg_body_timing(world, &ctx);
   else
     return 2;
   tr_pg_free(world);
@@ -184,6 +186,12 @@ START_TEST(test_mpi_hooks) {
 }
 END_TEST
 
+START_TEST(test_mpi_timing) {
+  int64_t ms;
+  ck_assert_int_eq(mpirun(2, "timing", 60, &ms), 0);
+}
+END_TEST
+
 /* A rank that dies mid-collective: Open MPI ends the whole job (the others
  * may or may not see an error first) -- the job fails, and fast. */
 START_TEST(test_mpi_rank_dies) {
@@ -216,6 +224,7 @@ int main(int argc, char** argv) {
   tcase_add_test(tc, test_mpi_async);
   tcase_add_test(tc, test_mpi_timeout);
   tcase_add_test(tc, test_mpi_hooks);
+  tcase_add_test(tc, test_mpi_timing);
   tcase_add_test(tc, test_mpi_rank_dies);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);

@@ -2,8 +2,8 @@
  * backend "cpu:gloo,cuda:nccl") with one rank per GPU: every op x dtype x
  * reduce op, sub-groups split from the world's communicator, async overlap
  * of two groups, a timeout that fires and is reported, a rank that dies,
- * and the flight-recorder hooks. Exits 77 (skipped) in builds without NCCL
- * or on machines with fewer than two GPUs. */
+ * the flight-recorder hooks and op timing. Exits 77 (skipped) in builds
+ * without NCCL or on machines with fewer than two GPUs. */
 #include "config.h"
 
 #include <check.h>
@@ -73,6 +73,13 @@ START_TEST(test_nccl_hooks) {
 }
 END_TEST
 
+START_TEST(test_nccl_timing) {
+  int st[16], n = g_ngpu;
+  run(n, pg_body_timing, 60, st);
+  all_ok(n, st);
+}
+END_TEST
+
 /* CUDA must not be initialised in a process that forks ranks: count the
  * devices in a child. */
 static int count_gpus(void) {
@@ -107,6 +114,7 @@ int main(void) {
   tcase_add_test(tc, test_nccl_timeout);
   tcase_add_test(tc, test_nccl_rank_dies);
   tcase_add_test(tc, test_nccl_hooks);
+  tcase_add_test(tc, test_nccl_timing);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

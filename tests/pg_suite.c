@@ -1011,3 +1011,102 @@ void pg_body_hooks(tr_pg_t* world, pg_ctx_t* c) {
   tr_tensor_release(&s);
   tr_tensor_release(&d);
 }
+
+/* ---- op timing ---- */
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Every element of t is want. */
+static void all_equal(const tr_tensor_t* t, double want) {
+  tr_tensor_t h = fetch(t);
+  for (int64_t i = 0; i < tr_tensor_numel(&h); i++)
+    PCHECK(tr_tensor_get(&h, i) == want);
+  tr_tensor_release(&h);
+}
+
+static tr_tensor_t filled(pg_ctx_t* c, int64_t n, double v) {
+  tr_tensor_t h = host(TR_F32, n);
+  for (int64_t i = 0; i < n; i++) put(&h, i, v);
+  return to_dev(c, &h);
+}
+
+/* Issue-to-wait wall time of w's op: waits, checks its status and that its
+ * duration is > 0 and inside [t0, now]. */
+static void check_timed(tr_pg_work_t* w, int64_t t0) {
+  PCHECK_RC(tr_pg_work_wait(w, 0));
+  double wall_us = (double)(now_ns() - t0) / 1e3, us = -1;
+  PCHECK_RC(tr_pg_work_duration_us(w, &us));
+  if (!(us > 0 && us <= wall_us))
+    fprintf(stderr, "rank %d: duration %.3f us, wall %.3f us\n", pg_test_rank,
+            us, wall_us);
+  PCHECK(us > 0 && us <= wall_us);
+}
+
+void pg_body_timing(tr_pg_t* world, pg_ctx_t* c) {
+  int n = c->size;
+  tr_tensor_t a = filled(c, 1 << 16, 1), b = filled(c, 1000, 2);
+  tr_pg_work_t* w = NULL;
+  double us = -1;
+  PCHECK(tr_pg_work_duration_us(NULL, &us) == TR_EINVAL);
+  PCHECK(tr_pg_set_op_timing(NULL, 1) == TR_EINVAL);
+
+  /* Off by default (this first op also connects NCCL's peers). */
+  PCHECK_RC(tr_pg_all_reduce(world, &a, TR_PG_SUM, &w));
+  PCHECK_RC(tr_pg_work_wait(w, 0));
+  PCHECK(tr_pg_work_duration_us(w, &us) == TR_EINVAL);
+  PCHECK(us == -1);
+  tr_pg_work_free(w);
+  all_equal(&a, n);
+
+  /* On: single ops of several sizes, the result unchanged. */
+  PCHECK_RC(tr_pg_set_op_timing(world, 1));
+  for (int i = 0; i < 3; i++) {
+    tr_tensor_t* t = i == 1 ? &b : &a;
+    int64_t t0 = now_ns();
+    PCHECK_RC(tr_pg_all_reduce(world, t, TR_PG_SUM, &w));
+    check_timed(w, t0);
+    tr_pg_work_free(w);
+  }
+  all_equal(&a, (double)n * n * n);
+  all_equal(&b, 2.0 * n);
+
+  /* A coalesced batch: one duration for the whole batch. */
+  int64_t t0 = now_ns();
+  PCHECK_RC(tr_pg_coalesce_begin(world));
+  PCHECK_RC(tr_pg_all_reduce(world, &a, TR_PG_MAX, NULL));
+  PCHECK_RC(tr_pg_all_reduce(world, &b, TR_PG_SUM, NULL));
+  PCHECK_RC(tr_pg_coalesce_end(world, &w));
+  check_timed(w, t0);
+  tr_pg_work_free(w);
+  all_equal(&b, 2.0 * n * n);
+
+  /* Pending: rank 0's op cannot complete before every rank issued its
+   * own, and the others issue only after rank 0 has looked. */
+  t0 = now_ns();
+  if (c->rank == 0) {
+    PCHECK_RC(tr_pg_all_reduce(world, &b, TR_PG_MIN, &w));
+    PCHECK(tr_pg_work_duration_us(w, &us) == TR_EAGAIN);
+    PCHECK(tr_pg_work_test(w) == 0);
+    PCHECK_RC(tr_store_client_set(c->store, "timing/looked", "1", 1));
+  } else {
+    store_wait(c, "timing/looked");
+    t0 = now_ns();
+    PCHECK_RC(tr_pg_all_reduce(world, &b, TR_PG_MIN, &w));
+  }
+  check_timed(w, t0);
+  tr_pg_work_free(w);
+
+  /* Off again: ops issued from now on have no duration. */
+  PCHECK_RC(tr_pg_set_op_timing(world, 0));
+  PCHECK_RC(tr_pg_all_reduce(world, &b, TR_PG_SUM, &w));
+  PCHECK_RC(tr_pg_work_wait(w, 0));
+  PCHECK(tr_pg_work_duration_us(w, &us) == TR_EINVAL);
+  tr_pg_work_free(w);
+  all_equal(&b, 2.0 * n * n * n);
+  tr_tensor_release(&a);
+  tr_tensor_release(&b);
+}

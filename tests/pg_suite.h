@@ -73,6 +73,7 @@ void pg_body_async(tr_pg_t* world, pg_ctx_t* ctx);     /* overlap, test, cb */
 void pg_body_timeout(tr_pg_t* world, pg_ctx_t* ctx);   /* 2 ranks */
 void pg_body_die(tr_pg_t* world, pg_ctx_t* ctx);       /* last rank dies */
 void pg_body_hooks(tr_pg_t* world, pg_ctx_t* ctx);     /* recorder hooks */
+void pg_body_timing(tr_pg_t* world, pg_ctx_t* ctx);    /* op durations */
 
 /* Exit status the dying rank of pg_body_die uses. */
 #define PG_DIE_STATUS 3

@@ -369,6 +369,15 @@ int tr_pg_work_on_complete(tr_pg_work_t* w, tr_pg_work_cb cb, void* arg);
 /* Drop the caller's handle. The op goes on if pending. NULL is a no-op. */
 void tr_pg_work_free(tr_pg_work_t* w);
 
+/* Op timing. When on for a group, every op issued on it afterwards measures its
+ * duration: CUDA ops with a start and an end event on the group's stream, CPU ops
+ * with the wall clock on the communication thread. Off by default. */
+int tr_pg_set_op_timing(tr_pg_t* pg, int on);
+/* The op's duration in microseconds once it completed (tr_pg_work_test(w) == 1):
+ * 0 and *us set. TR_EAGAIN while pending; TR_EINVAL when timing was off when the op
+ * was issued or w is NULL. Does not wait, never synchronises a device. */
+int tr_pg_work_duration_us(tr_pg_work_t* w, double* us);
+
 /* ---- flight-recorder hooks ----
  *
  * One set of hooks per process, registered by the flight recorder before
@@ -409,7 +418,10 @@ typedef struct {
                 const int* global_ranks, int n);
   /* An op was issued; returns an id passed to start/complete (any value). */
   int64_t (*enqueue)(void* arg, const tr_pg_record_t* rec);
-  /* The backend began the op (CUDA: its start event was seen complete). */
+  /* The backend began the op. CUDA ops: when a start event recorded before
+   * it is seen complete, if tr_pg_set_cuda_start_events is on or the op is
+   * timed (tr_pg_set_op_timing); otherwise start comes with complete, as
+   * in PyTorch's recorder without TORCH_NCCL_ENABLE_TIMING. */
   void (*start)(void* arg, int64_t id, int64_t time_ns);
   /* The op ended; status 0 or its error (retired without completing). */
   void (*complete)(void* arg, int64_t id, int64_t time_ns, int status);
@@ -421,6 +433,12 @@ typedef struct {
 
 /* Register hooks (copied); NULL unregisters. Call while no op is issued. */
 void tr_pg_set_hooks(const tr_pg_hooks_t* hooks);
+
+/* On: every CUDA op records a start event on the device, so that the start
+ * hook reports when it began there (what a recorder that writes durations
+ * needs; costs an event record, ~1 us of host time, an op). Off (the
+ * default): start comes with complete. Call while no op is issued. */
+void tr_pg_set_cuda_start_events(int on);
 
 #ifdef __cplusplus
 }
