@@ -5,6 +5,7 @@
  * the trainer's seam (trainrun/fsdp2.h). */
 #include "config.h"
 
+#include <math.h> /* NAN */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,10 @@ struct tr_fsdp {
   tr_mesh_t* mesh; /* owned when tr_fsdp_from_config made the groups */
   int64_t syncs;
   tr_fsdp_stats_t stats;
+  /* how the compute waits for the collectives (fsdp2/overlap.c) */
+  tr__fsdp_waits_t waits;
+  int measure;         /* this pass counts in the comm timing (not eval) */
+  int64_t timed_steps; /* tr_fsdp_step_end calls with comm_timing on */
 };
 
 /* ---- options ---- */
@@ -95,6 +100,21 @@ int tr_fsdp_init(const tr_fsdp_opts_t* opts, tr_fsdp_t** out) {
   f->rrep = opts->replicate_pg ? tr_pg_rank(opts->replicate_pg) : 0;
   if (f->o.divide_factor == 0)
     f->o.divide_factor = (double)f->n * (double)f->nrep;
+  /* the host may run this many collectives ahead of the device: two per
+   * group (all-gather and reduce-scatter) over the prefetched groups and
+   * the one computing, plus one group's slack */
+  int rc = tr__fsdp_waits_init(&f->waits, 2 * (opts->prefetch_depth + 2));
+  if (rc == 0 && opts->comm_timing) {
+    rc = tr_pg_set_op_timing(opts->shard_pg, 1);
+    if (rc == 0 && opts->replicate_pg)
+      rc = tr_pg_set_op_timing(opts->replicate_pg, 1);
+  }
+  if (rc < 0) {
+    tr__fsdp_waits_release(&f->waits);
+    free(f);
+    return rc;
+  }
+  f->measure = 1;
   *out = f;
   return 0;
 }
@@ -129,6 +149,16 @@ static int flat_copy(tr_tensor_t* dst, int64_t doff, const tr_tensor_t* src,
   tr_tensor_release(&d);
   tr_tensor_release(&s);
   return rc;
+}
+
+/* The compute (CUDA: its stream; CPU: the host) waits for w, an op of
+ * group g (fsdp2/overlap.c); w is taken. consume 0: nobody reads its
+ * output. */
+static int wait_op(tr_fsdp_t* f, tr_pg_work_t* w, int consume,
+                   const char* what, int g) {
+  return tr__fsdp_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA, consume,
+                       f->o.comm_timing && f->measure, what,
+                       f->groups[g].def.name);
 }
 
 /* The sharded parameter / grad of p, wherever it is now. */
@@ -196,13 +226,9 @@ static int issue_gather(tr_fsdp_t* f, int gi, int prefetch) {
 static int finish_gather(tr_fsdp_t* f, int gi) {
   fsdp_group_t* g = &f->groups[gi];
   const tr__fsdp_group_t* d = &g->def;
-  int rc = tr_pg_work_wait(g->ag, 0);
-  if (rc < 0) {
-    const char* msg = tr_pg_work_error(g->ag);
-    TR_LOG_ERROR(FSDP, "all-gather of group %s: %s", d->name,
-                 msg ? msg : tr_strerror(rc));
-  }
-  tr_pg_work_free(g->ag);
+  /* CUDA: the copy-out below is ordered after the op on the device; the
+   * host goes on (fsdp2/overlap.c says why releasing ag_in is safe) */
+  int rc = wait_op(f, g->ag, 1, "all-gather", gi);
   g->ag = NULL;
   tr_tensor_release(&g->ag_in);
   int64_t S = d->shard_numel, n = f->n;
@@ -250,8 +276,9 @@ static int finish_gather(tr_fsdp_t* f, int gi) {
 static void reshard(tr_fsdp_t* f, int gi) {
   fsdp_group_t* g = &f->groups[gi];
   if (g->state == TR_FSDP_GATHERING) { /* a prefetch nobody used */
-    tr_pg_work_wait(g->ag, 0);
-    tr_pg_work_free(g->ag);
+    /* its work keeps the buffers until it completes; an error surfaces
+     * with the next wait */
+    wait_op(f, g->ag, 0, "all-gather", gi);
     g->ag = NULL;
     tr_tensor_release(&g->ag_in);
     tr_tensor_release(&g->ag_out);
@@ -288,18 +315,6 @@ static int use_group(tr_fsdp_t* f, int b, int dir) {
 }
 
 /* ---- reduce-scatter ---- */
-
-/* Wait for a reduction's work; log a failure. */
-static int wait_logged(tr_fsdp_t* f, tr_pg_work_t* w, const char* what, int g) {
-  int rc = tr_pg_work_wait(w, 0);
-  if (rc < 0) {
-    const char* msg = tr_pg_work_error(w);
-    TR_LOG_ERROR(FSDP, "%s of group %s: %s", what, f->groups[g].def.name,
-                 msg ? msg : tr_strerror(rc));
-  }
-  tr_pg_work_free(w);
-  return rc;
-}
 
 /* Divide the reduced shard out (group g's flat layout) and add it into
  * the sharded grads. */
@@ -338,9 +353,11 @@ static int accumulate(tr_fsdp_t* f, int g, const tr_tensor_t* out) {
  * when done (or failed). */
 static int advance_oldest(tr_fsdp_t* f) {
   fsdp_pending_t* pe = &f->pend[0];
-  int rc = wait_logged(f, pe->w,
-                       pe->stage == 0 ? "reduce-scatter" : "replica all-reduce",
-                       pe->g);
+  /* CUDA: the all-reduce and the accumulation below are ordered after it
+   * on the device */
+  int rc = wait_op(f, pe->w, 1,
+                   pe->stage == 0 ? "reduce-scatter" : "replica all-reduce",
+                   pe->g);
   pe->w = NULL;
   tr_tensor_release(&pe->in);
   if (rc == 0 && pe->stage == 0 && f->nrep > 1) {
@@ -454,13 +471,38 @@ int tr_fsdp_sync_grads(tr_fsdp_t* f) {
   return rc;
 }
 
+int tr_fsdp_step_end(tr_fsdp_t* f) {
+  int rc = tr__fsdp_waits_drain(&f->waits);
+  if (f->o.comm_timing) f->timed_steps++;
+  return rc;
+}
+
+void tr_fsdp_comm_take(tr_fsdp_t* f, tr_fsdp_comm_t* out) {
+  tr__fsdp_waits_t* q = &f->waits;
+  memset(out, 0, sizeof *out);
+  out->steps = f->timed_steps;
+  out->ops = q->ops;
+  out->comm_ms = q->comm_us / 1000.0;
+  out->exposed_ms = q->exposed_us / 1000.0;
+  out->hidden = NAN;
+  if (out->comm_ms > 0) {
+    /* a CPU wait also spans the ops queued before the one waited for, and
+     * a stall its event pair's own overhead: the ratio can pass 1 */
+    double h = 1.0 - out->exposed_ms / out->comm_ms;
+    out->hidden = h < 0 ? 0 : h > 1 ? 1 : h;
+  }
+  f->timed_steps = 0;
+  q->ops = 0;
+  q->comm_us = q->exposed_us = 0;
+}
+
 /* ---- the hooks ---- */
 
 static int hook_pre_forward(void* arg, tr_model_t* m, int b,
                             tr_model_mb_t* mb) {
   (void)m;
-  (void)mb;
   tr_fsdp_t* f = arg;
+  f->measure = !mb->no_grad; /* eval passes stay out of the comm timing */
   return f->whole ? 0 : use_group(f, b, +1);
 }
 
@@ -492,6 +534,7 @@ static int hook_pre_backward(void* arg, tr_model_t* m, int b,
   (void)mb;
   tr_fsdp_t* f = arg;
   int gi = f->plan.block_group[b];
+  f->measure = 1;
   if (f->whole || gi < 0) return 0;
   TR_CHECK(use_group(f, b, -1));
   return grads_on(f, gi);
@@ -584,7 +627,7 @@ int tr_fsdp_gather_full(tr_fsdp_t* f) {
     tr_tensor_release(&g->full); /* the params' views keep it */
   }
   f->whole = 1;
-  return 0;
+  return tr__fsdp_waits_drain(&f->waits);
 }
 
 void tr_fsdp_free(tr_fsdp_t* f) {
@@ -606,6 +649,7 @@ void tr_fsdp_free(tr_fsdp_t* f) {
     tr_tensor_release(&gr->full);
     tr_tensor_release(&gr->gfull);
   }
+  tr__fsdp_waits_release(&f->waits);
   for (int i = 0; i < f->plan.nparams; i++) {
     if (f->sh_data) tr_tensor_release(&f->sh_data[i]);
     if (f->sh_grad) tr_tensor_release(&f->sh_grad[i]);
@@ -670,6 +714,10 @@ static int dist_sum(void* arg, double* vals, int n) {
 static int dist_gather(void* arg, tr_model_t* m) {
   (void)m;
   return tr_fsdp_gather_full(arg);
+}
+
+tr_fsdp_t* tr_fsdp_of_dist(const tr_trainer_dist_t* dist) {
+  return dist && dist->setup_model == dist_setup ? dist->arg : NULL;
 }
 
 void tr_fsdp_dist(tr_fsdp_t* f, tr_trainer_dist_t* dist) {
@@ -741,6 +789,7 @@ int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
   o.divide_factor = 1; /* the trainer scales the loss by the global batch */
   o.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
   o.prefetch_depth = (int)cfg->parallelism.fsdp_prefetch_depth;
+  o.comm_timing = cfg->metrics.comm_overlap;
   tr_mesh_degrees_t d;
   tr_mesh_degrees_from_config(cfg, &d);
   d.keep_size1 = 0; /* no one-rank groups */

@@ -1,12 +1,14 @@
-/* fsdp2/internal.h: what fsdp.c and plan.c share — the layout of a sharded
- * model (groups, each parameter's rows and its place in its group's flat
- * all-gather input), computed from the parameter table alone. */
+/* fsdp2/internal.h: what the files of fsdp2/ share — the layout of a
+ * sharded model (groups, each parameter's rows and its place in its group's
+ * flat all-gather input), computed from the parameter table alone
+ * (plan.c), and how the compute waits for the collectives (overlap.c). */
 #ifndef TRAINRUN_FSDP2_INTERNAL_H
 #define TRAINRUN_FSDP2_INTERNAL_H
 
 #include <stdint.h>
 
 #include "trainrun/model.h"
+#include "trainrun/pg.h"
 
 /* One parameter under sharding over n ranks, seen from rank r. */
 typedef struct {
@@ -42,5 +44,45 @@ typedef struct {
  * is used by blocks of two groups or has no dims; TR_ENOMEM. */
 int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m, int n, int r);
 void tr__fsdp_plan_release(tr__fsdp_plan_t* pl);
+
+/* ---- waiting for the collectives (fsdp2/overlap.c) ---- */
+
+/* A work whose consumer already waits for it on the device, held until
+ * the host sees it complete. */
+typedef struct {
+  tr_pg_work_t* w;
+  const char* what;  /* "all-gather", ... for messages */
+  const char* group; /* its group's name (the plan's storage) */
+  int timed;         /* its duration counts */
+} tr__fsdp_held_t;
+
+typedef struct {
+  int lag;                /* works held at most before the host waits */
+  tr__fsdp_held_t* held;  /* [lag + 1], oldest first */
+  int nheld;
+  void* pairs;            /* CUDA events around the stream waits */
+  int npairs, cappairs;   /* pending, made */
+  /* since the counters were last zeroed by the caller */
+  double comm_us;    /* durations of the timed collectives */
+  double exposed_us; /* time the compute waited for them */
+  int64_t ops;       /* collectives timed */
+} tr__fsdp_waits_t;
+
+int tr__fsdp_waits_init(tr__fsdp_waits_t* q, int lag);
+/* The compute waits for w's op and w is taken (freed now or later). CPU
+ * (cuda 0): the host waits; returns the op's status. CUDA: when consume,
+ * the compute stream and the legacy default stream wait (no host wait)
+ * and the handle is held; consume 0 (an op nobody reads: an unused
+ * prefetch) only holds it. Held works that completed are settled on the
+ * way, and past `lag` held the host waits for the oldest: the error of
+ * any of them is returned (and logged with its what and group). timed:
+ * count the op's duration (its group has op timing on) and the wait. */
+int tr__fsdp_wait(tr__fsdp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
+                  int timed, const char* what, const char* group);
+/* Host-wait for every held work (no device wait once the device has run
+ * the step) and read the complete stall events; the first error. */
+int tr__fsdp_waits_drain(tr__fsdp_waits_t* q);
+/* Drain and free. */
+void tr__fsdp_waits_release(tr__fsdp_waits_t* q);
 
 #endif /* TRAINRUN_FSDP2_INTERNAL_H */

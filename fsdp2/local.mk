@@ -2,7 +2,8 @@
 # Included from the top-level Makefile.am.
 libtrainrun_la_SOURCES += \
 	fsdp2/plan.c \
-	fsdp2/fsdp.c
+	fsdp2/fsdp.c \
+	fsdp2/overlap.c
 noinst_HEADERS += fsdp2/internal.h
 trainruninclude_HEADERS += include/trainrun/fsdp2.h
 

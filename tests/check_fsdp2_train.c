@@ -6,8 +6,11 @@
  * ranks, HSDP 2 x 2 and DDP over 4, and one rank; the losses in
  * metrics.jsonl agree step by step within 1e-5 relative, each run logs the
  * layout it chose, and the weights written at the end match the one-rank
- * run's. `trainrun plan` prints the mesh and the memory table, and exits
- * 2 on a layout that does not fit the world. */
+ * run's. With [metrics] comm_overlap the FSDP run reports its
+ * communication per step and the fraction hidden, on the step line and in
+ * metrics.jsonl, and trains to the same bits. `trainrun plan` prints the
+ * mesh and the memory table, and exits 2 on a layout that does not fit the
+ * world. */
 #include "config.h"
 
 #include <check.h>
@@ -38,17 +41,18 @@ typedef struct {
   const char* replicate;
   const char* shard;
   const char* layout; /* a line the run logs about its layout */
+  const char* extra;  /* one more option, or NULL */
 } layout_t;
 
 static const layout_t layouts[] = {
-    {"one", "1", "4", "1", "-1", NULL},
+    {"one", "1", "4", "1", "-1", NULL, NULL},
     {"fsdp2", "2", "2", "1", "-1",
-     "fsdp: 7 groups over 2 shard ranks x 1 replica"},
+     "fsdp: 7 groups over 2 shard ranks x 1 replica", NULL},
     {"fsdp4", "4", "1", "1", "-1",
-     "fsdp: 7 groups over 4 shard ranks x 1 replica"},
+     "fsdp: 7 groups over 4 shard ranks x 1 replica", NULL},
     {"hsdp", "4", "1", "2", "2",
-     "fsdp: 7 groups over 2 shard ranks x 2 replicas"},
-    {"ddp4", "4", "1", "4", "1", "ddp: "},
+     "fsdp: 7 groups over 2 shard ranks x 2 replicas", NULL},
+    {"ddp4", "4", "1", "4", "1", "ddp: ", NULL},
 };
 
 /* The float32 payload of a safetensors file (header skipped). */
@@ -104,6 +108,7 @@ static void train(const layout_t* l, double* loss, char** w, size_t* wn) {
                "--training.dataset_path",
                data,
                dumparg,
+               (char*)l->extra,
                NULL};
   char* env[] = {"TRAINRUN_LOG_LEVEL=info", "OMP_NUM_THREADS=1",
                  "OPENBLAS_NUM_THREADS=1", NULL};
@@ -117,6 +122,10 @@ static void train(const layout_t* l, double* loss, char** w, size_t* wn) {
   char want[80];
   snprintf(want, sizeof want, "step %d/%d | loss ", STEPS, STEPS);
   ck_assert_msg(strstr(out, want), "%s: stdout:\n%s", l->tag, out);
+  /* the communication figures: on the line exactly when asked for */
+  int timed = l->extra && strstr(l->extra, "comm_overlap=true");
+  ck_assert_msg(!strstr(out, " | comm ") == !timed, "%s: stdout:\n%s", l->tag,
+                out);
   free(out);
   free(err);
   tp_read_losses(dump, loss, STEPS);
@@ -161,6 +170,71 @@ START_TEST(test_equivalence) {
     compare(k);
   free(ref_w);
   ref_w = NULL;
+}
+END_TEST
+
+/* ---- communication overlap ---- */
+
+/* The number after "key": in step's line of dump/metrics.jsonl; NaN when
+ * the line has no such key. */
+static double metric_at(const char* dump, int step, const char* key) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/metrics.jsonl", dump);
+  char* f = tp_slurp(p);
+  char k[64];
+  snprintf(k, sizeof k, "{\"step\":%d,\"loss\":", step);
+  char* at = NULL;
+  for (char* q = f; (q = strstr(q, k)); q++) at = q;
+  ck_assert_msg(at != NULL, "%s has no step %d:\n%s", p, step, f);
+  char* eol = strchr(at, '\n');
+  if (eol) *eol = '\0';
+  snprintf(k, sizeof k, "\"%s\":", key);
+  char* v = strstr(at, k);
+  double x = v ? strtod(v + strlen(k), NULL) : NAN;
+  free(f);
+  return x;
+}
+
+START_TEST(test_comm_overlap) {
+  static const layout_t timed = {"fsdp2_timed", "2", "2", "1", "-1",
+                                 "fsdp: 7 groups over 2 shard ranks",
+                                 "--metrics.comm_overlap=true"};
+  double plain[STEPS], loss[STEPS];
+  char *w0, *w1;
+  size_t n0, n1;
+  train(&layouts[1], plain, &w0, &n0);
+  train(&timed, loss, &w1, &n1);
+  char dump[400];
+  snprintf(dump, sizeof dump, "%s/%s", tp_tmpdir, timed.tag);
+  char plain_dump[400];
+  snprintf(plain_dump, sizeof plain_dump, "%s/%s", tp_tmpdir, layouts[1].tag);
+  double hidden_sum = 0;
+  for (int i = 0; i < STEPS; i++) {
+    /* timing changes nothing the model computes */
+    ck_assert_msg(loss[i] == plain[i], "step %d: loss %.17g, untimed %.17g",
+                  i + 1, loss[i], plain[i]);
+    double comm = metric_at(dump, i + 1, "comm_ms");
+    double exposed = metric_at(dump, i + 1, "comm_exposed_ms");
+    double hidden = metric_at(dump, i + 1, "comm_hidden");
+    ck_assert_msg(comm > 0, "step %d: comm_ms %g", i + 1, comm);
+    ck_assert_msg(exposed >= 0, "step %d: comm_exposed_ms %g", i + 1, exposed);
+    ck_assert_msg(hidden >= 0 && hidden <= 1, "step %d: comm_hidden %g", i + 1,
+                  hidden);
+    /* hidden is what the waits did not cover */
+    double want = 1 - exposed / comm;
+    want = want < 0 ? 0 : want > 1 ? 1 : want;
+    ck_assert_msg(fabs(hidden - want) < 1e-9, "step %d: hidden %g, want %g",
+                  i + 1, hidden, want);
+    hidden_sum += hidden;
+    ck_assert_msg(isnan(metric_at(plain_dump, i + 1, "comm_ms")),
+                  "step %d: an untimed run reports comm_ms", i + 1);
+  }
+  ck_assert_int_eq(n0, n1);
+  ck_assert(memcmp(w0, w1, n0) == 0);
+  fprintf(stderr, "comm overlap: mean hidden fraction %.3f over %d steps\n",
+          hidden_sum / STEPS, STEPS);
+  free(w0);
+  free(w1);
 }
 END_TEST
 
@@ -228,6 +302,7 @@ static Suite* fsdp2_train_suite(void) {
   tcase_add_test(tc, test_plan);
 #ifdef HAVE_GLOO
   tcase_add_test(tc, test_equivalence);
+  tcase_add_test(tc, test_comm_overlap);
 #endif
   suite_add_tcase(s, tc);
   return s;

@@ -105,7 +105,7 @@ int tr_metrics_format(const tr_metrics_t* m, int color, char* buf, size_t cap) {
   format_bytes_pair(m->mem_current, m->mem_peak, mem, sizeof mem);
   tr_metrics_format_duration(m->eta, eta, sizeof eta);
   const char* c0 = color ? C_RESET : "";
-  return snprintf(
+  int n = snprintf(
       buf, cap,
       "%sstep %" PRId64 "/%" PRId64
       "%s | %sloss %.4f%s | %sgrad_norm %.4f%s"
@@ -115,6 +115,18 @@ int tr_metrics_format(const tr_metrics_t* m, int color, char* buf, size_t cap) {
       m->loss, c0, color ? C_YELLOW : "", m->grad_norm, c0, m->lr,
       color ? C_BLUE : "", m->tps, c0, tflops, color ? C_MAGENTA : "", mfu, c0,
       color ? C_CYAN : "", mem, c0, eta);
+  if (n >= 0 && m->comm_ms > 0) { /* FSDP: [metrics] comm_overlap */
+    size_t at = (size_t)n < cap ? (size_t)n : (cap ? cap - 1 : 0);
+    char hid[32];
+    if (isfinite(m->comm_hidden))
+      snprintf(hid, sizeof hid, "%.0f%%", 100.0 * m->comm_hidden);
+    else
+      snprintf(hid, sizeof hid, "n/a");
+    int k = snprintf(cap ? buf + at : NULL, cap - at,
+                     " | comm %.1f ms hidden %s", m->comm_ms, hid);
+    if (k > 0) n += k;
+  }
+  return n;
 }
 
 /* ---- sinks ---- */
@@ -202,14 +214,19 @@ int tr_metrics_log(tr_metrics_logger_t* l, const tr_metrics_t* m,
     json_num(f, "mem_peak_bytes", m->mem_peak < 0 ? NAN : (double)m->mem_peak,
              0);
     json_num(f, "elapsed_s", m->elapsed, 0);
+    if (m->comm_ms > 0) {
+      json_num(f, "comm_ms", m->comm_ms, 0);
+      json_num(f, "comm_exposed_ms", m->comm_exposed_ms, 0);
+      json_num(f, "comm_hidden", m->comm_hidden, 0);
+    }
     json_num(f, "eta_s", m->eta >= 0 ? m->eta : NAN, 1);
     TR_CHECK(jsonl_done(l, err));
   }
   if (l->tb) {
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const char* tags[8] = {"loss_metrics/global_avg_loss", "grad_norm", "lr",
-                           "throughput(tps)"};
-    double vals[8] = {m->loss, m->grad_norm, m->lr, m->tps};
+    const char* tags[11] = {"loss_metrics/global_avg_loss", "grad_norm",
+                            "lr", "throughput(tps)"};
+    double vals[11] = {m->loss, m->grad_norm, m->lr, m->tps};
     size_t n = 4;
     if (isfinite(m->tflops)) {
       tags[n] = "tflops";
@@ -224,6 +241,16 @@ int tr_metrics_log(tr_metrics_logger_t* l, const tr_metrics_t* m,
       vals[n++] = (double)m->mem_current / gib;
       tags[n] = "memory/peak(GiB)";
       vals[n++] = (double)m->mem_peak / gib;
+    }
+    if (m->comm_ms > 0) {
+      tags[n] = "comm/ms_per_step";
+      vals[n++] = m->comm_ms;
+      tags[n] = "comm/exposed_ms_per_step";
+      vals[n++] = m->comm_exposed_ms;
+      if (isfinite(m->comm_hidden)) {
+        tags[n] = "comm/hidden";
+        vals[n++] = m->comm_hidden;
+      }
     }
     TR_CHECK(tr_tb_scalars(l->tb, m->step, 0, n, tags, vals, err));
     TR_CHECK(tr_tb_flush(l->tb, err));

@@ -243,7 +243,9 @@
   X(optimizer, beta2, FLOAT, "0.95", 0, 1, NULL, "Adam beta2.")                \
   X(optimizer, eps, FLOAT, "1e-8", 0, TR_CFG_NOMAX, NULL, "Adam epsilon.")     \
   X(optimizer, weight_decay, FLOAT, "0.1", 0, TR_CFG_NOMAX, NULL,              \
-    "Weight decay.")                                                           \
+    "Weight decay, applied to matrices and embeddings only (as llm.c, "       \
+    "nanoGPT and Hugging Face's Trainer do); norm weights and biases are "    \
+    "not decayed. torchtitan decays every parameter.")                        \
   X(optimizer, implementation, ENUM, "fused", 0, 0, "for-loop|foreach|fused",  \
     "Update kernel: one per tensor (for-loop, foreach) or one fused "         \
     "multi-tensor kernel (fused).")                                            \
@@ -281,7 +283,11 @@
   X(metrics, enable_jsonl, BOOL, "true", 0, 0, NULL,                           \
     "trainrun: write one JSON object per logged step.")                        \
   X(metrics, save_jsonl_file, STR, "metrics.jsonl", 0, 0, NULL,                \
-    "trainrun: JSONL file inside dump_folder.")
+    "trainrun: JSONL file inside dump_folder.")                                \
+  X(metrics, comm_overlap, BOOL, "false", 0, 0, NULL,                          \
+    "trainrun: time FSDP's collectives and the compute's waits for them; "     \
+    "the step line, JSONL and TensorBoard get the communication time per "     \
+    "step and the fraction hidden behind compute.")
 
 #define TR_CONFIG_KEYS_comm(X)                                                 \
   X(comm, init_timeout_seconds, INT, "300", 1, TR_CFG_NOMAX, NULL,             \

@@ -129,6 +129,10 @@ typedef struct {
   double divide_factor;
   /* > 0: the groups' timeout once the first gradient sync completed. */
   int64_t train_timeout_ms;
+  /* 1: time the collectives and the compute's waits for them (op timing
+   * on the groups; CUDA events around the stream waits); read with
+   * tr_fsdp_comm_take. [metrics] comm_overlap. */
+  int comm_timing;
 } tr_fsdp_opts_t;
 
 /* Fill opts with the defaults above (no groups). */
@@ -154,8 +158,49 @@ int tr_fsdp_shard_model(tr_fsdp_t* f, tr_model_t* m);
 
 /* Complete every reduction in flight: afterwards each parameter's grad is
  * its shard of the reduced gradient (summed over every backward since the
- * grads were zeroed). */
+ * grads were zeroed). On CUDA "afterwards" is in the device's order: the
+ * legacy default stream and the kernels' stream wait for the reductions,
+ * the host does not (as for every FSDP wait there; see below). */
 int tr_fsdp_sync_grads(tr_fsdp_t* f);
+
+/* Waiting on CUDA. The compute never holds the host up for a collective:
+ * the legacy default stream (where tensors are copied and freed) and the
+ * kernels' stream (tr_kern_get_stream) wait for the op's completion event,
+ * and the host keeps launching. The work handles are held until the host
+ * sees them complete — at the latest when the host runs 2 x
+ * (prefetch_depth + 2) collectives ahead of the device, which bounds the
+ * memory the ops in flight keep — and a failed op's error comes out of
+ * the hook, tr_fsdp_sync_grads or tr_fsdp_step_end that settles it. On the
+ * CPU the host waits, as the compute runs on it. */
+
+/* Call once per optimizer step after the step's device synchronisation
+ * (the trainer does after reading the loss and the norm): settles the
+ * collectives still held — no wait then, the device has run them — and
+ * reads the comm timing's events. Returns the first error among them.
+ * Without it the held works are settled as later ones are issued. */
+int tr_fsdp_step_end(tr_fsdp_t* f);
+
+/* Communication overlap (opts.comm_timing): totals since the last take. */
+typedef struct {
+  int64_t steps;     /* tr_fsdp_step_end calls */
+  int64_t ops;       /* collectives timed: all-gathers, reduce-scatters,
+                        replica all-reduces of training passes */
+  double comm_ms;    /* the sum of their durations (each from its start on
+                        the communication stream or thread to its end) */
+  double exposed_ms; /* how long the compute waited for them: CUDA, the
+                        kernels' stream between events around each stream
+                        wait; CPU, the host inside each wait */
+  double hidden;     /* 1 - exposed / comm, within [0, 1]; NaN when
+                        nothing was timed */
+} tr_fsdp_comm_t;
+
+/* Fill *out with the totals since the last call (or since f was made) and
+ * start new ones. All zero (hidden NaN) when comm_timing is off. */
+void tr_fsdp_comm_take(tr_fsdp_t* f, tr_fsdp_comm_t* out);
+
+/* The FSDP layer behind a trainer's seams filled by tr_fsdp_dist, or NULL
+ * (one rank, DDP). */
+tr_fsdp_t* tr_fsdp_of_dist(const tr_trainer_dist_t* dist);
 
 /* Sum n doubles over the data-parallel ranks (shard, then replicate
  * group), in rank order in double precision: every rank gets the same
@@ -171,7 +216,8 @@ int tr_fsdp_gather_full(tr_fsdp_t* f);
  * job over world: the mesh of cfg's [parallelism] degrees (dtensor.h; its
  * dp_shard and dp_replicate groups, owned by *out), reshard_after_forward
  * and prefetch_depth from [parallelism] fsdp_reshard_after_forward and
- * fsdp_prefetch_depth, reduce_dtype from
+ * fsdp_prefetch_depth, comm_timing from [metrics] comm_overlap,
+ * reduce_dtype from
  * [training] mixed_precision_reduce, divide factor 1 (the trainer scales
  * the loss by the global batch), the [comm] train timeout. Collective over
  * world. TR_ECONFIG (message in err) for bad values or a shard degree of

@@ -10,11 +10,16 @@
  * flops_per_token × tok/s (torchtitan's count), MFU is that over the
  * device's dense bf16 peak, and "n/a" where no peak is known (CPU, unknown
  * GPUs: never a guess). mem is this process's current/peak tensor memory
- * (trainrun/tensor.h's allocator counters).
+ * (trainrun/tensor.h's allocator counters). With [metrics] comm_overlap
+ * on, FSDP runs end the line with "| comm 31.2 ms hidden 87%": the summed
+ * durations of a step's FSDP collectives and the share of that time the
+ * compute did not wait for (trainrun/fsdp2.h, tr_fsdp_comm_t).
  *
  * JSONL: one object per logged step, keys step, loss, grad_norm, lr, tps,
  * tflops, mfu, mem_current_bytes, mem_peak_bytes, elapsed_s, eta_s (null
- * where not applicable), and per validation {"step", "val_loss",
+ * where not applicable), then, when measured, comm_ms, comm_exposed_ms and
+ * comm_hidden (TensorBoard: comm/ms_per_step, comm/exposed_ms_per_step,
+ * comm/hidden), and per validation {"step", "val_loss",
  * "val_tokens"}.
  *
  * TensorBoard: a file events.out.tfevents.<time>.<host>.<pid>.<n> of
@@ -84,6 +89,10 @@ typedef struct {
   int64_t mem_current, mem_peak; /* bytes; < 0: n/a */
   double elapsed;                /* seconds since training started */
   double eta;                    /* seconds left; < 0 or NaN: n/a */
+  /* FSDP's communication per step ([metrics] comm_overlap): the
+   * collectives' summed durations, the compute's waits for them, and the
+   * fraction hidden (0..1). comm_ms <= 0 or NaN: not measured (left out). */
+  double comm_ms, comm_exposed_ms, comm_hidden;
 } tr_metrics_t;
 
 /* The console line (no newline) into buf; color adds ANSI colors. Returns

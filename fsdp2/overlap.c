@@ -1,0 +1,209 @@
+/* fsdp2/overlap.c: how the compute waits for FSDP's collectives — the
+ * host on the CPU; on CUDA the compute stream, with the work handles held
+ * until the host sees them complete (errors, a bounded lead of the host
+ * over the device) — and the optional timing of both sides: the
+ * collectives' durations and how long the compute waited for them. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h" /* tr__now */
+#include "fsdp2/internal.h"
+#include "trainrun/error.h"
+#include "trainrun/kernels.h" /* the compute stream */
+#include "trainrun/log.h"
+#ifdef HAVE_CUDA
+#include <cuda_runtime_api.h> /* events around the stream waits */
+#endif
+
+/* A pair of events around one stream wait; the stall is their elapsed
+ * time. */
+typedef struct {
+#ifdef HAVE_CUDA
+  cudaEvent_t before, after;
+#else
+  int unused;
+#endif
+} stall_pair_t;
+
+/* Stall pairs held before the oldest complete ones are read on the way
+ * (tr__fsdp_waits_drain reads them all). */
+enum { PAIRS_SOFT_CAP = 512 };
+
+int tr__fsdp_waits_init(tr__fsdp_waits_t* q, int lag) {
+  memset(q, 0, sizeof *q);
+  q->lag = lag > 0 ? lag : 1;
+  q->held = calloc((size_t)q->lag + 1, sizeof *q->held);
+  return q->held ? 0 : TR_ENOMEM;
+}
+
+/* The end of a completed op's life: its status logged when it failed, its
+ * duration counted, the handle freed. */
+static int settle(tr__fsdp_waits_t* q, const tr__fsdp_held_t* h, int rc) {
+  if (rc < 0) {
+    const char* msg = tr_pg_work_error(h->w);
+    TR_LOG_ERROR(FSDP, "%s of group %s: %s", h->what, h->group,
+                 msg ? msg : tr_strerror(rc));
+  }
+  double us;
+  if (h->timed && rc == 0 && tr_pg_work_duration_us(h->w, &us) == 0) {
+    q->comm_us += us;
+    q->ops++;
+  }
+  tr_pg_work_free(h->w);
+  return rc;
+}
+
+/* Wait (host) for the oldest held work and settle it. */
+static int pop_oldest(tr__fsdp_waits_t* q) {
+  tr__fsdp_held_t h = q->held[0];
+  memmove(&q->held[0], &q->held[1], sizeof h * (size_t)(q->nheld - 1));
+  q->nheld--;
+  return settle(q, &h, tr_pg_work_wait(h.w, 0));
+}
+
+#ifdef HAVE_CUDA
+/* Read the complete stall pairs, oldest first, without waiting (all of
+ * them when all): the elapsed times go into exposed_us and the events are
+ * kept for reuse. */
+static void read_stalls(tr__fsdp_waits_t* q) {
+  stall_pair_t* p = q->pairs;
+  int done = 0;
+  while (done < q->npairs && cudaEventQuery(p[done].after) == cudaSuccess) {
+    float ms = 0;
+    /* a record that failed leaves an older one: a negative span, skipped */
+    if (cudaEventElapsedTime(&ms, p[done].before, p[done].after) ==
+            cudaSuccess &&
+        ms > 0)
+      q->exposed_us += (double)ms * 1000.0;
+    done++;
+  }
+  cudaGetLastError(); /* a NotReady query is no error */
+  if (done == 0) return;
+  /* rotate the read pairs behind the pending ones */
+  stall_pair_t tmp[64];
+  while (done > 0) {
+    int k = done < 64 ? done : 64;
+    memcpy(tmp, p, sizeof *p * (size_t)k);
+    memmove(p, p + k, sizeof *p * (size_t)(q->npairs - k));
+    memcpy(p + q->npairs - k, tmp, sizeof *p * (size_t)k);
+    q->npairs -= k;
+    done -= k;
+  }
+}
+
+/* The next free pair of events (made on first use); NULL when CUDA cannot
+ * make one (that wait goes untimed). */
+static stall_pair_t* next_pair(tr__fsdp_waits_t* q) {
+  if (q->npairs >= PAIRS_SOFT_CAP) read_stalls(q);
+  if (q->npairs == q->cappairs) {
+    int cap = q->cappairs ? 2 * q->cappairs : 64;
+    stall_pair_t* p = realloc(q->pairs, sizeof *p * (size_t)cap);
+    if (!p) return NULL;
+    q->pairs = p;
+    for (int i = q->cappairs; i < cap; i++) {
+      if (cudaEventCreate(&p[i].before) != cudaSuccess) {
+        cudaGetLastError();
+        q->cappairs = i;
+        return NULL;
+      }
+      if (cudaEventCreate(&p[i].after) != cudaSuccess) {
+        cudaEventDestroy(p[i].before);
+        cudaGetLastError();
+        q->cappairs = i;
+        return NULL;
+      }
+    }
+    q->cappairs = cap;
+  }
+  return &((stall_pair_t*)q->pairs)[q->npairs++];
+}
+#endif
+
+/* Buffer lifetimes on CUDA, why releasing them right after a stream wait
+ * is safe. Device memory comes from the device's stream-ordered pool,
+ * allocated and freed on the legacy default stream (core/cuda.cu:
+ * cudaMallocAsync / cudaFreeAsync on stream 0; core/mem.c keeps no cache
+ * of its own). NCCL runs the op on its group's stream after an event
+ * recorded on the group's user stream when the op was issued (the legacy
+ * stream: nobody sets another), so it sees what the default stream wrote
+ * before. The op's work keeps references to its tensors (collectives/
+ * work.c releases them when the last handle is dropped), so a buffer goes
+ * back to the pool by whichever drops the last reference:
+ *  - the work, when it is retired: a host thread saw the op's done event
+ *    complete, so cudaFreeAsync comes after the op;
+ *  - FSDP (tr_tensor_release after this wait): the free is enqueued on
+ *    the legacy stream after its wait for the op's done event, so the pool
+ *    hands the block out again only to work ordered after the op (other
+ *    streams get it only once the free is known complete, or with a
+ *    dependency the pool adds).
+ * Either way no input is reused and no output freed while the op runs.
+ * The compute (the kernels' stream, tr_kern_get_stream: the legacy stream
+ * unless someone set one) waits too; the tensor copies FSDP makes (copy-
+ * out, grad layout) run on the legacy stream, which is why that one always
+ * waits. */
+int tr__fsdp_wait(tr__fsdp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
+                  int timed, const char* what, const char* group) {
+  tr__fsdp_held_t h = {.w = w, .what = what, .group = group, .timed = timed};
+  if (!cuda) {
+    double t0 = timed ? tr__now() : 0;
+    int rc = tr_pg_work_wait(w, 0);
+    if (timed) q->exposed_us += (tr__now() - t0) * 1e6;
+    return settle(q, &h, rc);
+  }
+#ifdef HAVE_CUDA
+  int rc = 0;
+  if (consume) {
+    void* ks = tr_kern_get_stream();
+    stall_pair_t* sp = timed ? next_pair(q) : NULL;
+    if (sp && cudaEventRecord(sp->before, (cudaStream_t)ks) != cudaSuccess) {
+      cudaGetLastError();
+      q->npairs--; /* this wait goes untimed */
+      sp = NULL;
+    }
+    rc = tr_pg_work_wait_stream(w, NULL);
+    if (rc == 0 && ks) rc = tr_pg_work_wait_stream(w, ks);
+    if (sp) cudaEventRecord(sp->after, (cudaStream_t)ks);
+  }
+  if (rc < 0) return settle(q, &h, rc);
+  /* held until the host sees it complete: the ones done already leave
+   * now; past the lag the host waits for the oldest, which the device
+   * finished long ago unless communication is what holds it up */
+  q->held[q->nheld++] = h;
+  while (rc == 0 && q->nheld > 0 && tr_pg_work_test(q->held[0].w) == 1)
+    rc = pop_oldest(q);
+  while (rc == 0 && q->nheld > q->lag) rc = pop_oldest(q);
+  return rc;
+#else
+  (void)consume;
+  return settle(q, &h, tr_pg_work_wait(w, 0));
+#endif
+}
+
+int tr__fsdp_waits_drain(tr__fsdp_waits_t* q) {
+  int rc = 0;
+  while (q->nheld > 0) {
+    int r2 = pop_oldest(q);
+    if (rc == 0) rc = r2;
+  }
+#ifdef HAVE_CUDA
+  if (q->npairs > 0) read_stalls(q);
+#endif
+  return rc;
+}
+
+void tr__fsdp_waits_release(tr__fsdp_waits_t* q) {
+  tr__fsdp_waits_drain(q);
+#ifdef HAVE_CUDA
+  stall_pair_t* p = q->pairs;
+  for (int i = 0; i < q->cappairs; i++) {
+    cudaEventDestroy(p[i].before);
+    cudaEventDestroy(p[i].after);
+  }
+  cudaGetLastError();
+#endif
+  free(q->pairs);
+  free(q->held);
+  memset(q, 0, sizeof *q);
+}
