@@ -267,6 +267,44 @@ int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
                             bias ? CF(bias) : NULL, N, (int)C, eps);
 }
 
+/* resid = a + b, then out = layernorm(resid): one pass where the table has
+ * the fused entry, else the two ops (a table filled before it existed) */
+int tr_kern_residual_layernorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
+                                   tr_tensor_t* mean, tr_tensor_t* rstd,
+                                   const tr_tensor_t* a, const tr_tensor_t* b,
+                                   const tr_tensor_t* weight,
+                                   const tr_tensor_t* bias, float eps) {
+  chk_t c = {.op = "residual_layernorm_fwd"};
+  int rc = 0;
+  TR_CHECK(act(&c, resid, "resid", 1));
+  TR_CHECK(act(&c, out, "out", 1));
+  TR_CHECK(arg(&c, mean, "mean", TR_F32, 1));
+  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
+  TR_CHECK(act(&c, a, "a", 1));
+  TR_CHECK(act(&c, b, "b", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  TR_CHECK(opt_act(&c, bias, "bias"));
+  int64_t N = rows(a), C = last_dim(a);
+  if (!same_rows(b, a)) return bad(c.op, "b", b, "expected a's");
+  if (!same_rows(resid, a)) return bad(c.op, "resid", resid, "expected a's");
+  if (!same_rows(out, a)) return bad(c.op, "out", out, "expected a's");
+  if (tr_tensor_numel(mean) != N || tr_tensor_numel(rstd) != N)
+    return bad(c.op, "mean", mean, "expected N rows");
+  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
+  if (bias && !is_vec(bias, C)) return bad(c.op, "bias", bias, "expected [C]");
+  if (!fits_int(C)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  if (!ops->residual_layernorm_fwd) {
+    TR_CHECK(ops->add(F(resid), CF(a), CF(b), N * C));
+    return ops->layernorm_fwd(F(out), F(mean), F(rstd), CF(resid), CF(weight),
+                              bias ? CF(bias) : NULL, N, (int)C, eps);
+  }
+  return ops->residual_layernorm_fwd(F(resid), F(out), F(mean), F(rstd), CF(a),
+                                     CF(b), CF(weight), bias ? CF(bias) : NULL,
+                                     N, (int)C, eps);
+}
+
 int tr_kern_layernorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                           tr_tensor_t* dbias, const tr_tensor_t* dout,
                           const tr_tensor_t* inp, const tr_tensor_t* weight,
@@ -316,6 +354,37 @@ int tr_kern_rmsnorm_fwd(tr_tensor_t* out, tr_tensor_t* rstd,
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->rmsnorm_fwd(F(out), F(rstd), CF(inp), CF(weight), N, (int)C, eps);
+}
+
+int tr_kern_residual_rmsnorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
+                                 tr_tensor_t* rstd, const tr_tensor_t* a,
+                                 const tr_tensor_t* b,
+                                 const tr_tensor_t* weight, float eps) {
+  chk_t c = {.op = "residual_rmsnorm_fwd"};
+  int rc = 0;
+  TR_CHECK(act(&c, resid, "resid", 1));
+  TR_CHECK(act(&c, out, "out", 1));
+  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
+  TR_CHECK(act(&c, a, "a", 1));
+  TR_CHECK(act(&c, b, "b", 1));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  int64_t N = rows(a), C = last_dim(a);
+  if (!same_rows(b, a)) return bad(c.op, "b", b, "expected a's");
+  if (!same_rows(resid, a)) return bad(c.op, "resid", resid, "expected a's");
+  if (!same_rows(out, a)) return bad(c.op, "out", out, "expected a's");
+  if (tr_tensor_numel(rstd) != N)
+    return bad(c.op, "rstd", rstd, "expected N rows");
+  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
+  if (!fits_int(C)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  if (!ops->residual_rmsnorm_fwd) {
+    TR_CHECK(ops->add(F(resid), CF(a), CF(b), N * C));
+    return ops->rmsnorm_fwd(F(out), F(rstd), CF(resid), CF(weight), N, (int)C,
+                            eps);
+  }
+  return ops->residual_rmsnorm_fwd(F(resid), F(out), F(rstd), CF(a), CF(b),
+                                   CF(weight), N, (int)C, eps);
 }
 
 int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
@@ -371,10 +440,11 @@ int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
                          (int)IC, (int)OC, ldo);
 }
 
-int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
-                       tr_tensor_t* dbias, const tr_tensor_t* dout,
-                       const tr_tensor_t* inp, const tr_tensor_t* weight) {
-  chk_t c = {.op = "linear_bwd"};
+static int linear_bwd(const char* op, int write, tr_tensor_t* dinp,
+                      tr_tensor_t* dweight, tr_tensor_t* dbias,
+                      const tr_tensor_t* dout, const tr_tensor_t* inp,
+                      const tr_tensor_t* weight) {
+  chk_t c = {.op = op};
   int rc = 0;
   TR_CHECK(opt_act(&c, dinp, "dinp"));
   TR_CHECK(opt(&c, dweight, "dweight", TR_F32));
@@ -398,8 +468,27 @@ int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
     return bad(c.op, "dbias", dbias, "expected [OC]");
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
+  if (write && dinp && ops->linear_bwd_write)
+    return ops->linear_bwd_write(F(dinp), OF(dweight), OF(dbias), CF(dout),
+                                 CF(inp), CF(weight), N, (int)IC, (int)OC, ldd);
+  if (write && dinp) /* a table without the entry: zero, then accumulate */
+    TR_CHECK(ops->zero(F(dinp), tr_tensor_numel(dinp)));
   return ops->linear_bwd(OF(dinp), OF(dweight), OF(dbias), CF(dout), CF(inp),
                          CF(weight), N, (int)IC, (int)OC, ldd);
+}
+
+int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                       tr_tensor_t* dbias, const tr_tensor_t* dout,
+                       const tr_tensor_t* inp, const tr_tensor_t* weight) {
+  return linear_bwd("linear_bwd", 0, dinp, dweight, dbias, dout, inp, weight);
+}
+
+int tr_kern_linear_bwd_write(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                             tr_tensor_t* dbias, const tr_tensor_t* dout,
+                             const tr_tensor_t* inp,
+                             const tr_tensor_t* weight) {
+  return linear_bwd("linear_bwd_write", 1, dinp, dweight, dbias, dout, inp,
+                    weight);
 }
 
 int tr_kern_linear_gelu_fwd(tr_tensor_t* out, tr_tensor_t* pre,
@@ -640,10 +729,10 @@ int tr_kern_swiglu_fwd(tr_tensor_t* out, const tr_tensor_t* gate,
   return ops->swiglu_fwd(F(out), CF(gate), CF(up), n);
 }
 
-int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
-                       const tr_tensor_t* dout, const tr_tensor_t* gate,
-                       const tr_tensor_t* up) {
-  chk_t c = {.op = "swiglu_bwd"};
+static int swiglu_bwd(const char* op, int write, tr_tensor_t* dgate,
+                      tr_tensor_t* dup, const tr_tensor_t* dout,
+                      const tr_tensor_t* gate, const tr_tensor_t* up) {
+  chk_t c = {.op = op};
   int rc = 0;
   TR_CHECK(act(&c, dgate, "dgate", 1));
   TR_CHECK(act(&c, dup, "dup", 1));
@@ -656,15 +745,35 @@ int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
     return bad(c.op, "dout", dout, "expected gate's size");
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
+  if (write && ops->swiglu_bwd_write)
+    return ops->swiglu_bwd_write(F(dgate), F(dup), CF(dout), CF(gate), CF(up),
+                                 n);
+  if (write) { /* a table without the entry: zero, then accumulate */
+    TR_CHECK(ops->zero(F(dgate), n));
+    TR_CHECK(ops->zero(F(dup), n));
+  }
   return ops->swiglu_bwd(F(dgate), F(dup), CF(dout), CF(gate), CF(up), n);
+}
+
+int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
+                       const tr_tensor_t* dout, const tr_tensor_t* gate,
+                       const tr_tensor_t* up) {
+  return swiglu_bwd("swiglu_bwd", 0, dgate, dup, dout, gate, up);
+}
+
+int tr_kern_swiglu_bwd_write(tr_tensor_t* dgate, tr_tensor_t* dup,
+                             const tr_tensor_t* dout, const tr_tensor_t* gate,
+                             const tr_tensor_t* up) {
+  return swiglu_bwd("swiglu_bwd_write", 1, dgate, dup, dout, gate, up);
 }
 
 /* ---- cross-entropy ---- */
 
 /* The checks of the forward and the fused forward+backward. */
-static int xent_args(chk_t* c, const tr_tensor_t* losses, const tr_tensor_t* lse,
-                     const tr_tensor_t* logits, const tr_tensor_t* targets,
-                     int64_t* N, int64_t* V, int64_t* ld) {
+static int xent_args(chk_t* c, const tr_tensor_t* losses,
+                     const tr_tensor_t* lse, const tr_tensor_t* logits,
+                     const tr_tensor_t* targets, int64_t* N, int64_t* V,
+                     int64_t* ld) {
   TR_CHECK(arg(c, losses, "losses", TR_F32, 1));
   TR_CHECK(arg(c, lse, "lse", TR_F32, 1));
   TR_CHECK(act(c, logits, "logits", 0));

@@ -69,16 +69,17 @@ int tr__gpt2_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr_kern_linear_fwd(&proj, &s->atty, W(m, blk, G_PROJ_W),
                                    W(m, blk, G_PROJ_B)),
                 rc, fail);
-  TR_CHECK_GOTO(tr_kern_add(&proj, &proj, &s->x), rc, fail);
-  tr_tensor_view(&s->x2, &proj);
-  /* MLP branch */
+  /* MLP branch: x2 = proj + x (in place in proj) and ln2(x2) in one pass;
+   * the bits of tr_kern_add then tr_kern_layernorm_fwd, which the
+   * recomputations (layer_refill, recompute.c) run */
   TR_CHECK_GOTO(tr__act(m, &s->ln2, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->ln2_mean, N), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->ln2_rstd, N), rc, fail);
-  TR_CHECK_GOTO(tr_kern_layernorm_fwd(&s->ln2, &s->ln2_mean, &s->ln2_rstd,
-                                      &s->x2, W(m, blk, G_LN2_W),
-                                      W(m, blk, G_LN2_B), c->norm_eps),
+  TR_CHECK_GOTO(tr_kern_residual_layernorm_fwd(
+                    &proj, &s->ln2, &s->ln2_mean, &s->ln2_rstd, &proj, &s->x,
+                    W(m, blk, G_LN2_W), W(m, blk, G_LN2_B), c->norm_eps),
                 rc, fail);
+  tr_tensor_view(&s->x2, &proj);
   TR_CHECK_GOTO(tr__act(m, &s->fc, B, T, c->ffn_dim), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->gelu, B, T, c->ffn_dim), rc, fail);
   if (m->ac_mode == TR_AC_OPS) {
@@ -135,10 +136,12 @@ int tr__gpt2_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
       tr_kern_linear_dgelu_bwd(&dfc, G(m, blk, G_FCP_W), G(m, blk, G_FCP_B),
                                dres, &s->gelu, W(m, blk, G_FCP_W), &s->fc),
       rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dsmall, B, T, C), rc, out);
+  /* d(ln2), d(atty), d(ln1) in turn: each written whole by the first
+   * GEMM into it (linear_bwd_write), no zeroing pass */
+  TR_CHECK_GOTO(tr__act(m, &dsmall, B, T, C), rc, out);
   TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dsmall, G(m, blk, G_FC_W), G(m, blk, G_FC_B), &dfc,
-                         &s->ln2, W(m, blk, G_FC_W)),
+      tr_kern_linear_bwd_write(&dsmall, G(m, blk, G_FC_W), G(m, blk, G_FC_B),
+                               &dfc, &s->ln2, W(m, blk, G_FC_W)),
       rc, out);
   tr_tensor_release(&dfc);
   TR_CHECK_GOTO(tr_kern_layernorm_bwd(
@@ -146,22 +149,22 @@ int tr__gpt2_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
                     &s->x2, W(m, blk, G_LN2_W), &s->ln2_mean, &s->ln2_rstd),
                 rc, out);
   /* attention branch: x2 = x + proj(attn(qkv(ln1(x)))) */
-  TR_CHECK_GOTO(tr_kern_zero(&dsmall), rc, out); /* now d(atty) */
-  TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dsmall, G(m, blk, G_PROJ_W), G(m, blk, G_PROJ_B),
-                         dres, &s->atty, W(m, blk, G_PROJ_W)),
-      rc, out);
+  TR_CHECK_GOTO(/* dsmall is now d(atty) */
+                tr_kern_linear_bwd_write(&dsmall, G(m, blk, G_PROJ_W),
+                                         G(m, blk, G_PROJ_B), dres, &s->atty,
+                                         W(m, blk, G_PROJ_W)),
+                rc, out);
   TR_CHECK_GOTO(tr__act(m, &dqkv, B, T, 3 * (int64_t)C), rc, out); /* set */
   TR_CHECK_GOTO(qkv_views(&s->qkv, C, &q, &k, &v), rc, out);
   TR_CHECK_GOTO(qkv_views(&dqkv, C, &dq, &dk, &dv), rc, out);
   TR_CHECK_GOTO(tr_kern_attention_bwd(&dq, &dk, &dv, &dsmall, &q, &k, &v,
                                       &s->atty, &s->lse, H, H),
                 rc, out);
-  TR_CHECK_GOTO(tr_kern_zero(&dsmall), rc, out); /* now d(ln1) */
-  TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dsmall, G(m, blk, G_QKV_W), G(m, blk, G_QKV_B), &dqkv,
-                         &s->ln1, W(m, blk, G_QKV_W)),
-      rc, out);
+  TR_CHECK_GOTO(/* dsmall is now d(ln1) */
+                tr_kern_linear_bwd_write(&dsmall, G(m, blk, G_QKV_W),
+                                         G(m, blk, G_QKV_B), &dqkv, &s->ln1,
+                                         W(m, blk, G_QKV_W)),
+                rc, out);
   TR_CHECK_GOTO(tr_kern_layernorm_bwd(
                     dres, G(m, blk, G_LN1_W), G(m, blk, G_LN1_B), &dsmall,
                     &s->x, W(m, blk, G_LN1_W), &s->ln1_mean, &s->ln1_rstd),
@@ -199,9 +202,9 @@ int tr__gpt2_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
   }
   if (!s->ln2.storage) {
     TR_CHECK(tr__act(m, &s->ln2, B, T, C));
-    TR_CHECK(tr_kern_layernorm_fwd(&s->ln2, &s->ln2_mean, &s->ln2_rstd,
-                                   &s->x2, W(m, blk, G_LN2_W),
-                                   W(m, blk, G_LN2_B), c->norm_eps));
+    TR_CHECK(tr_kern_layernorm_fwd(&s->ln2, &s->ln2_mean, &s->ln2_rstd, &s->x2,
+                                   W(m, blk, G_LN2_W), W(m, blk, G_LN2_B),
+                                   c->norm_eps));
   }
   if (!s->gelu.storage) {
     /* in this mode the forward ran gelu_fwd on fc too (not the fused

@@ -95,14 +95,16 @@ int tr__llama_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr_kern_linear_fwd(&o, &s->atty, W(m, blk, L_WO), NULL), rc,
                 fail);
   TR_CHECK_GOTO(tp(m, TR_TP_FWD_OUT, &o), rc, fail);
-  TR_CHECK_GOTO(tr_kern_add(&o, &o, &s->x), rc, fail);
-  tr_tensor_view(&s->x2, &o);
-  /* MLP branch */
+  /* MLP branch: x2 = o + x (in place in o) and ffn_norm(x2) in one pass;
+   * the bits of tr_kern_add then tr_kern_rmsnorm_fwd, which the
+   * recomputations (layer_refill, recompute.c) run */
   TR_CHECK_GOTO(tr__act(m, &s->h2, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->rstd2, N), rc, fail);
-  TR_CHECK_GOTO(tr_kern_rmsnorm_fwd(&s->h2, &s->rstd2, &s->x2,
-                                    W(m, blk, L_FFN_NORM), c->norm_eps),
-                rc, fail);
+  TR_CHECK_GOTO(
+      tr_kern_residual_rmsnorm_fwd(&o, &s->h2, &s->rstd2, &o, &s->x,
+                                   W(m, blk, L_FFN_NORM), c->norm_eps),
+      rc, fail);
+  tr_tensor_view(&s->x2, &o);
   TR_CHECK_GOTO(tr__act(m, &s->g, B, T, d.F), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->u, B, T, d.F), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->sw, B, T, d.F), rc, fail);
@@ -145,17 +147,20 @@ int tr__llama_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
   int rc;
   TR_CHECK_GOTO(local_dims(m, blk, &d), rc, out);
   /* MLP branch: x3 = x2 + w2(silu(w1 h2) * w3 h2), h2 = ffn_norm(x2) */
-  TR_CHECK_GOTO(tr__act_zeros(m, &dsw, B, T, d.F), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd(&dsw, G(m, blk, L_W2), NULL, dres, &s->sw,
-                                   W(m, blk, L_W2)),
+  /* each input gradient is written whole by its first writer
+   * (linear_bwd_write, swiglu_bwd_write): no zeroing pass */
+  TR_CHECK_GOTO(tr__act(m, &dsw, B, T, d.F), rc, out);
+  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dsw, G(m, blk, L_W2), NULL, dres,
+                                         &s->sw, W(m, blk, L_W2)),
                 rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dg, B, T, d.F), rc, out);
-  TR_CHECK_GOTO(tr__act_zeros(m, &du, B, T, d.F), rc, out);
-  TR_CHECK_GOTO(tr_kern_swiglu_bwd(&dg, &du, &dsw, &s->g, &s->u), rc, out);
+  TR_CHECK_GOTO(tr__act(m, &dg, B, T, d.F), rc, out);
+  TR_CHECK_GOTO(tr__act(m, &du, B, T, d.F), rc, out);
+  TR_CHECK_GOTO(tr_kern_swiglu_bwd_write(&dg, &du, &dsw, &s->g, &s->u), rc,
+                out);
   tr_tensor_release(&dsw);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dh, B, T, C), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd(&dh, G(m, blk, L_W1), NULL, &dg, &s->h2,
-                                   W(m, blk, L_W1)),
+  TR_CHECK_GOTO(tr__act(m, &dh, B, T, C), rc, out);
+  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dh, G(m, blk, L_W1), NULL, &dg,
+                                         &s->h2, W(m, blk, L_W1)),
                 rc, out);
   TR_CHECK_GOTO(tr_kern_linear_bwd(&dh, G(m, blk, L_W3), NULL, &du, &s->h2,
                                    W(m, blk, L_W3)),
@@ -167,9 +172,9 @@ int tr__llama_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
                                     W(m, blk, L_FFN_NORM), &s->rstd2),
                 rc, out);
   /* attention branch: x2 = x + wo(attn(rope(wq h), rope(wk h), wv h)) */
-  TR_CHECK_GOTO(tr__act_zeros(m, &datty, B, T, (int64_t)d.H * d.D), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd(&datty, G(m, blk, L_WO), NULL, dres,
-                                   &s->atty, W(m, blk, L_WO)),
+  TR_CHECK_GOTO(tr__act(m, &datty, B, T, (int64_t)d.H * d.D), rc, out);
+  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&datty, G(m, blk, L_WO), NULL, dres,
+                                         &s->atty, W(m, blk, L_WO)),
                 rc, out);
   /* written whole by the attention backward */
   TR_CHECK_GOTO(tr__act(m, &dq, B, T, (int64_t)d.H * d.D), rc, out);
@@ -182,9 +187,8 @@ int tr__llama_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr_kern_rope(&dq, d.H, &m->rope_cos, &m->rope_sin, 1), rc, out);
   TR_CHECK_GOTO(tr_kern_rope(&dk, d.KVH, &m->rope_cos, &m->rope_sin, 1), rc,
                 out);
-  TR_CHECK_GOTO(tr_kern_zero(&dh), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd(&dh, G(m, blk, L_WQ), NULL, &dq, &s->h,
-                                   W(m, blk, L_WQ)),
+  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dh, G(m, blk, L_WQ), NULL, &dq,
+                                         &s->h, W(m, blk, L_WQ)),
                 rc, out);
   TR_CHECK_GOTO(tr_kern_linear_bwd(&dh, G(m, blk, L_WK), NULL, &dk, &s->h,
                                    W(m, blk, L_WK)),

@@ -251,8 +251,8 @@ static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
     TR_CHECK_GOTO(tr__vec(m, &s->lse, N), rc, fail);
     if (mb->no_grad) {
       TR_CHECK_GOTO(
-          tr_kern_xent_fwd(&mb->losses, &s->lse, &mb->logits, &mb->targets),
-          rc, fail);
+          tr_kern_xent_fwd(&mb->losses, &s->lse, &mb->logits, &mb->targets), rc,
+          fail);
     } else { /* training: losses and dlogits in one pass */
       TR_CHECK_GOTO(tr_kern_xent_fused(&mb->losses, &s->lse, &mb->logits,
                                        &mb->targets, loss_scale(mb)),
@@ -284,10 +284,11 @@ static int head_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
         rc, out);
   tr_tensor_t* wout = W(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
   tr_tensor_t* dwout = G(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
-  TR_CHECK_GOTO(tr__act_zeros(m, &dhn, mb->B, mb->T, c->dim), rc, out);
-  TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dhn, dwout, NULL, &mb->logits, &s->hn, wout), rc,
-      out);
+  TR_CHECK_GOTO(tr__act(m, &dhn, mb->B, mb->T, c->dim), rc, out);
+  TR_CHECK_GOTO(/* dhn written whole: no zeroing */
+                tr_kern_linear_bwd_write(&dhn, dwout, NULL, &mb->logits, &s->hn,
+                                         wout),
+                rc, out);
   tr_tensor_release(&mb->logits); /* dlogits are spent */
   tr_tensor_release(&mb->dhidden);
   TR_CHECK_GOTO(tr__act_zeros(m, &mb->dhidden, mb->B, mb->T, c->dim), rc, out);

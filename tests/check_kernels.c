@@ -857,6 +857,18 @@ START_TEST(test_swiglu) {
   ck_assert_int_eq(tr_kern_swiglu_bwd(&dg, &du, &dy, &g, &u), 0);
   check_grad("swiglu dgate", c.x, c.n, fp(&dg), act_obj, &c, 300);
   check_grad("swiglu dup", c.u, c.n, fp(&du), act_obj, &c, 300);
+  /* the overwriting entry: from NaN, the bits of += into zeros; twice,
+   * still the same (not doubled) */
+  tr_tensor_t dg2, du2;
+  filled(&dg2, &dg, NAN);
+  filled(&du2, &du, NAN);
+  for (int rep = 0; rep < 2; rep++) {
+    ck_assert_int_eq(tr_kern_swiglu_bwd_write(&dg2, &du2, &dy, &g, &u), 0);
+    assert_same_bits("swiglu_bwd_write dgate", &dg2, &dg);
+    assert_same_bits("swiglu_bwd_write dup", &du2, &du);
+  }
+  tr_tensor_release(&dg2);
+  tr_tensor_release(&du2);
   tr_tensor_t* ts[] = {&g, &u, &dy, &y, &dg, &du};
   for (int i = 0; i < 6; i++) tr_tensor_release(ts[i]);
   free(ref);
@@ -1107,6 +1119,244 @@ END_TEST
 
 /* ---- dispatch and the pool ---- */
 
+/* ---- fused residual + norm, overwriting linear backward ---- */
+
+/* N = 111 rows (not a multiple of the 16-row task), C = 70: the fused
+ * residual norms give the bits of tr_kern_add then the norm, into a
+ * separate sum buffer and in place (resid = a), with and without a bias. */
+static void residual_norm_case(int rms, int with_bias) {
+  const int64_t B = 3, T = 37, C = 70;
+  tr_tensor_t a, b, w, bias;
+  rnd(&a, NULL, 2.0, 3, B, T, C);
+  rnd(&b, NULL, 1.0, 3, B, T, C);
+  rnd(&w, NULL, 1.0, 1, C);
+  rnd(&bias, NULL, 0.5, 1, C);
+  for (int64_t i = 0; i < C; i++) fp(&a)[4 * C + i] = 3.0f; /* b-only row */
+  tr_tensor_t sum_ref, out_ref, mean_ref, rstd_ref;
+  zeros(&sum_ref, 3, B, T, C);
+  zeros(&out_ref, 3, B, T, C);
+  zeros(&mean_ref, 1, B * T);
+  zeros(&rstd_ref, 1, B * T);
+  ck_assert_int_eq(tr_kern_add(&sum_ref, &a, &b), 0);
+  if (rms)
+    ck_assert_int_eq(
+        tr_kern_rmsnorm_fwd(&out_ref, &rstd_ref, &sum_ref, &w, 1e-5f), 0);
+  else
+    ck_assert_int_eq(
+        tr_kern_layernorm_fwd(&out_ref, &mean_ref, &rstd_ref, &sum_ref, &w,
+                              with_bias ? &bias : NULL, 1e-5f),
+        0);
+  for (int inplace = 0; inplace < 2; inplace++) {
+    tr_tensor_t resid, out, mean, rstd;
+    if (inplace)
+      dup_tensor(&resid, &a);
+    else
+      filled(&resid, &a, NAN);
+    filled(&out, &a, NAN);
+    filled(&mean, &mean_ref, NAN);
+    filled(&rstd, &rstd_ref, NAN);
+    const tr_tensor_t* first = inplace ? &resid : &a;
+    if (rms)
+      ck_assert_int_eq(tr_kern_residual_rmsnorm_fwd(&resid, &out, &rstd, first,
+                                                    &b, &w, 1e-5f),
+                       0);
+    else
+      ck_assert_int_eq(
+          tr_kern_residual_layernorm_fwd(&resid, &out, &mean, &rstd, first, &b,
+                                         &w, with_bias ? &bias : NULL, 1e-5f),
+          0);
+    assert_same_bits("residual norm sum", &resid, &sum_ref);
+    assert_same_bits("residual norm out", &out, &out_ref);
+    assert_same_bits("residual norm rstd", &rstd, &rstd_ref);
+    if (!rms) assert_same_bits("residual norm mean", &mean, &mean_ref);
+    tr_tensor_t* ts[] = {&resid, &out, &mean, &rstd};
+    for (size_t i = 0; i < 4; i++) tr_tensor_release(ts[i]);
+  }
+  /* the sum is a + b, and the output a normalised row of it (the norm
+   * itself is checked against double in test_layernorm / test_rmsnorm) */
+  for (int64_t i = 0; i < B * T * C; i += 13)
+    ck_assert_float_eq(fp(&sum_ref)[i], fp(&a)[i] + fp(&b)[i]);
+  double ss = 0, s1 = 0;
+  for (int64_t c = 0; c < C; c++) {
+    double n = (fp(&out_ref)[4 * C + c] - (rms         ? 0
+                                           : with_bias ? fp(&bias)[c]
+                                                       : 0)) /
+               fp(&w)[c];
+    s1 += n;
+    ss += n * n;
+  }
+  ck_assert_double_eq_tol(ss / C, 1.0, 1e-3);
+  if (!rms) ck_assert_double_eq_tol(s1 / C, 0.0, 1e-3);
+  /* shape errors name the operand */
+  tr_tensor_t bad, o2, r2;
+  zeros(&bad, 3, B, T, C + 1);
+  zeros(&o2, 3, B, T, C);
+  zeros(&r2, 1, B * T);
+  if (rms)
+    ck_assert_int_eq(
+        tr_kern_residual_rmsnorm_fwd(&o2, &o2, &r2, &a, &bad, &w, 1e-5f),
+        TR_ESHAPE);
+  else
+    ck_assert_int_eq(tr_kern_residual_layernorm_fwd(&bad, &o2, &r2, &r2, &a, &b,
+                                                    &w, NULL, 1e-5f),
+                     TR_ESHAPE);
+  tr_tensor_t* ts[] = {&a,        &b,        &w,   &bias, &sum_ref, &out_ref,
+                       &mean_ref, &rstd_ref, &bad, &o2,   &r2};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+
+START_TEST(test_residual_norms_fused) {
+  residual_norm_case(0, 1);
+  residual_norm_case(0, 0);
+  residual_norm_case(1, 0);
+}
+END_TEST
+
+/* linear_bwd_write into a NaN-filled dinp gives the bits of linear_bwd into
+ * a zeroed one (dw and dbias still accumulate), contiguous and with padded
+ * dout rows, with each GEMM behind the CPU table */
+static void linear_bwd_write_case(tr_gemm_impl_t impl, int padded) {
+  if (impl == TR_GEMM_BLAS && !tr_kern_cpu_have_blas()) return;
+  ck_assert_int_eq(tr_kern_cpu_set_gemm(impl), 0);
+  const int64_t N = 303, IC = 40, OC = 300, LD = padded ? 320 : OC;
+  tr_tensor_t x, w, wide, dy, dw, db, dw_ref, db_ref, dx, dx_ref;
+  rnd(&x, NULL, 1.0, 2, N, IC);
+  rnd(&w, NULL, 0.5, 2, OC, IC);
+  rnd(&wide, NULL, 1.0, 2, N, LD);
+  ck_assert_int_eq(tr_tensor_narrow(&dy, &wide, 1, 0, OC), 0);
+  rnd(&dw, NULL, 1.0, 2, OC, IC);
+  rnd(&db, NULL, 1.0, 1, OC);
+  dup_tensor(&dw_ref, &dw);
+  dup_tensor(&db_ref, &db);
+  filled(&dx, &x, NAN);
+  zeros(&dx_ref, 2, N, IC);
+  tr_tensor_t* dbias = padded ? NULL : &db; /* contiguous only on CUDA */
+  tr_tensor_t* dbias_ref = padded ? NULL : &db_ref;
+  ck_assert_int_eq(tr_kern_linear_bwd_write(&dx, &dw, dbias, &dy, &x, &w), 0);
+  ck_assert_int_eq(tr_kern_linear_bwd(&dx_ref, &dw_ref, dbias_ref, &dy, &x, &w),
+                   0);
+  assert_same_bits("linear_bwd_write dinp", &dx, &dx_ref);
+  assert_same_bits("linear_bwd_write dw", &dw, &dw_ref);
+  assert_same_bits("linear_bwd_write db", &db, &db_ref);
+  /* overwritten, not added: a second call leaves the same dinp, while
+   * linear_bwd doubles it */
+  ck_assert_int_eq(tr_kern_linear_bwd_write(&dx, NULL, NULL, &dy, &x, &w), 0);
+  assert_same_bits("linear_bwd_write dinp again", &dx, &dx_ref);
+  ck_assert_int_eq(tr_kern_linear_bwd(&dx_ref, NULL, NULL, &dy, &x, &w), 0);
+  ck_assert_float_eq(fp(&dx_ref)[7], 2.0f * fp(&dx)[7]);
+  ck_assert_float_ne(fp(&dx)[7], 0.0f);
+  tr_tensor_t* ts[] = {&x,  &w,      &wide,   &dy, &dw,
+                       &db, &dw_ref, &db_ref, &dx, &dx_ref};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+  tr_kern_cpu_set_gemm(TR_GEMM_AUTO);
+}
+
+START_TEST(test_linear_bwd_write) {
+  linear_bwd_write_case(TR_GEMM_BLOCKED, 0);
+  linear_bwd_write_case(TR_GEMM_BLOCKED, 1);
+  linear_bwd_write_case(TR_GEMM_BLAS, 0);
+  linear_bwd_write_case(TR_GEMM_BLAS, 1);
+}
+END_TEST
+
+/* A device table registered without the fused entries (NULL): the tensor
+ * entries run the unfused sequence on it, with the same bits. The "device"
+ * is the CPU table under the cuda label, on host memory. */
+START_TEST(test_fused_entries_fall_back) {
+  static tr_kern_ops_t plain;
+  plain = *tr_kern_ops(TR_DEV_CPU);
+  plain.name = "plain";
+  plain.residual_layernorm_fwd = NULL;
+  plain.residual_rmsnorm_fwd = NULL;
+  plain.linear_bwd_write = NULL;
+  plain.swiglu_bwd_write = NULL;
+  const tr_kern_ops_t* loaded = tr_kern_ops(TR_DEV_CUDA);
+  ck_assert_int_eq(tr_kern_register(TR_DEV_CUDA, &plain), 0);
+  enum { N = 5, C = 8, OC = 3 };
+  static float a[N * C], b[N * C], w[C], wo[OC * C], dy[N * OC];
+  static float r1[N * C], o1[N * C], m1[N], s1[N], d1[N * C];
+  static float r2[N * C], o2[N * C], m2[N], s2[N];
+  for (int i = 0; i < N * C; i++) {
+    a[i] = (float)urand();
+    b[i] = (float)urand();
+    d1[i] = NAN;
+  }
+  for (int i = 0; i < C; i++) w[i] = 1.0f + 0.1f * (float)i;
+  for (int i = 0; i < OC * C; i++) wo[i] = (float)urand();
+  for (int i = 0; i < N * OC; i++) dy[i] = (float)urand();
+  tr_device_t cuda = {TR_DEV_CUDA, 0};
+  int64_t sh[2] = {N, C}, shn = N, shc = C, shw[2] = {OC, C}, shy[2] = {N, OC};
+  tr_tensor_t ta, tb, tw, two, tdy, tr1, to1, tm1, ts1, td1;
+  ck_assert_int_eq(tr_tensor_wrap(&ta, a, TR_F32, cuda, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&tb, b, TR_F32, cuda, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&tw, w, TR_F32, cuda, 1, &shc), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&two, wo, TR_F32, cuda, 2, shw), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&tdy, dy, TR_F32, cuda, 2, shy), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&tr1, r1, TR_F32, cuda, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&to1, o1, TR_F32, cuda, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&tm1, m1, TR_F32, cuda, 1, &shn), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&ts1, s1, TR_F32, cuda, 1, &shn), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&td1, d1, TR_F32, cuda, 2, sh), 0);
+  ck_assert_int_eq(tr_kern_residual_layernorm_fwd(&tr1, &to1, &tm1, &ts1, &ta,
+                                                  &tb, &tw, NULL, 1e-5f),
+                   0);
+  ck_assert_int_eq(tr_kern_linear_bwd_write(&td1, NULL, NULL, &tdy, &ta, &two),
+                   0);
+  /* swiglu_bwd_write over NaN: r1 and o1 become dgate and dup */
+  static float sg[N * C], su[N * C];
+  memcpy(sg, r1, sizeof sg);
+  memcpy(su, o1, sizeof su);
+  for (int i = 0; i < N * C; i++) r1[i] = o1[i] = NAN;
+  tr_tensor_t tsg, tsu;
+  ck_assert_int_eq(tr_tensor_wrap(&tsg, sg, TR_F32, cuda, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&tsu, su, TR_F32, cuda, 2, sh), 0);
+  ck_assert_int_eq(tr_kern_swiglu_bwd_write(&tr1, &to1, &ta, &tsg, &tsu), 0);
+  for (int i = 0; i < N * C; i++) {
+    float s = 1.0f / (1.0f + expf(-sg[i]));
+    ck_assert_float_eq(r1[i],
+                       0.0f + a[i] * su[i] * s * (1.0f + sg[i] * (1.0f - s)));
+    ck_assert_float_eq(o1[i], 0.0f + a[i] * sg[i] * s);
+  }
+  tr_tensor_release(&tsg);
+  tr_tensor_release(&tsu);
+  /* the fused norm again for the comparison below */
+  ck_assert_int_eq(tr_kern_residual_layernorm_fwd(&tr1, &to1, &tm1, &ts1, &ta,
+                                                  &tb, &tw, NULL, 1e-5f),
+                   0);
+  ck_assert_int_eq(tr_kern_register(TR_DEV_CUDA, loaded), 0);
+  /* the CPU's own fused entry on the same inputs */
+  tr_tensor_t ca, cb, cw, cr, co, cm, cs;
+  ck_assert_int_eq(tr_tensor_wrap(&ca, a, TR_F32, TR_DEVICE_CPU, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&cb, b, TR_F32, TR_DEVICE_CPU, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&cw, w, TR_F32, TR_DEVICE_CPU, 1, &shc), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&cr, r2, TR_F32, TR_DEVICE_CPU, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&co, o2, TR_F32, TR_DEVICE_CPU, 2, sh), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&cm, m2, TR_F32, TR_DEVICE_CPU, 1, &shn), 0);
+  ck_assert_int_eq(tr_tensor_wrap(&cs, s2, TR_F32, TR_DEVICE_CPU, 1, &shn), 0);
+  ck_assert_int_eq(tr_kern_residual_layernorm_fwd(&cr, &co, &cm, &cs, &ca, &cb,
+                                                  &cw, NULL, 1e-5f),
+                   0);
+  tr_tensor_t* cts[] = {&ca, &cb, &cw, &cr, &co, &cm, &cs};
+  for (size_t i = 0; i < sizeof cts / sizeof cts[0]; i++)
+    tr_tensor_release(cts[i]);
+  ck_assert_int_eq(memcmp(r1, r2, sizeof r1), 0);
+  ck_assert_int_eq(memcmp(o1, o2, sizeof o1), 0);
+  ck_assert_int_eq(memcmp(m1, m2, sizeof m1), 0);
+  ck_assert_int_eq(memcmp(s1, s2, sizeof s1), 0);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      float acc = 0.0f;
+      for (int k = 0; k < OC; k++) acc += dy[n * OC + k] * wo[k * C + c];
+      ck_assert_float_eq_tol(d1[n * C + c], acc, 1e-5f);
+    }
+  tr_tensor_t* ts[] = {&ta, &tb, &tw, &two, &tdy, &tr1, &to1, &tm1, &ts1, &td1};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+END_TEST
+
 static int fake_calls;
 static int fake_gelu(float* out, const float* inp, int64_t n) {
   (void)out;
@@ -1195,12 +1445,14 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_linear_grad_blocked);
   tcase_add_test(tc, test_linear_gelu_fused_blocked);
   tcase_add_test(tc, test_linear_gelu_fused_blas);
+  tcase_add_test(tc, test_linear_bwd_write);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_rmsnorm);
+  tcase_add_test(tc, test_residual_norms_fused);
   tcase_add_test(tc, test_rope_table_llama31_scaling);
   tcase_add_test(tc, test_rope_forward_and_inverse);
   tcase_add_test(tc, test_attention_small);
@@ -1217,6 +1469,7 @@ static Suite* kernels_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_bit_identical_across_thread_counts);
   tcase_add_test(tc, test_dispatch_by_device);
+  tcase_add_test(tc, test_fused_entries_fall_back);
   tcase_add_test(tc, test_thread_pool);
   suite_add_tcase(s, tc);
   return s;

@@ -779,6 +779,196 @@ START_TEST(test_linear_gelu_table) {
 }
 END_TEST
 
+/* ---- fused entries of the table: residual norms, overwriting linear
+ * backward ---- */
+
+/* tr_kern_residual_{layer,rms}norm_fwd through the tensor API against the
+ * CPU's add then norm (on round(a + b) for bf16, the sum the kernel
+ * keeps), in place (resid = a) too; and bit for bit against the GPU's own
+ * tr_kern_add then norm, which activation checkpointing's recomputation
+ * runs. */
+static void run_residual_norm_table(tr_dtype_t dt, int64_t N, int C, int rms) {
+  char what[96];
+  const char* name = rms ? "residual_rmsnorm_fwd" : "residual_layernorm_fwd";
+  tr_tensor_t a, b, w, bias, x, out, mean, rstd;
+  hrand(&a, dt, 2.0, 2, SH(N, C));
+  hrand(&b, dt, 1.0, 2, SH(N, C));
+  hrand(&w, dt, 1.0, 1, SH(C));
+  hrand(&bias, dt, 0.5, 1, SH(C));
+  hdup(&x, &a);
+  ck_assert_int_eq(tr_kern_accumulate(&x, &b), 0);
+  if (dt == TR_BF16)
+    for (int64_t i = 0; i < N * C; i++) F(&x)[i] = rb(F(&x)[i]);
+  ck_assert_int_eq(tr_tensor_empty(&out, TR_F32, TR_DEVICE_CPU, 2, SH(N, C)),
+                   0);
+  ck_assert_int_eq(tr_tensor_empty(&mean, TR_F32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&rstd, TR_F32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  if (rms)
+    ck_assert_int_eq(tr_kern_rmsnorm_fwd(&out, &rstd, &x, &w, 1e-5f), 0);
+  else
+    ck_assert_int_eq(
+        tr_kern_layernorm_fwd(&out, &mean, &rstd, &x, &w, &bias, 1e-5f), 0);
+  tr_tensor_t d_a, d_b, d_w, d_bias, d_x, d_out, d_mean, d_rstd, u_x, u_out,
+      u_mean, u_rstd;
+  todev(&d_a, &a, dt);
+  todev(&d_b, &b, dt);
+  todev(&d_w, &w, dt);
+  todev(&d_bias, &bias, dt);
+  ck_assert_int_eq(tr_tensor_empty(&d_x, dt, GPU, 2, SH(N, C)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_out, dt, GPU, 2, SH(N, C)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_mean, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_rstd, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&u_x, dt, GPU, 2, SH(N, C)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&u_out, dt, GPU, 2, SH(N, C)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&u_mean, TR_F32, GPU, 1, SH(N)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&u_rstd, TR_F32, GPU, 1, SH(N)), 0);
+  if (rms) {
+    ck_assert_int_eq(tr_kern_residual_rmsnorm_fwd(&d_x, &d_out, &d_rstd, &d_a,
+                                                  &d_b, &d_w, 1e-5f),
+                     0);
+    ck_assert_int_eq(tr_kern_add(&u_x, &d_a, &d_b), 0);
+    ck_assert_int_eq(tr_kern_rmsnorm_fwd(&u_out, &u_rstd, &u_x, &d_w, 1e-5f),
+                     0);
+  } else {
+    ck_assert_int_eq(
+        tr_kern_residual_layernorm_fwd(&d_x, &d_out, &d_mean, &d_rstd, &d_a,
+                                       &d_b, &d_w, &d_bias, 1e-5f),
+        0);
+    ck_assert_int_eq(tr_kern_add(&u_x, &d_a, &d_b), 0);
+    ck_assert_int_eq(tr_kern_layernorm_fwd(&u_out, &u_mean, &u_rstd, &u_x, &d_w,
+                                           &d_bias, 1e-5f),
+                     0);
+  }
+  double tol = tol_of(dt);
+  snprintf(what, sizeof what, "%s N=%lld C=%d: sum", name, (long long)N, C);
+  expect_close(what, &d_x, &x, tol);
+  snprintf(what, sizeof what, "%s N=%lld C=%d: out", name, (long long)N, C);
+  expect_close(what, &d_out, &out, tol);
+  expect_close("  rstd (fp32)", &d_rstd, &rstd, TOL_F32 * 10);
+  if (!rms) expect_close("  mean (fp32)", &d_mean, &mean, TOL_F32 * 10);
+  ck_assert_msg(bits_equal(&d_x, &u_x) && bits_equal(&d_out, &u_out) &&
+                    bits_equal(&d_rstd, &u_rstd) &&
+                    (rms || bits_equal(&d_mean, &u_mean)),
+                "%s: not the bits of add then the norm", name);
+  /* in place: the sum over a */
+  if (rms)
+    ck_assert_int_eq(tr_kern_residual_rmsnorm_fwd(&d_a, &d_out, &d_rstd, &d_a,
+                                                  &d_b, &d_w, 1e-5f),
+                     0);
+  else
+    ck_assert_int_eq(
+        tr_kern_residual_layernorm_fwd(&d_a, &d_out, &d_mean, &d_rstd, &d_a,
+                                       &d_b, &d_w, &d_bias, 1e-5f),
+        0);
+  ck_assert_msg(bits_equal(&d_a, &u_x) && bits_equal(&d_out, &u_out),
+                "%s: in place differs", name);
+  REL(&a, &b, &w, &bias, &x, &out, &mean, &rstd, &d_a, &d_b, &d_w, &d_bias,
+      &d_x, &d_out, &d_mean, &d_rstd, &u_x, &u_out, &u_mean, &u_rstd);
+}
+
+START_TEST(test_residual_norm_table) {
+  run_residual_norm_table(TR_F32, 300, 768, 0);
+  run_residual_norm_table(TR_F32, 77, 70, 1);
+  run_residual_norm_table(TR_BF16, 512, 768, 0);
+  run_residual_norm_table(TR_BF16, 333, 2048, 1);
+  run_residual_norm_table(TR_BF16, 65, 36, 0); /* not 16-byte packs */
+}
+END_TEST
+
+/* tr_kern_linear_bwd_write: dinp overwritten (from random old contents)
+ * against the CPU's linear_bwd into zeros, dweight and dbias += as
+ * linear_bwd; ld > OC: dout a column slice of padded rows, OC not a
+ * multiple of 8 (the output projection's GEMMs, split in two) */
+static void run_linear_bwd_write(tr_dtype_t dt, int64_t N, int IC, int OC,
+                                 int64_t ld, int bias) {
+  char what[96];
+  tr_tensor_t x, w, wide, dout, dinp, dw, db, rdinp;
+  hrand(&x, dt, 1.0, 2, SH(N, IC));
+  hrand(&w, dt, 0.2, 2, SH(OC, IC));
+  hrand(&wide, dt, 1.0, 2, SH(N, ld));
+  ck_assert_int_eq(tr_tensor_narrow(&dout, &wide, 1, 0, OC), 0);
+  hrand(&dinp, dt, 0.5, 2, SH(N, IC)); /* old contents, overwritten */
+  hrand(&dw, TR_F32, 0.5, 2, SH(OC, IC));
+  hrand(&db, TR_F32, 0.5, 1, SH(OC));
+  tr_tensor_t d_x, d_w, d_wide, d_dout, d_dinp, d_dw, d_db, d_dinp2;
+  todev(&d_x, &x, dt);
+  todev(&d_w, &w, dt);
+  todev(&d_wide, &wide, dt);
+  ck_assert_int_eq(tr_tensor_narrow(&d_dout, &d_wide, 1, 0, OC), 0);
+  todev(&d_dinp, &dinp, dt);
+  todev(&d_dw, &dw, TR_F32);
+  todev(&d_db, &db, TR_F32);
+  ck_assert_int_eq(tr_tensor_zeros(&rdinp, TR_F32, TR_DEVICE_CPU, 2, SH(N, IC)),
+                   0);
+  ck_assert_int_eq(
+      tr_kern_linear_bwd(&rdinp, &dw, bias ? &db : NULL, &dout, &x, &w), 0);
+  ck_assert_int_eq(tr_kern_linear_bwd_write(&d_dinp, &d_dw, bias ? &d_db : NULL,
+                                            &d_dout, &d_x, &d_w),
+                   0);
+  double tol = tol_of(dt);
+  snprintf(what, sizeof what, "linear_bwd_write %lldx%d<-%d ld %lld: dinp",
+           (long long)N, IC, OC, (long long)ld);
+  expect_close(what, &d_dinp, &rdinp, tol);
+  expect_close("  dweight (+=, fp32)", &d_dw, &dw, tol);
+  if (bias) expect_close("  dbias (+=, fp32)", &d_db, &db, tol);
+  /* from other old contents (zeros), the same bits */
+  ck_assert_int_eq(tr_tensor_zeros(&d_dinp2, dt, GPU, 2, SH(N, IC)), 0);
+  ck_assert_int_eq(
+      tr_kern_linear_bwd_write(&d_dinp2, NULL, NULL, &d_dout, &d_x, &d_w), 0);
+  ck_assert_msg(bits_equal(&d_dinp, &d_dinp2),
+                "linear_bwd_write: dinp depends on its old contents");
+  REL(&x, &w, &wide, &dout, &dinp, &dw, &db, &rdinp, &d_x, &d_w, &d_wide,
+      &d_dout, &d_dinp, &d_dw, &d_db, &d_dinp2);
+}
+
+START_TEST(test_linear_bwd_write) {
+  run_linear_bwd_write(TR_F32, 200, 96, 160, 160, 1);
+  run_linear_bwd_write(TR_BF16, 512, 256, 768, 768, 1);
+  run_linear_bwd_write(TR_BF16, 300, 128, 64, 64, 0);
+  run_linear_bwd_write(TR_BF16, 130, 64, 203, 256, 0); /* padded rows */
+  run_linear_bwd_write(TR_F32, 70, 32, 5, 64, 0);      /* only the tail */
+}
+END_TEST
+
+/* tr_kern_swiglu_bwd_write from random old contents against the CPU's
+ * swiglu_bwd into zeros; and from zeros, the GPU's own bits again */
+static void run_swiglu_bwd_write(tr_dtype_t dt, int64_t n) {
+  tr_tensor_t g, u, dy, dg, du, rdg, rdu;
+  hrand(&g, dt, 4.0, 1, SH(n));
+  hrand(&u, dt, 2.0, 1, SH(n));
+  hrand(&dy, dt, 1.0, 1, SH(n));
+  hrand(&dg, dt, 1.0, 1, SH(n)); /* old contents, overwritten */
+  hrand(&du, dt, 1.0, 1, SH(n));
+  ck_assert_int_eq(tr_tensor_zeros(&rdg, TR_F32, TR_DEVICE_CPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&rdu, TR_F32, TR_DEVICE_CPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_kern_swiglu_bwd(&rdg, &rdu, &dy, &g, &u), 0);
+  tr_tensor_t d_g, d_u, d_dy, d_dg, d_du, z_dg, z_du;
+  todev(&d_g, &g, dt);
+  todev(&d_u, &u, dt);
+  todev(&d_dy, &dy, dt);
+  todev(&d_dg, &dg, dt);
+  todev(&d_du, &du, dt);
+  ck_assert_int_eq(tr_kern_swiglu_bwd_write(&d_dg, &d_du, &d_dy, &d_g, &d_u),
+                   0);
+  double tol = tol_of(dt);
+  expect_close("swiglu_bwd_write dgate (overwritten)", &d_dg, &rdg, tol);
+  expect_close("swiglu_bwd_write dup (overwritten)", &d_du, &rdu, tol);
+  ck_assert_int_eq(tr_tensor_zeros(&z_dg, dt, GPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&z_du, dt, GPU, 1, SH(n)), 0);
+  ck_assert_int_eq(tr_kern_swiglu_bwd(&z_dg, &z_du, &d_dy, &d_g, &d_u), 0);
+  ck_assert_msg(bits_equal(&d_dg, &z_dg) && bits_equal(&d_du, &z_du),
+                "swiglu_bwd_write: not the bits of swiglu_bwd into zeros");
+  REL(&g, &u, &dy, &dg, &du, &rdg, &rdu, &d_g, &d_u, &d_dy, &d_dg, &d_du, &z_dg,
+      &z_du);
+}
+
+START_TEST(test_swiglu_bwd_write) {
+  run_swiglu_bwd_write(TR_F32, 10007);
+  run_swiglu_bwd_write(TR_BF16, 1 << 16);
+  run_swiglu_bwd_write(TR_BF16, 1001); /* a scalar tail */
+}
+END_TEST
+
 /* ---- RoPE ---- */
 
 static void run_rope(tr_dtype_t dt, int B, int T, int H, int D_, int pad) {
@@ -1250,15 +1440,15 @@ START_TEST(test_attention_cudnn_unsupported) {
   ck_assert_int_eq(tr_tensor_zeros(&d_l, TR_F32, GPU, 1, SH(2 * 16)), 0);
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_CUDNN);
   ck_assert_int_eq(tr_kern_cuda_get_attention(), TR_CUDA_ATTN_CUDNN);
-  ck_assert_int_eq(tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l),
-                                              D(&d_x), D(&d_x), D(&d_x), 2, 16,
-                                              1, 1, 64, 64, 64, NULL),
-                   TR_EUNSUPPORTED);
+  ck_assert_int_eq(
+      tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l), D(&d_x), D(&d_x),
+                                 D(&d_x), 2, 16, 1, 1, 64, 64, 64, NULL),
+      TR_EUNSUPPORTED);
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
-  ck_assert_int_eq(tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l),
-                                              D(&d_x), D(&d_x), D(&d_x), 2, 16,
-                                              1, 1, 64, 64, 64, NULL),
-                   0);
+  ck_assert_int_eq(
+      tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l), D(&d_x), D(&d_x),
+                                 D(&d_x), 2, 16, 1, 1, 64, 64, 64, NULL),
+      0);
   REL(&d_x, &d_o, &d_l);
 }
 END_TEST
@@ -1408,6 +1598,9 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_linear);
   tcase_add_test(tc, test_mlp_gelu_epilogues);
   tcase_add_test(tc, test_linear_gelu_table);
+  tcase_add_test(tc, test_residual_norm_table);
+  tcase_add_test(tc, test_linear_bwd_write);
+  tcase_add_test(tc, test_swiglu_bwd_write);
   tcase_add_test(tc, test_rope);
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_embedding_bad_token);

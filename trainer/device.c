@@ -20,6 +20,7 @@
 #include "trainrun/param.h" /* LOCAL_RANK */
 #include "trainrun/trainer.h"
 #ifdef HAVE_CUDA
+#include "core/cuda.h" /* tr__cuda_memcpy */
 #include "trainrun/kernels_cuda.h"
 #endif
 
@@ -113,21 +114,19 @@ int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq) {
       sp[n++] = (tr_cuda_span_t){tr_tensor_data(g), g->dtype,
                                  tr_tensor_numel(g)};
     }
-    tr_tensor_t dev = {0}, host = {0};
-    int64_t two = 2; /* one double as two floats' bytes */
-    int rc = tr_tensor_empty(&dev, TR_F32, t->device, 1, &two);
-    if (rc == 0) rc = tr_tensor_empty(&host, TR_F32, TR_DEVICE_CPU, 1, &two);
-    if (rc == 0)
-      rc = tr_kern_cuda_sum_squares(tr_tensor_data(&dev), sp, n,
-                                    tr_kern_get_stream());
-    if (rc == 0) rc = tr_tensor_copy(&host, &dev);
+    /* the kernel leaves one double on the device: a raw device buffer (no
+     * tensor dtype holds a double), read back with the synchronous copy
+     * tr_tensor_copy uses, which waits for the reduction like it did */
+    double* dev = NULL;
+    double v = 0.0;
+    int rc =
+        tr_mem_alloc(TR_MEM_DEVICE, t->device.index, sizeof *dev, (void**)&dev);
     if (rc == 0) {
-      double v;
-      memcpy(&v, tr_tensor_data(&host), sizeof v);
-      *sq += v;
+      rc = tr_kern_cuda_sum_squares(dev, sp, n, tr_kern_get_stream());
+      if (rc == 0) rc = tr__cuda_memcpy(&v, dev, sizeof v);
+      if (rc == 0) *sq += v;
+      tr_mem_free(TR_MEM_DEVICE, t->device.index, dev, sizeof *dev);
     }
-    tr_tensor_release(&dev);
-    tr_tensor_release(&host);
     free(sp);
     return rc;
   }
@@ -194,6 +193,7 @@ int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
     TR_CHECK(
         tr_kern_adamw(&p->data, &p->grad, &t->adam_m[i], &t->adam_v[i], &a));
   }
-  /* compute copies of a CPU run (none today) or of an fp32 table */
-  return tr_model_refresh_compute(m);
+  /* no compute copies to refresh: a model gets them only on CUDA
+   * (tr__trainer_device_setup), whose update is the branch above */
+  return 0;
 }

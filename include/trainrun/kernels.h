@@ -30,7 +30,9 @@
  *    tr_kern_rope (both directions) and tr_kern_xent_bwd (turns logits into
  *    dlogits) work in place, tr_kern_attention_bwd overwrites dq, dk
  *    and dv (the one writer of a layer's q|k|v gradient), and
- *    tr_kern_linear_dgelu_bwd overwrites dinp.
+ *    tr_kern_linear_dgelu_bwd and tr_kern_linear_bwd_write overwrite dinp
+ *    and tr_kern_swiglu_bwd_write dgate and dup (the first writer of an
+ *    input gradient needs no zeroed buffer).
  *  - Deterministic: a result never depends on the number of threads. Every
  *    output element is summed in one fixed order by one thread; global
  *    reductions (loss, norms) sum fixed-size chunks, then the chunks in
@@ -102,6 +104,14 @@ typedef struct tr_kern_ops {
   int (*layernorm_fwd)(float* out, float* mean, float* rstd, const float* inp,
                        const float* w, const float* b, int64_t N, int C,
                        float eps);
+  /* resid[N,C] = a + b (the residual add, element by element), then
+   * layernorm_fwd of resid into out, mean, rstd, in one pass over each row.
+   * resid may be a or b (in place); out overlaps none of them. NULL in a
+   * table that lacks it (the tensor entry then runs add and layernorm). */
+  int (*residual_layernorm_fwd)(float* resid, float* out, float* mean,
+                                float* rstd, const float* a, const float* b,
+                                const float* w, const float* bias, int64_t N,
+                                int C, float eps);
   /* dinp, dw, db (db may be NULL) += gradients. */
   int (*layernorm_bwd)(float* dinp, float* dw, float* db, const float* dout,
                        const float* inp, const float* w, const float* mean,
@@ -109,6 +119,10 @@ typedef struct tr_kern_ops {
   /* RMSNorm: out = inp * rstd * w, rstd = 1/sqrt(mean(inp^2) + eps). */
   int (*rmsnorm_fwd)(float* out, float* rstd, const float* inp, const float* w,
                      int64_t N, int C, float eps);
+  /* resid = a + b, then rmsnorm_fwd of resid; as residual_layernorm_fwd. */
+  int (*residual_rmsnorm_fwd)(float* resid, float* out, float* rstd,
+                              const float* a, const float* b, const float* w,
+                              int64_t N, int C, float eps);
   int (*rmsnorm_bwd)(float* dinp, float* dw, const float* dout,
                      const float* inp, const float* w, const float* rstd,
                      int64_t N, int C);
@@ -129,6 +143,13 @@ typedef struct tr_kern_ops {
   int (*linear_bwd)(float* dinp, float* dw, float* dbias, const float* dout,
                     const float* inp, const float* w, int64_t N, int IC,
                     int OC, int64_t ldd);
+  /* linear_bwd with dinp (not NULL) OVERWRITTEN: dinp = dout w, the
+   * bits of linear_bwd into a zeroed dinp; dw and dbias accumulate as in
+   * linear_bwd. NULL in a table that lacks it (the tensor entry then zeroes
+   * dinp and calls linear_bwd). */
+  int (*linear_bwd_write)(float* dinp, float* dw, float* dbias,
+                          const float* dout, const float* inp, const float* w,
+                          int64_t N, int IC, int OC, int64_t ldd);
   /* A linear layer followed by GELU-tanh (gelu_fwd's formula), contiguous
    * rows: pre[N,OC] = inp[N,IC] w[OC,IC]^T + bias[OC] (bias may be NULL),
    * out[N,OC] = gelu(pre). Both are written. */
@@ -173,6 +194,10 @@ typedef struct tr_kern_ops {
   int (*swiglu_fwd)(float* out, const float* gate, const float* up, int64_t n);
   int (*swiglu_bwd)(float* dgate, float* dup, const float* dout,
                     const float* gate, const float* up, int64_t n);
+  /* swiglu_bwd with dgate and dup OVERWRITTEN (the bits of swiglu_bwd into
+   * zeros), or NULL in a table that lacks it (then zero + swiglu_bwd). */
+  int (*swiglu_bwd_write)(float* dgate, float* dup, const float* dout,
+                          const float* gate, const float* up, int64_t n);
 
   /* Cross-entropy of logits[N,V] (rows ld >= V apart) against targets[N]:
    * losses[N] (0 where the target is TR_IGNORE_INDEX) and lse[N] saved for
@@ -243,6 +268,18 @@ int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
                           tr_tensor_t* rstd, const tr_tensor_t* inp,
                           const tr_tensor_t* weight, const tr_tensor_t* bias,
                           float eps);
+/* The residual add and the norm that reads its sum, fused: resid = a + b
+ * (a, b, resid [N,C]; resid may be a or b, in place), then out, mean and
+ * rstd as tr_kern_layernorm_fwd(out, mean, rstd, resid, weight, bias, eps).
+ * One pass over each row on CUDA (the sum is stored once and re-read from
+ * cache); on the CPU the bits of tr_kern_add then tr_kern_layernorm_fwd.
+ * The backward is tr_kern_layernorm_bwd on resid, whose dinp is the
+ * gradient of both a and b. */
+int tr_kern_residual_layernorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
+                                   tr_tensor_t* mean, tr_tensor_t* rstd,
+                                   const tr_tensor_t* a, const tr_tensor_t* b,
+                                   const tr_tensor_t* weight,
+                                   const tr_tensor_t* bias, float eps);
 int tr_kern_layernorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                           tr_tensor_t* dbias, const tr_tensor_t* dout,
                           const tr_tensor_t* inp, const tr_tensor_t* weight,
@@ -250,6 +287,12 @@ int tr_kern_layernorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
 int tr_kern_rmsnorm_fwd(tr_tensor_t* out, tr_tensor_t* rstd,
                         const tr_tensor_t* inp, const tr_tensor_t* weight,
                         float eps);
+/* resid = a + b, then tr_kern_rmsnorm_fwd(out, rstd, resid, weight, eps),
+ * fused as tr_kern_residual_layernorm_fwd. */
+int tr_kern_residual_rmsnorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
+                                 tr_tensor_t* rstd, const tr_tensor_t* a,
+                                 const tr_tensor_t* b,
+                                 const tr_tensor_t* weight, float eps);
 int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                         const tr_tensor_t* dout, const tr_tensor_t* inp,
                         const tr_tensor_t* weight, const tr_tensor_t* rstd);
@@ -265,6 +308,14 @@ int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
 int tr_kern_linear_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                        tr_tensor_t* dbias, const tr_tensor_t* dout,
                        const tr_tensor_t* inp, const tr_tensor_t* weight);
+/* tr_kern_linear_bwd with dinp OVERWRITTEN instead of added to:
+ * dinp = dout weight (on CUDA the GEMM runs with beta 0; on the CPU the
+ * bits of tr_kern_zero then tr_kern_linear_bwd). For the first writer of
+ * an input gradient, which then needs no zeroing pass; dweight and dbias
+ * accumulate as in tr_kern_linear_bwd. */
+int tr_kern_linear_bwd_write(tr_tensor_t* dinp, tr_tensor_t* dweight,
+                             tr_tensor_t* dbias, const tr_tensor_t* dout,
+                             const tr_tensor_t* inp, const tr_tensor_t* weight);
 /* The MLP's first linear layer and its GELU in one call (on CUDA, with OC
  * a multiple of 8, the GELU runs in the GEMM's epilogue on the fp32
  * accumulator): pre [N,OC] = inp [N,IC] weight[OC,IC]^T + bias[OC] (bias
@@ -320,6 +371,13 @@ int tr_kern_swiglu_fwd(tr_tensor_t* out, const tr_tensor_t* gate,
 int tr_kern_swiglu_bwd(tr_tensor_t* dgate, tr_tensor_t* dup,
                        const tr_tensor_t* dout, const tr_tensor_t* gate,
                        const tr_tensor_t* up);
+
+/* tr_kern_swiglu_bwd with dgate and dup OVERWRITTEN instead of added to
+ * (the first writer of both, which then need no zeroing pass); on the CPU
+ * the bits of tr_kern_swiglu_bwd into zeroed buffers. */
+int tr_kern_swiglu_bwd_write(tr_tensor_t* dgate, tr_tensor_t* dup,
+                             const tr_tensor_t* dout, const tr_tensor_t* gate,
+                             const tr_tensor_t* up);
 
 /* logits [N,V] (or [B,T,V]; rows may be padded), targets [N] int32,
  * losses [N], lse [N]. */

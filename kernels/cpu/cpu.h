@@ -43,11 +43,18 @@ int tr__cpu_embedding_bwd(float* dwte, float* dwpe, const float* dout,
 int tr__cpu_layernorm_fwd(float* out, float* mean, float* rstd,
                           const float* inp, const float* w, const float* b,
                           int64_t N, int C, float eps);
+int tr__cpu_residual_layernorm_fwd(float* resid, float* out, float* mean,
+                                   float* rstd, const float* a,
+                                   const float* b_in, const float* w,
+                                   const float* b, int64_t N, int C, float eps);
 int tr__cpu_layernorm_bwd(float* dinp, float* dw, float* db, const float* dout,
                           const float* inp, const float* w, const float* mean,
                           const float* rstd, int64_t N, int C);
 int tr__cpu_rmsnorm_fwd(float* out, float* rstd, const float* inp,
                         const float* w, int64_t N, int C, float eps);
+int tr__cpu_residual_rmsnorm_fwd(float* resid, float* out, float* rstd,
+                                 const float* a, const float* b_in,
+                                 const float* w, int64_t N, int C, float eps);
 int tr__cpu_rmsnorm_bwd(float* dinp, float* dw, const float* dout,
                         const float* inp, const float* w, const float* rstd,
                         int64_t N, int C);
@@ -60,6 +67,10 @@ int tr__cpu_linear_fwd(float* out, const float* inp, const float* w,
 int tr__cpu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
                        const float* inp, const float* w, int64_t N, int IC,
                        int OC, int64_t ldd);
+int tr__cpu_linear_bwd_write(float* dinp, float* dw, float* dbias,
+                             const float* dout, const float* inp,
+                             const float* w, int64_t N, int IC, int OC,
+                             int64_t ldd);
 int tr__cpu_linear_gelu_fwd(float* out, float* pre, const float* inp,
                             const float* w, const float* bias, int64_t N,
                             int IC, int OC);
@@ -84,6 +95,8 @@ int tr__cpu_swiglu_fwd(float* out, const float* gate, const float* up,
                        int64_t n);
 int tr__cpu_swiglu_bwd(float* dgate, float* dup, const float* dout,
                        const float* gate, const float* up, int64_t n);
+int tr__cpu_swiglu_bwd_write(float* dgate, float* dup, const float* dout,
+                             const float* gate, const float* up, int64_t n);
 int tr__cpu_xent_fwd(float* losses, float* lse, const float* logits,
                      const int32_t* targets, int64_t N, int V, int64_t ld);
 int tr__cpu_xent_bwd(float* logits, const float* lse, const int32_t* targets,

@@ -1,5 +1,6 @@
 /* kernels/cpu/layernorm.c: LayerNorm over the last dim, forward (saving
- * mean and 1/std per row) and backward. Row statistics are summed in
+ * mean and 1/std per row, optionally after the residual add that precedes
+ * it) and backward. Row statistics are summed in
  * double. The backward makes two passes: rows for the input gradient,
  * channel slices for the weight and bias gradients (each summed by one task
  * over the rows in order). */
@@ -14,6 +15,8 @@
 
 typedef struct {
   float* out;
+  float* resid; /* residual variant: resid = inp + b_in, normalised */
+  const float* b_in;
   float* mean;
   float* rstd;
   float* dinp;
@@ -35,6 +38,12 @@ static void ln_fwd_task(void* ctx, int64_t task) {
   int64_t r1 = (task + 1) * ROWS < a->N ? (task + 1) * ROWS : a->N;
   for (int64_t r = task * ROWS; r < r1; r++) {
     const float* x = a->inp + r * a->C;
+    if (a->resid) { /* the add of tr__cpu_add, row by row */
+      float* y = a->resid + r * a->C;
+      const float* b = a->b_in + r * a->C;
+      for (int c = 0; c < a->C; c++) y[c] = x[c] + b[c];
+      x = y;
+    }
     double s = 0.0;
     for (int c = 0; c < a->C; c++) s += x[c];
     double m = s / a->C, v = 0.0;
@@ -64,6 +73,26 @@ int tr__cpu_layernorm_fwd(float* out, float* mean, float* rstd,
             .C = C,
             .eps = eps};
   tr__cpu_parallel(tr__cpu_ntasks(N, ROWS), ln_fwd_task, &a);
+  return 0;
+}
+
+int tr__cpu_residual_layernorm_fwd(float* resid, float* out, float* mean,
+                                   float* rstd, const float* a,
+                                   const float* b_in, const float* w,
+                                   const float* b, int64_t N, int C,
+                                   float eps) {
+  ln_t t = {.out = out,
+            .resid = resid,
+            .b_in = b_in,
+            .mean = mean,
+            .rstd = rstd,
+            .inp = a,
+            .w = w,
+            .b = b,
+            .N = N,
+            .C = C,
+            .eps = eps};
+  tr__cpu_parallel(tr__cpu_ntasks(N, ROWS), ln_fwd_task, &t);
   return 0;
 }
 

@@ -329,12 +329,15 @@ static void dbias_task(void* ctx, int64_t task) {
   for (int c = c0; c < c1; c++) a->dbias[c] += acc[c - c0];
 }
 
-int tr__cpu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
-                       const float* inp, const float* w, int64_t N, int IC,
-                       int OC, int64_t ldd) {
+/* beta_in: 1 adds dout w into dinp, 0 overwrites it (the GEMM zeroes C
+ * first and then accumulates in the same order: the bits of a zeroed
+ * buffer's accumulation) */
+static int linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
+                      const float* inp, const float* w, int64_t N, int IC,
+                      int OC, int64_t ldd, float beta_in) {
   if (dinp)
-    TR_CHECK(
-        tr__cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, ldd, w, IC, 1.0f, dinp, IC));
+    TR_CHECK(tr__cpu_gemm(0, 0, N, IC, OC, 1.0f, dout, ldd, w, IC, beta_in,
+                          dinp, IC));
   if (dw)
     TR_CHECK(
         tr__cpu_gemm(1, 0, OC, IC, N, 1.0f, dout, ldd, inp, IC, 1.0f, dw, IC));
@@ -343,4 +346,17 @@ int tr__cpu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
     tr__cpu_parallel(tr__cpu_ntasks(OC, DBIAS_COLS), dbias_task, &a);
   }
   return 0;
+}
+
+int tr__cpu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
+                       const float* inp, const float* w, int64_t N, int IC,
+                       int OC, int64_t ldd) {
+  return linear_bwd(dinp, dw, dbias, dout, inp, w, N, IC, OC, ldd, 1.0f);
+}
+
+int tr__cpu_linear_bwd_write(float* dinp, float* dw, float* dbias,
+                             const float* dout, const float* inp,
+                             const float* w, int64_t N, int IC, int OC,
+                             int64_t ldd) {
+  return linear_bwd(dinp, dw, dbias, dout, inp, w, N, IC, OC, ldd, 0.0f);
 }

@@ -1,5 +1,6 @@
 /* kernels/cpu/rmsnorm.c: RMSNorm (Llama) over the last dim, forward (saving
- * 1/rms per row) and backward; same two-pass split as layernorm.c. */
+ * 1/rms per row, optionally after the residual add that precedes it) and
+ * backward; same two-pass split as layernorm.c. */
 #include "config.h"
 
 #include <math.h>
@@ -11,6 +12,8 @@
 
 typedef struct {
   float* out;
+  float* resid; /* residual variant: resid = inp + b_in, normalised */
+  const float* b_in;
   float* rstd;
   float* dinp;
   float* dw;
@@ -28,6 +31,12 @@ static void rms_fwd_task(void* ctx, int64_t task) {
   int64_t r1 = (task + 1) * ROWS < a->N ? (task + 1) * ROWS : a->N;
   for (int64_t r = task * ROWS; r < r1; r++) {
     const float* x = a->inp + r * a->C;
+    if (a->resid) { /* the add of tr__cpu_add, row by row */
+      float* y = a->resid + r * a->C;
+      const float* b = a->b_in + r * a->C;
+      for (int c = 0; c < a->C; c++) y[c] = x[c] + b[c];
+      x = y;
+    }
     double ss = 0.0;
     for (int c = 0; c < a->C; c++) ss += (double)x[c] * x[c];
     float rs = (float)(1.0 / sqrt(ss / a->C + a->eps));
@@ -42,6 +51,22 @@ int tr__cpu_rmsnorm_fwd(float* out, float* rstd, const float* inp,
   rms_t a = {
       .out = out, .rstd = rstd, .inp = inp, .w = w, .N = N, .C = C, .eps = eps};
   tr__cpu_parallel(tr__cpu_ntasks(N, ROWS), rms_fwd_task, &a);
+  return 0;
+}
+
+int tr__cpu_residual_rmsnorm_fwd(float* resid, float* out, float* rstd,
+                                 const float* a, const float* b_in,
+                                 const float* w, int64_t N, int C, float eps) {
+  rms_t t = {.out = out,
+             .resid = resid,
+             .b_in = b_in,
+             .rstd = rstd,
+             .inp = a,
+             .w = w,
+             .N = N,
+             .C = C,
+             .eps = eps};
+  tr__cpu_parallel(tr__cpu_ntasks(N, ROWS), rms_fwd_task, &t);
   return 0;
 }
 

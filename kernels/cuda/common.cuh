@@ -209,6 +209,14 @@ int tr__cuda_sm_count(void);
 // Largest dynamic shared memory a block may opt into, in bytes.
 int tr__cuda_smem_optin(void);
 
+// ---- swiglu.cu ----
+
+// tr_kern_cuda_swiglu_bwd with dgate and dup overwritten (not added to):
+// the table's swiglu_bwd_write.
+int tr__cuda_swiglu_bwd_write(tr_dtype_t dt, void* dgate, void* dup,
+                              const void* dout, const void* gate,
+                              const void* up, int64_t n, cudaStream_t s);
+
 // ---- cuBLASLt, loaded on first use (cublaslt_load.cu) ----
 
 // Every cuBLASLt function trainrun calls, each once: X(name). The library

@@ -46,6 +46,15 @@ int cu_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp,
 }
 
 template <tr_dtype_t DT>
+int cu_residual_layernorm_fwd(float* resid, float* out, float* mean,
+                              float* rstd, const float* a, const float* b_in,
+                              const float* w, const float* b, int64_t N, int C,
+                              float eps) {
+  return tr_kern_cuda_residual_layernorm_fwd(DT, resid, out, mean, rstd, a,
+                                             b_in, w, b, N, C, eps, cur());
+}
+
+template <tr_dtype_t DT>
 int cu_layernorm_bwd(float* dinp, float* dw, float* db, const float* dout,
                      const float* inp, const float* w, const float* mean,
                      const float* rstd, int64_t N, int C) {
@@ -57,6 +66,14 @@ template <tr_dtype_t DT>
 int cu_rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w,
                    int64_t N, int C, float eps) {
   return tr_kern_cuda_rmsnorm_fwd(DT, out, rstd, inp, w, N, C, eps, cur());
+}
+
+template <tr_dtype_t DT>
+int cu_residual_rmsnorm_fwd(float* resid, float* out, float* rstd,
+                            const float* a, const float* b_in, const float* w,
+                            int64_t N, int C, float eps) {
+  return tr_kern_cuda_residual_rmsnorm_fwd(DT, resid, out, rstd, a, b_in, w, N,
+                                           C, eps, cur());
 }
 
 template <tr_dtype_t DT>
@@ -133,13 +150,23 @@ int cu_linear_fwd(float* out, const float* inp, const float* w,
   return 0;
 }
 
+// beta_in 1: dinp += dout w; 0: dinp = dout w (the first GEMM into dinp
+// ignores its old contents, so the buffer needs no zeroing pass).
 template <tr_dtype_t DT>
-int cu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
-                  const float* inp, const float* w, int64_t N, int IC, int OC,
-                  int64_t ldd) {
-  if (ldd == OC || N <= 1)
-    return tr_kern_cuda_linear_bwd(DT, dinp, dw, dbias, dout, inp, w, NULL, N,
+int linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
+               const float* inp, const float* w, int64_t N, int IC, int OC,
+               int64_t ldd, float beta_in) {
+  if (ldd == OC || N <= 1) {
+    if (beta_in == 1.0f)
+      return tr_kern_cuda_linear_bwd(DT, dinp, dw, dbias, dout, inp, w, NULL, N,
+                                     IC, OC, cur());
+    if (dinp)
+      TR_CHECK(plain_gemm(DT, DT, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f,
+                          dinp, IC));
+    if (!dw && !dbias) return 0;
+    return tr_kern_cuda_linear_bwd(DT, NULL, dw, dbias, dout, inp, w, NULL, N,
                                    IC, OC, cur());
+  }
   if (dbias) {
     TR_LOG_ERROR(KERN, "linear_bwd: a bias gradient with padded rows");
     return TR_EUNSUPPORTED;
@@ -148,16 +175,30 @@ int cu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
   int64_t a = OC & ~(int64_t)7, r = OC - a;
   if (dinp && a > 0)
     TR_CHECK(strided_gemm(DT, DT, 0, 0, N, IC, a, dout, ldd, w, IC, dinp, IC,
-                          1.0f));
+                          beta_in));
   if (dinp && r > 0)
     TR_CHECK(strided_gemm(DT, DT, 0, 0, N, IC, r,
                           (const char*)dout + (size_t)a * es, ldd,
                           (const char*)w + (size_t)a * IC * es, IC, dinp, IC,
-                          1.0f));
+                          a > 0 ? 1.0f : beta_in));
   if (dw)
     TR_CHECK(strided_gemm(DT, TR_F32, 1, 0, OC, IC, N, dout, ldd, inp, IC, dw,
                           IC, 1.0f));
   return 0;
+}
+
+template <tr_dtype_t DT>
+int cu_linear_bwd(float* dinp, float* dw, float* dbias, const float* dout,
+                  const float* inp, const float* w, int64_t N, int IC, int OC,
+                  int64_t ldd) {
+  return linear_bwd<DT>(dinp, dw, dbias, dout, inp, w, N, IC, OC, ldd, 1.0f);
+}
+
+template <tr_dtype_t DT>
+int cu_linear_bwd_write(float* dinp, float* dw, float* dbias, const float* dout,
+                        const float* inp, const float* w, int64_t N, int IC,
+                        int OC, int64_t ldd) {
+  return linear_bwd<DT>(dinp, dw, dbias, dout, inp, w, N, IC, OC, ldd, 0.0f);
 }
 
 // GELU in the GEMM's epilogue, the pre-activation kept in `pre` (aux).
@@ -239,6 +280,12 @@ int cu_gelu_bwd(float* dinp, const float* dout, const float* inp, int64_t n) {
 template <tr_dtype_t DT>
 int cu_swiglu_fwd(float* out, const float* gate, const float* up, int64_t n) {
   return tr_kern_cuda_swiglu_fwd(DT, out, gate, up, n, cur());
+}
+
+template <tr_dtype_t DT>
+int cu_swiglu_bwd_write(float* dgate, float* dup, const float* dout,
+                        const float* gate, const float* up, int64_t n) {
+  return tr__cuda_swiglu_bwd_write(DT, dgate, dup, dout, gate, up, n, cur());
 }
 
 template <tr_dtype_t DT>
@@ -361,12 +408,15 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->embedding_fwd = cu_embedding_fwd<DT>;
   t->embedding_bwd = cu_embedding_bwd<DT>;
   t->layernorm_fwd = cu_layernorm_fwd<DT>;
+  t->residual_layernorm_fwd = cu_residual_layernorm_fwd<DT>;
   t->layernorm_bwd = cu_layernorm_bwd<DT>;
   t->rmsnorm_fwd = cu_rmsnorm_fwd<DT>;
+  t->residual_rmsnorm_fwd = cu_residual_rmsnorm_fwd<DT>;
   t->rmsnorm_bwd = cu_rmsnorm_bwd<DT>;
   t->gemm = cu_gemm<DT>;
   t->linear_fwd = cu_linear_fwd<DT>;
   t->linear_bwd = cu_linear_bwd<DT>;
+  t->linear_bwd_write = cu_linear_bwd_write<DT>;
   t->linear_gelu_fwd = cu_linear_gelu_fwd<DT>;
   t->linear_dgelu_bwd = cu_linear_dgelu_bwd<DT>;
   t->rope = cu_rope<DT>;
@@ -376,6 +426,7 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->gelu_bwd = cu_gelu_bwd<DT>;
   t->swiglu_fwd = cu_swiglu_fwd<DT>;
   t->swiglu_bwd = cu_swiglu_bwd<DT>;
+  t->swiglu_bwd_write = cu_swiglu_bwd_write<DT>;
   t->xent_fwd = cu_xent_fwd<DT>;
   t->xent_bwd = cu_xent_bwd<DT>;
   t->xent_fused = cu_xent_fused<DT>;

@@ -34,14 +34,20 @@ struct swiglu_bwd_op {
   const T* dout;
   const T* gate;
   const T* up;
+  bool acc; // += into dgate and dup; false: overwrite them (not read)
   template <int V>
   __device__ void apply(int64_t i) const {
     float g[V], u[V], d[V], dg[V], du[V];
     tr_load<T, V>(g, gate + i);
     tr_load<T, V>(u, up + i);
     tr_load<T, V>(d, dout + i);
-    tr_load<T, V>(dg, dgate + i);
-    tr_load<T, V>(du, dup + i);
+    if (acc) {
+      tr_load<T, V>(dg, dgate + i);
+      tr_load<T, V>(du, dup + i);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; j++) dg[j] = du[j] = 0.0f;
+    }
 #pragma unroll
     for (int j = 0; j < V; j++) {
       float sg = sigmoid(g[j]);
@@ -68,16 +74,28 @@ extern "C" int tr_kern_cuda_swiglu_fwd(tr_dtype_t dt, void* out,
   });
 }
 
-extern "C" int tr_kern_cuda_swiglu_bwd(tr_dtype_t dt, void* dgate, void* dup,
-                                       const void* dout, const void* gate,
-                                       const void* up, int64_t n,
-                                       tr_cuda_stream_t s) {
+static int swiglu_bwd(tr_dtype_t dt, void* dgate, void* dup, const void* dout,
+                      const void* gate, const void* up, int64_t n, bool acc,
+                      cudaStream_t s) {
   TR_CUDA_REQUIRE(n >= 0, "swiglu_bwd: negative size %lld", (long long)n);
   bool vec = tr__aligned16(dgate) && tr__aligned16(dup) &&
              tr__aligned16(dout) && tr__aligned16(gate) && tr__aligned16(up);
   TR_CUDA_DISPATCH(dt, T, {
-    swiglu_bwd_op<T> op{(T*)dgate, (T*)dup, (const T*)dout, (const T*)gate,
-                        (const T*)up};
+    swiglu_bwd_op<T> op{(T*)dgate,      (T*)dup,        (const T*)dout,
+                        (const T*)gate, (const T*)up,   acc};
     return tr__ew_launch<tr_vec<T>::n>(op, n, vec, s, "swiglu_bwd");
   });
+}
+
+extern "C" int tr_kern_cuda_swiglu_bwd(tr_dtype_t dt, void* dgate, void* dup,
+                                       const void* dout, const void* gate,
+                                       const void* up, int64_t n,
+                                       tr_cuda_stream_t s) {
+  return swiglu_bwd(dt, dgate, dup, dout, gate, up, n, true, s);
+}
+
+int tr__cuda_swiglu_bwd_write(tr_dtype_t dt, void* dgate, void* dup,
+                              const void* dout, const void* gate,
+                              const void* up, int64_t n, cudaStream_t s) {
+  return swiglu_bwd(dt, dgate, dup, dout, gate, up, n, false, s);
 }
