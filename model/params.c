@@ -306,7 +306,8 @@ static double normal_at(uint64_t key, uint64_t g, uint64_t draw) {
   return rad * ((g & 1) ? sin(ang) : cos(ang));
 }
 
-/* Both halves at once, for the common case of a whole pair in one buffer. */
+/* Both halves of draw 0 of a pair at once (sincos gives sin's and cos's
+ * bits). */
 static void normal_pair(uint64_t key, uint64_t pair, double* z0, double* z1) {
   uint64_t r1 = mix64(key ^ mix64(pair * 0x9e3779b97f4a7c15ull));
   uint64_t r2 = mix64(r1 ^ 0xd1b54a32d192ed03ull);
@@ -342,14 +343,47 @@ typedef struct {
   float* data;
   uint64_t key;
   int64_t n;
+  int64_t base; /* global index of local element 0; -1: not one run */
 } init_job_t;
 
 #define INIT_CHUNK 65536
 
-static int whole(const tr_param_t* p) {
-  for (int d = 0; d < p->ndim; d++)
-    if (p->layout.offset[d] != 0 || p->layout.shape[d] != p->shape[d]) return 0;
-  return 1;
+/* Global flat index of local element 0 when the local part is one run of
+ * the global flat order (the whole tensor, or whole rows as FSDP shards
+ * along dim 0): local i is then global base + i. -1 otherwise. */
+static int64_t contiguous_base(const tr_param_t* p) {
+  int64_t base = 0, stride = 1;
+  for (int d = p->ndim - 1; d >= 0; d--) {
+    if (d > 0 &&
+        (p->layout.offset[d] != 0 || p->layout.shape[d] != p->shape[d]))
+      return -1;
+    base += p->layout.offset[d] * stride;
+    stride *= p->shape[d];
+  }
+  return base;
+}
+
+/* Fill local [i0, i1) of a contiguous run (global index base + i): one
+ * log and one sincos per pair of global indices instead of one each per
+ * element. A truncated normal keeps both halves of draw 0 when they are
+ * inside the bounds (nearly always) and falls back to init_value's redraws
+ * otherwise, so every value is the one init_value gives. */
+static void fill_pairs(const init_job_t* j, int64_t i0, int64_t i1) {
+  const tr_init_rule_t* r = &j->p->init;
+  int trunc = r->kind == TR_INIT_TRUNC_NORMAL;
+  for (int64_t i = i0; i < i1;) {
+    uint64_t g = (uint64_t)(j->base + i);
+    double z[2];
+    normal_pair(j->key, g >> 1, &z[0], &z[1]);
+    /* the pair's elements that fall inside [i0, i1) */
+    for (uint64_t h = g & 1; h < 2 && i < i1; h++, i++) {
+      double v = r->std * z[h];
+      if (trunc && !(v >= r->lo && v <= r->hi))
+        j->data[i] = init_value(r, j->key, (g & ~1ull) | h);
+      else
+        j->data[i] = (float)v;
+    }
+  }
 }
 
 static void init_task(void* ctx, int64_t task) {
@@ -357,14 +391,9 @@ static void init_task(void* ctx, int64_t task) {
   const tr_param_t* p = j->p;
   int64_t i0 = task * INIT_CHUNK;
   int64_t i1 = i0 + INIT_CHUNK < j->n ? i0 + INIT_CHUNK : j->n;
-  if (p->init.kind == TR_INIT_NORMAL && whole(p)) {
-    /* local index == global index: fill pairs (chunks start even) */
-    for (int64_t i = i0; i < i1; i += 2) {
-      double z0, z1;
-      normal_pair(j->key, (uint64_t)i >> 1, &z0, &z1);
-      j->data[i] = (float)(p->init.std * z0);
-      if (i + 1 < i1) j->data[i + 1] = (float)(p->init.std * z1);
-    }
+  if (j->base >= 0 && (p->init.kind == TR_INIT_NORMAL ||
+                       p->init.kind == TR_INIT_TRUNC_NORMAL)) {
+    fill_pairs(j, i0, i1);
     return;
   }
   for (int64_t i = i0; i < i1; i++) {
@@ -396,7 +425,7 @@ int tr_model_init_weights(tr_model_t* m, uint64_t seed) {
       TR_CHECK(tr_tensor_empty(&host, TR_F32, TR_DEVICE_CPU, p->data.ndim,
                                p->data.shape));
     init_job_t j = {p, tr_tensor_data(&host), mix64(seed ^ name_hash(p->name)),
-                    tr_tensor_numel(&host)};
+                    tr_tensor_numel(&host), contiguous_base(p)};
     tr_kern_cpu_parallel((j.n + INIT_CHUNK - 1) / INIT_CHUNK, init_task, &j);
     int rc = host.storage == p->data.storage ? 0 : tr_tensor_copy(&p->data, &host);
     tr_tensor_release(&host);
