@@ -185,6 +185,16 @@ def compare(a):
               f"rounding)")
         print(f"distance(trainrun, torch fp32) = "
               f"{distance(ours, f32, steps):.3e}")
+        if a.ours_fp32:
+            o32 = read_run(a.ours_fp32, True)
+            s32 = [s for s in steps if s in o32]
+            if s32:
+                print(f"distance(trainrun fp32, torch fp32) = "
+                      f"{distance(o32, f32, s32):.3e}  (both in fp32: the "
+                      f"implementations)")
+                print(f"distance(trainrun fp32, trainrun) = "
+                      f"{distance(ours, o32, s32):.3e}  (trainrun's bf16 "
+                      f"rounding)")
     if gpu:
         if not noise:
             bad.append("gpu mode needs --alt or --fp32 to measure the noise")
@@ -267,6 +277,8 @@ def main():
     c.add_argument("--alt", help="gpt2_torch.py's log, another kernel")
     c.add_argument("--alt-label", default="another implementation")
     c.add_argument("--fp32", help="gpt2_torch.py's log in fp32")
+    c.add_argument("--ours-fp32", help="trainrun's metrics.jsonl, fp32 "
+                   "compute (information)")
     c.add_argument("--csv")
     c.add_argument("--png")
     a = p.parse_args()

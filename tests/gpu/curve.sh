@@ -81,7 +81,7 @@ if [ ! -x "$TRAINRUN" ]; then
 fi
 
 mkdir -p "$out"
-rm -rf "$out/trainrun" "$out/init_ckpt"
+rm -rf "$out/trainrun" "$out/trainrun_fp32" "$out/init_ckpt"
 t0=$(date +%s)
 say() { echo "[curve $(($(date +%s) - t0))s] $*"; }
 
@@ -122,6 +122,22 @@ if ! "$TRAINRUN" "$@" >"$out/trainrun.log" 2>&1; then
   echo "FAIL: trainrun exited non-zero (see $out/trainrun.log):"
   tail -5 "$out/trainrun.log"
   exit 1
+fi
+
+# trainrun in fp32 compute on the GPU too (information: with both sides in
+# fp32, what is left is the implementations, not bf16 rounding)
+ours32=
+if [ $cpu -eq 0 ]; then
+  case " $noise " in *" fp32 "*)
+    say "trainrun fp32 compute"
+    if "$TRAINRUN" "$@" --training.mixed_precision_param float32 \
+      --job.dump_folder "$out/trainrun_fp32" >"$out/trainrun_fp32.log" 2>&1; then
+      ours32=$out/trainrun_fp32/metrics.jsonl
+    else
+      echo "trainrun fp32 exited non-zero (see $out/trainrun_fp32.log)"
+    fi
+    ;;
+  esac
 fi
 
 # PyTorch: trainrun's batches, schedule and optimizer
@@ -167,6 +183,7 @@ else
     ;;
   esac
 fi
+[ -n "$ours32" ] && set -- "$@" --ours-fp32 "$ours32"
 say "compare"
 rc=0
 "$PY" tests/gpu/curve.py compare "$@" \
