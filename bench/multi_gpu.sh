@@ -31,9 +31,10 @@
 #   llama8b_hsdp_2xM  the same job, HSDP: 2 replicas of FSDP over M = N/2
 #                 (N >= 4 and even)
 #   ckpt_kill_nN  Llama 3.2 1B, FSDP over N (bench/gpu/ckpt_llama3_1b.toml),
-#                 an async checkpoint every 20 steps in SCRATCH, rank N-1
-#                 killed (SIGKILL) as step 30 starts, --max-restarts 1: it
-#                 must resume from step 20 and finish step 50. Its output
+#                 an async checkpoint every 40 steps in SCRATCH, rank N-1
+#                 killed (SIGKILL) as step 95 starts (step 40's save has
+#                 committed, step 80's is being written), --max-restarts 1:
+#                 it must resume from step 40 and finish step 110. Its output
 #                 is time-stamped as it arrives: restart time = first step
 #                 line after the restore - the kill's line
 #   gpt2_ddp_nK   the GPT-2 scaling baselines, K = 1, 2, 4, ... < N
@@ -60,8 +61,8 @@
 # for the PyTorch peer), MG_DEADLINE (s by which every sub-run has ended,
 # 530),
 # MG_GPT2_STEPS (30), MG_LLAMA_STEPS (12), MG_LLAMA_T (8192), MG_TORCH_STEPS
-# (12), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b), MG_CKPT_STEPS (50),
-# MG_CKPT_INTERVAL (20), MG_CKPT_KILL_STEP (30), MG_TMO_GPT2 (90),
+# (12), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b), MG_CKPT_STEPS (110),
+# MG_CKPT_INTERVAL (40), MG_CKPT_KILL_STEP (95), MG_TMO_GPT2 (90),
 # MG_TMO_LLAMA (150), MG_TMO_TORCH (240), MG_TMO_CKPT (200) (s per run),
 # MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU counts, e.g. "1 2 4"
 # and "4 2").
@@ -172,9 +173,11 @@ else
   GPT2_STEPS=${MG_GPT2_STEPS:-30}
   LLAMA_STEPS=${MG_LLAMA_STEPS:-12}
   TORCH_STEPS=${MG_TORCH_STEPS:-12}
-  CKPT_STEPS=${MG_CKPT_STEPS:-50}
-  CKPT_INTERVAL=${MG_CKPT_INTERVAL:-20}
-  CKPT_KILL=${MG_CKPT_KILL_STEP:-30}
+  # a save of the 1B job (3.7 GB) took 7.7 s on a 4xH200 host, ~50 steps:
+  # the kill comes once step 40's save has committed, during step 80's
+  CKPT_STEPS=${MG_CKPT_STEPS:-110}
+  CKPT_INTERVAL=${MG_CKPT_INTERVAL:-40}
+  CKPT_KILL=${MG_CKPT_KILL_STEP:-95}
   GPT2_B=64 GPT2_T=1024 LLAMA_B=1 LLAMA_T=${MG_LLAMA_T:-8192} CKPT_B=4 CKPT_T=2048
   GPT2_VOCAB=50257 LLAMA_VOCAB=128256 GPT2_TOKENS=33554432 LLAMA_TOKENS=16777216
   TMO_GPT2=${MG_TMO_GPT2:-90} TMO_LLAMA=${MG_TMO_LLAMA:-150}
