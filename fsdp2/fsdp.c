@@ -716,8 +716,15 @@ static int dist_gather(void* arg, tr_model_t* m) {
   return tr_fsdp_gather_full(arg);
 }
 
-tr_fsdp_t* tr_fsdp_of_dist(const tr_trainer_dist_t* dist) {
-  return dist && dist->setup_model == dist_setup ? dist->arg : NULL;
+static int dist_step_end(void* arg) { return tr_fsdp_step_end(arg); }
+
+static void dist_comm_take(void* arg, tr_trainer_comm_t* out) {
+  tr_fsdp_comm_t c;
+  tr_fsdp_comm_take(arg, &c);
+  *out = (tr_trainer_comm_t){.steps = c.steps,
+                             .comm_ms = c.comm_ms,
+                             .exposed_ms = c.exposed_ms,
+                             .hidden = c.hidden};
 }
 
 void tr_fsdp_dist(tr_fsdp_t* f, tr_trainer_dist_t* dist) {
@@ -729,6 +736,8 @@ void tr_fsdp_dist(tr_fsdp_t* f, tr_trainer_dist_t* dist) {
   dist->grads_sharded = f->nrep;
   dist->setup_model = dist_setup;
   dist->gather_model = dist_gather;
+  dist->step_end = dist_step_end;
+  dist->comm_take = dist_comm_take;
   dist->arg = f;
 }
 

@@ -242,25 +242,44 @@ int tr_kern_embedding_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
 
 /* ---- norms ---- */
 
+/* The checks a forward norm of inp shares with its fused residual form:
+ * out shaped like inp (out_want names inp in the message), mean (NULL for
+ * RMSNorm) and rstd one per row, weight and bias (NULL: none) [C]. Sets *N
+ * and *C. */
+static int norm_fwd_args(chk_t* c, const tr_tensor_t* out,
+                         const tr_tensor_t* mean, const tr_tensor_t* rstd,
+                         const tr_tensor_t* inp, const char* inp_name,
+                         const char* out_want, const tr_tensor_t* weight,
+                         const tr_tensor_t* bias, int64_t* N, int64_t* C) {
+  TR_CHECK(act(c, out, "out", 1));
+  if (mean) TR_CHECK(arg(c, mean, "mean", TR_F32, 1));
+  TR_CHECK(arg(c, rstd, "rstd", TR_F32, 1));
+  TR_CHECK(act(c, inp, inp_name, 1));
+  TR_CHECK(act(c, weight, "weight", 1));
+  TR_CHECK(opt_act(c, bias, "bias"));
+  *N = rows(inp);
+  *C = last_dim(inp);
+  if (!same_rows(out, inp)) return bad(c->op, "out", out, out_want);
+  if (mean && tr_tensor_numel(mean) != *N)
+    return bad(c->op, "mean", mean, "expected N rows");
+  if (tr_tensor_numel(rstd) != *N)
+    return bad(c->op, mean ? "mean" : "rstd", mean ? mean : rstd,
+               "expected N rows");
+  if (!is_vec(weight, *C)) return bad(c->op, "weight", weight, "expected [C]");
+  if (bias && !is_vec(bias, *C))
+    return bad(c->op, "bias", bias, "expected [C]");
+  return fits_int(*C) ? 0 : TR_EINVAL;
+}
+
 int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
                           tr_tensor_t* rstd, const tr_tensor_t* inp,
                           const tr_tensor_t* weight, const tr_tensor_t* bias,
                           float eps) {
   chk_t c = {.op = "layernorm_fwd"};
   int rc = 0;
-  TR_CHECK(act(&c, out, "out", 1));
-  TR_CHECK(arg(&c, mean, "mean", TR_F32, 1));
-  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
-  TR_CHECK(act(&c, inp, "inp", 1));
-  TR_CHECK(act(&c, weight, "weight", 1));
-  TR_CHECK(opt_act(&c, bias, "bias"));
-  int64_t N = rows(inp), C = last_dim(inp);
-  if (!same_rows(out, inp)) return bad(c.op, "out", out, "expected inp's");
-  if (tr_tensor_numel(mean) != N || tr_tensor_numel(rstd) != N)
-    return bad(c.op, "mean", mean, "expected N rows");
-  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
-  if (bias && !is_vec(bias, C)) return bad(c.op, "bias", bias, "expected [C]");
-  if (!fits_int(C)) return TR_EINVAL;
+  int64_t N, C;
+  TR_CHECK(norm_fwd_args(&c, out, mean, rstd, inp, "inp", "expected inp's",
+                         weight, bias, &N, &C));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->layernorm_fwd(F(out), F(mean), F(rstd), CF(inp), CF(weight),
@@ -276,23 +295,13 @@ int tr_kern_residual_layernorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
                                    const tr_tensor_t* bias, float eps) {
   chk_t c = {.op = "residual_layernorm_fwd"};
   int rc = 0;
+  int64_t N, C;
   TR_CHECK(act(&c, resid, "resid", 1));
-  TR_CHECK(act(&c, out, "out", 1));
-  TR_CHECK(arg(&c, mean, "mean", TR_F32, 1));
-  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
-  TR_CHECK(act(&c, a, "a", 1));
+  TR_CHECK(norm_fwd_args(&c, out, mean, rstd, a, "a", "expected a's", weight,
+                         bias, &N, &C));
   TR_CHECK(act(&c, b, "b", 1));
-  TR_CHECK(act(&c, weight, "weight", 1));
-  TR_CHECK(opt_act(&c, bias, "bias"));
-  int64_t N = rows(a), C = last_dim(a);
   if (!same_rows(b, a)) return bad(c.op, "b", b, "expected a's");
   if (!same_rows(resid, a)) return bad(c.op, "resid", resid, "expected a's");
-  if (!same_rows(out, a)) return bad(c.op, "out", out, "expected a's");
-  if (tr_tensor_numel(mean) != N || tr_tensor_numel(rstd) != N)
-    return bad(c.op, "mean", mean, "expected N rows");
-  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
-  if (bias && !is_vec(bias, C)) return bad(c.op, "bias", bias, "expected [C]");
-  if (!fits_int(C)) return TR_EINVAL;
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   if (!ops->residual_layernorm_fwd) {
@@ -341,16 +350,9 @@ int tr_kern_rmsnorm_fwd(tr_tensor_t* out, tr_tensor_t* rstd,
                         float eps) {
   chk_t c = {.op = "rmsnorm_fwd"};
   int rc = 0;
-  TR_CHECK(act(&c, out, "out", 1));
-  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
-  TR_CHECK(act(&c, inp, "inp", 1));
-  TR_CHECK(act(&c, weight, "weight", 1));
-  int64_t N = rows(inp), C = last_dim(inp);
-  if (!same_rows(out, inp)) return bad(c.op, "out", out, "expected inp's");
-  if (tr_tensor_numel(rstd) != N)
-    return bad(c.op, "rstd", rstd, "expected N rows");
-  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
-  if (!fits_int(C)) return TR_EINVAL;
+  int64_t N, C;
+  TR_CHECK(norm_fwd_args(&c, out, NULL, rstd, inp, "inp", "expected inp's",
+                         weight, NULL, &N, &C));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->rmsnorm_fwd(F(out), F(rstd), CF(inp), CF(weight), N, (int)C, eps);
@@ -362,20 +364,13 @@ int tr_kern_residual_rmsnorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
                                  const tr_tensor_t* weight, float eps) {
   chk_t c = {.op = "residual_rmsnorm_fwd"};
   int rc = 0;
+  int64_t N, C;
   TR_CHECK(act(&c, resid, "resid", 1));
-  TR_CHECK(act(&c, out, "out", 1));
-  TR_CHECK(arg(&c, rstd, "rstd", TR_F32, 1));
-  TR_CHECK(act(&c, a, "a", 1));
+  TR_CHECK(norm_fwd_args(&c, out, NULL, rstd, a, "a", "expected a's", weight,
+                         NULL, &N, &C));
   TR_CHECK(act(&c, b, "b", 1));
-  TR_CHECK(act(&c, weight, "weight", 1));
-  int64_t N = rows(a), C = last_dim(a);
   if (!same_rows(b, a)) return bad(c.op, "b", b, "expected a's");
   if (!same_rows(resid, a)) return bad(c.op, "resid", resid, "expected a's");
-  if (!same_rows(out, a)) return bad(c.op, "out", out, "expected a's");
-  if (tr_tensor_numel(rstd) != N)
-    return bad(c.op, "rstd", rstd, "expected N rows");
-  if (!is_vec(weight, C)) return bad(c.op, "weight", weight, "expected [C]");
-  if (!fits_int(C)) return TR_EINVAL;
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   if (!ops->residual_rmsnorm_fwd) {

@@ -15,7 +15,6 @@
 
 #include "trainrun/error.h"
 #include "trainrun/fault.h"     /* --debug.fault */
-#include "trainrun/fsdp2.h"     /* FSDP's step end and comm timing */
 #include "trainrun/heartbeat.h" /* beats to the node daemon */
 #include "trainrun/kernels.h"   /* AdamW, norms */
 #include "trainrun/log.h"
@@ -339,11 +338,10 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   if (rc < 0)
     return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient norm: %s",
                          t->step + 1, tr_strerror(rc));
-  /* FSDP on CUDA: the device has run the step's collectives (the norm
-   * and the losses were read): their errors, and their timing */
-  tr_fsdp_t* fsdp = tr_fsdp_of_dist(&t->dist);
-  if (fsdp && (rc = tr_fsdp_step_end(fsdp)) < 0)
-    return tr_errmsg_set(err, rc, "step %" PRId64 ": fsdp collectives: %s",
+  /* the device has run the step's collectives (the norm and the losses
+   * were read): their errors, and their timing (FSDP on CUDA) */
+  if (t->dist.step_end && (rc = t->dist.step_end(t->dist.arg)) < 0)
+    return tr_errmsg_set(err, rc, "step %" PRId64 ": collectives: %s",
                          t->step + 1, tr_strerror(rc));
   double norm = sqrt(sq);
   double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
@@ -641,10 +639,9 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
           .elapsed = now - start,
           .eta =
               (double)(steps - st.step) * dt / (double)(st.step - last_step)};
-      tr_fsdp_t* fsdp = tr_fsdp_of_dist(&t.dist);
-      if (fsdp) { /* [metrics] comm_overlap: per step since the last line */
-        tr_fsdp_comm_t fc;
-        tr_fsdp_comm_take(fsdp, &fc);
+      if (t.dist.comm_take) { /* [metrics] comm_overlap: per step */
+        tr_trainer_comm_t fc = {0};
+        t.dist.comm_take(t.dist.arg, &fc);
         if (fc.steps > 0) {
           mt.comm_ms = fc.comm_ms / (double)fc.steps;
           mt.comm_exposed_ms = fc.exposed_ms / (double)fc.steps;

@@ -198,10 +198,6 @@ typedef struct {
  * start new ones. All zero (hidden NaN) when comm_timing is off. */
 void tr_fsdp_comm_take(tr_fsdp_t* f, tr_fsdp_comm_t* out);
 
-/* The FSDP layer behind a trainer's seams filled by tr_fsdp_dist, or NULL
- * (one rank, DDP). */
-tr_fsdp_t* tr_fsdp_of_dist(const tr_trainer_dist_t* dist);
-
 /* Sum n doubles over the data-parallel ranks (shard, then replicate
  * group), in rank order in double precision: every rank gets the same
  * bits. */

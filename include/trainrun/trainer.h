@@ -101,6 +101,13 @@ double tr_lr_schedule_lr(const tr_lr_schedule_t* s, int64_t step);
 
 struct tr_trainer;
 
+/* Communication overlap over the steps since the last take (FSDP's
+ * [metrics] comm_overlap): totals, hidden = 1 - exposed / comm. */
+typedef struct {
+  int64_t steps;
+  double comm_ms, exposed_ms, hidden;
+} tr_trainer_comm_t;
+
 /* Filled by the data-parallel layer; all NULL on one rank. */
 typedef struct {
   int dp_rank, dp_size; /* 0 and 1 on one rank */
@@ -129,6 +136,13 @@ typedef struct {
    * as soon as its grads are final. NULL: nothing. */
   int (*pre_micro_step)(void* arg, struct tr_trainer* t, int64_t micro,
                         int64_t n_micro);
+  /* Called once per optimizer step after the step's device synchronisation
+   * (the loss and the norm were read): settle the communication still held
+   * and read its timing; the first error. NULL: nothing. */
+  int (*step_end)(void* arg);
+  /* The communication overlap measured since the last call (steps 0: not
+   * measured). NULL: never measured. */
+  void (*comm_take)(void* arg, tr_trainer_comm_t* out);
   void* arg;
 } tr_trainer_dist_t;
 
