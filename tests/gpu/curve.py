@@ -17,7 +17,8 @@ relative difference, and the reference runs that measure the noise floor:
   --alt   PyTorch again with another attention kernel (gpu) or another
           AdamW implementation (cpu): what implementation choices alone
           change;
-  --fp32  PyTorch in fp32 (gpu): what bf16 rounding alone changes.
+  --fp32  PyTorch in fp32 (gpu, full fp32 matmuls: curve.sh says why not
+          TF32): what bf16 rounding alone changes.
 The distance between two curves is the mean over steps of |a - b| / b.
 Checks (exit 1 when one fails, 0 when all pass):
   - the learning rate of every step is the same (trainrun's schedule and

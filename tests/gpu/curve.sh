@@ -19,8 +19,14 @@
 #   4. gpt2_torch.py from that file with trainrun's sample order
 #      (--data-order trainrun, the same debug.seed), schedule and optimizer:
 #      bf16 autocast; again with another SDPA kernel (CURVE_ALT_SDPA,
-#      efficient) and in fp32 (TF32 matmuls unless CURVE_FP32_MATMUL=highest):
-#      the two noise-floor runs;
+#      efficient) and in fp32 (full fp32 matmuls; CURVE_FP32_MATMUL=high
+#      gives TF32): the two noise-floor runs. The fp32 run is the exact
+#      curve both bf16 runs are roundings of: trainrun in fp32 tracks it to
+#      8.6e-6 over 300 steps (H100, 2026-11-22). With TF32 it is no
+#      reference: TF32 rounds the GEMM inputs as bf16 autocast does (to 10
+#      mantissa bits instead of 7), so it stayed within 5.6e-4 of PyTorch's
+#      bf16 run and made a noise floor that no other bf16 recipe meets
+#      (full fp32 against PyTorch bf16: 2.9e-3);
 #   5. tests/gpu/curve.py compare: the table, OUTDIR/curve.csv,
 #      OUTDIR/curve.png (with matplotlib) and the verdict (see curve.py:
 #      trainrun's distance to PyTorch bf16 at most twice the larger distance
@@ -34,7 +40,7 @@
 # or no CUDA device for the GPU mode). Environment: TRAINRUN (.gpu/trainrun),
 # PYTHON (python3), CURVE_STEPS, CURVE_B, CURVE_T, CURVE_LR (6e-4),
 # CURVE_WARMUP, CURVE_SEED (1234: init, data order), CURVE_TOKENS,
-# CURVE_ALT_SDPA (efficient), CURVE_FP32_MATMUL (high), CURVE_NOISE
+# CURVE_ALT_SDPA (efficient), CURVE_FP32_MATMUL (highest), CURVE_NOISE
 # ("alt fp32" on the GPU; a subset skips runs), CURVE_LOAD (ckpt|hf).
 set -eu
 
@@ -178,7 +184,7 @@ else
   esac
   case " $noise " in *" fp32 "*)
     peer fp32 --precision fp32 \
-      --matmul-precision "${CURVE_FP32_MATMUL:-high}"
+      --matmul-precision "${CURVE_FP32_MATMUL:-highest}"
     set -- "$@" --fp32 "$out/torch_fp32.jsonl"
     ;;
   esac
