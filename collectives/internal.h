@@ -238,6 +238,7 @@ struct tr__pg_world {
   tr_store_client_t* wd_store; /* the watchdog's */
   tr_pg_backend_t kinds[TR__PG_NDEV];
   char* gloo_host;
+  char* failure_key; /* tr_pg_opts_t.failure_key; NULL: none */
   int cuda_device;
   int mpi_we_initialised;
   int mpi_unclean; /* an MPI op was abandoned: do not finalise */

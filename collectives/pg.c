@@ -226,6 +226,7 @@ static void world_unref(tr__pg_world_t* wd) {
   pthread_cond_destroy(&wd->cv);
   free(wd->store_prefix);
   free(wd->gloo_host);
+  free(wd->failure_key);
   free(wd->first_error);
   free(wd);
 }
@@ -333,6 +334,8 @@ int tr_pg_init(const tr_pg_opts_t* o, tr_pg_t** out) {
   memcpy(wd->kinds, kinds, sizeof kinds);
   wd->store_prefix = xstrdup(o->store_prefix ? o->store_prefix : "trpg");
   wd->gloo_host = o->gloo_host ? strdup(o->gloo_host) : NULL;
+  wd->failure_key =
+      o->failure_key && *o->failure_key ? strdup(o->failure_key) : NULL;
   pthread_mutex_init(&wd->store_mu, NULL);
   pthread_mutex_init(&wd->mu, NULL);
   pthread_cond_init(&wd->cv, NULL);

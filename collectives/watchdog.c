@@ -6,8 +6,9 @@
  * "<store prefix>/exception_dump" to this rank and runs the flight
  * recorder's dump hook. Ops in flight for a while make it look for other
  * ranks' reports of their group (and for exception_dump), so a rank blocked
- * on a peer that failed gets an error, not a hang. The watchdog talks to
- * the store through its own client. */
+ * on a peer that failed gets an error, not a hang; so does the job's
+ * failure report (tr_pg_opts_t.failure_key, written by the daemon when a
+ * worker dies). The watchdog talks to the store through its own client. */
 #include "config.h"
 
 #include <errno.h>
@@ -38,6 +39,8 @@ static void call_dump(tr__pg_world_t* wd, int origin, const char* reason) {
   const tr_pg_hooks_t* h = tr__pg_hooks();
   if (first && h->dump) h->dump(h->arg, origin, reason);
 }
+
+static void fail_inflight(tr_pg_t* pg, const char* msg);
 
 /* Tell everyone that pg broke. The communicators are aborted first, so
  * that an op of ours that outlived its deadline cannot still complete with
@@ -82,7 +85,12 @@ static void report(tr__pg_world_t* wd, tr_pg_t* pg, const char* msg, int remote,
                   tr_strerror(rc));
     free(cur);
   }
-  /* Fail what is still in flight: it cannot complete any more. */
+  fail_inflight(pg, msg);
+  call_dump(wd, remote ? origin : wd->rank, msg);
+}
+
+/* Fail what is still in flight on pg: it cannot complete any more. */
+static void fail_inflight(tr_pg_t* pg, const char* msg) {
   for (;;) {
     tr_pg_work_t* w = NULL;
     pthread_mutex_lock(&pg->mu);
@@ -97,7 +105,6 @@ static void report(tr__pg_world_t* wd, tr_pg_t* pg, const char* msg, int remote,
     tr__work_finish(w, TR_EABORTED, "aborted after an earlier error: %s", msg);
     tr__work_unref(w);
   }
-  call_dump(wd, remote ? origin : wd->rank, msg);
 }
 
 /* Another rank reported pg broken? Returns 1 and fills *msg (malloc()ed)
@@ -117,6 +124,27 @@ static int remote_report(tr__pg_world_t* wd, tr_pg_t* pg, char** msg,
   size_t n = strlen(text) + 64;
   *msg = malloc(n);
   if (*msg) snprintf(*msg, n, "rank %d reported: %s", *origin, text);
+  free(val);
+  return *msg != NULL;
+}
+
+/* The job's failure report (opts.failure_key), if one was written: 1 and
+ * *msg (malloc()ed) "the job failed: <its first line>". */
+static int job_failure(tr__pg_world_t* wd, char** msg) {
+  if (!wd->failure_key || !wd->wd_store) return 0;
+  const char* key = wd->failure_key;
+  int ready = 0;
+  if (tr_store_client_check(wd->wd_store, &key, 1, &ready) < 0 || !ready)
+    return 0;
+  void* val = NULL;
+  size_t len = 0;
+  if (tr_store_client_get(wd->wd_store, key, &val, &len) < 0) return 0;
+  const char* text = val;
+  size_t line = 0;
+  while (line < len && text[line] != '\n' && text[line] != '\0') line++;
+  size_t n = line + 32;
+  *msg = malloc(n);
+  if (*msg) snprintf(*msg, n, "the job failed: %.*s", (int)line, text);
   free(val);
   return *msg != NULL;
 }
@@ -189,8 +217,14 @@ static void check_group(tr__pg_world_t* wd, tr_pg_t* pg, int* stuck) {
     *stuck = 1;
     char* msg = NULL;
     int origin = -1;
-    if (wd->wd_store && remote_report(wd, pg, &msg, &origin)) {
+    int job = 0;
+    if (wd->wd_store && (remote_report(wd, pg, &msg, &origin) ||
+                         (job = job_failure(wd, &msg)))) {
       tr__pg_break(pg, TR_EABORTED, msg, 1);
+      /* the peer is gone, not in an error of its own: our ops end with
+       * the job's report before the abort makes them fail with the
+       * backend's echo of it */
+      if (job) fail_inflight(pg, msg);
       pthread_mutex_lock(&pg->mu);
       int mine = !pg->reported && pg->remote;
       pg->reported |= mine;

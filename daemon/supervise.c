@@ -306,6 +306,23 @@ static int base_env(tr__daemon_t* d, tr__env_t* e) {
     int t = cpu_count() / r->local_world;
     SET("OMP_NUM_THREADS", "%d", t > 0 ? t : 1);
   }
+  /* glibc backs the workers' heaps with transparent huge pages (where the
+   * kernel's THP mode is "madvise" or "always"): a training process
+   * touches hundreds of MB of fresh heap in its first steps (weights,
+   * gradients, optimizer state, gathered shards), and one fault per 2 MiB
+   * instead of per 4 KiB took the start-up job's 16 processes from 144K
+   * page faults to 21K and 5-10% of their CPU time (docs/PERFORMANCE.md).
+   * A GLIBC_TUNABLES of the user's that names the tunable wins. */
+  const char* tun = tr__env_get(e, "GLIBC_TUNABLES");
+  if (!tun || !*tun) {
+    SET("GLIBC_TUNABLES", "%s", "glibc.malloc.hugetlb=1");
+  } else if (!strstr(tun, "glibc.malloc.hugetlb")) {
+    SET("GLIBC_TUNABLES", "%s:%s", tun, "glibc.malloc.hugetlb=1");
+  }
+  /* where this round's failure report appears: the workers' process groups
+   * give up on an op that waits for a peer once it does (a dead peer on
+   * NCCL never closes a socket) */
+  SET("TRAINRUN_FAILURE_KEY", "trainrun/%s/r%d/failure", o->run_id, r->round);
   if (tr_daemon_gpu_count() > 0 && !tr_param_is_set(TR_PARAM_CUDA_DEVICE_ORDER))
     SET("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
 #undef SET

@@ -329,6 +329,15 @@ START_TEST(test_gloo_rank_dies) {
 }
 END_TEST
 
+START_TEST(test_gloo_job_failure) {
+  int st[2];
+  pg_failure_key = "trainrun/test/r0/failure";
+  run(2, "gloo", pg_body_job_failure, 30, st);
+  pg_failure_key = NULL;
+  all_ok(2, st);
+}
+END_TEST
+
 START_TEST(test_gloo_hooks) {
   int st[3];
   run(3, "gloo", pg_body_hooks, 30, st);
@@ -361,6 +370,7 @@ static Suite* pg_suite(void) {
   tcase_add_loop_test(tc, test_gloo_async, 0, 2);
   tcase_add_test(tc, test_gloo_timeout);
   tcase_add_test(tc, test_gloo_rank_dies);
+  tcase_add_test(tc, test_gloo_job_failure);
   tcase_add_test(tc, test_gloo_hooks);
   tcase_add_test(tc, test_gloo_timing);
   suite_add_tcase(s, tc);

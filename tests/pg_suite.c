@@ -20,6 +20,7 @@
 #include "trainrun/log.h"
 
 int pg_test_rank = -1;
+const char* pg_failure_key;
 
 /* ---- harness ---- */
 
@@ -65,6 +66,7 @@ static void run_rank(int r, int n, int port, const char* backend,
   o.store = c;
   o.backend = backend;
   o.timeout_ms = timeout_ms;
+  o.failure_key = pg_failure_key;
   tr_pg_t* world = NULL;
   PCHECK_RC(tr_pg_init(&o, &world));
   pg_ctx_t ctx = {backend, dev, cpu_float_sums, c, r, n};
@@ -1109,4 +1111,44 @@ void pg_body_timing(tr_pg_t* world, pg_ctx_t* c) {
   all_equal(&b, 2.0 * n * n * n);
   tr_tensor_release(&a);
   tr_tensor_release(&b);
+}
+
+void pg_body_job_failure(tr_pg_t* world, pg_ctx_t* c) {
+  tr_tensor_t h = host(TR_F32, 16);
+  tr_tensor_t t = to_dev(c, &h);
+  PCHECK_RC(tr_pg_all_reduce(world, &t, TR_PG_SUM, NULL)); /* set-up */
+  PCHECK_RC(tr_pg_barrier(world, NULL));
+  const char* report =
+      "rank 1 (local rank 1, pid 4242) on node 0 'h' was killed by SIGKILL\n"
+      "last lines: ...";
+  if (c->rank == 1) {
+    /* alive, but out of the next op: as a dead peer on NCCL looks */
+    usleep(300 * 1000);
+    PCHECK_RC(tr_store_client_set(c->store, pg_failure_key, report,
+                                  strlen(report)));
+    const char* k = "test/rank0_done";
+    PCHECK_RC(tr_store_client_wait(c->store, &k, 1, 30000));
+  } else {
+    tr_pg_work_t* w = NULL;
+    int64_t t0 = now_ms();
+    PCHECK_RC(tr_pg_all_reduce(world, &t, TR_PG_SUM, &w));
+    int rc = tr_pg_work_wait(w, 0); /* the op timeout is 30 s */
+    int64_t el = since_ms(t0);
+    if (rc != TR_EABORTED)
+      fprintf(stderr, "rc %s: %s\n", tr_err_name(rc), tr_pg_work_error(w));
+    PCHECK(rc == TR_EABORTED);
+    const char* want =
+        "the job failed: rank 1 (local rank 1, pid 4242) on node 0 'h' was "
+        "killed by SIGKILL";
+    if (!tr_pg_work_error(w) || !strstr(tr_pg_work_error(w), want)) {
+      fprintf(stderr, "got  '%s'\nwant '...%s'\n", tr_pg_work_error(w), want);
+      PCHECK(0);
+    }
+    PCHECK(el >= 250 && el < 5000);
+    tr_pg_work_free(w);
+    /* the group is broken: later ops fail at once */
+    PCHECK(tr_pg_all_reduce(world, &t, TR_PG_SUM, NULL) == TR_EABORTED);
+    PCHECK_RC(tr_store_client_set(c->store, "test/rank0_done", "1", 1));
+  }
+  tr_tensor_release(&t);
 }

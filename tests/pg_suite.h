@@ -50,6 +50,8 @@ typedef void (*pg_body_fn)(tr_pg_t* world, pg_ctx_t* ctx);
   } while (0)
 
 extern int pg_test_rank;
+/* tr_pg_opts_t.failure_key of the worlds pg_spawn creates (NULL: none). */
+extern const char* pg_failure_key;
 
 /* Run body on n forked ranks with backend; each rank gets a world with
  * timeout_ms, and cuda_device = rank. status[i]: the rank's exit code,
@@ -74,6 +76,9 @@ void pg_body_timeout(tr_pg_t* world, pg_ctx_t* ctx);   /* 2 ranks */
 void pg_body_die(tr_pg_t* world, pg_ctx_t* ctx);       /* last rank dies */
 void pg_body_hooks(tr_pg_t* world, pg_ctx_t* ctx);     /* recorder hooks */
 void pg_body_timing(tr_pg_t* world, pg_ctx_t* ctx);    /* op durations */
+/* 2 ranks, pg_failure_key set: rank 1 stays out of an all-reduce and writes
+ * a failure report there; rank 0's op fails with it within seconds. */
+void pg_body_job_failure(tr_pg_t* world, pg_ctx_t* ctx);
 
 /* Exit status the dying rank of pg_body_die uses. */
 #define PG_DIE_STATUS 3

@@ -90,6 +90,9 @@ typedef enum {
   XX(RESTART_COUNT, "TRAINRUN_RESTART_COUNT", INT, "0", 0, 2147483647,        \
      "worker: the daemon's round (restarts so far); names its collective "   \
      "keys in the store")                                                      \
+  XX(FAILURE_KEY, "TRAINRUN_FAILURE_KEY", STRING, "", 0, 0,                   \
+     "worker: the store key where the daemon reports the round's failure; "  \
+     "collectives waiting on a peer give up once it exists")                 \
   XX(HEARTBEAT_FD, "TRAINRUN_HEARTBEAT_FD", INT, "-1", -1, 1048576,            \
      "worker: the daemon's heartbeat page (trainrun/heartbeat.h); -1: none")  \
   XX(STOP_TIMEOUT, "TRAINRUN_STOP_TIMEOUT", DOUBLE, "30", 0, 86400,            \

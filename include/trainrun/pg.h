@@ -202,6 +202,13 @@ typedef struct {
   /* Address Gloo binds: NULL picks TRAINRUN_GLOO_SOCKET_IFNAME's address,
    * else the local address that routes to the store. */
   const char* gloo_host;
+  /* Full store key (not under store_prefix) of a job-level failure report,
+   * or NULL. Once it exists, ops that have waited on a peer for a while
+   * fail with TR_EABORTED and its first line, and their groups break: the
+   * daemon writes the round's failure there ($TRAINRUN_FAILURE_KEY) when a
+   * worker dies, so survivors blocked on the dead rank (NCCL never notices
+   * a dead peer) exit within about a second instead of at the op timeout. */
+  const char* failure_key;
 } tr_pg_opts_t;
 
 /* Fill opts with the defaults above (rank and world_size -1). */
