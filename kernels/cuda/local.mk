@@ -27,7 +27,10 @@ libtrainrun_la_SOURCES += $(KERNELS_CUDA_SOURCES)
 # headers change
 $(KERNELS_CUDA_SOURCES:.cu=.lo): $(srcdir)/kernels/cuda/common.cuh \
 	$(srcdir)/include/trainrun/kernels_cuda.h \
-	$(srcdir)/include/trainrun/kernels.h
+	$(srcdir)/include/trainrun/kernels.h \
+	$(srcdir)/include/trainrun/param.h \
+	$(srcdir)/include/trainrun/log.h \
+	$(srcdir)/include/trainrun/error.h
 endif
 
 # The GPU test: every kernel against the CPU kernels (exits 77 without a
