@@ -2,7 +2,10 @@
  * ranks over Gloo: the bucketed all-reduce issued from the backward hooks
  * of the last micro-step gives the same bits as issuing it after the
  * backward, every replica holds the same weights, and two ranks train like
- * one rank with the same global batch. */
+ * one rank with the same global batch. With [metrics] comm_overlap a
+ * whole run (tr_train) reports the all-reduce time per step and the
+ * fraction hidden, on the step line and in metrics.jsonl, and trains to
+ * the same bits as without it. */
 #include "config.h"
 
 #include <check.h>
@@ -10,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tests/fixtures.h" /* temporary folder, corpus, tiny models */
 #include "tests/pg_suite.h" /* forked ranks around a store */
@@ -181,6 +185,190 @@ START_TEST(test_two_ranks_like_one) {
 }
 END_TEST
 
+/* ---- [metrics] comm_overlap ---- */
+
+enum { TIMED_STEPS = 20 };
+
+/* One rank of a whole run (tr_train) into g_out/: 4 KiB buckets; rank 0's
+ * console lines go to g_out/console.txt. */
+static void run_body(tr_pg_t* world, pg_ctx_t* ctx) {
+  tr_ddp_opts_t o;
+  tr_ddp_opts_init(&o);
+  o.pg = world;
+  o.bucket_bytes = 4096;
+  tr_ddp_t* d;
+  PCHECK_RC(tr_ddp_init(&o, &d));
+  tr_trainer_dist_t dist;
+  tr_ddp_dist(d, &dist);
+  FILE* con = NULL;
+  if (ctx->rank == 0) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/console.txt", g_out);
+    con = fopen(path, "w");
+    PCHECK(con != NULL);
+  }
+  tr_trainer_opts_t to = {.model_override = &g_model,
+                          .dist = &dist,
+                          .console = con,
+                          .quiet = con == NULL};
+  tr_errmsg_t err;
+  int stopped = -1;
+  int rc = tr_train(&g_cfg, &to, &stopped, &err);
+  if (rc < 0) fprintf(stderr, "rank %d: %s\n", ctx->rank, err.message);
+  PCHECK(rc == 0 && stopped == 0);
+  PCHECK(tr_ddp_reduces(d) == (int64_t)TIMED_STEPS * tr_ddp_nbuckets(d));
+  /* the trainer took the figures at every step's line */
+  tr_trainer_comm_t left;
+  dist.comm_take(dist.arg, &left);
+  PCHECK(left.steps == 0 && left.comm_ms == 0 && left.exposed_ms == 0);
+  if (con) PCHECK(fclose(con) == 0);
+  tr_ddp_free(d);
+}
+
+/* Run TIMED_STEPS steps on 2 ranks into fx_path(tag)/, logging every
+ * step to metrics.jsonl, with or without [metrics] comm_overlap. */
+static void run(const char* tag, int timed) {
+  static char dump[600], steps[16];
+  snprintf(dump, sizeof dump, "%s", fx_path(tag));
+  snprintf(steps, sizeof steps, "%d", TIMED_STEPS);
+  const char* const kv[] = {"training.local_batch_size",
+                            "2",
+                            "training.global_batch_size",
+                            "8",
+                            "training.seq_len",
+                            "16",
+                            "training.steps",
+                            steps,
+                            "validation.enable",
+                            "false",
+                            "metrics.log_freq",
+                            "1",
+                            "metrics.enable_jsonl",
+                            "true",
+                            "metrics.comm_overlap",
+                            timed ? "true" : "false",
+                            "job.dump_folder",
+                            dump,
+                            NULL};
+  fx_make_cfg_world(&g_cfg, 2, kv);
+  g_model = fx_tiny_model("gpt2");
+  g_out = dump;
+  ck_assert_int_eq(mkdir(dump, 0755), 0); /* rank 0's console.txt */
+  int st[2];
+  ck_assert_int_eq(pg_spawn(2, "gloo", TR_DEV_CPU, 1, 30000, run_body, 120, st),
+                   0);
+  for (int r = 0; r < 2; r++)
+    ck_assert_msg(st[r] == 0, "%s: rank %d exited with %d", tag, r, st[r]);
+  tr_config_release(&g_cfg);
+}
+
+/* The number after "key": in step's line of the text of a metrics.jsonl;
+ * NaN when the line has no such key. */
+static double jsonl_at(const char* text, int step, const char* key) {
+  char k[64];
+  snprintf(k, sizeof k, "{\"step\":%d,", step);
+  const char* at = strstr(text, k);
+  ck_assert_msg(at != NULL, "no step %d in:\n%s", step, text);
+  const char* eol = strchr(at, '\n');
+  ck_assert_ptr_nonnull(eol);
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char* v = strstr(at, k);
+  return v && v < eol ? strtod(v + strlen(k), NULL) : NAN;
+}
+
+/* The tensor bytes of a safetensors file (after its header). */
+static uint8_t* weights(const char* dump, size_t* n) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/model.safetensors", dump);
+  size_t len;
+  uint8_t* b = fx_slurp(p, &len);
+  uint64_t h;
+  ck_assert_uint_ge(len, 8);
+  memcpy(&h, b, 8);
+  ck_assert_uint_le(8 + h, len);
+  *n = len - 8 - (size_t)h;
+  memmove(b, b + 8 + h, *n);
+  return b;
+}
+
+/* Step lines of a console file, and how many carry the comm figures. */
+static int step_lines(const char* dump, int* with_comm) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/console.txt", dump);
+  size_t len;
+  char* text = (char*)fx_slurp(p, &len);
+  int n = 0;
+  *with_comm = 0;
+  for (char* line = text; line && *line;) {
+    char* eol = strchr(line, '\n');
+    if (eol) *eol = '\0';
+    if (strncmp(line, "step ", 5) == 0) {
+      n++;
+      *with_comm += strstr(line, " | comm ") && strstr(line, " ms hidden ");
+    }
+    line = eol ? eol + 1 : NULL;
+  }
+  free(text);
+  return n;
+}
+
+START_TEST(test_comm_overlap) {
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
+  run("timed", 1);
+  run("plain", 0);
+  size_t len;
+  char* timed = (char*)fx_slurp(fx_path("timed/metrics.jsonl"), &len);
+  char* plain = (char*)fx_slurp(fx_path("plain/metrics.jsonl"), &len);
+  double hidden_sum = 0, first = 0, last = 0;
+  for (int i = 1; i <= TIMED_STEPS; i++) {
+    /* timing changes nothing the model computes */
+    double loss = jsonl_at(timed, i, "loss");
+    double want_loss = jsonl_at(plain, i, "loss");
+    ck_assert_msg(loss == want_loss, "step %d: loss %.17g, untimed %.17g", i,
+                  loss, want_loss);
+    if (i == 1) first = loss;
+    last = loss;
+    double comm = jsonl_at(timed, i, "comm_ms");
+    double exposed = jsonl_at(timed, i, "comm_exposed_ms");
+    double hidden = jsonl_at(timed, i, "comm_hidden");
+    ck_assert_msg(comm > 0, "step %d: comm_ms %g", i, comm);
+    ck_assert_msg(exposed >= 0, "step %d: comm_exposed_ms %g", i, exposed);
+    ck_assert_msg(hidden >= 0 && hidden <= 1, "step %d: comm_hidden %g", i,
+                  hidden);
+    /* hidden is what the waits did not cover */
+    double want = 1 - exposed / comm;
+    want = want < 0 ? 0 : want > 1 ? 1 : want;
+    ck_assert_msg(fabs(hidden - want) < 1e-9, "step %d: hidden %g, want %g", i,
+                  hidden, want);
+    hidden_sum += hidden;
+    ck_assert_msg(isnan(jsonl_at(plain, i, "comm_ms")) &&
+                      isnan(jsonl_at(plain, i, "comm_hidden")),
+                  "step %d: an untimed run reports comm figures", i);
+  }
+  /* training moved: the comparison is not of two constants */
+  ck_assert(isfinite(first) && last < first);
+  free(timed);
+  free(plain);
+  /* the step lines carry the figures exactly when asked for */
+  int with_comm;
+  ck_assert_int_eq(step_lines(fx_path("timed"), &with_comm), TIMED_STEPS);
+  ck_assert_int_eq(with_comm, TIMED_STEPS);
+  ck_assert_int_eq(step_lines(fx_path("plain"), &with_comm), TIMED_STEPS);
+  ck_assert_int_eq(with_comm, 0);
+  /* the final weights, bit for bit */
+  size_t n0, n1;
+  uint8_t* w0 = weights(fx_path("timed"), &n0);
+  uint8_t* w1 = weights(fx_path("plain"), &n1);
+  ck_assert_uint_eq(n0, n1);
+  ck_assert_uint_gt(n0, 0);
+  ck_assert_msg(memcmp(w0, w1, n0) == 0, "comm_overlap changed the weights");
+  free(w0);
+  free(w1);
+  fprintf(stderr, "ddp comm overlap: mean hidden fraction %.3f over %d steps\n",
+          hidden_sum / TIMED_STEPS, TIMED_STEPS);
+}
+END_TEST
+
 static Suite* ddp_suite(void) {
   Suite* s = suite_create("ddp");
   TCase* tc = tcase_create("train");
@@ -188,6 +376,7 @@ static Suite* ddp_suite(void) {
   tcase_set_timeout(tc, 180);
   tcase_add_loop_test(tc, test_overlap_same_bits, 0, 2);
   tcase_add_loop_test(tc, test_two_ranks_like_one, 0, 2);
+  tcase_add_test(tc, test_comm_overlap);
   suite_add_tcase(s, tc);
   return s;
 }

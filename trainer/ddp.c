@@ -1,21 +1,54 @@
 /* trainer/ddp.c: data parallelism for the trainer -- bucketed gradient
  * all-reduce SUM, started from the model's post-backward hooks of the last
  * micro-step as each bucket's gradients become final, and exact scalar
- * sums over a process group (trainrun/ddp.h). */
+ * sums over a process group (trainrun/ddp.h).
+ *
+ * How the step waits for the all-reduces (post_backward):
+ *  - CPU tensors (Gloo, MPI): the host waits for each bucket in turn,
+ *    copies its sums back into the grads, and frees the work; an error
+ *    fails post_backward.
+ *  - CUDA tensors (NCCL): no host wait. The legacy default stream (where
+ *    the tensor copies run) and the kernels' stream (tr_kern_get_stream)
+ *    wait for each bucket's op on the device, and the copy-back is
+ *    enqueued behind that wait, so the host goes on to the gradient norm
+ *    and the device runs the copies as the sums arrive. The works are
+ *    held until the step's end (dist->step_end, after the trainer read the
+ *    norm, so the device has run them): the host then sees them complete,
+ *    frees them and returns the first error; works a failed step left
+ *    held are settled at the next step's start at the latest.
+ *
+ * [metrics] comm_overlap (the trainer's config; dist->comm_take): op
+ * timing is on for the group, each bucket's all-reduce duration adds to
+ * the step's communication, and the time the compute waited adds to the
+ * exposed part: on the CPU the host's time in the waits, on CUDA the
+ * kernels' stream's stall, between two events recorded around each
+ * stream wait. Timing adds events and clock reads, never a wait the
+ * computation depends on, so the results are the same bits. */
 #include "config.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/internal.h" /* tr__now */
 #include "trainrun/ddp.h"
 #include "trainrun/error.h"
-#include "trainrun/fault.h" /* --debug.fault */
+#include "trainrun/fault.h"   /* --debug.fault */
+#include "trainrun/kernels.h" /* the compute stream */
 #include "trainrun/log.h"
+#ifdef HAVE_CUDA
+#include <cuda_runtime_api.h> /* events around the stream waits */
+#endif
 
 typedef struct {
   tr_tensor_t flat; /* 1-D, numel = the sum of its params' numel */
   int first, n;     /* order[first .. first+n) are its params */
   int ready_block;  /* its grads are final after this block's backward */
+#ifdef HAVE_CUDA
+  cudaEvent_t stall[2]; /* before and after the stream wait; made on use */
+  int stall_made;       /* the two events exist */
+  int stall_set;        /* both recorded this step, not yet read */
+#endif
 } ddp_bucket_t;
 
 struct tr_ddp {
@@ -30,7 +63,10 @@ struct tr_ddp {
   int* order;   /* parameter indices, reverse model order */
   int64_t* off; /* each param's first element in its bucket's flat */
   ddp_bucket_t* buckets;
-  tr_pg_work_t** works; /* in flight: non-NULL */
+  /* works[b]: bucket b's all-reduce, issued and not yet settled (non-NULL)
+   * -- in flight, or (CUDA) waited for by the streams and held until the
+   * host sees it complete */
+  tr_pg_work_t** works;
   int nbuckets;
   /* the optimizer step in progress */
   int in_step;       /* pre_micro_step began it; post_backward ends it */
@@ -39,7 +75,14 @@ struct tr_ddp {
   int next;          /* buckets [0, next) are issued this step */
   int fault_checked; /* tr_fault_grad_sync was asked this step */
   int faulted;       /* a debug fault took the collectives' place */
+  int held;          /* post_backward left works held for step_end */
   int64_t reduces, overlapped, syncs;
+  /* [metrics] comm_overlap */
+  int timing;          /* op timing was turned on for pg */
+  int step_timed;      /* this step's all-reduces are timed */
+  int64_t timed_steps; /* step_end calls of timed steps since the take */
+  double comm_us;      /* their all-reduce durations */
+  double exposed_us;   /* how long the compute waited for them */
 };
 
 void tr_ddp_opts_init(tr_ddp_opts_t* opts) {
@@ -65,6 +108,78 @@ int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
   return 0;
 }
 
+/* The end of bucket b's work: its error logged, its duration counted
+ * when the step is timed, the handle freed. Returns rc, the op's
+ * status. */
+static int settle(tr_ddp_t* d, int b, int rc) {
+  tr_pg_work_t* w = d->works[b];
+  if (rc < 0) {
+    const char* msg = tr_pg_work_error(w);
+    TR_LOG_ERROR(TRAIN, "ddp: gradient all-reduce of bucket %d: %s", b,
+                 msg ? msg : tr_strerror(rc));
+  }
+  double us;
+  if (d->step_timed && rc == 0 && tr_pg_work_duration_us(w, &us) == 0)
+    d->comm_us += us;
+  tr_pg_work_free(w);
+  d->works[b] = NULL;
+  return rc;
+}
+
+#ifdef HAVE_CUDA
+/* Add the stalls recorded this step to exposed_us. Called once the host
+ * has seen every bucket's op complete and the trainer has read the
+ * gradient norm, which the device computes after the events: the
+ * synchronisation does not wait. */
+static void read_stalls(tr_ddp_t* d) {
+  for (int b = 0; b < d->nbuckets; b++) {
+    ddp_bucket_t* k = &d->buckets[b];
+    if (!k->stall_set) continue;
+    k->stall_set = 0;
+    float ms = 0;
+    if (cudaEventSynchronize(k->stall[1]) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, k->stall[0], k->stall[1]) == cudaSuccess &&
+        ms > 0)
+      d->exposed_us += (double)ms * 1000.0;
+  }
+  cudaGetLastError(); /* no error of ours is left sticky */
+}
+
+/* Bucket b's event pair, made on first use; NULL when CUDA cannot make
+ * it (that wait goes untimed). */
+static cudaEvent_t* stall_events(ddp_bucket_t* k) {
+  if (!k->stall_made) {
+    if (cudaEventCreate(&k->stall[0]) != cudaSuccess) {
+      cudaGetLastError();
+      return NULL;
+    }
+    if (cudaEventCreate(&k->stall[1]) != cudaSuccess) {
+      cudaEventDestroy(k->stall[0]);
+      cudaGetLastError();
+      return NULL;
+    }
+    k->stall_made = 1;
+  }
+  return k->stall;
+}
+#endif
+
+/* Host-wait for every work post_backward left held and settle it, then
+ * read the stalls; the first error. */
+static int reap(tr_ddp_t* d) {
+  int rc = 0;
+  for (int b = 0; b < d->nbuckets; b++) {
+    if (!d->works || !d->works[b]) continue;
+    int wrc = settle(d, b, tr_pg_work_wait(d->works[b], 0));
+    if (rc == 0) rc = wrc;
+  }
+  d->held = 0;
+#ifdef HAVE_CUDA
+  read_stalls(d);
+#endif
+  return rc;
+}
+
 /* Wait for every all-reduce still in flight (a step that failed between
  * issuing and post_backward) and drop the handles; the first error. */
 static int drain(tr_ddp_t* d) {
@@ -80,8 +195,18 @@ static int drain(tr_ddp_t* d) {
 }
 
 static void drop_buckets(tr_ddp_t* d) {
+  if (d->held) reap(d);
   drain(d);
-  for (int b = 0; b < d->nbuckets; b++) tr_tensor_release(&d->buckets[b].flat);
+  for (int b = 0; b < d->nbuckets; b++) {
+    tr_tensor_release(&d->buckets[b].flat);
+#ifdef HAVE_CUDA
+    if (d->buckets[b].stall_made) {
+      cudaEventDestroy(d->buckets[b].stall[0]);
+      cudaEventDestroy(d->buckets[b].stall[1]);
+      cudaGetLastError();
+    }
+#endif
+  }
   free(d->buckets);
   free(d->works);
   free(d->order);
@@ -98,13 +223,13 @@ static void drop_buckets(tr_ddp_t* d) {
 void tr_ddp_free(tr_ddp_t* d) {
   if (!d) return;
   drop_buckets(d);
+  if (d->timing) tr_pg_set_op_timing(d->pg, 0); /* the group outlives d */
   free(d);
 }
 
 int tr_ddp_nbuckets(const tr_ddp_t* d) { return d->nbuckets; }
 int64_t tr_ddp_reduces(const tr_ddp_t* d) { return d->reduces; }
 int64_t tr_ddp_overlapped(const tr_ddp_t* d) { return d->overlapped; }
-
 static int same_kind(const tr_tensor_t* a, const tr_tensor_t* b) {
   return a->dtype == b->dtype && a->device.type == b->device.type &&
          a->device.index == b->device.index;
@@ -200,13 +325,31 @@ static int bucket_copy(tr_ddp_t* d, const tr_model_t* m, int b, int in) {
   return rc;
 }
 
-/* Start the next step's bookkeeping (buckets laid out for m). */
-static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step) {
+/* The group's timeout becomes the training one after the first complete
+ * gradient sync. */
+static void synced(tr_ddp_t* d) {
+  if (d->syncs++ == 0 && d->train_timeout_ms > 0)
+    tr_pg_set_timeout_all(d->pg, d->train_timeout_ms);
+}
+
+/* Start the next step's bookkeeping (buckets laid out for m; timed: the
+ * step's all-reduces are timed, [metrics] comm_overlap). */
+static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step,
+                      int timed) {
+  /* works the last step's post_backward left held when its step_end did
+   * not come (the step failed after it): their errors fail this step */
+  int hrc = d->held ? reap(d) : 0;
   int rc = drain(d); /* a failed step's leftovers */
   if (rc < 0)
     TR_LOG_WARN(TRAIN, "ddp: an all-reduce of a failed step ended with %s",
                 tr_err_name(rc));
+  if (hrc < 0) return hrc;
   TR_CHECK(ensure_layout(d, m));
+  if (timed != d->timing) { /* ops issued from now on */
+    TR_CHECK(tr_pg_set_op_timing(d->pg, timed));
+    d->timing = timed;
+  }
+  d->step_timed = timed;
   d->in_step = 1;
   d->step = step;
   d->armed = 0;
@@ -214,6 +357,11 @@ static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step) {
   d->fault_checked = 0;
   d->faulted = 0;
   return 0;
+}
+
+/* Whether the trainer's config asks for the communication timing. */
+static int timing_wanted(const struct tr_trainer* t) {
+  return t->cfg && t->cfg->metrics.comm_overlap;
 }
 
 /* Issue, in bucket order, the buckets whose grads are final once block
@@ -272,35 +420,115 @@ static int setup_model(void* arg, tr_model_t* m) {
 static int pre_micro_step(void* arg, struct tr_trainer* t, int64_t micro,
                           int64_t n_micro) {
   tr_ddp_t* d = arg;
-  if (micro == 0) TR_CHECK(begin_step(d, &t->model, t->step + 1));
+  if (micro == 0)
+    TR_CHECK(begin_step(d, &t->model, t->step + 1, timing_wanted(t)));
   d->armed = d->overlap && d->hooked == &t->model && micro == n_micro - 1;
   return 0;
 }
 
+/* Buffer lifetimes on CUDA: why neither the flats nor the grads need a
+ * host wait. Device memory comes from the stream-ordered pool, allocated
+ * and freed on the legacy default stream, where the tensor copies run
+ * too (core/cuda.cu); NCCL starts an op on its own stream after an event
+ * recorded on the legacy stream when the op was issued. Within a step: a
+ * bucket's copy-in (legacy stream, behind the backward kernels that made
+ * its grads) comes before its all-reduce, and its copy-back is enqueued
+ * on the legacy stream after that stream's wait for the op's done event.
+ * Across steps: a flat lives as long as the layout and is reused every
+ * step; the next step's zero_grad and backward (the kernels' stream,
+ * which waited for the op too) and its copy-in into the same flat (the
+ * legacy stream) are stream-ordered after this step's copy-back, hence
+ * after the op: no op reads a flat the next step is writing, and no late
+ * copy-back overwrites a grad. A flat is freed only with its layout
+ * (drop_buckets) after the host has waited for every work; even without
+ * that, each NCCL work holds a reference to its tensor (collectives/
+ * work.c drops it with the last handle), and the free is enqueued on the
+ * legacy stream behind its wait. */
+static int wait_on_device(tr_ddp_t* d, int b) {
+  tr_pg_work_t* w = d->works[b];
+  void* ks = tr_kern_get_stream();
+#ifdef HAVE_CUDA
+  cudaEvent_t* ev = d->step_timed ? stall_events(&d->buckets[b]) : NULL;
+  if (ev && cudaEventRecord(ev[0], (cudaStream_t)ks) != cudaSuccess) {
+    cudaGetLastError(); /* this wait goes untimed */
+    ev = NULL;
+  }
+#endif
+  int rc = tr_pg_work_wait_stream(w, NULL);
+  if (rc == 0 && ks) rc = tr_pg_work_wait_stream(w, ks);
+#ifdef HAVE_CUDA
+  if (ev) {
+    if (cudaEventRecord(ev[1], (cudaStream_t)ks) == cudaSuccess)
+      d->buckets[b].stall_set = 1;
+    else
+      cudaGetLastError();
+  }
+#endif
+  return rc;
+}
+
+/* The trainer's post_backward: issue what is left, then have the sums
+ * copied back into the grads as they arrive (the host waits on the CPU,
+ * the streams on CUDA; see the top of the file). */
 static int post_backward(void* arg, struct tr_trainer* t) {
   tr_ddp_t* d = arg;
   const tr_model_t* m = &t->model;
   d->armed = 0;
-  if (!d->in_step || d->laid != m) TR_CHECK(begin_step(d, m, t->step + 1));
+  if (!d->in_step || d->laid != m)
+    TR_CHECK(begin_step(d, m, t->step + 1, timing_wanted(t)));
   d->in_step = 0;
   int rc = issue_ready(d, m, -1);
   if (d->faulted) return rc;
   for (int b = 0; b < d->nbuckets; b++) {
     if (!d->works[b]) continue;
-    int wrc = tr_pg_work_wait(d->works[b], 0);
-    if (wrc < 0) {
-      const char* msg = tr_pg_work_error(d->works[b]);
-      TR_LOG_ERROR(TRAIN, "ddp: gradient all-reduce of bucket %d: %s", b,
-                   msg ? msg : tr_strerror(wrc));
+    int wrc;
+    if (d->buckets[b].flat.device.type == TR_DEV_CUDA) {
+      wrc = wait_on_device(d, b);
+      if (wrc < 0)
+        settle(d, b, wrc);
+      else
+        d->held = 1; /* until step_end */
+    } else {
+      double t0 = d->step_timed ? tr__now() : 0;
+      wrc = tr_pg_work_wait(d->works[b], 0);
+      if (d->step_timed) d->exposed_us += (tr__now() - t0) * 1e6;
+      settle(d, b, wrc);
     }
     if (wrc == 0 && rc == 0) wrc = bucket_copy(d, m, b, 0);
     if (rc == 0) rc = wrc;
-    tr_pg_work_free(d->works[b]);
-    d->works[b] = NULL;
   }
-  if (rc == 0 && d->syncs++ == 0 && d->train_timeout_ms > 0)
-    tr_pg_set_timeout_all(d->pg, d->train_timeout_ms);
+  if (rc == 0 && !d->held) synced(d);
   return rc;
+}
+
+/* The trainer's step_end (the device has run the step: the norm was
+ * read): settle the held works, their first error; count a timed step. */
+static int step_end(void* arg) {
+  tr_ddp_t* d = arg;
+  int rc = 0;
+  if (d->held) {
+    rc = reap(d);
+    if (rc == 0) synced(d);
+  }
+  if (d->step_timed) d->timed_steps++;
+  return rc;
+}
+
+static void comm_take(void* arg, tr_trainer_comm_t* out) {
+  tr_ddp_t* d = arg;
+  memset(out, 0, sizeof *out);
+  out->steps = d->timed_steps;
+  out->comm_ms = d->comm_us / 1000.0;
+  out->exposed_ms = d->exposed_us / 1000.0;
+  out->hidden = NAN;
+  if (out->comm_ms > 0) {
+    /* a wait also covers its event pair's or clock reads' overhead, and
+     * on the CPU the time the issuing took: the ratio can pass 1 */
+    double h = 1.0 - out->exposed_ms / out->comm_ms;
+    out->hidden = h < 0 ? 0 : h > 1 ? 1 : h;
+  }
+  d->timed_steps = 0;
+  d->comm_us = d->exposed_us = 0;
 }
 
 /* Gather every rank's n doubles (as bytes) and sum them in rank order. */
@@ -338,5 +566,7 @@ void tr_ddp_dist(tr_ddp_t* d, tr_trainer_dist_t* dist) {
   dist->post_backward = post_backward;
   dist->all_reduce_sum = all_reduce_sum;
   dist->grads_sharded = 0;
+  dist->step_end = step_end;
+  dist->comm_take = comm_take;
   dist->arg = d;
 }

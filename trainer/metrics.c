@@ -115,7 +115,7 @@ int tr_metrics_format(const tr_metrics_t* m, int color, char* buf, size_t cap) {
       m->loss, c0, color ? C_YELLOW : "", m->grad_norm, c0, m->lr,
       color ? C_BLUE : "", m->tps, c0, tflops, color ? C_MAGENTA : "", mfu, c0,
       color ? C_CYAN : "", mem, c0, eta);
-  if (n >= 0 && m->comm_ms > 0) { /* FSDP: [metrics] comm_overlap */
+  if (n >= 0 && m->comm_ms > 0) { /* FSDP, DDP: [metrics] comm_overlap */
     size_t at = (size_t)n < cap ? (size_t)n : (cap ? cap - 1 : 0);
     char hid[32];
     if (isfinite(m->comm_hidden))

@@ -339,7 +339,7 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
     return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient norm: %s",
                          t->step + 1, tr_strerror(rc));
   /* the device has run the step's collectives (the norm and the losses
-   * were read): their errors, and their timing (FSDP on CUDA) */
+   * were read): their errors, and their timing (FSDP, DDP) */
   if (t->dist.step_end && (rc = t->dist.step_end(t->dist.arg)) < 0)
     return tr_errmsg_set(err, rc, "step %" PRId64 ": collectives: %s",
                          t->step + 1, tr_strerror(rc));

@@ -285,7 +285,8 @@
   X(metrics, save_jsonl_file, STR, "metrics.jsonl", 0, 0, NULL,                \
     "trainrun: JSONL file inside dump_folder.")                                \
   X(metrics, comm_overlap, BOOL, "false", 0, 0, NULL,                          \
-    "trainrun: time FSDP's collectives and the compute's waits for them; "     \
+    "trainrun: time FSDP's or DDP's collectives and the compute's waits for "  \
+    "them; "                                                                   \
     "the step line, JSONL and TensorBoard get the communication time per "     \
     "step and the fraction hidden behind compute.")
 

@@ -26,9 +26,17 @@
  * soon as the backward has passed the first block using each of its
  * parameters (for a tied table: the embedding), so communication overlaps
  * the rest of the backward; buckets are issued in bucket order on every
- * rank. The trainer's post_backward issues any left, waits for all, and
- * copies the sums back before the optimizer. Earlier micro-steps only
- * accumulate locally. The trainer scales the loss by the global token
+ * rank. The trainer's post_backward issues any left and has the sums
+ * copied back into the grads before the gradient norm: on the CPU (Gloo,
+ * MPI) the host waits for each bucket and copies it; on CUDA (NCCL) the
+ * streams wait (tr_pg_work_wait_stream: the legacy default stream and the
+ * kernels' stream) and the copy-back is enqueued behind the wait, with no
+ * host wait; the works are held until the trainer's step_end (after it
+ * read the norm), where the host sees them complete and their first error
+ * fails the step (held works of a step that failed before it are settled
+ * at the next step's start). Either way an all-reduce that failed is
+ * logged as "ddp: gradient all-reduce of bucket <b>: <error>". Earlier
+ * micro-steps only accumulate locally. The trainer scales the loss by the global token
  * count, so the sum is the gradient of the global mean loss. The buckets
  * and their summation are the same with or without overlap (opts.overlap),
  * so both give the same bits.
@@ -36,6 +44,16 @@
  * Scalars (loss sums, token counts): every rank's values are gathered and
  * summed in rank order in double precision, so every rank gets the same
  * bits.
+ *
+ * Communication overlap (the trainer's [metrics] comm_overlap, read from
+ * its config at each step's start; tr_trainer_dist_t's comm_take): op
+ * timing is turned on for the group, each step adds its bucket
+ * all-reduces' durations (comm) and the time the compute waited for them
+ * (exposed: on the CPU the host's time in post_backward's waits, on CUDA
+ * the kernels' stream's stall between two events around each stream
+ * wait); hidden = 1 - exposed / comm, clamped to [0, 1]. The trainer puts
+ * them on the step line, in metrics.jsonl and TensorBoard. Timing changes
+ * no result: the same bits with it on and off.
  *
  * The group's timeout switches to train_timeout_ms once the first
  * gradient sync has completed (set-up and the first step run under the
@@ -72,7 +90,8 @@ void tr_ddp_opts_init(tr_ddp_opts_t* opts);
  * freed with tr_ddp_free. */
 int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out);
 
-/* Fill *dist with the rank, size and the hooks of d (arg = d). */
+/* Fill *dist with the rank, size and the hooks of d (arg = d): setup_model,
+ * pre_micro_step, post_backward, step_end, comm_take, all_reduce_sum. */
 void tr_ddp_dist(tr_ddp_t* d, tr_trainer_dist_t* dist);
 
 /* Number of buckets (0 before the first step), the bucket all-reduces
@@ -82,7 +101,8 @@ int tr_ddp_nbuckets(const tr_ddp_t* d);
 int64_t tr_ddp_reduces(const tr_ddp_t* d);
 int64_t tr_ddp_overlapped(const tr_ddp_t* d);
 
-/* Wait for any all-reduce in flight, free the buckets and d. Free the
+/* Wait for any all-reduce in flight or held, free the buckets and d (and
+ * turn the group's op timing off again if d turned it on). Free the
  * trainer (its model holds d's hook) first. NULL is a no-op. */
 void tr_ddp_free(tr_ddp_t* d);
 
