@@ -277,9 +277,39 @@ void tr_model_clear_hooks(tr_model_t* m) {
   }
 }
 
-/* ---- deterministic initialisation ---- */
+/* ---- deterministic initialisation ----
+ *
+ * The value of global flat element g of a parameter is a function of
+ * (seed, parameter name, g) only, so it is the same for every shard layout
+ * and thread count. Elements 2i and 2i+1 share one pair of uniforms (u1,
+ * u2) hashed from (key, i, draw) and take the cosine and sine halves of
+ * Box-Muller: sqrt(-2 ln u1) * (cos, sin)(2 pi u2).
+ *
+ * The logarithm and the sine and cosine are this file's own polynomials,
+ * built only from IEEE-exact operations (+ - * / sqrt and bit moves) in a
+ * fixed order, with floating-point contraction off (no fused multiply-add;
+ * GCC through the optimize pragma below, clang through STDC FP_CONTRACT,
+ * which clang's -ffp-contract=fast alone overrides), so every compiler,
+ * flag set (-O0 .. -O3, -march=native) and ISA gives the same bits; libm's
+ * log and sincos differ between versions and machines. Their error against
+ * long-double references over 4e7 points: det_log 3.2e-16 relative,
+ * det_sincos2pi 1.5e-16 absolute. The floats they give were equal to
+ * libm-based Box-Muller on the same uniforms in all of 4e7 draws;
+ * tests/check_model.c bounds the difference at one float ulp.
+ *
+ * The work is done a block of pairs at a time, in loops GCC -O2
+ * vectorises: hash the block's uniforms, uniforms to (-2 ln u1, sin, cos),
+ * then the square roots (scalar: GCC's errno check around sqrt keeps that
+ * loop from vectorising) and the scaled stores. */
 
-static uint64_t mix64(uint64_t z) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+static inline __attribute__((always_inline)) uint64_t mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -292,30 +322,124 @@ static uint64_t name_hash(const char* s) {
   return h;
 }
 
-/* Uniform in (0, 1) from 53 bits. */
-static double unit(uint64_t r) { return ((double)(r >> 11) + 0.5) * 0x1p-53; }
-
-/* Standard normal number `draw` of element g under key. Box-Muller makes
- * two normals from one pair of uniforms: elements 2i and 2i+1 share the
- * pair (key, i, draw) and take its cosine and sine halves. */
-static double normal_at(uint64_t key, uint64_t g, uint64_t draw) {
-  uint64_t r1 = mix64(key ^ mix64((g >> 1) * 0x9e3779b97f4a7c15ull + draw));
-  uint64_t r2 = mix64(r1 ^ 0xd1b54a32d192ed03ull);
-  double rad = sqrt(-2.0 * log(unit(r1)));
-  double ang = 6.283185307179586 * unit(r2);
-  return rad * ((g & 1) ? sin(ang) : cos(ang));
+static inline __attribute__((always_inline)) double from_bits(uint64_t b) {
+  double d;
+  memcpy(&d, &b, sizeof d);
+  return d;
 }
 
-/* Both halves of draw 0 of a pair at once (sincos gives sin's and cos's
- * bits). */
-static void normal_pair(uint64_t key, uint64_t pair, double* z0, double* z1) {
-  uint64_t r1 = mix64(key ^ mix64(pair * 0x9e3779b97f4a7c15ull));
-  uint64_t r2 = mix64(r1 ^ 0xd1b54a32d192ed03ull);
-  double rad = sqrt(-2.0 * log(unit(r1)));
-  double s, c;
-  sincos(6.283185307179586 * unit(r2), &s, &c);
-  *z0 = rad * c;
-  *z1 = rad * s;
+static inline __attribute__((always_inline)) uint64_t to_bits(double d) {
+  uint64_t b;
+  memcpy(&b, &d, sizeof b);
+  return b;
+}
+
+/* The two stream keys of draw `draw` under a parameter's key: pair i's
+ * uniforms come from the SplitMix64 outputs mix64(k1 + i G) and
+ * mix64(k2 + i G), G the golden-ratio increment. */
+static void draw_keys(uint64_t key, uint64_t draw, uint64_t* k1, uint64_t* k2) {
+  *k1 = mix64(key ^ mix64(draw));
+  *k2 = mix64(*k1 ^ 0xd1b54a32d192ed03ull);
+}
+
+/* Uniform in (0, 1): (the top 52 bits of r + 1/2) 2^-52, from the bits of
+ * 1 + (r >> 12) 2^-52 by one exact subtraction. */
+static inline __attribute__((always_inline)) double unit(uint64_t r) {
+  return from_bits(0x3ff0000000000000ull | (r >> 12)) - (1.0 - 0x1p-53);
+}
+
+/* The two uniforms of pair `pair` under stream keys k1, k2. */
+static inline __attribute__((always_inline)) void pair_uniforms(
+    uint64_t k1, uint64_t k2, uint64_t pair, double* u1, double* u2) {
+  *u1 = unit(mix64(k1 + pair * 0x9e3779b97f4a7c15ull));
+  *u2 = unit(mix64(k2 + pair * 0x9e3779b97f4a7c15ull));
+}
+
+#define SQRT_HALF_BITS 0x3fe6a09e667f3bcdull /* sqrt(1/2) */
+#define MANT_MASK 0x000fffffffffffffull
+
+/* ln u for a positive normal u <= 1 (relative error <= 3.2e-16). u =
+ * 2^e x with x in [sqrt(1/2), sqrt(2)) by integer moves on the bits; then
+ * ln x = 2 atanh(s), s = (x - 1) / (x + 1), |s| <= 0.1716, as
+ * 2s + 2s z L(z), z = s^2, L a degree-6 Chebyshev fit of
+ * (atanh(sqrt z) / sqrt z - 1) / z (fit error 1.6e-16, scaled by z <= 0.03
+ * in the result). */
+static inline __attribute__((always_inline)) double det_log(double u) {
+  uint64_t t = to_bits(u) + (0x3ff0000000000000ull - SQRT_HALF_BITS);
+  /* t's exponent field is e + 1023, made a double exactly */
+  double e = from_bits(0x4330000000000000ull | (t >> 52)) - (0x1p52 + 1023.0);
+  double x = from_bits((t & MANT_MASK) + SQRT_HALF_BITS);
+  double f = x - 1.0; /* exact */
+  double s = f / (2.0 + f);
+  double z = s * s;
+  double l = 0x1.5555555555558p-2 +
+             z * (0x1.99999999952e2p-3 +
+                  z * (0x1.2492492df148dp-3 +
+                       z * (0x1.c71c62e5800a1p-4 +
+                            z * (0x1.7462b4ab2ef6bp-4 +
+                                 z * (0x1.39fe606542ddep-4 +
+                                      z * 0x1.2b584aae78a57p-4)))));
+  double s2 = s + s;
+  return e * 0x1.62e42fefa39efp-1 + (s2 + s2 * z * l);
+}
+
+/* sin and cos of 2 pi u for u in (0, 1] (absolute error <= 1.5e-16). 4u =
+ * k + d with k the nearest integer and |d| <= 1/2 (both exact), so the
+ * angle is k quarter turns plus pi/2 d: sin(pi/2 d) = d S(d^2) and
+ * cos(pi/2 d) = 1 + d^2 C(d^2), S and C degree-6 Chebyshev fits (errors
+ * 5e-18 and 5e-19), then rotated by k quarter turns with bit moves. */
+static inline __attribute__((always_inline)) void det_sincos2pi(double u,
+                                                                double* sn,
+                                                                double* cs) {
+  double t = 4.0 * u;             /* exact */
+  double kb = t + 0x1.8p52;       /* k in the low mantissa bits */
+  double d = t - (kb - 0x1.8p52); /* exact */
+  uint64_t q = to_bits(kb);       /* low 2 bits: k mod 4 */
+  double y = d * d;
+  double sp = d * (0x1.921fb54442d18p+0 +
+                   y * (-0x1.4abbce625be41p-1 +
+                        y * (0x1.466bc677587f8p-4 +
+                             y * (-0x1.32d2cce2e5b19p-8 +
+                                  y * (0x1.50782fda12d96p-13 +
+                                       y * (-0x1.e30071afc3e59p-19 +
+                                            y * 0x1.e3f38399551bfp-25))))));
+  double cp =
+      1.0 + y * (-0x1.3bd3cc9be45dep+0 +
+                 y * (0x1.03c1f081b5ac0p-2 +
+                      y * (-0x1.55d3c7e3cb241p-6 +
+                           y * (0x1.e1f5068688d5bp-11 +
+                                y * (-0x1.a6d1eef479be1p-16 +
+                                     y * (0x1.f9ce245cada0bp-22 +
+                                          y * -0x1.b2f3eb054afcdp-28))))));
+  /* quarter turns: k = 1 maps (s, c) to (c, -s), k = 2 to (-s, -c), k = 3
+   * to (-c, s) */
+  uint64_t swap = 0 - (q & 1);
+  uint64_t sb = to_bits(sp), cb = to_bits(cp);
+  uint64_t rs = (sb & ~swap) | (cb & swap);
+  uint64_t rc = (cb & ~swap) | (sb & swap);
+  *sn = from_bits(rs ^ ((q & 2) << 62));
+  *cs = from_bits(rc ^ (((q + 1) & 2) << 62));
+}
+
+/* Box-Muller from uniforms u1, u2: the normals are sqrt(*w) * *c (the
+ * cosine half) and sqrt(*w) * *s (the sine half). The square root is left
+ * to the caller: GCC's errno check around sqrt would stop the block loop
+ * from vectorising. */
+static inline __attribute__((always_inline)) void box_muller(
+    double u1, double u2, double* w, double* s, double* c) {
+  *w = -2.0 * det_log(u1);
+  det_sincos2pi(u2, s, c);
+}
+
+/* Standard normal number `draw` of element g under key. */
+static double normal_at(uint64_t key, uint64_t g, uint64_t draw) {
+  uint64_t k1, k2;
+  double u1, u2, w, s, c;
+  draw_keys(key, draw, &k1, &k2);
+  pair_uniforms(k1, k2, g >> 1, &u1, &u2);
+  box_muller(u1, u2, &w, &s, &c);
+  double rad = sqrt(w);
+  return (g & 1) ? rad * s : rad * c;
 }
 
 static float init_value(const tr_init_rule_t* r, uint64_t key, uint64_t g) {
@@ -342,11 +466,24 @@ typedef struct {
   const tr_param_t* p;
   float* data;
   uint64_t key;
+  uint64_t k1, k2; /* draw 0's stream keys */
   int64_t n;
   int64_t base; /* global index of local element 0; -1: not one run */
 } init_job_t;
 
 #define INIT_CHUNK 65536
+#define INIT_BLOCK 128 /* pairs per block */
+
+/* On x86-64 the block loops also come as AVX2 and AVX-512 clones, picked
+ * at load time (1.6x and 2x the SSE2 clone's speed): the same operations
+ * on wider vectors, contraction off in every clone, so the same bits. */
+#if defined(__GNUC__) && __GNUC__ >= 11 && !defined(__clang__) && \
+    defined(__x86_64__) && defined(__ELF__)
+#define INIT_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define INIT_CLONES
+#endif
 
 /* Global flat index of local element 0 when the local part is one run of
  * the global flat order (the whole tensor, or whole rows as FSDP shards
@@ -363,25 +500,68 @@ static int64_t contiguous_base(const tr_param_t* p) {
   return base;
 }
 
-/* Fill local [i0, i1) of a contiguous run (global index base + i): one
- * log and one sincos per pair of global indices instead of one each per
- * element. A truncated normal keeps both halves of draw 0 when they are
- * inside the bounds (nearly always) and falls back to init_value's redraws
- * otherwise, so every value is the one init_value gives. */
-static void fill_pairs(const init_job_t* j, int64_t i0, int64_t i1) {
+/* Draw 0 of pairs pair0 .. pair0 + INIT_BLOCK - 1, scaled by sd: global
+ * element 2 (pair0 + i) is v0[i] and 2 (pair0 + i) + 1 is v1[i]. The loop
+ * from uniforms to w, s, c has a fixed trip count and no calls, so GCC
+ * vectorises it (the AVX clones the hashing too; the square roots stay
+ * scalar); every operation is normal_at's, in its order, hence the same
+ * bits. */
+static inline __attribute__((always_inline)) void normal_block(
+    const init_job_t* j, uint64_t pair0, double sd, double* v0, double* v1) {
+  double u1[INIT_BLOCK], u2[INIT_BLOCK], w[INIT_BLOCK];
+  for (int i = 0; i < INIT_BLOCK; i++)
+    pair_uniforms(j->k1, j->k2, pair0 + (uint64_t)i, &u1[i], &u2[i]);
+  for (int i = 0; i < INIT_BLOCK; i++)
+    box_muller(u1[i], u2[i], &w[i], &v1[i], &v0[i]);
+  for (int i = 0; i < INIT_BLOCK; i++) {
+    double rad = sqrt(w[i]);
+    v0[i] = sd * (rad * v0[i]);
+    v1[i] = sd * (rad * v1[i]);
+  }
+}
+
+/* out[0, n) = the values of global elements g0 .. g0 + n - 1. A truncated
+ * normal keeps draw 0 when it is inside the bounds (nearly always) and
+ * otherwise takes init_value's redraws, so every value is init_value's. */
+INIT_CLONES static void fill_run(const init_job_t* j, float* out, uint64_t g0,
+                                 int64_t n) {
   const tr_init_rule_t* r = &j->p->init;
   int trunc = r->kind == TR_INIT_TRUNC_NORMAL;
-  for (int64_t i = i0; i < i1;) {
-    uint64_t g = (uint64_t)(j->base + i);
-    double z[2];
-    normal_pair(j->key, g >> 1, &z[0], &z[1]);
-    /* the pair's elements that fall inside [i0, i1) */
-    for (uint64_t h = g & 1; h < 2 && i < i1; h++, i++) {
-      double v = r->std * z[h];
-      if (trunc && !(v >= r->lo && v <= r->hi))
-        j->data[i] = init_value(r, j->key, (g & ~1ull) | h);
+  double sd = r->std, lo = r->lo, hi = r->hi;
+  double v0[INIT_BLOCK], v1[INIT_BLOCK];
+  uint64_t g = g0, gend = g0 + (uint64_t)n;
+  while (g < gend) {
+    uint64_t pair0 = g >> 1;
+    normal_block(j, pair0, sd, v0, v1);
+    uint64_t bend = 2 * (pair0 + INIT_BLOCK);
+    if (bend > gend) bend = gend;
+    float* o = out + (g - g0);
+    if (!(g & 1) && bend == 2 * (pair0 + INIT_BLOCK)) {
+      /* the whole block: plain stores, then the bounds (both loops
+       * vectorise; a double flag keeps the second in one vector type) */
+      for (int i = 0; i < INIT_BLOCK; i++) {
+        o[2 * i] = (float)v0[i];
+        o[2 * i + 1] = (float)v1[i];
+      }
+      double out_of_bounds = 0.0;
+      if (trunc)
+        for (int i = 0; i < INIT_BLOCK; i++)
+          out_of_bounds =
+              ((v0[i] < lo) | (v0[i] > hi) | (v1[i] < lo) | (v1[i] > hi))
+                  ? 1.0
+                  : out_of_bounds;
+      if (out_of_bounds == 0.0) {
+        g = bend;
+        continue;
+      }
+    }
+    for (; g < bend; g++) {
+      uint64_t i = (g >> 1) - pair0;
+      double x = (g & 1) ? v1[i] : v0[i];
+      if (trunc && !(x >= lo && x <= hi))
+        out[g - g0] = init_value(r, j->key, g);
       else
-        j->data[i] = (float)v;
+        out[g - g0] = (float)x;
     }
   }
 }
@@ -391,22 +571,31 @@ static void init_task(void* ctx, int64_t task) {
   const tr_param_t* p = j->p;
   int64_t i0 = task * INIT_CHUNK;
   int64_t i1 = i0 + INIT_CHUNK < j->n ? i0 + INIT_CHUNK : j->n;
-  if (j->base >= 0 && (p->init.kind == TR_INIT_NORMAL ||
-                       p->init.kind == TR_INIT_TRUNC_NORMAL)) {
-    fill_pairs(j, i0, i1);
+  if (p->init.kind == TR_INIT_ZEROS || p->init.kind == TR_INIT_ONES) {
+    float v = p->init.kind == TR_INIT_ONES ? 1.0f : 0.0f;
+    for (int64_t i = i0; i < i1; i++) j->data[i] = v;
     return;
   }
-  for (int64_t i = i0; i < i1; i++) {
-    /* local flat index -> global flat index through the layout */
-    int64_t rem = i, g = 0, gstride = 1;
-    for (int d = p->ndim - 1; d >= 0; d--) {
-      int64_t ld = p->layout.shape[d];
-      int64_t li = ld ? rem % ld : 0;
-      rem = ld ? rem / ld : 0;
-      g += (p->layout.offset[d] + li) * gstride;
+  if (j->base >= 0) {
+    fill_run(j, j->data + i0, (uint64_t)(j->base + i0), i1 - i0);
+    return;
+  }
+  /* a block of the last dimension (2-D shards): each local row is a run
+   * of the global order */
+  int nd = p->ndim;
+  int64_t ld = p->layout.shape[nd - 1];
+  for (int64_t i = i0; i < i1;) {
+    int64_t rem = i / ld, col = i % ld;
+    int64_t g = p->layout.offset[nd - 1] + col, gstride = p->shape[nd - 1];
+    for (int d = nd - 2; d >= 0; d--) {
+      int64_t lsd = p->layout.shape[d];
+      g += (p->layout.offset[d] + rem % lsd) * gstride;
+      rem /= lsd;
       gstride *= p->shape[d];
     }
-    j->data[i] = init_value(&p->init, j->key, (uint64_t)g);
+    int64_t len = ld - col < i1 - i ? ld - col : i1 - i;
+    fill_run(j, j->data + i, (uint64_t)g, len);
+    i += len;
   }
 }
 
@@ -424,12 +613,23 @@ int tr_model_init_weights(tr_model_t* m, uint64_t seed) {
     else
       TR_CHECK(tr_tensor_empty(&host, TR_F32, TR_DEVICE_CPU, p->data.ndim,
                                p->data.shape));
-    init_job_t j = {p, tr_tensor_data(&host), mix64(seed ^ name_hash(p->name)),
-                    tr_tensor_numel(&host), contiguous_base(p)};
+    init_job_t j = {.p = p,
+                    .data = tr_tensor_data(&host),
+                    .key = mix64(seed ^ name_hash(p->name)),
+                    .n = tr_tensor_numel(&host),
+                    .base = contiguous_base(p)};
+    draw_keys(j.key, 0, &j.k1, &j.k2);
     tr_kern_cpu_parallel((j.n + INIT_CHUNK - 1) / INIT_CHUNK, init_task, &j);
-    int rc = host.storage == p->data.storage ? 0 : tr_tensor_copy(&p->data, &host);
+    int rc =
+        host.storage == p->data.storage ? 0 : tr_tensor_copy(&p->data, &host);
     tr_tensor_release(&host);
     TR_CHECK(rc);
   }
   return tr_model_refresh_compute(m);
 }
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif

@@ -1,12 +1,14 @@
 /* tests/check_model.c: the GPT-2 and Llama-3 models.
  *
  * Configs and parameter tables (published dims, HF names and layouts,
- * counts, FLOPs), deterministic init (independent of sharding), the loss of
- * a fresh model (~ ln vocab), gradients of every block and of whole tiny
- * models (GPT-2, and Llama with GQA) against central differences of the
- * model's own fp32 forward, bit-identical results for 1 and 2 threads and
- * the same seed, hooks, activation memory returned by the backward, block
- * ranges (pipeline stages) and the tensor-parallel seam.
+ * counts, FLOPs), deterministic init (independent of sharding and threads;
+ * the generator's floats against libm Box-Muller, its normal statistics and
+ * truncation bounds), the loss of a fresh model (~ ln vocab), gradients of
+ * every block and of whole tiny models (GPT-2, and Llama with GQA) against
+ * central differences of the model's own fp32 forward, bit-identical
+ * results for 1 and 2 threads and the same seed, hooks, activation memory
+ * returned by the backward, block ranges (pipeline stages) and the
+ * tensor-parallel seam.
  *
  * Gradient checks use directional derivatives. For a tensor x with analytic
  * gradient g: u = g / max|g|, and the numeric derivative along u comes from
@@ -294,6 +296,236 @@ START_TEST(test_init_independent_of_sharding) {
   const float* fe = tr_tensor_data(&full.params[e].data);
   const float* se = tr_tensor_data(&shard.params[e].data);
   ck_assert(memcmp(se, fe + 200 * 256, 56 * 256 * sizeof(float)) == 0);
+  tr_model_release(&full);
+  tr_model_release(&shard);
+}
+END_TEST
+
+/* ---- the init generator itself ----
+ *
+ * A reference of the documented generator (model/params.c): key =
+ * mix64(seed ^ FNV-1a(name)); draw d's stream keys k1 = mix64(key ^
+ * mix64(d)), k2 = mix64(k1 ^ 0xd1b54a32d192ed03); pair i's uniforms from
+ * the top 52 bits of mix64(k1 + i G) and mix64(k2 + i G); element 2i is
+ * the cosine half and 2i + 1 the sine half of Box-Muller. The reference
+ * uses libm's log, sqrt and sincos; trainrun's own polynomials must give
+ * the same floats but for rare one-ulp roundings. */
+
+static uint64_t ref_mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static double ref_unit(uint64_t r) {
+  return ((double)(r >> 12) + 0.5) * 0x1p-52;
+}
+
+static uint64_t ref_key(uint64_t seed, const char* name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *name; name++) h = (h ^ (uint8_t)*name) * 0x100000001b3ull;
+  return ref_mix64(seed ^ h);
+}
+
+/* std * (normal number `draw` of element g), libm Box-Muller */
+static double ref_normal(uint64_t key, uint64_t g, uint64_t draw, float sd) {
+  uint64_t k1 = ref_mix64(key ^ ref_mix64(draw));
+  uint64_t k2 = ref_mix64(k1 ^ 0xd1b54a32d192ed03ull);
+  uint64_t i = g >> 1;
+  double u1 = ref_unit(ref_mix64(k1 + i * 0x9e3779b97f4a7c15ull));
+  double u2 = ref_unit(ref_mix64(k2 + i * 0x9e3779b97f4a7c15ull));
+  double rad = sqrt(-2.0 * log(u1)), s, c;
+  sincos(6.283185307179586 * u2, &s, &c);
+  return sd * (rad * ((g & 1) ? s : c));
+}
+
+static float ref_value(const tr_init_rule_t* r, uint64_t key, uint64_t g,
+                       int* redrawn) {
+  for (uint64_t d = 0; d < 1000; d++) {
+    double v = ref_normal(key, g, d, r->std);
+    if (r->kind != TR_INIT_TRUNC_NORMAL || (v >= r->lo && v <= r->hi))
+      return (float)v;
+    *redrawn = 1;
+  }
+  return 0.0f;
+}
+
+/* A Llama with 2^22-element embedding (N(0, 1)) and output (N(0, 1/256)
+ * truncated to +-3 std) weights. */
+static void big_vocab_llama(tr_model_t* m, uint64_t seed) {
+  tr_model_config_t c;
+  ck_assert_int_eq(tr_model_config_get("llama3", "debugmodel", &c), 0);
+  c.vocab_size = 16384;
+  c.n_layers = 1;
+  ck_assert_int_eq(c.dim, 256);
+  make_model(m, &c, seed);
+}
+
+static int64_t float_ulps(float a, float b) {
+  int32_t x, y;
+  memcpy(&x, &a, sizeof x);
+  memcpy(&y, &b, sizeof y);
+  if ((x < 0) != (y < 0)) return a == b ? 0 : INT32_MAX; /* +-0 */
+  return x > y ? (int64_t)x - y : (int64_t)y - x;
+}
+
+START_TEST(test_init_matches_libm_box_muller) {
+  tr_model_t m;
+  big_vocab_llama(&m, 21);
+  const char* names[] = {"model.embed_tokens.weight", "lm_head.weight"};
+  for (int t = 0; t < 2; t++) {
+    const tr_param_t* p = &m.params[tr_model_find_param(&m, names[t])];
+    const float* x = tr_tensor_data(&p->data);
+    int64_t n = tr_tensor_numel(&p->data), ndiff = 0, nredrawn = 0, worst = 0;
+    uint64_t key = ref_key(21, p->name);
+    for (int64_t g = 0; g < n; g++) {
+      int redrawn = 0;
+      float want = ref_value(&p->init, key, (uint64_t)g, &redrawn);
+      nredrawn += redrawn;
+      int64_t u = float_ulps(x[g], want);
+      ndiff += u != 0;
+      if (u > worst) worst = u;
+    }
+    /* seen: 0 differences in 2 x 4.2M values (and in 4e7 draws of a
+     * separate sweep); one ulp is the documented bound */
+    ck_assert_msg(worst <= 1 && ndiff <= n / 500000,
+                  "%s: %lld of %lld values differ from libm, worst by %lld "
+                  "ulp",
+                  p->name, (long long)ndiff, (long long)n, (long long)worst);
+    if (p->init.kind == TR_INIT_TRUNC_NORMAL) /* ~0.27% outside 3 std */
+      ck_assert_msg(nredrawn > n / 500 && nredrawn < n / 250, "%lld redrawn",
+                    (long long)nredrawn);
+  }
+  tr_model_release(&m);
+}
+END_TEST
+
+START_TEST(test_init_normal_statistics) {
+  tr_model_t m;
+  big_vocab_llama(&m, 5);
+  const tr_param_t* p =
+      &m.params[tr_model_find_param(&m, "model.embed_tokens.weight")];
+  const float* x = tr_tensor_data(&p->data);
+  int64_t n = tr_tensor_numel(&p->data);
+  ck_assert_int_eq(n, 1 << 22);
+  /* moments of all, of the cosine (even) and sine (odd) halves, the
+   * correlation inside a pair and between neighbouring pairs, tails and
+   * the CDF at -2 .. 2 */
+  double s[2] = {0}, s2[2] = {0}, s4 = 0, c01 = 0, c02 = 0, amax = 0;
+  int64_t beyond3 = 0, beyond4 = 0, below[5] = {0};
+  for (int64_t k = 0; k < n; k++) {
+    double z = x[k];
+    s[k & 1] += z;
+    s2[k & 1] += z * z;
+    s4 += z * z * z * z;
+    if (!(k & 1)) c01 += z * x[k + 1];
+    if (k + 2 < n) c02 += z * x[k + 2];
+    beyond3 += fabs(z) > 3;
+    beyond4 += fabs(z) > 4;
+    amax = fmax(amax, fabs(z));
+    for (int b = 0; b < 5; b++) below[b] += z < b - 2;
+  }
+  double h = n / 2.0, se = 1 / sqrt(h); /* one half's standard error */
+  for (int e = 0; e < 2; e++) {
+    ck_assert_msg(fabs(s[e] / h) < 5 * se, "half %d mean %g", e, s[e] / h);
+    ck_assert_msg(fabs(s2[e] / h - 1) < 5 * sqrt(2.0) * se, "half %d var %g", e,
+                  s2[e] / h);
+  }
+  double mean = (s[0] + s[1]) / n;
+  double var = (s2[0] + s2[1]) / n - mean * mean;
+  ck_assert_msg(fabs(mean) < 5 / sqrt(n), "mean %g", mean);
+  ck_assert_msg(fabs(sqrt(var) - 1) < 5 / sqrt(2.0 * n), "std %g", sqrt(var));
+  ck_assert_msg(fabs(s4 / n - 3) < 5 * sqrt(96.0 / n), "E z^4 %g", s4 / n);
+  ck_assert_msg(fabs(c01 / h) < 5 * se, "pair corr %g", c01 / h);
+  ck_assert_msg(fabs(c02 / n) < 5 / sqrt(n), "lag-2 corr %g", c02 / n);
+  /* P(|z| > 3) = 2.6998e-3, P(|z| > 4) = 6.334e-5: 5 binomial sigmas */
+  double p3 = 2.6998e-3, p4 = 6.334e-5;
+  ck_assert_msg(fabs((double)beyond3 / n - p3) < 5 * sqrt(p3 / n),
+                "beyond 3 sigma %g", (double)beyond3 / n);
+  ck_assert_msg(fabs((double)beyond4 / n - p4) < 5 * sqrt(p4 / n),
+                "beyond 4 sigma %g", (double)beyond4 / n);
+  /* 52-bit uniforms: |z| <= sqrt(2 ln 2^53) = 8.57 */
+  ck_assert_msg(amax > 4.5 && amax < 8.58, "max |z| %g", amax);
+  const double cdf[5] = {0.0227501, 0.1586553, 0.5, 0.8413447, 0.9772499};
+  for (int b = 0; b < 5; b++) {
+    double f = (double)below[b] / n;
+    ck_assert_msg(fabs(f - cdf[b]) < 5 * sqrt(cdf[b] * (1 - cdf[b]) / n),
+                  "P(z < %d) = %g", b - 2, f);
+  }
+
+  /* truncated: inside [lo, hi], both tails reached, std of N(0, 1/256)
+   * truncated at 3 std = 0.98659 / 16 */
+  p = &m.params[tr_model_find_param(&m, "lm_head.weight")];
+  ck_assert_int_eq(p->init.kind, TR_INIT_TRUNC_NORMAL);
+  x = tr_tensor_data(&p->data);
+  double lo = INFINITY, hi = -INFINITY, t2 = 0;
+  for (int64_t k = 0; k < n; k++) {
+    ck_assert(x[k] >= p->init.lo && x[k] <= p->init.hi);
+    lo = fmin(lo, x[k]);
+    hi = fmax(hi, x[k]);
+    t2 += (double)x[k] * x[k];
+  }
+  ck_assert(lo < 0.999 * p->init.lo && hi > 0.999 * p->init.hi);
+  ck_assert_msg(fabs(sqrt(t2 / n) - 0.98659 / 16) < 0.002 / 16, "std %g",
+                sqrt(t2 / n));
+  tr_model_release(&m);
+}
+END_TEST
+
+/* The same values for 1 and 3 threads, and for 2-D shards whose row and
+ * column ranges start and end inside a Box-Muller pair, for a normal (q)
+ * and a truncated normal with redraws (lm_head, bounds at 3 std). */
+START_TEST(test_init_threads_and_odd_2d_shards) {
+  tr_model_config_t c;
+  tr_model_t full, full3, shard;
+  ck_assert_int_eq(tr_model_config_get("llama3", "debugmodel", &c), 0);
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(1), 0);
+  make_model(&full, &c, 3);
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(3), 0);
+  make_model(&full3, &c, 3);
+  ck_assert_int_eq(tr_kern_cpu_set_num_threads(0), 0);
+  for (int i = 0; i < full.n_params; i++)
+    ck_assert_msg(memcmp(tr_tensor_data(&full.params[i].data),
+                         tr_tensor_data(&full3.params[i].data),
+                         tr_tensor_nbytes(&full.params[i].data)) == 0,
+                  "%s differs for 1 and 3 threads", full.params[i].name);
+  tr_model_release(&full3);
+
+  ck_assert_int_eq(tr_model_init(&shard, &c), 0);
+  const char* names[] = {"model.layers.1.self_attn.q_proj.weight",
+                         "lm_head.weight"};
+  int64_t r0 = 33, nr = 91, c0 = 63, nc = 127;
+  int idx[2];
+  for (int t = 0; t < 2; t++) {
+    idx[t] = tr_model_find_param(&shard, names[t]);
+    tr_param_t* p = &shard.params[idx[t]];
+    ck_assert_int_eq(p->shape[1], 256);
+    p->layout.offset[0] = r0;
+    p->layout.shape[0] = nr;
+    p->layout.offset[1] = c0;
+    p->layout.shape[1] = nc;
+  }
+  ck_assert_int_eq(tr_model_alloc(&shard, TR_DEVICE_CPU), 0);
+  ck_assert_int_eq(tr_model_init_weights(&shard, 3), 0);
+  int redrawn = 0;
+  for (int t = 0; t < 2; t++) {
+    const float* f = tr_tensor_data(&full.params[idx[t]].data);
+    const float* s = tr_tensor_data(&shard.params[idx[t]].data);
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t k = 0; k < nc; k++) {
+        ck_assert(s[r * nc + k] == f[(r0 + r) * 256 + c0 + k]);
+        if (t == 1) {
+          /* the values the first draw would give outside the bounds */
+          const tr_param_t* p = &shard.params[idx[t]];
+          uint64_t key = ref_key(3, p->name);
+          double v = ref_normal(key, (uint64_t)((r0 + r) * 256 + c0 + k), 0,
+                                p->init.std);
+          redrawn += !(v >= p->init.lo && v <= p->init.hi);
+        }
+      }
+  }
+  ck_assert_int_gt(redrawn, 5); /* the redraw path inside a 2-D shard */
   tr_model_release(&full);
   tr_model_release(&shard);
 }
@@ -879,6 +1111,9 @@ static Suite* model_suite(void) {
   tcase_add_test(tc, test_param_table_hf_names);
   tcase_add_test(tc, test_init_rules_and_determinism);
   tcase_add_test(tc, test_init_independent_of_sharding);
+  tcase_add_test(tc, test_init_matches_libm_box_muller);
+  tcase_add_test(tc, test_init_normal_statistics);
+  tcase_add_test(tc, test_init_threads_and_odd_2d_shards);
   tcase_add_test(tc, test_fresh_loss_near_ln_vocab);
   suite_add_tcase(s, tc);
   tc = tcase_create("grad");
