@@ -484,13 +484,7 @@ void tr_fsdp_comm_take(tr_fsdp_t* f, tr_fsdp_comm_t* out) {
   out->ops = q->ops;
   out->comm_ms = q->comm_us / 1000.0;
   out->exposed_ms = q->exposed_us / 1000.0;
-  out->hidden = NAN;
-  if (out->comm_ms > 0) {
-    /* a CPU wait also spans the ops queued before the one waited for, and
-     * a stall its event pair's own overhead: the ratio can pass 1 */
-    double h = 1.0 - out->exposed_ms / out->comm_ms;
-    out->hidden = h < 0 ? 0 : h > 1 ? 1 : h;
-  }
+  out->hidden = tr_trainer_comm_hidden(out->comm_ms, out->exposed_ms);
   f->timed_steps = 0;
   q->ops = 0;
   q->comm_us = q->exposed_us = 0;

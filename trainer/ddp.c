@@ -520,13 +520,7 @@ static void comm_take(void* arg, tr_trainer_comm_t* out) {
   out->steps = d->timed_steps;
   out->comm_ms = d->comm_us / 1000.0;
   out->exposed_ms = d->exposed_us / 1000.0;
-  out->hidden = NAN;
-  if (out->comm_ms > 0) {
-    /* a wait also covers its event pair's or clock reads' overhead, and
-     * on the CPU the time the issuing took: the ratio can pass 1 */
-    double h = 1.0 - out->exposed_ms / out->comm_ms;
-    out->hidden = h < 0 ? 0 : h > 1 ? 1 : h;
-  }
+  out->hidden = tr_trainer_comm_hidden(out->comm_ms, out->exposed_ms);
   d->timed_steps = 0;
   d->comm_us = d->exposed_us = 0;
 }

@@ -790,3 +790,9 @@ out:
   free(idx);
   return rc;
 }
+
+double tr_trainer_comm_hidden(double comm_ms, double exposed_ms) {
+  if (!(comm_ms > 0)) return NAN;
+  double h = 1.0 - exposed_ms / comm_ms;
+  return h < 0 ? 0 : h > 1 ? 1 : h;
+}

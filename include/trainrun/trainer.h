@@ -101,12 +101,17 @@ double tr_lr_schedule_lr(const tr_lr_schedule_t* s, int64_t step);
 
 struct tr_trainer;
 
-/* Communication overlap over the steps since the last take (FSDP's
- * [metrics] comm_overlap): totals, hidden = 1 - exposed / comm. */
+/* Communication overlap over the steps since the last take (FSDP's and
+ * DDP's [metrics] comm_overlap): totals, hidden = 1 - exposed / comm. */
 typedef struct {
   int64_t steps;
   double comm_ms, exposed_ms, hidden;
 } tr_trainer_comm_t;
+
+/* 1 - exposed_ms / comm_ms clamped to [0, 1] (a wait also covers its own
+ * overhead -- event pairs, clock reads, ops queued before the one waited
+ * for -- so the raw ratio can pass 1); NAN when comm_ms is not positive. */
+double tr_trainer_comm_hidden(double comm_ms, double exposed_ms);
 
 /* Filled by the data-parallel layer; all NULL on one rank. */
 typedef struct {
