@@ -51,7 +51,15 @@ struct tr__fr {
   int store_ok;   /* the supervisor's last word on the store */
   char store_prefix[128];
   char dump_dir[512], dump_prefix[128]; /* of the last dump */
+  /* a worker died: the job dump waits until the node's other workers have
+   * exited or PENDING_S passed (see tr__fr_worker_failed) */
+  double pending_until; /* 0: none */
+  int pending_origin;
+  char pending_why[160];
 };
+
+/* How long a dump after a worker's death waits for the survivors. */
+#define PENDING_S 2.0
 
 void tr__fr_ring_name(const tr__daemon_t* d, const tr__worker_t* w, char* buf,
                       size_t cap) {
@@ -194,11 +202,26 @@ static int exception_key(tr__daemon_t* d, struct tr__fr* f) {
   return origin;
 }
 
+/* The dump a worker's death asked for, when it is due (force: now). */
+static void pending_dump(tr__daemon_t* d, struct tr__fr* f, int force) {
+  if (!f->pending_until || f->job_dumped) {
+    f->pending_until = 0;
+    return;
+  }
+  int running = 0;
+  for (int i = 0; i < d->nworkers; i++) running += d->workers[i].running;
+  if (!force && running > 0 && tr__daemon_now() < f->pending_until) return;
+  f->pending_until = 0;
+  dump_job(d, f, f->pending_why, f->pending_origin, 1);
+}
+
 void tr__fr_tick(tr__daemon_t* d, int store_ok) {
   if (!d->in_round || d->nworkers == 0) return;
   struct tr__fr* f = state(d);
   if (!f) return;
   f->store_ok = store_ok;
+  pending_dump(d, f, 0);
+  if (f->pending_until) return; /* a death's dump comes first */
   double now = tr__daemon_now();
   for (int i = 0; i < f->n; i++) {
     fr_worker_t* fw = &f->w[i];
@@ -263,7 +286,16 @@ void tr__fr_worker_failed(tr__daemon_t* d, const tr__worker_t* w,
     if (info.dump_req != f->w[i].dump_req && info.dump_scope == 1)
       snprintf(why, sizeof why, "rank %d reported a collective error", w->rank);
   }
-  dump_job(d, f, why, w->rank, 1);
+  /* The survivors' rings are read once they have exited (the stop follows
+   * at once) or PENDING_S later: a rank that was still computing when its
+   * peer died has then entered the collective that waits for it, which is
+   * what the verdict names. */
+  if (!f->pending_until) {
+    f->pending_until = tr__daemon_now() + PENDING_S;
+    f->pending_origin = w->rank;
+    snprintf(f->pending_why, sizeof f->pending_why, "%s", why);
+  }
+  pending_dump(d, f, 0);
 }
 
 /* After an automatic dump, node 0 waits a moment for every rank's dump
@@ -304,6 +336,7 @@ static void print_verdict(tr__daemon_t* d, struct tr__fr* f) {
 void tr__fr_round_end(tr__daemon_t* d) {
   struct tr__fr* f = d->fr;
   if (!f) return;
+  if (d->in_round) pending_dump(d, f, 1);
   /* a report that came in while the workers were stopping */
   if (!f->job_dumped && d->in_round && f->n == d->nworkers) {
     int origin = exception_key(d, f);
