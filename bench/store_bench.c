@@ -221,21 +221,11 @@ static int listen_any(int nlfds, int* port) {
   return 0;
 }
 
-static int somaxconn(void) {
-  FILE* f = fopen("/proc/sys/net/core/somaxconn", "r");
-  int v = 0;
-  if (f) {
-    if (fscanf(f, "%d", &v) != 1) v = 0;
-    fclose(f);
-  }
-  return v > 0 ? v : 4096;
-}
-
 /* Accept queues a server gets for nclients: --listeners, or (0) the
  * trainrun server's own default for that many expected clients. */
 static int queues_for(int listeners, int nclients) {
   return listeners > 0 ? listeners
-                       : tr__store_default_listeners(nclients, somaxconn());
+                       : tr__store_default_listeners(nclients, tr__store_somaxconn());
 }
 
 /* CPU seconds a process has used so far (/proc/PID/stat utime + stime,
@@ -958,7 +948,7 @@ int main(int argc, char** argv) {
   }
   /* default window: 3/4 of one somaxconn backlog -- PyTorch's server has
    * one accept queue -- so no server's queue overflows */
-  if (window < 0) window = somaxconn() * 3 / 4;
+  if (window < 0) window = tr__store_somaxconn() * 3 / 4;
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
   printf(
@@ -970,12 +960,12 @@ int main(int argc, char** argv) {
     printf(
         "connect window: %d clients connecting at once (no PING reply "
         "yet), over all generators; somaxconn %d\n",
-        window, somaxconn());
+        window, tr__store_somaxconn());
   else
     printf(
         "connect window: none (every client connects at once); "
         "somaxconn %d\n",
-        somaxconn());
+        tr__store_somaxconn());
   if (listeners > 0)
     printf("accept queues (trainrun, null): %d\n", listeners);
   else

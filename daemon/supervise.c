@@ -322,7 +322,12 @@ static int base_env(tr__daemon_t* d, tr__env_t* e) {
   /* where this round's failure report appears: the workers' process groups
    * give up on an op that waits for a peer once it does (a dead peer on
    * NCCL never closes a socket) */
-  SET("TRAINRUN_FAILURE_KEY", "trainrun/%s/r%d/failure", o->run_id, r->round);
+  char fk[48];
+  rkey(d, fk, sizeof fk, "failure");
+  char* failure_key = tr_store_prefix_key(&d->st, fk);
+  if (!failure_key && rc == 0) rc = TR_ENOMEM;
+  SET("TRAINRUN_FAILURE_KEY", "%s", failure_key);
+  free(failure_key);
   if (tr_daemon_gpu_count() > 0 && !tr_param_is_set(TR_PARAM_CUDA_DEVICE_ORDER))
     SET("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
 #undef SET

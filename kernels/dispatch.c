@@ -286,6 +286,18 @@ int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
                             bias ? CF(bias) : NULL, N, (int)C, eps);
 }
 
+/* The residual operands of a fused residual norm: resid and b shaped like
+ * a (activations). */
+static int residual_args(chk_t* c, const tr_tensor_t* resid,
+                         const tr_tensor_t* a, const tr_tensor_t* b) {
+  TR_CHECK(act(c, resid, "resid", 1));
+  TR_CHECK(act(c, a, "a", 1));
+  TR_CHECK(act(c, b, "b", 1));
+  if (!same_rows(b, a)) return bad(c->op, "b", b, "expected a's");
+  if (!same_rows(resid, a)) return bad(c->op, "resid", resid, "expected a's");
+  return 0;
+}
+
 /* resid = a + b, then out = layernorm(resid): one pass where the table has
  * the fused entry, else the two ops (a table filled before it existed) */
 int tr_kern_residual_layernorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
@@ -296,12 +308,9 @@ int tr_kern_residual_layernorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
   chk_t c = {.op = "residual_layernorm_fwd"};
   int rc = 0;
   int64_t N, C;
-  TR_CHECK(act(&c, resid, "resid", 1));
+  TR_CHECK(residual_args(&c, resid, a, b));
   TR_CHECK(norm_fwd_args(&c, out, mean, rstd, a, "a", "expected a's", weight,
                          bias, &N, &C));
-  TR_CHECK(act(&c, b, "b", 1));
-  if (!same_rows(b, a)) return bad(c.op, "b", b, "expected a's");
-  if (!same_rows(resid, a)) return bad(c.op, "resid", resid, "expected a's");
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   if (!ops->residual_layernorm_fwd) {
@@ -365,12 +374,9 @@ int tr_kern_residual_rmsnorm_fwd(tr_tensor_t* resid, tr_tensor_t* out,
   chk_t c = {.op = "residual_rmsnorm_fwd"};
   int rc = 0;
   int64_t N, C;
-  TR_CHECK(act(&c, resid, "resid", 1));
+  TR_CHECK(residual_args(&c, resid, a, b));
   TR_CHECK(norm_fwd_args(&c, out, NULL, rstd, a, "a", "expected a's", weight,
                          NULL, &N, &C));
-  TR_CHECK(act(&c, b, "b", 1));
-  if (!same_rows(b, a)) return bad(c.op, "b", b, "expected a's");
-  if (!same_rows(resid, a)) return bad(c.op, "resid", resid, "expected a's");
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   if (!ops->residual_rmsnorm_fwd) {

@@ -138,6 +138,7 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   tr_ddp_opts_init(&dopts);
   dopts.pg = w->pg;
   dopts.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
+  dopts.comm_timing = cfg->metrics.comm_overlap;
   rc = tr_ddp_init(&dopts, &w->ddp);
   if (rc < 0) {
     fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, tr_strerror(rc));

@@ -120,6 +120,9 @@ int tr__store_default_threads(void);
 /* Accept queues for expected clients and a backlog per queue:
  * ceil(expected / backlog), 1 to 16 (1 when expected is not known). */
 int tr__store_default_listeners(int expected, int backlog);
+/* The kernel's accept-queue limit (/proc/sys/net/core/somaxconn), 4096
+ * when it cannot be read. */
+int tr__store_somaxconn(void);
 
 /* ---- incremental request parser (proto.c) ---- */
 

@@ -875,7 +875,7 @@ static void* acceptor_main(void* arg) {
 }
 /* ---- start / stop ---- */
 
-static int read_somaxconn(void) {
+int tr__store_somaxconn(void) {
   FILE* f = fopen("/proc/sys/net/core/somaxconn", "r");
   int v = 0;
   if (f) {
@@ -1147,7 +1147,7 @@ int tr_store_server_start(const tr_store_server_opts_t* o,
   }
 
   const char* host = o->host && *o->host ? o->host : "127.0.0.1";
-  int somax = read_somaxconn();
+  int somax = tr__store_somaxconn();
   int backlog = o->backlog > 0 ? o->backlog : somax;
   int k = o->listeners > 0
               ? o->listeners

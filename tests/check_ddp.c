@@ -196,6 +196,7 @@ static void run_body(tr_pg_t* world, pg_ctx_t* ctx) {
   tr_ddp_opts_init(&o);
   o.pg = world;
   o.bucket_bytes = 4096;
+  o.comm_timing = g_cfg.metrics.comm_overlap; /* as the launcher does */
   tr_ddp_t* d;
   PCHECK_RC(tr_ddp_init(&o, &d));
   tr_trainer_dist_t dist;

@@ -17,7 +17,7 @@
  *    frees them and returns the first error; works a failed step left
  *    held are settled at the next step's start at the latest.
  *
- * [metrics] comm_overlap (the trainer's config; dist->comm_take): op
+ * [metrics] comm_overlap (opts.comm_timing; dist->comm_take): op
  * timing is on for the group, each bucket's all-reduce duration adds to
  * the step's communication, and the time the compute waited adds to the
  * exposed part: on the CPU the host's time in the waits, on CUDA the
@@ -78,9 +78,8 @@ struct tr_ddp {
   int held;          /* post_backward left works held for step_end */
   int64_t reduces, overlapped, syncs;
   /* [metrics] comm_overlap */
-  int timing;          /* op timing was turned on for pg */
-  int step_timed;      /* this step's all-reduces are timed */
-  int64_t timed_steps; /* step_end calls of timed steps since the take */
+  int timing;          /* opts.comm_timing: op timing is on for pg */
+  int64_t timed_steps; /* step_end calls since the take */
   double comm_us;      /* their all-reduce durations */
   double exposed_us;   /* how long the compute waited for them */
 };
@@ -102,6 +101,14 @@ int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
   d->bucket_bytes = opts->bucket_bytes;
   d->train_timeout_ms = opts->train_timeout_ms;
   d->overlap = opts->overlap != 0;
+  if (opts->comm_timing) {
+    int rc = tr_pg_set_op_timing(opts->pg, 1); /* ops issued from now on */
+    if (rc < 0) {
+      free(d);
+      return rc;
+    }
+    d->timing = 1;
+  }
   d->rank = tr_pg_rank(opts->pg);
   d->size = tr_pg_size(opts->pg);
   *out = d;
@@ -119,7 +126,7 @@ static int settle(tr_ddp_t* d, int b, int rc) {
                  msg ? msg : tr_strerror(rc));
   }
   double us;
-  if (d->step_timed && rc == 0 && tr_pg_work_duration_us(w, &us) == 0)
+  if (d->timing && rc == 0 && tr_pg_work_duration_us(w, &us) == 0)
     d->comm_us += us;
   tr_pg_work_free(w);
   d->works[b] = NULL;
@@ -332,10 +339,8 @@ static void synced(tr_ddp_t* d) {
     tr_pg_set_timeout_all(d->pg, d->train_timeout_ms);
 }
 
-/* Start the next step's bookkeeping (buckets laid out for m; timed: the
- * step's all-reduces are timed, [metrics] comm_overlap). */
-static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step,
-                      int timed) {
+/* Start the next step's bookkeeping (buckets laid out for m). */
+static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step) {
   /* works the last step's post_backward left held when its step_end did
    * not come (the step failed after it): their errors fail this step */
   int hrc = d->held ? reap(d) : 0;
@@ -345,11 +350,6 @@ static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step,
                 tr_err_name(rc));
   if (hrc < 0) return hrc;
   TR_CHECK(ensure_layout(d, m));
-  if (timed != d->timing) { /* ops issued from now on */
-    TR_CHECK(tr_pg_set_op_timing(d->pg, timed));
-    d->timing = timed;
-  }
-  d->step_timed = timed;
   d->in_step = 1;
   d->step = step;
   d->armed = 0;
@@ -357,11 +357,6 @@ static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step,
   d->fault_checked = 0;
   d->faulted = 0;
   return 0;
-}
-
-/* Whether the trainer's config asks for the communication timing. */
-static int timing_wanted(const struct tr_trainer* t) {
-  return t->cfg && t->cfg->metrics.comm_overlap;
 }
 
 /* Issue, in bucket order, the buckets whose grads are final once block
@@ -421,7 +416,7 @@ static int pre_micro_step(void* arg, struct tr_trainer* t, int64_t micro,
                           int64_t n_micro) {
   tr_ddp_t* d = arg;
   if (micro == 0)
-    TR_CHECK(begin_step(d, &t->model, t->step + 1, timing_wanted(t)));
+    TR_CHECK(begin_step(d, &t->model, t->step + 1));
   d->armed = d->overlap && d->hooked == &t->model && micro == n_micro - 1;
   return 0;
 }
@@ -448,7 +443,7 @@ static int wait_on_device(tr_ddp_t* d, int b) {
   tr_pg_work_t* w = d->works[b];
   void* ks = tr_kern_get_stream();
 #ifdef HAVE_CUDA
-  cudaEvent_t* ev = d->step_timed ? stall_events(&d->buckets[b]) : NULL;
+  cudaEvent_t* ev = d->timing ? stall_events(&d->buckets[b]) : NULL;
   if (ev && cudaEventRecord(ev[0], (cudaStream_t)ks) != cudaSuccess) {
     cudaGetLastError(); /* this wait goes untimed */
     ev = NULL;
@@ -475,7 +470,7 @@ static int post_backward(void* arg, struct tr_trainer* t) {
   const tr_model_t* m = &t->model;
   d->armed = 0;
   if (!d->in_step || d->laid != m)
-    TR_CHECK(begin_step(d, m, t->step + 1, timing_wanted(t)));
+    TR_CHECK(begin_step(d, m, t->step + 1));
   d->in_step = 0;
   int rc = issue_ready(d, m, -1);
   if (d->faulted) return rc;
@@ -489,9 +484,9 @@ static int post_backward(void* arg, struct tr_trainer* t) {
       else
         d->held = 1; /* until step_end */
     } else {
-      double t0 = d->step_timed ? tr__now() : 0;
+      double t0 = d->timing ? tr__now() : 0;
       wrc = tr_pg_work_wait(d->works[b], 0);
-      if (d->step_timed) d->exposed_us += (tr__now() - t0) * 1e6;
+      if (d->timing) d->exposed_us += (tr__now() - t0) * 1e6;
       settle(d, b, wrc);
     }
     if (wrc == 0 && rc == 0) wrc = bucket_copy(d, m, b, 0);
@@ -510,7 +505,7 @@ static int step_end(void* arg) {
     rc = reap(d);
     if (rc == 0) synced(d);
   }
-  if (d->step_timed) d->timed_steps++;
+  if (d->timing) d->timed_steps++;
   return rc;
 }
 

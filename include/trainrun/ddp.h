@@ -45,9 +45,8 @@
  * summed in rank order in double precision, so every rank gets the same
  * bits.
  *
- * Communication overlap (the trainer's [metrics] comm_overlap, read from
- * its config at each step's start; tr_trainer_dist_t's comm_take): op
- * timing is turned on for the group, each step adds its bucket
+ * Communication overlap (opts.comm_timing, from [metrics] comm_overlap;
+ * tr_trainer_dist_t's comm_take): op timing is on for the group, each step adds its bucket
  * all-reduces' durations (comm) and the time the compute waited for them
  * (exposed: on the CPU the host's time in post_backward's waits, on CUDA
  * the kernels' stream's stall between two events around each stream
@@ -79,6 +78,8 @@ typedef struct {
                                sync; 0 keeps it */
   int overlap; /* 1 (default): all-reduce from the backward hooks; 0: all
                   after the backward, in post_backward */
+  int comm_timing; /* 1: time the all-reduces and the compute's waits for
+                      them (comm_take); [metrics] comm_overlap. Default 0 */
 } tr_ddp_opts_t;
 
 /* Fill opts with the defaults (pg NULL, overlap 1). */
