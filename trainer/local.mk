@@ -46,3 +46,8 @@ tests_check_ddp_LDADD = $(TEST_LIBS) -lm
 # `trainrun data prepare`, `eval`, `sample`: exit codes and messages.
 TESTS += tests/cli_trainer.test
 EXTRA_DIST += tests/cli_trainer.test
+
+# CPU training bit-identical to the numbers recorded before the seams
+# redesign (1 rank, FSDP 4, HSDP 2x2, DDP 4, GPT-2 1 and FSDP 2).
+TESTS += tests/identity.test
+EXTRA_DIST += tests/identity.test tests/identity/reference.txt
