@@ -53,7 +53,7 @@ struct tr_fsdp {
   int64_t syncs;
   tr_fsdp_stats_t stats;
   /* how the compute waits for the collectives (fsdp2/overlap.c) */
-  tr__fsdp_waits_t waits;
+  tr__dp_waits_t waits;
   int measure;         /* this pass counts in the comm timing (not eval) */
   int64_t timed_steps; /* tr_fsdp_step_end calls with comm_timing on */
 };
@@ -83,7 +83,7 @@ void tr_fsdp_opts_init(tr_fsdp_opts_t* opts) {
   opts->reduce_dtype = TR_F32;
 }
 
-int tr_fsdp_init(const tr_fsdp_opts_t* opts, tr_fsdp_t** out) {
+int tr_fsdp_new(const tr_fsdp_opts_t* opts, tr_fsdp_t** out) {
   *out = NULL;
   if (!opts || !opts->shard_pg || opts->prefetch_depth < 0 ||
       opts->divide_factor < 0 || opts->train_timeout_ms < 0 ||
@@ -103,14 +103,14 @@ int tr_fsdp_init(const tr_fsdp_opts_t* opts, tr_fsdp_t** out) {
   /* the host may run this many collectives ahead of the device: two per
    * group (all-gather and reduce-scatter) over the prefetched groups and
    * the one computing, plus one group's slack */
-  int rc = tr__fsdp_waits_init(&f->waits, 2 * (opts->prefetch_depth + 2));
+  int rc = tr__dp_waits_init(&f->waits, 2 * (opts->prefetch_depth + 2));
   if (rc == 0 && opts->comm_timing) {
     rc = tr_pg_set_op_timing(opts->shard_pg, 1);
     if (rc == 0 && opts->replicate_pg)
       rc = tr_pg_set_op_timing(opts->replicate_pg, 1);
   }
   if (rc < 0) {
-    tr__fsdp_waits_release(&f->waits);
+    tr__dp_waits_release(&f->waits);
     free(f);
     return rc;
   }
@@ -156,9 +156,9 @@ static int flat_copy(tr_tensor_t* dst, int64_t doff, const tr_tensor_t* src,
  * output. */
 static int wait_op(tr_fsdp_t* f, tr_pg_work_t* w, int consume,
                    const char* what, int g) {
-  return tr__fsdp_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA, consume,
-                       f->o.comm_timing && f->measure, what,
-                       f->groups[g].def.name);
+  return tr__dp_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA, consume,
+                     f->o.comm_timing && f->measure, what, "group",
+                     f->groups[g].def.name);
 }
 
 /* The sharded parameter / grad of p, wherever it is now. */
@@ -472,22 +472,22 @@ int tr_fsdp_sync_grads(tr_fsdp_t* f) {
 }
 
 int tr_fsdp_step_end(tr_fsdp_t* f) {
-  int rc = tr__fsdp_waits_drain(&f->waits);
+  int rc = tr__dp_waits_drain(&f->waits);
   if (f->o.comm_timing) f->timed_steps++;
   return rc;
 }
 
-void tr_fsdp_comm_take(tr_fsdp_t* f, tr_fsdp_comm_t* out) {
-  tr__fsdp_waits_t* q = &f->waits;
+void tr_fsdp_comm_take(tr_fsdp_t* f, tr_dp_comm_t* out) {
+  tr__dp_waits_t* q = &f->waits;
   memset(out, 0, sizeof *out);
   out->steps = f->timed_steps;
   out->ops = q->ops;
   out->comm_ms = q->comm_us / 1000.0;
-  out->exposed_ms = q->exposed_us / 1000.0;
-  out->hidden = tr_trainer_comm_hidden(out->comm_ms, out->exposed_ms);
+  out->exposed_ms = q->stall.exposed_us / 1000.0;
+  out->hidden = tr_dp_comm_hidden(out->comm_ms, out->exposed_ms);
   f->timed_steps = 0;
   q->ops = 0;
-  q->comm_us = q->exposed_us = 0;
+  q->comm_us = q->stall.exposed_us = 0;
 }
 
 /* ---- the hooks ---- */
@@ -621,7 +621,7 @@ int tr_fsdp_gather_full(tr_fsdp_t* f) {
     tr_tensor_release(&g->full); /* the params' views keep it */
   }
   f->whole = 1;
-  return tr__fsdp_waits_drain(&f->waits);
+  return tr__dp_waits_drain(&f->waits);
 }
 
 void tr_fsdp_free(tr_fsdp_t* f) {
@@ -643,7 +643,7 @@ void tr_fsdp_free(tr_fsdp_t* f) {
     tr_tensor_release(&gr->full);
     tr_tensor_release(&gr->gfull);
   }
-  tr__fsdp_waits_release(&f->waits);
+  tr__dp_waits_release(&f->waits);
   for (int i = 0; i < f->plan.nparams; i++) {
     if (f->sh_data) tr_tensor_release(&f->sh_data[i]);
     if (f->sh_grad) tr_tensor_release(&f->sh_grad[i]);
@@ -658,35 +658,10 @@ void tr_fsdp_free(tr_fsdp_t* f) {
 
 /* ---- scalars ---- */
 
-/* Gather every rank's n doubles over pg and sum them in rank order. */
-static int sum_over(tr_pg_t* pg, double* vals, int n) {
-  int size = tr_pg_size(pg);
-  if (size <= 1) return 0;
-  int64_t len = (int64_t)n * (int64_t)sizeof(double);
-  int64_t all_len = len * size;
-  double* all = malloc((size_t)all_len);
-  if (!all) return TR_ENOMEM;
-  tr_tensor_t in = {0}, out = {0};
-  int rc = tr_tensor_wrap(&in, vals, TR_U8, TR_DEVICE_CPU, 1, &len);
-  if (rc == 0)
-    rc = tr_tensor_wrap(&out, all, TR_U8, TR_DEVICE_CPU, 1, &all_len);
-  if (rc == 0) rc = tr_pg_all_gather(pg, &out, &in, NULL);
-  if (rc == 0)
-    for (int j = 0; j < n; j++) {
-      double s = 0;
-      for (int r = 0; r < size; r++) s += all[(int64_t)r * n + j];
-      vals[j] = s;
-    }
-  tr_tensor_release(&in);
-  tr_tensor_release(&out);
-  free(all);
-  return rc;
-}
-
 int tr_fsdp_all_reduce_sum(tr_fsdp_t* f, double* vals, int n) {
   if (n <= 0) return 0;
-  TR_CHECK(sum_over(f->o.shard_pg, vals, n));
-  if (f->o.replicate_pg) TR_CHECK(sum_over(f->o.replicate_pg, vals, n));
+  TR_CHECK(tr_dp_sum_over(f->o.shard_pg, vals, n));
+  TR_CHECK(tr_dp_sum_over(f->o.replicate_pg, vals, n));
   return 0;
 }
 
@@ -696,8 +671,9 @@ static int dist_setup(void* arg, tr_model_t* m) {
   return tr_fsdp_shard_model(arg, m);
 }
 
-static int dist_post_backward(void* arg, struct tr_trainer* t) {
-  (void)t;
+static int dist_post_backward(void* arg, tr_model_t* m, int64_t step) {
+  (void)m;
+  (void)step;
   return tr_fsdp_sync_grads(arg);
 }
 
@@ -712,16 +688,11 @@ static int dist_gather(void* arg, tr_model_t* m) {
 
 static int dist_step_end(void* arg) { return tr_fsdp_step_end(arg); }
 
-static void dist_comm_take(void* arg, tr_trainer_comm_t* out) {
-  tr_fsdp_comm_t c;
-  tr_fsdp_comm_take(arg, &c);
-  *out = (tr_trainer_comm_t){.steps = c.steps,
-                             .comm_ms = c.comm_ms,
-                             .exposed_ms = c.exposed_ms,
-                             .hidden = c.hidden};
+static void dist_comm_take(void* arg, tr_dp_comm_t* out) {
+  tr_fsdp_comm_take(arg, out);
 }
 
-void tr_fsdp_dist(tr_fsdp_t* f, tr_trainer_dist_t* dist) {
+void tr_fsdp_dp(tr_fsdp_t* f, tr_dp_t* dist) {
   memset(dist, 0, sizeof *dist);
   dist->dp_rank = f->rrep * f->n + f->r;
   dist->dp_size = f->nrep * f->n;
@@ -806,7 +777,7 @@ int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
     return tr_errmsg_set(err, TR_ECONFIG,
                          "fsdp needs data_parallel_shard_degree > 1");
   }
-  int rc = tr_fsdp_init(&o, out);
+  int rc = tr_fsdp_new(&o, out);
   if (rc < 0) {
     tr_mesh_free(mesh);
     return tr_errmsg_set(err, rc, "fsdp: %s", tr_strerror(rc));

@@ -1,8 +1,10 @@
-/* fsdp2/overlap.c: how the compute waits for FSDP's collectives — the
- * host on the CPU; on CUDA the compute stream, with the work handles held
- * until the host sees them complete (errors, a bounded lead of the host
- * over the device) — and the optional timing of both sides: the
- * collectives' durations and how long the compute waited for them. */
+/* fsdp2/overlap.c: how the compute waits for the data-parallel
+ * collectives (FSDP's all-gathers and reduce-scatters, HSDP's and DDP's
+ * all-reduces) — the host on the CPU; on CUDA the compute stream, with the
+ * work handles held until the host sees them complete (errors, a bounded
+ * lead of the host over the device) — and the optional timing of both
+ * sides: the collectives' durations and how long the compute waited for
+ * them (the stall timer). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -28,10 +30,10 @@ typedef struct {
 } stall_pair_t;
 
 /* Stall pairs held before the oldest complete ones are read on the way
- * (tr__fsdp_waits_drain reads them all). */
+ * (tr__dp_stall_read reads every complete one). */
 enum { PAIRS_SOFT_CAP = 512 };
 
-int tr__fsdp_waits_init(tr__fsdp_waits_t* q, int lag) {
+int tr__dp_waits_init(tr__dp_waits_t* q, int lag) {
   memset(q, 0, sizeof *q);
   q->lag = lag > 0 ? lag : 1;
   q->held = calloc((size_t)q->lag + 1, sizeof *q->held);
@@ -40,10 +42,10 @@ int tr__fsdp_waits_init(tr__fsdp_waits_t* q, int lag) {
 
 /* The end of a completed op's life: its status logged when it failed, its
  * duration counted, the handle freed. */
-static int settle(tr__fsdp_waits_t* q, const tr__fsdp_held_t* h, int rc) {
+static int settle(tr__dp_waits_t* q, const tr__dp_held_t* h, int rc) {
   if (rc < 0) {
     const char* msg = tr_pg_work_error(h->w);
-    TR_LOG_ERROR(FSDP, "%s of group %s: %s", h->what, h->group,
+    TR_LOG_ERROR(FSDP, "%s of %s %s: %s", h->what, h->kind, h->name,
                  msg ? msg : tr_strerror(rc));
   }
   double us;
@@ -56,8 +58,8 @@ static int settle(tr__fsdp_waits_t* q, const tr__fsdp_held_t* h, int rc) {
 }
 
 /* Wait (host) for the oldest held work and settle it. */
-static int pop_oldest(tr__fsdp_waits_t* q) {
-  tr__fsdp_held_t h = q->held[0];
+static int pop_oldest(tr__dp_waits_t* q) {
+  tr__dp_held_t h = q->held[0];
   memmove(&q->held[0], &q->held[1], sizeof h * (size_t)(q->nheld - 1));
   q->nheld--;
   return settle(q, &h, tr_pg_work_wait(h.w, 0));
@@ -67,7 +69,7 @@ static int pop_oldest(tr__fsdp_waits_t* q) {
 /* Read the complete stall pairs, oldest first, without waiting (all of
  * them when all): the elapsed times go into exposed_us and the events are
  * kept for reuse. */
-static void read_stalls(tr__fsdp_waits_t* q) {
+static void read_stalls(tr__dp_stall_t* q) {
   stall_pair_t* p = q->pairs;
   int done = 0;
   while (done < q->npairs && cudaEventQuery(p[done].after) == cudaSuccess) {
@@ -95,7 +97,7 @@ static void read_stalls(tr__fsdp_waits_t* q) {
 
 /* The next free pair of events (made on first use); NULL when CUDA cannot
  * make one (that wait goes untimed). */
-static stall_pair_t* next_pair(tr__fsdp_waits_t* q) {
+static stall_pair_t* next_pair(tr__dp_stall_t* q) {
   if (q->npairs >= PAIRS_SOFT_CAP) read_stalls(q);
   if (q->npairs == q->cappairs) {
     int cap = q->cappairs ? 2 * q->cappairs : 64;
@@ -121,6 +123,67 @@ static stall_pair_t* next_pair(tr__fsdp_waits_t* q) {
 }
 #endif
 
+/* ---- the stall timer ---- */
+
+void tr__dp_stall_begin(tr__dp_stall_t* s, int cuda, tr__dp_stall_mark_t* mk) {
+  mk->t0 = 0;
+  mk->pair = 0;
+  if (!cuda) {
+    mk->t0 = tr__now();
+    return;
+  }
+#ifdef HAVE_CUDA
+  stall_pair_t* sp = next_pair(s);
+  if (!sp) return;
+  if (cudaEventRecord(sp->before, (cudaStream_t)tr_kern_get_stream()) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    s->npairs--; /* this wait goes untimed */
+    return;
+  }
+  mk->pair = s->npairs; /* 1 + its index */
+#endif
+}
+
+void tr__dp_stall_end(tr__dp_stall_t* s, int cuda,
+                      const tr__dp_stall_mark_t* mk) {
+  if (!cuda) {
+    s->exposed_us += (tr__now() - mk->t0) * 1e6;
+    return;
+  }
+#ifdef HAVE_CUDA
+  if (mk->pair <= 0 || mk->pair > s->npairs) return;
+  stall_pair_t* sp = &((stall_pair_t*)s->pairs)[mk->pair - 1];
+  if (cudaEventRecord(sp->after, (cudaStream_t)tr_kern_get_stream()) !=
+      cudaSuccess)
+    cudaGetLastError(); /* read later as a negative span: skipped */
+#endif
+}
+
+void tr__dp_stall_read(tr__dp_stall_t* s) {
+#ifdef HAVE_CUDA
+  if (s->npairs > 0) read_stalls(s);
+#else
+  (void)s;
+#endif
+}
+
+void tr__dp_stall_release(tr__dp_stall_t* s) {
+  tr__dp_stall_read(s);
+#ifdef HAVE_CUDA
+  stall_pair_t* p = s->pairs;
+  for (int i = 0; i < s->cappairs; i++) {
+    cudaEventDestroy(p[i].before);
+    cudaEventDestroy(p[i].after);
+  }
+  cudaGetLastError();
+#endif
+  free(s->pairs);
+  memset(s, 0, sizeof *s);
+}
+
+/* ---- waiting ---- */
+
 /* Buffer lifetimes on CUDA, why releasing them right after a stream wait
  * is safe. Device memory comes from the device's stream-ordered pool,
  * allocated and freed on the legacy default stream (core/cuda.cu:
@@ -143,28 +206,26 @@ static stall_pair_t* next_pair(tr__fsdp_waits_t* q) {
  * unless someone set one) waits too; the tensor copies FSDP makes (copy-
  * out, grad layout) run on the legacy stream, which is why that one always
  * waits. */
-int tr__fsdp_wait(tr__fsdp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
-                  int timed, const char* what, const char* group) {
-  tr__fsdp_held_t h = {.w = w, .what = what, .group = group, .timed = timed};
+int tr__dp_wait(tr__dp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
+                int timed, const char* what, const char* kind,
+                const char* name) {
+  tr__dp_held_t h = {
+      .w = w, .what = what, .kind = kind, .name = name, .timed = timed};
+  tr__dp_stall_mark_t mk;
   if (!cuda) {
-    double t0 = timed ? tr__now() : 0;
+    if (timed) tr__dp_stall_begin(&q->stall, 0, &mk);
     int rc = tr_pg_work_wait(w, 0);
-    if (timed) q->exposed_us += (tr__now() - t0) * 1e6;
+    if (timed) tr__dp_stall_end(&q->stall, 0, &mk);
     return settle(q, &h, rc);
   }
 #ifdef HAVE_CUDA
   int rc = 0;
   if (consume) {
     void* ks = tr_kern_get_stream();
-    stall_pair_t* sp = timed ? next_pair(q) : NULL;
-    if (sp && cudaEventRecord(sp->before, (cudaStream_t)ks) != cudaSuccess) {
-      cudaGetLastError();
-      q->npairs--; /* this wait goes untimed */
-      sp = NULL;
-    }
+    if (timed) tr__dp_stall_begin(&q->stall, 1, &mk);
     rc = tr_pg_work_wait_stream(w, NULL);
     if (rc == 0 && ks) rc = tr_pg_work_wait_stream(w, ks);
-    if (sp) cudaEventRecord(sp->after, (cudaStream_t)ks);
+    if (timed) tr__dp_stall_end(&q->stall, 1, &mk);
   }
   if (rc < 0) return settle(q, &h, rc);
   /* held until the host sees it complete: the ones done already leave
@@ -177,33 +238,24 @@ int tr__fsdp_wait(tr__fsdp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
   return rc;
 #else
   (void)consume;
+  (void)mk;
   return settle(q, &h, tr_pg_work_wait(w, 0));
 #endif
 }
 
-int tr__fsdp_waits_drain(tr__fsdp_waits_t* q) {
+int tr__dp_waits_drain(tr__dp_waits_t* q) {
   int rc = 0;
   while (q->nheld > 0) {
     int r2 = pop_oldest(q);
     if (rc == 0) rc = r2;
   }
-#ifdef HAVE_CUDA
-  if (q->npairs > 0) read_stalls(q);
-#endif
+  tr__dp_stall_read(&q->stall);
   return rc;
 }
 
-void tr__fsdp_waits_release(tr__fsdp_waits_t* q) {
-  tr__fsdp_waits_drain(q);
-#ifdef HAVE_CUDA
-  stall_pair_t* p = q->pairs;
-  for (int i = 0; i < q->cappairs; i++) {
-    cudaEventDestroy(p[i].before);
-    cudaEventDestroy(p[i].after);
-  }
-  cudaGetLastError();
-#endif
-  free(q->pairs);
+void tr__dp_waits_release(tr__dp_waits_t* q) {
+  tr__dp_waits_drain(q);
+  tr__dp_stall_release(&q->stall);
   free(q->held);
   memset(q, 0, sizeof *q);
 }

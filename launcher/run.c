@@ -20,6 +20,7 @@
 #include "trainrun/ddp.h" /* the gradient all-reduce of a worker */
 #include "trainrun/error.h"
 #include "trainrun/flight_recorder.h" /* every collective, in shared memory */
+#include "trainrun/fault.h" /* DDP's --debug.fault hook */
 #include "trainrun/fsdp2.h" /* FSDP / HSDP when dp_shard > 1 */
 #include "trainrun/param.h" /* MASTER_ADDR, MASTER_PORT, restart count */
 #include "trainrun/pg.h"    /* the world's process group */
@@ -58,7 +59,7 @@ typedef struct {
   tr_ddp_t* ddp;
   tr_fsdp_t* fsdp;
   tr_fr_t* fr; /* the flight recorder's ring (trainrun/flight_recorder.h) */
-  tr_trainer_dist_t dist;
+  tr_dp_t dist;
 } worker_dist_t;
 
 static void worker_dist_release(worker_dist_t* w) {
@@ -131,7 +132,7 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
       worker_dist_release(w);
       return rc;
     }
-    tr_fsdp_dist(w->fsdp, &w->dist);
+    tr_fsdp_dp(w->fsdp, &w->dist);
     return 0;
   }
   tr_ddp_opts_t dopts; /* dp_replicate = the world: DDP */
@@ -139,13 +140,14 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   dopts.pg = w->pg;
   dopts.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
   dopts.comm_timing = cfg->metrics.comm_overlap;
-  rc = tr_ddp_init(&dopts, &w->ddp);
+  dopts.sync_fault = tr_fault_grad_sync; /* --debug.fault */
+  rc = tr_ddp_new(&dopts, &w->ddp);
   if (rc < 0) {
     fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, tr_strerror(rc));
     worker_dist_release(w);
     return rc;
   }
-  tr_ddp_dist(w->ddp, &w->dist);
+  tr_ddp_dp(w->ddp, &w->dist);
   return 0;
 }
 

@@ -61,9 +61,9 @@ static void ddp_body(tr_pg_t* world, pg_ctx_t* ctx) {
   o.bucket_bytes = 4096;
   o.overlap = g_overlap;
   tr_ddp_t* d;
-  PCHECK_RC(tr_ddp_init(&o, &d));
-  tr_trainer_dist_t dist;
-  tr_ddp_dist(d, &dist);
+  PCHECK_RC(tr_ddp_new(&o, &d));
+  tr_dp_t dist;
+  tr_ddp_dp(d, &dist);
   PCHECK(dist.dp_rank == ctx->rank && dist.dp_size == ctx->size);
   tr_trainer_opts_t to = {
       .model_override = &g_model, .dist = &dist, .quiet = 1};
@@ -198,9 +198,9 @@ static void run_body(tr_pg_t* world, pg_ctx_t* ctx) {
   o.bucket_bytes = 4096;
   o.comm_timing = g_cfg.metrics.comm_overlap; /* as the launcher does */
   tr_ddp_t* d;
-  PCHECK_RC(tr_ddp_init(&o, &d));
-  tr_trainer_dist_t dist;
-  tr_ddp_dist(d, &dist);
+  PCHECK_RC(tr_ddp_new(&o, &d));
+  tr_dp_t dist;
+  tr_ddp_dp(d, &dist);
   FILE* con = NULL;
   if (ctx->rank == 0) {
     char path[600];
@@ -219,7 +219,7 @@ static void run_body(tr_pg_t* world, pg_ctx_t* ctx) {
   PCHECK(rc == 0 && stopped == 0);
   PCHECK(tr_ddp_reduces(d) == (int64_t)TIMED_STEPS * tr_ddp_nbuckets(d));
   /* the trainer took the figures at every step's line */
-  tr_trainer_comm_t left;
+  tr_dp_comm_t left;
   dist.comm_take(dist.arg, &left);
   PCHECK(left.steps == 0 && left.comm_ms == 0 && left.exposed_ms == 0);
   if (con) PCHECK(fclose(con) == 0);

@@ -78,7 +78,7 @@ START_TEST(test_reshard_names) {
   tr_fsdp_opts_t o;
   tr_fsdp_opts_init(&o);
   tr_fsdp_t* f = (tr_fsdp_t*)1;
-  ck_assert_int_eq(tr_fsdp_init(&o, &f), TR_EINVAL); /* no shard group */
+  ck_assert_int_eq(tr_fsdp_new(&o, &f), TR_EINVAL); /* no shard group */
   ck_assert_ptr_null(f);
 }
 END_TEST
@@ -217,7 +217,7 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
   o.reduce_dtype = job.reduce;
   o.divide_factor = 1; /* the loss below is scaled by the global batch */
   tr_fsdp_t* f;
-  PCHECK_RC(tr_fsdp_init(&o, &f));
+  PCHECK_RC(tr_fsdp_new(&o, &f));
   obs_f = f;
 
   tr_model_config_t c;
@@ -236,8 +236,8 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
       tr_model_add_hook(&m, TR_HOOK_POST_FORWARD, obs_post_forward, NULL));
   int L = c.n_layers;
   PCHECK(tr_fsdp_ngroups(f) == L + 1);
-  tr_trainer_dist_t dist;
-  tr_fsdp_dist(f, &dist);
+  tr_dp_t dist;
+  tr_fsdp_dp(f, &dist);
   PCHECK(dist.dp_size == ctx->size && dist.dp_rank == ctx->rank);
   PCHECK(dist.grads_sharded == R);
   int r = tr_pg_rank(shard);
@@ -427,7 +427,7 @@ static void body_bf16_copy_in(tr_pg_t* world, pg_ctx_t* ctx) {
   o.shard_pg = world;
   o.param_dtype = TR_BF16;
   tr_fsdp_t* f;
-  PCHECK_RC(tr_fsdp_init(&o, &f));
+  PCHECK_RC(tr_fsdp_new(&o, &f));
   tr_model_config_t c;
   odd_llama(&c, 0);
   tr_model_t m;
@@ -532,7 +532,7 @@ static void mem_model(tr_model_config_t* c) {
 /* Bytes the host allocator holds at the peak of two steps above what it
  * held before the trainer existed. */
 static int64_t trainer_peak(const tr_config_t* cfg,
-                            const tr_trainer_dist_t* dist, int64_t* state) {
+                            const tr_dp_t* dist, int64_t* state) {
   tr_model_config_t mc;
   mem_model(&mc);
   tr_mem_stats_t s0, s1, s2;
@@ -588,9 +588,9 @@ static void body_memory(tr_pg_t* world, pg_ctx_t* ctx) {
   o.shard_pg = shard;
   o.divide_factor = 1;
   tr_fsdp_t* f;
-  PCHECK_RC(tr_fsdp_init(&o, &f));
-  tr_trainer_dist_t dist;
-  tr_fsdp_dist(f, &dist);
+  PCHECK_RC(tr_fsdp_new(&o, &f));
+  tr_dp_t dist;
+  tr_fsdp_dp(f, &dist);
   int64_t staten, peakn = trainer_peak(&cn, &dist, &staten);
   /* the model's figures */
   tr_model_config_t mc;
@@ -719,8 +719,8 @@ static void body_prefetch_depth(tr_pg_t* world, pg_ctx_t* ctx) {
     if (rc < 0) fprintf(stderr, "fsdp: %s\n", err.message);
     PCHECK_RC(rc);
     obs_f = f;
-    tr_trainer_dist_t dist;
-    tr_fsdp_dist(f, &dist);
+    tr_dp_t dist;
+    tr_fsdp_dp(f, &dist);
     tr_model_config_t mc;
     mem_model(&mc);
     tr_trainer_opts_t to = {.model_override = &mc, .dist = &dist, .quiet = 1};

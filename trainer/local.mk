@@ -10,14 +10,12 @@ libtrainrun_la_SOURCES += \
 	trainer/train.c \
 	trainer/device.c \
 	trainer/checkpointing.c \
-	trainer/ddp.c \
 	trainer/fault.c \
 	trainer/heartbeat.c
 trainruninclude_HEADERS += \
 	include/trainrun/data.h \
 	include/trainrun/metrics.h \
 	include/trainrun/trainer.h \
-	include/trainrun/ddp.h \
 	include/trainrun/fault.h \
 	include/trainrun/heartbeat.h
 
@@ -35,13 +33,6 @@ tests_check_trainer_SOURCES = tests/check_trainer.c tests/fixtures.c
 tests_check_trainer_CFLAGS = $(TEST_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_trainer_LDADD = $(TEST_LIBS) $(JANSSON_LIBS) -lm
 
-# Data parallel on forked ranks over Gloo (the pg suite's harness).
-check_PROGRAMS += tests/check_ddp
-TESTS += tests/check_ddp
-tests_check_ddp_SOURCES = tests/check_ddp.c tests/fixtures.c \
-	$(PG_TEST_SOURCES)
-tests_check_ddp_CFLAGS = $(TEST_CFLAGS)
-tests_check_ddp_LDADD = $(TEST_LIBS) -lm
 
 # `trainrun data prepare`, `eval`, `sample`: exit codes and messages.
 TESTS += tests/cli_trainer.test

@@ -20,6 +20,7 @@
 #include "trainrun/log.h"
 #include "trainrun/metrics.h"     /* the metric line and files */
 #include "trainrun/param.h"       /* RANK, restart count (faults) */
+#include "trainrun/pipelining.h"  /* the step's actions and executor */
 #include "trainrun/safetensors.h" /* the final weights */
 #include "trainrun/trainer.h"
 #include "core/internal.h"
@@ -144,6 +145,10 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
                          "data-parallel degree (%" PRId64 " x %d)",
                          t->G, t->B, dp);
   t->grad_accum = t->G / (t->B * dp);
+  t->actions = calloc((size_t)(2 * t->grad_accum), sizeof *t->actions);
+  if (!t->actions) return TR_ENOMEM;
+  TR_CHECK_GOTO(tr_pp_schedule_one_stage(t->grad_accum, t->actions), rc,
+                out_release);
   if (t->B * t->T > INT32_MAX)
     return tr_errmsg_set(err, TR_ECONFIG, "training: batch too large");
 
@@ -273,10 +278,51 @@ void tr_trainer_release(tr_trainer_t* t) {
   tr_dataset_free(t->train_data);
   free(t->inputs);
   free(t->targets);
+  free(t->actions);
   memset(t, 0, sizeof *t);
 }
 
 /* ---- one step ---- */
+
+/* The step's micro-batches, as the executor asks for them: the data and
+ * the loss scale before a forward, the losses after the backward. */
+typedef struct {
+  tr_trainer_t* t;
+  double sums[2]; /* loss sum, valid targets */
+  float scale;
+  tr_errmsg_t* err;
+} step_ctx_t;
+
+static int step_mb_begin(void* arg, int64_t micro, tr_model_mb_t* mb) {
+  step_ctx_t* c = arg;
+  tr_trainer_t* t = c->t;
+  tr_model_t* m = &t->model;
+  int rc;
+  if (t->dist.pre_micro_step) { /* DDP: arm the overlapped all-reduce */
+    rc = t->dist.pre_micro_step(t->dist.arg, m, t->step + 1, micro,
+                                t->grad_accum);
+    if (rc < 0)
+      return tr_errmsg_set(c->err, rc, "step %" PRId64 ": gradient sync: %s",
+                           t->step + 1, tr_strerror(rc));
+  }
+  TR_CHECK(tr_loader_next(&t->train, t->B, t->dist.dp_rank, t->dist.dp_size,
+                          t->inputs, t->targets, c->err));
+  rc = tr_model_mb_init(m, mb, (int)t->B, (int)t->T, t->inputs, t->targets);
+  if (rc < 0)
+    return tr_errmsg_set(c->err, rc, "step %" PRId64 ": bad batch: %s",
+                         t->step + 1, tr_strerror(rc));
+  mb->loss_scale = c->scale;
+  mb->defer_loss = m->device.type != TR_DEV_CPU; /* summed at the end */
+  return 0;
+}
+
+static int step_mb_end(void* arg, int64_t micro, tr_model_mb_t* mb) {
+  (void)micro;
+  step_ctx_t* c = arg;
+  int rc = tr__trainer_loss_add(c->t, mb, &c->sums[0]);
+  c->sums[1] += (double)mb->n_valid;
+  return rc;
+}
 
 int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   double t0 = tr__now();
@@ -284,37 +330,31 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   tr_model_t* m = &t->model;
   int rc = tr_model_zero_grad(m);
   if (rc < 0) return tr_errmsg_set(err, rc, "zero_grad: %s", tr_strerror(rc));
-  double sums[2] = {0, 0}; /* loss sum, valid targets */
-  float scale = (float)(1.0 / ((double)t->G * (double)t->T));
-  for (int64_t a = 0; a < t->grad_accum; a++) {
-    if (t->dist.pre_micro_step) { /* DDP: arm the overlapped all-reduce */
-      rc = t->dist.pre_micro_step(t->dist.arg, t, a, t->grad_accum);
-      if (rc < 0)
-        return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient sync: %s",
-                             t->step + 1, tr_strerror(rc));
-    }
-    TR_CHECK(tr_loader_next(&t->train, t->B, t->dist.dp_rank, t->dist.dp_size,
-                            t->inputs, t->targets, err));
-    tr_model_mb_t mb;
-    rc = tr_model_mb_init(m, &mb, (int)t->B, (int)t->T, t->inputs, t->targets);
-    if (rc < 0)
-      return tr_errmsg_set(err, rc, "step %" PRId64 ": bad batch: %s",
-                           t->step + 1, tr_strerror(rc));
-    mb.loss_scale = scale;
-    mb.defer_loss = m->device.type != TR_DEV_CPU; /* summed at the end */
-    rc = tr_model_forward(m, &mb, 0, m->n_blocks);
-    if (rc == 0) rc = tr_model_backward(m, &mb, 0, m->n_blocks);
-    if (rc == 0) rc = tr__trainer_loss_add(t, &mb, &sums[0]);
-    sums[1] += (double)mb.n_valid;
-    tr_model_mb_release(m, &mb);
-    if (rc < 0)
-      return tr_errmsg_set(err, rc, "step %" PRId64 ": forward/backward: %s",
-                           t->step + 1, tr_strerror(rc));
-  }
+  /* the step's actions: one stage, 1F1B over the micro-batches (the
+   * gradient-accumulation loop) */
+  step_ctx_t ctx = {.t = t,
+                    .scale = (float)(1.0 / ((double)t->G * (double)t->T)),
+                    .err = err};
+  tr_errmsg_clear(err);
+  tr_pp_exec_t x = {.model = m,
+                    .first_block = 0,
+                    .last_block = m->n_blocks,
+                    .n_micro = t->grad_accum,
+                    .mb_begin = step_mb_begin,
+                    .mb_end = step_mb_end,
+                    .arg = &ctx};
+  rc = tr_pp_exec_run(&x, t->actions, 2 * t->grad_accum);
+  if (rc < 0)
+    return err && err->code ? err->code
+                            : tr_errmsg_set(err, rc,
+                                            "step %" PRId64
+                                            ": forward/backward: %s",
+                                            t->step + 1, tr_strerror(rc));
+  double* sums = ctx.sums;
   tr_fault_before_sync(t->step + 1); /* hang */
   if (t->dist.post_backward) {
     tr_heartbeat_phase("sync"); /* waiting for the peers from here */
-    rc = t->dist.post_backward(t->dist.arg, t);
+    rc = t->dist.post_backward(t->dist.arg, m, t->step + 1);
     if (rc < 0)
       return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient sync: %s",
                            t->step + 1, tr_strerror(rc));
@@ -378,7 +418,7 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
 /* Mean loss over `steps` batches of B sequences per rank from sample 0 of
  * ld. */
 static int eval_loop(tr_model_t* m, const tr_loader_t* ld, int64_t B,
-                     int64_t steps, const tr_trainer_dist_t* dist,
+                     int64_t steps, const tr_dp_t* dist,
                      int32_t* inputs, int32_t* targets, double* loss,
                      int64_t* ntokens, tr_errmsg_t* err) {
   int rank = dist ? dist->dp_rank : 0, dp = dist ? dist->dp_size : 1;
@@ -640,7 +680,7 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
           .eta =
               (double)(steps - st.step) * dt / (double)(st.step - last_step)};
       if (t.dist.comm_take) { /* [metrics] comm_overlap: per step */
-        tr_trainer_comm_t fc = {0};
+        tr_dp_comm_t fc = {0};
         t.dist.comm_take(t.dist.arg, &fc);
         if (fc.steps > 0) {
           mt.comm_ms = fc.comm_ms / (double)fc.steps;
@@ -789,10 +829,4 @@ out:
   free(work);
   free(idx);
   return rc;
-}
-
-double tr_trainer_comm_hidden(double comm_ms, double exposed_ms) {
-  if (!(comm_ms > 0)) return NAN;
-  double h = 1.0 - exposed_ms / comm_ms;
-  return h < 0 ? 0 : h > 1 ? 1 : h;
 }

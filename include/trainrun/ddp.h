@@ -1,6 +1,7 @@
-/* trainrun/ddp.h: data parallelism for the trainer -- the gradient
- * all-reduce (bucketed, SUM) and the scalar sums behind tr_trainer_dist_t,
- * over a process group (trainrun/pg.h).
+/* trainrun/ddp.h: DDP, the replicate-only data parallelism (fsdp2/ddp.c)
+ * -- the gradient all-reduce (bucketed, SUM) and the scalar sums behind
+ * the trainer's data-parallel seam (trainrun/dp.h), over a process group
+ * (trainrun/pg.h).
  *
  * Typical use (what a worker of `trainrun --nproc-per-node 4 job.toml`
  * does):
@@ -10,9 +11,9 @@
  *     o.pg = world;                       // every rank of the group trains
  *     o.train_timeout_ms = 100000;        // [comm] train_timeout_seconds
  *     tr_ddp_t* ddp;
- *     TR_CHECK(tr_ddp_init(&o, &ddp));
- *     tr_trainer_dist_t dist;
- *     tr_ddp_dist(ddp, &dist);
+ *     TR_CHECK(tr_ddp_new(&o, &ddp));
+ *     tr_dp_t dist;
+ *     tr_ddp_dp(ddp, &dist);
  *     tr_trainer_opts_t to = {.dist = &dist};
  *     rc = tr_train(&cfg, &to, &stopped, &err);
  *     tr_ddp_free(ddp);
@@ -35,7 +36,7 @@
  * read the norm), where the host sees them complete and their first error
  * fails the step (held works of a step that failed before it are settled
  * at the next step's start). Either way an all-reduce that failed is
- * logged as "ddp: gradient all-reduce of bucket <b>: <error>". Earlier
+ * logged as "all-reduce of gradient bucket <b>: <error>". Earlier
  * micro-steps only accumulate locally. The trainer scales the loss by the global token
  * count, so the sum is the gradient of the global mean loss. The buckets
  * and their summation are the same with or without overlap (opts.overlap),
@@ -46,7 +47,7 @@
  * bits.
  *
  * Communication overlap (opts.comm_timing, from [metrics] comm_overlap;
- * tr_trainer_dist_t's comm_take): op timing is on for the group, each step adds its bucket
+ * tr_dp_t's comm_take): op timing is on for the group, each step adds its bucket
  * all-reduces' durations (comm) and the time the compute waited for them
  * (exposed: on the CPU the host's time in post_backward's waits, on CUDA
  * the kernels' stream's stall between two events around each stream
@@ -63,7 +64,7 @@
 #include <stdint.h>
 
 #include "trainrun/pg.h"
-#include "trainrun/trainer.h"
+#include "trainrun/dp.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,10 +77,16 @@ typedef struct {
   int64_t bucket_bytes;     /* target bucket size; default 25 MiB */
   int64_t train_timeout_ms; /* > 0: the group's timeout after the first
                                sync; 0 keeps it */
-  int overlap; /* 1 (default): all-reduce from the backward hooks; 0: all
+  int overlap;     /* 1 (default): all-reduce from the backward hooks; 0: all
                   after the backward, in post_backward */
   int comm_timing; /* 1: time the all-reduces and the compute's waits for
                       them (comm_take); [metrics] comm_overlap. Default 0 */
+  /* Fault injection (--debug.fault skip_collective / mismatch; the
+   * launcher passes tr_fault_grad_sync): asked once per step before the
+   * first bucket's all-reduce with the group, the first bucket's flat and
+   * the step; > 0: it took the collectives' place (the step's buckets are
+   * not all-reduced), < 0: an error. NULL: none. */
+  int (*sync_fault)(tr_pg_t* pg, tr_tensor_t* flat, int64_t step);
 } tr_ddp_opts_t;
 
 /* Fill opts with the defaults (pg NULL, overlap 1). */
@@ -89,11 +96,11 @@ void tr_ddp_opts_init(tr_ddp_opts_t* opts);
  * laid out at the first step, from the model the trainer passes.
  * TR_EINVAL without a group or with bucket_bytes < 1; TR_ENOMEM. *out is
  * freed with tr_ddp_free. */
-int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out);
+int tr_ddp_new(const tr_ddp_opts_t* opts, tr_ddp_t** out);
 
 /* Fill *dist with the rank, size and the hooks of d (arg = d): setup_model,
  * pre_micro_step, post_backward, step_end, comm_take, all_reduce_sum. */
-void tr_ddp_dist(tr_ddp_t* d, tr_trainer_dist_t* dist);
+void tr_ddp_dp(tr_ddp_t* d, tr_dp_t* dist);
 
 /* Number of buckets (0 before the first step), the bucket all-reduces
  * issued so far, and how many of those were issued from the backward hooks

@@ -55,9 +55,9 @@
  *     o.replicate_pg = replicate;   // dp_replicate group, NULL for FSDP
  *     o.divide_factor = 1;          // the trainer scales the loss globally
  *     tr_fsdp_t* f;
- *     TR_CHECK(tr_fsdp_init(&o, &f));
- *     tr_trainer_dist_t dist;
- *     tr_fsdp_dist(f, &dist);       // setup_model shards the table
+ *     TR_CHECK(tr_fsdp_new(&o, &f));
+ *     tr_dp_t dist;
+ *     tr_fsdp_dp(f, &dist);         // setup_model shards the table
  *     tr_trainer_opts_t to = {.dist = &dist};
  *     rc = tr_train(&cfg, &to, &stopped, &err);
  *     tr_fsdp_free(f);
@@ -83,7 +83,7 @@
 #include "trainrun/model.h"
 #include "trainrun/pg.h"
 #include "trainrun/tensor.h"
-#include "trainrun/trainer.h" /* tr_trainer_dist_t */
+#include "trainrun/dp.h" /* tr_dp_t, the trainer's seam */
 
 #ifdef __cplusplus
 extern "C" {
@@ -146,7 +146,7 @@ typedef struct tr_fsdp tr_fsdp_t;
  * without a shard group, with a negative prefetch depth or divide factor,
  * or a dtype that is not a float type; TR_ENOMEM. Free with
  * tr_fsdp_free. */
-int tr_fsdp_init(const tr_fsdp_opts_t* opts, tr_fsdp_t** out);
+int tr_fsdp_new(const tr_fsdp_opts_t* opts, tr_fsdp_t** out);
 
 /* Shard m: call after tr_model_init and before tr_model_alloc (TR_EINVAL
  * when m already has memory, or was sharded). Sets every parameter's
@@ -180,27 +180,16 @@ int tr_fsdp_sync_grads(tr_fsdp_t* f);
  * Without it the held works are settled as later ones are issued. */
 int tr_fsdp_step_end(tr_fsdp_t* f);
 
-/* Communication overlap (opts.comm_timing): totals since the last take. */
-typedef struct {
-  int64_t steps;     /* tr_fsdp_step_end calls */
-  int64_t ops;       /* collectives timed: all-gathers, reduce-scatters,
-                        replica all-reduces of training passes */
-  double comm_ms;    /* the sum of their durations (each from its start on
-                        the communication stream or thread to its end) */
-  double exposed_ms; /* how long the compute waited for them: CUDA, the
-                        kernels' stream between events around each stream
-                        wait; CPU, the host inside each wait */
-  double hidden;     /* 1 - exposed / comm, within [0, 1]; NaN when
-                        nothing was timed */
-} tr_fsdp_comm_t;
-
+/* Communication overlap (opts.comm_timing): totals since the last take
+ * (ops: all-gathers, reduce-scatters, replica all-reduces of training
+ * passes; exposed: CUDA, the kernels' stream between events around each
+ * stream wait; CPU, the host inside each wait). */
 /* Fill *out with the totals since the last call (or since f was made) and
  * start new ones. All zero (hidden NaN) when comm_timing is off. */
-void tr_fsdp_comm_take(tr_fsdp_t* f, tr_fsdp_comm_t* out);
+void tr_fsdp_comm_take(tr_fsdp_t* f, tr_dp_comm_t* out);
 
 /* Sum n doubles over the data-parallel ranks (shard, then replicate
- * group), in rank order in double precision: every rank gets the same
- * bits. */
+ * group) with tr_dp_sum_over: every rank gets the same bits. */
 int tr_fsdp_all_reduce_sum(tr_fsdp_t* f, double* vals, int n);
 
 /* Make every parameter whole on this rank for good (collective): all
@@ -225,7 +214,7 @@ int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
  * model set-up, gradient sync, scalar sums and full gather of f (arg = f),
  * grads_sharded = the replicate degree (each shard's grad is held by that
  * many ranks). */
-void tr_fsdp_dist(tr_fsdp_t* f, tr_trainer_dist_t* dist);
+void tr_fsdp_dp(tr_fsdp_t* f, tr_dp_t* dist);
 
 /* Free f's buffers and references (the model keeps what it holds). NULL
  * is a no-op. */

@@ -46,8 +46,10 @@
 
 #include "trainrun/config.h"
 #include "trainrun/data.h"
+#include "trainrun/dp.h" /* the data-parallel seam */
 #include "trainrun/errmsg.h"
 #include "trainrun/model.h"
+#include "trainrun/pipelining.h" /* the step's actions */
 #include "trainrun/tensor.h"
 
 #ifdef __cplusplus
@@ -97,68 +99,15 @@ int tr_lr_schedule_from_config(tr_lr_schedule_t* s, const tr_config_t* cfg,
 double tr_lr_schedule_factor(const tr_lr_schedule_t* s, int64_t step);
 double tr_lr_schedule_lr(const tr_lr_schedule_t* s, int64_t step);
 
-/* ---- data-parallel seams ---- */
-
-struct tr_trainer;
-
-/* Communication overlap over the steps since the last take (FSDP's and
- * DDP's [metrics] comm_overlap): totals, hidden = 1 - exposed / comm. */
-typedef struct {
-  int64_t steps;
-  double comm_ms, exposed_ms, hidden;
-} tr_trainer_comm_t;
-
-/* 1 - exposed_ms / comm_ms clamped to [0, 1] (a wait also covers its own
- * overhead -- event pairs, clock reads, ops queued before the one waited
- * for -- so the raw ratio can pass 1); NAN when comm_ms is not positive. */
-double tr_trainer_comm_hidden(double comm_ms, double exposed_ms);
-
-/* Filled by the data-parallel layer; all NULL on one rank. */
-typedef struct {
-  int dp_rank, dp_size; /* 0 and 1 on one rank */
-  /* After the last micro-step's backward, before the gradient norm: make
-   * every parameter's grad the SUM over data-parallel ranks (the losses are
-   * already scaled by the global token count), e.g. by waiting for the
-   * bucketed all-reduces started in the model's post-backward hooks. */
-  int (*post_backward)(void* arg, struct tr_trainer* t);
-  /* Sum n doubles over the data-parallel ranks, in place (loss sums, token
-   * counts; the squared grad norm when grads_sharded). */
-  int (*all_reduce_sum)(void* arg, double* vals, int n);
-  /* k >= 1 when each rank holds only a shard of every gradient (FSDP)
-   * and each shard is held by k ranks (HSDP replicas; 1 for FSDP): the
-   * squared norm is summed over ranks and divided by k. 0: whole grads. */
-  int grads_sharded;
-  /* Called by tr_trainer_init after the model's table is built, before its
-   * memory is allocated: set parameter layouts (shards) and install block
-   * hooks. NULL: nothing. */
-  int (*setup_model)(void* arg, tr_model_t* m);
-  /* Called on every rank before rank 0 writes the final weights: make
-   * every parameter whole (FSDP all-gathers). NULL: they are. */
-  int (*gather_model)(void* arg, tr_model_t* m);
-  /* Called before each micro-step's forward, micro = 0 .. n_micro - 1 of
-   * this optimizer step. The backward of the last one makes the grads
-   * final: DDP's post-backward hooks then start each bucket's all-reduce
-   * as soon as its grads are final. NULL: nothing. */
-  int (*pre_micro_step)(void* arg, struct tr_trainer* t, int64_t micro,
-                        int64_t n_micro);
-  /* Called once per optimizer step after the step's device synchronisation
-   * (the loss and the norm were read): settle the communication still held
-   * and read its timing; the first error. NULL: nothing. */
-  int (*step_end)(void* arg);
-  /* The communication overlap measured since the last call (steps 0: not
-   * measured). NULL: never measured. */
-  void (*comm_take)(void* arg, tr_trainer_comm_t* out);
-  void* arg;
-} tr_trainer_dist_t;
-
 /* ---- the trainer ---- */
 
 typedef struct {
   /* Build this model instead of cfg's [model] name/flavor (tests, tools);
    * NULL: the flavor, with vocab_size and max_seq_len fitted to the run. */
   const tr_model_config_t* model_override;
-  /* Data parallelism; NULL: one rank. Copied. */
-  const tr_trainer_dist_t* dist;
+  /* Data parallelism (trainrun/dp.h: tr_ddp_dp, tr_fsdp_dp); NULL: one
+   * rank. Copied. */
+  const tr_dp_t* dist;
   /* Where the metric lines go; NULL: stdout. */
   FILE* console;
   /* 1: no console lines (files are still written). */
@@ -178,7 +127,7 @@ typedef struct {
 typedef struct tr_trainer {
   const tr_config_t* cfg; /* borrowed */
   tr_model_t model;
-  tr_trainer_dist_t dist;
+  tr_dp_t dist;
   /* AdamW moments, one pair per parameter (like its grad) */
   tr_tensor_t* adam_m;
   tr_tensor_t* adam_v;
@@ -188,6 +137,9 @@ typedef struct tr_trainer {
   /* sizes */
   int64_t B, T, G;    /* local micro-batch, seq_len, global batch */
   int64_t grad_accum; /* micro-steps per optimizer step */
+  /* the step's actions (trainrun/pipelining.h): one stage, 1F1B over the
+   * grad_accum micro-batches, 2 x grad_accum of them */
+  tr_pp_action_t* actions;
   int64_t val_B, val_T, val_steps; /* val_steps: batches per validation */
   double flops_per_token;          /* torchtitan's count, at seq_len T */
   /* data */

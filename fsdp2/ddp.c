@@ -1,9 +1,12 @@
-/* trainer/ddp.c: data parallelism for the trainer -- bucketed gradient
- * all-reduce SUM, started from the model's post-backward hooks of the last
- * micro-step as each bucket's gradients become final, and exact scalar
- * sums over a process group (trainrun/ddp.h).
+/* fsdp2/ddp.c: DDP, the replicate-only case of data parallelism --
+ * bucketed gradient all-reduce SUM, started from the model's post-backward
+ * hooks of the last micro-step as each bucket's gradients become final,
+ * and exact scalar sums over a process group (trainrun/ddp.h). It shares
+ * FSDP's scalar sum (reduce.c) and the compute's waits and their stall
+ * timer (overlap.c).
  *
- * How the step waits for the all-reduces (post_backward):
+ * How the step waits for the all-reduces (post_backward, through
+ * tr__dp_wait):
  *  - CPU tensors (Gloo, MPI): the host waits for each bucket in turn,
  *    copies its sums back into the grads, and frees the work; an error
  *    fails post_backward.
@@ -12,10 +15,11 @@
  *    wait for each bucket's op on the device, and the copy-back is
  *    enqueued behind that wait, so the host goes on to the gradient norm
  *    and the device runs the copies as the sums arrive. The works are
- *    held until the step's end (dist->step_end, after the trainer read the
- *    norm, so the device has run them): the host then sees them complete,
- *    frees them and returns the first error; works a failed step left
- *    held are settled at the next step's start at the latest.
+ *    held (at most one per bucket) until the step's end (dist->step_end,
+ *    after the trainer read the norm, so the device has run them): the
+ *    host then sees them complete, frees them and returns the first error;
+ *    works a failed step left held are settled at the next step's start
+ *    at the latest.
  *
  * [metrics] comm_overlap (opts.comm_timing; dist->comm_take): op
  * timing is on for the group, each bucket's all-reduce duration adds to
@@ -26,35 +30,27 @@
  * computation depends on, so the results are the same bits. */
 #include "config.h"
 
-#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h" /* tr__now */
+#include "fsdp2/internal.h" /* the waits and their stall timer */
 #include "trainrun/ddp.h"
 #include "trainrun/error.h"
-#include "trainrun/fault.h"   /* --debug.fault */
-#include "trainrun/kernels.h" /* the compute stream */
 #include "trainrun/log.h"
-#ifdef HAVE_CUDA
-#include <cuda_runtime_api.h> /* events around the stream waits */
-#endif
 
 typedef struct {
   tr_tensor_t flat; /* 1-D, numel = the sum of its params' numel */
   int first, n;     /* order[first .. first+n) are its params */
   int ready_block;  /* its grads are final after this block's backward */
-#ifdef HAVE_CUDA
-  cudaEvent_t stall[2]; /* before and after the stream wait; made on use */
-  int stall_made;       /* the two events exist */
-  int stall_set;        /* both recorded this step, not yet read */
-#endif
+  char name[16];    /* its index, for messages */
 } ddp_bucket_t;
 
 struct tr_ddp {
   tr_pg_t* pg;
   int64_t bucket_bytes, train_timeout_ms;
   int overlap;
+  int (*sync_fault)(tr_pg_t*, tr_tensor_t*, int64_t);
   int rank, size;
   const tr_model_t* hooked; /* the model setup_model hooked; NULL: none */
   /* the buckets, laid out for one model */
@@ -63,25 +59,25 @@ struct tr_ddp {
   int* order;   /* parameter indices, reverse model order */
   int64_t* off; /* each param's first element in its bucket's flat */
   ddp_bucket_t* buckets;
-  /* works[b]: bucket b's all-reduce, issued and not yet settled (non-NULL)
-   * -- in flight, or (CUDA) waited for by the streams and held until the
-   * host sees it complete */
+  /* works[b]: bucket b's all-reduce, issued and not yet handed to the
+   * waits (non-NULL): in flight */
   tr_pg_work_t** works;
   int nbuckets;
+  /* the works post_backward handed over: (CUDA) waited for by the streams
+   * and held until the host sees them complete; their stall timer */
+  tr__dp_waits_t waits;
   /* the optimizer step in progress */
   int in_step;       /* pre_micro_step began it; post_backward ends it */
   int64_t step;      /* its number, from 1 */
   int armed;         /* last micro-step: the hooks issue ready buckets */
   int next;          /* buckets [0, next) are issued this step */
-  int fault_checked; /* tr_fault_grad_sync was asked this step */
+  int fault_checked; /* opts.sync_fault was asked this step */
   int faulted;       /* a debug fault took the collectives' place */
   int held;          /* post_backward left works held for step_end */
   int64_t reduces, overlapped, syncs;
   /* [metrics] comm_overlap */
   int timing;          /* opts.comm_timing: op timing is on for pg */
   int64_t timed_steps; /* step_end calls since the take */
-  double comm_us;      /* their all-reduce durations */
-  double exposed_us;   /* how long the compute waited for them */
 };
 
 void tr_ddp_opts_init(tr_ddp_opts_t* opts) {
@@ -90,7 +86,7 @@ void tr_ddp_opts_init(tr_ddp_opts_t* opts) {
   opts->overlap = 1;
 }
 
-int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
+int tr_ddp_new(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
   *out = NULL;
   if (!opts || !opts->pg || opts->bucket_bytes < 1 ||
       opts->train_timeout_ms < 0)
@@ -101,6 +97,7 @@ int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
   d->bucket_bytes = opts->bucket_bytes;
   d->train_timeout_ms = opts->train_timeout_ms;
   d->overlap = opts->overlap != 0;
+  d->sync_fault = opts->sync_fault;
   if (opts->comm_timing) {
     int rc = tr_pg_set_op_timing(opts->pg, 1); /* ops issued from now on */
     if (rc < 0) {
@@ -109,82 +106,23 @@ int tr_ddp_init(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
     }
     d->timing = 1;
   }
+  int rc = tr__dp_waits_init(&d->waits, 1);
+  if (rc < 0) {
+    if (d->timing) tr_pg_set_op_timing(opts->pg, 0);
+    free(d);
+    return rc;
+  }
   d->rank = tr_pg_rank(opts->pg);
   d->size = tr_pg_size(opts->pg);
   *out = d;
   return 0;
 }
 
-/* The end of bucket b's work: its error logged, its duration counted
- * when the step is timed, the handle freed. Returns rc, the op's
- * status. */
-static int settle(tr_ddp_t* d, int b, int rc) {
-  tr_pg_work_t* w = d->works[b];
-  if (rc < 0) {
-    const char* msg = tr_pg_work_error(w);
-    TR_LOG_ERROR(TRAIN, "ddp: gradient all-reduce of bucket %d: %s", b,
-                 msg ? msg : tr_strerror(rc));
-  }
-  double us;
-  if (d->timing && rc == 0 && tr_pg_work_duration_us(w, &us) == 0)
-    d->comm_us += us;
-  tr_pg_work_free(w);
-  d->works[b] = NULL;
-  return rc;
-}
-
-#ifdef HAVE_CUDA
-/* Add the stalls recorded this step to exposed_us. Called once the host
- * has seen every bucket's op complete and the trainer has read the
- * gradient norm, which the device computes after the events: the
- * synchronisation does not wait. */
-static void read_stalls(tr_ddp_t* d) {
-  for (int b = 0; b < d->nbuckets; b++) {
-    ddp_bucket_t* k = &d->buckets[b];
-    if (!k->stall_set) continue;
-    k->stall_set = 0;
-    float ms = 0;
-    if (cudaEventSynchronize(k->stall[1]) == cudaSuccess &&
-        cudaEventElapsedTime(&ms, k->stall[0], k->stall[1]) == cudaSuccess &&
-        ms > 0)
-      d->exposed_us += (double)ms * 1000.0;
-  }
-  cudaGetLastError(); /* no error of ours is left sticky */
-}
-
-/* Bucket b's event pair, made on first use; NULL when CUDA cannot make
- * it (that wait goes untimed). */
-static cudaEvent_t* stall_events(ddp_bucket_t* k) {
-  if (!k->stall_made) {
-    if (cudaEventCreate(&k->stall[0]) != cudaSuccess) {
-      cudaGetLastError();
-      return NULL;
-    }
-    if (cudaEventCreate(&k->stall[1]) != cudaSuccess) {
-      cudaEventDestroy(k->stall[0]);
-      cudaGetLastError();
-      return NULL;
-    }
-    k->stall_made = 1;
-  }
-  return k->stall;
-}
-#endif
-
 /* Host-wait for every work post_backward left held and settle it, then
  * read the stalls; the first error. */
 static int reap(tr_ddp_t* d) {
-  int rc = 0;
-  for (int b = 0; b < d->nbuckets; b++) {
-    if (!d->works || !d->works[b]) continue;
-    int wrc = settle(d, b, tr_pg_work_wait(d->works[b], 0));
-    if (rc == 0) rc = wrc;
-  }
   d->held = 0;
-#ifdef HAVE_CUDA
-  read_stalls(d);
-#endif
-  return rc;
+  return tr__dp_waits_drain(&d->waits);
 }
 
 /* Wait for every all-reduce still in flight (a step that failed between
@@ -204,16 +142,7 @@ static int drain(tr_ddp_t* d) {
 static void drop_buckets(tr_ddp_t* d) {
   if (d->held) reap(d);
   drain(d);
-  for (int b = 0; b < d->nbuckets; b++) {
-    tr_tensor_release(&d->buckets[b].flat);
-#ifdef HAVE_CUDA
-    if (d->buckets[b].stall_made) {
-      cudaEventDestroy(d->buckets[b].stall[0]);
-      cudaEventDestroy(d->buckets[b].stall[1]);
-      cudaGetLastError();
-    }
-#endif
-  }
+  for (int b = 0; b < d->nbuckets; b++) tr_tensor_release(&d->buckets[b].flat);
   free(d->buckets);
   free(d->works);
   free(d->order);
@@ -230,6 +159,7 @@ static void drop_buckets(tr_ddp_t* d) {
 void tr_ddp_free(tr_ddp_t* d) {
   if (!d) return;
   drop_buckets(d);
+  tr__dp_waits_release(&d->waits);
   if (d->timing) tr_pg_set_op_timing(d->pg, 0); /* the group outlives d */
   free(d);
 }
@@ -283,8 +213,13 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
   }
   free(final_block);
   final_block = NULL;
+  /* every bucket's work may be held at once (CUDA): no host wait before
+   * the step's end */
+  tr__dp_waits_release(&d->waits);
+  if (tr__dp_waits_init(&d->waits, d->nbuckets) < 0) goto out_nomem;
   for (int b = 0; b < d->nbuckets; b++) {
     ddp_bucket_t* k = &d->buckets[b];
+    snprintf(k->name, sizeof k->name, "%d", b);
     int last = k->first + k->n - 1;
     const tr_tensor_t* g = &m->params[d->order[last]].grad;
     int64_t numel = d->off[last] + tr_tensor_numel(g);
@@ -367,8 +302,11 @@ static int issue_ready(tr_ddp_t* d, const tr_model_t* m, int block) {
     /* --debug.fault skip_collective / mismatch take the collectives'
      * place: asked once, before the step's first all-reduce */
     d->fault_checked = 1;
-    int frc = tr_fault_grad_sync(
-        d->pg, d->nbuckets ? &d->buckets[0].flat : NULL, d->step);
+    int frc =
+        !d->sync_fault
+            ? 0
+            : d->sync_fault(d->pg, d->nbuckets ? &d->buckets[0].flat : NULL,
+                            d->step);
     if (frc < 0) return frc;
     d->faulted = frc > 0;
   }
@@ -412,12 +350,11 @@ static int setup_model(void* arg, tr_model_t* m) {
   return 0;
 }
 
-static int pre_micro_step(void* arg, struct tr_trainer* t, int64_t micro,
+static int pre_micro_step(void* arg, tr_model_t* m, int64_t step, int64_t micro,
                           int64_t n_micro) {
   tr_ddp_t* d = arg;
-  if (micro == 0)
-    TR_CHECK(begin_step(d, &t->model, t->step + 1));
-  d->armed = d->overlap && d->hooked == &t->model && micro == n_micro - 1;
+  if (micro == 0) TR_CHECK(begin_step(d, m, step));
+  d->armed = d->overlap && d->hooked == m && micro == n_micro - 1;
   return 0;
 }
 
@@ -439,56 +376,25 @@ static int pre_micro_step(void* arg, struct tr_trainer* t, int64_t micro,
  * that, each NCCL work holds a reference to its tensor (collectives/
  * work.c drops it with the last handle), and the free is enqueued on the
  * legacy stream behind its wait. */
-static int wait_on_device(tr_ddp_t* d, int b) {
-  tr_pg_work_t* w = d->works[b];
-  void* ks = tr_kern_get_stream();
-#ifdef HAVE_CUDA
-  cudaEvent_t* ev = d->timing ? stall_events(&d->buckets[b]) : NULL;
-  if (ev && cudaEventRecord(ev[0], (cudaStream_t)ks) != cudaSuccess) {
-    cudaGetLastError(); /* this wait goes untimed */
-    ev = NULL;
-  }
-#endif
-  int rc = tr_pg_work_wait_stream(w, NULL);
-  if (rc == 0 && ks) rc = tr_pg_work_wait_stream(w, ks);
-#ifdef HAVE_CUDA
-  if (ev) {
-    if (cudaEventRecord(ev[1], (cudaStream_t)ks) == cudaSuccess)
-      d->buckets[b].stall_set = 1;
-    else
-      cudaGetLastError();
-  }
-#endif
-  return rc;
-}
 
 /* The trainer's post_backward: issue what is left, then have the sums
  * copied back into the grads as they arrive (the host waits on the CPU,
  * the streams on CUDA; see the top of the file). */
-static int post_backward(void* arg, struct tr_trainer* t) {
+static int post_backward(void* arg, tr_model_t* m, int64_t step) {
   tr_ddp_t* d = arg;
-  const tr_model_t* m = &t->model;
   d->armed = 0;
-  if (!d->in_step || d->laid != m)
-    TR_CHECK(begin_step(d, m, t->step + 1));
+  if (!d->in_step || d->laid != m) TR_CHECK(begin_step(d, m, step));
   d->in_step = 0;
   int rc = issue_ready(d, m, -1);
   if (d->faulted) return rc;
   for (int b = 0; b < d->nbuckets; b++) {
     if (!d->works[b]) continue;
-    int wrc;
-    if (d->buckets[b].flat.device.type == TR_DEV_CUDA) {
-      wrc = wait_on_device(d, b);
-      if (wrc < 0)
-        settle(d, b, wrc);
-      else
-        d->held = 1; /* until step_end */
-    } else {
-      double t0 = d->timing ? tr__now() : 0;
-      wrc = tr_pg_work_wait(d->works[b], 0);
-      if (d->timing) d->exposed_us += (tr__now() - t0) * 1e6;
-      settle(d, b, wrc);
-    }
+    int cuda = d->buckets[b].flat.device.type == TR_DEV_CUDA;
+    tr_pg_work_t* w = d->works[b];
+    d->works[b] = NULL; /* the waits have it now */
+    int wrc = tr__dp_wait(&d->waits, w, cuda, 1, d->timing, "all-reduce",
+                          "gradient bucket", d->buckets[b].name);
+    if (cuda && d->waits.nheld > 0) d->held = 1; /* until step_end */
     if (wrc == 0 && rc == 0) wrc = bucket_copy(d, m, b, 0);
     if (rc == 0) rc = wrc;
   }
@@ -509,44 +415,26 @@ static int step_end(void* arg) {
   return rc;
 }
 
-static void comm_take(void* arg, tr_trainer_comm_t* out) {
+static void comm_take(void* arg, tr_dp_comm_t* out) {
   tr_ddp_t* d = arg;
+  tr__dp_waits_t* q = &d->waits;
   memset(out, 0, sizeof *out);
   out->steps = d->timed_steps;
-  out->comm_ms = d->comm_us / 1000.0;
-  out->exposed_ms = d->exposed_us / 1000.0;
-  out->hidden = tr_trainer_comm_hidden(out->comm_ms, out->exposed_ms);
+  out->ops = q->ops;
+  out->comm_ms = q->comm_us / 1000.0;
+  out->exposed_ms = q->stall.exposed_us / 1000.0;
+  out->hidden = tr_dp_comm_hidden(out->comm_ms, out->exposed_ms);
   d->timed_steps = 0;
-  d->comm_us = d->exposed_us = 0;
+  q->ops = 0;
+  q->comm_us = q->stall.exposed_us = 0;
 }
 
-/* Gather every rank's n doubles (as bytes) and sum them in rank order. */
 static int all_reduce_sum(void* arg, double* vals, int n) {
   tr_ddp_t* d = arg;
-  if (n <= 0) return 0;
-  int64_t len = (int64_t)n * (int64_t)sizeof(double);
-  int64_t all_len = len * d->size;
-  double* all = malloc((size_t)all_len);
-  if (!all) return TR_ENOMEM;
-  tr_tensor_t in = {0}, out = {0};
-  int rc = tr_tensor_wrap(&in, vals, TR_U8, TR_DEVICE_CPU, 1, &len);
-  if (rc == 0)
-    rc = tr_tensor_wrap(&out, all, TR_U8, TR_DEVICE_CPU, 1, &all_len);
-  if (rc == 0) rc = tr_pg_all_gather(d->pg, &out, &in, NULL);
-  if (rc == 0) {
-    for (int j = 0; j < n; j++) {
-      double s = 0;
-      for (int r = 0; r < d->size; r++) s += all[(int64_t)r * n + j];
-      vals[j] = s;
-    }
-  }
-  tr_tensor_release(&in);
-  tr_tensor_release(&out);
-  free(all);
-  return rc;
+  return tr_dp_sum_over(d->pg, vals, n);
 }
 
-void tr_ddp_dist(tr_ddp_t* d, tr_trainer_dist_t* dist) {
+void tr_ddp_dp(tr_ddp_t* d, tr_dp_t* dist) {
   memset(dist, 0, sizeof *dist);
   dist->dp_rank = d->rank;
   dist->dp_size = d->size;

@@ -1,0 +1,76 @@
+/* pipelining/executor.c: runs one rank's action list over a range of the
+ * model's blocks, owning the step's micro-batches from their first
+ * forward to their last backward (trainrun/pipelining.h). */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "trainrun/error.h"
+#include "trainrun/log.h"
+#include "trainrun/pipelining.h"
+
+typedef enum { MB_NONE = 0, MB_FORWARD_DONE = 1, MB_DONE = 2 } mb_state_t;
+
+int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
+                   int64_t n) {
+  if (!x || !x->model || !x->mb_begin || x->n_micro < 1 || n < 0 ||
+      (n > 0 && !acts) || x->first_block < 0 ||
+      x->last_block > x->model->n_blocks || x->first_block >= x->last_block)
+    return TR_EINVAL;
+  tr_model_t* m = x->model;
+  tr_model_mb_t* mbs = calloc((size_t)x->n_micro, sizeof *mbs);
+  unsigned char* state = calloc((size_t)x->n_micro, 1);
+  if (!mbs || !state) {
+    free(mbs);
+    free(state);
+    return TR_ENOMEM;
+  }
+  int rc = 0;
+  char name[48];
+  for (int64_t k = 0; k < n && rc == 0; k++) {
+    const tr_pp_action_t* a = &acts[k];
+    int64_t i = a->micro;
+    if (a->stage != 0 || i < 0 || i >= x->n_micro) {
+      TR_LOG_ERROR(PP, "action %s: stage or micro-batch out of range",
+                   tr_pp_action_str(a, name, sizeof name));
+      rc = TR_EINVAL;
+      break;
+    }
+    switch (a->type) {
+      case TR_PP_F:
+        if (state[i] != MB_NONE) {
+          TR_LOG_ERROR(PP, "action %s: a second forward",
+                       tr_pp_action_str(a, name, sizeof name));
+          rc = TR_EINVAL;
+          break;
+        }
+        rc = x->mb_begin(x->arg, i, &mbs[i]);
+        if (rc < 0) break;
+        state[i] = MB_FORWARD_DONE;
+        rc = tr_model_forward(m, &mbs[i], x->first_block, x->last_block);
+        break;
+      case TR_PP_B:
+        if (state[i] != MB_FORWARD_DONE) {
+          TR_LOG_ERROR(PP, "action %s: a backward without its forward",
+                       tr_pp_action_str(a, name, sizeof name));
+          rc = TR_EINVAL;
+          break;
+        }
+        rc = tr_model_backward(m, &mbs[i], x->first_block, x->last_block);
+        if (rc == 0 && x->mb_end) rc = x->mb_end(x->arg, i, &mbs[i]);
+        tr_model_mb_release(m, &mbs[i]);
+        state[i] = MB_DONE;
+        break;
+      default:
+        TR_LOG_ERROR(PP, "action %s: not run by the one-stage executor",
+                     tr_pp_action_str(a, name, sizeof name));
+        rc = TR_EUNSUPPORTED;
+        break;
+    }
+  }
+  for (int64_t i = 0; i < x->n_micro; i++)
+    if (state[i] == MB_FORWARD_DONE) tr_model_mb_release(m, &mbs[i]);
+  free(mbs);
+  free(state);
+  return rc;
+}

@@ -1,0 +1,15 @@
+# pipelining/: the schedule IR (PyTorch's actions, `0F1`), the schedules,
+# and the executor that runs one rank's list over a range of blocks.
+# Included from the top-level Makefile.am.
+libtrainrun_la_SOURCES += \
+	pipelining/schedule.c \
+	pipelining/executor.c
+trainruninclude_HEADERS += include/trainrun/pipelining.h
+
+# The IR's text form, the one-stage schedule, and the executor against
+# the plain forward/backward loop (bit for bit).
+check_PROGRAMS += tests/check_pipelining
+TESTS += tests/check_pipelining
+tests_check_pipelining_SOURCES = tests/check_pipelining.c
+tests_check_pipelining_CFLAGS = $(TEST_CFLAGS)
+tests_check_pipelining_LDADD = $(TEST_LIBS)
