@@ -121,38 +121,3 @@ int tr_dtensor_full_tensor(const tr_dtensor_t* dt, tr_tensor_t* out) {
 }
 
 void tr_dtensor_release(tr_dtensor_t* dt) { tr_tensor_release(&dt->local); }
-
-/* ---- the parameter table seam ---- */
-
-int tr_dtensor_param_set_layout(tr_param_t* p, tr_mesh_t* mesh,
-                                const tr_placement_t* placements) {
-  tr_dtensor_spec_t* spec = malloc(sizeof *spec);
-  if (!spec) return TR_ENOMEM;
-  int rc = tr_dtensor_spec_init(spec, mesh, placements, p->ndim, p->shape);
-  int64_t ls[TR_MAX_DIMS], off[TR_MAX_DIMS];
-  if (rc == 0) rc = tr_dtensor_local_layout(spec, NULL, ls, off);
-  if (rc < 0) {
-    free(spec);
-    return rc;
-  }
-  tr_dtensor_param_clear_layout(p);
-  for (int d = 0; d < p->ndim; d++) {
-    p->layout.offset[d] = off[d];
-    p->layout.shape[d] = ls[d];
-  }
-  p->layout.placement = spec;
-  return 0;
-}
-
-const tr_dtensor_spec_t* tr_dtensor_param_spec(const tr_param_t* p) {
-  return p->layout.placement;
-}
-
-void tr_dtensor_param_clear_layout(tr_param_t* p) {
-  free(p->layout.placement);
-  p->layout.placement = NULL;
-  for (int d = 0; d < p->ndim; d++) {
-    p->layout.offset[d] = 0;
-    p->layout.shape[d] = p->shape[d];
-  }
-}

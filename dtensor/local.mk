@@ -4,7 +4,8 @@ libtrainrun_la_SOURCES += \
 	dtensor/mesh.c \
 	dtensor/placement.c \
 	dtensor/dtensor.c \
-	dtensor/redistribute.c
+	dtensor/redistribute.c \
+	dtensor/param.c
 noinst_HEADERS += dtensor/internal.h
 trainruninclude_HEADERS += include/trainrun/dtensor.h
 

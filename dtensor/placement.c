@@ -143,18 +143,27 @@ int tr_placement_normalize(int mesh_ndim, const tr_placement_t* in, int ndim,
   return 0;
 }
 
-int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
-                              const int* coords, const tr_placement_t* pl,
-                              int ndim, const int64_t* gshape,
-                              int64_t* local_shape, int64_t* global_offset) {
+int tr_placement_local_layout_ordered(
+    int mesh_ndim, const int* mesh_sizes, const int* coords,
+    const tr_placement_t* pl, const int* order, int ndim, const int64_t* gshape,
+    int64_t* local_shape, int64_t* global_offset) {
   tr_placement_t norm[TR_MESH_MAX_DIMS];
   TR_CHECK(tr_placement_normalize(mesh_ndim, pl, ndim, norm));
+  if (order) { /* a permutation of the mesh dims */
+    unsigned seen = 0;
+    for (int k = 0; k < mesh_ndim; k++) {
+      if (order[k] < 0 || order[k] >= mesh_ndim || (seen >> order[k]) & 1)
+        return TR_EINVAL;
+      seen |= 1u << order[k];
+    }
+  }
   for (int d = 0; d < ndim; d++) {
     if (gshape[d] < 0) return TR_EINVAL;
     local_shape[d] = gshape[d];
     global_offset[d] = 0;
   }
-  for (int i = 0; i < mesh_ndim; i++) {
+  for (int k = 0; k < mesh_ndim; k++) {
+    int i = order ? order[k] : k;
     if (mesh_sizes[i] < 1 || coords[i] < 0 || coords[i] >= mesh_sizes[i])
       return TR_EINVAL;
     if (norm[i].kind != TR_PLACEMENT_SHARD) continue;
@@ -165,4 +174,13 @@ int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
     local_shape[d] = len;
   }
   return 0;
+}
+
+int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
+                              const int* coords, const tr_placement_t* pl,
+                              int ndim, const int64_t* gshape,
+                              int64_t* local_shape, int64_t* global_offset) {
+  return tr_placement_local_layout_ordered(mesh_ndim, mesh_sizes, coords, pl,
+                                           NULL, ndim, gshape, local_shape,
+                                           global_offset);
 }

@@ -339,7 +339,8 @@ static int block_done(void* arg, struct tr_model* m, int block,
 
 /* A new model (a trainer being set up): lay the buckets out again at its
  * first step, and hook its backward. */
-static int setup_model(void* arg, tr_model_t* m) {
+static int setup_model(void* arg, tr_model_t* m, tr_dp_t* dp) {
+  (void)dp; /* whole grads: grads_sharded stays 0 */
   tr_ddp_t* d = arg;
   drop_buckets(d);
   d->in_step = 0;

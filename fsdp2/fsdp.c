@@ -39,9 +39,11 @@ typedef struct {
 
 struct tr_fsdp {
   tr_fsdp_opts_t o;
-  int n, r;       /* shard group size and rank */
-  int nrep, rrep; /* replicate group size and rank (1, 0 without) */
-  tr_model_t* m;  /* the sharded model, NULL before */
+  int n, r;              /* shard group size and rank */
+  int nrep, rrep;        /* replicate group size and rank (1, 0 without) */
+  tr_mesh_shape_t shape; /* the mesh the placements are on (dp_shard ...) */
+  int norm_replicas;     /* ranks holding each grad shard; -1: it varies */
+  tr_model_t* m;         /* the sharded model, NULL before */
   tr__fsdp_plan_t plan;
   fsdp_group_t* groups;
   tr_tensor_t* sh_data; /* per param: the shard while p->data is whole */
@@ -100,10 +102,34 @@ int tr_fsdp_new(const tr_fsdp_opts_t* opts, tr_fsdp_t** out) {
   f->rrep = opts->replicate_pg ? tr_pg_rank(opts->replicate_pg) : 0;
   if (f->o.divide_factor == 0)
     f->o.divide_factor = (double)f->n * (double)f->nrep;
+  f->norm_replicas = f->nrep;
+  int rc;
+  if (opts->mesh) { /* the job's mesh: its dp dims must be these groups */
+    f->shape = *opts->mesh;
+    int i = tr_mesh_shape_index(&f->shape, "dp_shard");
+    int j = tr_mesh_shape_index(&f->shape, "dp_replicate");
+    rc = i >= 0 && f->shape.sizes[i] == f->n && f->shape.coords[i] == f->r &&
+                 (j < 0 ? f->nrep == 1
+                        : f->shape.sizes[j] == f->nrep &&
+                              f->shape.coords[j] == f->rrep)
+             ? 0
+             : TR_EINVAL;
+  } else { /* the groups alone: a [dp_replicate, dp_shard] mesh */
+    static const char* const names[2] = {"dp_replicate", "dp_shard"};
+    int sizes[2] = {f->nrep, f->n}, coords[2] = {f->rrep, f->r};
+    rc = tr_mesh_shape_init(&f->shape, 2, names, sizes, coords);
+  }
+  if (rc < 0) {
+    TR_LOG_ERROR(FSDP,
+                 "the mesh's dp_shard / dp_replicate dims are not the "
+                 "shard and replicate groups");
+    free(f);
+    return rc;
+  }
   /* the host may run this many collectives ahead of the device: two per
    * group (all-gather and reduce-scatter) over the prefetched groups and
    * the one computing, plus one group's slack */
-  int rc = tr__dp_waits_init(&f->waits, 2 * (opts->prefetch_depth + 2));
+  rc = tr__dp_waits_init(&f->waits, 2 * (opts->prefetch_depth + 2));
   if (rc == 0 && opts->comm_timing) {
     rc = tr_pg_set_op_timing(opts->shard_pg, 1);
     if (rc == 0 && opts->replicate_pg)
@@ -154,8 +180,8 @@ static int flat_copy(tr_tensor_t* dst, int64_t doff, const tr_tensor_t* src,
 /* The compute (CUDA: its stream; CPU: the host) waits for w, an op of
  * group g (fsdp2/overlap.c); w is taken. consume 0: nobody reads its
  * output. */
-static int wait_op(tr_fsdp_t* f, tr_pg_work_t* w, int consume,
-                   const char* what, int g) {
+static int wait_op(tr_fsdp_t* f, tr_pg_work_t* w, int consume, const char* what,
+                   int g) {
   return tr__dp_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA, consume,
                      f->o.comm_timing && f->measure, what, "group",
                      f->groups[g].def.name);
@@ -253,7 +279,7 @@ static int finish_gather(tr_fsdp_t* f, int gi) {
     tr_param_t* prm = &f->m->params[p];
     const tr__fsdp_param_t* pp = &f->plan.params[p];
     tr_tensor_t v;
-    rc = flat_view(&v, &g->full, n * pp->off, pp->numel, prm->ndim, prm->shape);
+    rc = flat_view(&v, &g->full, n * pp->off, pp->numel, prm->ndim, pp->shape);
     if (rc < 0) { /* undo the swaps made so far */
       for (int q = 0; q < k; q++) {
         int pq = d->params[q];
@@ -355,9 +381,9 @@ static int advance_oldest(tr_fsdp_t* f) {
   fsdp_pending_t* pe = &f->pend[0];
   /* CUDA: the all-reduce and the accumulation below are ordered after it
    * on the device */
-  int rc = wait_op(f, pe->w, 1,
-                   pe->stage == 0 ? "reduce-scatter" : "replica all-reduce",
-                   pe->g);
+  int rc =
+      wait_op(f, pe->w, 1,
+              pe->stage == 0 ? "reduce-scatter" : "replica all-reduce", pe->g);
   pe->w = NULL;
   tr_tensor_release(&pe->in);
   if (rc == 0 && pe->stage == 0 && f->nrep > 1) {
@@ -391,7 +417,7 @@ static int grads_on(tr_fsdp_t* f, int gi) {
     const tr__fsdp_param_t* pp = &f->plan.params[p];
     tr_tensor_t v;
     int rc = flat_view(&v, &g->gfull, f->n * pp->off, pp->numel, prm->ndim,
-                       prm->shape);
+                       pp->shape);
     if (rc < 0) {
       for (int q = 0; q < k; q++) {
         int pq = d->params[q];
@@ -554,7 +580,25 @@ int tr_fsdp_shard_model(tr_fsdp_t* f, tr_model_t* m) {
                    m->params[i].name);
       return TR_EINVAL;
     }
-  TR_CHECK(tr__fsdp_plan_build(&f->plan, m, f->n, f->r));
+  /* the one truth: Shard(0) on dp_shard composed onto each parameter's
+   * placement (cutting last, after tensor parallelism); the rows below
+   * come from it */
+  static const char* const dp_dims[2] = {"dp_replicate", "dp_shard"};
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    int rc = tr_dtensor_param_shard(p, &f->shape, "dp_shard", 0);
+    if (rc < 0) {
+      TR_LOG_ERROR(FSDP, "cannot shard '%s' on dp_shard over its placement",
+                   p->name);
+      return rc;
+    }
+    int64_t k = tr_dtensor_param_replicas(p, &f->shape, dp_dims, 2);
+    if (i == 0)
+      f->norm_replicas = (int)k;
+    else if (k != f->norm_replicas)
+      f->norm_replicas = -1;
+  }
+  TR_CHECK(tr__fsdp_plan_build(&f->plan, m, &f->shape, 1));
   int np = m->n_params, ng = f->plan.ngroups;
   f->groups = calloc((size_t)ng + 1, sizeof *f->groups);
   f->sh_data = calloc((size_t)np + 1, sizeof *f->sh_data);
@@ -569,16 +613,6 @@ int tr_fsdp_shard_model(tr_fsdp_t* f, tr_model_t* m) {
     return TR_ENOMEM;
   }
   for (int g = 0; g < ng; g++) f->groups[g].def = f->plan.groups[g];
-  for (int i = 0; i < np; i++) {
-    tr_param_t* p = &m->params[i];
-    const tr__fsdp_param_t* pp = &f->plan.params[i];
-    for (int d = 0; d < p->ndim; d++) {
-      p->layout.offset[d] = 0;
-      p->layout.shape[d] = p->shape[d];
-    }
-    p->layout.offset[0] = pp->start;
-    p->layout.shape[0] = pp->rows;
-  }
   static const struct {
     tr_hook_point_t pt;
     tr_model_hook_fn fn;
@@ -611,11 +645,7 @@ int tr_fsdp_gather_full(tr_fsdp_t* f) {
     fsdp_group_t* g = &f->groups[gi];
     for (int k = 0; k < g->def.n; k++) {
       int p = g->def.params[k];
-      tr_param_t* prm = &f->m->params[p];
-      for (int d = 0; d < prm->ndim; d++) {
-        prm->layout.offset[d] = 0;
-        prm->layout.shape[d] = prm->shape[d];
-      }
+      TR_CHECK(tr_dtensor_param_unshard(&f->m->params[p], "dp_shard"));
       tr_tensor_release(&f->sh_data[p]);
     }
     tr_tensor_release(&g->full); /* the params' views keep it */
@@ -667,8 +697,12 @@ int tr_fsdp_all_reduce_sum(tr_fsdp_t* f, double* vals, int n) {
 
 /* ---- the trainer's seam ---- */
 
-static int dist_setup(void* arg, tr_model_t* m) {
-  return tr_fsdp_shard_model(arg, m);
+static int dist_setup(void* arg, tr_model_t* m, tr_dp_t* dp) {
+  tr_fsdp_t* f = arg;
+  TR_CHECK(tr_fsdp_shard_model(f, m));
+  /* how the squared norm is reduced, as the placements say */
+  dp->grads_sharded = f->norm_replicas;
+  return 0;
 }
 
 static int dist_post_backward(void* arg, tr_model_t* m, int64_t step) {
@@ -752,8 +786,8 @@ int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
   /* mixed_precision_param applies to CUDA compute; the CPU kernels are
    * float32 */
   tr_device_t dev;
-  TR_CHECK(tr_config_device(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &dev,
-                            err));
+  TR_CHECK(
+      tr_config_device(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &dev, err));
   o.param_dtype = TR_F32;
   if (dev.type == TR_DEV_CUDA &&
       tr_dtype_parse(cfg->training.mixed_precision_param, &o.param_dtype) < 0)
@@ -772,6 +806,9 @@ int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
   TR_CHECK(tr_mesh_from_degrees(world, &d, &mesh, err));
   o.shard_pg = tr_mesh_dim_pg(mesh, "dp_shard");
   o.replicate_pg = tr_mesh_dim_pg(mesh, "dp_replicate");
+  tr_mesh_shape_t shape;
+  tr_mesh_get_shape(mesh, &shape);
+  o.mesh = &shape;
   if (!o.shard_pg) {
     tr_mesh_free(mesh);
     return tr_errmsg_set(err, TR_ECONFIG,

@@ -7,16 +7,20 @@
 
 #include <stdint.h>
 
+#include "trainrun/dtensor.h" /* placements: where the rows come from */
 #include "trainrun/model.h"
 #include "trainrun/pg.h"
 
-/* One parameter under sharding over n ranks, seen from rank r. */
+/* One parameter under sharding over n ranks, seen from rank r, as its
+ * placement says (dtensor: Shard(0) on dp_shard, cutting the piece the
+ * other mesh dims leave — the whole tensor without tensor parallelism). */
 typedef struct {
-  int64_t start, rows; /* this rank's rows of dim 0 */
+  int64_t start, rows; /* this rank's rows of dim 0 of that piece */
   int64_t row_numel;   /* elements per dim-0 row */
   int64_t pad;         /* padded shard: ceil(dim0 / n) rows, in elements */
   int64_t off;         /* first element in its group's flat shard */
-  int64_t numel;       /* global elements */
+  int64_t numel;       /* elements of the piece (what the blocks read) */
+  int64_t shape[TR_MAX_DIMS]; /* the piece's shape: the unsharded tensor */
 } tr__fsdp_param_t;
 
 /* One fully_shard group. */
@@ -40,9 +44,14 @@ typedef struct {
 } tr__fsdp_plan_t;
 
 /* Groups of m (root: the embedding and head blocks; one per layer) and
- * each parameter's shard on rank r of n. TR_EUNSUPPORTED when a parameter
- * is used by blocks of two groups or has no dims; TR_ENOMEM. */
-int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m, int n, int r);
+ * each parameter's shard on this rank of mesh, from the parameter's
+ * placement: with placed, the one in the table (FSDP has composed it
+ * there); without, the table's composed with Shard(0) on "dp_shard" here
+ * (the table is not changed: `trainrun plan`). TR_EUNSUPPORTED when a
+ * parameter is used by blocks of two groups or has no dims; TR_EINVAL
+ * when a placement does not shard dim 0 on dp_shard; TR_ENOMEM. */
+int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m,
+                        const tr_mesh_shape_t* mesh, int placed);
 void tr__fsdp_plan_release(tr__fsdp_plan_t* pl);
 
 /* ---- waiting for the collectives (fsdp2/overlap.c) ----
@@ -84,8 +93,8 @@ typedef struct {
 } tr__dp_held_t;
 
 typedef struct {
-  int lag;              /* works held at most before the host waits */
-  tr__dp_held_t* held;  /* [lag + 1], oldest first */
+  int lag;             /* works held at most before the host waits */
+  tr__dp_held_t* held; /* [lag + 1], oldest first */
   int nheld;
   tr__dp_stall_t stall; /* the compute's waits */
   /* since the counters were last zeroed by the caller */

@@ -15,17 +15,42 @@
 
 int64_t tr_fsdp_padded_rows(int64_t dim0, int n) {
   if (dim0 <= 0 || n < 1) return 0;
-  return (dim0 + n - 1) / n;
+  int64_t start, rows;
+  tr_chunk_range(dim0, n, 0, &start, &rows); /* the first chunk is largest */
+  return rows;
 }
 
 void tr_fsdp_shard_rows(int64_t dim0, int n, int r, int64_t* start,
                         int64_t* rows) {
-  int64_t c = tr_fsdp_padded_rows(dim0, n);
-  int64_t s = c * r, e = c * (r + 1);
-  if (s > dim0) s = dim0;
-  if (e > dim0) e = dim0;
-  *start = s;
-  *rows = e - s;
+  tr_chunk_range(dim0, n, r, start, rows);
+}
+
+/* Parameter p's shard as its FSDP placement says. */
+static int param_rows(const tr_param_t* p, const tr_param_placement_t* pl,
+                      tr__fsdp_param_t* pp) {
+  int64_t base[TR_MAX_DIMS], base_off[TR_MAX_DIMS];
+  int64_t own[TR_MAX_DIMS], own_off[TR_MAX_DIMS];
+  int64_t first[TR_MAX_DIMS], first_off[TR_MAX_DIMS];
+  int i = tr_mesh_shape_index(&pl->mesh, "dp_shard");
+  if (i < 0 || pl->placements[i].kind != TR_PLACEMENT_SHARD ||
+      pl->placements[i].dim != 0 || pl->order[pl->mesh.ndim - 1] != i)
+    return TR_EINVAL;
+  /* the piece before dp_shard cuts it, this rank's cut, coordinate 0's
+   * (the largest: ceil(rows / n)) */
+  TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, "dp_shard", 0, 1,
+                                     base, base_off));
+  TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, NULL, 0, 0, own,
+                                     own_off));
+  TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, "dp_shard", 0, 0,
+                                     first, first_off));
+  pp->row_numel = 1;
+  for (int d = 0; d < p->ndim; d++) pp->shape[d] = base[d];
+  for (int d = 1; d < p->ndim; d++) pp->row_numel *= base[d];
+  pp->numel = base[0] * pp->row_numel;
+  pp->start = own_off[0] - base_off[0];
+  pp->rows = own[0];
+  pp->pad = first[0] * pp->row_numel;
+  return 0;
 }
 
 void tr__fsdp_plan_release(tr__fsdp_plan_t* pl) {
@@ -37,10 +62,10 @@ void tr__fsdp_plan_release(tr__fsdp_plan_t* pl) {
   memset(pl, 0, sizeof *pl);
 }
 
-int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m, int n,
-                        int r) {
+int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m,
+                        const tr_mesh_shape_t* mesh, int placed) {
   memset(pl, 0, sizeof *pl);
-  if (n < 1 || r < 0 || r >= n) return TR_EINVAL;
+  if (!mesh || tr_mesh_shape_index(mesh, "dp_shard") < 0) return TR_EINVAL;
   int np = m->n_params, nb = m->n_blocks;
   pl->nparams = np;
   pl->nblocks = nb;
@@ -104,11 +129,22 @@ int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m, int n,
         tr__fsdp_plan_release(pl);
         return TR_EUNSUPPORTED;
       }
-      pp->row_numel = 1;
-      for (int d = 1; d < p->ndim; d++) pp->row_numel *= p->shape[d];
-      pp->numel = p->shape[0] * pp->row_numel;
-      tr_fsdp_shard_rows(p->shape[0], n, r, &pp->start, &pp->rows);
-      pp->pad = tr_fsdp_padded_rows(p->shape[0], n) * pp->row_numel;
+      tr_param_placement_t own;
+      const tr_param_placement_t* at = tr_dtensor_param_placement(p);
+      int rc = 0;
+      if (!placed) { /* what FSDP would compose (`trainrun plan`) */
+        rc = tr_param_placement_compose(at, mesh, "dp_shard", 0, p->ndim, &own);
+        at = &own;
+      }
+      if (rc == 0) rc = at ? param_rows(p, at, pp) : TR_EINVAL;
+      if (rc < 0) {
+        TR_LOG_ERROR(FSDP,
+                     "parameter '%s': its placement does not shard dim 0 "
+                     "on dp_shard last",
+                     p->name);
+        tr__fsdp_plan_release(pl);
+        return rc;
+      }
       pp->off = gr->shard_numel;
       gr->shard_numel += pp->pad;
       gr->global_numel += pp->numel;
@@ -125,7 +161,12 @@ int tr_fsdp_plan(const tr_model_t* m, int dp_replicate, int dp_shard,
   memset(out, 0, sizeof *out);
   if (dp_replicate < 1 || dp_shard < 1) return TR_EINVAL;
   tr__fsdp_plan_t pl;
-  TR_CHECK(tr__fsdp_plan_build(&pl, m, dp_shard, 0)); /* rank 0 holds most */
+  /* rank 0 holds most */
+  static const char* const names[2] = {"dp_replicate", "dp_shard"};
+  int sizes[2] = {dp_replicate, dp_shard}, coords[2] = {0, 0};
+  tr_mesh_shape_t mesh;
+  TR_CHECK(tr_mesh_shape_init(&mesh, 2, names, sizes, coords));
+  TR_CHECK(tr__fsdp_plan_build(&pl, m, &mesh, 0));
   int64_t ms = (int64_t)tr_dtype_size(master_dtype);
   int64_t ps = (int64_t)tr_dtype_size(param_dtype);
   int64_t total = 0;

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/cpu/cpu.h"
 #include "trainrun/error.h"
@@ -862,6 +863,92 @@ int tr_kern_sum_squares(const tr_tensor_t* x, double* out) {
   TR_CHECK(ops->sum_squares(&s, CF(x), tr_tensor_numel(x)));
   *out += s;
   return 0;
+}
+
+int tr_kern_adamw_multi(const tr_kern_adamw_set_t* sets, int n,
+                        const tr_adamw_args_t* args) {
+  if (n < 0 || (n > 0 && !sets) || !args || args->step < 1) return TR_EINVAL;
+  if (n == 0) return 0;
+  /* every tensor on one device, checked as the single entry does */
+  chk_t c = {.op = "adamw_multi"};
+  int rc = 0;
+  tr_kern_adamw_tensor_t* ts = calloc((size_t)n, sizeof *ts);
+  if (!ts) return TR_ENOMEM;
+  int k = 0, lowp = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    const tr_kern_adamw_set_t* e = &sets[i];
+    rc = arg(&c, e->param, "param", TR_F32, 1);
+    if (rc == 0) rc = arg(&c, e->grad, "grad", TR_F32, 1);
+    if (rc == 0) rc = arg(&c, e->m, "m", TR_F32, 1);
+    if (rc == 0) rc = arg(&c, e->v, "v", TR_F32, 1);
+    if (rc == 0) rc = opt(&c, e->compute, "compute", TR_BF16);
+    int64_t numel = rc == 0 ? tr_tensor_numel(e->param) : 0;
+    if (rc == 0 &&
+        (tr_tensor_numel(e->grad) != numel || tr_tensor_numel(e->m) != numel ||
+         tr_tensor_numel(e->v) != numel ||
+         (e->compute && tr_tensor_numel(e->compute) != numel)))
+      rc = bad(c.op, "grad", e->grad, "expected param's size");
+    if (rc < 0 || numel == 0) continue;
+    ts[k++] = (tr_kern_adamw_tensor_t){
+        .param = F(e->param),
+        .grad = CF(e->grad),
+        .m = F(e->m),
+        .v = F(e->v),
+        .param_bf16 = e->compute ? tr_tensor_data(e->compute) : NULL,
+        .n = numel,
+        .decay = e->decay != 0};
+    lowp |= e->compute != NULL;
+  }
+  const tr_kern_ops_t* ops = rc == 0 && k > 0 ? table(&c, &rc) : NULL;
+  if (ops && ops->adamw_multi) {
+    rc = ops->adamw_multi(ts, k, args);
+  } else if (ops && lowp) {
+    TR_LOG_ERROR(KERN, "adamw_multi: no fused update of compute copies here");
+    rc = TR_EUNSUPPORTED;
+  } else if (ops) { /* one tensor at a time, in list order */
+    tr_adamw_args_t a = *args;
+    for (int i = 0; i < k && rc == 0; i++) {
+      a.weight_decay = ts[i].decay ? args->weight_decay : 0.0f;
+      rc = ops->adamw(ts[i].param, ts[i].grad, ts[i].m, ts[i].v, ts[i].n, &a);
+    }
+  }
+  free(ts);
+  return rc;
+}
+
+int tr_kern_sum_squares_multi(const tr_tensor_t* const* xs, int n,
+                              double* out) {
+  if (n < 0 || (n > 0 && !xs) || !out) return TR_EINVAL;
+  chk_t c = {.op = "sum_squares_multi"};
+  int rc = 0;
+  tr_kern_span_t* sp = calloc((size_t)n + 1, sizeof *sp);
+  if (!sp) return TR_ENOMEM;
+  int k = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (tr_tensor_numel(xs[i]) == 0) continue;
+    /* each span its own dtype: mixed f32 / bf16 lists are fine */
+    c.have_act = 0;
+    rc = act(&c, xs[i], "x", 1);
+    if (rc == 0)
+      sp[k++] = (tr_kern_span_t){tr_tensor_data((tr_tensor_t*)xs[i]),
+                                 xs[i]->dtype, tr_tensor_numel(xs[i])};
+  }
+  c.have_act = 0; /* the table of the device, not of a dtype */
+  const tr_kern_ops_t* ops = rc == 0 && k > 0 ? table(&c, &rc) : NULL;
+  if (ops && ops->sum_squares_multi) {
+    double v = 0.0;
+    rc = ops->sum_squares_multi(&v, sp, k);
+    if (rc == 0) *out += v;
+  } else if (ops) { /* span by span, as tr_kern_sum_squares adds them */
+    for (int i = 0; i < k && rc == 0; i++) {
+      const tr_kern_ops_t* t = sp[i].dtype == TR_BF16 ? ops->bf16 : ops;
+      double v = 0.0;
+      rc = t ? t->sum_squares(&v, (const float*)sp[i].x, sp[i].n) : TR_EDTYPE;
+      if (rc == 0) *out += v;
+    }
+  }
+  free(sp);
+  return rc;
 }
 
 double tr_kern_clip_coef(double total_norm, double max_norm) {

@@ -229,6 +229,7 @@ void tr_model_release(tr_model_t* m) {
     tr_tensor_release(&m->params[i].data);
     tr_tensor_release(&m->params[i].grad);
     tr_tensor_release(&m->params[i].compute);
+    free(m->params[i].layout.placement); /* a plain heap block (dtensor) */
   }
   free(m->params);
   free(m->blocks);

@@ -504,6 +504,88 @@ START_TEST(test_placement_math) {
 }
 END_TEST
 
+/* Parameter placements: composing FSDP's Shard(0) on dp_shard onto a
+ * tensor-parallel Shard(0) cuts the TP piece (dp_shard moves last in the
+ * order: PyTorch's _StridedShard), not the whole tensor; the piece before
+ * a dim's cut, another coordinate's piece, replica counts, undoing a
+ * shard, and what composition refuses. No groups: mesh shapes only. */
+START_TEST(test_param_placement) {
+  static const char* const names[3] = {"dp_replicate", "dp_shard", "tp"};
+  int sizes[3] = {2, 2, 2}, coords[3] = {1, 0, 1};
+  tr_mesh_shape_t mesh;
+  ck_assert_int_eq(tr_mesh_shape_init(&mesh, 3, names, sizes, coords), 0);
+  ck_assert_int_eq(tr_mesh_shape_index(&mesh, "tp"), 2);
+  ck_assert_int_eq(tr_mesh_shape_index(&mesh, "cp"), -1);
+  tr_param_t p;
+  memset(&p, 0, sizeof p);
+  p.ndim = 2;
+  p.shape[0] = 10;
+  p.shape[1] = 6;
+  /* TP: rows 5..9 on tp coordinate 1 */
+  tr_placement_t tp[3] = {tr_placement_replicate(), tr_placement_replicate(),
+                          tr_placement_shard(0)};
+  ck_assert_int_eq(tr_dtensor_param_place(&p, &mesh, tp, NULL), 0);
+  ck_assert_int_eq(p.layout.offset[0], 5);
+  ck_assert_int_eq(p.layout.shape[0], 5);
+  /* FSDP on top: dp_shard coordinate 0 takes the first 3 of those 5 */
+  ck_assert_int_eq(tr_dtensor_param_shard(&p, &mesh, "dp_shard", 0), 0);
+  ck_assert_int_eq(p.layout.offset[0], 5);
+  ck_assert_int_eq(p.layout.shape[0], 3);
+  ck_assert_int_eq(p.layout.shape[1], 6);
+  const tr_param_placement_t* pl = tr_dtensor_param_placement(&p);
+  ck_assert_int_eq(pl->order[0], 0);
+  ck_assert_int_eq(pl->order[1], 2);
+  ck_assert_int_eq(pl->order[2], 1);
+  /* in mesh order dp_shard would cut first: rows 0..4, then tp 3..4 */
+  int64_t ls[2], off[2];
+  ck_assert_int_eq(tr_placement_local_layout(3, sizes, coords, pl->placements,
+                                             2, p.shape, ls, off),
+                   0);
+  ck_assert_int_eq(off[0], 3);
+  ck_assert_int_eq(ls[0], 2);
+  /* the piece before dp_shard's cut; dp_shard coordinate 1's piece */
+  ck_assert_int_eq(
+      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 0, 1, ls, off), 0);
+  ck_assert_int_eq(off[0], 5);
+  ck_assert_int_eq(ls[0], 5);
+  ck_assert_int_eq(
+      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 1, 0, ls, off), 0);
+  ck_assert_int_eq(off[0], 8);
+  ck_assert_int_eq(ls[0], 2);
+  ck_assert_int_eq(
+      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 2, 0, ls, off),
+      TR_EINVAL);
+  /* held by the dp_replicate ranks alike: 2 replicas over the dp dims */
+  static const char* const dp[2] = {"dp_replicate", "dp_shard"};
+  ck_assert_int_eq(tr_dtensor_param_replicas(&p, &mesh, dp, 2), 2);
+  static const char* const all[3] = {"dp_replicate", "dp_shard", "tp"};
+  ck_assert_int_eq(tr_dtensor_param_replicas(&p, &mesh, all, 3), 2);
+  /* a second shard on the same dim is refused, the layout kept */
+  ck_assert_int_eq(tr_dtensor_param_shard(&p, &mesh, "dp_shard", 0), TR_EINVAL);
+  ck_assert_int_eq(tr_dtensor_param_shard(&p, &mesh, "cp", 0), TR_EINVAL);
+  ck_assert_int_eq(tr_dtensor_param_shard(&p, &mesh, "dp_replicate", 2),
+                   TR_EINVAL);
+  ck_assert_int_eq(p.layout.shape[0], 3);
+  /* undoing FSDP's shard gives the TP piece back, then the whole */
+  ck_assert_int_eq(tr_dtensor_param_unshard(&p, "dp_shard"), 0);
+  ck_assert_int_eq(p.layout.offset[0], 5);
+  ck_assert_int_eq(p.layout.shape[0], 5);
+  ck_assert_int_eq(tr_dtensor_param_unshard(&p, "tp"), 0);
+  ck_assert_ptr_null(tr_dtensor_param_placement(&p));
+  ck_assert_int_eq(p.layout.shape[0], 10);
+  /* without a placement: Replicate everywhere, FSDP composes on mesh */
+  ck_assert_int_eq(tr_dtensor_param_replicas(&p, &mesh, dp, 2), 4);
+  ck_assert_int_eq(tr_dtensor_param_shard(&p, &mesh, "dp_shard", 0), 0);
+  ck_assert_int_eq(p.layout.offset[0], 0);
+  ck_assert_int_eq(p.layout.shape[0], 5);
+  tr_dtensor_param_clear_layout(&p);
+  /* orders that are not permutations */
+  int bad[3] = {0, 0, 1};
+  ck_assert_int_eq(tr_dtensor_param_place(&p, &mesh, tp, bad), TR_EINVAL);
+  ck_assert_ptr_null(tr_dtensor_param_placement(&p));
+}
+END_TEST
+
 START_TEST(test_placement_names) {
   char buf[32];
   ck_assert_str_eq(tr_placement_str(S1, buf, sizeof buf), "Shard(1)");
@@ -1120,21 +1202,23 @@ START_TEST(test_dtensor_local) {
   ck_assert_int_eq(p.layout.offset[0], 9);
   ck_assert_int_eq(p.layout.shape[0], 1);
   ck_assert_int_eq(p.layout.shape[1], 6);
-  const tr_dtensor_spec_t* sp = tr_dtensor_param_spec(&p);
+  const tr_param_placement_t* sp = tr_dtensor_param_placement(&p);
   ck_assert_ptr_nonnull(sp);
-  ck_assert_ptr_eq(sp->mesh, m);
+  ck_assert_int_eq(sp->mesh.ndim, tr_mesh_ndim(m));
+  ck_assert_int_eq(sp->mesh.sizes[0], tr_mesh_dim(m, 0)->size);
+  ck_assert_int_eq(sp->mesh.coords[0], tr_mesh_dim(m, 0)->coord);
   ck_assert(tr_placement_eq(sp->placements[0], S0));
   tr_placement_t last = tr_placement_shard(-1);
   ck_assert_int_eq(tr_dtensor_param_set_layout(&p, m, &last), 0);
-  ck_assert_int_eq(tr_dtensor_param_spec(&p)->placements[0].dim, 1);
+  ck_assert_int_eq(tr_dtensor_param_placement(&p)->placements[0].dim, 1);
   ck_assert_int_eq(p.layout.offset[0], 0);
   ck_assert_int_eq(p.layout.shape[0], 10);
   ck_assert_int_eq(p.layout.offset[1], 6);
   ck_assert_int_eq(p.layout.shape[1], 0);
   ck_assert_int_eq(tr_dtensor_param_set_layout(&p, m, &S2), TR_EINVAL);
-  ck_assert_ptr_nonnull(tr_dtensor_param_spec(&p)); /* kept */
+  ck_assert_ptr_nonnull(tr_dtensor_param_placement(&p)); /* kept */
   tr_dtensor_param_clear_layout(&p);
-  ck_assert_ptr_null(tr_dtensor_param_spec(&p));
+  ck_assert_ptr_null(tr_dtensor_param_placement(&p));
   ck_assert_int_eq(p.layout.shape[1], 6);
   ck_assert_int_eq(p.layout.offset[1], 0);
   tr_mesh_free(m);
@@ -1152,6 +1236,7 @@ static Suite* dtensor_suite(void) {
   tcase_add_test(tc, test_describe);
   tcase_add_test(tc, test_placement_math);
   tcase_add_test(tc, test_placement_names);
+  tcase_add_test(tc, test_param_placement);
   tcase_add_test(tc, test_plan_ops);
   tcase_add_test(tc, test_dtensor_local);
   suite_add_tcase(s, tc);

@@ -459,6 +459,64 @@ static void body_bf16_copy_in(tr_pg_t* world, pg_ctx_t* ctx) {
   tr_fsdp_free(f);
 }
 
+/* FSDP reads its rows from the parameters' placements: a parameter that
+ * something placed before FSDP (here Shard(0) on a mesh dim "ep" whose
+ * coordinate is 0 on both ranks: the first half of its rows) is sharded
+ * within that piece, and what FSDP gathers is that piece -- the same rows
+ * of the one-rank init -- not the whole tensor; the other parameters are
+ * gathered whole. */
+static void body_rows_from_placements(tr_pg_t* world, pg_ctx_t* ctx) {
+  static const char* const names[2] = {"ep", "dp_shard"};
+  int sizes[2] = {2, ctx->size}, coords[2] = {0, ctx->rank};
+  tr_mesh_shape_t shape;
+  PCHECK_RC(tr_mesh_shape_init(&shape, 2, names, sizes, coords));
+  tr_fsdp_opts_t o;
+  tr_fsdp_opts_init(&o);
+  o.shard_pg = world;
+  o.mesh = &shape;
+  tr_fsdp_t* f;
+  PCHECK_RC(tr_fsdp_new(&o, &f));
+  tr_model_config_t c;
+  odd_llama(&c, 0);
+  tr_model_t m, ref;
+  PCHECK_RC(tr_model_init(&ref, &c));
+  PCHECK_RC(tr_model_alloc(&ref, TR_DEVICE_CPU));
+  PCHECK_RC(tr_model_init_weights(&ref, 7));
+  PCHECK_RC(tr_model_init(&m, &c));
+  int w = tr_model_find_param(&m, "model.layers.0.mlp.down_proj.weight");
+  PCHECK(w >= 0);
+  tr_param_t* pw = &m.params[w];
+  tr_placement_t pl[2] = {tr_placement_shard(0), tr_placement_replicate()};
+  PCHECK_RC(tr_dtensor_param_place(pw, &shape, pl, NULL));
+  int64_t rows0 = pw->shape[0], half = (rows0 + 1) / 2;
+  PCHECK(pw->layout.shape[0] == half);
+  PCHECK_RC(tr_fsdp_shard_model(f, &m));
+  /* this rank's rows: its chunk of the first half */
+  int64_t s, rows;
+  tr_fsdp_shard_rows(half, ctx->size, ctx->rank, &s, &rows);
+  PCHECK(pw->layout.offset[0] == s && pw->layout.shape[0] == rows);
+  const tr_param_placement_t* at = tr_dtensor_param_placement(pw);
+  PCHECK(at && at->order[1] == 1); /* dp_shard cuts last */
+  PCHECK_RC(tr_model_alloc(&m, TR_DEVICE_CPU));
+  PCHECK_RC(tr_model_init_weights(&m, 7));
+  PCHECK_RC(tr_fsdp_gather_full(f));
+  for (int i = 0; i < m.n_params; i++) {
+    tr_param_t* p = &m.params[i];
+    int64_t n = i == w ? half : p->shape[0];
+    PCHECK(p->layout.offset[0] == 0 && p->layout.shape[0] == n);
+    PCHECK(p->data.shape[0] == n);
+    PCHECK(memcmp(tr_tensor_data(&p->data), tr_tensor_data(&ref.params[i].data),
+                  tr_tensor_nbytes(&p->data)) == 0);
+  }
+  /* the gathered piece keeps its own placement (ep), FSDP's is gone */
+  at = tr_dtensor_param_placement(pw);
+  PCHECK(at && at->placements[0].kind == TR_PLACEMENT_SHARD &&
+         at->placements[1].kind == TR_PLACEMENT_REPLICATE);
+  tr_model_release(&m);
+  tr_model_release(&ref);
+  tr_fsdp_free(f);
+}
+
 static void spawn(int n, pg_body_fn body) {
   int st[8];
   ck_assert_int_eq(pg_spawn(n, "gloo", TR_DEV_CPU, 1, 30000, body, 60, st), 0);
@@ -531,8 +589,8 @@ static void mem_model(tr_model_config_t* c) {
 
 /* Bytes the host allocator holds at the peak of two steps above what it
  * held before the trainer existed. */
-static int64_t trainer_peak(const tr_config_t* cfg,
-                            const tr_dp_t* dist, int64_t* state) {
+static int64_t trainer_peak(const tr_config_t* cfg, const tr_dp_t* dist,
+                            int64_t* state) {
   tr_model_config_t mc;
   mem_model(&mc);
   tr_mem_stats_t s0, s1, s2;
@@ -778,6 +836,9 @@ static void body_prefetch_depth(tr_pg_t* world, pg_ctx_t* ctx) {
 START_TEST(test_prefetch_depth) { spawn(2, body_prefetch_depth); }
 END_TEST
 
+START_TEST(test_rows_from_placements) { spawn(2, body_rows_from_placements); }
+END_TEST
+
 static Suite* fsdp2_suite(void) {
   Suite* s = suite_create("fsdp2");
   TCase* tc = tcase_create("local");
@@ -795,6 +856,7 @@ static Suite* fsdp2_suite(void) {
   tcase_add_test(tc, test_bf16_reduce_tied);
   tcase_add_test(tc, test_memory_fsdp4);
   tcase_add_test(tc, test_prefetch_depth);
+  tcase_add_test(tc, test_rows_from_placements);
   suite_add_tcase(s, tc);
 #endif
   return s;

@@ -19,10 +19,6 @@
 #include "trainrun/log.h"
 #include "trainrun/param.h" /* LOCAL_RANK */
 #include "trainrun/trainer.h"
-#ifdef HAVE_CUDA
-#include "core/cuda.h" /* tr__cuda_memcpy */
-#include "trainrun/kernels_cuda.h"
-#endif
 
 static int on_cuda(const tr_trainer_t* t) {
   return t->model.device.type == TR_DEV_CUDA;
@@ -103,37 +99,13 @@ int tr__trainer_loss_take(tr_trainer_t* t, double* sum) {
 
 int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq) {
   tr_model_t* m = &t->model;
-#ifdef HAVE_CUDA
-  if (on_cuda(t)) {
-    tr_cuda_span_t* sp = calloc((size_t)m->n_params + 1, sizeof *sp);
-    if (!sp) return TR_ENOMEM;
-    int n = 0;
-    for (int i = 0; i < m->n_params; i++) {
-      const tr_tensor_t* g = &m->params[i].grad;
-      if (tr_tensor_numel(g) == 0) continue;
-      sp[n++] = (tr_cuda_span_t){tr_tensor_data(g), g->dtype,
-                                 tr_tensor_numel(g)};
-    }
-    /* the kernel leaves one double on the device: a raw device buffer (no
-     * tensor dtype holds a double), read back with the synchronous copy
-     * tr_tensor_copy uses, which waits for the reduction like it did */
-    double* dev = NULL;
-    double v = 0.0;
-    int rc =
-        tr_mem_alloc(TR_MEM_DEVICE, t->device.index, sizeof *dev, (void**)&dev);
-    if (rc == 0) {
-      rc = tr_kern_cuda_sum_squares(dev, sp, n, tr_kern_get_stream());
-      if (rc == 0) rc = tr__cuda_memcpy(&v, dev, sizeof v);
-      if (rc == 0) *sq += v;
-      tr_mem_free(TR_MEM_DEVICE, t->device.index, dev, sizeof *dev);
-    }
-    free(sp);
-    return rc;
-  }
-#endif
-  for (int i = 0; i < m->n_params; i++)
-    TR_CHECK(tr_kern_sum_squares(&m->params[i].grad, sq));
-  return 0;
+  const tr_tensor_t** gs = calloc((size_t)m->n_params + 1, sizeof *gs);
+  if (!gs) return TR_ENOMEM;
+  for (int i = 0; i < m->n_params; i++) gs[i] = &m->params[i].grad;
+  /* one launch on CUDA (one synchronisation), tensor by tensor on the CPU */
+  int rc = tr_kern_sum_squares_multi(gs, m->n_params, sq);
+  free(gs);
+  return rc;
 }
 
 /* ---- AdamW ---- */
@@ -160,40 +132,27 @@ int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
                        .grad_scale = (float)clip,
                        .step = t->step + 1};
   tr_model_t* m = &t->model;
-#ifdef HAVE_CUDA
-  if (on_cuda(t)) {
-    tr_cuda_adamw_tensor_t* ts = calloc((size_t)m->n_params + 1, sizeof *ts);
-    if (!ts) return TR_ENOMEM;
-    int n = 0;
-    for (int i = 0; i < m->n_params; i++) {
-      tr_param_t* p = &m->params[i];
-      if (tr_tensor_numel(&p->data) == 0) continue;
-      ts[n++] = (tr_cuda_adamw_tensor_t){
-          .param = tr_tensor_data(&p->data),
-          .grad = tr_tensor_data(&p->grad),
-          .m = tr_tensor_data(&t->adam_m[i]),
-          .v = tr_tensor_data(&t->adam_v[i]),
-          .param_bf16 =
-              p->compute.storage && p->compute.dtype == TR_BF16
-                  ? tr_tensor_data(&p->compute)
-                  : NULL,
-          .n = tr_tensor_numel(&p->data),
-          .decay = p->decay};
-    }
-    int rc = tr_kern_cuda_adamw(ts, n, &a, NULL, tr_kern_get_stream());
-    free(ts);
-    return rc;
-  }
-#endif
-  for (int i = 0; i < m->n_params; i++) {
+  tr_kern_adamw_set_t* sets = calloc((size_t)m->n_params + 1, sizeof *sets);
+  if (!sets) return TR_ENOMEM;
+  int rc = 0;
+  for (int i = 0; i < m->n_params && rc == 0; i++) {
     tr_param_t* p = &m->params[i];
-    float wd = p->decay ? (float)o->weight_decay : 0.0f; /* ndim >= 2 */
-    a.weight_decay = adam_l2 ? 0.0f : wd;
-    if (adam_l2 && wd != 0) TR_CHECK(add_l2(p, wd, (float)clip));
-    TR_CHECK(
-        tr_kern_adamw(&p->data, &p->grad, &t->adam_m[i], &t->adam_v[i], &a));
+    /* decay: matrices and embeddings (ndim >= 2) */
+    if (adam_l2 && p->decay && o->weight_decay != 0)
+      rc = add_l2(p, (float)o->weight_decay, (float)clip);
+    sets[i] = (tr_kern_adamw_set_t){
+        .param = &p->data,
+        .grad = &p->grad,
+        .m = &t->adam_m[i],
+        .v = &t->adam_v[i],
+        .compute = p->compute.storage && p->compute.dtype == TR_BF16
+                       ? &p->compute
+                       : NULL,
+        .decay = p->decay};
   }
-  /* no compute copies to refresh: a model gets them only on CUDA
-   * (tr__trainer_device_setup), whose update is the branch above */
-  return 0;
+  /* one fused launch on CUDA, which refreshes the bf16 compute copies
+   * too; tensor by tensor on the CPU (no compute copies there) */
+  if (rc == 0) rc = tr_kern_adamw_multi(sets, m->n_params, &a);
+  free(sets);
+  return rc;
 }

@@ -173,8 +173,15 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
     return tr_errmsg_set(err, rc, "cannot build the model: %s",
                          msg[0] ? msg : tr_strerror(rc));
   }
-  if (t->dist.setup_model) /* FSDP: shard layouts and hooks */
-    TR_CHECK_GOTO(t->dist.setup_model(t->dist.arg, &t->model), rc, out_fail);
+  if (t->dist.setup_model) /* FSDP: shard placements and hooks */
+    TR_CHECK_GOTO(t->dist.setup_model(t->dist.arg, &t->model, &t->dist), rc,
+                  out_fail);
+  if (t->dist.grads_sharded < 0) {
+    rc = tr_errmsg_set(err, TR_EUNSUPPORTED,
+                       "the gradient norm needs every parameter's gradient "
+                       "held by the same number of data-parallel ranks");
+    goto out_release;
+  }
   TR_CHECK_GOTO(tr_model_alloc(&t->model, t->device), rc, out_fail);
   TR_CHECK_GOTO(tr_model_init_weights(&t->model, t->seed), rc, out_fail);
   TR_CHECK_GOTO(tr__trainer_device_setup(t), rc, out_fail);
@@ -345,11 +352,11 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
                     .arg = &ctx};
   rc = tr_pp_exec_run(&x, t->actions, 2 * t->grad_accum);
   if (rc < 0)
-    return err && err->code ? err->code
-                            : tr_errmsg_set(err, rc,
-                                            "step %" PRId64
-                                            ": forward/backward: %s",
-                                            t->step + 1, tr_strerror(rc));
+    return err && err->code
+               ? err->code
+               : tr_errmsg_set(err, rc,
+                               "step %" PRId64 ": forward/backward: %s",
+                               t->step + 1, tr_strerror(rc));
   double* sums = ctx.sums;
   tr_fault_before_sync(t->step + 1); /* hang */
   if (t->dist.post_backward) {
@@ -418,9 +425,9 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
 /* Mean loss over `steps` batches of B sequences per rank from sample 0 of
  * ld. */
 static int eval_loop(tr_model_t* m, const tr_loader_t* ld, int64_t B,
-                     int64_t steps, const tr_dp_t* dist,
-                     int32_t* inputs, int32_t* targets, double* loss,
-                     int64_t* ntokens, tr_errmsg_t* err) {
+                     int64_t steps, const tr_dp_t* dist, int32_t* inputs,
+                     int32_t* targets, double* loss, int64_t* ntokens,
+                     tr_errmsg_t* err) {
   int rank = dist ? dist->dp_rank : 0, dp = dist ? dist->dp_size : 1;
   int64_t T = ld->seq_len;
   double sums[2] = {0, 0};
@@ -554,7 +561,8 @@ static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
   size_t cap = strlen(dump) + strlen(cfg->metrics.save_jsonl_file) +
                strlen(cfg->metrics.save_tb_folder) + 64;
   if (files && cfg->metrics.enable_jsonl) {
-    if (!(jsonl = malloc(cap))) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    if (!(jsonl = malloc(cap)))
+      return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
     if (t->dist.dp_size > 1 && cfg->metrics.save_for_all_ranks)
       snprintf(jsonl, cap, "%s/rank_%d_%s", dump, t->dist.dp_rank,
                cfg->metrics.save_jsonl_file);

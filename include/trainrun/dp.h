@@ -54,7 +54,7 @@ double tr_dp_comm_hidden(double comm_ms, double exposed_ms);
 int tr_dp_sum_over(tr_pg_t* pg, double* vals, int n);
 
 /* The seam. */
-typedef struct {
+typedef struct tr_dp {
   int dp_rank, dp_size; /* 0 and 1 on one rank */
   /* After the last micro-step's backward, before the gradient norm: make
    * every parameter's grad the SUM over data-parallel ranks (the losses are
@@ -72,9 +72,10 @@ typedef struct {
    * counted once: FSDP 1, HSDP the replicate degree). 0: whole grads. */
   int grads_sharded;
   /* Called by tr_trainer_init after the model's table is built, before its
-   * memory is allocated: set parameter layouts (shards) and install block
-   * hooks. NULL: nothing. */
-  int (*setup_model)(void* arg, tr_model_t* m);
+   * memory is allocated: set parameter placements (shards) and install
+   * block hooks, and set dp->grads_sharded (the trainer's copy of this
+   * seam) from the placements it set. NULL: nothing. */
+  int (*setup_model)(void* arg, tr_model_t* m, struct tr_dp* dp);
   /* Called on every rank before rank 0 writes the final weights: make
    * every parameter whole (FSDP all-gathers). NULL: they are. */
   int (*gather_model)(void* arg, tr_model_t* m);

@@ -315,6 +315,16 @@ int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
                               const int* coords, const tr_placement_t* pl,
                               int ndim, const int64_t* gshape,
                               int64_t* local_shape, int64_t* global_offset);
+/* The same with the mesh dims applied in the given order (order[k] is the
+ * k-th mesh dim to cut; a permutation of 0 .. mesh_ndim - 1; NULL: mesh
+ * order). Cutting a dim later is PyTorch's _StridedShard: FSDP2 over a
+ * tensor-parallel parameter shards the piece TP left, although dp_shard
+ * comes before tp in the mesh. TR_EINVAL for an order that is not a
+ * permutation. */
+int tr_placement_local_layout_ordered(
+    int mesh_ndim, const int* mesh_sizes, const int* coords,
+    const tr_placement_t* pl, const int* order, int ndim, const int64_t* gshape,
+    int64_t* local_shape, int64_t* global_offset);
 
 /* ===================================================================== */
 /* ---- distributed tensors ---- */
@@ -400,17 +410,98 @@ int tr_dtensor_work_wait(tr_dtensor_work_t* w);
  * ranks run too. NULL is a no-op. */
 void tr_dtensor_work_free(tr_dtensor_work_t* w);
 
-/* ---- the parameter table seam (trainrun/model.h) ---- */
+/* ===================================================================== */
+/* ---- mesh shapes: a mesh as layout arithmetic sees it ---- */
 
-/* Give parameter p (global shape p->shape) a DTensor layout: a heap copy of
- * the spec goes to p->layout.placement (a tr_dtensor_spec_t*), and
- * p->layout.offset / shape get this rank's piece. Replaces a layout set
- * before. Call before tr_model_alloc (which allocates layout.shape). */
+/* The names, sizes and this rank's coordinates of a mesh's dims, without
+ * its groups: what a placement needs to say which piece a rank holds.
+ * From a mesh (tr_mesh_get_shape), or built for ranks that have no groups
+ * (`trainrun plan`, a layer over bare process groups). */
+typedef struct {
+  int ndim;
+  char names[TR_MESH_MAX_DIMS][TR_MESH_NAME_MAX];
+  int sizes[TR_MESH_MAX_DIMS];
+  int coords[TR_MESH_MAX_DIMS];
+} tr_mesh_shape_t;
+
+/* TR_EINVAL for ndim out of [1, TR_MESH_MAX_DIMS], empty, long or
+ * repeated names, sizes < 1 or coordinates out of range. */
+int tr_mesh_shape_init(tr_mesh_shape_t* s, int ndim, const char* const* names,
+                       const int* sizes, const int* coords);
+/* The dims of mesh (not its flattened dims) and this rank's coordinates. */
+void tr_mesh_get_shape(const tr_mesh_t* mesh, tr_mesh_shape_t* out);
+/* Index of the named dim, or -1. */
+int tr_mesh_shape_index(const tr_mesh_shape_t* s, const char* name);
+
+/* ===================================================================== */
+/* ---- the parameter table's placements: the one truth about sharding ----
+ *
+ * Every parameter of a model (trainrun/model.h) that is not whole on
+ * every rank carries a tr_param_placement_t in p->layout.placement: the
+ * mesh shape, its placement on every mesh dim, and the order in which the
+ * dims cut it; p->layout.offset / shape are this rank's piece, derived
+ * from it here and nowhere else. A parameter without one is Replicate on
+ * every dim (a one-rank run is the mesh of size 1). Tensor parallelism
+ * places a parameter first (Shard on tp); FSDP then composes Shard(0) on
+ * dp_shard onto whatever is there, cutting last (FSDP2's strided shard),
+ * and reads its rows from the result; the optimizer, clipping and the
+ * checkpoint read the layout. */
+
+typedef struct {
+  tr_mesh_shape_t mesh;
+  tr_placement_t placements[TR_MESH_MAX_DIMS]; /* normalised */
+  int order[TR_MESH_MAX_DIMS]; /* mesh dims in the order they cut */
+} tr_param_placement_t;
+
+/* Compose: out = in (NULL: Replicate on every dim of mesh) with the mesh
+ * dim named `dim` set to Shard(tensor_dim) and moved to the end of the
+ * order (it cuts the piece the other dims leave). When in is given its
+ * mesh is kept and must have `dim`. TR_EINVAL when the dim is missing or
+ * already not Replicate there, or tensor_dim is out of [0, ndim). */
+int tr_param_placement_compose(const tr_param_placement_t* in,
+                               const tr_mesh_shape_t* mesh, const char* dim,
+                               int tensor_dim, int ndim,
+                               tr_param_placement_t* out);
+
+/* The piece of a tensor of global shape gshape (ndim dims) that placement
+ * pl gives the rank at this rank's coordinates, except on mesh dim `dim`
+ * (may be NULL): there the coordinate is `coord`, or, with skip, the dim
+ * does not cut at all (the piece before its cut). TR_EINVAL for an unknown
+ * dim or a coordinate out of range. */
+int tr_param_placement_layout(const tr_param_placement_t* pl, int ndim,
+                              const int64_t* gshape, const char* dim, int coord,
+                              int skip, int64_t* local_shape,
+                              int64_t* global_offset);
+
+/* Give parameter p (global shape p->shape) a placement over mesh with the
+ * dims cutting in `order` (NULL: mesh order): a heap copy goes to
+ * p->layout.placement and p->layout.offset / shape get this rank's piece.
+ * Replaces a placement set before (kept on error). Call before
+ * tr_model_alloc (which allocates layout.shape). TR_EINVAL for bad
+ * placements or order. */
+int tr_dtensor_param_place(tr_param_t* p, const tr_mesh_shape_t* mesh,
+                           const tr_placement_t* placements, const int* order);
+/* tr_dtensor_param_place over a mesh's shape, in mesh order. */
 int tr_dtensor_param_set_layout(tr_param_t* p, tr_mesh_t* mesh,
                                 const tr_placement_t* placements);
-/* The spec behind p->layout.placement, or NULL for a whole tensor. */
-const tr_dtensor_spec_t* tr_dtensor_param_spec(const tr_param_t* p);
-/* Free the spec and make the layout the whole tensor again. */
+/* Compose Shard(tensor_dim) on mesh dim `dim` onto p's placement
+ * (tr_param_placement_compose; mesh is used when p has none yet) and set
+ * p's layout from the result. */
+int tr_dtensor_param_shard(tr_param_t* p, const tr_mesh_shape_t* mesh,
+                           const char* dim, int tensor_dim);
+/* p's placement, or NULL for a whole tensor. */
+const tr_param_placement_t* tr_dtensor_param_placement(const tr_param_t* p);
+/* How many ranks along the named mesh dims hold the same piece of p: the
+ * product of the sizes of those dims on which p is not sharded (dims p's
+ * mesh lacks count 1; no placement: every size). */
+int64_t tr_dtensor_param_replicas(const tr_param_t* p,
+                                  const tr_mesh_shape_t* mesh,
+                                  const char* const* dims, int n);
+/* Undo a shard: p's placement on mesh dim `dim` becomes Replicate and the
+ * layout follows (the whole tensor, placement freed, when no dim cuts it
+ * any more). No-op without a placement or when dim does not shard it. */
+int tr_dtensor_param_unshard(tr_param_t* p, const char* dim);
+/* Free the placement and make the layout the whole tensor again. */
 void tr_dtensor_param_clear_layout(tr_param_t* p);
 
 #ifdef __cplusplus

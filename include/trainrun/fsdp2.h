@@ -83,7 +83,8 @@
 #include "trainrun/model.h"
 #include "trainrun/pg.h"
 #include "trainrun/tensor.h"
-#include "trainrun/dp.h" /* tr_dp_t, the trainer's seam */
+#include "trainrun/dp.h"      /* tr_dp_t, the trainer's seam */
+#include "trainrun/dtensor.h" /* placements: the one sharding truth */
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,7 +112,12 @@ int tr_fsdp_reshard_parse(const char* s, tr_fsdp_reshard_t* out);
 const char* tr_fsdp_reshard_name(tr_fsdp_reshard_t r);
 
 typedef struct {
-  tr_pg_t* shard_pg;     /* borrowed, required: the dp_shard group */
+  tr_pg_t* shard_pg; /* borrowed, required: the dp_shard group */
+  /* The job mesh's shape (copied): the parameters' placements are on it;
+   * it must have a dim "dp_shard" (and "dp_replicate" under HSDP) whose
+   * size and coordinate are the groups'. NULL: a [dp_replicate, dp_shard]
+   * mesh of the two groups. */
+  const tr_mesh_shape_t* mesh;
   tr_pg_t* replicate_pg; /* borrowed: the dp_replicate group (HSDP); NULL
                             or size 1: plain FSDP */
   tr_fsdp_reshard_t reshard_after_forward;

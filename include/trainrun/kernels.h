@@ -90,6 +90,24 @@ typedef struct {
  * Shapes of the raw arguments are given in brackets; q_stride/kv_stride are
  * the distance in elements between the rows of consecutive tokens, so q, k
  * and v may be column slices of one fused [N, 3C] buffer (GPT-2's c_attn). */
+/* One tensor of a multi-tensor AdamW step (raw device pointers). */
+typedef struct tr_kern_adamw_tensor {
+  float* param;      /* fp32 master weights */
+  const float* grad; /* fp32 */
+  float* m;          /* fp32 first moment */
+  float* v;          /* fp32 second moment */
+  void* param_bf16;  /* NULL, or the bf16 compute copy to refresh */
+  int64_t n;
+  int decay; /* 1: apply args->weight_decay; 0: none */
+} tr_kern_adamw_tensor_t;
+
+/* n elements of dtype (TR_F32 or TR_BF16) at x. */
+typedef struct tr_kern_span {
+  const void* x;
+  tr_dtype_t dtype;
+  int64_t n;
+} tr_kern_span_t;
+
 typedef struct tr_kern_ops {
   const char* name; /* "cpu", "cuda" */
 
@@ -141,8 +159,8 @@ typedef struct tr_kern_ops {
    * dinp, dw, dbias may be NULL (not wanted). The rows of dout are ldd >=
    * OC elements apart (CUDA: no dbias then). */
   int (*linear_bwd)(float* dinp, float* dw, float* dbias, const float* dout,
-                    const float* inp, const float* w, int64_t N, int IC,
-                    int OC, int64_t ldd);
+                    const float* inp, const float* w, int64_t N, int IC, int OC,
+                    int64_t ldd);
   /* linear_bwd with dinp (not NULL) OVERWRITTEN: dinp = dout w, the
    * bits of linear_bwd into a zeroed dinp; dw and dbias accumulate as in
    * linear_bwd. NULL in a table that lacks it (the tensor entry then zeroes
@@ -218,6 +236,15 @@ typedef struct tr_kern_ops {
 
   int (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,
                const tr_adamw_args_t* args);
+  /* adamw over many tensors at once (each with its decay flag; a bf16
+   * compute copy refreshed where given), or NULL in a table that lacks it
+   * (the tensor entry then calls adamw per tensor). */
+  int (*adamw_multi)(const struct tr_kern_adamw_tensor* ts, int n,
+                     const tr_adamw_args_t* args);
+  /* *out = the sum of x^2 over every span, accumulated in double (host
+   * pointer out), or NULL (the tensor entry sums span by span). */
+  int (*sum_squares_multi)(double* out, const struct tr_kern_span* spans,
+                           int n);
   /* *out = sum of x^2 accumulated in double (host pointer out). */
   int (*sum_squares)(double* out, const float* x, int64_t n);
   int (*scale)(float* x, float s, int64_t n);            /* x *= s */
@@ -398,6 +425,25 @@ int tr_kern_adamw(tr_tensor_t* param, const tr_tensor_t* grad, tr_tensor_t* m,
 /* *out += sum of squares of x (double). For a global grad norm, add every
  * gradient's sum (then across ranks) and take the square root. */
 int tr_kern_sum_squares(const tr_tensor_t* x, double* out);
+/* The optimizer step and the gradient norm over a whole parameter list,
+ * through the table (one fused launch on CUDA, tensor by tensor on the
+ * CPU with the bits of the single-tensor entries in list order). */
+typedef struct {
+  tr_tensor_t* param;      /* fp32 */
+  const tr_tensor_t* grad; /* fp32 */
+  tr_tensor_t* m;          /* fp32 */
+  tr_tensor_t* v;          /* fp32 */
+  tr_tensor_t* compute;    /* NULL, or param's bf16 copy to refresh */
+  int decay;               /* args->weight_decay applies (else 0) */
+} tr_kern_adamw_set_t;
+/* tr_kern_adamw on each set (args->weight_decay where decay, else 0), all
+ * on one device. TR_EDEVICE for mixed devices, TR_EUNSUPPORTED for a
+ * compute copy on a device whose table has no adamw_multi. */
+int tr_kern_adamw_multi(const tr_kern_adamw_set_t* sets, int n,
+                        const tr_adamw_args_t* args);
+/* *out += the sum of squares of every x[i] (empty ones skipped), all on
+ * one device. */
+int tr_kern_sum_squares_multi(const tr_tensor_t* const* xs, int n, double* out);
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm/(norm + 1e-6)). */
 double tr_kern_clip_coef(double total_norm, double max_norm);
 int tr_kern_scale(tr_tensor_t* x, float s);

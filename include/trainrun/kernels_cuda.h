@@ -288,12 +288,9 @@ int tr_kern_cuda_adamw(const tr_cuda_adamw_tensor_t* tensors, int n_tensors,
                        const tr_adamw_args_t* args, const float* grad_scale_dev,
                        tr_cuda_stream_t s);
 
-/* A span of device memory holding n elements of dtype (TR_F32 or TR_BF16). */
-typedef struct {
-  const void* x;
-  tr_dtype_t dtype;
-  int64_t n;
-} tr_cuda_span_t;
+/* A span of device memory holding n elements of dtype (TR_F32 or TR_BF16):
+ * the dispatch table's span (trainrun/kernels.h). */
+typedef tr_kern_span_t tr_cuda_span_t;
 /* *out_dev (a device double) = sum of x^2 over all spans: fp32 partial sums
  * of fixed-size chunks, then the partials added in order in double. */
 int tr_kern_cuda_sum_squares(double* out_dev, const tr_cuda_span_t* spans,

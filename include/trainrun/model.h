@@ -136,13 +136,18 @@ typedef enum {
 } tr_hf_layout_t;
 
 /* Which part of the global tensor this rank holds. tr_model_init sets the
- * whole tensor (offset 0, shape = global shape, placement NULL). dtensor and
- * FSDP2 set offset/shape (and their placement object) before tr_model_alloc,
- * or swap data/grad themselves in hooks. */
+ * whole tensor (offset 0, shape = global shape, placement NULL). Only
+ * dtensor sets offset/shape, from the placement (tr_dtensor_param_place,
+ * tr_dtensor_param_shard), before tr_model_alloc; FSDP2 composes its
+ * shard there and swaps data/grad in its hooks. */
 typedef struct {
   int64_t offset[TR_MAX_DIMS]; /* first global index held, per dim */
   int64_t shape[TR_MAX_DIMS];  /* local extent, per dim */
-  void* placement;             /* owned by dtensor; NULL = whole tensor */
+  /* The placement this layout comes from: a tr_param_placement_t
+   * (trainrun/dtensor.h, the one truth about sharding), a single heap
+   * block that dtensor sets and tr_model_release frees; NULL = the whole
+   * tensor on every rank. */
+  void* placement;
 } tr_param_layout_t;
 
 typedef struct {

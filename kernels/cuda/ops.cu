@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" void tr__cuda_matmul_release(void);
@@ -384,6 +385,40 @@ int cu_sum_squares(double* out, const float* x, int64_t n) {
   return rc;
 }
 
+int cu_adamw_multi(const tr_kern_adamw_tensor_t* ts, int n,
+                   const tr_adamw_args_t* args) {
+  tr_cuda_adamw_tensor_t* t =
+      (tr_cuda_adamw_tensor_t*)calloc((size_t)n + 1, sizeof *t);
+  if (!t) return TR_ENOMEM;
+  for (int i = 0; i < n; i++) {
+    t[i].param = ts[i].param;
+    t[i].grad = ts[i].grad;
+    t[i].m = ts[i].m;
+    t[i].v = ts[i].v;
+    t[i].param_bf16 = (tr_bf16_t*)ts[i].param_bf16;
+    t[i].n = ts[i].n;
+    t[i].decay = ts[i].decay;
+  }
+  int rc = tr_kern_cuda_adamw(t, n, args, NULL, cur());
+  free(t);
+  return rc;
+}
+
+/* One launch over every span; the double comes back with one
+ * synchronisation (what the gradient norm waits for anyway). */
+int cu_sum_squares_multi(double* out, const tr_kern_span_t* spans, int n) {
+  cudaStream_t s = cur();
+  double* d = NULL;
+  TR_CHECK(tr__cuda_tmp_alloc((void**)&d, sizeof(double), s));
+  int rc = tr_kern_cuda_sum_squares(d, spans, n, s);
+  if (rc == 0)
+    rc = TR_CUDA_CALL(
+        cudaMemcpyAsync(out, d, sizeof(double), cudaMemcpyDeviceToHost, s));
+  tr__cuda_tmp_free(d, s);
+  if (rc == 0) rc = TR_CUDA_CALL(cudaStreamSynchronize(s));
+  return rc;
+}
+
 template <tr_dtype_t DT>
 int cu_scale(float* x, float a, int64_t n) {
   return tr_kern_cuda_scale(DT, x, a, n, cur());
@@ -438,7 +473,9 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->xent_bwd = cu_xent_bwd<DT>;
   t->xent_fused = cu_xent_fused<DT>;
   t->adamw = cu_adamw;
+  t->adamw_multi = cu_adamw_multi;
   t->sum_squares = cu_sum_squares<DT>;
+  t->sum_squares_multi = cu_sum_squares_multi;
   t->scale = cu_scale<DT>;
   t->add = cu_add<DT>;
   t->accumulate = cu_accumulate<DT>;
