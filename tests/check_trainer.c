@@ -768,9 +768,11 @@ END_TEST
 
 static void init_trainer(tr_trainer_t* t, const tr_config_t* cfg,
                          const tr_model_config_t* mc) {
-  tr_trainer_opts_t o = {.model_override = mc, .quiet = 1};
+  tr_trainer_settings_t s;
+  ck_assert_int_eq(fx_settings(cfg, mc, &s), 0);
+  tr_trainer_opts_t o = {.quiet = 1};
   tr_errmsg_t err;
-  ck_assert_msg(tr_trainer_init(t, cfg, &o, &err) == 0, "%s", err.message);
+  ck_assert_msg(tr_trainer_init(t, &s, &o, &err) == 0, "%s", err.message);
 }
 
 START_TEST(test_loss_falls) {
@@ -951,7 +953,9 @@ START_TEST(test_validation_and_eval) {
   ck_assert_int_eq(tr_trainer_validate(&t, &v1, &n1, &err), 0);
   ck_assert_msg(v1 < v0 - 1.0, "val loss %g -> %g", v0, v1);
   /* what `trainrun eval` computes is the same number */
-  ck_assert_int_eq(tr_eval_loss(&t.model, &cfg, &e1, &en, &err), 0);
+  tr_trainer_settings_t es;
+  ck_assert_int_eq(fx_settings(&cfg, NULL, &es), 0);
+  ck_assert_int_eq(tr_eval_loss(&t.model, &es, &e1, &en, &err), 0);
   ck_assert_double_eq(e1, v1);
   ck_assert_int_eq(en, n1);
   tr_trainer_release(&t);
@@ -959,8 +963,10 @@ START_TEST(test_validation_and_eval) {
   /* validation without data is refused */
   tr_config_t bad;
   fx_make_cfg(&bad, (const char* const[]){"validation.enable", "true", NULL});
-  tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
-  ck_assert_int_eq(tr_trainer_init(&t, &bad, &o, &err), TR_ECONFIG);
+  tr_trainer_settings_t bs;
+  ck_assert_int_eq(fx_settings(&bad, &mc, &bs), 0);
+  tr_trainer_opts_t o = {.quiet = 1};
+  ck_assert_int_eq(tr_trainer_init(&t, &bs, &o, &err), TR_ECONFIG);
   ck_assert_ptr_nonnull(strstr(err.message, "validation needs data"));
   tr_config_release(&bad);
 }
@@ -975,10 +981,12 @@ START_TEST(test_train_run_writes_weights) {
                                   "metrics.enable_tensorboard", "true", NULL});
   tr_model_config_t mc = fx_tiny_model("gpt2");
   FILE* con = tmpfile();
-  tr_trainer_opts_t o = {.model_override = &mc, .console = con};
+  tr_trainer_settings_t s;
+  ck_assert_int_eq(fx_settings(&cfg, &mc, &s), 0);
+  tr_trainer_opts_t o = {.console = con};
   tr_errmsg_t err;
   int stopped = -1;
-  ck_assert_msg(tr_train(&cfg, &o, &stopped, &err) == 0, "%s", err.message);
+  ck_assert_msg(tr_train(&s, &o, &stopped, &err) == 0, "%s", err.message);
   ck_assert_int_eq(stopped, 0);
   /* console: lines for steps 1, 2 and 4 */
   rewind(con);
@@ -1023,14 +1031,16 @@ START_TEST(test_sigint_finishes_step) {
   tr_config_t cfg;
   fx_make_cfg(&cfg, (const char* const[]){"training.steps", "1000000", NULL});
   tr_model_config_t mc = fx_tiny_model("gpt2");
-  tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
+  tr_trainer_settings_t s;
+  ck_assert_int_eq(fx_settings(&cfg, &mc, &s), 0);
+  tr_trainer_opts_t o = {.quiet = 1};
   struct sigaction before, after;
   sigaction(SIGINT, NULL, &before);
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, send_sigint, NULL), 0);
   tr_errmsg_t err;
   int stopped = 0;
-  ck_assert_int_eq(tr_train(&cfg, &o, &stopped, &err), 0);
+  ck_assert_int_eq(tr_train(&s, &o, &stopped, &err), 0);
   pthread_join(th, NULL);
   ck_assert_int_eq(stopped, 1);
   ck_assert_int_eq(access(fx_path("out/model.safetensors"), R_OK), 0);
