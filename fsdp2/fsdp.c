@@ -46,7 +46,7 @@ struct tr_fsdp {
   tr_tensor_t* sh_grad; /* per param: the shard while p->grad is whole */
   fsdp_pending_t pend[2];
   int npend;
-  int whole;       /* tr_fsdp_gather_full ran: hooks do nothing */
+  int whole; /* tr_fsdp_gather_full ran: hooks do nothing */
   int64_t syncs;
   tr_fsdp_stats_t stats;
   /* how the compute waits for the collectives (fsdp2/overlap.c) */

@@ -68,20 +68,19 @@ static int compose_device(const tr_config_t* cfg, int local_rank,
 int tr_compose_trainer(const tr_config_t* cfg, int local_rank,
                        tr_trainer_settings_t* s, tr_errmsg_t* err) {
   memset(s, 0, sizeof *s);
-  TR_CHECK(
-      compose_device(cfg, local_rank, &s->device, &s->compute_dtype, err));
+  TR_CHECK(compose_device(cfg, local_rank, &s->device, &s->compute_dtype, err));
   TR_CHECK(tr_compose_model_config(cfg, &s->model, err));
   s->dump_folder = cfg->job.dump_folder;
 
   const typeof(cfg->training)* tr = &cfg->training;
-  s->training = (tr_trainer_training_t){
-      .steps = tr->steps,
-      .local_batch_size = tr->local_batch_size,
-      .global_batch_size = tr->global_batch_size,
-      .seq_len = tr->seq_len,
-      .max_norm = tr->max_norm,
-      .dataset = tr->dataset,
-      .dataset_path = tr->dataset_path};
+  s->training =
+      (tr_trainer_training_t){.steps = tr->steps,
+                              .local_batch_size = tr->local_batch_size,
+                              .global_batch_size = tr->global_batch_size,
+                              .seq_len = tr->seq_len,
+                              .max_norm = tr->max_norm,
+                              .dataset = tr->dataset,
+                              .dataset_path = tr->dataset_path};
 
   const typeof(cfg->optimizer)* o = &cfg->optimizer;
   s->optimizer = (tr_trainer_optimizer_t){.name = o->name,
@@ -100,14 +99,14 @@ int tr_compose_trainer(const tr_config_t* cfg, int local_rank,
       .min_lr_factor = l->min_lr_factor};
 
   const typeof(cfg->validation)* v = &cfg->validation;
-  s->validation = (tr_trainer_validation_t){
-      .enable = v->enable,
-      .dataset_path = v->dataset_path,
-      .split_fraction = v->split_fraction,
-      .local_batch_size = v->local_batch_size,
-      .seq_len = v->seq_len,
-      .steps = v->steps,
-      .freq = v->freq};
+  s->validation =
+      (tr_trainer_validation_t){.enable = v->enable,
+                                .dataset_path = v->dataset_path,
+                                .split_fraction = v->split_fraction,
+                                .local_batch_size = v->local_batch_size,
+                                .seq_len = v->seq_len,
+                                .steps = v->steps,
+                                .freq = v->freq};
 
   const typeof(cfg->metrics)* m = &cfg->metrics;
   s->metrics = (tr_trainer_metrics_t){
@@ -147,7 +146,6 @@ int tr_compose_trainer(const tr_config_t* cfg, int local_rank,
   s->debug.seed = (uint64_t)cfg->debug.seed.value;
   s->debug.faults = (const char* const*)cfg->debug.fault.v;
   s->debug.n_faults = cfg->debug.fault.n;
-  s->cfg = cfg;
   return 0;
 }
 
@@ -197,8 +195,8 @@ int tr_compose_fsdp(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** mesh,
   *mesh = NULL;
   *out = NULL;
   tr_fsdp_opts_t o;
-  TR_CHECK(tr_compose_fsdp_opts(
-      cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &o, err));
+  TR_CHECK(tr_compose_fsdp_opts(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &o,
+                                err));
   tr_mesh_degrees_t d;
   tr_compose_mesh_degrees(cfg, &d);
   d.keep_size1 = 0; /* no one-rank groups */

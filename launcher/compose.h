@@ -67,7 +67,6 @@ int tr_compose_fsdp(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** mesh,
 
 /* DDP's options over pg (tr_ddp_opts_init's defaults, then): the [comm]
  * train timeout and comm_timing from [metrics] comm_overlap. */
-void tr_compose_ddp_opts(const tr_config_t* cfg, tr_pg_t* pg,
-                         tr_ddp_opts_t* o);
+void tr_compose_ddp_opts(const tr_config_t* cfg, tr_pg_t* pg, tr_ddp_opts_t* o);
 
 #endif /* TRAINRUN_LAUNCHER_COMPOSE_H */

@@ -219,8 +219,8 @@ int tr_launch_job(int argc, char** argv) {
     worker_dist_t wd = {0};
     tr_trainer_opts_t topts = {0};
     tr_trainer_settings_t ts;
-    int trc = tr_compose_trainer(
-        &cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &ts, &terr);
+    int trc = tr_compose_trainer(&cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK),
+                                 &ts, &terr);
     if (trc < 0) {
       fprintf(stderr, "trainrun: %s\n", terr.message);
     } else if (launch.world_size > 1) {

@@ -109,8 +109,8 @@ void fx_make_cfg_world(tr_config_t* cfg, int world, const char* const* kv) {
 int fx_settings(const tr_config_t* cfg, const tr_model_config_t* model,
                 tr_trainer_settings_t* s) {
   tr_errmsg_t e;
-  int rc = tr_compose_trainer(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), s,
-                              &e);
+  int rc =
+      tr_compose_trainer(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), s, &e);
   if (rc < 0) {
     fprintf(stderr, "settings: %s\n", e.message);
     return rc;

@@ -40,9 +40,9 @@ static uint64_t pick_seed(void) {
 /* The validation data of v over an already opened training set train_ds
  * (may be NULL): a separate dataset (*own = 1) or a split of train_ds. */
 static int open_val(const tr_trainer_validation_t* v,
-                    const tr_dataset_t* train_ds,
-                    int64_t vocab, tr_dataset_t** val_ds, int64_t* begin,
-                    int* own, tr_errmsg_t* err) {
+                    const tr_dataset_t* train_ds, int64_t vocab,
+                    tr_dataset_t** val_ds, int64_t* begin, int* own,
+                    tr_errmsg_t* err) {
   *val_ds = NULL;
   *begin = 0;
   *own = 0;
@@ -53,8 +53,8 @@ static int open_val(const tr_trainer_validation_t* v,
   }
   if (v->split_fraction > 0 && train_ds) {
     *val_ds = (tr_dataset_t*)train_ds;
-    *begin = tr_data_split_point(tr_dataset_ntokens(train_ds),
-                                 v->split_fraction);
+    *begin =
+        tr_data_split_point(tr_dataset_ntokens(train_ds), v->split_fraction);
     return 0;
   }
   return tr_errmsg_set(err, TR_ECONFIG,
@@ -86,7 +86,6 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
   tr_errmsg_clear(err);
   t->settings = *s;
   s = &t->settings;
-  t->cfg = s->cfg;
   if (opts) t->opts = *opts;
   if (t->opts.dist) {
     t->dist = *t->opts.dist;
@@ -179,8 +178,8 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
                        s->training.dataset);
     goto out_release;
   }
-  rc = tr_dataset_open(&t->train_data, s->training.dataset_path,
-                       TR_DATA_TRAIN, mc.vocab_size, err);
+  rc = tr_dataset_open(&t->train_data, s->training.dataset_path, TR_DATA_TRAIN,
+                       mc.vocab_size, err);
   if (rc < 0) goto out_release;
   int64_t train_end = -1;
   if (!s->validation.dataset_path && s->validation.split_fraction > 0)
@@ -495,17 +494,15 @@ static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
     struct tm tmv;
     localtime_r(&now, &tmv);
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tmv);
-    int n =
-        snprintf(tb, cap, "%s/%s/%s", dump, mt->save_tb_folder, stamp);
+    int n = snprintf(tb, cap, "%s/%s/%s", dump, mt->save_tb_folder, stamp);
     if (t->dist.dp_size > 1 && mt->save_for_all_ranks)
       snprintf(tb + n, cap - (size_t)n, "/rank_%d", t->dist.dp_rank);
   }
-  tr_metrics_opts_t mo = {.console = con,
-                          .color = con &&
-                                   !mt->disable_color_printing &&
-                                   isatty(fileno(con)),
-                          .jsonl_path = jsonl,
-                          .tb_dir = tb};
+  tr_metrics_opts_t mo = {
+      .console = con,
+      .color = con && !mt->disable_color_printing && isatty(fileno(con)),
+      .jsonl_path = jsonl,
+      .tb_dir = tb};
   int rc = tr_metrics_open(out, &mo, err);
   free(jsonl);
   free(tb);
@@ -522,10 +519,9 @@ int tr_train(const tr_trainer_settings_t* settings,
                   ? NULL
                   : (t.opts.console ? t.opts.console : stdout);
   tr_metrics_logger_t* ml = NULL;
-  int rc =
-      tr_fault_arm(s->debug.faults, (int)s->debug.n_faults,
-                   (int)tr_param_int(TR_PARAM_RANK),
-                   (int)tr_param_int(TR_PARAM_RESTART_COUNT), err);
+  int rc = tr_fault_arm(s->debug.faults, (int)s->debug.n_faults,
+                        (int)tr_param_int(TR_PARAM_RANK),
+                        (int)tr_param_int(TR_PARAM_RESTART_COUNT), err);
   if (rc == 0) rc = open_metrics(&t, con, &ml, err);
   if (rc == 0) rc = tr_trainer_checkpoint_start(&t, con, ml, err);
   if (rc < 0) goto out;

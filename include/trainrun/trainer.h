@@ -49,7 +49,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "trainrun/config.h" /* until checkpointing.c takes .checkpoint */
 #include "trainrun/data.h"
 #include "trainrun/errmsg.h"
 #include "trainrun/model.h"
@@ -185,8 +184,8 @@ typedef struct {
 /* [lr_scheduler] (the schedule above) */
 typedef struct {
   int64_t warmup_steps;
-  int64_t total_steps;  /* the schedule's length (the launcher: steps) */
-  double decay_ratio;   /* < 0: unset (decay right after warmup) */
+  int64_t total_steps;    /* the schedule's length (the launcher: steps) */
+  double decay_ratio;     /* < 0: unset (decay right after warmup) */
   const char* decay_type; /* "linear", "sqrt", "cosine" */
   double min_lr_factor;
 } tr_trainer_lr_scheduler_t;
@@ -222,7 +221,7 @@ typedef struct {
   const char* async_mode; /* "disabled", "async", ... (trainrun/checkpoint.h) */
   int load_only;
   int create_seed_checkpoint;
-  int64_t load_step; /* -1: the latest complete step */
+  int64_t load_step;             /* -1: the latest complete step */
   const char* initial_load_path; /* NULL: none */
   int initial_load_model_only;
   int initial_load_in_hf;
@@ -264,8 +263,6 @@ typedef struct {
     const char* const* faults;
     size_t n_faults;
   } debug;
-  const tr_config_t* cfg; /* trainer/checkpointing.c, until it reads
-                             .checkpoint */
 } tr_trainer_settings_t;
 
 /* ---- the trainer ---- */
@@ -291,7 +288,6 @@ typedef struct {
 
 typedef struct tr_trainer {
   tr_trainer_settings_t settings; /* a copy; its strings borrowed */
-  const tr_config_t* cfg;         /* settings.cfg */
   tr_model_t model;
   tr_trainer_dist_t dist;
   /* AdamW moments, one pair per parameter (like its grad) */
