@@ -19,6 +19,7 @@
 
 #include <jansson.h> /* reading the JSON we wrote */
 
+#include "launcher/compose.h" /* the config -> the trainer's settings */
 #include "trainrun/config.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
@@ -1051,6 +1052,53 @@ START_TEST(test_sigint_finishes_step) {
 }
 END_TEST
 
+/* The launcher's composition root: the settings carry what the config
+ * says, as resolved (the schedule's length, the global batch, the shard
+ * degree), and a tool composing for the CPU ignores training.device. */
+START_TEST(test_compose_settings) {
+  tr_config_t cfg;
+  fx_make_cfg_world(
+      &cfg, 4,
+      (const char* const[]){"training.device", "cuda", "training.max_norm",
+                            "0.5", "checkpoint.exclude_from_loading",
+                            "optimizer,dataloader", NULL});
+  tr_trainer_settings_t s;
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_compose_trainer(&cfg, -1, &s, &err), 0);
+  ck_assert_int_eq(s.device.type, TR_DEV_CPU);
+  ck_assert_int_eq(s.compute_dtype, TR_F32);
+  ck_assert_int_eq(s.training.steps, 30);
+  ck_assert_int_eq(s.training.global_batch_size, 16); /* -1: 4 x 4 ranks */
+  ck_assert_double_eq(s.training.max_norm, 0.5);
+  ck_assert_int_eq(s.lr_scheduler.total_steps, 30); /* unset: the steps */
+  ck_assert_int_eq(s.lr_scheduler.warmup_steps, 2);
+  ck_assert_double_eq(s.lr_scheduler.decay_ratio, -1.0); /* unset */
+  ck_assert_double_eq(s.optimizer.lr, 3e-3);
+  ck_assert_int_eq(s.debug.seed_set, 1);
+  ck_assert_uint_eq(s.debug.seed, 42);
+  ck_assert_str_eq(s.dump_folder, fx_path("out"));
+  ck_assert_uint_eq(s.checkpoint.n_exclude_from_loading, 2);
+  ck_assert_str_eq(s.checkpoint.exclude_from_loading[1], "dataloader");
+  /* llama3: the longest seq_len of training and validation (2048) */
+  ck_assert_int_eq(s.model.max_seq_len, 2048);
+  if (tr_cuda_device_count() == 0) { /* a rank of a cuda job needs one */
+    ck_assert_int_eq(tr_compose_trainer(&cfg, 0, &s, &err), TR_EDEVICE);
+    ck_assert_ptr_nonnull(strstr(err.message, "training.device: 'cuda'"));
+  }
+  /* the mesh gets the shard degree the config solved */
+  tr_mesh_degrees_t d;
+  tr_compose_mesh_degrees(&cfg, &d);
+  ck_assert_int_eq(d.dp_shard, 4);
+  ck_assert_int_eq(d.dp_replicate, 1);
+  tr_config_release(&cfg);
+  fx_make_cfg(&cfg, (const char* const[]){"model.flavor", "nosuch", NULL});
+  ck_assert_int_eq(tr_compose_trainer(&cfg, -1, &s, &err), TR_ECONFIG);
+  ck_assert_ptr_nonnull(
+      strstr(err.message, "model.flavor: unknown flavor 'nosuch'"));
+  tr_config_release(&cfg);
+}
+END_TEST
+
 START_TEST(test_sampling) {
   tr_model_config_t c = fx_tiny_model("llama3");
   tr_model_t m;
@@ -1110,6 +1158,7 @@ int main(void) {
   tcase_add_test(tc, test_validation_and_eval);
   tcase_add_test(tc, test_train_run_writes_weights);
   tcase_add_test(tc, test_sigint_finishes_step);
+  tcase_add_test(tc, test_compose_settings);
   tcase_add_test(tc, test_sampling);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
