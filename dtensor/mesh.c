@@ -39,15 +39,6 @@ void tr_mesh_degrees_init(tr_mesh_degrees_t* d) {
   d->flatten = 1;
 }
 
-void tr_mesh_degrees_from_config(const tr_config_t* cfg, tr_mesh_degrees_t* d) {
-  tr_mesh_degrees_init(d);
-  d->pp = (int)cfg->parallelism.pipeline_parallel_degree;
-  d->dp_replicate = (int)cfg->parallelism.data_parallel_replicate_degree;
-  d->dp_shard = (int)cfg->parallelism.data_parallel_shard_degree;
-  d->cp = (int)cfg->parallelism.context_parallel_degree;
-  d->tp = (int)cfg->parallelism.tensor_parallel_degree;
-}
-
 static void degrees_array(const tr_mesh_degrees_t* d, int out[5]) {
   out[0] = d->pp;
   out[1] = d->dp_replicate;
@@ -343,7 +334,10 @@ int tr_mesh_from_degrees(tr_pg_t* pg, const tr_mesh_degrees_t* d,
                          tr_mesh_t** out, tr_errmsg_t* err) {
   *out = NULL;
   if (!pg) return tr_errmsg_set(err, TR_EINVAL, "mesh without a group");
-  tr_mesh_degrees_t rd = *d;
+  if (d->dp_shard == -1)
+    return tr_errmsg_set(err, TR_EINVAL,
+                         "mesh degrees not resolved: dp_shard -1");
+  tr_mesh_degrees_t rd = *d; /* resolved: this only checks them */
   TR_CHECK(tr_mesh_degrees_resolve(&rd, tr_pg_size(pg), err));
   int deg[5], sizes[5], n = 0, nd = 0;
   const char* names[5];

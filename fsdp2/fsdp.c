@@ -11,12 +11,10 @@
 #include <string.h>
 
 #include "fsdp2/internal.h"
-#include "trainrun/dtensor.h" /* the dp_replicate x dp_shard mesh */
 #include "trainrun/error.h"
 #include "trainrun/fsdp2.h"
 #include "trainrun/kernels.h" /* accumulate, scale */
 #include "trainrun/log.h"
-#include "trainrun/param.h" /* LOCAL_RANK: the rank's device */
 
 typedef struct {
   tr__fsdp_group_t def; /* blocks, params, offsets (fsdp2/internal.h) */
@@ -50,8 +48,7 @@ struct tr_fsdp {
   tr_tensor_t* sh_grad; /* per param: the shard while p->grad is whole */
   fsdp_pending_t pend[2];
   int npend;
-  int whole;       /* tr_fsdp_gather_full ran: hooks do nothing */
-  tr_mesh_t* mesh; /* owned when tr_fsdp_from_config made the groups */
+  int whole; /* tr_fsdp_gather_full ran: hooks do nothing */
   int64_t syncs;
   tr_fsdp_stats_t stats;
   /* how the compute waits for the collectives (fsdp2/overlap.c) */
@@ -682,7 +679,6 @@ void tr_fsdp_free(tr_fsdp_t* f) {
   free(f->sh_data);
   free(f->sh_grad);
   tr__fsdp_plan_release(&f->plan);
-  tr_mesh_free(f->mesh);
   free(f);
 }
 
@@ -764,61 +760,4 @@ int tr_fsdp_group_of_block(const tr_fsdp_t* f, int block) {
 
 void tr_fsdp_stats(const tr_fsdp_t* f, tr_fsdp_stats_t* out) {
   *out = f->stats;
-}
-
-/* ---- from a job config ---- */
-
-int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
-                        tr_errmsg_t* err) {
-  *out = NULL;
-  tr_fsdp_opts_t o;
-  tr_fsdp_opts_init(&o);
-  if (tr_fsdp_reshard_parse(cfg->parallelism.fsdp_reshard_after_forward,
-                            &o.reshard_after_forward) < 0)
-    return tr_errmsg_set(err, TR_ECONFIG,
-                         "parallelism.fsdp_reshard_after_forward: unknown "
-                         "'%s'",
-                         cfg->parallelism.fsdp_reshard_after_forward);
-  if (tr_dtype_parse(cfg->training.mixed_precision_reduce, &o.reduce_dtype) < 0)
-    return tr_errmsg_set(err, TR_ECONFIG,
-                         "training.mixed_precision_reduce: unknown '%s'",
-                         cfg->training.mixed_precision_reduce);
-  /* mixed_precision_param applies to CUDA compute; the CPU kernels are
-   * float32 */
-  tr_device_t dev;
-  TR_CHECK(
-      tr_config_device(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &dev, err));
-  o.param_dtype = TR_F32;
-  if (dev.type == TR_DEV_CUDA &&
-      tr_dtype_parse(cfg->training.mixed_precision_param, &o.param_dtype) < 0)
-    return tr_errmsg_set(err, TR_ECONFIG,
-                         "training.mixed_precision_param: unknown '%s'",
-                         cfg->training.mixed_precision_param);
-  o.divide_factor = 1; /* the trainer scales the loss by the global batch */
-  o.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
-  o.prefetch_depth = (int)cfg->parallelism.fsdp_prefetch_depth;
-  o.comm_timing = cfg->metrics.comm_overlap;
-  tr_mesh_degrees_t d;
-  tr_mesh_degrees_from_config(cfg, &d);
-  d.keep_size1 = 0; /* no one-rank groups */
-  d.flatten = 0;    /* FSDP needs the shard and replicate dims only */
-  tr_mesh_t* mesh = NULL;
-  TR_CHECK(tr_mesh_from_degrees(world, &d, &mesh, err));
-  o.shard_pg = tr_mesh_dim_pg(mesh, "dp_shard");
-  o.replicate_pg = tr_mesh_dim_pg(mesh, "dp_replicate");
-  tr_mesh_shape_t shape;
-  tr_mesh_get_shape(mesh, &shape);
-  o.mesh = &shape;
-  if (!o.shard_pg) {
-    tr_mesh_free(mesh);
-    return tr_errmsg_set(err, TR_ECONFIG,
-                         "fsdp needs data_parallel_shard_degree > 1");
-  }
-  int rc = tr_fsdp_new(&o, out);
-  if (rc < 0) {
-    tr_mesh_free(mesh);
-    return tr_errmsg_set(err, rc, "fsdp: %s", tr_strerror(rc));
-  }
-  (*out)->mesh = mesh;
-  return 0;
 }

@@ -17,7 +17,7 @@ trainruninclude_HEADERS += include/trainrun/fsdp2.h include/trainrun/ddp.h \
 check_PROGRAMS += tests/check_fsdp2
 TESTS += tests/check_fsdp2
 tests_check_fsdp2_SOURCES = tests/check_fsdp2.c tests/pg_suite.c \
-	tests/pg_suite.h
+	tests/pg_suite.h tests/fixtures.c
 tests_check_fsdp2_CFLAGS = $(TEST_CFLAGS)
 tests_check_fsdp2_LDADD = $(TEST_LIBS) -lm
 

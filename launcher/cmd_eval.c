@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "launcher/commands.h"
+#include "launcher/compose.h" /* the model and validation data of the job */
 #include "trainrun/config.h"
 #include "trainrun/error.h"
 #include "trainrun/safetensors.h"
@@ -81,12 +82,12 @@ int tr_cmd_eval(int argc, char** argv) {
   }
   tr_errmsg_t err;
   tr_errmsg_clear(&err);
-  tr_model_config_t mc;
   tr_model_t m;
   memset(&m, 0, sizeof m);
-  int r = tr_trainer_model_config(&cfg, &mc, &err);
+  tr_trainer_settings_t ts; /* the model and the validation data */
+  int r = tr_compose_trainer(&cfg, -1, &ts, &err); /* on the CPU */
   if (r == 0) {
-    r = tr_model_init(&m, &mc);
+    r = tr_model_init(&m, &ts.model);
     if (r == 0) r = tr_model_alloc(&m, TR_DEVICE_CPU);
     if (r < 0)
       tr_errmsg_set(&err, r, "cannot build the model: %s", tr_strerror(r));
@@ -94,7 +95,7 @@ int tr_cmd_eval(int argc, char** argv) {
   if (r == 0) r = tr_st_import_model(&m, weights, &err);
   double loss = 0;
   int64_t ntok = 0;
-  if (r == 0) r = tr_eval_loss(&m, &cfg, &loss, &ntok, &err);
+  if (r == 0) r = tr_eval_loss(&m, &ts, &loss, &ntok, &err);
   if (r < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = tr__cmd_exit_code(r);

@@ -12,11 +12,11 @@
 #include <string.h>
 
 #include "launcher/commands.h"
+#include "launcher/compose.h" /* the model config of a job */
 #include "trainrun/config.h"
 #include "trainrun/error.h"
-#include "trainrun/fsdp2.h"   /* shard arithmetic and the memory plan */
-#include "trainrun/model.h"   /* the parameter table */
-#include "trainrun/trainer.h" /* the model config of a job */
+#include "trainrun/fsdp2.h" /* shard arithmetic and the memory plan */
+#include "trainrun/model.h" /* the parameter table */
 
 static void plan_usage(FILE* out) {
   fprintf(out,
@@ -102,7 +102,7 @@ static int plan_print(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
   int rep = (int)p->data_parallel_replicate_degree;
   int shard = (int)p->data_parallel_shard_degree;
   tr_model_config_t mc;
-  TR_CHECK(tr_trainer_model_config(cfg, &mc, err));
+  TR_CHECK(tr_compose_model_config(cfg, &mc, err));
   tr_model_t m;
   int rc = tr_model_init(&m, &mc);
   if (rc < 0) {

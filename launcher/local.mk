@@ -1,4 +1,8 @@
-# launcher/local.mk: the trainrun command line.
+# launcher/local.mk: the trainrun command line, and the composition root
+# (compose.c: the job config -> each module's options), which the library
+# carries as its top layer so that the tests can use it too.
+libtrainrun_la_SOURCES += launcher/compose.c
+noinst_HEADERS += launcher/compose.h
 bin_PROGRAMS += trainrun
 trainrun_SOURCES = launcher/main.c launcher/cmd_config.c launcher/run.c \
 	launcher/cmd_plan.c \

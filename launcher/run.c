@@ -3,25 +3,28 @@
  * report it in one line, then train (trainer/train.c); a worker of a world
  * of several ranks trains data parallel over the default process group,
  * through the daemon's store: FSDP / HSDP (trainrun/fsdp2.h) when
- * [parallelism] data_parallel_shard_degree > 1, else DDP (trainrun/ddp.h). */
+ * [parallelism] data_parallel_shard_degree > 1, else DDP (trainrun/ddp.h).
+ * Every module gets its options from the config through
+ * launcher/compose.c. */
 #include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#ifdef __GLIBC__ /* defined by the headers above */
+#ifdef __GLIBC__    /* defined by the headers above */
 #include <malloc.h> /* mallopt */
 #endif
 
 #include "launcher/commands.h"
+#include "launcher/compose.h" /* config -> trainer, mesh, FSDP, DDP options */
 #include "launcher/launch.h"
 #include "trainrun/config.h"
-#include "trainrun/ddp.h" /* the gradient all-reduce of a worker */
+#include "trainrun/ddp.h"     /* the gradient all-reduce of a worker */
+#include "trainrun/dtensor.h" /* FSDP's mesh */
 #include "trainrun/error.h"
 #include "trainrun/flight_recorder.h" /* every collective, in shared memory */
-#include "trainrun/fault.h" /* DDP's --debug.fault hook */
-#include "trainrun/fsdp2.h" /* FSDP / HSDP when dp_shard > 1 */
+#include "trainrun/fsdp2.h"           /* FSDP / HSDP when dp_shard > 1 */
 #include "trainrun/param.h" /* MASTER_ADDR, MASTER_PORT, restart count */
 #include "trainrun/pg.h"    /* the world's process group */
 #include "trainrun/store.h" /* the daemon's store */
@@ -58,13 +61,15 @@ typedef struct {
   tr_pg_t* pg;
   tr_ddp_t* ddp;
   tr_fsdp_t* fsdp;
-  tr_fr_t* fr; /* the flight recorder's ring (trainrun/flight_recorder.h) */
+  tr_mesh_t* mesh; /* FSDP's dp_replicate x dp_shard groups */
+  tr_fr_t* fr;     /* the flight recorder's ring (trainrun/flight_recorder.h) */
   tr_dp_t dist;
 } worker_dist_t;
 
 static void worker_dist_release(worker_dist_t* w) {
   tr_ddp_free(w->ddp);
   tr_fsdp_free(w->fsdp);
+  tr_mesh_free(w->mesh);
   tr_pg_free(w->pg);
   tr_fr_free(w->fr); /* after the groups: their last ops still record */
   tr_store_client_free(w->store);
@@ -126,7 +131,7 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
             tr_strerror(rc));
   if (p->data_parallel_shard_degree > 1) { /* FSDP, HSDP */
     tr_errmsg_t err;
-    rc = tr_fsdp_from_config(cfg, w->pg, &w->fsdp, &err);
+    rc = tr_compose_fsdp(cfg, w->pg, &w->mesh, &w->fsdp, &err);
     if (rc < 0) {
       fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, err.message);
       worker_dist_release(w);
@@ -136,11 +141,7 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
     return 0;
   }
   tr_ddp_opts_t dopts; /* dp_replicate = the world: DDP */
-  tr_ddp_opts_init(&dopts);
-  dopts.pg = w->pg;
-  dopts.train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
-  dopts.comm_timing = cfg->metrics.comm_overlap;
-  dopts.sync_fault = tr_fault_grad_sync; /* --debug.fault */
+  tr_compose_ddp_opts(cfg, w->pg, &dopts);
   rc = tr_ddp_new(&dopts, &w->ddp);
   if (rc < 0) {
     fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, tr_strerror(rc));
@@ -217,15 +218,19 @@ int tr_launch_job(int argc, char** argv) {
     int stopped = 0;
     worker_dist_t wd = {0};
     tr_trainer_opts_t topts = {0};
-    int trc = 0;
-    if (launch.world_size > 1) {
+    tr_trainer_settings_t ts;
+    int trc = tr_compose_trainer(&cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK),
+                                 &ts, &terr);
+    if (trc < 0) {
+      fprintf(stderr, "trainrun: %s\n", terr.message);
+    } else if (launch.world_size > 1) {
       trc = worker_dist_init(&wd, &launch, &cfg);
       topts.dist = &wd.dist;
     }
     if (trc < 0) {
       rc = tr__cmd_exit_code(trc);
     } else {
-      trc = tr_train(&cfg, &topts, &stopped, &terr);
+      trc = tr_train(&ts, &topts, &stopped, &terr);
       if (trc < 0) {
         fprintf(stderr, "trainrun: %s\n", terr.message);
         rc = tr__cmd_exit_code(trc);

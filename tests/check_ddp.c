@@ -65,11 +65,12 @@ static void ddp_body(tr_pg_t* world, pg_ctx_t* ctx) {
   tr_dp_t dist;
   tr_ddp_dp(d, &dist);
   PCHECK(dist.dp_rank == ctx->rank && dist.dp_size == ctx->size);
-  tr_trainer_opts_t to = {
-      .model_override = &g_model, .dist = &dist, .quiet = 1};
+  tr_trainer_settings_t ts;
+  PCHECK_RC(fx_settings(&g_cfg, &g_model, &ts));
+  tr_trainer_opts_t to = {.dist = &dist, .quiet = 1};
   tr_trainer_t t;
   tr_errmsg_t err;
-  int rc = tr_trainer_init(&t, &g_cfg, &to, &err);
+  int rc = tr_trainer_init(&t, &ts, &to, &err);
   if (rc < 0) fprintf(stderr, "rank %d: %s\n", ctx->rank, err.message);
   PCHECK(rc == 0);
   PCHECK(t.grad_accum == 4 / ctx->size);
@@ -208,13 +209,12 @@ static void run_body(tr_pg_t* world, pg_ctx_t* ctx) {
     con = fopen(path, "w");
     PCHECK(con != NULL);
   }
-  tr_trainer_opts_t to = {.model_override = &g_model,
-                          .dist = &dist,
-                          .console = con,
-                          .quiet = con == NULL};
+  tr_trainer_settings_t ts;
+  PCHECK_RC(fx_settings(&g_cfg, &g_model, &ts));
+  tr_trainer_opts_t to = {.dist = &dist, .console = con, .quiet = con == NULL};
   tr_errmsg_t err;
   int stopped = -1;
-  int rc = tr_train(&g_cfg, &to, &stopped, &err);
+  int rc = tr_train(&ts, &to, &stopped, &err);
   if (rc < 0) fprintf(stderr, "rank %d: %s\n", ctx->rank, err.message);
   PCHECK(rc == 0 && stopped == 0);
   PCHECK(tr_ddp_reduces(d) == (int64_t)TIMED_STEPS * tr_ddp_nbuckets(d));

@@ -242,8 +242,12 @@ START_TEST(test_mesh_degrees) {
     d.keep_size1 = keep;
     tr_mesh_t* m;
     tr_errmsg_t err;
+    /* a mesh takes resolved degrees (a job's config solves them) */
+    ck_assert_int_eq(tr_mesh_from_degrees(w, &d, &m, &err), TR_EINVAL);
+    ck_assert_str_eq(err.message, "mesh degrees not resolved: dp_shard -1");
+    ck_assert_int_eq(tr_mesh_degrees_resolve(&d, 8, &err), 0);
     ck_assert_int_eq(tr_mesh_from_degrees(w, &d, &m, &err), 0);
-    ck_assert_int_eq(d.dp_shard, -1); /* not modified */
+    ck_assert_int_eq(d.dp_shard, 2); /* not modified */
     ck_assert_int_eq(tr_mesh_ndim(m), keep ? 5 : 3);
     for (int i = 0, k = 0; i < 5; i++) {
       if (!keep && (i == 1 || i == 3)) continue;
@@ -302,6 +306,7 @@ START_TEST(test_mesh_hsdp_flat) {
     tr_mesh_degrees_init(&d);
     d.dp_replicate = 2;
     d.tp = 2;
+    ck_assert_int_eq(tr_mesh_degrees_resolve(&d, 8, NULL), 0);
     tr_mesh_t* m;
     ck_assert_int_eq(tr_mesh_from_degrees(w, &d, &m, NULL), 0);
     char buf[64], want[64];
@@ -354,7 +359,9 @@ START_TEST(test_describe) {
   /* the mesh itself prints the same, on any rank */
   tr_pg_t* w = fake_world(3, 4);
   tr_mesh_t* m;
-  ck_assert_int_eq(tr_mesh_from_degrees(w, &d, &m, NULL), 0);
+  tr_mesh_degrees_t rd = d;
+  ck_assert_int_eq(tr_mesh_degrees_resolve(&rd, 4, NULL), 0);
+  ck_assert_int_eq(tr_mesh_from_degrees(w, &rd, &m, NULL), 0);
   char* s2 = describe_mesh(m);
   ck_assert_str_eq(s2, want);
   free(s2);
@@ -931,6 +938,7 @@ static void body_mesh_groups(tr_pg_t* world, pg_ctx_t* c) {
   tr_mesh_degrees_t d;
   tr_mesh_degrees_init(&d);
   d.dp_replicate = 2; /* 2 x 2 HSDP on 4 ranks */
+  PCHECK_RC(tr_mesh_degrees_resolve(&d, tr_pg_size(world), NULL));
   tr_mesh_t* m;
   PCHECK_RC(tr_mesh_from_degrees(world, &d, &m, NULL));
   const char* dims[] = {"pp", "dp_replicate", "dp_shard",    "cp",
@@ -1099,6 +1107,7 @@ START_TEST(test_plan_ops) {
   tr_placement_t a[2] = {S0, S0}, b[2] = {S1, R};
   int64_t g[2] = {8, 4};
   tr_dtensor_t x, y;
+  memset(&y, 0, sizeof y); /* an out must hold no tensor (dtensor.h) */
   ck_assert_int_eq(tr_dtensor_zeros(&x, m, a, 2, g, TR_F32, TR_DEVICE_CPU), 0);
   ck_assert_int_eq(x.local.shape[0], 2);
   tr_pg_stats_t sa0, sa1, sb0, sb1;

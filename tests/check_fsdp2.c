@@ -24,8 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "launcher/compose.h" /* FSDP from a job config, as the launcher */
+#include "tests/fixtures.h"   /* the trainer's settings of a config */
 #include "tests/pg_suite.h"
 #include "trainrun/config.h"
+#include "trainrun/dtensor.h" /* FSDP's mesh */
 #include "trainrun/error.h"
 #include "trainrun/fsdp2.h"
 #include "trainrun/model.h"
@@ -595,10 +598,12 @@ static int64_t trainer_peak(const tr_config_t* cfg, const tr_dp_t* dist,
   mem_model(&mc);
   tr_mem_stats_t s0, s1, s2;
   tr_mem_stats(TR_MEM_HOST, 0, &s0);
-  tr_trainer_opts_t to = {.model_override = &mc, .dist = dist, .quiet = 1};
+  tr_trainer_settings_t ts;
+  PCHECK_RC(fx_settings(cfg, &mc, &ts));
+  tr_trainer_opts_t to = {.dist = dist, .quiet = 1};
   tr_trainer_t t;
   tr_errmsg_t err;
-  int rc = tr_trainer_init(&t, cfg, &to, &err);
+  int rc = tr_trainer_init(&t, &ts, &to, &err);
   if (rc < 0) fprintf(stderr, "trainer: %s\n", err.message);
   PCHECK_RC(rc);
   tr_mem_stats(TR_MEM_HOST, 0, &s1);
@@ -740,7 +745,7 @@ static int obs_ahead_bwd(void* arg, tr_model_t* m, int b, tr_model_mb_t* mb) {
 
 /* Three training steps of the 8-layer model over 2 FSDP ranks with
  * fsdp_prefetch_depth 0, 1 and 2 (the job config through
- * tr_fsdp_from_config): the losses and grad norms are the same bit for bit,
+ * the launcher's tr_compose_fsdp): the losses and grad norms are the same bit for bit,
  * and the depth is how many layer groups are gathered ahead of the one
  * computing (forward and backward); the host allocator's peak grows with
  * it (printed). */
@@ -773,7 +778,8 @@ static void body_prefetch_depth(tr_pg_t* world, pg_ctx_t* ctx) {
     PCHECK(cfg.parallelism.fsdp_prefetch_depth == depth);
     PCHECK_RC(tr_config_resolve(&cfg, ctx->size, &err));
     tr_fsdp_t* f;
-    int rc = tr_fsdp_from_config(&cfg, world, &f, &err);
+    tr_mesh_t* mesh;
+    int rc = tr_compose_fsdp(&cfg, world, &mesh, &f, &err);
     if (rc < 0) fprintf(stderr, "fsdp: %s\n", err.message);
     PCHECK_RC(rc);
     obs_f = f;
@@ -781,11 +787,13 @@ static void body_prefetch_depth(tr_pg_t* world, pg_ctx_t* ctx) {
     tr_fsdp_dp(f, &dist);
     tr_model_config_t mc;
     mem_model(&mc);
-    tr_trainer_opts_t to = {.model_override = &mc, .dist = &dist, .quiet = 1};
+    tr_trainer_settings_t ts;
+    PCHECK_RC(fx_settings(&cfg, &mc, &ts));
+    tr_trainer_opts_t to = {.dist = &dist, .quiet = 1};
     tr_trainer_t t;
     tr_mem_stats_t s0, s1;
     tr_mem_stats(TR_MEM_HOST, 0, &s0);
-    rc = tr_trainer_init(&t, &cfg, &to, &err);
+    rc = tr_trainer_init(&t, &ts, &to, &err);
     if (rc < 0) fprintf(stderr, "trainer: %s\n", err.message);
     PCHECK_RC(rc);
     PCHECK_RC(
@@ -816,6 +824,7 @@ static void body_prefetch_depth(tr_pg_t* world, pg_ctx_t* ctx) {
                      : st1.prefetches == st0.prefetches);
     tr_trainer_release(&t);
     tr_fsdp_free(f);
+    tr_mesh_free(mesh);
     tr_config_release(&cfg);
   }
   for (int depth = 1; depth <= 2; depth++)

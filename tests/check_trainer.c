@@ -19,6 +19,7 @@
 
 #include <jansson.h> /* reading the JSON we wrote */
 
+#include "launcher/compose.h" /* the config -> the trainer's settings */
 #include "trainrun/config.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
@@ -768,9 +769,11 @@ END_TEST
 
 static void init_trainer(tr_trainer_t* t, const tr_config_t* cfg,
                          const tr_model_config_t* mc) {
-  tr_trainer_opts_t o = {.model_override = mc, .quiet = 1};
+  tr_trainer_settings_t s;
+  ck_assert_int_eq(fx_settings(cfg, mc, &s), 0);
+  tr_trainer_opts_t o = {.quiet = 1};
   tr_errmsg_t err;
-  ck_assert_msg(tr_trainer_init(t, cfg, &o, &err) == 0, "%s", err.message);
+  ck_assert_msg(tr_trainer_init(t, &s, &o, &err) == 0, "%s", err.message);
 }
 
 START_TEST(test_loss_falls) {
@@ -951,7 +954,9 @@ START_TEST(test_validation_and_eval) {
   ck_assert_int_eq(tr_trainer_validate(&t, &v1, &n1, &err), 0);
   ck_assert_msg(v1 < v0 - 1.0, "val loss %g -> %g", v0, v1);
   /* what `trainrun eval` computes is the same number */
-  ck_assert_int_eq(tr_eval_loss(&t.model, &cfg, &e1, &en, &err), 0);
+  tr_trainer_settings_t es;
+  ck_assert_int_eq(fx_settings(&cfg, NULL, &es), 0);
+  ck_assert_int_eq(tr_eval_loss(&t.model, &es, &e1, &en, &err), 0);
   ck_assert_double_eq(e1, v1);
   ck_assert_int_eq(en, n1);
   tr_trainer_release(&t);
@@ -959,8 +964,10 @@ START_TEST(test_validation_and_eval) {
   /* validation without data is refused */
   tr_config_t bad;
   fx_make_cfg(&bad, (const char* const[]){"validation.enable", "true", NULL});
-  tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
-  ck_assert_int_eq(tr_trainer_init(&t, &bad, &o, &err), TR_ECONFIG);
+  tr_trainer_settings_t bs;
+  ck_assert_int_eq(fx_settings(&bad, &mc, &bs), 0);
+  tr_trainer_opts_t o = {.quiet = 1};
+  ck_assert_int_eq(tr_trainer_init(&t, &bs, &o, &err), TR_ECONFIG);
   ck_assert_ptr_nonnull(strstr(err.message, "validation needs data"));
   tr_config_release(&bad);
 }
@@ -975,10 +982,12 @@ START_TEST(test_train_run_writes_weights) {
                                   "metrics.enable_tensorboard", "true", NULL});
   tr_model_config_t mc = fx_tiny_model("gpt2");
   FILE* con = tmpfile();
-  tr_trainer_opts_t o = {.model_override = &mc, .console = con};
+  tr_trainer_settings_t s;
+  ck_assert_int_eq(fx_settings(&cfg, &mc, &s), 0);
+  tr_trainer_opts_t o = {.console = con};
   tr_errmsg_t err;
   int stopped = -1;
-  ck_assert_msg(tr_train(&cfg, &o, &stopped, &err) == 0, "%s", err.message);
+  ck_assert_msg(tr_train(&s, &o, &stopped, &err) == 0, "%s", err.message);
   ck_assert_int_eq(stopped, 0);
   /* console: lines for steps 1, 2 and 4 */
   rewind(con);
@@ -1023,20 +1032,69 @@ START_TEST(test_sigint_finishes_step) {
   tr_config_t cfg;
   fx_make_cfg(&cfg, (const char* const[]){"training.steps", "1000000", NULL});
   tr_model_config_t mc = fx_tiny_model("gpt2");
-  tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
+  tr_trainer_settings_t s;
+  ck_assert_int_eq(fx_settings(&cfg, &mc, &s), 0);
+  tr_trainer_opts_t o = {.quiet = 1};
   struct sigaction before, after;
   sigaction(SIGINT, NULL, &before);
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, send_sigint, NULL), 0);
   tr_errmsg_t err;
   int stopped = 0;
-  ck_assert_int_eq(tr_train(&cfg, &o, &stopped, &err), 0);
+  ck_assert_int_eq(tr_train(&s, &o, &stopped, &err), 0);
   pthread_join(th, NULL);
   ck_assert_int_eq(stopped, 1);
   ck_assert_int_eq(access(fx_path("out/model.safetensors"), R_OK), 0);
   /* the handler is gone again: SIGINT is back to its old disposition */
   sigaction(SIGINT, NULL, &after);
   ck_assert_ptr_eq((void*)after.sa_handler, (void*)before.sa_handler);
+  tr_config_release(&cfg);
+}
+END_TEST
+
+/* The launcher's composition root: the settings carry what the config
+ * says, as resolved (the schedule's length, the global batch, the shard
+ * degree), and a tool composing for the CPU ignores training.device. */
+START_TEST(test_compose_settings) {
+  tr_config_t cfg;
+  fx_make_cfg_world(
+      &cfg, 4,
+      (const char* const[]){"training.device", "cuda", "training.max_norm",
+                            "0.5", "checkpoint.exclude_from_loading",
+                            "optimizer,dataloader", NULL});
+  tr_trainer_settings_t s;
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_compose_trainer(&cfg, -1, &s, &err), 0);
+  ck_assert_int_eq(s.device.type, TR_DEV_CPU);
+  ck_assert_int_eq(s.compute_dtype, TR_F32);
+  ck_assert_int_eq(s.training.steps, 30);
+  ck_assert_int_eq(s.training.global_batch_size, 16); /* -1: 4 x 4 ranks */
+  ck_assert_double_eq(s.training.max_norm, 0.5);
+  ck_assert_int_eq(s.lr_scheduler.total_steps, 30); /* unset: the steps */
+  ck_assert_int_eq(s.lr_scheduler.warmup_steps, 2);
+  ck_assert_double_eq(s.lr_scheduler.decay_ratio, -1.0); /* unset */
+  ck_assert_double_eq(s.optimizer.lr, 3e-3);
+  ck_assert_int_eq(s.debug.seed_set, 1);
+  ck_assert_uint_eq(s.debug.seed, 42);
+  ck_assert_str_eq(s.dump_folder, fx_path("out"));
+  ck_assert_uint_eq(s.checkpoint.n_exclude_from_loading, 2);
+  ck_assert_str_eq(s.checkpoint.exclude_from_loading[1], "dataloader");
+  /* llama3: the longest seq_len of training and validation (2048) */
+  ck_assert_int_eq(s.model.max_seq_len, 2048);
+  if (tr_cuda_device_count() == 0) { /* a rank of a cuda job needs one */
+    ck_assert_int_eq(tr_compose_trainer(&cfg, 0, &s, &err), TR_EDEVICE);
+    ck_assert_ptr_nonnull(strstr(err.message, "training.device: 'cuda'"));
+  }
+  /* the mesh gets the shard degree the config solved */
+  tr_mesh_degrees_t d;
+  tr_compose_mesh_degrees(&cfg, &d);
+  ck_assert_int_eq(d.dp_shard, 4);
+  ck_assert_int_eq(d.dp_replicate, 1);
+  tr_config_release(&cfg);
+  fx_make_cfg(&cfg, (const char* const[]){"model.flavor", "nosuch", NULL});
+  ck_assert_int_eq(tr_compose_trainer(&cfg, -1, &s, &err), TR_ECONFIG);
+  ck_assert_ptr_nonnull(
+      strstr(err.message, "model.flavor: unknown flavor 'nosuch'"));
   tr_config_release(&cfg);
 }
 END_TEST
@@ -1100,6 +1158,7 @@ int main(void) {
   tcase_add_test(tc, test_validation_and_eval);
   tcase_add_test(tc, test_train_run_writes_weights);
   tcase_add_test(tc, test_sigint_finishes_step);
+  tcase_add_test(tc, test_compose_settings);
   tcase_add_test(tc, test_sampling);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "launcher/compose.h"
 #include "tests/fixtures.h"
+#include "trainrun/param.h" /* LOCAL_RANK */
 
 char fx_tmpdir[256];
 
@@ -102,4 +104,17 @@ void fx_make_cfg_world(tr_config_t* cfg, int world, const char* const* kv) {
   for (size_t i = 0; kv && kv[i]; i += 2) fx_cfg_set(cfg, kv[i], kv[i + 1]);
   tr_errmsg_t e;
   ck_assert_msg(tr_config_resolve(cfg, world, &e) == 0, "%s", e.message);
+}
+
+int fx_settings(const tr_config_t* cfg, const tr_model_config_t* model,
+                tr_trainer_settings_t* s) {
+  tr_errmsg_t e;
+  int rc =
+      tr_compose_trainer(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), s, &e);
+  if (rc < 0) {
+    fprintf(stderr, "settings: %s\n", e.message);
+    return rc;
+  }
+  if (model) s->model = *model;
+  return 0;
 }

@@ -1,5 +1,6 @@
 /* tests/fixtures.h: helpers the Check suites of the trainer and checkpoint
- * layers share (check_data, check_trainer, check_ddp, check_checkpoint): a
+ * layers share (check_data, check_trainer, check_ddp, check_checkpoint,
+ * check_fsdp2): a
  * temporary folder per test, files in it, and a tiny model trained on a
  * generated corpus.
  *
@@ -20,6 +21,7 @@
 
 #include "trainrun/config.h"
 #include "trainrun/model.h"
+#include "trainrun/trainer.h"
 
 /* The test's temporary folder, "/tmp/<prefix>.XXXXXX" once made. */
 extern char fx_tmpdir[256];
@@ -59,5 +61,13 @@ void fx_cfg_set(tr_config_t* cfg, const char* key, const char* value);
 void fx_make_cfg(tr_config_t* cfg, const char* const* kv);
 /* fx_make_cfg() resolved for world size `world`. */
 void fx_make_cfg_world(tr_config_t* cfg, int world, const char* const* kv);
+
+/* The trainer's settings for cfg as the launcher composes them
+ * (launcher/compose.h, the device of LOCAL_RANK); model: build this one
+ * instead of cfg's flavor (NULL: cfg's). They borrow cfg's strings.
+ * Returns 0, or the error after printing its message to stderr (so that
+ * forked ranks can check it too). */
+int fx_settings(const tr_config_t* cfg, const tr_model_config_t* model,
+                tr_trainer_settings_t* s);
 
 #endif /* TRAINRUN_TESTS_FIXTURES_H */

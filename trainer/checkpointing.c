@@ -105,10 +105,10 @@ static char* train_state_json(const tr_trainer_t* t) {
   return s;
 }
 
-static int excluded(const tr_config_t* cfg, const char* part) {
-  const tr_config_list_t* l = &cfg->checkpoint.exclude_from_loading;
-  for (size_t i = 0; i < l->n; i++)
-    if (strcmp(l->v[i], part) == 0) return 1;
+static int excluded(const tr_trainer_t* t, const char* part) {
+  const tr_trainer_checkpoint_t* c = &t->settings.checkpoint;
+  for (size_t i = 0; i < c->n_exclude_from_loading; i++)
+    if (strcmp(c->exclude_from_loading[i], part) == 0) return 1;
   return 0;
 }
 
@@ -130,7 +130,6 @@ static int load_items(tr_trainer_t* t, const tr_ckpt_t* ck, int which,
 
 static int restore_state(tr_trainer_t* t, const tr_ckpt_t* ck,
                          tr_errmsg_t* err) {
-  const tr_config_t* cfg = t->cfg;
   json_error_t je;
   json_t* st = json_loads(ck->train_state_json, 0, &je);
   if (!st)
@@ -144,8 +143,8 @@ static int restore_state(tr_trainer_t* t, const tr_ckpt_t* ck,
                        ck->dir);
     goto out;
   }
-  if (!excluded(cfg, "train_state")) t->step = step;
-  if (dl && !excluded(cfg, "dataloader")) {
+  if (!excluded(t, "train_state")) t->step = step;
+  if (dl && !excluded(t, "dataloader")) {
     if (json_unpack(dl, "{sIsIsIsI}", "sample", &sample, "seed", &sseed,
                     "seq_len", &seq_len, "ntokens", &ntokens) < 0) {
       rc =
@@ -173,7 +172,7 @@ int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
   tr_ckpt_t* ck;
   TR_CHECK(tr_ckpt_open(&ck, step_dir, err));
   int rc = 0;
-  if (!excluded(t->cfg, "model")) rc = load_items(t, ck, 0, err);
+  if (!excluded(t, "model")) rc = load_items(t, ck, 0, err);
   int has_opt = 0;
   if (t->model.n_params > 0) {
     char* n = item_name(&t->model.params[0], 1);
@@ -181,7 +180,7 @@ int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
     free(n);
   }
   if (rc == 0 && !model_only) {
-    if (has_opt && !excluded(t->cfg, "optimizer")) {
+    if (has_opt && !excluded(t, "optimizer")) {
       rc = load_items(t, ck, 1, err);
       if (rc == 0) rc = load_items(t, ck, 2, err);
     } else if (!has_opt) {
@@ -205,7 +204,6 @@ static int dist_sum(void* arg, double* vals, int n) {
 
 static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
   struct tr__trainer_ckpt* c = t->ckpt;
-  const tr_config_t* cfg = t->cfg;
   int np = t->model.n_params, parts = model_only ? 1 : 3;
   tr_ckpt_item_t* items = calloc((size_t)np * 3 + 1, sizeof *items);
   if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
@@ -220,7 +218,7 @@ static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
   }
   tr_dtype_t dt = TR_F32;
   int convert = model_only &&
-                tr_dtype_parse(cfg->checkpoint.export_dtype, &dt) == 0 &&
+                tr_dtype_parse(t->settings.checkpoint.export_dtype, &dt) == 0 &&
                 dt != TR_F32;
   /* the daemon allows a rank writing a checkpoint twice --worker-timeout */
   tr_heartbeat_phase("checkpoint");
@@ -321,9 +319,10 @@ static int report_commit(tr_trainer_t* t, int64_t before, tr_errmsg_t* err) {
 int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
                                 struct tr_metrics_logger* ml,
                                 tr_errmsg_t* err) {
-  const tr_config_t* cfg = t->cfg;
-  if (!cfg->checkpoint.enable) return 0;
-  if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.last_save_model_only)
+  const tr_trainer_settings_t* s = &t->settings;
+  const tr_trainer_checkpoint_t* ck = &s->checkpoint;
+  if (!ck->enable) return 0;
+  if (ck->last_save_in_hf && !ck->last_save_model_only)
     return tr_errmsg_set(err, TR_ECONFIG,
                          "checkpoint.last_save_in_hf needs "
                          "checkpoint.last_save_model_only = true (only the "
@@ -334,30 +333,29 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
   c->con = con;
   c->ml = ml;
   c->saved_step = -1;
-  size_t n = strlen(cfg->job.dump_folder) + strlen(cfg->checkpoint.folder) + 2;
+  size_t n = strlen(s->dump_folder) + strlen(ck->folder) + 2;
   c->folder = malloc(n);
   if (!c->folder) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-  snprintf(c->folder, n, "%s/%s", cfg->job.dump_folder, cfg->checkpoint.folder);
+  snprintf(c->folder, n, "%s/%s", s->dump_folder, ck->folder);
   tr_ckpt_saver_opts_t o = {
       .folder = c->folder,
       .comm = {.rank = t->dist.dp_rank,
                .world = t->dist.dp_size,
                .all_reduce_sum = t->dist.all_reduce_sum ? dist_sum : NULL,
                .arg = t},
-      .keep_latest_k = (int)cfg->checkpoint.keep_latest_k};
-  if (tr_ckpt_mode_parse(cfg->checkpoint.async_mode, &o.mode) < 0)
+      .keep_latest_k = (int)ck->keep_latest_k};
+  if (tr_ckpt_mode_parse(ck->async_mode, &o.mode) < 0)
     return tr_errmsg_set(err, TR_ECONFIG, "checkpoint.async_mode: unknown '%s'",
-                         cfg->checkpoint.async_mode);
+                         ck->async_mode);
   char layout[160];
   snprintf(layout, sizeof layout,
            "{\"kind\":\"data_parallel\",\"dp\":%d,\"global_batch\":%" PRId64
            ",\"local_batch\":%" PRId64 "}",
            t->dist.dp_size, t->G, t->B);
   o.layout_json = layout;
-  if (!cfg->checkpoint.load_only)
-    TR_CHECK(tr_ckpt_saver_new(&o, &c->saver, err));
+  if (!ck->load_only) TR_CHECK(tr_ckpt_saver_new(&o, &c->saver, err));
 
-  if (cfg->checkpoint.create_seed_checkpoint && c->saver) {
+  if (ck->create_seed_checkpoint && c->saver) {
     /* torchtitan's seed checkpoint: the initialised model as step 0 */
     TR_CHECK(save(t, 1, 1, err));
     TR_CHECK(report_commit(t, -1, err));
@@ -368,12 +366,12 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
               c->folder);
       fflush(con);
     }
-    t->step = cfg->training.steps; /* tr_train's loop has nothing to do */
+    t->step = s->training.steps; /* tr_train's loop has nothing to do */
     return 0;
   }
   /* resume: load_step, else the latest complete step, else
    * initial_load_path */
-  int64_t step = cfg->checkpoint.load_step;
+  int64_t step = ck->load_step;
   int rc = 0;
   char dir[4096];
   if (step < 0) {
@@ -394,24 +392,22 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
       fprintf(con, "resumed from '%s' at step %" PRId64 "\n", dir, t->step);
       fflush(con);
     }
-  } else if (cfg->checkpoint.initial_load_path &&
-             cfg->checkpoint.initial_load_in_hf) {
+  } else if (ck->initial_load_path && ck->initial_load_in_hf) {
     /* Hugging Face weights (whole tensors on every rank) */
-    TR_CHECK(
-        tr_st_import_model(&t->model, cfg->checkpoint.initial_load_path, err));
+    TR_CHECK(tr_st_import_model(&t->model, ck->initial_load_path, err));
     TR_CHECK(tr_model_refresh_compute(&t->model)); /* bf16 copies */
     if (con) {
       fprintf(con, "loaded the Hugging Face weights '%s'\n",
-              cfg->checkpoint.initial_load_path);
+              ck->initial_load_path);
       fflush(con);
     }
-  } else if (cfg->checkpoint.initial_load_path) {
-    int model_only = cfg->checkpoint.initial_load_model_only;
-    TR_CHECK(tr_trainer_load_checkpoint(t, cfg->checkpoint.initial_load_path,
-                                        model_only, err));
+  } else if (ck->initial_load_path) {
+    int model_only = ck->initial_load_model_only;
+    TR_CHECK(
+        tr_trainer_load_checkpoint(t, ck->initial_load_path, model_only, err));
     if (con) {
       fprintf(con, "loaded %s'%s'\n", model_only ? "the model of " : "",
-              cfg->checkpoint.initial_load_path);
+              ck->initial_load_path);
       fflush(con);
     }
   }
@@ -442,19 +438,18 @@ static int save_now(tr_trainer_t* t, int model_only, int sync,
 int tr_trainer_checkpoint_step(tr_trainer_t* t, int last, tr_errmsg_t* err) {
   struct tr__trainer_ckpt* c = t->ckpt;
   if (!c || !c->saver) return 0;
-  const tr_config_t* cfg = t->cfg;
+  const tr_trainer_checkpoint_t* ck = &t->settings.checkpoint;
   TR_CHECK(settle(t, 0, err));
-  int at_end = t->step >= cfg->training.steps;
-  int due = t->step % cfg->checkpoint.interval == 0 || last ||
-            (t->step == 1 && cfg->checkpoint.enable_first_step_checkpoint);
+  int at_end = t->step >= t->settings.training.steps;
+  int due = t->step % ck->interval == 0 || last ||
+            (t->step == 1 && ck->enable_first_step_checkpoint);
   if (!due || t->step == c->saved_step) return 0;
   /* the last step's save is synchronous and, with last_save_model_only,
    * holds the model alone (in export_dtype), and with last_save_in_hf
    * also as Hugging Face safetensors */
-  int model_only = at_end && cfg->checkpoint.last_save_model_only;
+  int model_only = at_end && ck->last_save_model_only;
   TR_CHECK(save_now(t, model_only, last, err));
-  if (model_only && last && cfg->checkpoint.last_save_in_hf)
-    return save_hf(t, err);
+  if (model_only && last && ck->last_save_in_hf) return save_hf(t, err);
   return 0;
 }
 

@@ -17,7 +17,6 @@
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/log.h"
-#include "trainrun/param.h" /* LOCAL_RANK */
 #include "trainrun/trainer.h"
 
 static int on_cuda(const tr_trainer_t* t) {
@@ -25,8 +24,8 @@ static int on_cuda(const tr_trainer_t* t) {
 }
 
 int tr__trainer_device_pick(tr_trainer_t* t, tr_errmsg_t* err) {
-  int local = (int)tr_param_int(TR_PARAM_LOCAL_RANK);
-  TR_CHECK(tr_config_device(t->cfg, local, &t->device, err));
+  const tr_trainer_settings_t* s = &t->settings;
+  t->device = s->device;
   snprintf(t->device_name, sizeof t->device_name, "cpu");
   t->compute_dtype = TR_F32;
   if (t->device.type != TR_DEV_CUDA) return 0;
@@ -39,15 +38,13 @@ int tr__trainer_device_pick(tr_trainer_t* t, tr_errmsg_t* err) {
   if (rc < 0)
     return tr_errmsg_set(err, rc, "cannot use cuda:%d: %s", t->device.index,
                          tr_strerror(rc));
-  const char* mp = t->cfg->training.mixed_precision_param;
-  if (tr_dtype_parse(mp, &t->compute_dtype) < 0 ||
-      (t->compute_dtype != TR_F32 && t->compute_dtype != TR_BF16))
+  t->compute_dtype = s->compute_dtype;
+  if (t->compute_dtype != TR_F32 && t->compute_dtype != TR_BF16)
     return tr_errmsg_set(err, TR_ECONFIG,
                          "training.mixed_precision_param: '%s' is not "
                          "float32 or bfloat16",
-                         mp);
-  if (strcmp(t->cfg->optimizer.name, "Adam") == 0 &&
-      t->cfg->optimizer.weight_decay != 0)
+                         tr_dtype_name(t->compute_dtype));
+  if (strcmp(s->optimizer.name, "Adam") == 0 && s->optimizer.weight_decay != 0)
     return tr_errmsg_set(err, TR_EUNSUPPORTED,
                          "optimizer.name: 'Adam' with weight_decay (an L2 "
                          "term) runs on the CPU only; use AdamW on cuda");
@@ -122,7 +119,7 @@ static int add_l2(tr_param_t* p, float wd, float grad_scale) {
 }
 
 int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
-  const typeof(t->cfg->optimizer)* o = &t->cfg->optimizer;
+  const tr_trainer_optimizer_t* o = &t->settings.optimizer;
   int adam_l2 = strcmp(o->name, "Adam") == 0;
   tr_adamw_args_t a = {.lr = (float)lr,
                        .beta1 = (float)o->beta1,

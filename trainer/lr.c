@@ -75,16 +75,6 @@ int tr_lr_schedule_init(tr_lr_schedule_t* s, double lr, int64_t warmup_steps,
   return 0;
 }
 
-int tr_lr_schedule_from_config(tr_lr_schedule_t* s, const tr_config_t* cfg,
-                               tr_errmsg_t* err) {
-  const typeof(cfg->lr_scheduler)* l = &cfg->lr_scheduler;
-  int64_t total =
-      l->total_steps.set ? l->total_steps.value : cfg->training.steps;
-  double ratio = l->decay_ratio.set ? l->decay_ratio.value : -1.0;
-  return tr_lr_schedule_init(s, cfg->optimizer.lr, l->warmup_steps, total,
-                             ratio, l->decay_type, l->min_lr_factor, err);
-}
-
 double tr_lr_schedule_factor(const tr_lr_schedule_t* s, int64_t step) {
   int64_t k = step - 1; /* LambdaLR's count: 0 for the first step */
   if (k < 0) k = 0;

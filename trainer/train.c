@@ -1,5 +1,5 @@
-/* trainer/train.c: the per-rank training loop — building the run from a
- * job config, one optimizer step (micro-steps, gradient sync seam, norm,
+/* trainer/train.c: the per-rank training loop — building the run from its
+ * settings, one optimizer step (micro-steps, gradient sync seam, norm,
  * clipping, AdamW), validation, and the whole run with metrics, signals and
  * the final weights (trainrun/trainer.h). */
 #include "config.h"
@@ -27,41 +27,6 @@
 
 /* ---- building a run ---- */
 
-int tr_trainer_model_config(const tr_config_t* cfg, tr_model_config_t* out,
-                            tr_errmsg_t* err) {
-  int rc = tr_model_config_get(cfg->model.name, cfg->model.flavor, out);
-  if (rc < 0) {
-    char list[256] = "";
-    const char* const* fl = tr_model_flavors(cfg->model.name);
-    for (size_t i = 0; fl && fl[i]; i++) {
-      size_t w = strlen(list);
-      snprintf(list + w, sizeof list - w, "%s%s", i ? ", " : "", fl[i]);
-    }
-    return tr_errmsg_set(err, TR_ECONFIG,
-                         "model.flavor: unknown flavor '%s' of %s (flavors: "
-                         "%s)",
-                         cfg->model.flavor, cfg->model.name, list);
-  }
-  int64_t T = cfg->training.seq_len;
-  if (cfg->validation.enable && cfg->validation.seq_len > T)
-    T = cfg->validation.seq_len;
-  if (out->family == TR_MODEL_GPT2) {
-    if (T > out->max_seq_len)
-      return tr_errmsg_set(err, TR_ECONFIG,
-                           "training.seq_len: %" PRId64
-                           " exceeds the %d positions of gpt2 %s",
-                           T, out->max_seq_len, cfg->model.flavor);
-    return 0;
-  }
-  /* Llama has no position table: the longest sequence the run trains on
-   * is the context the exported model claims (and `trainrun sample` keeps) */
-  if (cfg->validation.seq_len > T) T = cfg->validation.seq_len; /* eval */
-  if (T > INT32_MAX)
-    return tr_errmsg_set(err, TR_ECONFIG, "training.seq_len: too large");
-  out->max_seq_len = (int)T;
-  return 0;
-}
-
 /* Seconds-and-pid entropy for a run without debug.seed. */
 static uint64_t pick_seed(void) {
   struct timespec ts;
@@ -73,24 +38,24 @@ static uint64_t pick_seed(void) {
   return (x ^ (x >> 29)) % 1000000000ULL;
 }
 
-/* The validation data of cfg over an already opened training set train_ds
+/* The validation data of v over an already opened training set train_ds
  * (may be NULL): a separate dataset (*own = 1) or a split of train_ds. */
-static int open_val(const tr_config_t* cfg, const tr_dataset_t* train_ds,
-                    int64_t vocab, tr_dataset_t** val_ds, int64_t* begin,
-                    int* own, tr_errmsg_t* err) {
+static int open_val(const tr_trainer_validation_t* v,
+                    const tr_dataset_t* train_ds, int64_t vocab,
+                    tr_dataset_t** val_ds, int64_t* begin, int* own,
+                    tr_errmsg_t* err) {
   *val_ds = NULL;
   *begin = 0;
   *own = 0;
-  if (cfg->validation.dataset_path) {
-    TR_CHECK(tr_dataset_open(val_ds, cfg->validation.dataset_path, TR_DATA_VAL,
-                             vocab, err));
+  if (v->dataset_path) {
+    TR_CHECK(tr_dataset_open(val_ds, v->dataset_path, TR_DATA_VAL, vocab, err));
     *own = 1;
     return 0;
   }
-  if (cfg->validation.split_fraction > 0 && train_ds) {
+  if (v->split_fraction > 0 && train_ds) {
     *val_ds = (tr_dataset_t*)train_ds;
-    *begin = tr_data_split_point(tr_dataset_ntokens(train_ds),
-                                 cfg->validation.split_fraction);
+    *begin =
+        tr_data_split_point(tr_dataset_ntokens(train_ds), v->split_fraction);
     return 0;
   }
   return tr_errmsg_set(err, TR_ECONFIG,
@@ -116,11 +81,12 @@ static int val_batches(const tr_loader_t* ld, int64_t B, int dp, int64_t steps,
   return 0;
 }
 
-int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
+int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
                     const tr_trainer_opts_t* opts, tr_errmsg_t* err) {
   memset(t, 0, sizeof *t);
   tr_errmsg_clear(err);
-  t->cfg = cfg;
+  t->settings = *s;
+  s = &t->settings;
   if (opts) t->opts = *opts;
   if (t->opts.dist) {
     t->dist = *t->opts.dist;
@@ -134,11 +100,10 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
                          t->dist.dp_rank, t->dist.dp_size);
   int dp = t->dist.dp_size;
   int rc = 0;
-  t->B = cfg->training.local_batch_size;
-  t->T = cfg->training.seq_len;
-  t->G = cfg->training.global_batch_size > 0 ? cfg->training.global_batch_size
-                                             : t->B * dp;
-  if (t->G % (t->B * dp) != 0)
+  t->B = s->training.local_batch_size;
+  t->T = s->training.seq_len;
+  t->G = s->training.global_batch_size;
+  if (t->B < 1 || t->G < 1 || t->G % (t->B * dp) != 0)
     return tr_errmsg_set(err, TR_ECONFIG,
                          "training.global_batch_size %" PRId64
                          " is not a multiple of local_batch_size x "
@@ -155,17 +120,13 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
   TR_CHECK(tr__trainer_device_pick(t, err));
 
   /* the model */
-  tr_model_config_t mc;
-  if (t->opts.model_override)
-    mc = *t->opts.model_override;
-  else
-    TR_CHECK(tr_trainer_model_config(cfg, &mc, err));
+  const tr_model_config_t mc = s->model;
   if (t->T > mc.max_seq_len)
     return tr_errmsg_set(err, TR_ECONFIG,
                          "training.seq_len %" PRId64
                          " exceeds the model's max_seq_len %d",
                          t->T, mc.max_seq_len);
-  t->seed = cfg->debug.seed.set ? (uint64_t)cfg->debug.seed.value : pick_seed();
+  t->seed = s->debug.seed_set ? s->debug.seed : pick_seed();
   rc = tr_model_init(&t->model, &mc);
   if (rc < 0) {
     char msg[256] = "";
@@ -186,8 +147,8 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
   TR_CHECK_GOTO(tr_model_init_weights(&t->model, t->seed), rc, out_fail);
   TR_CHECK_GOTO(tr__trainer_device_setup(t), rc, out_fail);
   if ((rc = tr_model_set_activation_checkpoint_config(
-           &t->model, cfg->activation_checkpoint.mode,
-           cfg->activation_checkpoint.selective_ac_option, err)) < 0)
+           &t->model, s->activation_checkpoint.mode,
+           s->activation_checkpoint.selective_ac_option, err)) < 0)
     goto out_release;
   t->flops_per_token = tr_model_flops_per_token(&mc, (int)t->T);
 
@@ -208,47 +169,50 @@ int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
         tr_tensor_zeros(&t->adam_v[i], TR_F32, g->device, g->ndim, g->shape),
         rc, out_fail);
   }
-  if (strcmp(cfg->optimizer.name, "AdamW") != 0 &&
-      strcmp(cfg->optimizer.name, "Adam") != 0) {
+  if (strcmp(s->optimizer.name, "AdamW") != 0 &&
+      strcmp(s->optimizer.name, "Adam") != 0) {
     rc = tr_errmsg_set(err, TR_ECONFIG, "optimizer.name: unknown '%s'",
-                       cfg->optimizer.name);
+                       s->optimizer.name);
     goto out_release;
   }
-  rc = tr_lr_schedule_from_config(&t->lr, cfg, err);
+  const tr_trainer_lr_scheduler_t* ls = &s->lr_scheduler;
+  rc = tr_lr_schedule_init(&t->lr, s->optimizer.lr, ls->warmup_steps,
+                           ls->total_steps, ls->decay_ratio, ls->decay_type,
+                           ls->min_lr_factor, err);
   if (rc < 0) goto out_release;
 
   /* data */
-  if (!cfg->training.dataset_path) {
+  if (!s->training.dataset_path) {
     rc = tr_errmsg_set(err, TR_ECONFIG,
                        "training.dataset_path is not set (trainrun reads "
                        "llm.c token shards or text files; dataset '%s' is a "
                        "name, not a path)",
-                       cfg->training.dataset);
+                       s->training.dataset);
     goto out_release;
   }
-  rc = tr_dataset_open(&t->train_data, cfg->training.dataset_path,
-                       TR_DATA_TRAIN, mc.vocab_size, err);
+  rc = tr_dataset_open(&t->train_data, s->training.dataset_path, TR_DATA_TRAIN,
+                       mc.vocab_size, err);
   if (rc < 0) goto out_release;
   int64_t train_end = -1;
-  if (!cfg->validation.dataset_path && cfg->validation.split_fraction > 0)
+  if (!s->validation.dataset_path && s->validation.split_fraction > 0)
     train_end = tr_data_split_point(tr_dataset_ntokens(t->train_data),
-                                    cfg->validation.split_fraction);
+                                    s->validation.split_fraction);
   rc = tr_loader_init(&t->train, t->train_data, 0, train_end, t->T, t->seed, 1,
                       err);
   if (rc < 0) goto out_release;
-  if (cfg->validation.enable) {
+  if (s->validation.enable) {
     int64_t vbegin;
     int own;
-    rc = open_val(cfg, t->train_data, mc.vocab_size, &t->val_data, &vbegin,
-                  &own, err);
+    rc = open_val(&s->validation, t->train_data, mc.vocab_size, &t->val_data,
+                  &vbegin, &own, err);
     if (rc < 0) goto out_release;
     if (!own) t->val_data = NULL; /* a split: not ours to free */
-    t->val_B = cfg->validation.local_batch_size;
-    t->val_T = cfg->validation.seq_len;
+    t->val_B = s->validation.local_batch_size;
+    t->val_T = s->validation.seq_len;
     rc = tr_loader_init(&t->val, own ? t->val_data : t->train_data, vbegin, -1,
                         t->val_T, t->seed, 0, err);
     if (rc == 0)
-      rc = val_batches(&t->val, t->val_B, dp, cfg->validation.steps,
+      rc = val_batches(&t->val, t->val_B, dp, s->validation.steps,
                        &t->val_steps, err);
     if (rc < 0) goto out_release;
     t->has_val = 1;
@@ -398,9 +362,8 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
                          isfinite(loss) ? (isnan(norm) ? "nan" : "inf")
                                         : (isnan(loss) ? "nan" : "inf"),
                          t->step + 1);
-  double clip = t->cfg->training.max_norm > 0
-                    ? tr_kern_clip_coef(norm, t->cfg->training.max_norm)
-                    : 1.0;
+  double max_norm = t->settings.training.max_norm;
+  double clip = max_norm > 0 ? tr_kern_clip_coef(norm, max_norm) : 1.0;
   double lr = tr_lr_schedule_lr(&t->lr, t->step + 1);
   /* an async checkpoint may still be copying the weights and moments */
   tr__trainer_checkpoint_before_update(t);
@@ -468,19 +431,19 @@ int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
                    t->inputs, t->targets, loss, ntokens, err);
 }
 
-int tr_eval_loss(tr_model_t* m, const tr_config_t* cfg, double* loss,
+int tr_eval_loss(tr_model_t* m, const tr_trainer_settings_t* s, double* loss,
                  int64_t* ntokens, tr_errmsg_t* err) {
+  const tr_trainer_validation_t* v = &s->validation;
   tr_dataset_t* train = NULL;
   tr_dataset_t* val = NULL;
   int64_t begin;
   int own, rc;
-  if (!cfg->validation.dataset_path && cfg->training.dataset_path &&
-      cfg->validation.split_fraction > 0)
-    TR_CHECK(tr_dataset_open(&train, cfg->training.dataset_path, TR_DATA_TRAIN,
+  if (!v->dataset_path && s->training.dataset_path && v->split_fraction > 0)
+    TR_CHECK(tr_dataset_open(&train, s->training.dataset_path, TR_DATA_TRAIN,
                              m->cfg.vocab_size, err));
-  rc = open_val(cfg, train, m->cfg.vocab_size, &val, &begin, &own, err);
+  rc = open_val(v, train, m->cfg.vocab_size, &val, &begin, &own, err);
   if (rc < 0) goto out;
-  int64_t T = cfg->validation.seq_len, B = cfg->validation.local_batch_size;
+  int64_t T = v->seq_len, B = v->local_batch_size;
   if (T > m->cfg.max_seq_len) {
     rc = tr_errmsg_set(err, TR_ECONFIG,
                        "validation.seq_len %" PRId64
@@ -491,7 +454,7 @@ int tr_eval_loss(tr_model_t* m, const tr_config_t* cfg, double* loss,
   tr_loader_t ld;
   int64_t steps = 0;
   rc = tr_loader_init(&ld, val, begin, -1, T, 0, 0, err);
-  if (rc == 0) rc = val_batches(&ld, B, 1, cfg->validation.steps, &steps, err);
+  if (rc == 0) rc = val_batches(&ld, B, 1, v->steps, &steps, err);
   if (rc < 0) goto out;
   int32_t* in = malloc((size_t)(B * T) * sizeof *in);
   int32_t* tg = malloc((size_t)(B * T) * sizeof *tg);
@@ -533,18 +496,18 @@ static const char* model_summary(const tr_model_t* m, char* buf, size_t cap) {
 }
 
 static int write_weights(tr_trainer_t* t, FILE* con, tr_errmsg_t* err) {
-  const tr_config_t* cfg = t->cfg;
+  const tr_trainer_settings_t* s = &t->settings;
   tr_dtype_t dt = TR_F32;
-  if (tr_dtype_parse(cfg->checkpoint.export_dtype, &dt) < 0) dt = TR_F32;
-  TR_CHECK(tr__mkdir_p(cfg->job.dump_folder, err));
-  size_t cap = strlen(cfg->job.dump_folder) + 32;
+  if (tr_dtype_parse(s->checkpoint.export_dtype, &dt) < 0) dt = TR_F32;
+  TR_CHECK(tr__mkdir_p(s->dump_folder, err));
+  size_t cap = strlen(s->dump_folder) + 32;
   char* path = malloc(cap);
   if (!path) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-  snprintf(path, cap, "%s/model.safetensors", cfg->job.dump_folder);
+  snprintf(path, cap, "%s/model.safetensors", s->dump_folder);
   int rc = tr_st_export_model(&t->model, path, dt, err);
   if (rc == 0) {
     if (con) fprintf(con, "wrote %s\n", path);
-    snprintf(path, cap, "%s/config.json", cfg->job.dump_folder);
+    snprintf(path, cap, "%s/config.json", s->dump_folder);
     rc = tr_hf_write_config(&t->model.cfg, path, err);
   }
   free(path);
@@ -553,23 +516,23 @@ static int write_weights(tr_trainer_t* t, FILE* con, tr_errmsg_t* err) {
 
 static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
                         tr_errmsg_t* err) {
-  const tr_config_t* cfg = t->cfg;
-  int files = t->dist.dp_rank == 0 || cfg->metrics.save_for_all_ranks;
-  const char* dump = cfg->job.dump_folder;
+  const tr_trainer_metrics_t* mt = &t->settings.metrics;
+  int files = t->dist.dp_rank == 0 || mt->save_for_all_ranks;
+  const char* dump = t->settings.dump_folder;
   char* jsonl = NULL;
   char* tb = NULL;
-  size_t cap = strlen(dump) + strlen(cfg->metrics.save_jsonl_file) +
-               strlen(cfg->metrics.save_tb_folder) + 64;
-  if (files && cfg->metrics.enable_jsonl) {
+  size_t cap = strlen(dump) + strlen(mt->save_jsonl_file) +
+               strlen(mt->save_tb_folder) + 64;
+  if (files && mt->enable_jsonl) {
     if (!(jsonl = malloc(cap)))
       return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-    if (t->dist.dp_size > 1 && cfg->metrics.save_for_all_ranks)
+    if (t->dist.dp_size > 1 && mt->save_for_all_ranks)
       snprintf(jsonl, cap, "%s/rank_%d_%s", dump, t->dist.dp_rank,
-               cfg->metrics.save_jsonl_file);
+               mt->save_jsonl_file);
     else
-      snprintf(jsonl, cap, "%s/%s", dump, cfg->metrics.save_jsonl_file);
+      snprintf(jsonl, cap, "%s/%s", dump, mt->save_jsonl_file);
   }
-  if (files && cfg->metrics.enable_tensorboard) {
+  if (files && mt->enable_tensorboard) {
     if (!(tb = malloc(cap))) {
       free(jsonl);
       return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
@@ -579,40 +542,38 @@ static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
     struct tm tmv;
     localtime_r(&now, &tmv);
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tmv);
-    int n =
-        snprintf(tb, cap, "%s/%s/%s", dump, cfg->metrics.save_tb_folder, stamp);
-    if (t->dist.dp_size > 1 && cfg->metrics.save_for_all_ranks)
+    int n = snprintf(tb, cap, "%s/%s/%s", dump, mt->save_tb_folder, stamp);
+    if (t->dist.dp_size > 1 && mt->save_for_all_ranks)
       snprintf(tb + n, cap - (size_t)n, "/rank_%d", t->dist.dp_rank);
   }
-  tr_metrics_opts_t mo = {.console = con,
-                          .color = con &&
-                                   !cfg->metrics.disable_color_printing &&
-                                   isatty(fileno(con)),
-                          .jsonl_path = jsonl,
-                          .tb_dir = tb};
+  tr_metrics_opts_t mo = {
+      .console = con,
+      .color = con && !mt->disable_color_printing && isatty(fileno(con)),
+      .jsonl_path = jsonl,
+      .tb_dir = tb};
   int rc = tr_metrics_open(out, &mo, err);
   free(jsonl);
   free(tb);
   return rc;
 }
 
-int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
-             int* stopped, tr_errmsg_t* err) {
+int tr_train(const tr_trainer_settings_t* settings,
+             const tr_trainer_opts_t* opts, int* stopped, tr_errmsg_t* err) {
   if (stopped) *stopped = 0;
   tr_trainer_t t;
-  TR_CHECK(tr_trainer_init(&t, cfg, opts, err));
+  TR_CHECK(tr_trainer_init(&t, settings, opts, err));
+  const tr_trainer_settings_t* s = &t.settings;
   FILE* con = t.opts.quiet || t.dist.dp_rank != 0
                   ? NULL
                   : (t.opts.console ? t.opts.console : stdout);
   tr_metrics_logger_t* ml = NULL;
-  int rc =
-      tr_fault_arm((const char* const*)cfg->debug.fault.v,
-                   (int)cfg->debug.fault.n, (int)tr_param_int(TR_PARAM_RANK),
-                   (int)tr_param_int(TR_PARAM_RESTART_COUNT), err);
+  int rc = tr_fault_arm(s->debug.faults, (int)s->debug.n_faults,
+                        (int)tr_param_int(TR_PARAM_RANK),
+                        (int)tr_param_int(TR_PARAM_RESTART_COUNT), err);
   if (rc == 0) rc = open_metrics(&t, con, &ml, err);
   if (rc == 0) rc = tr_trainer_checkpoint_start(&t, con, ml, err);
   if (rc < 0) goto out;
-  tr_heartbeat_set_total(cfg->training.steps);
+  tr_heartbeat_set_total(s->training.steps);
   tr_heartbeat_beat("init", t.step, NAN, 0);
 
   if (con) {
@@ -620,9 +581,9 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
     fprintf(con,
             "model %s | data '%s': %" PRId64 " tokens, %" PRId64
             " sequences of %" PRId64 " per epoch | seed %" PRIu64 "%s\n",
-            model_summary(&t.model, ms, sizeof ms), cfg->training.dataset_path,
+            model_summary(&t.model, ms, sizeof ms), s->training.dataset_path,
             t.train.end - t.train.begin, t.train.nsamples, t.T, t.seed,
-            cfg->debug.seed.set ? "" : " (picked; set debug.seed to repeat)");
+            s->debug.seed_set ? "" : " (picked; set debug.seed to repeat)");
     if (t.device.type == TR_DEV_CUDA) {
       char ds[32];
       fprintf(con, "device %s (%s), %s compute, float32 master weights\n",
@@ -643,7 +604,7 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
 
   double start = tr__now(), last = start;
   int64_t last_step = 0, tokens = 0;
-  int64_t steps = cfg->training.steps, log_freq = cfg->metrics.log_freq;
+  int64_t steps = s->training.steps, log_freq = s->metrics.log_freq;
   tr_mem_kind_t mk = t.device.type == TR_DEV_CUDA ? TR_MEM_DEVICE : TR_MEM_HOST;
   int dev = t.device.type == TR_DEV_CUDA ? t.device.index : 0;
   double peak = tr_peak_bf16_flops(t.device_name); /* 0 (MFU n/a): unknown */
@@ -703,7 +664,7 @@ int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
       tokens = 0;
     }
     if (t.has_val &&
-        (st.step % cfg->validation.freq == 0 || st.step == steps || stopping)) {
+        (st.step % s->validation.freq == 0 || st.step == steps || stopping)) {
       double vl;
       int64_t vn;
       double v0 = tr__now();

@@ -15,7 +15,7 @@
  *     tr_dp_t dist;
  *     tr_ddp_dp(ddp, &dist);
  *     tr_trainer_opts_t to = {.dist = &dist};
- *     rc = tr_train(&cfg, &to, &stopped, &err);
+ *     rc = tr_train(&settings, &to, &stopped, &err);  // trainrun/trainer.h
  *     tr_ddp_free(ddp);
  *
  * Gradients: the parameters are grouped, in reverse parameter order (the

@@ -26,7 +26,9 @@
  * Typical use (what the trainer does for FSDP / HSDP / TP):
  *
  *   tr_mesh_degrees_t d;
- *   tr_mesh_degrees_from_config(&cfg, &d);        // [parallelism]
+ *   tr_mesh_degrees_init(&d);
+ *   d.dp_shard = 4;                               // resolved [parallelism]
+ *   d.tp = 2;                                     // degrees (the launcher's)
  *   tr_mesh_t* mesh;
  *   tr_errmsg_t err;
  *   if (tr_mesh_from_degrees(world, &d, &mesh, &err) < 0) ... err.message
@@ -102,7 +104,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "trainrun/config.h" /* tr_config_t, for the [parallelism] degrees */
 #include "trainrun/errmsg.h" /* tr_errmsg_t */
 #include "trainrun/model.h"  /* tr_param_t, the parameter layout seam */
 #include "trainrun/pg.h"     /* process groups */
@@ -157,10 +158,9 @@ extern const char* const tr_mesh_dim_names[5];
 /* All degrees 1 except dp_shard = -1; keep_size1 = flatten = 1. */
 void tr_mesh_degrees_init(tr_mesh_degrees_t* d);
 
-/* Fill *d (tr_mesh_degrees_init, then) from cfg's [parallelism] keys. */
-void tr_mesh_degrees_from_config(const tr_config_t* cfg, tr_mesh_degrees_t* d);
-
-/* Check d against world_size and resolve dp_shard = -1. Every degree must
+/* Check d against world_size and resolve dp_shard = -1 (for tools that
+ * show a layout from unresolved degrees; a job's degrees come resolved
+ * from its config). Every degree must
  * be >= 1 (dp_shard may be -1) and their product must equal world_size.
  * TR_ECONFIG with a message like
  *   parallelism degrees pp 2 * dp_replicate 1 * dp_shard 3 * cp 1 * tp 2 =
@@ -183,9 +183,12 @@ int tr_mesh_degrees_resolve(tr_mesh_degrees_t* d, int world_size,
 int tr_mesh_init(tr_pg_t* pg, int ndim, const int* sizes,
                  const char* const* names, tr_mesh_t** out, tr_errmsg_t* err);
 
-/* The torchtitan mesh: tr_mesh_degrees_resolve(d, tr_pg_size(pg)), dims
- * pp, dp_replicate, dp_shard, cp, tp (size-1 dims dropped unless
- * keep_size1), then the flattened dims of d->flatten. d is not modified. */
+/* The torchtitan mesh of resolved degrees d: dims pp, dp_replicate,
+ * dp_shard, cp, tp (size-1 dims dropped unless keep_size1), then the
+ * flattened dims of d->flatten. The degrees are not solved again: every one
+ * must be >= 1 (TR_EINVAL for dp_shard -1: tr_mesh_degrees_resolve first)
+ * and their product tr_pg_size(pg) (TR_ECONFIG, messages as
+ * tr_mesh_degrees_resolve's). */
 int tr_mesh_from_degrees(tr_pg_t* pg, const tr_mesh_degrees_t* d,
                          tr_mesh_t** out, tr_errmsg_t* err);
 

@@ -59,7 +59,7 @@
  *     tr_dp_t dist;
  *     tr_fsdp_dp(f, &dist);         // setup_model shards the table
  *     tr_trainer_opts_t to = {.dist = &dist};
- *     rc = tr_train(&cfg, &to, &stopped, &err);
+ *     rc = tr_train(&settings, &to, &stopped, &err);  // trainrun/trainer.h
  *     tr_fsdp_free(f);
  *
  * or by hand on a model: tr_model_init, tr_fsdp_shard_model, tr_model_alloc,
@@ -78,7 +78,6 @@
 
 #include <stdint.h>
 
-#include "trainrun/config.h"
 #include "trainrun/errmsg.h"
 #include "trainrun/model.h"
 #include "trainrun/pg.h"
@@ -202,19 +201,6 @@ int tr_fsdp_all_reduce_sum(tr_fsdp_t* f, double* vals, int n);
  * groups are gathered, layouts become the whole tensors, the hooks stop
  * acting. For exporting the final weights. */
 int tr_fsdp_gather_full(tr_fsdp_t* f);
-
-/* FSDP (HSDP when data_parallel_replicate_degree > 1) for a worker of a
- * job over world: the mesh of cfg's [parallelism] degrees (dtensor.h; its
- * dp_shard and dp_replicate groups, owned by *out), reshard_after_forward
- * and prefetch_depth from [parallelism] fsdp_reshard_after_forward and
- * fsdp_prefetch_depth, comm_timing from [metrics] comm_overlap,
- * reduce_dtype from
- * [training] mixed_precision_reduce, divide factor 1 (the trainer scales
- * the loss by the global batch), the [comm] train timeout. Collective over
- * world. TR_ECONFIG (message in err) for bad values or a shard degree of
- * 1. */
-int tr_fsdp_from_config(const tr_config_t* cfg, tr_pg_t* world, tr_fsdp_t** out,
-                        tr_errmsg_t* err);
 
 /* Fill *dist for the trainer: dp rank and size (replicate x shard), the
  * model set-up, gradient sync, scalar sums and full gather of f (arg = f),

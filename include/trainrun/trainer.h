@@ -2,18 +2,23 @@
  * learning-rate schedule, gradient accumulation and clipping, validation,
  * metrics, and the weights written at the end.
  *
+ * The trainer does not read the job config: it takes its settings
+ * (tr_trainer_settings_t below, one field per key it acts on), which the
+ * launcher fills from the resolved config (launcher/compose.c).
+ *
  * Typical use (what `trainrun job.toml` does on each rank):
  *
+ *     tr_trainer_settings_t s;                 // filled by the launcher
  *     tr_errmsg_t err;
- *     int rc = tr_train(&cfg, NULL, &err);   // cfg resolved for the world
+ *     int rc = tr_train(&s, NULL, NULL, &err);
  *     if (rc < 0) fprintf(stderr, "trainrun: %s\n", err.message);
  *
  * or step by step (tests, tools):
  *
  *     tr_trainer_t t;
- *     tr_trainer_init(&t, &cfg, NULL, &err);
+ *     tr_trainer_init(&t, &s, NULL, &err);
  *     tr_step_stats_t st;
- *     while (t.step < cfg.training.steps) tr_trainer_step(&t, &st, &err);
+ *     while (t.step < s.training.steps) tr_trainer_step(&t, &st, &err);
  *     tr_trainer_release(&t);
  *
  * One optimizer step:
@@ -44,7 +49,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "trainrun/config.h"
 #include "trainrun/data.h"
 #include "trainrun/dp.h" /* the data-parallel seam */
 #include "trainrun/errmsg.h"
@@ -91,20 +95,127 @@ int tr_lr_schedule_init(tr_lr_schedule_t* s, double lr, int64_t warmup_steps,
                         int64_t total_steps, double decay_ratio,
                         const char* decay_type, double min_lr_factor,
                         tr_errmsg_t* err);
-/* The schedule from cfg->optimizer.lr and [lr_scheduler] (total_steps
- * unset: training.steps). */
-int tr_lr_schedule_from_config(tr_lr_schedule_t* s, const tr_config_t* cfg,
-                               tr_errmsg_t* err);
 /* f(step - 1) for optimizer step `step` >= 1, and lr × that. */
 double tr_lr_schedule_factor(const tr_lr_schedule_t* s, int64_t step);
 double tr_lr_schedule_lr(const tr_lr_schedule_t* s, int64_t step);
 
+/* ---- settings: what a run does ----
+ *
+ * One field per job-config key the trainer acts on, named as the key
+ * (trainrun.toml(5) documents each): the launcher fills them from the
+ * config resolved for the world (launcher/compose.c), tests and tools may
+ * fill them by hand. Strings are borrowed: they must outlive the trainer.
+ * Values are checked where they are used, with messages that name the key
+ * ("optimizer.name: unknown 'SGD'"). */
+
+/* [training] */
+typedef struct {
+  int64_t steps;            /* optimizer steps of the run */
+  int64_t local_batch_size; /* sequences per micro-step on a rank */
+  /* Sequences per optimizer step over every rank, resolved: a multiple of
+   * local_batch_size x the data-parallel size (the quotient is the number
+   * of micro-steps). */
+  int64_t global_batch_size;
+  int64_t seq_len;
+  double max_norm;          /* clip the gradient norm to it; 0: no clipping */
+  const char* dataset;      /* the dataset's name (messages) */
+  const char* dataset_path; /* token shards or text files; NULL: unset */
+} tr_trainer_training_t;
+
+/* [optimizer] */
+typedef struct {
+  const char* name; /* "AdamW", or "Adam" (weight_decay as an L2 term) */
+  double lr;        /* peak learning rate */
+  double beta1, beta2, eps, weight_decay;
+} tr_trainer_optimizer_t;
+
+/* [lr_scheduler] (the schedule above) */
+typedef struct {
+  int64_t warmup_steps;
+  int64_t total_steps;    /* the schedule's length (the launcher: steps) */
+  double decay_ratio;     /* < 0: unset (decay right after warmup) */
+  const char* decay_type; /* "linear", "sqrt", "cosine" */
+  double min_lr_factor;
+} tr_trainer_lr_scheduler_t;
+
+/* [validation] */
+typedef struct {
+  int enable;
+  /* its own data; NULL: the last split_fraction of the training data */
+  const char* dataset_path;
+  double split_fraction;
+  int64_t local_batch_size, seq_len;
+  int64_t steps; /* batches per validation; -1: every full batch */
+  int64_t freq;  /* validate every freq steps (and after the last) */
+} tr_trainer_validation_t;
+
+/* [metrics]: the files under dump_folder and the console colours */
+typedef struct {
+  int64_t log_freq; /* the metric line every log_freq steps */
+  int enable_jsonl;
+  const char* save_jsonl_file;
+  int enable_tensorboard;
+  const char* save_tb_folder;
+  int save_for_all_ranks;
+  int disable_color_printing;
+} tr_trainer_metrics_t;
+
+/* [checkpoint] (see "checkpoints" below) */
+typedef struct {
+  int enable;
+  const char* folder; /* under dump_folder */
+  int64_t interval;
+  int64_t keep_latest_k;
+  const char* async_mode; /* "disabled", "async", ... (trainrun/checkpoint.h) */
+  int load_only;
+  int create_seed_checkpoint;
+  int64_t load_step;             /* -1: the latest complete step */
+  const char* initial_load_path; /* NULL: none */
+  int initial_load_model_only;
+  int initial_load_in_hf;
+  int enable_first_step_checkpoint;
+  int last_save_model_only;
+  int last_save_in_hf;
+  /* the dtype of model-only saves and of the final model.safetensors */
+  const char* export_dtype;
+  /* parts not loaded: "model", "optimizer", "train_state", "dataloader" */
+  const char* const* exclude_from_loading;
+  size_t n_exclude_from_loading;
+} tr_trainer_checkpoint_t;
+
+typedef struct {
+  /* The model to build ([model] name and flavor, fitted to the run). */
+  tr_model_config_t model;
+  /* Where it computes ([training] device for this rank's LOCAL_RANK) and
+   * in which dtype (on CUDA [training] mixed_precision_param, float32 or
+   * bfloat16; TR_F32 on the CPU). */
+  tr_device_t device;
+  tr_dtype_t compute_dtype;
+  const char* dump_folder; /* [job]: metrics, checkpoints, final weights */
+  tr_trainer_training_t training;
+  tr_trainer_optimizer_t optimizer;
+  tr_trainer_lr_scheduler_t lr_scheduler;
+  tr_trainer_validation_t validation;
+  tr_trainer_metrics_t metrics;
+  tr_trainer_checkpoint_t checkpoint;
+  /* [activation_checkpoint] (tr_model_set_activation_checkpoint_config) */
+  struct {
+    const char* mode;
+    const char* selective_ac_option;
+  } activation_checkpoint;
+  /* [debug] */
+  struct {
+    int seed_set;  /* 0: a seed is picked at start (and printed) */
+    uint64_t seed; /* weights' init and data order */
+    /* --debug.fault specs (trainrun/fault.h), armed by tr_train */
+    const char* const* faults;
+    size_t n_faults;
+  } debug;
+} tr_trainer_settings_t;
+
 /* ---- the trainer ---- */
 
 typedef struct {
-  /* Build this model instead of cfg's [model] name/flavor (tests, tools);
-   * NULL: the flavor, with vocab_size and max_seq_len fitted to the run. */
-  const tr_model_config_t* model_override;
   /* Data parallelism (trainrun/dp.h: tr_ddp_dp, tr_fsdp_dp); NULL: one
    * rank. Copied. */
   const tr_dp_t* dist;
@@ -125,7 +236,7 @@ typedef struct {
 } tr_step_stats_t;
 
 typedef struct tr_trainer {
-  const tr_config_t* cfg; /* borrowed */
+  tr_trainer_settings_t settings; /* a copy; its strings borrowed */
   tr_model_t model;
   tr_dp_t dist;
   /* AdamW moments, one pair per parameter (like its grad) */
@@ -133,7 +244,7 @@ typedef struct tr_trainer {
   tr_tensor_t* adam_v;
   int64_t step; /* optimizer steps taken */
   tr_lr_schedule_t lr;
-  uint64_t seed; /* debug.seed, or the one picked at start */
+  uint64_t seed; /* settings.debug.seed, or the one picked at start */
   /* sizes */
   int64_t B, T, G;    /* local micro-batch, seq_len, global batch */
   int64_t grad_accum; /* micro-steps per optimizer step */
@@ -152,19 +263,20 @@ typedef struct tr_trainer {
   int32_t* targets;
   tr_trainer_opts_t opts;
   struct tr__trainer_ckpt* ckpt; /* [checkpoint] state; NULL: disabled */
-  /* where it computes ([training] device, LOCAL_RANK) */
+  /* where it computes (settings.device) */
   tr_device_t device;
   char device_name[96];      /* "cpu", "NVIDIA H100 80GB HBM3" */
-  tr_dtype_t compute_dtype;  /* bf16 on cuda by default, f32 on the CPU */
+  tr_dtype_t compute_dtype;  /* settings.compute_dtype */
   tr_tensor_t loss_acc;      /* cuda: per-token losses of the step so far */
 } tr_trainer_t;
 
-/* Build everything a run needs from a resolved config: the model (seeded
- * init), the data (training.dataset_path; validation from
- * validation.dataset_path or the last validation.split_fraction of the
- * training data), AdamW state, the schedule. Errors (TR_ECONFIG, data
- * errors, TR_ENOMEM) come with a message; *t needs no release then. */
-int tr_trainer_init(tr_trainer_t* t, const tr_config_t* cfg,
+/* Build everything a run needs from its settings (copied; their strings
+ * borrowed): the model (seeded init), the data (training.dataset_path;
+ * validation from validation.dataset_path or the last
+ * validation.split_fraction of the training data), AdamW state, the
+ * schedule. The data-parallel size is opts->dist's. Errors (TR_ECONFIG,
+ * data errors, TR_ENOMEM) come with a message; *t needs no release then. */
+int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
                     const tr_trainer_opts_t* opts, tr_errmsg_t* err);
 void tr_trainer_release(tr_trainer_t* t);
 
@@ -188,7 +300,7 @@ int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
  * <dump_folder>/model.safetensors (Hugging Face names, dtype
  * checkpoint.export_dtype) with a Hugging Face config.json beside it.
  * *stopped (may be NULL) is set to 1 when a signal ended the run early. */
-int tr_train(const tr_config_t* cfg, const tr_trainer_opts_t* opts,
+int tr_train(const tr_trainer_settings_t* s, const tr_trainer_opts_t* opts,
              int* stopped, tr_errmsg_t* err);
 
 /* ---- checkpoints ([checkpoint]; trainer/checkpointing.c) ----
@@ -242,7 +354,7 @@ void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
 void tr__trainer_checkpoint_release(tr_trainer_t* t);
 
 /* trainer/device.c: what depends on the device. pick: t->device,
- * device_name, compute_dtype from the config (and the current CUDA
+ * device_name, compute_dtype from the settings (and the current CUDA
  * device); setup (after the weights exist): compute copies and the loss
  * accumulator; loss_add: a micro-batch's losses into *sum (CPU) or the
  * device accumulator; loss_take: the accumulator added into *sum and
@@ -258,18 +370,10 @@ int tr__trainer_loss_take(tr_trainer_t* t, double* sum);
 int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq);
 int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip);
 
-/* The model config a run of cfg builds: the [model] flavor with vocab_size
- * kept (256 for the byte-level debug models) and, for llama3 (which has no
- * position table), max_seq_len set to the longest of training and
- * validation seq_len — the context the exported model records and
- * `trainrun sample` slides within. TR_ECONFIG when the flavor is unknown or
- * seq_len exceeds a GPT-2's positions. */
-int tr_trainer_model_config(const tr_config_t* cfg, tr_model_config_t* out,
-                            tr_errmsg_t* err);
-
-/* Mean loss of a model over the validation data a config names (what
- * `trainrun eval` prints). */
-int tr_eval_loss(tr_model_t* m, const tr_config_t* cfg, double* loss,
+/* Mean loss of a model over the validation data of s (what `trainrun
+ * eval` prints): s->validation, and s->training.dataset_path for a split;
+ * the rest of s is not read. */
+int tr_eval_loss(tr_model_t* m, const tr_trainer_settings_t* s, double* loss,
                  int64_t* ntokens, tr_errmsg_t* err);
 
 /* ---- sampling ---- */
