@@ -17,6 +17,7 @@
 
 #include <jansson.h> /* chunk lists and metadata */
 
+#include "core/clock.h"
 #include "checkpoint/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"

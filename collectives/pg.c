@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "collectives/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -775,13 +776,7 @@ void tr_pg_free(tr_pg_t* pg) {
     if (pg->be[d] && pg->be[d]->vt->threaded) tr__queue_stop(pg->be[d]);
   pthread_mutex_lock(&pg->mu);
   while (has_live_work(pg)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 10000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = tr__deadline_ms(10);
     pthread_cond_timedwait(&pg->cv, &pg->mu, &ts);
   }
   pthread_mutex_unlock(&pg->mu);

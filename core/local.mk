@@ -1,5 +1,6 @@
 # core/local.mk: errors (codes; a code with a message), logging, parameters,
-# tensors, TOML, job config, CRC-32C, atomic file writes.
+# tensors, TOML, job config, CRC-32C, atomic file writes, the clock and the
+# growable buffer.
 libtrainrun_la_SOURCES += \
 	core/error.c \
 	core/errmsg.c \
@@ -11,8 +12,11 @@ libtrainrun_la_SOURCES += \
 	core/toml_value.c \
 	core/config.c \
 	core/crc32c.c \
-	core/fsutil.c
-noinst_HEADERS += core/toml_internal.h core/internal.h
+	core/fsutil.c \
+	core/clock.c \
+	core/buf.c
+noinst_HEADERS += core/toml_internal.h core/internal.h core/clock.h \
+	core/buf.h
 noinst_HEADERS += core/cuda.h
 if HAVE_CUDA
 libtrainrun_la_SOURCES += core/cuda.cu

@@ -24,9 +24,6 @@ enum {
   TR__DOPT_RUN_ID = 1u << 5
 };
 
-/* Monotonic clock, seconds. */
-double tr__daemon_now(void);
-
 /* 1 once the daemon received SIGINT, SIGTERM or SIGHUP (blocking waits such
  * as the rendezvous give up then). */
 int tr__daemon_interrupted(void);

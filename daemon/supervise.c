@@ -40,9 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "daemon/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -65,12 +65,6 @@ static void on_signal(int sig) {
 }
 
 int tr__daemon_interrupted(void) { return interrupted != 0; }
-
-double tr__daemon_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static const char* signame(int sig) {
   const char* s = sigabbrev_np(sig);
@@ -418,7 +412,7 @@ static int spawn_workers(tr__daemon_t* d, tr_errmsg_t* err) {
       tr__stream_init(&w->err, err_fd, vis && !(red & TR_STD_ERR) ? 2 : -1,
                       err_file, w->rank);
       w->running = 1;
-      w->started = tr__daemon_now();
+      w->started = tr__now();
     } else {
       if (out_file >= 0) close(out_file);
       if (err_file >= 0) close(err_file);
@@ -460,7 +454,7 @@ typedef struct {
 static void begin_stop(tr__daemon_t* d, round_t* r, int sig, double grace) {
   if (!r->stopping) signal_workers(d, sig, 0);
   r->stopping = 1;
-  double at = tr__daemon_now() + grace;
+  double at = tr__now() + grace;
   if (!r->kill_at || at < r->kill_at) r->kill_at = at;
 }
 
@@ -534,7 +528,7 @@ static void check_workers(tr__daemon_t* d, round_t* r) {
   tr__heartbeat_poll(d);
   double limit = d->o->worker_timeout;
   if (limit <= 0 || r->stopping || d->stop_signal) return;
-  double now = tr__daemon_now();
+  double now = tr__now();
   /* the one most past its limit: the round fails with it, the others are
    * stopped as for any failure */
   tr__worker_t* worst = NULL;
@@ -588,7 +582,7 @@ static int heartbeat(tr__daemon_t* d, round_t* r) {
   if (rc == 0 && ready)
     rc = tr_store_prefix_multi_get(&d->st, (const char* const*)keys, (size_t)N,
                                    vals, lens);
-  double now = tr__daemon_now();
+  double now = tr__now();
   double limit = d->o->keep_alive_interval * d->o->keep_alive_max_attempt;
   for (int i = 0; i < N && rc == 0; i++) {
     if (ready) {
@@ -672,7 +666,7 @@ static int tick(tr__daemon_t* d, round_t* r) {
       }
     }
   }
-  double now = tr__daemon_now();
+  double now = tr__now();
   if (now >= r->next_hb) {
     r->next_hb = now + d->o->keep_alive_interval;
     TR_CHECK(heartbeat(d, r));
@@ -702,7 +696,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     free(r.hb_at);
     return TR_ENOMEM;
   }
-  double t0 = tr__daemon_now();
+  double t0 = tr__now();
   for (int i = 0; i < N; i++) r.hb_at[i] = t0;
   r.next_tick = t0;
   r.next_hb = t0;
@@ -741,7 +735,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       fds[k].fd = d->workers[i].err.fd;
       fds[k++].events = POLLIN;
     }
-    double now = tr__daemon_now();
+    double now = tr__now();
     double until = r.next_tick;
     if (r.kill_at && r.kill_at < until) until = r.kill_at;
     int timeout = until <= now ? 0 : (int)((until - now) * 1000) + 1;
@@ -801,11 +795,11 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       if (p != w->pid) continue;
       w->running = 0;
       w->status = st;
-      w->ended = tr__daemon_now();
+      w->ended = tr__now();
       drain(w);
       on_worker_exit(d, &r, w, err);
     }
-    now = tr__daemon_now();
+    now = tr__now();
     if (r.kill_at && now >= r.kill_at && running_count(d) > 0) {
       TR_LOG_WARN(DAEMON,
                   "%d worker%s still running %.3gs after SIGTERM: "

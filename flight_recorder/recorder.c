@@ -18,9 +18,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "flight_recorder/ring.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -45,12 +45,6 @@ struct tr_fr_s {
 };
 
 static tr_fr_t* g_fr; /* the process's recorder (hooks and SIGUSR1) */
-
-static int64_t wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -401,7 +395,7 @@ int tr_fr_init(const tr_fr_opts_t* o, tr_fr_t** out) {
   h->hang_timeout_s = o->hang_timeout_s;
   h->timing = o->timing;
   h->rank_pool_cap = (uint32_t)pool;
-  h->created_ns = wall_ns();
+  h->created_ns = tr__wall_ns();
   snprintf(h->dump_dir, sizeof h->dump_dir, "%s",
            o->dump_dir ? o->dump_dir : "comm_traces");
   snprintf(h->dump_prefix, sizeof h->dump_prefix, "%s",

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "launcher/commands.h"
 #include "trainrun/daemon.h"
 #include "trainrun/error.h"
@@ -84,12 +85,6 @@ static int split_tabs(char* line, char** f, int max) {
       f[n++] = p + 1;
     }
   return n;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void clock_str(long long ns, char* buf, size_t cap) {
@@ -245,7 +240,7 @@ int tr__fr_cmd_follow(int argc, char** argv) {
         nstreams++;
       }
     }
-    double now = now_s();
+    double now = tr__wall();
     for (int k = 0; k < nstreams && (count < 0 || shown < count); k++) {
       stream_t* s = &streams[k];
       /* the members of the group here */

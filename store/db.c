@@ -257,7 +257,7 @@ static void wake(tr__store_db_t* db, tr__store_slot_t* s, int one) {
     c->wait_regs = NULL;
     c->wait_nregs = 0;
     c->waiting = 0;
-    if (tr__buf_put_u8(&c->out, TR__WAIT_STOP_WAITING) == 0 && db->notify)
+    if (tr__store_put_u8(&c->out, TR__WAIT_STOP_WAITING) == 0 && db->notify)
       db->notify(c, db->notify_arg);
     if (one) return;
   }

@@ -196,7 +196,7 @@ static void client_close(srv_client_t* cl, int error) {
      * that says why, for a refused token) still go out. */
     if (!cl->writing && cl->conn.out.len) {
       uv_buf_t b =
-          uv_buf_init((char*)cl->conn.out.data, (unsigned)cl->conn.out.len);
+          uv_buf_init(cl->conn.out.buf, (unsigned)cl->conn.out.len);
       (void)uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
     }
   }
@@ -255,7 +255,7 @@ static void drain(srv_client_t* cl) {
 static void on_write(uv_write_t* req, int status) {
   srv_client_t* cl = req->data;
   cl->writing = 0;
-  cl->inflight.len = 0;
+  tr__buf_reset(&cl->inflight);
   tr__buf_shrink(&cl->inflight, OUT_KEEP);
   if (cl->closing) return;
   if (status < 0) {
@@ -276,7 +276,7 @@ static int take_output(srv_client_t* cl) {
   tr__buf_t tmp = cl->inflight; /* empty: no write is in flight */
   cl->inflight = cl->conn.out;
   cl->conn.out = tmp;
-  cl->conn.out.len = 0;
+  tr__buf_reset(&cl->conn.out);
   return 1;
 }
 
@@ -285,28 +285,28 @@ static int take_output(srv_client_t* cl) {
  * the socket did not take. */
 static void send_inflight(srv_client_t* cl) {
   uv_buf_t b =
-      uv_buf_init((char*)cl->inflight.data, (unsigned)cl->inflight.len);
+      uv_buf_init(cl->inflight.buf, (unsigned)cl->inflight.len);
   int n = uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
   if (n == (int)cl->inflight.len) {
-    cl->inflight.len = 0;
+    tr__buf_reset(&cl->inflight);
     tr__buf_shrink(&cl->inflight, OUT_KEEP);
     if (is_paused(cl)) drain(cl);
     return;
   }
   if (n < 0 && n != UV_EAGAIN) {
-    cl->inflight.len = 0;
+    tr__buf_reset(&cl->inflight);
     TR_LOG_INFO(STORE, "closing client %s: write failed: %s", cl->conn.peer,
                 uv_strerror(n));
     client_close(cl, 0);
     return;
   }
   if (n < 0) n = 0;
-  b = uv_buf_init((char*)cl->inflight.data + n,
+  b = uv_buf_init(cl->inflight.buf + n,
                   (unsigned)(cl->inflight.len - (size_t)n));
   cl->wreq.data = cl;
   int rc = uv_write(&cl->wreq, (uv_stream_t*)&cl->tcp, &b, 1, on_write);
   if (rc < 0) {
-    cl->inflight.len = 0;
+    tr__buf_reset(&cl->inflight);
     TR_LOG_INFO(STORE, "closing client %s: write failed: %s", cl->conn.peer,
                 uv_strerror(rc));
     client_close(cl, 0);
@@ -356,7 +356,7 @@ static void collect_dirty(shard_t* sh) {
           tr__buf_t tmp = cl->conn.out; /* undo take_output */
           cl->conn.out = cl->inflight;
           cl->inflight = tmp;
-          cl->inflight.len = 0;
+          tr__buf_reset(&cl->inflight);
         }
         cl->dirty = 1;
         cl->dirty_next = sh->dirty;
@@ -502,7 +502,7 @@ static void record_discard(tr_store_server_t* s, srv_client_t* cl, int error) {
     __atomic_add_fetch(&s->st_errors, 1, __ATOMIC_RELAXED);
     if (cl->conn.out.len) {
       ssize_t w =
-          send(cl->fd, cl->conn.out.data, cl->conn.out.len, MSG_NOSIGNAL);
+          send(cl->fd, cl->conn.out.buf, cl->conn.out.len, MSG_NOSIGNAL);
       (void)w;
     }
   }
@@ -719,7 +719,7 @@ static int preread(tr_store_server_t* s, srv_client_t* cl, uint8_t* buf) {
         TR_LOG_DEBUG(STORE, "client %s disconnected", cl->conn.peer);
       if (cl->conn.out.len) {
         ssize_t w =
-            send(cl->fd, cl->conn.out.data, cl->conn.out.len, MSG_NOSIGNAL);
+            send(cl->fd, cl->conn.out.buf, cl->conn.out.len, MSG_NOSIGNAL);
         (void)w;
       }
     } else {

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h" /* tr__now */
+#include "core/clock.h" /* tr__now */
 #include "trainrun/ddp.h"
 #include "trainrun/error.h"
 #include "trainrun/fault.h"   /* --debug.fault */

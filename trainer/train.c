@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "trainrun/error.h"
 #include "trainrun/fault.h"     /* --debug.fault */
 #include "trainrun/heartbeat.h" /* beats to the node daemon */
