@@ -3,7 +3,7 @@
  * Reads the opcodes that Python's pickle (protocols 2-5) and PyTorch's c10
  * pickler (protocol 2) write for plain data — dicts, lists, tuples, str,
  * int, float, bool, None, the memo, frames — into the arena value tree of
- * fra_internal.h. It never calls anything: GLOBAL/STACK_GLOBAL are accepted
+ * internal.h. It never calls anything: GLOBAL/STACK_GLOBAL are accepted
  * only for torch.jit._pickle's build_intlist/build_doublelist/build_boollist
  * (c10's spelling of a typed list; REDUCE then yields the list itself), and
  * everything else — other globals, objects, persistent ids, unknown opcodes
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flight_recorder/fra_internal.h"
+#include "flight_recorder/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/fr_analyze.h"
 
