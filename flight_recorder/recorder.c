@@ -438,37 +438,6 @@ int tr_fr_add_group(tr_fr_t* fr, const tr_pg_t* pg) {
   return 0;
 }
 
-int tr_fr_init_from_config(const tr_config_t* cfg, tr_pg_t* world,
-                           const char* store_prefix, tr_fr_t** out) {
-  *out = NULL;
-  char dir[1024], cwd[512];
-  const char* base = cfg->job.dump_folder;
-  if (base[0] == '/' || !getcwd(cwd, sizeof cwd))
-    snprintf(dir, sizeof dir, "%s/%s", base, cfg->comm.save_traces_folder);
-  else
-    snprintf(dir, sizeof dir, "%s/%s/%s", cwd, base,
-             cfg->comm.save_traces_folder);
-  tr_fr_opts_t o;
-  tr_fr_opts_init(&o);
-  o.rank = tr_pg_rank(world);
-  o.world_size = tr_pg_size(world);
-  o.local_rank = (int)tr_param_int(TR_PARAM_LOCAL_RANK);
-  o.capacity = cfg->comm.trace_buf_size;
-  o.dump_dir = dir;
-  o.dump_prefix = cfg->comm.save_traces_file_prefix;
-  o.hang_timeout_s = (int)cfg->comm.hang_timeout_seconds;
-  o.store_prefix = store_prefix;
-  tr_fr_t* fr = NULL;
-  TR_CHECK(tr_fr_init(&o, &fr));
-  int rc = tr_fr_add_group(fr, world);
-  if (rc < 0) {
-    tr_fr_free(fr);
-    return rc;
-  }
-  *out = fr;
-  return 0;
-}
-
 int tr_fr_snapshot_self(const tr_fr_t* fr, tr_fr_snapshot_t* out) {
   return tr__fr_snapshot_hdr(fr->h, fr->size, 0, out);
 }
