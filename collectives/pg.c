@@ -289,7 +289,7 @@ static int group_new(tr__pg_world_t* wd, const char* name, const char* desc,
   return 0;
 }
 
-int tr_pg_init(const tr_pg_opts_t* o, tr_pg_t** out) {
+int tr_pg_new(const tr_pg_opts_t* o, tr_pg_t** out) {
   *out = NULL;
   tr_pg_backend_t kinds[TR__PG_NDEV];
   TR_CHECK(parse_spec(o->backend ? o->backend : "cpu:gloo,cuda:nccl", kinds));

@@ -149,7 +149,7 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   po.timeout_ms = init_ms;
   po.cuda_device = l->local_rank;
   po.failure_key = tr_param_str(TR_PARAM_FAILURE_KEY);
-  rc = tr_pg_init(&po, &w->pg);
+  rc = tr_pg_new(&po, &w->pg);
   if (rc < 0) {
     fprintf(stderr, "trainrun: rank %d: cannot create the process group: %s\n",
             l->rank, tr_strerror(rc));
