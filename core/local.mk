@@ -54,7 +54,7 @@ tests_check_toml_LDADD = $(TEST_LIBS)
 # The differential test starts the decoder once per corpus document: it is
 # built from the parser's sources alone, without libtrainrun's dependencies
 # (CUDA, OpenBLAS) or a libtool wrapper script, so it starts in a millisecond.
-tests_toml_decoder_SOURCES = tests/toml-decoder.c core/toml.c \
+tests_toml_decoder_SOURCES = tests/toml-decoder.c core/toml.c core/buf.c \
 	core/toml_value.c core/error.c
 tests_toml_decoder_CFLAGS = $(AM_CFLAGS)
 EXTRA_DIST += tests/toml_diff.test tests/toml_diff.py tests/toml

@@ -348,24 +348,19 @@ static void collect_dirty(shard_t* sh) {
     sh->dirty = cl->dirty_next;
     cl->dirty = 0;
     if (!cl->free_pending && !take_output(cl)) continue;
-    if (sh->nbatch == sh->capbatch) {
-      size_t cap = sh->capbatch ? 2 * sh->capbatch : 64;
-      srv_client_t** b = realloc(sh->batch, cap * sizeof *b);
-      if (!b) { /* write it later: back on the list, woken again */
-        if (!cl->free_pending) {
-          tr__buf_t tmp = cl->conn.out; /* undo take_output */
-          cl->conn.out = cl->inflight;
-          cl->inflight = tmp;
-          tr__buf_reset(&cl->inflight);
-        }
-        cl->dirty = 1;
-        cl->dirty_next = sh->dirty;
-        sh->dirty = cl;
-        uv_async_send(&sh->async);
-        break;
+    if (TR_GROW(sh->batch, sh->nbatch + 1, sh->capbatch) < 0) {
+      /* write it later: back on the list, woken again */
+      if (!cl->free_pending) {
+        tr__buf_t tmp = cl->conn.out; /* undo take_output */
+        cl->conn.out = cl->inflight;
+        cl->inflight = tmp;
+        tr__buf_reset(&cl->inflight);
       }
-      sh->batch = b;
-      sh->capbatch = cap;
+      cl->dirty = 1;
+      cl->dirty_next = sh->dirty;
+      sh->dirty = cl;
+      uv_async_send(&sh->async);
+      break;
     }
     sh->batch[sh->nbatch++] = cl;
   }
@@ -640,13 +635,7 @@ typedef struct {
 } cl_vec_t;
 
 static int vec_push(cl_vec_t* q, srv_client_t* cl) {
-  if (q->n == q->cap) {
-    size_t cap = q->cap ? 2 * q->cap : 256;
-    srv_client_t** v = realloc(q->v, cap * sizeof *v);
-    if (!v) return TR_ENOMEM;
-    q->v = v;
-    q->cap = cap;
-  }
+  TR_CHECK(TR_GROW(q->v, q->n + 1, q->cap));
   q->v[q->n++] = cl;
   return 0;
 }
@@ -744,17 +733,11 @@ static void release(tr_store_server_t* s, cl_vec_t* q, int* next,
     srv_client_t* cl = q->v[i];
     if (!cl) continue;
     shard_t* sh = &s->shards[*next];
-    if (sh->npend == sh->cappend) {
-      size_t cap = sh->cappend ? 2 * sh->cappend : 64;
-      srv_client_t** v = realloc(sh->pend, cap * sizeof *v);
-      if (!v) {
-        unlock(s);
-        record_discard(s, cl, 0);
-        lock(s);
-        continue;
-      }
-      sh->pend = v;
-      sh->cappend = cap;
+    if (TR_GROW(sh->pend, sh->npend + 1, sh->cappend) < 0) {
+      unlock(s);
+      record_discard(s, cl, 0);
+      lock(s);
+      continue;
     }
     sh->pend[sh->npend++] = cl;
     woke |= 1ull << *next;
