@@ -309,7 +309,8 @@ const tr_pg_hooks_t* tr__pg_hooks(void);
 /* tr_pg_set_cuda_start_events. */
 int tr__pg_cuda_start_events(void);
 
-/* Start / stop the world's watchdog; wake it (an error to report). */
+/* Start / stop the world's watchdog (watchdog.c); wake it, an error to
+ * report (group.c). */
 int tr__watchdog_start(tr__pg_world_t* w);
 void tr__watchdog_stop(tr__pg_world_t* w);
 void tr__watchdog_kick(tr__pg_world_t* w);

@@ -331,11 +331,3 @@ void tr__watchdog_stop(tr__pg_world_t* wd) {
   pthread_mutex_destroy(&wd->wd_mu);
   pthread_cond_destroy(&wd->wd_cv);
 }
-
-void tr__watchdog_kick(tr__pg_world_t* wd) {
-  if (!wd->wd_started) return;
-  pthread_mutex_lock(&wd->wd_mu);
-  wd->wd_kick = 1;
-  pthread_cond_signal(&wd->wd_cv);
-  pthread_mutex_unlock(&wd->wd_mu);
-}
