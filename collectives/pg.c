@@ -17,7 +17,6 @@
 #include "trainrun/log.h"
 #include "trainrun/param.h"
 
-
 static const tr__pg_backend_vt_t* vt_of(tr_pg_backend_t b) {
   switch (b) {
     case TR_PG_BACKEND_FAKE:
@@ -40,7 +39,6 @@ static const tr__pg_backend_vt_t* vt_of(tr_pg_backend_t b) {
 }
 
 int tr_pg_backend_available(tr_pg_backend_t b) { return vt_of(b) != NULL; }
-
 
 /* ---- backend specs ---- */
 
@@ -341,7 +339,6 @@ void tr_pg_set_timeout_all(tr_pg_t* pg, int64_t ms) {
   pthread_mutex_unlock(&wd->mu);
 }
 
-
 int tr_pg_set_op_timing(tr_pg_t* pg, int on) {
   if (!pg) return TR_EINVAL;
   __atomic_store_n(&pg->op_timing, on != 0, __ATOMIC_RELAXED);
@@ -366,7 +363,6 @@ void tr_pg_stats(const tr_pg_t* pg, tr_pg_stats_t* out) {
   *out = p->stats;
   pthread_mutex_unlock(&p->mu);
 }
-
 
 /* ---- backends ---- */
 

@@ -161,7 +161,8 @@ static int fr_analyze(int argc, char** argv) {
   r = tr_fra_analyze(a, &err);
   int pr = 0;
   if (r != TR_ENOMEM)
-    pr = as_json ? tr_fra_print_json(a, stdout) : tr_fra_print_report(a, stdout);
+    pr =
+        as_json ? tr_fra_print_json(a, stdout) : tr_fra_print_report(a, stdout);
   if (r < 0) fprintf(stderr, "trainrun: %s\n", err.message);
   if (pr < 0) fprintf(stderr, "trainrun: fr analyze: %s\n", tr_strerror(pr));
   rc = r == TR_ENOMEM || pr < 0 ? 2 : r == 0 ? 0 : 1;

@@ -397,7 +397,7 @@ static int execute(tr__store_conn_t* c, const tr__store_req_t* rq,
         ready = tr__store_slot_present(tr__store_db_find(db, k.p, k.len));
       }
       rc = tr__store_put_u8(&c->out,
-                          ready ? TR__CHECK_READY : TR__CHECK_NOT_READY);
+                            ready ? TR__CHECK_READY : TR__CHECK_NOT_READY);
       break;
     }
     case TR__Q_WAIT:

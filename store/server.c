@@ -195,8 +195,7 @@ static void client_close(srv_client_t* cl, int error) {
     /* Best effort: replies to requests before the bad one (and the byte
      * that says why, for a refused token) still go out. */
     if (!cl->writing && cl->conn.out.len) {
-      uv_buf_t b =
-          uv_buf_init(cl->conn.out.buf, (unsigned)cl->conn.out.len);
+      uv_buf_t b = uv_buf_init(cl->conn.out.buf, (unsigned)cl->conn.out.len);
       (void)uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
     }
   }
@@ -284,8 +283,7 @@ static int take_output(srv_client_t* cl) {
  * the replies gathered since the last one, and a queued uv_write for what
  * the socket did not take. */
 static void send_inflight(srv_client_t* cl) {
-  uv_buf_t b =
-      uv_buf_init(cl->inflight.buf, (unsigned)cl->inflight.len);
+  uv_buf_t b = uv_buf_init(cl->inflight.buf, (unsigned)cl->inflight.len);
   int n = uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
   if (n == (int)cl->inflight.len) {
     tr__buf_reset(&cl->inflight);
