@@ -181,8 +181,10 @@ struct tr_fra {
   void** owned;
   size_t nowned, owncap;
   int32_t id_send, id_recv, id_coalesced, id_empty, id_completed, id_started;
-  /* profiling name id -> op id, self, peer (parsed once); -2 unknown */
-  int32_t* pn;
+  /* profiling name id -> op id, self, peer (parsed once; op -2: not yet) */
+  struct {
+    int32_t op, self, peer;
+  } * pn;
   size_t pn_cap;
   uint8_t* opc; /* op id -> op class bits (0xff: not computed) */
   size_t opc_cap;

@@ -263,10 +263,10 @@ static int32_t frames_text(tr_fra_t* a, const tr__frv_t* v, tr__buf_t* b) {
 /* "nccl:send 0->1" -> op "send", self 0, peer 1; "nccl:recv 1<-0" -> op
  * "recv", self 1, peer 0. e->pname >= 0. */
 static void parse_pname(tr_fra_t* a, tr__fra_ent_t* e) {
-  if ((size_t)e->pname < a->pn_cap && a->pn[3 * e->pname] != -2) {
-    e->op = a->pn[3 * e->pname];
-    e->self_l = a->pn[3 * e->pname + 1];
-    e->peer_l = a->pn[3 * e->pname + 2];
+  if ((size_t)e->pname < a->pn_cap && a->pn[e->pname].op != -2) {
+    e->op = a->pn[e->pname].op;
+    e->self_l = a->pn[e->pname].self;
+    e->peer_l = a->pn[e->pname].peer;
     return;
   }
   const char* p = tr__fra_str(a, e->pname);
@@ -288,20 +288,16 @@ static void parse_pname(tr_fra_t* a, tr__fra_ent_t* e) {
     }
   }
   if ((size_t)e->pname >= a->pn_cap) {
-    size_t nc = a->pn_cap ? a->pn_cap : 64;
-    while (nc <= (size_t)e->pname) nc *= 2;
-    int32_t* pn = realloc(a->pn, 3 * nc * sizeof *pn);
-    if (!pn) {
+    size_t old = a->pn_cap;
+    if (TR_GROW(a->pn, (size_t)e->pname + 1, a->pn_cap) < 0) {
       a->oom = 1;
       return;
     }
-    for (size_t i = 3 * a->pn_cap; i < 3 * nc; i++) pn[i] = -2;
-    a->pn = pn;
-    a->pn_cap = nc;
+    for (size_t i = old; i < a->pn_cap; i++) a->pn[i].op = -2;
   }
-  a->pn[3 * e->pname] = e->op;
-  a->pn[3 * e->pname + 1] = e->self_l;
-  a->pn[3 * e->pname + 2] = e->peer_l;
+  a->pn[e->pname].op = e->op;
+  a->pn[e->pname].self = e->self_l;
+  a->pn[e->pname].peer = e->peer_l;
 }
 
 /* Interned id of a string node, cached by node: memoized strings of a

@@ -57,16 +57,12 @@ static const char* const A2A[] = {"all_to_all", "all_to_all_single",
 static unsigned opclass(tr_fra_t* a, int32_t op) {
   if (op < 0) return 0;
   if ((size_t)op >= a->opc_cap) {
-    size_t nc = a->opc_cap ? a->opc_cap : 64;
-    while (nc <= (size_t)op) nc *= 2;
-    uint8_t* t = realloc(a->opc, nc);
-    if (!t) {
+    size_t old = a->opc_cap;
+    if (TR_GROW(a->opc, (size_t)op + 1, a->opc_cap) < 0) {
       a->oom = 1;
       return 0;
     }
-    memset(t + a->opc_cap, 0xff, nc - a->opc_cap);
-    a->opc = t;
-    a->opc_cap = nc;
+    memset(a->opc + old, 0xff, a->opc_cap - old);
   }
   if (a->opc[op] == 0xff)
     a->opc[op] = (uint8_t)((op_in(a, op, ALLGATHER) ? OPC_ALLGATHER : 0) |
