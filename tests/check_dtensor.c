@@ -1017,6 +1017,7 @@ START_TEST(test_plan_ops) {
   tr_placement_t a[2] = {S0, S0}, b[2] = {S1, R};
   int64_t g[2] = {8, 4};
   tr_dtensor_t x, y;
+  memset(&y, 0, sizeof y); /* untouched until the wait (checked below) */
   ck_assert_int_eq(tr_dtensor_zeros(&x, m, a, 2, g, TR_F32, TR_DEVICE_CPU), 0);
   ck_assert_int_eq(x.local.shape[0], 2);
   tr_pg_stats_t sa0, sa1, sb0, sb1;
