@@ -558,8 +558,8 @@ static int rank_main(const opts_t* o, int rank, int port) {
   po.backend = o->backend;
   po.timeout_ms = 600000;
   tr_pg_t* pg = NULL;
-  int rc = tr_pg_init(&po, &pg);
-  if (rc < 0) die("tr_pg_init", rc);
+  int rc = tr_pg_new(&po, &pg);
+  if (rc < 0) die("tr_pg_new", rc);
   if (o->op_timing) tr_pg_set_op_timing(pg, 1);
   tr_device_t dev = TR_DEVICE_CPU;
   if (o->gpu) {

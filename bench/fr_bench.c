@@ -87,7 +87,7 @@ static double fake_op_ns(int recorder, long n) {
   po.world_size = 2;
   po.backend = "fake";
   tr_pg_t* pg = NULL;
-  if (tr_pg_init(&po, &pg) != 0) return -1;
+  if (tr_pg_new(&po, &pg) != 0) return -1;
   if (fr) tr_fr_add_group(fr, pg);
   int64_t len = 1024;
   tr_tensor_t t;

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/buf.h"      /* TR_GROW, tr__buf_t */
+#include "core/internal.h" /* tr__read_file */
 #include "checkpoint/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -45,38 +47,19 @@ int tr__ckpt_fsync_dir(const char* dir) {
 int tr__ckpt_read_file(const char* path, char** out, size_t* n,
                        tr_errmsg_t* err) {
   *out = NULL;
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    int rc = tr_err_from_errno();
+  tr__buf_t b = TR__BUF_INIT;
+  int rc = tr__read_file(path, &b);
+  if (rc == TR_ENOMEM || rc == TR_EIO) tr__buf_release(&b);
+  if (rc == TR_ENOMEM) return tr_errmsg_set(err, rc, "out of memory");
+  if (rc == TR_EIO)
+    return tr_errmsg_set(err, rc, "cannot read '%s': %s", path,
+                         tr_strerror(rc));
+  if (rc < 0)
     return tr_errmsg_set(err, rc, "cannot open '%s': %s", path,
                          tr_strerror(rc));
-  }
-  size_t cap = 4096, len = 0;
-  char* buf = malloc(cap);
-  while (buf) {
-    if (len + 1 >= cap) {
-      char* nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t r = fread(buf + len, 1, cap - 1 - len, f);
-    len += r;
-    if (r == 0) break;
-  }
-  int bad = ferror(f);
-  fclose(f);
+  size_t len = 0;
+  char* buf = tr__buf_detach(&b, &len);
   if (!buf) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-  if (bad) {
-    free(buf);
-    return tr_errmsg_set(err, TR_EIO, "cannot read '%s': %s", path,
-                         tr_strerror(TR_EIO));
-  }
-  buf[len] = '\0';
   *out = buf;
   if (n) *n = len;
   return 0;
@@ -132,16 +115,10 @@ int tr_ckpt_list(const char* folder, tr_ckpt_entry_t** out, size_t* n,
       free(dir);
       continue;
     }
-    if (cnt == cap) {
-      size_t nc = cap ? cap * 2 : 16;
-      tr_ckpt_entry_t* nv = realloc(v, nc * sizeof *nv);
-      if (!nv) {
-        free(dir);
-        rc = TR_ENOMEM;
-        break;
-      }
-      v = nv;
-      cap = nc;
+    if (TR_GROW(v, cnt + 1, cap) < 0) {
+      free(dir);
+      rc = TR_ENOMEM;
+      break;
     }
     tr_ckpt_entry_t* e = &v[cnt++];
     e->step = step;

@@ -17,6 +17,8 @@
 
 #include <jansson.h> /* chunk lists and metadata */
 
+#include "core/buf.h" /* TR_GROW */
+#include "core/clock.h"
 #include "checkpoint/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -403,16 +405,11 @@ static int commit(tr_ckpt_saver_t* s, const char* dir, tr_errmsg_t* err) {
         size_t k = 0;
         while (k < nt && strcmp(ts[k].name, tn) != 0) k++;
         if (k == nt) {
-          if (nt == cap) {
-            mtensor_t* nts = realloc(ts, cap * 2 * sizeof *ts);
-            if (!nts) {
-              rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-              break;
-            }
-            memset(nts + cap, 0, cap * sizeof *ts);
-            ts = nts;
-            cap *= 2;
+          if (TR_GROW(ts, nt + 1, cap) < 0) {
+            rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+            break;
           }
+          memset(&ts[nt], 0, sizeof *ts);
           ts[nt++].name = tn;
         }
         mtensor_t* t = &ts[k];

@@ -45,6 +45,7 @@
 #include <gloo/transport/tcp/device.h>      // TCP transport
 #include <gloo/transport/unbound_buffer.h>  // send/recv, the ring
 
+#include "core/clock.h"
 #include "collectives/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"

@@ -304,16 +304,13 @@ struct tr_pg_s {
 int tr__pg_store_open(tr_pg_t* pg, tr_store_client_t** c, tr_store_prefix_t* p);
 void tr__pg_store_close(tr_store_client_t* c, tr_store_prefix_t* p);
 
-/* Monotonic and wall clocks in ns. */
-int64_t tr__now_ns(void);
-int64_t tr__wall_ns(void);
-
 /* The process-wide hooks (a copy; fields may be NULL). */
 const tr_pg_hooks_t* tr__pg_hooks(void);
 /* tr_pg_set_cuda_start_events. */
 int tr__pg_cuda_start_events(void);
 
-/* Start / stop the world's watchdog; wake it (an error to report). */
+/* Start / stop the world's watchdog (watchdog.c); wake it, an error to
+ * report (group.c). */
 int tr__watchdog_start(tr__pg_world_t* w);
 void tr__watchdog_stop(tr__pg_world_t* w);
 void tr__watchdog_kick(tr__pg_world_t* w);

@@ -2,6 +2,7 @@
 # communication thread, the watchdog, local reductions) and the backends:
 # fake always, Gloo (C++), MPI and NCCL when configure found them.
 libtrainrun_la_SOURCES += \
+	collectives/group.c \
 	collectives/pg.c \
 	collectives/work.c \
 	collectives/queue.c \

@@ -34,6 +34,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
+#include "core/clock.h"
 #include "collectives/internal.h"
 #include "collectives/nccl_cuda.h"
 #include "trainrun/error.h"
@@ -756,9 +757,7 @@ static void nccl_reap(tr__pg_backend_t* be) {
 static void nccl_abort(tr__pg_backend_t* be) {
   nccl_impl_t* im = be->impl;
   if (!im) return;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 2;
+  struct timespec until = tr__deadline_ms(2000);
   if (pthread_mutex_timedlock(&im->mu, &until) != 0) {
     TR_LOG_ERROR(COLL,
                  "group '%s': an NCCL call is stuck; aborting the "

@@ -11,54 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "collectives/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/param.h"
-
-/* ---- names ---- */
-
-static const char* const k_op_names[] = {
-#define TR__PG_OP_STR(name, str) str,
-    TR_PG_OP_MAP(TR__PG_OP_STR)
-#undef TR__PG_OP_STR
-};
-
-const char* tr_pg_op_name(tr_pg_op_t op) {
-  return (unsigned)op < TR_PG_OP__COUNT ? k_op_names[op] : "unknown";
-}
-
-const char* tr_pg_reduce_op_name(tr_pg_reduce_op_t op) {
-  switch (op) {
-    case TR_PG_SUM:
-      return "sum";
-    case TR_PG_AVG:
-      return "avg";
-    case TR_PG_MAX:
-      return "max";
-    case TR_PG_MIN:
-      return "min";
-    case TR_PG_PRODUCT:
-      return "product";
-    default:
-      return "unknown";
-  }
-}
-
-const char* tr_pg_backend_name(tr_pg_backend_t b) {
-  switch (b) {
-    case TR_PG_BACKEND_GLOO:
-      return "gloo";
-    case TR_PG_BACKEND_NCCL:
-      return "nccl";
-    case TR_PG_BACKEND_MPI:
-      return "mpi";
-    case TR_PG_BACKEND_FAKE:
-      return "fake";
-    default:
-      return "none";
-  }
-}
 
 static const tr__pg_backend_vt_t* vt_of(tr_pg_backend_t b) {
   switch (b) {
@@ -82,29 +39,6 @@ static const tr__pg_backend_vt_t* vt_of(tr_pg_backend_t b) {
 }
 
 int tr_pg_backend_available(tr_pg_backend_t b) { return vt_of(b) != NULL; }
-
-/* ---- hooks ---- */
-
-static tr_pg_hooks_t g_hooks;
-
-void tr_pg_set_hooks(const tr_pg_hooks_t* hooks) {
-  if (hooks)
-    g_hooks = *hooks;
-  else
-    memset(&g_hooks, 0, sizeof g_hooks);
-}
-
-const tr_pg_hooks_t* tr__pg_hooks(void) { return &g_hooks; }
-
-static int g_cuda_start_events;
-
-void tr_pg_set_cuda_start_events(int on) {
-  __atomic_store_n(&g_cuda_start_events, on != 0, __ATOMIC_RELAXED);
-}
-
-int tr__pg_cuda_start_events(void) {
-  return __atomic_load_n(&g_cuda_start_events, __ATOMIC_RELAXED);
-}
 
 /* ---- backend specs ---- */
 
@@ -288,7 +222,7 @@ static int group_new(tr__pg_world_t* wd, const char* name, const char* desc,
   return 0;
 }
 
-int tr_pg_init(const tr_pg_opts_t* o, tr_pg_t** out) {
+int tr_pg_new(const tr_pg_opts_t* o, tr_pg_t** out) {
   *out = NULL;
   tr_pg_backend_t kinds[TR__PG_NDEV];
   TR_CHECK(parse_spec(o->backend ? o->backend : "cpu:gloo,cuda:nccl", kinds));
@@ -405,14 +339,6 @@ void tr_pg_set_timeout_all(tr_pg_t* pg, int64_t ms) {
   pthread_mutex_unlock(&wd->mu);
 }
 
-int64_t tr_pg_timeout(const tr_pg_t* pg) {
-  tr_pg_t* p = (tr_pg_t*)pg;
-  pthread_mutex_lock(&p->mu);
-  int64_t t = p->timeout_ms;
-  pthread_mutex_unlock(&p->mu);
-  return t;
-}
-
 int tr_pg_set_op_timing(tr_pg_t* pg, int on) {
   if (!pg) return TR_EINVAL;
   __atomic_store_n(&pg->op_timing, on != 0, __ATOMIC_RELAXED);
@@ -436,49 +362,6 @@ void tr_pg_stats(const tr_pg_t* pg, tr_pg_stats_t* out) {
   pthread_mutex_lock(&p->mu);
   *out = p->stats;
   pthread_mutex_unlock(&p->mu);
-}
-
-void tr__pg_break(tr_pg_t* pg, int rc, const char* msg, int remote) {
-  pthread_mutex_lock(&pg->mu);
-  int first = !pg->broken;
-  if (first) {
-    pg->broken = 1;
-    pg->remote = remote;
-    pg->error_rc = rc;
-    pg->broken_ns = tr__now_ns();
-    pg->error = strdup(msg);
-  }
-  pthread_mutex_unlock(&pg->mu);
-  if (!first) return;
-  tr__pg_world_t* wd = pg->world;
-  pthread_mutex_lock(&wd->mu);
-  if (!wd->first_error) wd->first_error = strdup(msg);
-  pthread_mutex_unlock(&wd->mu);
-  tr__watchdog_kick(wd);
-}
-
-int tr__pg_store_open(tr_pg_t* pg, tr_store_client_t** c,
-                      tr_store_prefix_t* p) {
-  tr__pg_world_t* wd = pg->world;
-  *c = NULL;
-  if (!wd->store) return TR_EINVAL;
-  pthread_mutex_lock(&wd->store_mu);
-  int rc = tr_store_client_clone(wd->store, c);
-  pthread_mutex_unlock(&wd->store_mu);
-  if (rc < 0) return rc;
-  tr_store_client_set_timeout(*c, tr_pg_timeout(pg));
-  rc = tr_store_prefix_init(p, *c, pg->prefix);
-  if (rc < 0) {
-    tr_store_client_free(*c);
-    *c = NULL;
-  }
-  return rc;
-}
-
-void tr__pg_store_close(tr_store_client_t* c, tr_store_prefix_t* p) {
-  if (!c) return;
-  tr_store_prefix_release(p);
-  tr_store_client_free(c);
 }
 
 /* ---- backends ---- */
@@ -775,13 +658,7 @@ void tr_pg_free(tr_pg_t* pg) {
     if (pg->be[d] && pg->be[d]->vt->threaded) tr__queue_stop(pg->be[d]);
   pthread_mutex_lock(&pg->mu);
   while (has_live_work(pg)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 10000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = tr__deadline_ms(10);
     pthread_cond_timedwait(&pg->cv, &pg->mu, &ts);
   }
   pthread_mutex_unlock(&pg->mu);

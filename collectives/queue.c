@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "collectives/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "collectives/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -277,11 +278,7 @@ static void* watchdog_main(void* arg) {
   pthread_mutex_lock(&wd->wd_mu);
   while (!wd->wd_stop) {
     if (!wd->wd_kick) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += (period % 1000) * 1000000;
-      ts.tv_sec += period / 1000 + ts.tv_nsec / 1000000000;
-      ts.tv_nsec %= 1000000000;
+      struct timespec ts = tr__deadline_ms(period);
       pthread_cond_timedwait(&wd->wd_cv, &wd->wd_mu, &ts);
     }
     wd->wd_kick = 0;
@@ -333,12 +330,4 @@ void tr__watchdog_stop(tr__pg_world_t* wd) {
   wd->wd_started = 0;
   pthread_mutex_destroy(&wd->wd_mu);
   pthread_cond_destroy(&wd->wd_cv);
-}
-
-void tr__watchdog_kick(tr__pg_world_t* wd) {
-  if (!wd->wd_started) return;
-  pthread_mutex_lock(&wd->wd_mu);
-  wd->wd_kick = 1;
-  pthread_cond_signal(&wd->wd_cv);
-  pthread_mutex_unlock(&wd->wd_mu);
 }

@@ -12,21 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "collectives/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
-
-int64_t tr__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int64_t tr__wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 tr_pg_work_t* tr__work_new(tr_pg_t* pg, int n_ops) {
   tr_pg_work_t* w = calloc(1, sizeof *w);
@@ -258,14 +247,7 @@ int tr_pg_work_wait(tr_pg_work_t* w, int64_t timeout_ms) {
   }
   pthread_mutex_lock(&w->mu);
   if (timeout_ms > 0) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = tr__deadline_ms(timeout_ms);
     while (!w->done) {
       if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT &&
           !w->done) {

@@ -1,13 +1,13 @@
-/* core/fsutil.c: folders, atomic file writes and a clock for the layers
- * that write files (core/internal.h). */
+/* core/fsutil.c: folders, whole-file reads and atomic file writes for the
+ * layers that read and write files (core/internal.h). */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "trainrun/error.h"
@@ -141,8 +141,22 @@ int tr__write_file(const char* path, const void* buf, size_t n,
   return tr__afile_commit(&af, err);
 }
 
-double tr__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+int tr__read_file(const char* path, tr__buf_t* b) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return tr_err_from_errno();
+  struct stat st;
+  size_t hint = fstat(fileno(f), &st) == 0 && st.st_size > 0
+                    ? (size_t)st.st_size
+                    : (size_t)1 << 16;
+  int rc = tr__buf_grow(b, hint);
+  while (rc == 0) {
+    size_t room = b->cap - b->len - 1;
+    size_t r = fread(b->buf + b->len, 1, room, f);
+    tr__buf_setlen(b, b->len + r);
+    if (r < room) break; /* end of file or an error */
+    rc = tr__buf_grow(b, b->cap);
+  }
+  if (rc == 0 && ferror(f)) rc = TR_EIO;
+  fclose(f);
+  return rc;
 }

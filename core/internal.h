@@ -1,11 +1,13 @@
-/* core/internal.h: file-system helpers and a clock shared by the layers
- * that write files (checkpoint/, trainer/); not public. */
+/* core/internal.h: file-system helpers shared by the layers that write
+ * files (checkpoint/, trainer/, flight_recorder/); not public. The clock is
+ * core/clock.h, the growable buffer core/buf.h. */
 #ifndef CORE_INTERNAL_H
 #define CORE_INTERNAL_H
 
 #include <stddef.h>
 #include <stdio.h>
 
+#include "core/buf.h"
 #include "trainrun/errmsg.h"
 
 /* mkdir -p; 0 or a negated errno (message names the folder). */
@@ -32,10 +34,11 @@ void tr__afile_abort(tr__afile_t* af);
 int tr__write_file(const char* path, const void* buf, size_t n,
                    tr_errmsg_t* err);
 
+/* Append the whole file at path to b: 0, a negated errno (cannot open),
+ * TR_EIO (read error) or TR_ENOMEM. */
+int tr__read_file(const char* path, tr__buf_t* b);
+
 /* fsync the folder holding path (best effort; 0 or a negated errno). */
 int tr__fsync_parent(const char* path);
-
-/* Monotonic seconds. */
-double tr__now(void);
 
 #endif /* CORE_INTERNAL_H */

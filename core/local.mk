@@ -1,5 +1,6 @@
 # core/local.mk: errors (codes; a code with a message), logging, parameters,
-# tensors, TOML, job config, CRC-32C, atomic file writes.
+# tensors, TOML, job config, CRC-32C, atomic file writes, the clock and the
+# growable buffer.
 libtrainrun_la_SOURCES += \
 	core/error.c \
 	core/errmsg.c \
@@ -11,8 +12,11 @@ libtrainrun_la_SOURCES += \
 	core/toml_value.c \
 	core/config.c \
 	core/crc32c.c \
-	core/fsutil.c
-noinst_HEADERS += core/toml_internal.h core/internal.h
+	core/fsutil.c \
+	core/clock.c \
+	core/buf.c
+noinst_HEADERS += core/toml_internal.h core/internal.h core/clock.h \
+	core/buf.h
 noinst_HEADERS += core/cuda.h
 if HAVE_CUDA
 libtrainrun_la_SOURCES += core/cuda.cu
@@ -50,7 +54,7 @@ tests_check_toml_LDADD = $(TEST_LIBS)
 # The differential test starts the decoder once per corpus document: it is
 # built from the parser's sources alone, without libtrainrun's dependencies
 # (CUDA, OpenBLAS) or a libtool wrapper script, so it starts in a millisecond.
-tests_toml_decoder_SOURCES = tests/toml-decoder.c core/toml.c \
+tests_toml_decoder_SOURCES = tests/toml-decoder.c core/toml.c core/buf.c \
 	core/toml_value.c core/error.c
 tests_toml_decoder_CFLAGS = $(AM_CFLAGS)
 EXTRA_DIST += tests/toml_diff.test tests/toml_diff.py tests/toml

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/buf.h" /* TR_GROW */
 #include "core/toml_internal.h"
 #include "trainrun/error.h"
 
@@ -325,17 +326,9 @@ static int end_of_line(parser_t* P, const char* what) {
 /* ---- the decode buffer ---- */
 
 static int buf_put(parser_t* P, const char* s, size_t n) {
-  if (P->buf_cap - P->buf_len < n + 1) {
-    size_t cap = P->buf_cap ? P->buf_cap : 256;
-    while (cap - P->buf_len < n + 1) {
-      if (cap > SIZE_MAX / 2) return nomem(P);
-      cap *= 2;
-    }
-    char* b = realloc(P->buf, cap);
-    if (!b) return nomem(P);
-    P->buf = b;
-    P->buf_cap = cap;
-  }
+  if (n >= SIZE_MAX - P->buf_len ||
+      TR_GROW(P->buf, P->buf_len + n + 1, P->buf_cap) < 0)
+    return nomem(P);
   memcpy(P->buf + P->buf_len, s, n);
   P->buf_len += n;
   return 0;
@@ -575,13 +568,7 @@ static int read_string(parser_t* P, int allow_ml, const char** out,
 
 static int push_part(parser_t* P, const char* s, size_t len, const char* at,
                      int col) {
-  if (P->path_n == P->path_cap) {
-    size_t cap = P->path_cap ? 2 * P->path_cap : 32;
-    key_part_t* path = realloc(P->path, cap * sizeof *path);
-    if (!path) return nomem(P);
-    P->path = path;
-    P->path_cap = cap;
-  }
+  if (TR_GROW(P->path, P->path_n + 1, P->path_cap) < 0) return nomem(P);
   P->path[P->path_n++] = (key_part_t){s, len, at, P->line, col};
   return 0;
 }
@@ -1278,14 +1265,9 @@ int tr_toml_parse_file(const char* path, tr_toml_value_t** root,
     goto out_close;
   }
   for (;;) {
-    if (len == cap) {
-      char* bigger = cap < SIZE_MAX / 2 ? realloc(text, cap * 2) : NULL;
-      if (!bigger) {
-        rc = TR_ENOMEM;
-        goto out_close;
-      }
-      text = bigger;
-      cap *= 2;
+    if (len == cap && TR_GROW(text, cap + 1, cap) < 0) {
+      rc = TR_ENOMEM;
+      goto out_close;
     }
     ssize_t n = read(fd, text + len, cap - len);
     if (n < 0 && errno == EINTR) continue;

@@ -2,6 +2,7 @@
  * NVIDIA driver's /proc/driver/nvidia/gpus lists them by PCI bus id), and
  * the CPUs near each, for worker affinity: hwloc's topology when configure
  * found hwloc, else the kernel's /sys/bus/pci/devices/ID/local_cpulist. */
+#include "core/buf.h" /* TR_GROW */
 #include "config.h"
 
 #include <ctype.h>
@@ -39,16 +40,15 @@ int tr__gpu_pci_ids(char*** ids, int* n) {
   DIR* dir = opendir(NVIDIA_GPUS);
   if (!dir) return 0; /* no driver: no GPU */
   char** v = NULL;
+  size_t cap = 0;
   int k = 0, rc = 0;
   struct dirent* e;
   while ((e = readdir(dir))) {
     if (e->d_name[0] == '.') continue;
-    char** nv = realloc(v, (size_t)(k + 1) * sizeof *nv);
-    if (!nv) {
+    if (TR_GROW(v, (size_t)k + 1, cap) < 0) {
       rc = TR_ENOMEM;
       break;
     }
-    v = nv;
     if (!(v[k] = strdup(e->d_name))) {
       rc = TR_ENOMEM;
       break;

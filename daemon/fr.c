@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "daemon/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/flight_recorder.h"
@@ -89,7 +90,7 @@ static struct tr__fr* state(tr__daemon_t* d) {
   }
   f->n = d->nworkers;
   f->store_ok = 1;
-  double now = tr__daemon_now();
+  double now = tr__now();
   for (int i = 0; i < f->n; i++) {
     tr__fr_ring_name(d, &d->workers[i], f->w[i].name, sizeof f->w[i].name);
     f->w[i].progress_at = now;
@@ -110,7 +111,7 @@ static tr_fr_ring_t* ring_of(tr__daemon_t* d, struct tr__fr* f, int i) {
   tr_fr_ring_info(fw->ring, &info);
   fw->progress = info.progress;
   fw->dump_req = info.dump_req;
-  fw->progress_at = tr__daemon_now();
+  fw->progress_at = tr__now();
   if (!f->store_prefix[0] && info.store_prefix[0])
     snprintf(f->store_prefix, sizeof f->store_prefix, "%s", info.store_prefix);
   (void)d;
@@ -210,7 +211,7 @@ static void pending_dump(tr__daemon_t* d, struct tr__fr* f, int force) {
   }
   int running = 0;
   for (int i = 0; i < d->nworkers; i++) running += d->workers[i].running;
-  if (!force && running > 0 && tr__daemon_now() < f->pending_until) return;
+  if (!force && running > 0 && tr__now() < f->pending_until) return;
   f->pending_until = 0;
   dump_job(d, f, f->pending_why, f->pending_origin, 1);
 }
@@ -222,7 +223,7 @@ void tr__fr_tick(tr__daemon_t* d, int store_ok) {
   f->store_ok = store_ok;
   pending_dump(d, f, 0);
   if (f->pending_until) return; /* a death's dump comes first */
-  double now = tr__daemon_now();
+  double now = tr__now();
   for (int i = 0; i < f->n; i++) {
     fr_worker_t* fw = &f->w[i];
     if (!fw->ring && !d->workers[i].running) continue;
@@ -291,7 +292,7 @@ void tr__fr_worker_failed(tr__daemon_t* d, const tr__worker_t* w,
    * peer died has then entered the collective that waits for it, which is
    * what the verdict names. */
   if (!f->pending_until) {
-    f->pending_until = tr__daemon_now() + PENDING_S;
+    f->pending_until = tr__now() + PENDING_S;
     f->pending_origin = w->rank;
     snprintf(f->pending_why, sizeof f->pending_why, "%s", why);
   }
@@ -302,7 +303,7 @@ void tr__fr_worker_failed(tr__daemon_t* d, const tr__worker_t* w,
  * (other nodes write theirs) and prints the analyzer's verdict. */
 static void print_verdict(tr__daemon_t* d, struct tr__fr* f) {
   if (d->rdzv.node_rank != 0 || !f->dump_dir[0]) return;
-  double until = tr__daemon_now() + 5.0;
+  double until = tr__now() + 5.0;
   for (;;) {
     int have = 0;
     for (int r = 0; r < d->rdzv.world_size; r++) {
@@ -310,7 +311,7 @@ static void print_verdict(tr__daemon_t* d, struct tr__fr* f) {
       snprintf(p, sizeof p, "%s/%s%d", f->dump_dir, f->dump_prefix, r);
       have += access(p, R_OK) == 0;
     }
-    if (have >= d->rdzv.world_size || tr__daemon_now() >= until) break;
+    if (have >= d->rdzv.world_size || tr__now() >= until) break;
     usleep(100000);
   }
   tr_fra_opts_t o;

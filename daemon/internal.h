@@ -1,6 +1,6 @@
 /* daemon/internal.h: what the daemon's files share -- the daemon's state,
- * the rendezvous result, worker output streams, process spawning and device
- * discovery. Not installed. */
+ * its signals, the rendezvous result, worker output streams, process
+ * spawning and device discovery. Not installed. */
 #ifndef TRAINRUN_DAEMON_INTERNAL_H
 #define TRAINRUN_DAEMON_INTERNAL_H
 
@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h> /* pid_t */
 
+#include "core/buf.h" /* tr__buf_t */
 #include "trainrun/daemon.h"
 #include "trainrun/errmsg.h"
 #include "trainrun/heartbeat.h"
@@ -24,12 +25,13 @@ enum {
   TR__DOPT_RUN_ID = 1u << 5
 };
 
-/* Monotonic clock, seconds. */
-double tr__daemon_now(void);
-
 /* 1 once the daemon received SIGINT, SIGTERM or SIGHUP (blocking waits such
- * as the rendezvous give up then). */
+ * as the rendezvous give up then; signals.c). */
 int tr__daemon_interrupted(void);
+/* That signal's number, 0 when none (signals.c). */
+int tr__daemon_stop_signal(void);
+/* "KILL" for SIGKILL; "?" when unknown. */
+const char* tr__daemon_signame(int sig);
 
 /* "killed by signal 9 (SIGKILL)" / "exited with code 7" for a wait status,
  * into buf. */
@@ -108,8 +110,7 @@ typedef struct {
   int console_fd;  /* 1 or 2 to show lines there, -1 not shown */
   int file_fd;     /* the per-rank log file, -1 none */
   char prefix[24]; /* "[rank3]:" */
-  char* buf;       /* the unfinished line */
-  size_t len, cap;
+  tr__buf_t line;  /* the unfinished line */
   int console_err; /* a console write failed: stop trying */
 } tr__stream_t;
 
@@ -259,6 +260,16 @@ typedef struct tr__daemon {
   char* tmp_log_dir; /* a log folder made for --redirects/--tee */
   struct tr__fr* fr;  /* flight-recorder rings of the round (daemon/fr.c) */
 } tr__daemon_t;
+
+/* ---- signals.c ---- */
+
+/* Open d->sig_pipe and route SIGINT, SIGTERM, SIGHUP and SIGCHLD to it
+ * (SIGPIPE ignored); old gets the 5 previous actions. Clears the stop
+ * signal. 0 or a negated errno. */
+struct sigaction;
+int tr__daemon_signals_setup(tr__daemon_t* d, struct sigaction* old);
+/* Put the old actions back and close the pipe. */
+void tr__daemon_signals_restore(tr__daemon_t* d, const struct sigaction* old);
 
 /* ---- fr.c: the workers' flight-recorder rings ---- */
 

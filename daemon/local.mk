@@ -7,6 +7,7 @@ libtrainrun_la_SOURCES += \
 	daemon/rendezvous.c \
 	daemon/spawn.c \
 	daemon/output.c \
+	daemon/signals.c \
 	daemon/supervise.c \
 	daemon/status.c \
 	daemon/fr.c

@@ -1,6 +1,7 @@
 /* daemon/nodelist.c: Slurm's compressed host lists ("node[01-04,07]",
  * "rack[1-2]-gpu[1-2]", "a,b[3-4]") expanded into host names, so the first
  * host of SLURM_STEP_NODELIST can be the rendezvous endpoint. */
+#include "core/buf.h" /* TR_GROW */
 #include "config.h"
 
 #include <errno.h>
@@ -21,13 +22,7 @@ typedef struct {
 
 static int names_push(names_t* l, const char* s, size_t len) {
   if (l->n >= MAX_HOSTS) return TR_ELIMIT;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 16;
-    char** v = realloc(l->v, cap * sizeof *v);
-    if (!v) return TR_ENOMEM;
-    l->v = v;
-    l->cap = cap;
-  }
+  if (TR_GROW(l->v, l->n + 1, l->cap) < 0) return TR_ENOMEM;
   char* c = strndup(s, len);
   if (!c) return TR_ENOMEM;
   l->v[l->n++] = c;

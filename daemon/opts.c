@@ -1,6 +1,7 @@
 /* daemon/opts.c: the launcher flags (torchrun's), the node flags a cluster
  * gives through its environment (Slurm's srun, Open MPI's mpirun), and the
  * checks of their combination. */
+#include "core/buf.h" /* TR_GROW */
 #include "config.h"
 
 #include <ctype.h>
@@ -82,6 +83,7 @@ static int parse_seconds(const char* s, double lo, double hi, double* out) {
 /* "3" or "0:1,1:2" (torchrun's Std.from_str). */
 static int parse_std(const char* s, tr_daemon_std_t* out) {
   tr_daemon_std_t st = {0};
+  size_t rcap = 0, vcap = 0;
   long v;
   if (!strchr(s, ':')) {
     if (parse_int(s, 0, 3, &v) < 0) return -1;
@@ -103,12 +105,9 @@ static int parse_std(const char* s, tr_daemon_std_t* out) {
     if (parse_int(item, 0, INT_MAX, &r) < 0 ||
         parse_int(colon + 1, 0, 3, &v) < 0)
       goto out_bad;
-    int* nr = realloc(st.rank, (size_t)(st.n + 1) * sizeof *nr);
-    if (!nr) goto out_bad;
-    st.rank = nr;
-    int* nv = realloc(st.value, (size_t)(st.n + 1) * sizeof *nv);
-    if (!nv) goto out_bad;
-    st.value = nv;
+    if (TR_GROW(st.rank, (size_t)st.n + 1, rcap) < 0 ||
+        TR_GROW(st.value, (size_t)st.n + 1, vcap) < 0)
+      goto out_bad;
     st.rank[st.n] = (int)r;
     st.value[st.n++] = (int)v;
     p += n;
@@ -126,6 +125,7 @@ out_bad:
 static int parse_rank_list(const char* s, int** out, int* n) {
   int* v = NULL;
   int k = 0;
+  size_t cap = 0;
   const char* p = s;
   if (!*p) return -1;
   while (*p) {
@@ -146,9 +146,7 @@ static int parse_rank_list(const char* s, int** out, int* n) {
       b = a;
     }
     for (long r = a; r <= b; r++) {
-      int* nv = realloc(v, (size_t)(k + 1) * sizeof *nv);
-      if (!nv) goto out_bad;
-      v = nv;
+      if (TR_GROW(v, (size_t)k + 1, cap) < 0) goto out_bad;
       v[k++] = (int)r;
     }
     p += len;

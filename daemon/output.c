@@ -113,20 +113,6 @@ static void emit_lines(tr__stream_t* s, tr__tail_t* tail, const char* data,
   }
 }
 
-static int buf_append(tr__stream_t* s, const char* p, size_t n) {
-  if (s->len + n > s->cap) {
-    size_t cap = s->cap ? s->cap : 4096;
-    while (cap < s->len + n) cap *= 2;
-    char* b = realloc(s->buf, cap);
-    if (!b) return TR_ENOMEM;
-    s->buf = b;
-    s->cap = cap;
-  }
-  memcpy(s->buf + s->len, p, n);
-  s->len += n;
-  return 0;
-}
-
 int tr__stream_read(tr__stream_t* s, tr__tail_t* tail) {
   if (s->fd < 0) return 1;
   char chunk[65536];
@@ -148,30 +134,34 @@ int tr__stream_read(tr__stream_t* s, tr__tail_t* tail) {
         s->file_fd = -1;
       }
     }
-    TR_CHECK(buf_append(s, chunk, (size_t)r));
+    tr__buf_t* b = &s->line;
+    if (tr__buf_add(b, chunk, (size_t)r) < 0) {
+      /* out of memory: what we have goes out as it is */
+      emit_lines(s, tail, b->buf, b->len);
+      emit_lines(s, tail, chunk, (size_t)r);
+      tr__buf_release(b);
+      return TR_ENOMEM;
+    }
     /* whole lines out; the unfinished one waits (unless it grew too long) */
     char* last_nl = NULL;
-    for (size_t i = s->len; i > 0; i--)
-      if (s->buf[i - 1] == '\n') {
-        last_nl = s->buf + i - 1;
+    for (size_t i = b->len; i > 0; i--)
+      if (b->buf[i - 1] == '\n') {
+        last_nl = b->buf + i - 1;
         break;
       }
-    size_t done = last_nl ? (size_t)(last_nl - s->buf) + 1 : 0;
-    if (!last_nl && s->len >= MAX_LINE) done = s->len;
+    size_t done = last_nl ? (size_t)(last_nl - b->buf) + 1 : 0;
+    if (!last_nl && b->len >= MAX_LINE) done = b->len;
     if (done) {
-      emit_lines(s, tail, s->buf, done);
-      memmove(s->buf, s->buf + done, s->len - done);
-      s->len -= done;
+      emit_lines(s, tail, b->buf, done);
+      memmove(b->buf, b->buf + done, b->len - done);
+      tr__buf_setlen(b, b->len - done);
     }
   }
 }
 
 void tr__stream_close(tr__stream_t* s, tr__tail_t* tail) {
-  if (s->len) emit_lines(s, tail, s->buf, s->len);
-  s->len = 0;
-  free(s->buf);
-  s->buf = NULL;
-  s->cap = 0;
+  if (s->line.len) emit_lines(s, tail, s->line.buf, s->line.len);
+  tr__buf_release(&s->line);
   if (s->fd >= 0) close(s->fd);
   if (s->file_fd >= 0) close(s->file_fd);
   s->fd = s->file_fd = -1;

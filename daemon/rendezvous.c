@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "daemon/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -421,7 +422,7 @@ int tr__rdzv_join(tr_store_prefix_t* st, int round, tr__rdzv_node_t* me,
     }
   }
   double node_timeout = o->keep_alive_interval * o->keep_alive_max_attempt;
-  double start = tr__daemon_now(), min_seen = -1;
+  double start = tr__now(), min_seen = -1;
   int n_closed = 0;
   int64_t n = 0;
   for (;;) {
@@ -446,7 +447,7 @@ int tr__rdzv_join(tr_store_prefix_t* st, int round, tr__rdzv_node_t* me,
     }
     rc = tr_store_prefix_add(st, k_arr, 0, &n);
     if (rc < 0) goto out_store;
-    double now = tr__daemon_now();
+    double now = tr__now();
     double slice;
     if (n >= o->nnodes_max || (expect > 0 && n >= expect)) {
       rc = try_close(st, k_closed, n < o->nnodes_max ? n : o->nnodes_max);

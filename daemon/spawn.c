@@ -5,6 +5,7 @@
  * close-on-exec pipe. Everything the child needs is prepared before fork:
  * the daemon may host the store on a thread, so the child calls only
  * async-signal-safe functions until it execs. */
+#include "core/buf.h" /* TR_GROW */
 #include "config.h"
 
 #include <errno.h>
@@ -28,13 +29,7 @@ extern char** environ;
 /* ---- the environment ---- */
 
 static int env_push(tr__env_t* e, char* kv) {
-  if (e->n + 2 > e->cap) {
-    size_t cap = e->cap ? e->cap * 2 : 64;
-    char** v = realloc(e->v, cap * sizeof *v);
-    if (!v) return TR_ENOMEM;
-    e->v = v;
-    e->cap = cap;
-  }
+  if (TR_GROW(e->v, e->n + 2, e->cap) < 0) return TR_ENOMEM;
   e->v[e->n++] = kv;
   e->v[e->n] = NULL;
   return 0;

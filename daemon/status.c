@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "daemon/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -107,7 +108,7 @@ static char* snapshot(const tr__daemon_t* d) {
       fprintf(f, "  node %d: '%s', %d worker%s\n", i, r->nodes[i].host,
               r->nodes[i].nproc, r->nodes[i].nproc == 1 ? "" : "s");
   }
-  double now = tr__daemon_now();
+  double now = tr__now();
   for (int i = 0; i < d->nworkers; i++) {
     const tr__worker_t* w = &d->workers[i];
     char state[96];
@@ -233,7 +234,7 @@ int tr_daemon_request(const char* req, FILE* out, int* found) {
 /* ---- heartbeats ---- */
 
 void tr__heartbeat_poll(tr__daemon_t* d) {
-  double now = tr__daemon_now();
+  double now = tr__now();
   for (int i = 0; i < d->nworkers; i++) {
     tr__worker_t* w = &d->workers[i];
     tr_heartbeat_slot_t h;
@@ -345,7 +346,7 @@ char* tr__metrics_text(const tr__daemon_t* d) {
       {"trainrun_rank_last_heartbeat_timestamp_seconds", "gauge",
        "Unix time of the rank's last heartbeat."},
   };
-  double now = tr__daemon_now();
+  double now = tr__now();
   for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
     family(f, fam[k].name, fam[k].type, fam[k].help);
     for (int i = 0; i < d->nworkers; i++) {

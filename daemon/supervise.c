@@ -40,54 +40,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "daemon/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/param.h"
-
-/* ---- signals ---- */
-
-static volatile sig_atomic_t sig_fd = -1;
-static volatile sig_atomic_t interrupted; /* the last stop signal, or 0 */
-
-static void on_signal(int sig) {
-  int saved = errno;
-  if (sig != SIGCHLD) interrupted = sig;
-  unsigned char b = (unsigned char)sig;
-  if (sig_fd >= 0) {
-    ssize_t w = write(sig_fd, &b, 1);
-    (void)w;
-  }
-  errno = saved;
-}
-
-int tr__daemon_interrupted(void) { return interrupted != 0; }
-
-double tr__daemon_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char* signame(int sig) {
-  const char* s = sigabbrev_np(sig);
-  return s ? s : "?";
-}
-
-const char* tr__daemon_describe_status(int status, char* buf, size_t cap) {
-  if (WIFEXITED(status))
-    snprintf(buf, cap, "exited with code %d", WEXITSTATUS(status));
-  else if (WIFSIGNALED(status))
-    snprintf(buf, cap, "was killed by signal %d (SIG%s)%s", WTERMSIG(status),
-             signame(WTERMSIG(status)),
-             WCOREDUMP(status) ? ", core dumped" : "");
-  else
-    snprintf(buf, cap, "ended with wait status %d", status);
-  return buf;
-}
 
 /* ---- round-end bookkeeping in the store ---- */
 
@@ -418,7 +377,7 @@ static int spawn_workers(tr__daemon_t* d, tr_errmsg_t* err) {
       tr__stream_init(&w->err, err_fd, vis && !(red & TR_STD_ERR) ? 2 : -1,
                       err_file, w->rank);
       w->running = 1;
-      w->started = tr__daemon_now();
+      w->started = tr__now();
     } else {
       if (out_file >= 0) close(out_file);
       if (err_file >= 0) close(err_file);
@@ -460,7 +419,7 @@ typedef struct {
 static void begin_stop(tr__daemon_t* d, round_t* r, int sig, double grace) {
   if (!r->stopping) signal_workers(d, sig, 0);
   r->stopping = 1;
-  double at = tr__daemon_now() + grace;
+  double at = tr__now() + grace;
   if (!r->kill_at || at < r->kill_at) r->kill_at = at;
 }
 
@@ -512,7 +471,7 @@ static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
     fprintf(stderr,
             "%s: got SIG%s: stopping every rank after its current step "
             "(again to kill them now)\n",
-            d->o->prog, signame(sig));
+            d->o->prog, tr__daemon_signame(sig));
     signal_workers(d, sig == SIGHUP ? SIGTERM : sig, 0);
     r->stopping = 1;
     if (d->in_round && !r->store_err && r->end_kind == END_NONE)
@@ -520,7 +479,7 @@ static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
   } else if (!d->hard_signal) {
     d->hard_signal = sig;
     fprintf(stderr, "%s: got SIG%s again: killing the workers\n", d->o->prog,
-            signame(sig));
+            tr__daemon_signame(sig));
     signal_workers(d, SIGKILL, 1);
   }
 }
@@ -534,7 +493,7 @@ static void check_workers(tr__daemon_t* d, round_t* r) {
   tr__heartbeat_poll(d);
   double limit = d->o->worker_timeout;
   if (limit <= 0 || r->stopping || d->stop_signal) return;
-  double now = tr__daemon_now();
+  double now = tr__now();
   /* the one most past its limit: the round fails with it, the others are
    * stopped as for any failure */
   tr__worker_t* worst = NULL;
@@ -588,7 +547,7 @@ static int heartbeat(tr__daemon_t* d, round_t* r) {
   if (rc == 0 && ready)
     rc = tr_store_prefix_multi_get(&d->st, (const char* const*)keys, (size_t)N,
                                    vals, lens);
-  double now = tr__daemon_now();
+  double now = tr__now();
   double limit = d->o->keep_alive_interval * d->o->keep_alive_max_attempt;
   for (int i = 0; i < N && rc == 0; i++) {
     if (ready) {
@@ -672,7 +631,7 @@ static int tick(tr__daemon_t* d, round_t* r) {
       }
     }
   }
-  double now = tr__daemon_now();
+  double now = tr__now();
   if (now >= r->next_hb) {
     r->next_hb = now + d->o->keep_alive_interval;
     TR_CHECK(heartbeat(d, r));
@@ -702,7 +661,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     free(r.hb_at);
     return TR_ENOMEM;
   }
-  double t0 = tr__daemon_now();
+  double t0 = tr__now();
   for (int i = 0; i < N; i++) r.hb_at[i] = t0;
   r.next_tick = t0;
   r.next_hb = t0;
@@ -741,7 +700,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       fds[k].fd = d->workers[i].err.fd;
       fds[k++].events = POLLIN;
     }
-    double now = tr__daemon_now();
+    double now = tr__now();
     double until = r.next_tick;
     if (r.kill_at && r.kill_at < until) until = r.kill_at;
     int timeout = until <= now ? 0 : (int)((until - now) * 1000) + 1;
@@ -801,11 +760,11 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       if (p != w->pid) continue;
       w->running = 0;
       w->status = st;
-      w->ended = tr__daemon_now();
+      w->ended = tr__now();
       drain(w);
       on_worker_exit(d, &r, w, err);
     }
-    now = tr__daemon_now();
+    now = tr__now();
     if (r.kill_at && now >= r.kill_at && running_count(d) > 0) {
       TR_LOG_WARN(DAEMON,
                   "%d worker%s still running %.3gs after SIGTERM: "
@@ -907,33 +866,6 @@ static int wait_round_end(tr__daemon_t* d, int round, tr_errmsg_t* err) {
 
 /* ---- the job ---- */
 
-static int setup_signals(tr__daemon_t* d, struct sigaction* old) {
-  if (pipe2(d->sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
-    return tr_err_from_errno();
-  sig_fd = d->sig_pipe[1];
-  interrupted = 0;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
-  for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
-  struct sigaction ign;
-  memset(&ign, 0, sizeof ign);
-  ign.sa_handler = SIG_IGN;
-  sigaction(SIGPIPE, &ign, &old[4]);
-  return 0;
-}
-
-static void restore_signals(tr__daemon_t* d, const struct sigaction* old) {
-  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
-  for (int i = 0; i < 5; i++) sigaction(sigs[i], &old[i], NULL);
-  sig_fd = -1;
-  for (int i = 0; i < 2; i++)
-    if (d->sig_pipe[i] >= 0) close(d->sig_pipe[i]);
-}
-
 /* Tell the store we leave; the host waits for every node of the round
  * (so nobody loses the store while reading its last answer). */
 static void exit_barrier(tr__daemon_t* d) {
@@ -999,7 +931,7 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
   TR_CHECK_GOTO(tr__rdzv_store_open(o, &d.server, &d.client, &d.store_host,
                                     &d.store_port, &err),
                 rc, out);
-  TR_CHECK_GOTO(setup_signals(&d, old), rc, out);
+  TR_CHECK_GOTO(tr__daemon_signals_setup(&d, old), rc, out);
   signals_set = 1;
   {
     char prefix[300];
@@ -1148,9 +1080,10 @@ out_barrier:
 out:
   if (rc < 0) {
     if (rep->exit_code == 0) rep->exit_code = 1;
-    if (rc == TR_ECANCELED && interrupted) {
-      rep->exit_code = 128 + interrupted;
-      rep->stop_signal = interrupted;
+    int stop = tr__daemon_stop_signal();
+    if (rc == TR_ECANCELED && stop) {
+      rep->exit_code = 128 + stop;
+      rep->stop_signal = stop;
     }
     set_message(rep, err.message[0] ? err.message : tr_strerror(rc));
   }
@@ -1164,6 +1097,6 @@ out:
   free(d.store_host);
   free(d.path);
   free(d.tmp_log_dir);
-  if (signals_set) restore_signals(&d, old);
+  if (signals_set) tr__daemon_signals_restore(&d, old);
   return rc;
 }

@@ -2,7 +2,8 @@
  * mesh dim changes how, in which order) and the steps that run it: all-gather,
  * all-reduce, reduce-scatter and all-to-all with padding for uneven pieces,
  * and the local chunk / partial steps; sync, or async through a work handle
- * whose wait runs what is left. */
+ * whose wait runs what is left -- and the two redistributes from and to a
+ * whole tensor, distribute and full_tensor. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -560,4 +561,43 @@ void tr_dtensor_work_free(tr_dtensor_work_t* w) {
                   tr_strerror(rc));
   }
   free(w);
+}
+
+/* ---- whole tensors: distribute and full_tensor, both redistributes ---- */
+
+int tr_dtensor_distribute(tr_dtensor_t* dt, const tr_tensor_t* full,
+                          tr_mesh_t* mesh, const tr_placement_t* placements) {
+  tr_placement_t rep[TR_MESH_MAX_DIMS];
+  for (int i = 0; i < tr_mesh_ndim(mesh); i++)
+    rep[i] = tr_placement_replicate();
+  tr_dtensor_t whole;
+  TR_CHECK(tr_dtensor_from_local(&whole, full, mesh, rep, full->shape));
+  /* Replicate -> Shard / Partial are local steps: no communication */
+  int rc = tr_dtensor_redistribute(&whole, placements, dt, NULL);
+  if (rc == 0 && dt->local.storage == full->storage) {
+    /* every mesh dim Replicate: the result is a view; copy it */
+    tr_tensor_t c;
+    memset(&c, 0, sizeof c);
+    rc =
+        tr_tensor_empty(&c, full->dtype, full->device, full->ndim, full->shape);
+    if (rc == 0) rc = tr_tensor_copy(&c, full);
+    tr_tensor_release(&dt->local);
+    if (rc == 0)
+      dt->local = c;
+    else
+      tr_tensor_release(&c);
+  }
+  tr_dtensor_release(&whole);
+  return rc;
+}
+
+int tr_dtensor_full_tensor(const tr_dtensor_t* dt, tr_tensor_t* out) {
+  tr_placement_t rep[TR_MESH_MAX_DIMS];
+  for (int i = 0; i < dt->spec.mesh_ndim; i++)
+    rep[i] = tr_placement_replicate();
+  tr_dtensor_t r;
+  memset(&r, 0, sizeof r);
+  TR_CHECK(tr_dtensor_redistribute(dt, rep, &r, NULL));
+  *out = r.local;
+  return 0;
 }

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/buf.h"      /* the pickle being built */
 #include "core/internal.h" /* mkdir -p, atomic writes */
 #include "flight_recorder/ring.h"
 #include "trainrun/error.h"
@@ -74,28 +75,11 @@ static const char* dumped_name(const char* name, char* buf, size_t cap) {
 
 /* ---- pickle protocol 2 ---- */
 
-typedef struct {
-  char* buf;
-  size_t len, cap;
-  int oom;
-} pk_t;
+/* The pickle is built in a core/buf.h buffer: a failed growth sticks in
+ * p->oom, checked once at the end. */
+typedef tr__buf_t pk_t;
 
-static void pk_raw(pk_t* p, const void* d, size_t n) {
-  if (p->oom) return;
-  if (p->len + n > p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 4096;
-    while (cap < p->len + n) cap *= 2;
-    char* b = realloc(p->buf, cap);
-    if (!b) {
-      p->oom = 1;
-      return;
-    }
-    p->buf = b;
-    p->cap = cap;
-  }
-  memcpy(p->buf + p->len, d, n);
-  p->len += n;
-}
+static void pk_raw(pk_t* p, const void* d, size_t n) { tr__buf_add(p, d, n); }
 
 static void pk_op(pk_t* p, unsigned char op) { pk_raw(p, &op, 1); }
 
@@ -236,7 +220,7 @@ static void pk_entry(pk_t* p, const tr_fr_entry_t* e) {
 }
 
 int tr_fr_dump_pickle(const tr_fr_snapshot_t* s, char** buf, size_t* len) {
-  pk_t p = {0};
+  pk_t p = TR__BUF_INIT;
   unsigned char proto[2] = {0x80, 2}; /* PROTO 2 */
   pk_raw(&p, proto, 2);
   pk_dict_begin(&p);
@@ -286,7 +270,7 @@ int tr_fr_dump_pickle(const tr_fr_snapshot_t* s, char** buf, size_t* len) {
   pk_dict_end(&p);
   pk_op(&p, '.'); /* STOP */
   if (p.oom) {
-    free(p.buf);
+    tr__buf_release(&p);
     return TR_ENOMEM;
   }
   *buf = p.buf;

@@ -19,12 +19,18 @@ tests_check_fr_SOURCES = tests/check_fr.c $(PG_TEST_SOURCES)
 tests_check_fr_CFLAGS = $(TEST_CFLAGS)
 tests_check_fr_LDADD = $(TEST_LIBS) $(JANSSON_LIBS) -lm
 
-# The analyzer (`trainrun fr analyze`): a safe pickle reader and the
-# matcher. Its tests build dumps with tests/fr/make_dumps.py (python3).
+# The analyzer (`trainrun fr analyze`), by concern: a safe pickle reader
+# (unpickle.c), loading the folder's dumps (load.c), matching them into
+# findings (match.c), the verdict (verdict.c) and the report, table and JSON
+# (output.c); flight_recorder/internal.h is what they share. Its tests build
+# dumps with tests/fr/make_dumps.py (python3).
 libtrainrun_la_SOURCES += \
 	flight_recorder/unpickle.c \
-	flight_recorder/analyze.c
-noinst_HEADERS += flight_recorder/fra_internal.h
+	flight_recorder/load.c \
+	flight_recorder/match.c \
+	flight_recorder/verdict.c \
+	flight_recorder/output.c
+noinst_HEADERS += flight_recorder/internal.h
 trainruninclude_HEADERS += include/trainrun/fr_analyze.h
 check_PROGRAMS += tests/check_fr_analyze
 TESTS += tests/check_fr_analyze

@@ -18,9 +18,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "flight_recorder/ring.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -45,12 +45,6 @@ struct tr_fr_s {
 };
 
 static tr_fr_t* g_fr; /* the process's recorder (hooks and SIGUSR1) */
-
-static int64_t wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -401,7 +395,7 @@ int tr_fr_init(const tr_fr_opts_t* o, tr_fr_t** out) {
   h->hang_timeout_s = o->hang_timeout_s;
   h->timing = o->timing;
   h->rank_pool_cap = (uint32_t)pool;
-  h->created_ns = wall_ns();
+  h->created_ns = tr__wall_ns();
   snprintf(h->dump_dir, sizeof h->dump_dir, "%s",
            o->dump_dir ? o->dump_dir : "comm_traces");
   snprintf(h->dump_prefix, sizeof h->dump_prefix, "%s",
@@ -441,37 +435,6 @@ int tr_fr_add_group(tr_fr_t* fr, const tr_pg_t* pg) {
   for (int i = 0; i < n; i++) g[i] = tr_pg_global_rank(pg, i);
   add_group(fr, tr_pg_uid(pg), tr_pg_name(pg), tr_pg_desc(pg), g, n);
   free(g);
-  return 0;
-}
-
-int tr_fr_init_from_config(const tr_config_t* cfg, tr_pg_t* world,
-                           const char* store_prefix, tr_fr_t** out) {
-  *out = NULL;
-  char dir[1024], cwd[512];
-  const char* base = cfg->job.dump_folder;
-  if (base[0] == '/' || !getcwd(cwd, sizeof cwd))
-    snprintf(dir, sizeof dir, "%s/%s", base, cfg->comm.save_traces_folder);
-  else
-    snprintf(dir, sizeof dir, "%s/%s/%s", cwd, base,
-             cfg->comm.save_traces_folder);
-  tr_fr_opts_t o;
-  tr_fr_opts_init(&o);
-  o.rank = tr_pg_rank(world);
-  o.world_size = tr_pg_size(world);
-  o.local_rank = (int)tr_param_int(TR_PARAM_LOCAL_RANK);
-  o.capacity = cfg->comm.trace_buf_size;
-  o.dump_dir = dir;
-  o.dump_prefix = cfg->comm.save_traces_file_prefix;
-  o.hang_timeout_s = (int)cfg->comm.hang_timeout_seconds;
-  o.store_prefix = store_prefix;
-  tr_fr_t* fr = NULL;
-  TR_CHECK(tr_fr_init(&o, &fr));
-  int rc = tr_fr_add_group(fr, world);
-  if (rc < 0) {
-    tr_fr_free(fr);
-    return rc;
-  }
-  *out = fr;
   return 0;
 }
 

@@ -3,7 +3,7 @@
  * Reads the opcodes that Python's pickle (protocols 2-5) and PyTorch's c10
  * pickler (protocol 2) write for plain data — dicts, lists, tuples, str,
  * int, float, bool, None, the memo, frames — into the arena value tree of
- * fra_internal.h. It never calls anything: GLOBAL/STACK_GLOBAL are accepted
+ * internal.h. It never calls anything: GLOBAL/STACK_GLOBAL are accepted
  * only for torch.jit._pickle's build_intlist/build_doublelist/build_boollist
  * (c10's spelling of a typed list; REDUCE then yields the list itself), and
  * everything else — other globals, objects, persistent ids, unknown opcodes
@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flight_recorder/fra_internal.h"
+#include "core/buf.h" /* TR_GROW */
+#include "flight_recorder/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/fr_analyze.h"
 
@@ -152,13 +153,7 @@ static tr__frv_t* new_node(up_t* u, uint8_t kind) {
 
 static int push(up_t* u, tr__frv_t* v, uint8_t frozen) {
   if (!v) return oom(u);
-  if (u->sp == u->scap) {
-    size_t nc = u->scap ? u->scap * 2 : 256;
-    slot_t* s = realloc(u->stack, nc * sizeof *s);
-    if (!s) return oom(u);
-    u->stack = s;
-    u->scap = nc;
-  }
+  if (TR_GROW(u->stack, u->sp + 1, u->scap) < 0) return oom(u);
   if (frozen) ((node_t*)v)->frozen = 1;
   u->stack[u->sp].v = v;
   u->sp++;
@@ -288,13 +283,7 @@ static int memo_put(up_t* u, uint64_t idx) {
   if (u->sp == 0) return fail(u, "%s", "memo store on an empty stack");
   if (idx > u->nmemo) return fail(u, "%s", "memo index out of sequence");
   if (idx == u->nmemo) {
-    if (u->nmemo == u->memocap) {
-      size_t nc = u->memocap ? u->memocap * 2 : 256;
-      tr__frv_t** m = realloc(u->memo, nc * sizeof *m);
-      if (!m) return oom(u);
-      u->memo = m;
-      u->memocap = nc;
-    }
+    if (TR_GROW(u->memo, u->nmemo + 1, u->memocap) < 0) return oom(u);
     u->nmemo++;
   }
   u->memo[idx] = u->stack[u->sp - 1].v;
@@ -334,13 +323,7 @@ static int run(up_t* u, tr__frv_t** out) {
         *out = u->stack[0].v;
         return 0;
       case '(': /* MARK */
-        if (u->nmarks == u->mcap) {
-          size_t nc = u->mcap ? u->mcap * 2 : 64;
-          size_t* m = realloc(u->marks, nc * sizeof *m);
-          if (!m) return oom(u);
-          u->marks = m;
-          u->mcap = nc;
-        }
+        if (TR_GROW(u->marks, u->nmarks + 1, u->mcap) < 0) return oom(u);
         u->marks[u->nmarks++] = u->sp;
         break;
       case '}': /* EMPTY_DICT */

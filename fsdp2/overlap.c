@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h" /* tr__now */
+#include "core/clock.h" /* tr__now */
 #include "fsdp2/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h" /* the compute stream */

@@ -152,19 +152,20 @@ static int fr_analyze(int argc, char** argv) {
     goto out;
   }
   if (just_print) {
-    tr_fra_print_entries(a, stdout);
+    r = tr_fra_print_entries(a, stdout);
+    if (r < 0) fprintf(stderr, "trainrun: fr analyze: %s\n", tr_strerror(r));
     tr_fra_free(a);
-    rc = 0;
+    rc = r < 0 ? 2 : 0;
     goto out;
   }
   r = tr_fra_analyze(a, &err);
-  if (as_json) {
-    tr_fra_print_json(a, stdout);
-  } else {
-    tr_fra_print_report(a, stdout);
-  }
+  int pr = 0;
+  if (r != TR_ENOMEM)
+    pr =
+        as_json ? tr_fra_print_json(a, stdout) : tr_fra_print_report(a, stdout);
   if (r < 0) fprintf(stderr, "trainrun: %s\n", err.message);
-  rc = r == 0 ? 0 : 1;
+  if (pr < 0) fprintf(stderr, "trainrun: fr analyze: %s\n", tr_strerror(pr));
+  rc = r == TR_ENOMEM || pr < 0 ? 2 : r == 0 ? 0 : 1;
   tr_fra_free(a);
   goto out;
 missing_value:

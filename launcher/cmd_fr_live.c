@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/buf.h" /* TR_GROW */
+#include "core/clock.h"
 #include "launcher/commands.h"
 #include "trainrun/daemon.h"
 #include "trainrun/error.h"
@@ -84,12 +86,6 @@ static int split_tabs(char* line, char** f, int max) {
       f[n++] = p + 1;
     }
   return n;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void clock_str(long long ns, char* buf, size_t cap) {
@@ -160,6 +156,7 @@ int tr__fr_cmd_follow(int argc, char** argv) {
 
   stream_t* streams = NULL;
   int nstreams = 0, rc = 0, waiting_note = 0;
+  size_t cstreams = 0;
   long shown = 0;
   while (!follow_stop && (count < 0 || shown < count)) {
     char* buf = NULL;
@@ -191,22 +188,12 @@ int tr__fr_cmd_follow(int argc, char** argv) {
       char* fl[16];
       int n = split_tabs(line, fl, 16);
       if (fl[0][0] == 'G' && n >= 6) {
-        if (nm == cm) {
-          member_t* nmem = realloc(mem, (cm ? cm * 2 : 64) * sizeof *mem);
-          if (!nmem) continue;
-          mem = nmem;
-          cm = cm ? cm * 2 : 64;
-        }
+        if (TR_GROW(mem, nm + 1, cm) < 0) continue;
         mem[nm].rank = atoi(fl[1]);
         snprintf(mem[nm].pg, sizeof mem[nm].pg, "%s", fl[2]);
         nm++;
       } else if (fl[0][0] == 'E' && n >= 13) {
-        if (ne == ce) {
-          ent_t* nents = realloc(ents, (ce ? ce * 2 : 1024) * sizeof *ents);
-          if (!nents) continue;
-          ents = nents;
-          ce = ce ? ce * 2 : 1024;
-        }
+        if (TR_GROW(ents, ne + 1, ce) < 0) continue;
         ent_t* e = &ents[ne++];
         e->rank = atoi(fl[1]);
         snprintf(e->pg, sizeof e->pg, "%s", fl[3]);
@@ -234,10 +221,7 @@ int tr__fr_cmd_follow(int argc, char** argv) {
             strcmp(streams[k].pg, ents[i].pg) == 0)
           break;
       if (k == nstreams) {
-        stream_t* ns =
-            realloc(streams, (size_t)(nstreams + 1) * sizeof *streams);
-        if (!ns) break;
-        streams = ns;
+        if (TR_GROW(streams, (size_t)nstreams + 1, cstreams) < 0) break;
         memset(&streams[k], 0, sizeof *streams);
         snprintf(streams[k].pg, sizeof streams[k].pg, "%s", ents[i].pg);
         snprintf(streams[k].desc, sizeof streams[k].desc, "%s", ents[i].desc);
@@ -245,7 +229,7 @@ int tr__fr_cmd_follow(int argc, char** argv) {
         nstreams++;
       }
     }
-    double now = now_s();
+    double now = tr__wall();
     for (int k = 0; k < nstreams && (count < 0 || shown < count); k++) {
       stream_t* s = &streams[k];
       /* the members of the group here */

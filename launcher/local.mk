@@ -8,7 +8,7 @@ trainrun_SOURCES = launcher/main.c launcher/cmd_config.c launcher/run.c \
 	launcher/cmd_plan.c \
 	launcher/cmd_store.c launcher/cmd_fr.c launcher/cmd_fr_live.c \
 	launcher/cmd_data.c launcher/cmd_eval.c launcher/cmd_sample.c \
-	launcher/cmd_ckpt.c \
+	launcher/cmd_ckpt.c launcher/cmd_status.c \
 	launcher/jobargs.c \
 	launcher/launch.c launcher/launch.h \
 	launcher/commands.h

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#ifdef __GLIBC__    /* defined by the headers above */
+#include <unistd.h> /* getcwd */
+#ifdef __GLIBC__ /* defined by the headers above */
 #include <malloc.h> /* mallopt */
 #endif
 
@@ -76,6 +77,42 @@ static void worker_dist_release(worker_dist_t* w) {
   memset(w, 0, sizeof *w);
 }
 
+/* The worker's flight recorder: capacity [comm] trace_buf_size, dumps to
+ * <job.dump_folder>/<comm.save_traces_folder>/<comm.save_traces_file_
+ * prefix><rank> (made absolute: the daemon writes them), hang timeout
+ * [comm] hang_timeout_seconds, the segment named by TRAINRUN_FR_SHM, and
+ * world (already created) recorded. *out NULL when trace_buf_size is 0. */
+static int start_recorder(const tr_config_t* cfg, tr_pg_t* world,
+                          const char* store_prefix, tr_fr_t** out) {
+  *out = NULL;
+  char dir[1024], cwd[512];
+  const char* base = cfg->job.dump_folder;
+  if (base[0] == '/' || !getcwd(cwd, sizeof cwd))
+    snprintf(dir, sizeof dir, "%s/%s", base, cfg->comm.save_traces_folder);
+  else
+    snprintf(dir, sizeof dir, "%s/%s/%s", cwd, base,
+             cfg->comm.save_traces_folder);
+  tr_fr_opts_t o;
+  tr_fr_opts_init(&o);
+  o.rank = tr_pg_rank(world);
+  o.world_size = tr_pg_size(world);
+  o.local_rank = (int)tr_param_int(TR_PARAM_LOCAL_RANK);
+  o.capacity = cfg->comm.trace_buf_size;
+  o.dump_dir = dir;
+  o.dump_prefix = cfg->comm.save_traces_file_prefix;
+  o.hang_timeout_s = (int)cfg->comm.hang_timeout_seconds;
+  o.store_prefix = store_prefix;
+  tr_fr_t* fr = NULL;
+  TR_CHECK(tr_fr_init(&o, &fr));
+  int rc = tr_fr_add_group(fr, world);
+  if (rc < 0) {
+    tr_fr_free(fr);
+    return rc;
+  }
+  *out = fr;
+  return 0;
+}
+
 static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
                             const tr_config_t* cfg) {
   memset(w, 0, sizeof *w);
@@ -118,14 +155,14 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   po.timeout_ms = init_ms;
   po.cuda_device = l->local_rank;
   po.failure_key = tr_param_str(TR_PARAM_FAILURE_KEY);
-  rc = tr_pg_init(&po, &w->pg);
+  rc = tr_pg_new(&po, &w->pg);
   if (rc < 0) {
     fprintf(stderr, "trainrun: rank %d: cannot create the process group: %s\n",
             l->rank, tr_strerror(rc));
     worker_dist_release(w);
     return rc;
   }
-  rc = tr_fr_init_from_config(cfg, w->pg, prefix, &w->fr);
+  rc = start_recorder(cfg, w->pg, prefix, &w->fr);
   if (rc < 0) /* the job runs on without a recorder */
     fprintf(stderr, "trainrun: rank %d: no flight recorder: %s\n", l->rank,
             tr_strerror(rc));

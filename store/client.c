@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "store/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -46,12 +47,6 @@ struct tr_store_client_s {
   tr__buf_t req;
   char peer[300];
 };
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint64_t next_rand(tr_store_client_t* c) {
   /* xorshift64*: jitter and nonces only */
@@ -78,7 +73,7 @@ static void drop(tr_store_client_t* c) {
 
 static int wait_fd(int fd, short ev, int64_t deadline) {
   for (;;) {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - tr__now_ms();
     if (left <= 0) return TR_ETIMEDOUT;
     struct pollfd p = {fd, ev, 0};
     int r = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
@@ -281,7 +276,7 @@ static int retryable(int rc) {
 }
 
 static int do_connect(tr_store_client_t* c) {
-  int64_t start = now_ms();
+  int64_t start = tr__now_ms();
   int64_t deadline = start + c->timeout_ms;
   double backoff = (double)c->opts.backoff_initial_ms;
   int attempts = 0, rc, last = TR_ETIMEDOUT;
@@ -295,7 +290,7 @@ static int do_connect(tr_store_client_t* c) {
     }
     if (!retryable(rc)) return rc;
     if (rc != TR_ETIMEDOUT) last = rc;
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - tr__now_ms();
     if (left <= 0) break;
     /* +-50 % jitter */
     double f = 0.5 + (double)(next_rand(c) >> 11) / (double)(1ULL << 53);
@@ -314,7 +309,7 @@ static int do_connect(tr_store_client_t* c) {
               "cannot connect to store %s within %" PRId64
               " ms "
               "(%d attempts): %s",
-              c->peer, now_ms() - start, attempts, tr_strerror(last));
+              c->peer, tr__now_ms() - start, attempts, tr_strerror(last));
   return TR_ETIMEDOUT;
 }
 
@@ -346,7 +341,7 @@ static int client_new(const tr_store_client_opts_t* o,
   if (c->opts.backoff_max_ms < c->opts.backoff_initial_ms)
     c->opts.backoff_max_ms = c->opts.backoff_initial_ms;
   if (tr__store_random(&c->rng, sizeof c->rng) < 0 || c->rng == 0)
-    c->rng = (uint64_t)now_ms() ^ (uint64_t)getpid() << 32 ^ 0x9E3779B9u;
+    c->rng = (uint64_t)tr__now_ms() ^ (uint64_t)getpid() << 32 ^ 0x9E3779B9u;
   if (strchr(c->host, ':'))
     snprintf(c->peer, sizeof c->peer, "[%s]:%d", c->host, o->port);
   else
@@ -358,23 +353,25 @@ static int client_new(const tr_store_client_opts_t* o,
 /* ---- requests ---- */
 
 static void req_begin(tr_store_client_t* c, uint8_t cmd) {
-  c->req.len = 0;
-  tr__buf_put_u8(&c->req, cmd);
+  tr__buf_reset(&c->req);
+  tr__store_put_u8(&c->req, cmd);
 }
 
 /* A user key on the wire: "/" + key (raw: as is). */
 static int put_key(tr_store_client_t* c, const char* key, int raw) {
   size_t n = strlen(key);
-  TR_CHECK(tr__buf_reserve(&c->req, 9 + n));
-  tr__buf_put_u64(&c->req, n + (raw ? 0 : 1));
-  if (!raw) tr__buf_put_u8(&c->req, '/');
-  return tr__buf_append(&c->req, key, n);
+  TR_CHECK(tr__buf_grow(&c->req, 9 + n));
+  tr__store_put_u64(&c->req, n + (raw ? 0 : 1));
+  if (!raw) tr__store_put_u8(&c->req, '/');
+  return tr__buf_add(&c->req, key, n);
 }
 
-/* Send the built request; on failure the connection is dropped. */
+/* Send the built request (TR_ENOMEM, nothing sent, when building it ran
+ * out of memory); on failure the connection is dropped. */
 static int req_send(tr_store_client_t* c, int64_t deadline) {
-  int rc = send_all(c->fd, c->req.data, c->req.len, deadline);
-  c->req.len = 0;
+  int rc = c->req.oom ? TR_ENOMEM
+                      : send_all(c->fd, c->req.buf, c->req.len, deadline);
+  tr__buf_reset(&c->req);
   tr__buf_shrink(&c->req, 1u << 20); /* do not keep a huge value's buffer */
   if (rc < 0) drop(c);
   return rc;
@@ -420,7 +417,7 @@ static int recv_bytes(tr_store_client_t* c, void** val, size_t* len,
 }
 
 static int64_t deadline_of(tr_store_client_t* c) {
-  return now_ms() + c->timeout_ms;
+  return tr__now_ms() + c->timeout_ms;
 }
 
 /* WAIT on wire keys built by the caller into c->req (after req_begin). */
@@ -438,7 +435,7 @@ static int wait_sent(tr_store_client_t* c, int64_t deadline) {
   }
   /* cancel it on the server; it may have answered just before */
   uint8_t cancel = TR__Q_CANCEL_WAIT;
-  int64_t grace = now_ms() + CANCEL_GRACE_MS;
+  int64_t grace = tr__now_ms() + CANCEL_GRACE_MS;
   rc = send_all(c->fd, &cancel, 1, grace);
   if (rc == 0) rc = recv_all(c->fd, &b, 1, grace);
   if (rc == 0 && b == TR__WAIT_STOP_WAITING) rc = recv_all(c->fd, &b, 1, grace);
@@ -449,7 +446,7 @@ static int wait_sent(tr_store_client_t* c, int64_t deadline) {
 static int wait_keys(tr_store_client_t* c, const char* const* keys, size_t n,
                      int raw, int64_t deadline) {
   req_begin(c, TR__Q_WAIT);
-  tr__buf_put_u64(&c->req, n);
+  tr__store_put_u64(&c->req, n);
   for (size_t i = 0; i < n; i++) TR_CHECK(put_key(c, keys[i], raw));
   TR_CHECK(req_send(c, deadline));
   return wait_sent(c, deadline);
@@ -467,7 +464,7 @@ int tr_store_client_connect(const tr_store_client_opts_t* o,
     int64_t dl = deadline_of(c);
     req_begin(c, TR__Q_ADD);
     put_key(c, INIT_KEY, 1);
-    tr__buf_put_u64(&c->req, 1);
+    tr__store_put_u64(&c->req, 1);
     rc = req_send(c, dl);
     uint64_t u = 0;
     if (rc == 0) rc = recv_u64(c, &u, dl);
@@ -527,7 +524,7 @@ static int send_kv(tr_store_client_t* c, uint8_t cmd, const char* key,
   int64_t dl = deadline_of(c);
   req_begin(c, cmd);
   TR_CHECK(put_key(c, key, 0));
-  TR_CHECK(tr__buf_put_bytes(&c->req, val, len));
+  TR_CHECK(tr__store_put_bytes(&c->req, val, len));
   return req_send(c, dl);
 }
 
@@ -564,7 +561,7 @@ static int add_key(tr_store_client_t* c, const char* key, int raw,
   int64_t dl = deadline_of(c);
   req_begin(c, TR__Q_ADD);
   TR_CHECK(put_key(c, key, raw));
-  tr__buf_put_u64(&c->req, (uint64_t)delta);
+  tr__store_put_u64(&c->req, (uint64_t)delta);
   TR_CHECK(req_send(c, dl));
   uint64_t v;
   TR_CHECK(recv_u64(c, &v, dl));
@@ -585,8 +582,8 @@ int tr_store_client_compare_set(tr_store_client_t* c, const char* key,
   int64_t dl = deadline_of(c);
   req_begin(c, TR__Q_COMPARE_SET);
   TR_CHECK(put_key(c, key, 0));
-  TR_CHECK(tr__buf_put_bytes(&c->req, expected, elen));
-  TR_CHECK(tr__buf_put_bytes(&c->req, desired, dlen));
+  TR_CHECK(tr__store_put_bytes(&c->req, expected, elen));
+  TR_CHECK(tr__store_put_bytes(&c->req, desired, dlen));
   TR_CHECK(req_send(c, dl));
   void* v;
   size_t n;
@@ -605,7 +602,7 @@ int tr_store_client_check(tr_store_client_t* c, const char* const* keys,
   TR_CHECK(ensure(c));
   int64_t dl = deadline_of(c);
   req_begin(c, TR__Q_CHECK);
-  tr__buf_put_u64(&c->req, n);
+  tr__store_put_u64(&c->req, n);
   for (size_t i = 0; i < n; i++) TR_CHECK(put_key(c, keys[i], 0));
   TR_CHECK(req_send(c, dl));
   uint8_t b;
@@ -621,7 +618,7 @@ int tr_store_client_check(tr_store_client_t* c, const char* const* keys,
 int tr_store_client_wait(tr_store_client_t* c, const char* const* keys,
                          size_t n, int64_t timeout_ms) {
   TR_CHECK(ensure(c));
-  int64_t dl = now_ms() + (timeout_ms > 0 ? timeout_ms : c->timeout_ms);
+  int64_t dl = tr__now_ms() + (timeout_ms > 0 ? timeout_ms : c->timeout_ms);
   return wait_keys(c, keys, n, 0, dl);
 }
 
@@ -664,7 +661,7 @@ int tr_store_client_multi_get(tr_store_client_t* c, const char* const* keys,
   int64_t dl = deadline_of(c);
   TR_CHECK(wait_keys(c, keys, n, 0, dl));
   req_begin(c, TR__Q_MULTI_GET);
-  tr__buf_put_u64(&c->req, n);
+  tr__store_put_u64(&c->req, n);
   for (size_t i = 0; i < n; i++) TR_CHECK(put_key(c, keys[i], 0));
   TR_CHECK(req_send(c, dl));
   for (size_t i = 0; i < n; i++) {
@@ -686,10 +683,10 @@ int tr_store_client_multi_set(tr_store_client_t* c, const char* const* keys,
   TR_CHECK(ensure(c));
   int64_t dl = deadline_of(c);
   req_begin(c, TR__Q_MULTI_SET);
-  tr__buf_put_u64(&c->req, n);
+  tr__store_put_u64(&c->req, n);
   for (size_t i = 0; i < n; i++) {
     TR_CHECK(put_key(c, keys[i], 0));
-    TR_CHECK(tr__buf_put_bytes(&c->req, vals[i], lens[i]));
+    TR_CHECK(tr__store_put_bytes(&c->req, vals[i], lens[i]));
   }
   return req_send(c, dl);
 }
@@ -713,7 +710,7 @@ int tr_store_client_ping(tr_store_client_t* c) {
   int64_t dl = deadline_of(c);
   uint32_t nonce = (uint32_t)next_rand(c);
   req_begin(c, TR__Q_PING);
-  tr__buf_put_u32(&c->req, nonce);
+  tr__store_put_u32(&c->req, nonce);
   TR_CHECK(req_send(c, dl));
   uint8_t b[4];
   TR_CHECK(recv_or_drop(c, b, 4, dl));
@@ -726,7 +723,7 @@ int tr_store_client_ping(tr_store_client_t* c) {
 
 int tr_store_client_wait_workers(tr_store_client_t* c, int world_size,
                                  int64_t timeout_ms) {
-  int64_t start = now_ms();
+  int64_t start = tr__now_ms();
   int64_t dl = start + (timeout_ms > 0 ? timeout_ms : c->timeout_ms);
   int64_t joined = 0;
   const char* key = INIT_KEY;
@@ -746,7 +743,7 @@ int tr_store_client_wait_workers(tr_store_client_t* c, int world_size,
       }
     }
     if (rc < 0 && rc != TR_ETIMEDOUT) return rc;
-    if (now_ms() >= dl) break;
+    if (tr__now_ms() >= dl) break;
     struct timespec ts = {0, 10 * 1000000};
     nanosleep(&ts, NULL);
   }
@@ -754,6 +751,6 @@ int tr_store_client_wait_workers(tr_store_client_t* c, int world_size,
               "timed out after %" PRId64
               " ms waiting for clients of "
               "store %s: %" PRId64 "/%d clients joined",
-              now_ms() - start, c->peer, joined, world_size);
+              tr__now_ms() - start, c->peer, joined, world_size);
   return TR_ETIMEDOUT;
 }

@@ -153,7 +153,7 @@ static int cmd_add(tr__store_conn_t* c, const tr__store_req_t* rq,
     return rc;
   }
   tr__store_db_wake_all(c->db, s);
-  return tr__buf_put_u64(&c->out, (uint64_t)v);
+  return tr__store_put_u64(&c->out, (uint64_t)v);
 }
 
 static int cmd_wait(tr__store_conn_t* c, const tr__store_req_t* rq,
@@ -168,7 +168,7 @@ static int cmd_wait(tr__store_conn_t* c, const tr__store_req_t* rq,
     if (!tr__store_slot_present(tr__store_db_find(c->db, k.p, k.len)))
       missing++;
   }
-  if (missing == 0) return tr__buf_put_u8(&c->out, TR__WAIT_STOP_WAITING);
+  if (missing == 0) return tr__store_put_u8(&c->out, TR__WAIT_STOP_WAITING);
   tr__store_reg_t* regs = &c->wait_one;
   if (missing > 1) {
     regs = calloc(missing, sizeof *regs);
@@ -216,15 +216,15 @@ static int cmd_multi_get(tr__store_conn_t* c, const tr__store_req_t* rq,
                   " bytes exceeds the limit "
                   "of %" PRIu64 " (TRAINRUN_STORE_MAX_REQUEST_BYTES)",
                   total, c->db->lim.max_request);
-  TR_CHECK(tr__buf_reserve(&c->out, (size_t)total));
+  TR_CHECK(tr__buf_grow(&c->out, (size_t)total));
   cur = rq->items;
   for (uint64_t i = 0; i < rq->count; i++) {
     tr__bytes_t k = tr__store_next_item(&cur);
     tr__store_slot_t* s = tr__store_db_find(c->db, k.p, k.len);
     if (s && s->has_val)
-      tr__buf_put_bytes(&c->out, s->val, s->vlen);
+      tr__store_put_bytes(&c->out, s->val, s->vlen);
     else
-      tr__buf_put_u64(&c->out, 0);
+      tr__store_put_u64(&c->out, 0);
   }
   return 0;
 }
@@ -259,7 +259,7 @@ static int cmd_compare_set(tr__store_conn_t* c, const tr__store_req_t* rq) {
   tr__store_slot_t* s = tr__store_db_find(c->db, rq->key.p, rq->key.len);
   if (!s || !s->has_val) {
     if (rq->a.len != 0) /* PyTorch answers expected and stores nothing */
-      return tr__buf_put_bytes(&c->out, rq->a.p, rq->a.len);
+      return tr__store_put_bytes(&c->out, rq->a.p, rq->a.len);
     if (!s) TR_CHECK(tr__store_db_get(c->db, rq->key.p, rq->key.len, &s));
     int rc = tr__store_db_set(c->db, s, rq->b.p, rq->b.len);
     if (rc < 0) {
@@ -267,13 +267,13 @@ static int cmd_compare_set(tr__store_conn_t* c, const tr__store_req_t* rq) {
       return rc;
     }
     tr__store_db_wake_all(c->db, s);
-    return tr__buf_put_bytes(&c->out, s->val, s->vlen);
+    return tr__store_put_bytes(&c->out, s->val, s->vlen);
   }
   if (s->vlen == rq->a.len && memcmp(s->val, rq->a.p, rq->a.len) == 0) {
     TR_CHECK(tr__store_db_set(c->db, s, rq->b.p, rq->b.len));
     tr__store_db_wake_all(c->db, s);
   }
-  return tr__buf_put_bytes(&c->out, s->val, s->vlen);
+  return tr__store_put_bytes(&c->out, s->val, s->vlen);
 }
 
 /* Write-type commands that store a value at one key. */
@@ -302,27 +302,27 @@ static int cmd_auth(tr__store_conn_t* c, const tr__store_req_t* rq,
                     uint64_t off) {
   tr__store_db_t* db = c->db;
   if (rq->cmd == TR__Q_AUTH_HELLO) {
-    if (!db->token) return tr__buf_put_u8(&c->out, 1); /* not required */
+    if (!db->token) return tr__store_put_u8(&c->out, 1); /* not required */
     if (c->state != TR__CONN_AUTH)
       return reject(c, TR_EPROTO, off, "sent AUTH_HELLO after proving");
     TR_CHECK(tr__store_random(c->snonce, sizeof c->snonce));
     c->hello_sent = 1;
-    TR_CHECK(tr__buf_put_u8(&c->out, 0));
-    return tr__buf_append(&c->out, c->snonce, sizeof c->snonce);
+    TR_CHECK(tr__store_put_u8(&c->out, 0));
+    return tr__buf_add(&c->out, c->snonce, sizeof c->snonce);
   }
   if (!db->token || c->state != TR__CONN_AUTH || !c->hello_sent)
     return reject(c, TR_EPROTO, off, "sent AUTH_PROVE out of turn");
   uint8_t want[TR__AUTH_MAC];
   tr__store_auth_mac(db->token, db->token_len, 'c', c->snonce, rq->raw, want);
   if (!tr__store_ct_equal(want, rq->raw + TR__AUTH_NONCE, TR__AUTH_MAC)) {
-    tr__buf_put_u8(&c->out, 1); /* sent before the close when possible */
+    tr__store_put_u8(&c->out, 1); /* sent before the close when possible */
     return reject(c, TR_EAUTH, off, "wrong store token");
   }
   uint8_t mac[TR__AUTH_MAC];
   tr__store_auth_mac(db->token, db->token_len, 's', c->snonce, rq->raw, mac);
   c->state = TR__CONN_READY;
-  TR_CHECK(tr__buf_put_u8(&c->out, 0));
-  return tr__buf_append(&c->out, mac, sizeof mac);
+  TR_CHECK(tr__store_put_u8(&c->out, 0));
+  return tr__buf_add(&c->out, mac, sizeof mac);
 }
 
 /* Is cmd allowed in the connection's state? 0, or the reason to close. */
@@ -369,7 +369,7 @@ static int execute(tr__store_conn_t* c, const tr__store_req_t* rq,
       c->state = db->token ? TR__CONN_AUTH : TR__CONN_READY;
       return 0;
     case TR__Q_PING:
-      rc = tr__buf_put_u32(&c->out, rq->u32);
+      rc = tr__store_put_u32(&c->out, rq->u32);
       break;
     case TR__Q_SET:
     case TR__Q_APPEND:
@@ -382,9 +382,9 @@ static int execute(tr__store_conn_t* c, const tr__store_req_t* rq,
     case TR__Q_GET:
       s = tr__store_db_find(db, rq->key.p, rq->key.len);
       if (s && s->has_val)
-        rc = tr__buf_put_bytes(&c->out, s->val, s->vlen);
+        rc = tr__store_put_bytes(&c->out, s->val, s->vlen);
       else
-        rc = tr__buf_put_u64(&c->out, 0); /* PyTorch's libuv: empty */
+        rc = tr__store_put_u64(&c->out, 0); /* PyTorch's libuv: empty */
       break;
     case TR__Q_ADD:
       rc = cmd_add(c, rq, off);
@@ -396,21 +396,21 @@ static int execute(tr__store_conn_t* c, const tr__store_req_t* rq,
         tr__bytes_t k = tr__store_next_item(&cur);
         ready = tr__store_slot_present(tr__store_db_find(db, k.p, k.len));
       }
-      rc = tr__buf_put_u8(&c->out,
-                          ready ? TR__CHECK_READY : TR__CHECK_NOT_READY);
+      rc = tr__store_put_u8(&c->out,
+                            ready ? TR__CHECK_READY : TR__CHECK_NOT_READY);
       break;
     }
     case TR__Q_WAIT:
       rc = cmd_wait(c, rq, off);
       break;
     case TR__Q_GETNUMKEYS:
-      rc = tr__buf_put_u64(&c->out, (uint64_t)db->nkeys);
+      rc = tr__store_put_u64(&c->out, (uint64_t)db->nkeys);
       break;
     case TR__Q_DELETE_KEY:
       s = tr__store_db_find(db, rq->key.p, rq->key.len);
       rc = tr__store_db_delete(db, s);
       tr__store_db_gc(db, s);
-      rc = tr__buf_put_u64(&c->out, (uint64_t)rc);
+      rc = tr__store_put_u64(&c->out, (uint64_t)rc);
       break;
     case TR__Q_MULTI_GET:
       rc = cmd_multi_get(c, rq, off);
@@ -420,15 +420,15 @@ static int execute(tr__store_conn_t* c, const tr__store_req_t* rq,
       break;
     case TR__Q_CANCEL_WAIT:
       wait_clear(c);
-      rc = tr__buf_put_u8(&c->out, TR__WAIT_CANCELED);
+      rc = tr__store_put_u8(&c->out, TR__WAIT_CANCELED);
       break;
     case TR__Q_QUEUE_POP: {
       s = tr__store_db_find(db, rq->key.p, rq->key.len);
       size_t n = s ? s->qlen : 0;
-      rc = tr__buf_put_u64(&c->out, (uint64_t)n);
+      rc = tr__store_put_u64(&c->out, (uint64_t)n);
       if (rc == 0 && n > 0) {
         tr__store_qitem_t* q = tr__store_db_queue_pop(db, s);
-        rc = tr__buf_put_bytes(&c->out, q->data, q->len);
+        rc = tr__store_put_bytes(&c->out, q->data, q->len);
         free(q);
         tr__store_db_gc(db, s);
       }
@@ -436,7 +436,7 @@ static int execute(tr__store_conn_t* c, const tr__store_req_t* rq,
     }
     case TR__Q_QUEUE_LEN:
       s = tr__store_db_find(db, rq->key.p, rq->key.len);
-      rc = tr__buf_put_u64(&c->out, (uint64_t)(s ? s->qlen : 0));
+      rc = tr__store_put_u64(&c->out, (uint64_t)(s ? s->qlen : 0));
       break;
     case TR__Q_AUTH_HELLO:
     case TR__Q_AUTH_PROVE:
@@ -487,15 +487,15 @@ static int run(tr__store_conn_t* c, const uint8_t* buf, size_t len,
 static void consume_in(tr__store_conn_t* c, size_t used) {
   if (used == 0) return;
   c->offset += used;
-  c->in.len -= used;
-  if (c->in.len) memmove(c->in.data, c->in.data + used, c->in.len);
+  if (c->in.len > used) memmove(c->in.buf, c->in.buf + used, c->in.len - used);
+  tr__buf_setlen(&c->in, c->in.len - used);
   tr__buf_shrink(&c->in, IN_KEEP);
 }
 
 int tr__store_conn_resume(tr__store_conn_t* c) {
   c->paused = 0;
   size_t used = 0;
-  int rc = run(c, c->in.data, c->in.len, &used);
+  int rc = run(c, (const uint8_t*)c->in.buf, c->in.len, &used);
   consume_in(c, used);
   return rc;
 }
@@ -510,14 +510,14 @@ int tr__store_conn_input(tr__store_conn_t* c, const uint8_t* data, size_t len) {
     /* keep the tail; reserve for the whole request when its size is known */
     size_t rest = len - used;
     size_t want = c->ps.need > rest ? c->ps.need : rest;
-    TR_CHECK(tr__buf_reserve(&c->in, want));
-    return tr__buf_append(&c->in, data + used, rest);
+    TR_CHECK(tr__buf_grow(&c->in, want));
+    return tr__buf_add(&c->in, data + used, rest);
   }
   size_t want = c->in.len + len;
   if (c->ps.need > want) want = c->ps.need;
-  TR_CHECK(tr__buf_reserve(&c->in, want - c->in.len));
-  memcpy(c->in.data + c->in.len, data, len);
-  c->in.len += len;
+  TR_CHECK(tr__buf_grow(&c->in, want - c->in.len));
+  memcpy(c->in.buf + c->in.len, data, len);
+  tr__buf_setlen(&c->in, c->in.len + len);
   if (c->paused) return 0;
   return tr__store_conn_resume(c);
 }
@@ -526,13 +526,13 @@ uint8_t* tr__store_conn_read_room(tr__store_conn_t* c, size_t* room) {
   /* Only for a partial request still missing more than a read's worth. */
   if (c->in.len == 0 || c->paused || c->ps.need <= c->in.len + READ_ROOM)
     return NULL;
-  if (tr__buf_reserve(&c->in, c->ps.need - c->in.len) < 0) return NULL;
-  *room = c->in.cap - c->in.len;
-  return c->in.data + c->in.len;
+  if (tr__buf_grow(&c->in, c->ps.need - c->in.len) < 0) return NULL;
+  *room = c->in.cap - c->in.len - 1; /* the buffer's NUL stays in */
+  return (uint8_t*)c->in.buf + c->in.len;
 }
 
 int tr__store_conn_input_inplace(tr__store_conn_t* c, size_t n) {
-  c->in.len += n;
+  tr__buf_setlen(&c->in, c->in.len + n);
   if (c->in.len < c->ps.need) return 0;
   return tr__store_conn_resume(c);
 }

@@ -186,14 +186,7 @@ int tr__store_db_append(tr__store_db_t* db, tr__store_slot_t* s, const void* v,
                         size_t n) {
   if (!s->has_val) return tr__store_db_set(db, s, v, n);
   if ((uint64_t)db->bytes + n > db->lim.max_memory) return TR_ELIMIT;
-  if (s->vcap - s->vlen < n) {
-    size_t cap = s->vcap ? s->vcap : 32;
-    while (cap - s->vlen < n) cap *= 2;
-    uint8_t* p = realloc(s->val, cap);
-    if (!p) return TR_ENOMEM;
-    s->val = p;
-    s->vcap = cap;
-  }
+  TR_CHECK(TR_GROW(s->val, s->vlen + n, s->vcap));
   if (n) memcpy(s->val + s->vlen, v, n);
   s->vlen += n;
   db->bytes += (int64_t)n;
@@ -257,7 +250,7 @@ static void wake(tr__store_db_t* db, tr__store_slot_t* s, int one) {
     c->wait_regs = NULL;
     c->wait_nregs = 0;
     c->waiting = 0;
-    if (tr__buf_put_u8(&c->out, TR__WAIT_STOP_WAITING) == 0 && db->notify)
+    if (tr__store_put_u8(&c->out, TR__WAIT_STOP_WAITING) == 0 && db->notify)
       db->notify(c, db->notify_arg);
     if (one) return;
   }

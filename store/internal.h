@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/buf.h" /* tr__buf_t: requests and replies */
+
 /* ---- wire constants (PyTorch's c10d::detail::QueryType and friends) ---- */
 
 #define TR__STORE_MAGIC 0x3C85F7CEu /* VALIDATE's u32 */
@@ -79,25 +81,14 @@ static inline void tr__wr_u32(uint8_t* p, uint32_t v) {
   memcpy(p, &v, 4);
 }
 
-/* ---- growable byte buffer ---- */
+/* ---- wire encoding into a buffer (core/buf.h) ---- */
 
-typedef struct {
-  uint8_t* data;
-  size_t len;
-  size_t cap;
-} tr__buf_t;
-
-/* Make room for extra more bytes; TR_ENOMEM on failure (buf unchanged). */
-int tr__buf_reserve(tr__buf_t* b, size_t extra);
-int tr__buf_append(tr__buf_t* b, const void* p, size_t n);
-int tr__buf_put_u8(tr__buf_t* b, uint8_t v);
-int tr__buf_put_u32(tr__buf_t* b, uint32_t v);
-int tr__buf_put_u64(tr__buf_t* b, uint64_t v);
+/* Little-endian integers, as PyTorch's TCPStore writes them. */
+int tr__store_put_u8(tr__buf_t* b, uint8_t v);
+int tr__store_put_u32(tr__buf_t* b, uint32_t v);
+int tr__store_put_u64(tr__buf_t* b, uint64_t v);
 /* u64 length + bytes: PyTorch's string and vector encoding. */
-int tr__buf_put_bytes(tr__buf_t* b, const void* p, size_t n);
-/* Free the storage when it is larger than keep bytes (len must be 0). */
-void tr__buf_shrink(tr__buf_t* b, size_t keep);
-void tr__buf_release(tr__buf_t* b);
+int tr__store_put_bytes(tr__buf_t* b, const void* p, size_t n);
 
 /* ---- limits ---- */
 
@@ -296,7 +287,7 @@ struct tr__store_conn_s {
   tr__store_conn_state_t state;
   tr__buf_t in; /* the unparsed tail (a partial request) */
   tr__store_parser_t ps;
-  uint64_t offset; /* stream bytes before in.data[0] */
+  uint64_t offset; /* stream bytes before in.buf[0] */
   uint64_t nreq;   /* requests completed */
   tr__buf_t out;   /* replies not yet handed to the socket */
   int paused;      /* stopped parsing: out is over the mark */

@@ -36,10 +36,11 @@ STORE_FUZZ_SRCS = $(top_srcdir)/tests/fuzz/store_fuzz.c \
 	$(top_srcdir)/store/auth.c $(top_srcdir)/store/conn.c \
 	$(top_srcdir)/store/db.c $(top_srcdir)/store/proto.c \
 	$(top_srcdir)/core/error.c $(top_srcdir)/core/log.c \
-	$(top_srcdir)/core/param.c
+	$(top_srcdir)/core/param.c $(top_srcdir)/core/buf.c
 if HAVE_LIBFUZZER
 check_SCRIPTS = tests/fuzz/store_fuzz
-tests/fuzz/store_fuzz: $(STORE_FUZZ_SRCS) $(top_srcdir)/store/internal.h
+tests/fuzz/store_fuzz: $(STORE_FUZZ_SRCS) $(top_srcdir)/store/internal.h \
+	$(top_srcdir)/core/buf.h
 	$(AM_V_CC)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) -g -O1 -std=gnu11 \
 	-fsanitize=fuzzer,address,undefined -I$(top_srcdir)/include \
 	-I$(top_srcdir) -I$(top_builddir) -o $@ $(STORE_FUZZ_SRCS) -pthread

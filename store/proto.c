@@ -1,4 +1,5 @@
-/* store/proto.c: the TCPStore request parser, byte buffers and limits.
+/* store/proto.c: the TCPStore request parser, the wire encoding of replies
+ * and requests, and the limits.
  *
  * A request is one command byte followed by the command's fields (see
  * ../shared/reference/tcpstore.md, and man trainrun-store(1)): u32, i64,
@@ -20,61 +21,26 @@
 #include "trainrun/error.h"
 #include "trainrun/param.h"
 
-/* ---- buffers ---- */
+/* ---- wire encoding ---- */
 
-int tr__buf_reserve(tr__buf_t* b, size_t extra) {
-  if (extra <= b->cap - b->len) return 0;
-  if (extra > SIZE_MAX / 2 - b->len) return TR_ENOMEM;
-  size_t want = b->len + extra;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < want) cap *= 2;
-  uint8_t* p = realloc(b->data, cap);
-  if (!p) return TR_ENOMEM;
-  b->data = p;
-  b->cap = cap;
-  return 0;
+int tr__store_put_u8(tr__buf_t* b, uint8_t v) { return tr__buf_add(b, &v, 1); }
+
+int tr__store_put_u32(tr__buf_t* b, uint32_t v) {
+  uint8_t w[4];
+  tr__wr_u32(w, v);
+  return tr__buf_add(b, w, 4);
 }
 
-int tr__buf_append(tr__buf_t* b, const void* p, size_t n) {
-  if (n == 0) return 0;
-  TR_CHECK(tr__buf_reserve(b, n));
-  memcpy(b->data + b->len, p, n);
-  b->len += n;
-  return 0;
+int tr__store_put_u64(tr__buf_t* b, uint64_t v) {
+  uint8_t w[8];
+  tr__wr_u64(w, v);
+  return tr__buf_add(b, w, 8);
 }
 
-int tr__buf_put_u8(tr__buf_t* b, uint8_t v) { return tr__buf_append(b, &v, 1); }
-
-int tr__buf_put_u32(tr__buf_t* b, uint32_t v) {
-  TR_CHECK(tr__buf_reserve(b, 4));
-  tr__wr_u32(b->data + b->len, v);
-  b->len += 4;
-  return 0;
-}
-
-int tr__buf_put_u64(tr__buf_t* b, uint64_t v) {
-  TR_CHECK(tr__buf_reserve(b, 8));
-  tr__wr_u64(b->data + b->len, v);
-  b->len += 8;
-  return 0;
-}
-
-int tr__buf_put_bytes(tr__buf_t* b, const void* p, size_t n) {
-  TR_CHECK(tr__buf_reserve(b, 8 + n));
-  tr__wr_u64(b->data + b->len, n);
-  if (n) memcpy(b->data + b->len + 8, p, n);
-  b->len += 8 + n;
-  return 0;
-}
-
-void tr__buf_shrink(tr__buf_t* b, size_t keep) {
-  if (b->len == 0 && b->cap > keep) tr__buf_release(b);
-}
-
-void tr__buf_release(tr__buf_t* b) {
-  free(b->data);
-  b->data = NULL;
-  b->len = b->cap = 0;
+int tr__store_put_bytes(tr__buf_t* b, const void* p, size_t n) {
+  TR_CHECK(tr__buf_grow(b, 8 + n));
+  tr__store_put_u64(b, n);
+  return tr__buf_add(b, p, n);
 }
 
 /* ---- limits ---- */

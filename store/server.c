@@ -195,8 +195,7 @@ static void client_close(srv_client_t* cl, int error) {
     /* Best effort: replies to requests before the bad one (and the byte
      * that says why, for a refused token) still go out. */
     if (!cl->writing && cl->conn.out.len) {
-      uv_buf_t b =
-          uv_buf_init((char*)cl->conn.out.data, (unsigned)cl->conn.out.len);
+      uv_buf_t b = uv_buf_init(cl->conn.out.buf, (unsigned)cl->conn.out.len);
       (void)uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
     }
   }
@@ -255,7 +254,7 @@ static void drain(srv_client_t* cl) {
 static void on_write(uv_write_t* req, int status) {
   srv_client_t* cl = req->data;
   cl->writing = 0;
-  cl->inflight.len = 0;
+  tr__buf_reset(&cl->inflight);
   tr__buf_shrink(&cl->inflight, OUT_KEEP);
   if (cl->closing) return;
   if (status < 0) {
@@ -276,7 +275,7 @@ static int take_output(srv_client_t* cl) {
   tr__buf_t tmp = cl->inflight; /* empty: no write is in flight */
   cl->inflight = cl->conn.out;
   cl->conn.out = tmp;
-  cl->conn.out.len = 0;
+  tr__buf_reset(&cl->conn.out);
   return 1;
 }
 
@@ -284,29 +283,28 @@ static int take_output(srv_client_t* cl) {
  * the replies gathered since the last one, and a queued uv_write for what
  * the socket did not take. */
 static void send_inflight(srv_client_t* cl) {
-  uv_buf_t b =
-      uv_buf_init((char*)cl->inflight.data, (unsigned)cl->inflight.len);
+  uv_buf_t b = uv_buf_init(cl->inflight.buf, (unsigned)cl->inflight.len);
   int n = uv_try_write((uv_stream_t*)&cl->tcp, &b, 1);
   if (n == (int)cl->inflight.len) {
-    cl->inflight.len = 0;
+    tr__buf_reset(&cl->inflight);
     tr__buf_shrink(&cl->inflight, OUT_KEEP);
     if (is_paused(cl)) drain(cl);
     return;
   }
   if (n < 0 && n != UV_EAGAIN) {
-    cl->inflight.len = 0;
+    tr__buf_reset(&cl->inflight);
     TR_LOG_INFO(STORE, "closing client %s: write failed: %s", cl->conn.peer,
                 uv_strerror(n));
     client_close(cl, 0);
     return;
   }
   if (n < 0) n = 0;
-  b = uv_buf_init((char*)cl->inflight.data + n,
+  b = uv_buf_init(cl->inflight.buf + n,
                   (unsigned)(cl->inflight.len - (size_t)n));
   cl->wreq.data = cl;
   int rc = uv_write(&cl->wreq, (uv_stream_t*)&cl->tcp, &b, 1, on_write);
   if (rc < 0) {
-    cl->inflight.len = 0;
+    tr__buf_reset(&cl->inflight);
     TR_LOG_INFO(STORE, "closing client %s: write failed: %s", cl->conn.peer,
                 uv_strerror(rc));
     client_close(cl, 0);
@@ -348,24 +346,19 @@ static void collect_dirty(shard_t* sh) {
     sh->dirty = cl->dirty_next;
     cl->dirty = 0;
     if (!cl->free_pending && !take_output(cl)) continue;
-    if (sh->nbatch == sh->capbatch) {
-      size_t cap = sh->capbatch ? 2 * sh->capbatch : 64;
-      srv_client_t** b = realloc(sh->batch, cap * sizeof *b);
-      if (!b) { /* write it later: back on the list, woken again */
-        if (!cl->free_pending) {
-          tr__buf_t tmp = cl->conn.out; /* undo take_output */
-          cl->conn.out = cl->inflight;
-          cl->inflight = tmp;
-          cl->inflight.len = 0;
-        }
-        cl->dirty = 1;
-        cl->dirty_next = sh->dirty;
-        sh->dirty = cl;
-        uv_async_send(&sh->async);
-        break;
+    if (TR_GROW(sh->batch, sh->nbatch + 1, sh->capbatch) < 0) {
+      /* write it later: back on the list, woken again */
+      if (!cl->free_pending) {
+        tr__buf_t tmp = cl->conn.out; /* undo take_output */
+        cl->conn.out = cl->inflight;
+        cl->inflight = tmp;
+        tr__buf_reset(&cl->inflight);
       }
-      sh->batch = b;
-      sh->capbatch = cap;
+      cl->dirty = 1;
+      cl->dirty_next = sh->dirty;
+      sh->dirty = cl;
+      uv_async_send(&sh->async);
+      break;
     }
     sh->batch[sh->nbatch++] = cl;
   }
@@ -502,7 +495,7 @@ static void record_discard(tr_store_server_t* s, srv_client_t* cl, int error) {
     __atomic_add_fetch(&s->st_errors, 1, __ATOMIC_RELAXED);
     if (cl->conn.out.len) {
       ssize_t w =
-          send(cl->fd, cl->conn.out.data, cl->conn.out.len, MSG_NOSIGNAL);
+          send(cl->fd, cl->conn.out.buf, cl->conn.out.len, MSG_NOSIGNAL);
       (void)w;
     }
   }
@@ -640,13 +633,7 @@ typedef struct {
 } cl_vec_t;
 
 static int vec_push(cl_vec_t* q, srv_client_t* cl) {
-  if (q->n == q->cap) {
-    size_t cap = q->cap ? 2 * q->cap : 256;
-    srv_client_t** v = realloc(q->v, cap * sizeof *v);
-    if (!v) return TR_ENOMEM;
-    q->v = v;
-    q->cap = cap;
-  }
+  TR_CHECK(TR_GROW(q->v, q->n + 1, q->cap));
   q->v[q->n++] = cl;
   return 0;
 }
@@ -719,7 +706,7 @@ static int preread(tr_store_server_t* s, srv_client_t* cl, uint8_t* buf) {
         TR_LOG_DEBUG(STORE, "client %s disconnected", cl->conn.peer);
       if (cl->conn.out.len) {
         ssize_t w =
-            send(cl->fd, cl->conn.out.data, cl->conn.out.len, MSG_NOSIGNAL);
+            send(cl->fd, cl->conn.out.buf, cl->conn.out.len, MSG_NOSIGNAL);
         (void)w;
       }
     } else {
@@ -744,17 +731,11 @@ static void release(tr_store_server_t* s, cl_vec_t* q, int* next,
     srv_client_t* cl = q->v[i];
     if (!cl) continue;
     shard_t* sh = &s->shards[*next];
-    if (sh->npend == sh->cappend) {
-      size_t cap = sh->cappend ? 2 * sh->cappend : 64;
-      srv_client_t** v = realloc(sh->pend, cap * sizeof *v);
-      if (!v) {
-        unlock(s);
-        record_discard(s, cl, 0);
-        lock(s);
-        continue;
-      }
-      sh->pend = v;
-      sh->cappend = cap;
+    if (TR_GROW(sh->pend, sh->npend + 1, sh->cappend) < 0) {
+      unlock(s);
+      record_discard(s, cl, 0);
+      lock(s);
+      continue;
     }
     sh->pend[sh->npend++] = cl;
     woke |= 1ull << *next;

@@ -1,12 +1,16 @@
-/* tests/check_core.c: errors, logging and the parameter registry. */
+/* tests/check_core.c: errors, logging, the parameter registry, the clock
+ * and the growable buffer. */
 #include "config.h"
 
 #include <check.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/buf.h"
+#include "core/clock.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/param.h"
@@ -214,6 +218,146 @@ START_TEST(test_param_print_table) {
 }
 END_TEST
 
+/* ---- the clock ---- */
+
+START_TEST(test_clock_monotonic_units_agree) {
+  int64_t ns0 = tr__now_ns();
+  double s0 = tr__now();
+  usleep(20000);
+  int64_t ms1 = tr__now_ms();
+  int64_t ns1 = tr__now_ns();
+  double s1 = tr__now();
+  ck_assert_int_ge(ns1 - ns0, 20000000);
+  ck_assert_int_lt(ns1 - ns0, 5000000000LL);
+  /* one clock: the units differ by their factor only */
+  ck_assert_int_ge(ms1, ns0 / 1000000 + 20);
+  ck_assert_int_le(ms1, ns1 / 1000000);
+  ck_assert(s1 - s0 >= 0.02 && s1 - s0 < 5.0);
+  ck_assert(s0 >= (double)ns0 * 1e-9 - 1e-6);
+}
+END_TEST
+
+START_TEST(test_clock_wall_and_deadline) {
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  int64_t w = tr__wall_ns();
+  int64_t r = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec;
+  ck_assert_int_ge(w, r);
+  ck_assert_int_lt(w - r, 1000000000);
+  ck_assert(tr__wall() - (double)rt.tv_sec < 2.0);
+  /* 1.5 s from now, normalized */
+  struct timespec d = tr__deadline_ms(1500);
+  ck_assert_int_ge(d.tv_nsec, 0);
+  ck_assert_int_lt(d.tv_nsec, 1000000000);
+  int64_t dn = (int64_t)d.tv_sec * 1000000000 + d.tv_nsec;
+  ck_assert_int_ge(dn - w, 1500000000LL - 1000000);
+  ck_assert_int_lt(dn - w, 2500000000LL);
+}
+END_TEST
+
+/* ---- the growable buffer ---- */
+
+START_TEST(test_buf_text_and_bytes) {
+  tr__buf_t b = TR__BUF_INIT;
+  ck_assert_str_eq(tr__buf_str(&b), "");
+  ck_assert_int_eq(tr__buf_addstr(&b, "rank "), 0);
+  ck_assert_int_eq(tr__buf_addf(&b, "%d of %s", 3, "0-7"), 0);
+  ck_assert_int_eq(tr__buf_addch(&b, '!'), 0);
+  ck_assert_str_eq(b.buf, "rank 3 of 0-7!");
+  ck_assert_uint_eq(b.len, 14);
+  /* a long formatted piece (beyond the first guess) */
+  char big[3000];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  ck_assert_int_eq(tr__buf_addf(&b, "[%s]", big), 0);
+  ck_assert_uint_eq(b.len, 14 + 3001);
+  ck_assert_int_eq(b.buf[b.len], '\0');
+  ck_assert_int_eq(b.buf[14], '[');
+  ck_assert_int_eq(b.buf[b.len - 1], ']');
+  /* binary with NUL bytes inside */
+  tr__buf_reset(&b);
+  ck_assert_uint_eq(b.len, 0);
+  ck_assert_str_eq(b.buf, "");
+  const char bin[4] = {'a', 0, 'b', 0};
+  ck_assert_int_eq(tr__buf_add(&b, bin, 4), 0);
+  ck_assert_uint_eq(b.len, 4);
+  ck_assert_int_eq(memcmp(b.buf, bin, 4), 0);
+  tr__buf_setlen(&b, 1);
+  ck_assert_str_eq(b.buf, "a");
+  size_t n = 0;
+  char* s = tr__buf_detach(&b, &n);
+  ck_assert_str_eq(s, "a");
+  ck_assert_uint_eq(n, 1);
+  ck_assert_ptr_null(b.buf);
+  ck_assert_uint_eq(b.len, 0);
+  free(s);
+  /* an empty buffer detaches as "" */
+  s = tr__buf_detach(&b, &n);
+  ck_assert_str_eq(s, "");
+  ck_assert_uint_eq(n, 0);
+  free(s);
+  tr__buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_buf_out_of_memory_sticks) {
+  tr__buf_t b = TR__BUF_INIT;
+  ck_assert_int_eq(tr__buf_addstr(&b, "head"), 0);
+  /* more than can ever be allocated: fails without touching the text */
+  ck_assert_int_eq(tr__buf_grow(&b, SIZE_MAX / 2), TR_ENOMEM);
+  ck_assert_int_eq(b.oom, 1);
+  ck_assert_str_eq(b.buf, "head");
+  /* every later add fails and changes nothing */
+  ck_assert_int_eq(tr__buf_addstr(&b, "tail"), TR_ENOMEM);
+  ck_assert_int_eq(tr__buf_addf(&b, "%d", 7), TR_ENOMEM);
+  ck_assert_str_eq(b.buf, "head");
+  /* detach refuses a text with a hole in it, and frees */
+  size_t n = 99;
+  ck_assert_ptr_null(tr__buf_detach(&b, &n));
+  ck_assert_uint_eq(n, 0);
+  ck_assert_int_eq(b.oom, 0);
+  /* reset clears the failure */
+  ck_assert_int_eq(tr__buf_grow(&b, SIZE_MAX / 2), TR_ENOMEM);
+  tr__buf_reset(&b);
+  ck_assert_int_eq(tr__buf_addstr(&b, "again"), 0);
+  ck_assert_str_eq(b.buf, "again");
+  /* shrink gives a large idle buffer back, keeps a small one */
+  tr__buf_shrink(&b, 1 << 20);
+  ck_assert_ptr_nonnull(b.buf);
+  tr__buf_reset(&b);
+  tr__buf_shrink(&b, 16);
+  ck_assert_ptr_null(b.buf);
+  tr__buf_release(&b);
+}
+END_TEST
+
+START_TEST(test_grow_arrays) {
+  int64_t* v = NULL;
+  size_t n = 0, cap = 0, grows = 0;
+  for (int64_t i = 0; i < 100000; i++) {
+    size_t before = cap;
+    ck_assert_int_eq(TR_GROW(v, n + 1, cap), 0);
+    grows += cap != before;
+    ck_assert_uint_ge(cap, n + 1);
+    v[n++] = i * 3;
+  }
+  /* geometric: a push is O(1) amortized */
+  ck_assert_uint_le(grows, 20);
+  for (size_t i = 0; i < n; i++) ck_assert_int_eq(v[i], (int64_t)i * 3);
+  /* an impossible size fails and leaves the array as it was */
+  int64_t* keep = v;
+  size_t keep_cap = cap;
+  ck_assert_int_eq(TR_GROW(v, SIZE_MAX / 4, cap), TR_ENOMEM);
+  ck_assert_ptr_eq(v, keep);
+  ck_assert_uint_eq(cap, keep_cap);
+  ck_assert_int_eq(v[n - 1], (int64_t)(n - 1) * 3);
+  /* enough room: nothing happens */
+  ck_assert_int_eq(TR_GROW(v, 1, cap), 0);
+  ck_assert_ptr_eq(v, keep);
+  free(v);
+}
+END_TEST
+
 static Suite* core_suite(void) {
   Suite* s = suite_create("core");
   TCase* tc = tcase_create("errors");
@@ -232,6 +376,15 @@ static Suite* core_suite(void) {
   tcase_add_test(tc, test_param_defaults_and_env);
   tcase_add_test(tc, test_param_bad_value_warns_and_defaults);
   tcase_add_test(tc, test_param_print_table);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("clock");
+  tcase_add_test(tc, test_clock_monotonic_units_agree);
+  tcase_add_test(tc, test_clock_wall_and_deadline);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("buf");
+  tcase_add_test(tc, test_buf_text_and_bytes);
+  tcase_add_test(tc, test_buf_out_of_memory_sticks);
+  tcase_add_test(tc, test_grow_arrays);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -29,7 +29,7 @@ static tr_pg_t* fake_world(int rank, int size) {
   o.world_size = size;
   o.backend = "fake";
   tr_pg_t* pg = NULL;
-  ck_assert_int_eq(tr_pg_init(&o, &pg), 0);
+  ck_assert_int_eq(tr_pg_new(&o, &pg), 0);
   return pg;
 }
 

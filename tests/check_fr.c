@@ -53,7 +53,7 @@ static tr_pg_t* fake_world(void) {
   o.world_size = 1;
   o.backend = "fake";
   tr_pg_t* pg = NULL;
-  ck_assert_int_eq(tr_pg_init(&o, &pg), 0);
+  ck_assert_int_eq(tr_pg_new(&o, &pg), 0);
   return pg;
 }
 
@@ -380,7 +380,7 @@ START_TEST(test_killed_worker_dump) {
     po.world_size = 4;
     po.backend = "fake";
     tr_pg_t* pg = NULL;
-    if (tr_pg_init(&po, &pg) != 0) _exit(1);
+    if (tr_pg_new(&po, &pg) != 0) _exit(1);
     tr_fr_add_group(fr, pg);
     int64_t n = 8;
     tr_tensor_t a, b;

@@ -24,7 +24,7 @@ static tr_pg_t* fake_world(int rank, int size) {
   o.world_size = size;
   o.backend = "fake";
   tr_pg_t* pg = NULL;
-  ck_assert_int_eq(tr_pg_init(&o, &pg), 0);
+  ck_assert_int_eq(tr_pg_new(&o, &pg), 0);
   return pg;
 }
 
@@ -66,17 +66,17 @@ START_TEST(test_backend_specs) {
       "bogus", "cuda:gloo", "cpu:nccl", "cpu:", "cpu:gloo,", "gpu:nccl", ""};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.backend = bad[i];
-    ck_assert_msg(tr_pg_init(&o, &pg) == TR_EINVAL, "%s", bad[i]);
+    ck_assert_msg(tr_pg_new(&o, &pg) == TR_EINVAL, "%s", bad[i]);
     ck_assert_ptr_null(pg);
   }
   /* gloo and nccl rendezvous through a store */
   o.backend = "cpu:gloo,cuda:nccl";
-  ck_assert_int_eq(tr_pg_init(&o, &pg), TR_EINVAL);
+  ck_assert_int_eq(tr_pg_new(&o, &pg), TR_EINVAL);
   o.backend = "fake";
   o.rank = 2;
-  ck_assert_int_eq(tr_pg_init(&o, &pg), TR_EINVAL);
+  ck_assert_int_eq(tr_pg_new(&o, &pg), TR_EINVAL);
   o.rank = 1;
-  ck_assert_int_eq(tr_pg_init(&o, &pg), 0);
+  ck_assert_int_eq(tr_pg_new(&o, &pg), 0);
   ck_assert_int_eq(tr_pg_backend(pg, TR_DEV_CPU), TR_PG_BACKEND_FAKE);
   ck_assert_int_eq(tr_pg_backend(pg, TR_DEV_CUDA), TR_PG_BACKEND_FAKE);
   ck_assert_str_eq(tr_pg_name(pg), "0");

@@ -35,9 +35,9 @@ static int rank_main(const char* scenario) {
   o.store = c;
   o.timeout_ms = 30000;
   tr_pg_t* world = NULL;
-  int rc = tr_pg_init(&o, &world);
+  int rc = tr_pg_new(&o, &world);
   if (rc < 0) {
-    fprintf(stderr, "tr_pg_init: %s\n", tr_strerror(rc));
+    fprintf(stderr, "tr_pg_new: %s\n", tr_strerror(rc));
     return 2;
   }
   pg_test_rank = tr_pg_rank(world);

@@ -68,7 +68,7 @@ static void run_rank(int r, int n, int port, const char* backend,
   o.timeout_ms = timeout_ms;
   o.failure_key = pg_failure_key;
   tr_pg_t* world = NULL;
-  PCHECK_RC(tr_pg_init(&o, &world));
+  PCHECK_RC(tr_pg_new(&o, &world));
   pg_ctx_t ctx = {backend, dev, cpu_float_sums, c, r, n};
   body(world, &ctx);
   tr_pg_free(world);

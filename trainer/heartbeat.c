@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "trainrun/error.h"
 #include "trainrun/heartbeat.h"
 #include "trainrun/log.h"
@@ -17,12 +17,6 @@
 enum { PAGE = 4096 };
 
 _Static_assert(sizeof(tr_heartbeat_slot_t) <= PAGE, "slot fits a page");
-
-static double clock_s(clockid_t c) {
-  struct timespec ts;
-  clock_gettime(c, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- the rank's side ---- */
 
@@ -61,8 +55,8 @@ void tr_heartbeat_beat(const char* phase, int64_t step, double loss,
   s->total_steps = total;
   s->loss = loss;
   s->tokens_per_s = tokens_per_s;
-  s->time = clock_s(CLOCK_REALTIME);
-  s->mono = clock_s(CLOCK_MONOTONIC);
+  s->time = tr__wall();
+  s->mono = tr__now();
   snprintf(s->phase, sizeof s->phase, "%s", phase);
   __atomic_add_fetch(&s->seq, 1, __ATOMIC_RELEASE); /* even: done */
 }

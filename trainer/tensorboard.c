@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "trainrun/crc32c.h"
 #include "trainrun/error.h"
 #include "trainrun/metrics.h"
@@ -147,12 +147,6 @@ static int write_event(tr_tb_writer_t* w, double wall_time, int64_t step,
   return rc;
 }
 
-static double wall_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int tr_tb_open(tr_tb_writer_t** out, const char* dir, tr_errmsg_t* err) {
   static int counter;
   *out = NULL;
@@ -163,7 +157,7 @@ int tr_tb_open(tr_tb_writer_t** out, const char* dir, tr_errmsg_t* err) {
   tr_tb_writer_t* w = calloc(1, sizeof *w);
   if (!w) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   int n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
-  double now = wall_now();
+  double now = tr__wall();
   size_t cap = strlen(dir) + strlen(host) + 96;
   w->path = malloc(cap);
   if (!w->path) {
@@ -195,7 +189,7 @@ const char* tr_tb_path(const tr_tb_writer_t* w) { return w->path; }
 int tr_tb_scalars(tr_tb_writer_t* w, int64_t step, double wall_time, size_t n,
                   const char* const* tags, const double* values,
                   tr_errmsg_t* err) {
-  if (wall_time <= 0) wall_time = wall_now();
+  if (wall_time <= 0) wall_time = tr__wall();
   return write_event(w, wall_time, step, NULL, n, tags, values, err);
 }
 

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "trainrun/error.h"
 #include "trainrun/fault.h"     /* --debug.fault */
 #include "trainrun/heartbeat.h" /* beats to the node daemon */
@@ -23,7 +24,7 @@
 #include "trainrun/pipelining.h"  /* the step's actions and executor */
 #include "trainrun/safetensors.h" /* the final weights */
 #include "trainrun/trainer.h"
-#include "core/internal.h"
+#include "core/internal.h" /* tr__mkdir_p */
 
 /* ---- building a run ---- */
 

@@ -50,7 +50,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainrun/config.h"
 #include "trainrun/pg.h"
 
 #ifdef __cplusplus
@@ -101,14 +100,6 @@ void tr_fr_request_dump(tr_fr_t* fr, int scope);
 
 /* The ring's segment name. */
 const char* tr_fr_shm_name(const tr_fr_t* fr);
-
-/* The worker's recorder for a job: capacity [comm] trace_buf_size, dumps
- * to <job.dump_folder>/<comm.save_traces_folder>/<comm.save_traces_file_
- * prefix><rank> (made absolute: the daemon writes them), hang timeout
- * [comm] hang_timeout_seconds, the segment named by TRAINRUN_FR_SHM, and
- * world (already created) recorded. *out NULL when trace_buf_size is 0. */
-int tr_fr_init_from_config(const tr_config_t* cfg, tr_pg_t* world,
-                           const char* store_prefix, tr_fr_t** out);
 
 /* Unregister the hooks, unmap and unlink the segment. NULL is a no-op. */
 void tr_fr_free(tr_fr_t* fr);

@@ -125,7 +125,9 @@ int tr_fra_load_dir(tr_fra_t** out, const char* dir, const tr_fra_opts_t* opts,
 /* Group, align and match; fills the findings and the verdict. Returns the
  * number of findings (>= 0), or TR_ENOTFOUND with a message in err when a
  * member rank's dump is missing and allow_incomplete_ranks is off
- * (torchfrtrace's "Missing dump files"; the verdict still names the ranks).
+ * (torchfrtrace's "Missing dump files"; the verdict still names the ranks),
+ * or TR_ENOMEM (then no findings and an empty verdict). Never aborts: the
+ * daemon runs it after an automatic dump.
  */
 int tr_fra_analyze(tr_fra_t* a, tr_errmsg_t* err);
 
@@ -141,21 +143,23 @@ int tr_fra_primary(const tr_fra_t* a);
 const char* tr_fra_verdict(const tr_fra_t* a);
 
 /* Print the findings as torchfrtrace reports them, then a summary and the
- * verdict. */
-void tr_fra_print_report(const tr_fra_t* a, FILE* out);
+ * verdict. 0, or TR_ENOMEM (nothing printed). */
+int tr_fra_print_report(const tr_fra_t* a, FILE* out);
 
 /* torchfrtrace -j: one column per rank (opts->selected_ranks), one row per
  * entry, entries of other groups blank (opts->pg_filters), after aligning
  * the rings by record_id as torchfrtrace does. Works before or without
- * tr_fra_analyze(). */
-void tr_fra_print_entries(const tr_fra_t* a, FILE* out);
+ * tr_fra_analyze(). 0, or TR_ENOMEM (the table may be cut short). */
+int tr_fra_print_entries(const tr_fra_t* a, FILE* out);
 
 /* Everything as one JSON object (new reference): version, ranks, dumps,
- * missing_dumps, groups, findings, primary, verdict. */
+ * missing_dumps, groups, findings, primary, verdict. NULL when out of
+ * memory. */
 json_t* tr_fra_to_json(const tr_fra_t* a);
 
-/* tr_fra_to_json(), indented, and a newline. */
-void tr_fra_print_json(const tr_fra_t* a, FILE* out);
+/* tr_fra_to_json(), indented, and a newline. 0, or TR_ENOMEM (nothing
+ * printed). */
+int tr_fra_print_json(const tr_fra_t* a, FILE* out);
 
 /* Ranks with a dump, sorted (owned by a); *n gets their count. */
 const int* tr_fra_ranks(const tr_fra_t* a, size_t* n);

@@ -10,7 +10,7 @@
  *   o.backend = "cpu:gloo,cuda:nccl";                    // dispatch by device
  *   o.timeout_ms = 300000;                               // init timeout
  *   tr_pg_t* world;
- *   TR_CHECK(tr_pg_init(&o, &world));
+ *   TR_CHECK(tr_pg_new(&o, &world));
  *   TR_CHECK(tr_pg_all_reduce(world, &grad, TR_PG_SUM, NULL));   // blocking
  *   tr_pg_work_t* w;
  *   TR_CHECK(tr_pg_all_gather(world, &full, &shard, &w));        // async
@@ -188,7 +188,7 @@ typedef struct {
   int world_size; /* -1 with mpi: MPI's */
   /* Connected store client, used for rendezvous and error reports. The
    * group clones it (two extra connections) and does not keep this one, so
-   * the caller may free it after tr_pg_init. Required except for fake (and
+   * the caller may free it after tr_pg_new. Required except for fake (and
    * optional for mpi). */
   tr_store_client_t* store;
   /* Namespace of every key the groups write; give each restart its own
@@ -219,7 +219,7 @@ void tr_pg_opts_init(tr_pg_opts_t* opts);
  * that mpi initialises MPI when nobody has. *out is owned by the caller
  * (tr_pg_free). Errors: TR_EINVAL (bad rank/size, missing store, unknown
  * backend), TR_EUNSUPPORTED (a backend this build lacks), store errors. */
-int tr_pg_init(const tr_pg_opts_t* opts, tr_pg_t** out);
+int tr_pg_new(const tr_pg_opts_t* opts, tr_pg_t** out);
 
 /* Set up the backend serving `device` now (collective over the group). */
 int tr_pg_connect(tr_pg_t* pg, tr_device_type_t device);

@@ -139,7 +139,7 @@ static void split(const uint8_t* data, size_t size) {
   }
   if ((ra < 0) != (rb < 0)) die("split changed the verdict");
   if (a.out.len != b.out.len ||
-      (a.out.len && memcmp(a.out.data, b.out.data, a.out.len)))
+      (a.out.len && memcmp(a.out.buf, b.out.buf, a.out.len)))
     die("split changed the replies");
   check_db(&da);
   check_db(&db);
