@@ -111,6 +111,11 @@ double tr_model_flops_per_token(const tr_model_config_t* c, int seq_len) {
   return 6.0 * n + 12.0 * c->n_layers * c->n_heads * c->head_dim * seq_len;
 }
 
+int tr_model_fixed_context(const tr_model_config_t* c) {
+  const tr__family_t* fam = tr__family_of(c->family);
+  return fam ? fam->fixed_context : 0;
+}
+
 int tr_model_hf_config(const tr_model_config_t* c, tr_hf_field_t* out,
                        int cap) {
   const tr__family_t* fam = tr__family_of(c->family);

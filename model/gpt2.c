@@ -498,6 +498,7 @@ const tr__family_t tr__gpt2_family = {
     .name = "gpt2",
     .flavor_names = flavor_names,
     .ac_op_name = "GELU",
+    .fixed_context = 1,
     .flavor = flavor,
     .check = check,
     .num_params = num_params,

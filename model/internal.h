@@ -99,8 +99,9 @@ struct tr_model_family {
   tr_model_family_t id;
   const char* name;                /* "gpt2", "llama3" */
   const char* const* flavor_names; /* NULL-terminated */
-  const char* ac_op_name;          /* what selective op checkpointing recomputes
-                             besides the norms ("GELU") */
+  /* what selective op checkpointing recomputes besides the norms ("GELU") */
+  const char* ac_op_name;
+  int fixed_context; /* 1: max_seq_len sizes a learned position table */
 
   /* ---- configs ---- */
   /* Fill *out with a flavor (name or alias); TR_ENOTFOUND. */

@@ -528,6 +528,7 @@ const tr__family_t tr__llama3_family = {
     .name = "llama3",
     .flavor_names = flavor_names,
     .ac_op_name = "SwiGLU",
+    .fixed_context = 0,
     .flavor = flavor,
     .check = check,
     .num_params = num_params,

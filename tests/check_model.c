@@ -1431,11 +1431,13 @@ START_TEST(test_hf_config_fields) {
   ck_assert_str_eq(f[5].key, "n_embd");
   ck_assert_int_eq(f[5].i, 768);
   ck_assert_int_eq(f[8].kind, TR_HF_NULL); /* n_inner: HF's 4 x n_embd */
+  ck_assert_int_eq(tr_model_fixed_context(&c), 1); /* position table */
   ck_assert_int_eq(tr_model_hf_config(&c, f, 3), TR_ERANGE);
   ck_assert_int_eq(tr_model_config_get("llama3", "8B", &c), 0);
   n = tr_model_hf_config(&c, f, TR_HF_CONFIG_MAX);
   ck_assert_int_eq(n, 25);
   ck_assert_str_eq(f[0].s, "LlamaForCausalLM");
+  ck_assert_int_eq(tr_model_fixed_context(&c), 0); /* RoPE */
   ck_assert_str_eq(f[12].key, "rope_scaling");
   ck_assert_int_eq(f[12].kind, TR_HF_OBJECT);
   ck_assert_int_eq(f[18].kind, TR_HF_END);

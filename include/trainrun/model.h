@@ -103,6 +103,10 @@ int tr_model_config_get(const char* name, const char* flavor,
 const char* tr_model_family_name(tr_model_family_t f);
 /* The family of a name ("gpt2", "llama3") in *out; TR_ENOTFOUND. */
 int tr_model_family_from_name(const char* name, tr_model_family_t* out);
+/* 1 when max_seq_len is a hard limit of the model (GPT-2: it sizes the
+ * learned position table), 0 when it only states the context a run uses
+ * (Llama: RoPE works at any length; a trainer may raise it). */
+int tr_model_fixed_context(const tr_model_config_t* cfg);
 /* NULL-terminated list of the flavors of a family name, or NULL. */
 const char* const* tr_model_flavors(const char* name);
 /* Check a (possibly edited) config: positive sizes, n_heads % n_kv_heads,
