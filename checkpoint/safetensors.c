@@ -489,11 +489,7 @@ int tr_model_config_from_json(const char* text, tr_model_config_t* c,
     return tr_errmsg_set(err, TR_EFORMAT, "bad model config JSON: %s",
                          jerr.text);
   }
-  if (strcmp(family, "gpt2") == 0)
-    c->family = TR_MODEL_GPT2;
-  else if (strcmp(family, "llama3") == 0)
-    c->family = TR_MODEL_LLAMA3;
-  else
+  if (tr_model_family_from_name(family, &c->family) < 0)
     rc = tr_errmsg_set(err, TR_EFORMAT,
                        "bad model config JSON: unknown family '%s'", family);
   snprintf(c->flavor, sizeof c->flavor, "%s", flavor);
@@ -526,46 +522,58 @@ int tr_st_model_config(const tr_st_file_t* f, tr_model_config_t* cfg,
   return 0;
 }
 
+/* The JSON object of fields f[*i ..] up to a TR_HF_END or the end; *i
+ * moves past them. NULL when out of memory. */
+static json_t* hf_object(const tr_hf_field_t* f, int n, int* i) {
+  json_t* o = json_object();
+  for (; o && *i < n && f[*i].kind != TR_HF_END; (*i)++) {
+    const tr_hf_field_t* e = &f[*i];
+    json_t* v = NULL;
+    switch (e->kind) {
+      case TR_HF_STRING:
+        v = json_string(e->s);
+        break;
+      case TR_HF_STRING_LIST:
+        v = json_pack("[s]", e->s);
+        break;
+      case TR_HF_INT:
+        v = json_integer(e->i);
+        break;
+      case TR_HF_FLOAT:
+        v = json_real(pretty(e->f));
+        break;
+      case TR_HF_BOOL:
+        v = json_boolean(e->i);
+        break;
+      case TR_HF_NULL:
+        v = json_null();
+        break;
+      case TR_HF_OBJECT:
+        (*i)++;
+        v = hf_object(f, n, i); /* stops at its TR_HF_END */
+        break;
+      case TR_HF_END:
+        break;
+    }
+    if (!v || json_object_set_new(o, e->key, v) < 0) {
+      json_decref(o);
+      return NULL;
+    }
+  }
+  return o;
+}
+
 int tr_hf_write_config(const tr_model_config_t* c, const char* path,
                        tr_errmsg_t* err) {
-  json_t* o;
-  if (c->family == TR_MODEL_GPT2) {
-    o = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:s, s:f, s:b, "
-        "s:f, s:f, s:f, s:f, s:s}",
-        "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size",
-        c->vocab_size, "n_positions", c->max_seq_len, "n_ctx", c->max_seq_len,
-        "n_embd", c->dim, "n_layer", c->n_layers, "n_head", c->n_heads,
-        "n_inner",
-        c->ffn_dim == 4 * c->dim ? json_null() : json_integer(c->ffn_dim),
-        "activation_function", "gelu_new", "layer_norm_epsilon",
-        pretty(c->norm_eps), "tie_word_embeddings", c->tie_embeddings,
-        "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
-        "initializer_range", 0.02, "torch_dtype", "float32");
-  } else {
-    json_t* scaling =
-        c->rope_scaling.factor > 0
-            ? json_pack(
-                  "{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor",
-                  pretty(c->rope_scaling.factor), "low_freq_factor",
-                  pretty(c->rope_scaling.low_freq_factor), "high_freq_factor",
-                  pretty(c->rope_scaling.high_freq_factor),
-                  "original_max_position_embeddings",
-                  c->rope_scaling.original_max_pos)
-            : json_null();
-    o = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, "
-        "s:o, s:b, s:s, s:b, s:b, s:f, s:s}",
-        "architectures", "LlamaForCausalLM", "model_type", "llama",
-        "vocab_size", c->vocab_size, "hidden_size", c->dim, "intermediate_size",
-        c->ffn_dim, "num_hidden_layers", c->n_layers, "num_attention_heads",
-        c->n_heads, "num_key_value_heads", c->n_kv_heads, "head_dim",
-        c->head_dim, "max_position_embeddings", c->max_seq_len, "rms_norm_eps",
-        pretty(c->norm_eps), "rope_theta", pretty(c->rope_theta),
-        "rope_scaling", scaling, "tie_word_embeddings", c->tie_embeddings,
-        "hidden_act", "silu", "attention_bias", 0, "mlp_bias", 0,
-        "initializer_range", 0.02, "torch_dtype", "float32");
-  }
+  tr_hf_field_t fields[TR_HF_CONFIG_MAX];
+  int n = tr_model_hf_config(c, fields, TR_HF_CONFIG_MAX);
+  if (n < 0)
+    return tr_errmsg_set(err, n,
+                         "'%s': no Hugging Face config for model "
+                         "family %d",
+                         path, (int)c->family);
+  int i = 0;
+  json_t* o = hf_object(fields, n, &i);
   if (!o) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   char* s =
       json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | TR__JSON_FLOATS);

@@ -31,16 +31,17 @@ int tr_compose_model_config(const tr_config_t* cfg, tr_model_config_t* out,
   int64_t T = cfg->training.seq_len;
   if (cfg->validation.enable && cfg->validation.seq_len > T)
     T = cfg->validation.seq_len;
-  if (out->family == TR_MODEL_GPT2) {
+  if (tr_model_fixed_context(out)) { /* a position table (GPT-2) */
     if (T > out->max_seq_len)
-      return tr_errmsg_set(err, TR_ECONFIG,
-                           "training.seq_len: %" PRId64
-                           " exceeds the %d positions of gpt2 %s",
-                           T, out->max_seq_len, cfg->model.flavor);
+      return tr_errmsg_set(
+          err, TR_ECONFIG,
+          "training.seq_len: %" PRId64 " exceeds the %d positions of %s %s", T,
+          out->max_seq_len, tr_model_family_name(out->family),
+          cfg->model.flavor);
     return 0;
   }
-  /* Llama has no position table: the longest sequence the run trains on
-   * is the context the exported model claims (and `trainrun sample` keeps) */
+  /* no position table (Llama): the longest sequence the run trains on is
+   * the context the exported model claims (and `trainrun sample` keeps) */
   if (cfg->validation.seq_len > T) T = cfg->validation.seq_len; /* eval */
   if (T > INT32_MAX)
     return tr_errmsg_set(err, TR_ECONFIG, "training.seq_len: too large");

@@ -1,5 +1,16 @@
-/* model/internal.h: what the model's files share — parameter slots of each
- * block kind, the saved-activation records, and small tensor helpers. */
+/* model/internal.h: what the model's files share — the family table each
+ * family file fills (model/gpt2.c, model/llama3.c), parameter slots of each
+ * block kind, the parameter-table builder (model/table.c), and the helpers
+ * below the families (model/act.c).
+ *
+ * Files and who references whom (no cycle between the objects):
+ *
+ *   config.c  --> gpt2.c, llama3.c   (the family registry)
+ *   params.c  --> config.c, table.c  (tr_model_init builds through the table)
+ *   model.c   --> recompute.c, act.c (blocks reach the family through
+ *                                     m->family, a pointer, not a symbol)
+ *   gpt2.c, llama3.c --> act.c, table.c
+ */
 #ifndef TRAINRUN_MODEL_INTERNAL_H
 #define TRAINRUN_MODEL_INTERNAL_H
 
@@ -7,35 +18,6 @@
 
 /* Slots in tr_model_block_t.params, per family and block kind. */
 enum { EMB_WTE = 0, EMB_WPE = 1 };
-enum { HEAD_NORM_W = 0, HEAD_NORM_B = 1, HEAD_OUT_GPT2 = 2 };
-enum { HEAD_OUT_LLAMA = 1 };
-enum {
-  G_LN1_W,
-  G_LN1_B,
-  G_QKV_W,
-  G_QKV_B,
-  G_PROJ_W,
-  G_PROJ_B,
-  G_LN2_W,
-  G_LN2_B,
-  G_FC_W,
-  G_FC_B,
-  G_FCP_W,
-  G_FCP_B,
-  G__COUNT
-};
-enum {
-  L_ATTN_NORM,
-  L_WQ,
-  L_WK,
-  L_WV,
-  L_WO,
-  L_FFN_NORM,
-  L_W1,
-  L_W3,
-  L_W2,
-  L__COUNT
-};
 
 /* The parameter in a block's slot. */
 static inline tr_param_t* tr__param(tr_model_t* m, int block, int slot) {
@@ -49,45 +31,150 @@ static inline tr_tensor_t* tr__weight(tr_model_t* m, int block, int slot) {
 #define W(m, blk, slot) tr__weight((m), (blk), (slot))
 #define G(m, blk, slot) (&tr__param((m), (blk), (slot))->grad)
 
+/* ---- the parameter-table builder (model/table.c) ---- */
+
+typedef struct {
+  tr_model_t* m;
+  int cap;
+} tr__table_t;
+
+tr_init_rule_t tr__rule(tr_init_kind_t k, float std, float lo, float hi);
+#define TR__ZEROS tr__rule(TR_INIT_ZEROS, 0, 0, 0)
+#define TR__ONES tr__rule(TR_INIT_ONES, 0, 0, 0)
+#define TR__NORMAL(s) tr__rule(TR_INIT_NORMAL, (s), 0, 0)
+/* torch.nn.init.trunc_normal_ defaults: a = -2, b = 2 (absolute) */
+#define TR__TRUNC(s) tr__rule(TR_INIT_TRUNC_NORMAL, (s), -2.0f, 2.0f)
+
+/* What a family declares about one parameter besides its name. */
+typedef struct {
+  tr_init_rule_t init;
+  int hf_transposed; /* HF holds the transpose (GPT-2 Conv1D) */
+  tr_tp_style_t tp;
+  int tp_parts; /* 0 or 1: one part; 3: GPT-2's fused q|k|v */
+} tr__pdecl_t;
+
+/* Add a parameter ([d0] when ndim is 1, [d0, d1] when 2) to the table and
+ * to block blk's list; returns its index or a negative error. */
+int tr__table_add(tr__table_t* t, int blk, tr__pdecl_t d, int ndim, int64_t d0,
+                  int64_t d1, const char* fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* List an existing parameter (a tied table) in block blk too. */
+void tr__table_use(tr__table_t* t, int blk, int idx);
+/* Append k HF config fields to out[*n ..] (tr_model_hf_config), *n += k;
+ * TR_ERANGE when they do not fit in cap. */
+int tr__hf_append(tr_hf_field_t* out, int cap, int* n, const tr_hf_field_t* f,
+                  int k);
+
+/* ---- helpers below the families (model/act.c) ---- */
+
 /* Activations: [B, T, w] in the compute dtype on the model's device,
  * uninitialised or 0. */
 int tr__act(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w);
 int tr__act_zeros(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w);
+/* A copy of an activation (what the I pass keeps for the W pass). */
+int tr__act_copy(tr_model_t* m, tr_tensor_t* dst, const tr_tensor_t* src);
 /* [n] fp32 (statistics) */
 int tr__vec(tr_model_t* m, tr_tensor_t* t, int64_t n);
 /* Make sure the RoPE tables cover T positions. */
 int tr__rope_ensure(tr_model_t* m, int T);
-
-/* Family layer passes (model/gpt2.c, model/llama3.c). *saved receives the
- * record the backward needs (NULL under no_grad); the backward consumes and
- * frees it. */
-int tr__gpt2_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved);
-int tr__gpt2_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved);
-void tr__gpt2_layer_free(void* saved);
-int tr__llama_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk,
-                        void** saved);
-int tr__llama_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved);
-void tr__llama_layer_free(void* saved);
-
 /* Release a list of tensors. */
 void tr__release_all(tr_tensor_t* ts, int n);
 
-/* Selective "op" checkpointing (model/recompute.c): _slim releases what
- * the backward can recompute cheaply from the record (the norm outputs and
- * the GELU / SwiGLU product), _refill recomputes it with the forward's
- * kernels (bit-identical) before the backward. */
-void tr__gpt2_layer_slim(void* saved);
-int tr__gpt2_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
-                          void* saved);
-void tr__llama_layer_slim(void* saved);
-int tr__llama_layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
-                           void* saved);
+/* The tensor-parallel seam (tr_model_tp_t): a no-op without a hook. */
+int tr__tp(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t);
+/* A row-parallel linear layer's forward, out = inp w^T (+ bias), with the
+ * TR_TP_FWD_OUT hook on its output. Without a tp hook the bias goes into
+ * the GEMM (the bits of tr_kern_linear_fwd); with one it is added after
+ * the reduction, so once and not once per rank. */
+int tr__row_linear_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* inp,
+                       const tr_tensor_t* w, const tr_tensor_t* bias);
+
+/* ---- the family table ---- */
+
+/* What a family owns. Layer records (void* saved) are the family's own:
+ * layer_fwd makes one (NULL under no_grad), and exactly one of layer_bwd
+ * (combined), layer_bwd_weight (after layer_bwd_input) or layer_free
+ * consumes it. */
+struct tr_model_family {
+  tr_model_family_t id;
+  const char* name;                /* "gpt2", "llama3" */
+  const char* const* flavor_names; /* NULL-terminated */
+  /* what selective op checkpointing recomputes besides the norms ("GELU") */
+  const char* ac_op_name;
+  int fixed_context; /* 1: max_seq_len sizes a learned position table */
+
+  /* ---- configs ---- */
+  /* Fill *out with a flavor (name or alias); TR_ENOTFOUND. */
+  int (*flavor)(const char* flavor, tr_model_config_t* out);
+  /* The family's own rules beyond config.c's common ones: a message in
+   * buf (cap > 0) and 1 when broken, else 0. */
+  int (*check)(const tr_model_config_t* c, char* buf, size_t cap);
+  /* Parameters (tied once), and those of lookup tables other than the
+   * token table (GPT-2's positions), which FLOPs leave out. */
+  int64_t (*num_params)(const tr_model_config_t* c);
+  int64_t (*lookup_params)(const tr_model_config_t* c);
+  /* Hugging Face config.json fields (tr_model_hf_config). */
+  int (*hf_config)(const tr_model_config_t* c, tr_hf_field_t* out, int cap);
+
+  /* ---- the parameter table: every parameter with its name, shape, init
+   * rule, HF layout and tp style, in blocks 0 .. n_layers + 1 ---- */
+  int (*build)(tr__table_t* t);
+
+  /* ---- embedding block ---- */
+  int (*embed_fwd)(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens);
+  /* the table gradients from the block's output gradient (weights only:
+   * tokens have no gradient) */
+  int (*embed_bwd)(tr_model_t* m, const tr_tensor_t* dout,
+                   const tr_tensor_t* tokens);
+
+  /* ---- head block: the final norm (the output projection and the loss
+   * are model.c's) ---- */
+  int head_out_slot; /* slot of the output projection in the head block */
+  /* out = norm(x); rstd [N] allocated by the caller, mean by the family
+   * when its norm has one */
+  int (*norm_fwd)(tr_model_t* m, int blk, tr_tensor_t* out, tr_tensor_t* mean,
+                  tr_tensor_t* rstd, const tr_tensor_t* x);
+  /* dx += norm'(dout); the norm's parameter gradients accumulate */
+  int (*norm_bwd)(tr_model_t* m, int blk, tr_tensor_t* dx,
+                  const tr_tensor_t* dout, const tr_tensor_t* x,
+                  const tr_tensor_t* mean, const tr_tensor_t* rstd);
+
+  /* ---- transformer layers: mb->hidden in, mb->hidden out; backward
+   * mb->dhidden (output gradient) in, the input gradient out ---- */
+  int (*layer_fwd)(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved);
+  int (*layer_bwd)(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved);
+  /* I: the input gradient and the norms' gradients; on success the record
+   * now holds what the W pass needs (the linear layers' inputs and output
+   * gradients); never consumes it */
+  int (*layer_bwd_input)(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                         void* saved);
+  /* W: the linear layers' weight and bias gradients; consumes the record */
+  int (*layer_bwd_weight)(tr_model_t* m, int blk, void* saved);
+  void (*layer_free)(void* saved);
+  /* Selective "op" checkpointing (model/recompute.c): slim releases what
+   * the backward can recompute cheaply from the record (the norm outputs
+   * and the GELU / SwiGLU product), refill recomputes it with the
+   * forward's kernels (bit-identical) before the backward. */
+  void (*layer_slim)(void* saved);
+  int (*layer_refill)(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved);
+};
+typedef struct tr_model_family tr__family_t;
+
+extern const tr__family_t tr__gpt2_family;
+extern const tr__family_t tr__llama3_family;
+
+/* The table of a family id, or NULL (model/config.c). */
+const tr__family_t* tr__family_of(tr_model_family_t id);
 
 /* Every layer pass goes through these (model/recompute.c): they apply the
  * model's checkpointing policy around the family's layer functions. The
- * record they save is their own; free it with tr__ac_layer_free. */
+ * record they save is their own; free it with tr__ac_layer_free. _bwd
+ * consumes the record; _bwd_input turns it into the family's record that
+ * the W pass (m->family->layer_bwd_weight) consumes, in *wrec. */
 int tr__ac_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved);
 int tr__ac_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved);
+int tr__ac_layer_bwd_input(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                           void* saved, void** wrec);
 void tr__ac_layer_free(tr_model_t* m, void* saved);
 
 #endif /* TRAINRUN_MODEL_INTERNAL_H */

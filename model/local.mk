@@ -1,6 +1,8 @@
 # model/local.mk: GPT-2 and Llama-3 models — parameter table, blocks with
 # forward and backward passes, hooks (calls kernels only).
 libtrainrun_la_SOURCES += \
+	model/act.c \
+	model/table.c \
 	model/config.c \
 	model/params.c \
 	model/model.c \

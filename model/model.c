@@ -1,6 +1,10 @@
 /* model/model.c: micro-batches, the embedding and head blocks, and the
- * forward/backward passes over ranges of blocks with their hooks. The
- * transformer layers live in gpt2.c and llama3.c. */
+ * forward/backward passes over ranges of blocks with their hooks — the
+ * backward combined or split into input (I) and weight (W) gradients. What
+ * differs between families (the embedding's tables, the final norm, the
+ * transformer layers) is reached through the family's table, m->family
+ * (gpt2.c, llama3.c); the layers pass through the checkpointing policy
+ * (recompute.c). */
 #include "config.h"
 
 #include <math.h>
@@ -10,65 +14,6 @@
 #include "model/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
-
-/* ---- helpers ---- */
-
-int tr__act(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w) {
-  int64_t shape[3] = {B, T, w};
-  return tr_tensor_empty(t, m->compute_dtype, m->device, 3, shape);
-}
-
-int tr__act_zeros(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w) {
-  TR_CHECK(tr__act(m, t, B, T, w));
-  int rc = tr_kern_zero(t);
-  if (rc < 0) tr_tensor_release(t);
-  return rc;
-}
-
-int tr__vec(tr_model_t* m, tr_tensor_t* t, int64_t n) {
-  return tr_tensor_empty(t, TR_F32, m->device, 1, &n);
-}
-
-void tr__release_all(tr_tensor_t* ts, int n) {
-  for (int i = 0; i < n; i++) tr_tensor_release(&ts[i]);
-}
-
-int tr__rope_ensure(tr_model_t* m, int T) {
-  if (m->rope_T >= T) return 0;
-  int half = m->cfg.head_dim / 2;
-  int64_t shape[2] = {T, half};
-  tr_tensor_t hc = {0}, hs = {0}, dc = {0}, ds = {0};
-  int rc;
-  TR_CHECK_GOTO(tr_tensor_empty(&hc, TR_F32, TR_DEVICE_CPU, 2, shape), rc, out);
-  TR_CHECK_GOTO(tr_tensor_empty(&hs, TR_F32, TR_DEVICE_CPU, 2, shape), rc, out);
-  TR_CHECK_GOTO(tr_kern_rope_table(tr_tensor_data(&hc), tr_tensor_data(&hs), T,
-                                   m->cfg.head_dim, m->cfg.rope_theta,
-                                   &m->cfg.rope_scaling),
-                rc, out);
-  if (m->device.type == TR_DEV_CPU) {
-    tr_tensor_view(&dc, &hc);
-    tr_tensor_view(&ds, &hs);
-  } else {
-    TR_CHECK_GOTO(tr_tensor_empty(&dc, TR_F32, m->device, 2, shape), rc, out);
-    TR_CHECK_GOTO(tr_tensor_empty(&ds, TR_F32, m->device, 2, shape), rc, out);
-    TR_CHECK_GOTO(tr_tensor_copy(&dc, &hc), rc, out);
-    TR_CHECK_GOTO(tr_tensor_copy(&ds, &hs), rc, out);
-  }
-  tr_tensor_release(&m->rope_cos);
-  tr_tensor_release(&m->rope_sin);
-  m->rope_cos = dc;
-  m->rope_sin = ds;
-  dc = (tr_tensor_t){0};
-  ds = (tr_tensor_t){0};
-  m->rope_T = T;
-  rc = 0;
-out:
-  tr_tensor_release(&hc);
-  tr_tensor_release(&hs);
-  tr_tensor_release(&dc);
-  tr_tensor_release(&ds);
-  return rc;
-}
 
 /* ---- micro-batches ---- */
 
@@ -96,7 +41,12 @@ int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
   mb->T = T;
   mb->n_blocks = m->n_blocks;
   mb->saved = calloc((size_t)m->n_blocks, sizeof *mb->saved);
-  if (!mb->saved) return TR_ENOMEM;
+  mb->wsaved = calloc((size_t)m->n_blocks, sizeof *mb->wsaved);
+  if (!mb->saved || !mb->wsaved) {
+    free(mb->saved);
+    free(mb->wsaved);
+    return TR_ENOMEM;
+  }
   if (targets)
     for (int64_t i = 0; i < (int64_t)B * T; i++)
       mb->n_valid += targets[i] != TR_IGNORE_INDEX;
@@ -106,17 +56,32 @@ int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
   return rc;
 }
 
-/* Saved records: the embedding keeps nothing; the head's is head_saved_t. */
+/* Saved records: the embedding keeps nothing in forward (a marker) and
+ * its output gradient for W (embed_w_t); the head's is head_saved_t in
+ * both cases; a layer's is recompute.c's in forward and the family's for
+ * W. */
 typedef struct {
   tr_tensor_t x, hn, mean, rstd, lse;
-  int dlogits; /* the forward already turned the logits into dlogits */
+  tr_tensor_t dl; /* the I pass's dlogits, kept for W */
+  int dlogits;    /* the forward already turned the logits into dlogits */
 } head_saved_t;
+
+typedef struct {
+  tr_tensor_t d; /* the embedding's output gradient */
+} embed_w_t;
 
 static void head_free(void* p) {
   head_saved_t* s = p;
   if (!s) return;
-  tr__release_all(&s->x, 5);
+  tr__release_all(&s->x, 6);
   free(s);
+}
+
+static void embed_w_free(void* p) {
+  embed_w_t* e = p;
+  if (!e) return;
+  tr_tensor_release(&e->d);
+  free(e);
 }
 
 static void free_saved(tr_model_t* m, int blk, void* saved) {
@@ -133,11 +98,31 @@ static void free_saved(tr_model_t* m, int blk, void* saved) {
   }
 }
 
+static void free_wsaved(tr_model_t* m, int blk, void* w) {
+  if (!w) return;
+  switch (m->blocks[blk].kind) {
+    case TR_BLOCK_EMBED:
+      embed_w_free(w);
+      break;
+    case TR_BLOCK_HEAD:
+      head_free(w);
+      break;
+    case TR_BLOCK_LAYER:
+      m->family->layer_free(w);
+      break;
+  }
+}
+
 void tr_model_mb_release(tr_model_t* m, tr_model_mb_t* mb) {
   if (mb->saved) {
     for (int i = 0; i < mb->n_blocks && m && i < m->n_blocks; i++)
       free_saved(m, i, mb->saved[i]);
     free(mb->saved);
+  }
+  if (mb->wsaved) {
+    for (int i = 0; i < mb->n_blocks && m && i < m->n_blocks; i++)
+      free_wsaved(m, i, mb->wsaved[i]);
+    free(mb->wsaved);
   }
   tr_tensor_release(&mb->tokens);
   tr_tensor_release(&mb->targets);
@@ -152,22 +137,29 @@ double tr_model_mb_loss(const tr_model_mb_t* mb) {
   return mb->n_valid ? mb->loss_sum / (double)mb->n_valid : NAN;
 }
 
-/* ---- embedding block ---- */
+/* ---- embedding block: the family's tables ---- */
 
 static int embed_fwd(tr_model_t* m, tr_model_mb_t* mb) {
   tr_tensor_release(&mb->hidden);
   TR_CHECK(tr__act(m, &mb->hidden, mb->B, mb->T, m->cfg.dim));
-  const tr_tensor_t* wpe =
-      m->cfg.family == TR_MODEL_GPT2 ? W(m, 0, EMB_WPE) : NULL;
-  return tr_kern_embedding_fwd(&mb->hidden, &mb->tokens, W(m, 0, EMB_WTE), wpe);
+  return m->family->embed_fwd(m, &mb->hidden, &mb->tokens);
 }
 
 static int embed_bwd(tr_model_t* m, tr_model_mb_t* mb) {
-  tr_tensor_t* dwpe = m->cfg.family == TR_MODEL_GPT2 ? G(m, 0, EMB_WPE) : NULL;
-  int rc =
-      tr_kern_embedding_bwd(G(m, 0, EMB_WTE), dwpe, &mb->dhidden, &mb->tokens);
+  int rc = m->family->embed_bwd(m, &mb->dhidden, &mb->tokens);
   tr_tensor_release(&mb->dhidden);
   return rc;
+}
+
+/* I: no input gradient (tokens); the output gradient moves to W's record */
+static int embed_bwd_input(tr_model_t* m, tr_model_mb_t* mb, void** w) {
+  (void)m;
+  embed_w_t* e = calloc(1, sizeof *e);
+  if (!e) return TR_ENOMEM;
+  e->d = mb->dhidden;
+  memset(&mb->dhidden, 0, sizeof mb->dhidden);
+  *w = e;
+  return 0;
 }
 
 /* ---- head block: final norm, output projection, cross-entropy ---- */
@@ -218,7 +210,6 @@ static float loss_scale(const tr_model_mb_t* mb) {
 
 static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
   const tr_model_config_t* c = &m->cfg;
-  int gpt2 = c->family == TR_MODEL_GPT2;
   int64_t N = (int64_t)mb->B * mb->T;
   head_saved_t* s = calloc(1, sizeof *s);
   if (!s) return TR_ENOMEM;
@@ -227,18 +218,9 @@ static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
   tr_tensor_release(&mb->hidden);
   TR_CHECK_GOTO(tr__act(m, &s->hn, mb->B, mb->T, c->dim), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->rstd, N), rc, fail);
-  if (gpt2) {
-    TR_CHECK_GOTO(tr__vec(m, &s->mean, N), rc, fail);
-    TR_CHECK_GOTO(tr_kern_layernorm_fwd(&s->hn, &s->mean, &s->rstd, &s->x,
-                                        W(m, blk, HEAD_NORM_W),
-                                        W(m, blk, HEAD_NORM_B), c->norm_eps),
-                  rc, fail);
-  } else {
-    TR_CHECK_GOTO(tr_kern_rmsnorm_fwd(&s->hn, &s->rstd, &s->x,
-                                      W(m, blk, HEAD_NORM_W), c->norm_eps),
-                  rc, fail);
-  }
-  tr_tensor_t* wout = W(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
+  TR_CHECK_GOTO(m->family->norm_fwd(m, blk, &s->hn, &s->mean, &s->rstd, &s->x),
+                rc, fail);
+  tr_tensor_t* wout = W(m, blk, m->family->head_out_slot);
   tr_tensor_release(&mb->logits);
   TR_CHECK_GOTO(logits_buffer(m, mb), rc, fail);
   TR_CHECK_GOTO(tr_kern_linear_fwd(&mb->logits, &s->hn, wout, NULL), rc, fail);
@@ -272,35 +254,52 @@ fail:
   return rc;
 }
 
-static int head_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
-  head_saved_t* s = saved;
+/* The head's backward. split 0: every gradient (the combined pass).
+ * split 1: the I pass — the output projection's weight gradient is left
+ * for head_bwd_weight, for which the record keeps hn and the dlogits. */
+static int head_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                         head_saved_t* s, int split) {
   const tr_model_config_t* c = &m->cfg;
-  int gpt2 = c->family == TR_MODEL_GPT2;
+  int slot = m->family->head_out_slot;
   int rc;
   tr_tensor_t dhn = {0};
   if (!s->dlogits)
     TR_CHECK_GOTO(
         tr_kern_xent_bwd(&mb->logits, &s->lse, &mb->targets, loss_scale(mb)),
         rc, out);
-  tr_tensor_t* wout = W(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
-  tr_tensor_t* dwout = G(m, blk, gpt2 ? HEAD_OUT_GPT2 : HEAD_OUT_LLAMA);
   TR_CHECK_GOTO(tr__act(m, &dhn, mb->B, mb->T, c->dim), rc, out);
   TR_CHECK_GOTO(/* dhn written whole: no zeroing */
-                tr_kern_linear_bwd_write(&dhn, dwout, NULL, &mb->logits, &s->hn,
-                                         wout),
+                tr_kern_linear_bwd_write(&dhn, split ? NULL : G(m, blk, slot),
+                                         NULL, &mb->logits, &s->hn,
+                                         W(m, blk, slot)),
                 rc, out);
+  if (split) { /* the dlogits go to W */
+    s->dl = mb->logits;
+    memset(&mb->logits, 0, sizeof mb->logits);
+  }
   tr_tensor_release(&mb->logits); /* dlogits are spent */
   tr_tensor_release(&mb->dhidden);
   TR_CHECK_GOTO(tr__act_zeros(m, &mb->dhidden, mb->B, mb->T, c->dim), rc, out);
-  if (gpt2)
-    rc = tr_kern_layernorm_bwd(&mb->dhidden, G(m, blk, HEAD_NORM_W),
-                               G(m, blk, HEAD_NORM_B), &dhn, &s->x,
-                               W(m, blk, HEAD_NORM_W), &s->mean, &s->rstd);
-  else
-    rc = tr_kern_rmsnorm_bwd(&mb->dhidden, G(m, blk, HEAD_NORM_W), &dhn, &s->x,
-                             W(m, blk, HEAD_NORM_W), &s->rstd);
+  rc = m->family->norm_bwd(m, blk, &mb->dhidden, &dhn, &s->x, &s->mean,
+                           &s->rstd);
+  if (split && rc == 0) { /* W needs hn and dl */
+    tr_tensor_release(&s->x);
+    tr_tensor_release(&s->mean);
+    tr_tensor_release(&s->rstd);
+    tr_tensor_release(&s->lse);
+  }
 out:
   tr_tensor_release(&dhn);
+  return rc;
+}
+
+/* W: the output projection's weight gradient from what I kept; the GEMM
+ * of the combined pass on the same operands. Frees the record. */
+static int head_bwd_weight(tr_model_t* m, int blk, head_saved_t* s) {
+  int slot = m->family->head_out_slot;
+  int rc = tr_kern_linear_bwd(NULL, G(m, blk, slot), NULL, &s->dl, &s->hn,
+                              W(m, blk, slot));
+  head_free(s);
   return rc;
 }
 
@@ -342,7 +341,9 @@ int tr_model_block_forward(tr_model_t* m, tr_model_mb_t* mb, int blk) {
   return run_hooks(m, TR_HOOK_POST_FORWARD, blk, mb);
 }
 
-int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int blk) {
+/* What a backward (combined or I) needs: the forward's record and, below
+ * the head, the output gradient; no W of this block still pending. */
+static int backward_ready(tr_model_t* m, tr_model_mb_t* mb, int blk) {
   if (blk < 0 || blk >= m->n_blocks || !mb->saved) return TR_EINVAL;
   const tr_model_block_t* bl = &m->blocks[blk];
   if (!mb->saved[blk]) {
@@ -357,6 +358,19 @@ int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int blk) {
                  bl->name);
     return TR_EINVAL;
   }
+  if (mb->wsaved[blk]) {
+    TR_LOG_ERROR(MODEL,
+                 "block %s: backward while its weight gradient is "
+                 "pending",
+                 bl->name);
+    return TR_EINVAL;
+  }
+  return 0;
+}
+
+int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int blk) {
+  TR_CHECK(backward_ready(m, mb, blk));
+  const tr_model_block_t* bl = &m->blocks[blk];
   TR_CHECK(run_hooks(m, TR_HOOK_PRE_BACKWARD, blk, mb));
   void* saved = mb->saved[blk];
   mb->saved[blk] = NULL;
@@ -369,8 +383,63 @@ int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int blk) {
       rc = tr__ac_layer_bwd(m, mb, blk, saved);
       break;
     case TR_BLOCK_HEAD:
-      rc = head_bwd(m, mb, blk, saved);
+      rc = head_backward(m, mb, blk, saved, 0);
       head_free(saved);
+      break;
+  }
+  if (rc < 0) return rc;
+  return run_hooks(m, TR_HOOK_POST_BACKWARD, blk, mb);
+}
+
+int tr_model_block_backward_input(tr_model_t* m, tr_model_mb_t* mb, int blk) {
+  TR_CHECK(backward_ready(m, mb, blk));
+  TR_CHECK(run_hooks(m, TR_HOOK_PRE_BACKWARD, blk, mb));
+  void* saved = mb->saved[blk];
+  mb->saved[blk] = NULL;
+  void* w = NULL;
+  int rc = 0;
+  switch (m->blocks[blk].kind) {
+    case TR_BLOCK_EMBED:
+      rc = embed_bwd_input(m, mb, &w);
+      break;
+    case TR_BLOCK_LAYER: /* recomputes first where checkpointed */
+      rc = tr__ac_layer_bwd_input(m, mb, blk, saved, &w);
+      break;
+    case TR_BLOCK_HEAD:
+      rc = head_backward(m, mb, blk, saved, 1);
+      if (rc < 0)
+        head_free(saved);
+      else
+        w = saved;
+      break;
+  }
+  if (rc < 0) return rc;
+  mb->wsaved[blk] = w;
+  return 0;
+}
+
+int tr_model_block_backward_weight(tr_model_t* m, tr_model_mb_t* mb, int blk) {
+  if (blk < 0 || blk >= m->n_blocks || !mb->wsaved) return TR_EINVAL;
+  void* w = mb->wsaved[blk];
+  if (!w) {
+    TR_LOG_ERROR(MODEL, "block %s: weight gradient without an input gradient",
+                 m->blocks[blk].name);
+    return TR_EINVAL;
+  }
+  mb->wsaved[blk] = NULL;
+  int rc = 0;
+  switch (m->blocks[blk].kind) {
+    case TR_BLOCK_EMBED: {
+      embed_w_t* e = w;
+      rc = m->family->embed_bwd(m, &e->d, &mb->tokens);
+      embed_w_free(e);
+      break;
+    }
+    case TR_BLOCK_LAYER:
+      rc = m->family->layer_bwd_weight(m, blk, w);
+      break;
+    case TR_BLOCK_HEAD:
+      rc = head_bwd_weight(m, blk, w);
       break;
   }
   if (rc < 0) return rc;
@@ -387,5 +456,21 @@ int tr_model_backward(tr_model_t* m, tr_model_mb_t* mb, int first, int last) {
   if (first < 0 || last > m->n_blocks || first > last) return TR_EINVAL;
   for (int b = last - 1; b >= first; b--)
     TR_CHECK(tr_model_block_backward(m, mb, b));
+  return 0;
+}
+
+int tr_model_backward_input(tr_model_t* m, tr_model_mb_t* mb, int first,
+                            int last) {
+  if (first < 0 || last > m->n_blocks || first > last) return TR_EINVAL;
+  for (int b = last - 1; b >= first; b--)
+    TR_CHECK(tr_model_block_backward_input(m, mb, b));
+  return 0;
+}
+
+int tr_model_backward_weight(tr_model_t* m, tr_model_mb_t* mb, int first,
+                             int last) {
+  if (first < 0 || last > m->n_blocks || first > last) return TR_EINVAL;
+  for (int b = last - 1; b >= first; b--)
+    TR_CHECK(tr_model_block_backward_weight(m, mb, b));
   return 0;
 }

@@ -1,6 +1,6 @@
-/* model/params.c: the parameter table and blocks of each family (Hugging
- * Face names, shapes, init rules), their memory, the deterministic
- * counter-based initialisation, and the hook list. */
+/* model/params.c: the model's parameter table and blocks (built by the
+ * family's table), their memory (all of it, or a stage's blocks only), the
+ * deterministic counter-based initialisation, and the hook list. */
 #include "config.h"
 
 #include <math.h>
@@ -12,140 +12,6 @@
 #include "model/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
-
-/* ---- building the table ---- */
-
-typedef struct {
-  tr_model_t* m;
-  int cap;
-} build_t;
-
-static tr_init_rule_t rule(tr_init_kind_t k, float std, float lo, float hi) {
-  tr_init_rule_t r = {k, std, lo, hi};
-  return r;
-}
-#define ZEROS rule(TR_INIT_ZEROS, 0, 0, 0)
-#define ONES rule(TR_INIT_ONES, 0, 0, 0)
-#define NORMAL(s) rule(TR_INIT_NORMAL, (s), 0, 0)
-/* torch.nn.init.trunc_normal_ defaults: a = -2, b = 2 (absolute) */
-#define TRUNC(s) rule(TR_INIT_TRUNC_NORMAL, (s), -2.0f, 2.0f)
-
-/* Add a parameter to the table and to block blk's list; returns its index
- * or a negative error. */
-static int add_param(build_t* b, int blk, tr_init_rule_t init, int hf_t,
-                     int ndim, int64_t d0, int64_t d1, const char* fmt, ...)
-    __attribute__((format(printf, 8, 9)));
-static int add_param(build_t* b, int blk, tr_init_rule_t init, int hf_t,
-                     int ndim, int64_t d0, int64_t d1, const char* fmt, ...) {
-  tr_model_t* m = b->m;
-  if (m->n_params == b->cap) {
-    int cap = b->cap ? 2 * b->cap : 64;
-    tr_param_t* p = realloc(m->params, (size_t)cap * sizeof *p);
-    if (!p) return TR_ENOMEM;
-    m->params = p;
-    b->cap = cap;
-  }
-  tr_param_t* p = &m->params[m->n_params];
-  memset(p, 0, sizeof *p);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(p->name, sizeof p->name, fmt, ap);
-  va_end(ap);
-  p->ndim = ndim;
-  p->shape[0] = d0;
-  p->shape[1] = d1;
-  p->hf_layout = hf_t ? TR_HF_TRANSPOSED : TR_HF_SAME;
-  p->init = init;
-  p->block = blk;
-  p->decay = ndim >= 2;
-  for (int i = 0; i < ndim; i++) p->layout.shape[i] = p->shape[i];
-  tr_model_block_t* bl = &m->blocks[blk];
-  bl->params[bl->n_params++] = m->n_params;
-  return m->n_params++;
-}
-
-static void use_param(tr_model_t* m, int blk, int idx) {
-  tr_model_block_t* bl = &m->blocks[blk];
-  bl->params[bl->n_params++] = idx;
-}
-
-#define ADD(...)                       \
-  do {                                 \
-    int rc__ = add_param(__VA_ARGS__); \
-    if (rc__ < 0) return rc__;         \
-  } while (0)
-
-static int build_gpt2(build_t* b) {
-  tr_model_t* m = b->m;
-  const tr_model_config_t* c = &m->cfg;
-  int64_t C = c->dim, F = c->ffn_dim, L = c->n_layers;
-  float proj_std = 0.02f / sqrtf(2.0f * (float)L);
-  int wte = add_param(b, 0, NORMAL(0.02f), 0, 2, c->vocab_size, C,
-                      "transformer.wte.weight");
-  if (wte < 0) return wte;
-  ADD(b, 0, NORMAL(0.02f), 0, 2, c->max_seq_len, C, "transformer.wpe.weight");
-  for (int l = 0; l < L; l++) {
-    int blk = l + 1;
-    const char* h = "transformer.h";
-    ADD(b, blk, ONES, 0, 1, C, 0, "%s.%d.ln_1.weight", h, l);
-    ADD(b, blk, ZEROS, 0, 1, C, 0, "%s.%d.ln_1.bias", h, l);
-    ADD(b, blk, NORMAL(0.02f), 1, 2, 3 * C, C, "%s.%d.attn.c_attn.weight", h,
-        l);
-    ADD(b, blk, ZEROS, 0, 1, 3 * C, 0, "%s.%d.attn.c_attn.bias", h, l);
-    ADD(b, blk, NORMAL(proj_std), 1, 2, C, C, "%s.%d.attn.c_proj.weight", h, l);
-    ADD(b, blk, ZEROS, 0, 1, C, 0, "%s.%d.attn.c_proj.bias", h, l);
-    ADD(b, blk, ONES, 0, 1, C, 0, "%s.%d.ln_2.weight", h, l);
-    ADD(b, blk, ZEROS, 0, 1, C, 0, "%s.%d.ln_2.bias", h, l);
-    ADD(b, blk, NORMAL(0.02f), 1, 2, F, C, "%s.%d.mlp.c_fc.weight", h, l);
-    ADD(b, blk, ZEROS, 0, 1, F, 0, "%s.%d.mlp.c_fc.bias", h, l);
-    ADD(b, blk, NORMAL(proj_std), 1, 2, C, F, "%s.%d.mlp.c_proj.weight", h, l);
-    ADD(b, blk, ZEROS, 0, 1, C, 0, "%s.%d.mlp.c_proj.bias", h, l);
-  }
-  int head = (int)L + 1;
-  ADD(b, head, ONES, 0, 1, C, 0, "transformer.ln_f.weight");
-  ADD(b, head, ZEROS, 0, 1, C, 0, "transformer.ln_f.bias");
-  use_param(m, head, wte); /* lm_head.weight is tied to wte */
-  return 0;
-}
-
-static int build_llama(build_t* b) {
-  tr_model_t* m = b->m;
-  const tr_model_config_t* c = &m->cfg;
-  int64_t C = c->dim, F = c->ffn_dim, D = c->head_dim;
-  int64_t HD = (int64_t)c->n_heads * D, KVD = (int64_t)c->n_kv_heads * D;
-  float out_std = 1.0f / sqrtf((float)C);
-  tr_init_rule_t out_rule =
-      rule(TR_INIT_TRUNC_NORMAL, out_std, -3 * out_std, 3 * out_std);
-  int wte = add_param(b, 0, c->tie_embeddings ? out_rule : NORMAL(1.0f), 0, 2,
-                      c->vocab_size, C, "model.embed_tokens.weight");
-  if (wte < 0) return wte;
-  for (int l = 0; l < c->n_layers; l++) {
-    int blk = l + 1;
-    const char* p = "model.layers";
-    /* torchtitan's depth init: 0.02 / sqrt(2 (layer + 1)) */
-    float std = 0.02f / sqrtf(2.0f * (float)(l + 1));
-    ADD(b, blk, ONES, 0, 1, C, 0, "%s.%d.input_layernorm.weight", p, l);
-    ADD(b, blk, TRUNC(0.02f), 0, 2, HD, C, "%s.%d.self_attn.q_proj.weight", p,
-        l);
-    ADD(b, blk, TRUNC(0.02f), 0, 2, KVD, C, "%s.%d.self_attn.k_proj.weight", p,
-        l);
-    ADD(b, blk, TRUNC(0.02f), 0, 2, KVD, C, "%s.%d.self_attn.v_proj.weight", p,
-        l);
-    ADD(b, blk, TRUNC(std), 0, 2, C, HD, "%s.%d.self_attn.o_proj.weight", p, l);
-    ADD(b, blk, ONES, 0, 1, C, 0, "%s.%d.post_attention_layernorm.weight", p,
-        l);
-    ADD(b, blk, TRUNC(0.02f), 0, 2, F, C, "%s.%d.mlp.gate_proj.weight", p, l);
-    ADD(b, blk, TRUNC(std), 0, 2, F, C, "%s.%d.mlp.up_proj.weight", p, l);
-    ADD(b, blk, TRUNC(std), 0, 2, C, F, "%s.%d.mlp.down_proj.weight", p, l);
-  }
-  int head = c->n_layers + 1;
-  ADD(b, head, ONES, 0, 1, C, 0, "model.norm.weight");
-  if (c->tie_embeddings)
-    use_param(m, head, wte);
-  else
-    ADD(b, head, out_rule, 0, 2, c->vocab_size, C, "lm_head.weight");
-  return 0;
-}
 
 int tr_model_init(tr_model_t* m, const tr_model_config_t* cfg) {
   memset(m, 0, sizeof *m);
@@ -176,21 +42,44 @@ int tr_model_init(tr_model_t* m, const tr_model_config_t* cfg) {
       snprintf(bl->name, sizeof bl->name, "layers.%d", i - 1);
     }
   }
-  build_t b = {m, 0};
-  int rc = cfg->family == TR_MODEL_GPT2 ? build_gpt2(&b) : build_llama(&b);
+  m->family = tr__family_of(cfg->family);
+  tr__table_t t = {m, 0};
+  int rc = m->family->build(&t);
   if (rc < 0) tr_model_release(m);
   return rc;
 }
 
-int tr_model_alloc(tr_model_t* m, tr_device_t dev) {
+int tr_model_param_in_blocks(const tr_model_t* m, int idx, int first,
+                             int last) {
+  for (int b = first < 0 ? 0 : first; b < last && b < m->n_blocks; b++)
+    for (int k = 0; k < m->blocks[b].n_params; k++)
+      if (m->blocks[b].params[k] == idx) return 1;
+  return 0;
+}
+
+int tr_model_alloc_blocks(tr_model_t* m, tr_device_t dev, int first, int last) {
+  if (first < 0 || last > m->n_blocks || first >= last) return TR_EINVAL;
+  if (m->stage_last > m->stage_first &&
+      (first != m->stage_first || last != m->stage_last)) {
+    TR_LOG_ERROR(MODEL, "blocks [%d, %d) allocated already; not [%d, %d)",
+                 m->stage_first, m->stage_last, first, last);
+    return TR_EINVAL;
+  }
   m->device = dev;
+  m->stage_first = first;
+  m->stage_last = last;
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
-    if (p->data.storage) continue;
+    if (p->data.storage || !tr_model_param_in_blocks(m, i, first, last))
+      continue;
     TR_CHECK(tr_tensor_empty(&p->data, TR_F32, dev, p->ndim, p->layout.shape));
     TR_CHECK(tr_tensor_zeros(&p->grad, TR_F32, dev, p->ndim, p->layout.shape));
   }
   return 0;
+}
+
+int tr_model_alloc(tr_model_t* m, tr_device_t dev) {
+  return tr_model_alloc_blocks(m, dev, 0, m->n_blocks);
 }
 
 int tr_model_set_compute_dtype(tr_model_t* m, tr_dtype_t dt, int copies) {
@@ -603,6 +492,10 @@ static void init_task(void* ctx, int64_t task) {
 int tr_model_init_weights(tr_model_t* m, uint64_t seed) {
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
+    /* a stage initialises its blocks' parameters only */
+    if (m->stage_last > m->stage_first &&
+        !tr_model_param_in_blocks(m, i, m->stage_first, m->stage_last))
+      continue;
     if (!p->data.storage) {
       TR_LOG_ERROR(MODEL, "init of '%s' before tr_model_alloc", p->name);
       return TR_EINVAL;

@@ -2,8 +2,9 @@
  * (torchtitan's [activation_checkpoint] modes none, full and selective
  * with a layer frequency or "op").
  *
- * Every layer pass of model.c goes through tr__ac_layer_fwd/_bwd, which
- * wrap the family's record (gpt2.c, llama3.c) in one of their own:
+ * Every layer pass of model.c goes through tr__ac_layer_fwd/_bwd/
+ * _bwd_input, which wrap the family's record (m->family: gpt2.c,
+ * llama3.c) in one of their own:
  *
  *  - REC_KEEP: the family's record as it is (mode none, and the layers a
  *    layer frequency leaves alone);
@@ -40,38 +41,6 @@ typedef struct {
   void* inner;   /* the family's record: REC_KEEP, REC_SLIM */
   tr_tensor_t x; /* REC_RECOMPUTE: the layer's input */
 } ac_rec_t;
-
-/* ---- the family's layer functions ---- */
-
-static int fam_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
-  return m->cfg.family == TR_MODEL_GPT2 ? tr__gpt2_layer_fwd(m, mb, blk, saved)
-                                        : tr__llama_layer_fwd(m, mb, blk, saved);
-}
-
-static int fam_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
-  return m->cfg.family == TR_MODEL_GPT2 ? tr__gpt2_layer_bwd(m, mb, blk, saved)
-                                        : tr__llama_layer_bwd(m, mb, blk, saved);
-}
-
-static void fam_free(tr_model_t* m, void* saved) {
-  if (m->cfg.family == TR_MODEL_GPT2)
-    tr__gpt2_layer_free(saved);
-  else
-    tr__llama_layer_free(saved);
-}
-
-static void fam_slim(tr_model_t* m, void* saved) {
-  if (m->cfg.family == TR_MODEL_GPT2)
-    tr__gpt2_layer_slim(saved);
-  else
-    tr__llama_layer_slim(saved);
-}
-
-static int fam_refill(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
-  return m->cfg.family == TR_MODEL_GPT2
-             ? tr__gpt2_layer_refill(m, mb, blk, saved)
-             : tr__llama_layer_refill(m, mb, blk, saved);
-}
 
 /* ---- the policy ---- */
 
@@ -176,7 +145,7 @@ int tr_model_set_activation_checkpoint_config(tr_model_t* m, const char* mode,
       TR_LOG_INFO(MODEL,
                   "activation checkpointing: selective op (every layer "
                   "recomputes its norms and %s in backward)",
-                  m->cfg.family == TR_MODEL_GPT2 ? "GELU" : "SwiGLU");
+                  m->family->ac_op_name);
       break;
     case TR_AC_FULL:
     case TR_AC_LAYERS:
@@ -194,7 +163,7 @@ int tr_model_set_activation_checkpoint_config(tr_model_t* m, const char* mode,
 void tr__ac_layer_free(tr_model_t* m, void* saved) {
   ac_rec_t* r = saved;
   if (!r) return;
-  if (r->inner) fam_free(m, r->inner);
+  if (r->inner) m->family->layer_free(r->inner);
   tr_tensor_release(&r->x);
   free(r);
 }
@@ -203,7 +172,7 @@ int tr__ac_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   *saved = NULL;
   if (mb->no_grad) {
     void* none = NULL; /* the family keeps nothing under no_grad */
-    return fam_fwd(m, mb, blk, &none);
+    return m->family->layer_fwd(m, mb, blk, &none);
   }
   ac_rec_t* r = calloc(1, sizeof *r);
   if (!r) return TR_ENOMEM;
@@ -214,11 +183,11 @@ int tr__ac_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
      * as it goes */
     tr_tensor_view(&r->x, &mb->hidden);
     mb->no_grad = 1;
-    rc = fam_fwd(m, mb, blk, &r->inner);
+    rc = m->family->layer_fwd(m, mb, blk, &r->inner);
     mb->no_grad = 0;
   } else {
-    rc = fam_fwd(m, mb, blk, &r->inner);
-    if (rc == 0 && r->kind == REC_SLIM) fam_slim(m, r->inner);
+    rc = m->family->layer_fwd(m, mb, blk, &r->inner);
+    if (rc == 0 && r->kind == REC_SLIM) m->family->layer_slim(r->inner);
   }
   if (rc < 0) {
     tr__ac_layer_free(m, r);
@@ -233,33 +202,54 @@ int tr__ac_layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
  * (whatever a schedule keeps there) is left as it was. */
 static int recompute(tr_model_t* m, tr_model_mb_t* mb, int blk, ac_rec_t* r,
                      void** inner) {
-  TR_LOG_DEBUG(MODEL, "block %s: recomputing the forward",
-               m->blocks[blk].name);
+  TR_LOG_DEBUG(MODEL, "block %s: recomputing the forward", m->blocks[blk].name);
   tr_tensor_t keep = mb->hidden;
   int no_grad = mb->no_grad;
   memset(&mb->hidden, 0, sizeof mb->hidden);
   tr_tensor_view(&mb->hidden, &r->x);
   mb->no_grad = 0;
-  int rc = fam_fwd(m, mb, blk, inner);
+  int rc = m->family->layer_fwd(m, mb, blk, inner);
   mb->no_grad = no_grad;
   tr_tensor_release(&mb->hidden);
   mb->hidden = keep;
   return rc;
 }
 
-int tr__ac_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
-  ac_rec_t* r = saved;
-  void* inner = r->inner;
+/* The family's full record for the backward: recomputed (REC_RECOMPUTE),
+ * refilled (REC_SLIM) or as kept; consumes r. */
+static int full_record(tr_model_t* m, tr_model_mb_t* mb, int blk, ac_rec_t* r,
+                       void** inner) {
+  *inner = r->inner;
   r->inner = NULL;
   int rc = 0;
   if (r->kind == REC_RECOMPUTE)
-    rc = recompute(m, mb, blk, r, &inner);
+    rc = recompute(m, mb, blk, r, inner);
   else if (r->kind == REC_SLIM)
-    rc = fam_refill(m, mb, blk, inner);
+    rc = m->family->layer_refill(m, mb, blk, *inner);
   tr__ac_layer_free(m, r); /* the input stays referenced by `inner` */
   if (rc < 0) {
-    if (inner) fam_free(m, inner);
+    if (*inner) m->family->layer_free(*inner);
+    *inner = NULL;
+  }
+  return rc;
+}
+
+int tr__ac_layer_bwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void* saved) {
+  void* inner;
+  TR_CHECK(full_record(m, mb, blk, saved, &inner));
+  return m->family->layer_bwd(m, mb, blk, inner); /* consumes inner */
+}
+
+int tr__ac_layer_bwd_input(tr_model_t* m, tr_model_mb_t* mb, int blk,
+                           void* saved, void** wrec) {
+  void* inner;
+  *wrec = NULL;
+  TR_CHECK(full_record(m, mb, blk, saved, &inner));
+  int rc = m->family->layer_bwd_input(m, mb, blk, inner);
+  if (rc < 0) {
+    m->family->layer_free(inner);
     return rc;
   }
-  return fam_bwd(m, mb, blk, inner); /* consumes inner */
+  *wrec = inner; /* the W pass consumes it */
+  return 0;
 }

@@ -9,7 +9,22 @@
 #include "trainrun/log.h"
 #include "trainrun/pipelining.h"
 
-typedef enum { MB_NONE = 0, MB_FORWARD_DONE = 1, MB_DONE = 2 } mb_state_t;
+typedef enum {
+  MB_NONE = 0,         /* not begun */
+  MB_FORWARD_DONE = 1, /* forward ran: a backward (B or I) may follow */
+  MB_INPUT_DONE = 2,   /* I ran: its W is owed */
+  MB_DONE = 3          /* released */
+} mb_state_t;
+
+/* After the micro-batch's last backward action: its losses to the caller,
+ * then release it. */
+static int finish(const tr_pp_exec_t* x, int64_t i, tr_model_mb_t* mb,
+                  unsigned char* state, int rc) {
+  if (rc == 0 && x->mb_end) rc = x->mb_end(x->arg, i, mb);
+  tr_model_mb_release(x->model, mb);
+  state[i] = MB_DONE;
+  return rc;
+}
 
 int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
                    int64_t n) {
@@ -57,9 +72,30 @@ int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
           break;
         }
         rc = tr_model_backward(m, &mbs[i], x->first_block, x->last_block);
-        if (rc == 0 && x->mb_end) rc = x->mb_end(x->arg, i, &mbs[i]);
-        tr_model_mb_release(m, &mbs[i]);
-        state[i] = MB_DONE;
+        rc = finish(x, i, &mbs[i], state, rc);
+        break;
+      case TR_PP_I:
+        if (state[i] != MB_FORWARD_DONE) {
+          TR_LOG_ERROR(PP, "action %s: an input gradient without its forward",
+                       tr_pp_action_str(a, name, sizeof name));
+          rc = TR_EINVAL;
+          break;
+        }
+        rc = tr_model_backward_input(m, &mbs[i], x->first_block, x->last_block);
+        state[i] = MB_INPUT_DONE;
+        break;
+      case TR_PP_W:
+        if (state[i] != MB_INPUT_DONE) {
+          TR_LOG_ERROR(PP,
+                       "action %s: a weight gradient without its input "
+                       "gradient",
+                       tr_pp_action_str(a, name, sizeof name));
+          rc = TR_EINVAL;
+          break;
+        }
+        rc =
+            tr_model_backward_weight(m, &mbs[i], x->first_block, x->last_block);
+        rc = finish(x, i, &mbs[i], state, rc);
         break;
       default:
         TR_LOG_ERROR(PP, "action %s: not run by the one-stage executor",
@@ -68,8 +104,20 @@ int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
         break;
     }
   }
-  for (int64_t i = 0; i < x->n_micro; i++)
-    if (state[i] == MB_FORWARD_DONE) tr_model_mb_release(m, &mbs[i]);
+  for (int64_t i = 0; i < x->n_micro; i++) {
+    if (state[i] == MB_DONE) continue;
+    /* the list ended with a micro-batch not (or not fully) run: the
+     * step's gradients would be incomplete */
+    if (rc == 0) {
+      TR_LOG_ERROR(PP, "micro-batch %lld: the list ends before its %s",
+                   (long long)i,
+                   state[i] == MB_NONE         ? "forward"
+                   : state[i] == MB_INPUT_DONE ? "weight gradient"
+                                               : "backward");
+      rc = TR_EINVAL;
+    }
+    if (state[i] != MB_NONE) tr_model_mb_release(m, &mbs[i]);
+  }
   free(mbs);
   free(state);
   return rc;

@@ -7,8 +7,11 @@
  * every block and of whole tiny models (GPT-2, and Llama with GQA) against
  * central differences of the model's own fp32 forward, bit-identical
  * results for 1 and 2 threads and the same seed, hooks, activation memory
- * returned by the backward, block ranges (pipeline stages) and the
- * tensor-parallel seam.
+ * returned by the backward, block ranges (pipeline stages), stage-local
+ * allocation (allocator counters), the tensor-parallel seam (calls per
+ * layer, styles), the backward split into input and weight gradients (bit
+ * for bit the combined pass's, every block kind, both families, every
+ * checkpointing mode) and the Hugging Face config fields.
  *
  * Gradient checks use directional derivatives. For a tensor x with analytic
  * gradient g: u = g / max|g|, and the numeric derivative along u comes from
@@ -1040,27 +1043,411 @@ START_TEST(test_block_ranges_like_pipeline_stages) {
 }
 END_TEST
 
+/* ---- the tensor-parallel seam ---- */
+
 static int tp_counts[2];
+static int tp_width; /* the residual width the hook must see */
 static int tp_reduce(void* arg, tr_tp_point_t pt, tr_tensor_t* t) {
   (void)arg;
-  ck_assert_int_eq(t->shape[2], 32); /* residual width */
+  ck_assert_int_eq(t->shape[2], tp_width);
   tp_counts[pt]++;
   return 0;
+}
+
+/* Calls per point of each block's forward, backward, and I and W. */
+static void tp_points(const tr_model_config_t* c) {
+  tr_model_t m;
+  make_model(&m, c, 6);
+  m.tp.reduce = tp_reduce;
+  tp_width = c->dim;
+  int32_t tok[18], tgt[18];
+  make_batch(c->vocab_size, 2, 9, tok, tgt, 0);
+  for (int split = 0; split < 2; split++) {
+    tr_model_mb_t mb;
+    ck_assert_int_eq(tr_model_mb_init(&m, &mb, 2, 9, tok, tgt), 0);
+    for (int b = 0; b < m.n_blocks; b++) {
+      int layer = m.blocks[b].kind == TR_BLOCK_LAYER;
+      tp_counts[0] = tp_counts[1] = 0;
+      ck_assert_int_eq(tr_model_block_forward(&m, &mb, b), 0);
+      ck_assert_int_eq(tp_counts[TR_TP_FWD_OUT], layer ? 2 : 0);
+      ck_assert_int_eq(tp_counts[TR_TP_BWD_IN], 0);
+    }
+    for (int b = m.n_blocks - 1; b >= 0; b--) {
+      int layer = m.blocks[b].kind == TR_BLOCK_LAYER;
+      tp_counts[0] = tp_counts[1] = 0;
+      if (split) {
+        ck_assert_int_eq(tr_model_block_backward_input(&m, &mb, b), 0);
+        ck_assert_int_eq(tp_counts[TR_TP_BWD_IN], layer ? 2 : 0);
+        ck_assert_int_eq(tr_model_block_backward_weight(&m, &mb, b), 0);
+      } else {
+        ck_assert_int_eq(tr_model_block_backward(&m, &mb, b), 0);
+      }
+      ck_assert_int_eq(tp_counts[TR_TP_FWD_OUT], 0);
+      ck_assert_int_eq(tp_counts[TR_TP_BWD_IN], layer ? 2 : 0);
+    }
+    tr_model_mb_release(&m, &mb);
+  }
+  tr_model_release(&m);
 }
 
 START_TEST(test_tp_seam_points) {
   tr_model_config_t c;
   tiny_llama(&c);
+  tp_points(&c);
+  tiny_gpt2(&c);
+  tp_points(&c);
+}
+END_TEST
+
+/* With an identity hook the layers compute what they compute without one:
+ * the same bits for Llama; GPT-2 adds its row-parallel biases after the
+ * hook (once), which rounds differently but gives the same loss. */
+START_TEST(test_tp_identity_hook_keeps_results) {
+  for (int fam = 0; fam < 2; fam++) {
+    tr_model_config_t c;
+    if (fam)
+      tiny_llama(&c);
+    else
+      tiny_gpt2(&c);
+    tr_model_t a, b;
+    make_model(&a, &c, 3);
+    make_model(&b, &c, 3);
+    /* non-zero biases, so adding one twice would show */
+    for (int i = 0; i < b.n_params; i++) {
+      if (!strstr(b.params[i].name, "c_proj.bias")) continue;
+      float* x = tr_tensor_data(&a.params[i].data);
+      float* y = tr_tensor_data(&b.params[i].data);
+      for (int64_t k = 0; k < b.params[i].shape[0]; k++)
+        x[k] = y[k] = 0.5f + 0.01f * (float)k;
+    }
+    b.tp.reduce = tp_reduce;
+    tp_width = c.dim;
+    int32_t tok[18], tgt[18];
+    make_batch(c.vocab_size, 2, 9, tok, tgt, 0);
+    double la = train_step(&a, 2, 9, tok, tgt);
+    double lb = train_step(&b, 2, 9, tok, tgt);
+    if (fam) {
+      ck_assert(memcmp(&la, &lb, sizeof la) == 0);
+      ck_assert(grads_hash(&a) == grads_hash(&b));
+    } else {
+      ck_assert_msg(fabs(la - lb) <= 1e-5 * fabs(la), "gpt2 loss %.9g vs %.9g",
+                    la, lb);
+    }
+    tr_model_release(&a);
+    tr_model_release(&b);
+  }
+}
+END_TEST
+
+/* Every parameter declares its tensor-parallel style (torchtitan's plan). */
+START_TEST(test_tp_styles) {
+  static const struct {
+    const char* family;
+    const char* name;
+    tr_tp_style_t style;
+    int parts;
+  } want[] = {
+      {"gpt2", "transformer.wte.weight", TR_TP_VOCAB, 1},
+      {"gpt2", "transformer.wpe.weight", TR_TP_REPLICATE, 1},
+      {"gpt2", "transformer.h.1.ln_1.weight", TR_TP_REPLICATE, 1},
+      {"gpt2", "transformer.h.1.attn.c_attn.weight", TR_TP_COLWISE, 3},
+      {"gpt2", "transformer.h.1.attn.c_attn.bias", TR_TP_COLWISE, 3},
+      {"gpt2", "transformer.h.1.attn.c_proj.weight", TR_TP_ROWWISE, 1},
+      {"gpt2", "transformer.h.1.attn.c_proj.bias", TR_TP_REPLICATE, 1},
+      {"gpt2", "transformer.h.1.mlp.c_fc.weight", TR_TP_COLWISE, 1},
+      {"gpt2", "transformer.h.1.mlp.c_fc.bias", TR_TP_COLWISE, 1},
+      {"gpt2", "transformer.h.1.mlp.c_proj.weight", TR_TP_ROWWISE, 1},
+      {"gpt2", "transformer.h.1.mlp.c_proj.bias", TR_TP_REPLICATE, 1},
+      {"gpt2", "transformer.ln_f.bias", TR_TP_REPLICATE, 1},
+      {"llama3", "model.embed_tokens.weight", TR_TP_VOCAB, 1},
+      {"llama3", "model.layers.1.input_layernorm.weight", TR_TP_REPLICATE, 1},
+      {"llama3", "model.layers.1.self_attn.q_proj.weight", TR_TP_COLWISE, 1},
+      {"llama3", "model.layers.1.self_attn.k_proj.weight", TR_TP_COLWISE, 1},
+      {"llama3", "model.layers.1.self_attn.v_proj.weight", TR_TP_COLWISE, 1},
+      {"llama3", "model.layers.1.self_attn.o_proj.weight", TR_TP_ROWWISE, 1},
+      {"llama3", "model.layers.1.mlp.gate_proj.weight", TR_TP_COLWISE, 1},
+      {"llama3", "model.layers.1.mlp.up_proj.weight", TR_TP_COLWISE, 1},
+      {"llama3", "model.layers.1.mlp.down_proj.weight", TR_TP_ROWWISE, 1},
+      {"llama3", "model.norm.weight", TR_TP_REPLICATE, 1},
+      {"llama3", "lm_head.weight", TR_TP_OUTPUT, 1},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    tr_model_config_t c;
+    ck_assert_int_eq(tr_model_config_get(want[i].family, "debugmodel", &c), 0);
+    tr_model_t m;
+    ck_assert_int_eq(tr_model_init(&m, &c), 0);
+    int k = tr_model_find_param(&m, want[i].name);
+    ck_assert_msg(k >= 0, "%s", want[i].name);
+    ck_assert_msg(m.params[k].tp_style == want[i].style &&
+                      m.params[k].tp_parts == want[i].parts,
+                  "%s: style %d x%d", want[i].name, m.params[k].tp_style,
+                  m.params[k].tp_parts);
+    tr_model_release(&m);
+  }
+}
+END_TEST
+
+/* ---- backward split into input (I) and weight (W) gradients ---- */
+
+static void assert_same_grads(const tr_model_t* a, const tr_model_t* b,
+                              const char* what) {
+  for (int i = 0; i < a->n_params; i++) {
+    const tr_tensor_t* x = &a->params[i].grad;
+    const tr_tensor_t* y = &b->params[i].grad;
+    if (!x->storage && !y->storage) continue;
+    ck_assert_msg(
+        memcmp(tr_tensor_data(x), tr_tensor_data(y), tr_tensor_nbytes(x)) == 0,
+        "%s: grad of %s differs", what, a->params[i].name);
+  }
+}
+
+static int hook_count(void* a, tr_model_t* m, int blk, tr_model_mb_t* mb) {
+  (void)m;
+  (void)mb;
+  (void)blk;
+  ++*(int*)a;
+  return 0;
+}
+
+/* Forward, then I for every block, then W for every block: each block's
+ * input gradient (mb.dhidden after its I) and, in the end, every
+ * parameter gradient equal the combined backward's bit for bit. Twice
+ * over, so W accumulates into non-zero gradients too. */
+static void split_equals_combined(const tr_model_config_t* c,
+                                  tr_model_ac_mode_t ac, const char* what) {
+  tr_model_t a, b;
+  make_model(&a, c, 9);
+  make_model(&b, c, 9);
+  ck_assert_int_eq(tr_model_set_activation_checkpoint(&a, ac, 2), 0);
+  ck_assert_int_eq(tr_model_set_activation_checkpoint(&b, ac, 2), 0);
+  int pre = 0, post = 0;
+  ck_assert_int_eq(
+      tr_model_add_hook(&b, TR_HOOK_PRE_BACKWARD, hook_count, &pre), 0);
+  ck_assert_int_eq(
+      tr_model_add_hook(&b, TR_HOOK_POST_BACKWARD, hook_count, &post), 0);
+  int B = 2, T = 9, nb = a.n_blocks;
+  int32_t tok[18], tgt[18];
+  make_batch(c->vocab_size, B, T, tok, tgt, 1);
+  for (int round = 0; round < 2; round++) {
+    tr_model_mb_t ma, mbb;
+    ck_assert_int_eq(tr_model_mb_init(&a, &ma, B, T, tok, tgt), 0);
+    ck_assert_int_eq(tr_model_mb_init(&b, &mbb, B, T, tok, tgt), 0);
+    ck_assert_int_eq(tr_model_forward(&a, &ma, 0, nb), 0);
+    ck_assert_int_eq(tr_model_forward(&b, &mbb, 0, nb), 0);
+    /* W before I is refused */
+    ck_assert_int_eq(tr_model_block_backward_weight(&b, &mbb, nb - 1),
+                     TR_EINVAL);
+    for (int blk = nb - 1; blk >= 0; blk--) {
+      ck_assert_int_eq(tr_model_block_backward(&a, &ma, blk), 0);
+      ck_assert_int_eq(tr_model_block_backward_input(&b, &mbb, blk), 0);
+      if (blk == 0) { /* the embedding consumes its output gradient */
+        ck_assert_ptr_null(ma.dhidden.storage);
+        ck_assert_ptr_null(mbb.dhidden.storage);
+        continue;
+      }
+      ck_assert_msg(
+          memcmp(tr_tensor_data(&ma.dhidden), tr_tensor_data(&mbb.dhidden),
+                 tr_tensor_nbytes(&ma.dhidden)) == 0,
+          "%s: input gradient of block %d differs", what, blk);
+    }
+    ck_assert_int_eq(pre, (round + 1) * nb);
+    ck_assert_int_eq(post, round * nb); /* after W only */
+    /* a second I before W is refused */
+    ck_assert_int_eq(tr_model_block_backward_input(&b, &mbb, 1), TR_EINVAL);
+    ck_assert_int_eq(tr_model_backward_weight(&b, &mbb, 0, nb), 0);
+    ck_assert_int_eq(post, (round + 1) * nb);
+    assert_same_grads(&a, &b, what);
+    tr_model_mb_release(&a, &ma);
+    tr_model_mb_release(&b, &mbb);
+  }
+  tr_model_release(&a);
+  tr_model_release(&b);
+}
+
+static void split_all_modes(const tr_model_config_t* c, const char* name) {
+  static const struct {
+    tr_model_ac_mode_t mode;
+    const char* what;
+  } modes[] = {{TR_AC_NONE, "ac none"},
+               {TR_AC_FULL, "ac full"},
+               {TR_AC_OPS, "ac op"},
+               {TR_AC_LAYERS, "ac selective 2"}};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "%s %s", name, modes[i].what);
+    split_equals_combined(c, modes[i].mode, what);
+  }
+}
+
+START_TEST(test_split_backward_gpt2) {
+  tr_model_config_t c;
+  tiny_gpt2(&c);
+  split_all_modes(&c, "gpt2");
+}
+END_TEST
+
+START_TEST(test_split_backward_llama) {
+  tr_model_config_t c;
+  tiny_llama(&c);
+  split_all_modes(&c, "llama3");
+  c.tie_embeddings = 1; /* the table in both end blocks */
+  split_all_modes(&c, "llama3 tied");
+}
+END_TEST
+
+/* An I pass whose W never runs leaves nothing behind once the micro-batch
+ * is released. */
+START_TEST(test_split_pending_w_released) {
+  tr_model_config_t c;
+  tiny_llama(&c);
   tr_model_t m;
-  make_model(&m, &c, 6);
-  m.tp.reduce = tp_reduce;
+  make_model(&m, &c, 2);
   int32_t tok[18], tgt[18];
   make_batch(c.vocab_size, 2, 9, tok, tgt, 0);
-  tp_counts[0] = tp_counts[1] = 0;
-  train_step(&m, 2, 9, tok, tgt);
-  ck_assert_int_eq(tp_counts[TR_TP_FWD_OUT], 2 * c.n_layers);
-  ck_assert_int_eq(tp_counts[TR_TP_BWD_IN], 2 * c.n_layers);
+  loss_of(&m, 2, 9, tok, tgt); /* the RoPE tables stay with the model */
+  tr_mem_stats_t st;
+  tr_mem_stats(TR_MEM_HOST, 0, &st);
+  int64_t before = st.current_bytes;
+  tr_model_mb_t mb;
+  ck_assert_int_eq(tr_model_mb_init(&m, &mb, 2, 9, tok, tgt), 0);
+  ck_assert_int_eq(tr_model_forward(&m, &mb, 0, m.n_blocks), 0);
+  ck_assert_int_eq(tr_model_backward_input(&m, &mb, 0, m.n_blocks), 0);
+  tr_model_mb_release(&m, &mb);
+  tr_mem_stats(TR_MEM_HOST, 0, &st);
+  ck_assert_int_eq(st.current_bytes, before);
   tr_model_release(&m);
+}
+END_TEST
+
+/* ---- stage-local allocation ---- */
+
+static int64_t stage_param_bytes(const tr_model_t* m, int first, int last) {
+  int64_t n = 0;
+  for (int i = 0; i < m->n_params; i++) {
+    if (!tr_model_param_in_blocks(m, i, first, last)) continue;
+    int64_t k = 1;
+    for (int d = 0; d < m->params[i].ndim; d++) k *= m->params[i].shape[d];
+    n += 2 * k * (int64_t)sizeof(float); /* data and grad */
+  }
+  return n;
+}
+
+/* Allocate blocks [first, last) of a model: the allocator's counter grows
+ * by exactly those blocks' parameter bytes, the others hold nothing. */
+static void alloc_stage(tr_model_t* m, const tr_model_config_t* c, int first,
+                        int last) {
+  tr_mem_stats_t st;
+  ck_assert_int_eq(tr_model_init(m, c), 0);
+  tr_mem_stats(TR_MEM_HOST, 0, &st);
+  int64_t before = st.current_bytes;
+  ck_assert_int_eq(tr_model_alloc_blocks(m, TR_DEVICE_CPU, first, last), 0);
+  tr_mem_stats(TR_MEM_HOST, 0, &st);
+  ck_assert_int_eq(st.current_bytes - before,
+                   stage_param_bytes(m, first, last));
+  for (int i = 0; i < m->n_params; i++) {
+    int in = tr_model_param_in_blocks(m, i, first, last);
+    ck_assert_msg(
+        !in == !m->params[i].data.storage && !in == !m->params[i].grad.storage,
+        "%s: in stage %d, allocated %d", m->params[i].name, in,
+        m->params[i].data.storage != NULL);
+  }
+  ck_assert_int_eq(tr_model_init_weights(m, 6), 0);
+}
+
+START_TEST(test_stage_local_allocation) {
+  /* GPT-2: the tied table belongs to both end stages */
+  tr_model_config_t c;
+  tiny_gpt2(&c);
+  c.n_layers = 4;
+  tr_model_t g0, g1;
+  alloc_stage(&g0, &c, 0, 3);
+  alloc_stage(&g1, &c, 3, c.n_layers + 2);
+  int wte = tr_model_find_param(&g0, "transformer.wte.weight");
+  int wpe = tr_model_find_param(&g0, "transformer.wpe.weight");
+  ck_assert_ptr_nonnull(g0.params[wte].data.storage);
+  ck_assert_ptr_nonnull(g1.params[wte].data.storage);
+  ck_assert_ptr_nonnull(g0.params[wpe].data.storage);
+  ck_assert_ptr_null(g1.params[wpe].data.storage);
+  /* a stage holds less than the whole model */
+  tr_model_t whole;
+  ck_assert_int_eq(tr_model_init(&whole, &c), 0);
+  ck_assert(stage_param_bytes(&whole, 0, 3) <
+            stage_param_bytes(&whole, 0, whole.n_blocks));
+  /* another range than the one allocated is refused */
+  ck_assert_int_eq(tr_model_alloc_blocks(&g0, TR_DEVICE_CPU, 0, 2), TR_EINVAL);
+  ck_assert_int_eq(tr_model_alloc_blocks(&g0, TR_DEVICE_CPU, 0, 3), 0);
+  ck_assert_int_eq(tr_model_alloc_blocks(&whole, TR_DEVICE_CPU, 2, 2),
+                   TR_EINVAL);
+  tr_model_release(&whole);
+  tr_model_release(&g0);
+  tr_model_release(&g1);
+
+  /* Llama: two stages train as the whole model does, bit for bit */
+  tiny_llama(&c);
+  c.n_layers = 4;
+  tr_model_t a, s0, s1;
+  make_model(&a, &c, 6);
+  int32_t tok[18], tgt[18];
+  make_batch(c.vocab_size, 2, 9, tok, tgt, 0);
+  double la = train_step(&a, 2, 9, tok, tgt);
+  alloc_stage(&s0, &c, 0, 3);
+  alloc_stage(&s1, &c, 3, c.n_layers + 2);
+  tr_model_mb_t m0, m1;
+  ck_assert_int_eq(tr_model_mb_init(&s0, &m0, 2, 9, tok, NULL), 0);
+  ck_assert_int_eq(tr_model_mb_init(&s1, &m1, 2, 9, tok, tgt), 0);
+  ck_assert_int_eq(tr_model_forward(&s0, &m0, 0, 3), 0);
+  ck_assert_int_eq(tr_tensor_contiguous(&m1.hidden, &m0.hidden), 0);
+  ck_assert_int_eq(tr_model_forward(&s1, &m1, 3, s1.n_blocks), 0);
+  ck_assert(memcmp(&la, &(double){tr_model_mb_loss(&m1)}, sizeof la) == 0);
+  ck_assert_int_eq(tr_model_backward(&s1, &m1, 3, s1.n_blocks), 0);
+  tr_tensor_view(&m0.dhidden, &m1.dhidden);
+  ck_assert_int_eq(tr_model_backward(&s0, &m0, 0, 3), 0);
+  for (int i = 0; i < a.n_params; i++) {
+    tr_model_t* s = s0.params[i].grad.storage ? &s0 : &s1;
+    ck_assert_ptr_nonnull(s->params[i].grad.storage);
+    ck_assert_msg(memcmp(tr_tensor_data(&a.params[i].grad),
+                         tr_tensor_data(&s->params[i].grad),
+                         tr_tensor_nbytes(&a.params[i].grad)) == 0,
+                  "grad of %s differs", a.params[i].name);
+  }
+  tr_model_mb_release(&s0, &m0);
+  tr_model_mb_release(&s1, &m1);
+  tr_model_release(&a);
+  tr_model_release(&s0);
+  tr_model_release(&s1);
+}
+END_TEST
+
+/* ---- Hugging Face config fields ---- */
+
+START_TEST(test_hf_config_fields) {
+  tr_model_config_t c;
+  tr_hf_field_t f[TR_HF_CONFIG_MAX];
+  ck_assert_int_eq(tr_model_config_get("gpt2", "124M", &c), 0);
+  int n = tr_model_hf_config(&c, f, TR_HF_CONFIG_MAX);
+  ck_assert_int_eq(n, 17);
+  ck_assert_str_eq(f[0].key, "architectures");
+  ck_assert_str_eq(f[0].s, "GPT2LMHeadModel");
+  ck_assert_str_eq(f[5].key, "n_embd");
+  ck_assert_int_eq(f[5].i, 768);
+  ck_assert_int_eq(f[8].kind, TR_HF_NULL); /* n_inner: HF's 4 x n_embd */
+  ck_assert_int_eq(tr_model_fixed_context(&c), 1); /* position table */
+  ck_assert_int_eq(tr_model_hf_config(&c, f, 3), TR_ERANGE);
+  ck_assert_int_eq(tr_model_config_get("llama3", "8B", &c), 0);
+  n = tr_model_hf_config(&c, f, TR_HF_CONFIG_MAX);
+  ck_assert_int_eq(n, 25);
+  ck_assert_str_eq(f[0].s, "LlamaForCausalLM");
+  ck_assert_int_eq(tr_model_fixed_context(&c), 0); /* RoPE */
+  ck_assert_str_eq(f[12].key, "rope_scaling");
+  ck_assert_int_eq(f[12].kind, TR_HF_OBJECT);
+  ck_assert_int_eq(f[18].kind, TR_HF_END);
+  c.rope_scaling.factor = 0; /* no scaling: null */
+  ck_assert_int_eq(tr_model_hf_config(&c, f, TR_HF_CONFIG_MAX), 19);
+  ck_assert_int_eq(f[12].kind, TR_HF_NULL);
+  tr_model_family_t fam;
+  ck_assert_int_eq(tr_model_family_from_name("llama3", &fam), 0);
+  ck_assert_int_eq(fam, TR_MODEL_LLAMA3);
+  ck_assert_int_eq(tr_model_family_from_name("gpt3", &fam), TR_ENOTFOUND);
 }
 END_TEST
 
@@ -1133,6 +1520,16 @@ static Suite* model_suite(void) {
   tcase_add_test(tc, test_hooks_order_and_memory);
   tcase_add_test(tc, test_block_ranges_like_pipeline_stages);
   tcase_add_test(tc, test_tp_seam_points);
+  tcase_add_test(tc, test_tp_identity_hook_keeps_results);
+  tcase_add_test(tc, test_tp_styles);
+  tcase_add_test(tc, test_stage_local_allocation);
+  tcase_add_test(tc, test_hf_config_fields);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("split");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_split_backward_gpt2);
+  tcase_add_test(tc, test_split_backward_llama);
+  tcase_add_test(tc, test_split_pending_w_released);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -4,7 +4,8 @@
  * `3SEND_F1`) and what it refuses; the one-stage schedule (1F1B on one
  * stage); the executor running it equals the plain loop of forward and
  * backward per micro-batch bit for bit (gradients and losses, both
- * families); malformed lists and unsupported actions are refused and leave
+ * families), also with the split backward (I, and every W deferred to the
+ * end as zero-bubble schedules do); malformed lists and unsupported actions are refused and leave
  * no micro-batch behind (allocator counters). */
 #include "config.h"
 
@@ -137,8 +138,10 @@ static void grads_equal(const tr_model_t* a, const tr_model_t* b) {
   }
 }
 
+/* _i: bit 0 the family (Llama), bit 1 the split backward (I, then every W
+ * at the end) instead of B */
 START_TEST(t_executor_equals_loop) {
-  int llama = _i;
+  int llama = _i & 1, split = (_i >> 1) & 1;
   make_data();
   tr_model_t ref, run;
   make(&ref, llama);
@@ -157,8 +160,17 @@ START_TEST(t_executor_equals_loop) {
   tr_mem_stats_t before, after;
   tr_mem_stats(TR_MEM_HOST, 0, &before);
   ctx_t fc = {.m = &run};
-  tr_pp_action_t acts[2 * NMICRO];
-  ck_assert_int_eq(tr_pp_schedule_one_stage(NMICRO, acts), 0);
+  tr_pp_action_t acts[3 * NMICRO];
+  int nacts = 2 * NMICRO;
+  if (split) { /* zero-bubble style: every W deferred to the end */
+    static const char* const zb[] = {"0F0", "0I0", "0F1", "0I1", "0F2",
+                                     "0I2", "0W0", "0W1", "0W2"};
+    nacts = 3 * NMICRO;
+    for (int k = 0; k < nacts; k++)
+      ck_assert_int_eq(tr_pp_action_parse(zb[k], &acts[k]), 0);
+  } else {
+    ck_assert_int_eq(tr_pp_schedule_one_stage(NMICRO, acts), 0);
+  }
   tr_pp_exec_t x = {.model = &run,
                     .first_block = 0,
                     .last_block = run.n_blocks,
@@ -166,7 +178,7 @@ START_TEST(t_executor_equals_loop) {
                     .mb_begin = cb_begin,
                     .mb_end = cb_end,
                     .arg = &fc};
-  ck_assert_int_eq(tr_pp_exec_run(&x, acts, 2 * NMICRO), 0);
+  ck_assert_int_eq(tr_pp_exec_run(&x, acts, nacts), 0);
   tr_mem_stats(TR_MEM_HOST, 0, &after);
   ck_assert_int_eq(fc.begins, NMICRO);
   ck_assert_int_eq(fc.ends, NMICRO);
@@ -199,9 +211,12 @@ START_TEST(t_executor_refuses) {
       {"0F2", NULL, NULL},        /* micro-batch out of range */
       {"1F0", NULL, NULL},        /* a second stage */
       {"0F0", "0F1", "0SEND_F0"}, /* communication: multi-stage only */
+      {"0F0", "0W0", NULL},       /* W before its I */
+      {"0F0", "0I0", "0B0"},      /* B after an I */
+      {"0F0", "0I0", "0F1"},      /* ends with a W and a B owed */
   };
-  static const int want[] = {TR_EINVAL, TR_EINVAL, TR_EINVAL, TR_EINVAL,
-                             TR_EUNSUPPORTED};
+  static const int want[] = {TR_EINVAL,       TR_EINVAL, TR_EINVAL, TR_EINVAL,
+                             TR_EUNSUPPORTED, TR_EINVAL, TR_EINVAL, TR_EINVAL};
   for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
     tr_pp_action_t acts[3];
     int n = 0;
@@ -225,7 +240,7 @@ int main(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("executor");
   tcase_set_timeout(tc, 60);
-  tcase_add_loop_test(tc, t_executor_equals_loop, 0, 2);
+  tcase_add_loop_test(tc, t_executor_equals_loop, 0, 4);
   tcase_add_test(tc, t_executor_refuses);
   suite_add_tcase(s, tc);
   SRunner* r = srunner_create(s);

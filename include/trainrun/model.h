@@ -6,16 +6,24 @@
  *  - a config (tr_model_config_t), looked up by family name and flavor
  *    ("gpt2"/"124M", "llama3"/"8B", ...) and then adjustable (vocab size to
  *    the tokenizer's, max_seq_len to the run's);
+ *  - a family: one file per family (model/gpt2.c, model/llama3.c) owns all
+ *    that differs between them — flavors, parameter table, embedding, final
+ *    norm, transformer layer, Hugging Face config — behind a table of
+ *    functions the model reaches through tr_model_t.family;
  *  - a parameter table (tr_param_t): every tensor with its Hugging Face name,
- *    global shape, how HF lays it out, its init rule, a layout (which part of
- *    the global tensor this rank holds; the whole tensor until dtensor/FSDP
- *    set one) and the local data and grad tensors the kernels read;
+ *    global shape, how HF lays it out, its init rule, its tensor-parallel
+ *    style, a layout (which part of the global tensor this rank holds; the
+ *    whole tensor until dtensor/FSDP set one) and the local data and grad
+ *    tensors the kernels read;
  *  - a list of blocks: block 0 embeds tokens, blocks 1..n_layers are the
  *    transformer layers, block n_layers+1 is the final norm + output + loss.
  *    Each block runs forward and backward on a micro-batch (tr_model_mb_t),
  *    surrounded by the hooks the trainer installs (FSDP: gather before,
  *    free after, reduce-scatter after backward; DDP: bucketed all-reduce in
- *    post_backward).
+ *    post_backward). A block's backward can also run as two calls, the
+ *    input gradient (I) and the weight gradient (W), for zero-bubble
+ *    pipeline schedules; a pipeline stage allocates only its blocks'
+ *    parameters (tr_model_alloc_blocks).
  *
  * Typical single-rank use (the trainer adds optimizer, clipping, logging):
  *
@@ -91,8 +99,14 @@ typedef struct {
  * that exist). */
 int tr_model_config_get(const char* name, const char* flavor,
                         tr_model_config_t* out);
-/* Family name ("gpt2", "llama3"). */
+/* Family name ("gpt2", "llama3"; "?" for an unknown id). */
 const char* tr_model_family_name(tr_model_family_t f);
+/* The family of a name ("gpt2", "llama3") in *out; TR_ENOTFOUND. */
+int tr_model_family_from_name(const char* name, tr_model_family_t* out);
+/* 1 when max_seq_len is a hard limit of the model (GPT-2: it sizes the
+ * learned position table), 0 when it only states the context a run uses
+ * (Llama: RoPE works at any length; a trainer may raise it). */
+int tr_model_fixed_context(const tr_model_config_t* cfg);
 /* NULL-terminated list of the flavors of a family name, or NULL. */
 const char* const* tr_model_flavors(const char* name);
 /* Check a (possibly edited) config: positive sizes, n_heads % n_kv_heads,
@@ -103,6 +117,37 @@ int tr_model_config_check(const tr_model_config_t* cfg, char* err,
 /* torchtitan's FeedForward width: int(2*4*dim/3), times the multiplier when
  * > 0, rounded up to multiple_of. 8B: 14336; 70B: 28672; 1B, 3B: 8192. */
 int tr_model_llama_ffn_dim(int dim, float ffn_dim_multiplier, int multiple_of);
+
+/* A Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM) as the
+ * ordered list of its fields, which checkpoint/ writes as JSON. A field of
+ * kind TR_HF_OBJECT opens a nested object whose fields follow up to a
+ * TR_HF_END; TR_HF_STRING_LIST is a list of one string (s). Floats are
+ * written as the shortest decimal that reads back as f. */
+typedef enum {
+  TR_HF_STRING = 0,      /* s */
+  TR_HF_STRING_LIST = 1, /* [s] */
+  TR_HF_INT = 2,         /* i */
+  TR_HF_FLOAT = 3,       /* f */
+  TR_HF_BOOL = 4,        /* i != 0 */
+  TR_HF_NULL = 5,
+  TR_HF_OBJECT = 6, /* { the fields up to the matching TR_HF_END } */
+  TR_HF_END = 7     /* closes an object (key NULL) */
+} tr_hf_kind_t;
+
+typedef struct {
+  const char* key; /* static strings */
+  tr_hf_kind_t kind;
+  const char* s;
+  int64_t i;
+  float f;
+} tr_hf_field_t;
+
+#define TR_HF_CONFIG_MAX 64 /* enough fields for every family */
+
+/* Fill out[0 .. cap) with cfg's HF config fields; returns their number,
+ * TR_ERANGE when cap is too small, TR_EINVAL for an unknown family. */
+int tr_model_hf_config(const tr_model_config_t* cfg, tr_hf_field_t* out,
+                       int cap);
 
 /* Number of parameters (tied tensors once) for a config. */
 int64_t tr_model_config_num_params(const tr_model_config_t* cfg);
@@ -135,6 +180,26 @@ typedef enum {
   TR_HF_TRANSPOSED = 1 /* GPT-2 Conv1D: HF holds [in, out], we hold [out, in] */
 } tr_hf_layout_t;
 
+/* How tensor parallelism splits a parameter (torchtitan's plan), declared
+ * by the family when it builds the table; dtensor's tp plan turns styles
+ * into placements. The model's blocks run on whatever local shard they
+ * are given and call the tp hook (tr_model_tp_t) at the fixed points. */
+typedef enum {
+  TR_TP_REPLICATE = 0, /* whole on every tp rank: norms, GPT-2's position
+                          table, the biases of row-parallel layers (added
+                          once, after the reduction) */
+  TR_TP_COLWISE = 1,   /* Shard(0) of [out, in] (and of its bias): output
+                          features split; q, k, v (by heads), w1, w3, GPT-2
+                          c_attn and c_fc */
+  TR_TP_ROWWISE = 2,   /* Shard(1): input features split, the output a
+                          partial sum reduced at TR_TP_FWD_OUT; wo, w2,
+                          GPT-2 attn.c_proj and mlp.c_proj */
+  TR_TP_VOCAB = 3,     /* the token embedding, Shard(0) over the vocab (a
+                          table tied to the output is split so for both) */
+  TR_TP_OUTPUT = 4     /* the output projection, Shard(0) over the vocab
+                          (loss parallel) */
+} tr_tp_style_t;
+
 /* Which part of the global tensor this rank holds. tr_model_init sets the
  * whole tensor (offset 0, shape = global shape, placement NULL). Only
  * dtensor sets offset/shape, from the placement (tr_dtensor_param_place,
@@ -158,6 +223,12 @@ typedef struct {
   tr_hf_layout_t hf_layout;
   tr_init_rule_t init;
   int block; /* block that owns it (first user) */
+  tr_tp_style_t tp_style;
+  /* Equal parts along the split dim, each split on its own: 1, or 3 for
+   * GPT-2's fused c_attn (q | k | v rows, each split by heads, so that a
+   * rank holds q, k and v of its heads as one [3 x local, in] tensor and
+   * still runs one GEMM). */
+  int tp_parts;
   /* 1 for matrices and embeddings, 0 for norms and biases: the trainer's
    * AdamW decays only the former (as llm.c and nanoGPT; torchtitan decays
    * everything) */
@@ -218,21 +289,30 @@ typedef struct {
   void* arg;
 } tr_model_hook_t;
 
-/* Tensor-parallel seam. Called (when set) at the fixed points of a Llama
- * layer: TR_TP_FWD_OUT after each row-parallel linear output (o_proj,
- * down_proj) before the residual add — all-reduce (or reduce-scatter under
- * sequence parallel); TR_TP_BWD_IN after the gradient w.r.t. the input of
- * the column-parallel linears (q/k/v, gate/up) is complete — all-reduce.
- * NULL (tp = 1): nothing happens. Local head counts and the FFN width are
- * taken from the local weight shapes, so TP-sharded weights just work. */
+/* Tensor-parallel seam. Called (when set) at the same fixed points of
+ * every layer of both families: TR_TP_FWD_OUT after each row-parallel
+ * linear output (Llama o_proj, down_proj; GPT-2 attn.c_proj, mlp.c_proj)
+ * before the residual add — all-reduce (or reduce-scatter under sequence
+ * parallel); a row-parallel bias (GPT-2) is added after it, once;
+ * TR_TP_BWD_IN after the gradient w.r.t. the input of the column-parallel
+ * linears (q/k/v or c_attn, gate/up or c_fc) is complete — all-reduce.
+ * So two calls per layer forward (again in a recomputed forward) and two
+ * per layer backward (in the I pass when split); none in the embedding and
+ * head blocks. NULL (tp = 1): nothing happens and the bits are those of a
+ * model without the seam. Local head counts and widths are taken from the
+ * local weight shapes, so TP-sharded weights just work. */
 typedef enum { TR_TP_FWD_OUT = 0, TR_TP_BWD_IN = 1 } tr_tp_point_t;
 typedef struct {
   int (*reduce)(void* arg, tr_tp_point_t point, tr_tensor_t* t);
   void* arg;
 } tr_model_tp_t;
 
+struct tr_model_family; /* model/internal.h */
+
 typedef struct tr_model {
   tr_model_config_t cfg;
+  /* the family's table (set by tr_model_init from cfg.family) */
+  const struct tr_model_family* family;
   tr_device_t device;
   int n_params;
   tr_param_t* params;
@@ -249,14 +329,28 @@ typedef struct tr_model {
   int rope_T;
   int ac_mode;  /* tr_model_ac_mode_t (tr_model_set_activation_checkpoint) */
   int ac_every; /* TR_AC_LAYERS: every ac_every-th layer */
+  /* blocks [stage_first, stage_last) whose parameters tr_model_alloc_blocks
+   * allocated (0, 0 before) */
+  int stage_first, stage_last;
 } tr_model_t;
 
 /* Build the parameter table and the blocks for cfg (checked with
  * tr_model_config_check). No tensor memory yet. TR_ECONFIG, TR_ENOMEM. */
 int tr_model_init(tr_model_t* m, const tr_model_config_t* cfg);
 /* Allocate every parameter's data (uninitialised) and grad (zero) on dev,
- * shaped by its layout. Called once. */
+ * shaped by its layout. Called once. tr_model_alloc_blocks(m, dev, 0,
+ * m->n_blocks). */
 int tr_model_alloc(tr_model_t* m, tr_device_t dev);
+/* A pipeline stage's allocation: only the parameters that blocks [first,
+ * last) use get data and grad (a table tied between the embedding and the
+ * head belongs to both end stages); the others keep no memory, and
+ * tr_model_init_weights, tr_model_zero_grad and the compute copies skip
+ * them. Forward and backward of blocks in [first, last) work as with the
+ * whole model. Called once (again with the same range: no-op). TR_EINVAL
+ * for an empty or out-of-range range or another range than before. */
+int tr_model_alloc_blocks(tr_model_t* m, tr_device_t dev, int first, int last);
+/* 1 when parameter idx is used by a block in [first, last), else 0. */
+int tr_model_param_in_blocks(const tr_model_t* m, int idx, int first, int last);
 /* Fill every parameter from its init rule. Element values depend only on
  * (seed, parameter name, global element index): a counter-based generator
  * (SplitMix64 hashing), so shards, thread counts and table order do not
@@ -328,8 +422,10 @@ typedef struct tr_model_mb {
    * 1/(valid tokens in the global batch) for accumulation or DP. */
   float loss_scale;
   int no_grad; /* 1: forward keeps no activations (eval, sampling) */
-  /* private: per-block saved activations, freed by that block's backward */
+  /* private: per-block saved activations, freed by that block's backward
+   * (or turned by the I pass into what the W pass needs, in wsaved) */
   void** saved;
+  void** wsaved;
   int n_blocks;
 } tr_model_mb_t;
 
@@ -353,6 +449,39 @@ int tr_model_backward(tr_model_t* m, tr_model_mb_t* mb, int first, int last);
 /* One block, hooks included (what the two above loop over). */
 int tr_model_block_forward(tr_model_t* m, tr_model_mb_t* mb, int block);
 int tr_model_block_backward(tr_model_t* m, tr_model_mb_t* mb, int block);
+
+/* Backward split into I and W (zero-bubble pipeline schedules). The
+ * combined tr_model_block_backward stays the fast path (fused kernels, no
+ * kept copies); I then W gives the same bits on the CPU.
+ *
+ *  - I, tr_model_block_backward_input: the gradient w.r.t. the block's
+ *    input (into mb->dhidden, as the combined call) and the norms'
+ *    gradients (they come out of the same kernel as the input gradient);
+ *    the tp seam's TR_TP_BWD_IN points run here. The block keeps what W
+ *    needs (the linear layers' inputs and output gradients; the
+ *    embedding: its output gradient) and frees the rest of its record.
+ *    Runs the PRE_BACKWARD hooks first (FSDP's gather serves both passes).
+ *    The embedding has no input gradient: its I only takes mb->dhidden.
+ *  - W, tr_model_block_backward_weight: the linear layers' weight and bias
+ *    gradients (the embedding: its tables'; the head: the output
+ *    projection's), accumulated (+=) from what I kept, which it frees.
+ *    Runs the POST_BACKWARD hooks after (the block's gradients are then
+ *    complete: FSDP reduce-scatters them there). The block's weights must
+ *    still be there (gathered) between I and W.
+ *
+ * Gradients of different parameters do not interact, so any order of the
+ * W calls gives the combined pass's bits, except a table tied between the
+ * embedding and the head (GPT-2, tied Llama), where the head's W must come
+ * before the embedding's as in the combined pass (the range call below
+ * runs W in reverse block order). TR_EINVAL for I without a forward
+ * record or for W without an I. */
+int tr_model_block_backward_input(tr_model_t* m, tr_model_mb_t* mb, int block);
+int tr_model_block_backward_weight(tr_model_t* m, tr_model_mb_t* mb, int block);
+/* The two over blocks [first, last), in reverse order. */
+int tr_model_backward_input(tr_model_t* m, tr_model_mb_t* mb, int first,
+                            int last);
+int tr_model_backward_weight(tr_model_t* m, tr_model_mb_t* mb, int first,
+                             int last);
 
 /* Mean loss of the last forward (loss_sum / n_valid; NaN when none). */
 double tr_model_mb_loss(const tr_model_mb_t* mb);

@@ -20,9 +20,11 @@
  * caller to fill one before its first forward (mb_begin: data, loss
  * scale), runs the stage's blocks forward and backward on it, and hands it
  * back after its last backward (mb_end: the losses) before freeing it.
- * This version runs one-stage lists (F and B; the stage owns every block
- * of its range); the communication actions belong to multi-stage
- * schedules and are refused (TR_EUNSUPPORTED). */
+ * This version runs one-stage lists: F, B, and the split backward I then
+ * W (model.h: tr_model_backward_input / _weight, the same bits as B; a
+ * micro-batch is handed back after its W). The communication and FSDP
+ * actions belong to multi-stage schedules and are refused
+ * (TR_EUNSUPPORTED). */
 #ifndef TRAINRUN_PIPELINING_H
 #define TRAINRUN_PIPELINING_H
 
@@ -92,9 +94,11 @@ typedef struct {
 
 /* Run one rank's actions in order. Micro-batches still held when an
  * action fails are released. Returns 0, TR_EINVAL for a malformed list
- * (a backward before its forward, a micro-batch out of range, a stage
- * other than 0), TR_EUNSUPPORTED for actions this executor does not run,
- * or the first error of a block or a callback. */
+ * (a backward before its forward, a W before its I, a B after an I, a
+ * micro-batch out of range, a stage other than 0, a micro-batch the list
+ * leaves unfinished), TR_EUNSUPPORTED for
+ * actions this executor does not run, or the first error of a block or a
+ * callback. */
 int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
                    int64_t n);
 
