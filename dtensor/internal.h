@@ -18,7 +18,8 @@ typedef struct {
   tr_mesh_dim_t flats[TR_MESH_MAX_DIMS];
   unsigned flat_mask[TR_MESH_MAX_DIMS]; /* root dims each one covers */
   tr_pg_t** owned;                      /* groups to free */
-  int nowned, capowned;
+  int nowned;
+  size_t capowned;
   int ndropped;
   char dropped[TR_MESH_MAX_DIMS][TR_MESH_NAME_MAX];
 } tr__mesh_root_t;

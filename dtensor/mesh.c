@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h" /* TR_GROW */
 #include "dtensor/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -91,13 +92,8 @@ int tr_mesh_degrees_resolve(tr_mesh_degrees_t* d, int world_size,
 /* ---- the shared root ---- */
 
 static int root_own(tr__mesh_root_t* r, tr_pg_t* g) {
-  if (r->nowned == r->capowned) {
-    int cap = r->capowned ? 2 * r->capowned : 8;
-    tr_pg_t** p = realloc(r->owned, sizeof *p * (size_t)cap);
-    if (!p) return TR_ENOMEM;
-    r->owned = p;
-    r->capowned = cap;
-  }
+  if (TR_GROW(r->owned, (size_t)r->nowned + 1, r->capowned) < 0)
+    return TR_ENOMEM;
   r->owned[r->nowned++] = g;
   return 0;
 }

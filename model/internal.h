@@ -35,7 +35,7 @@ static inline tr_tensor_t* tr__weight(tr_model_t* m, int block, int slot) {
 
 typedef struct {
   tr_model_t* m;
-  int cap;
+  size_t cap; /* parameters m->params has room for */
 } tr__table_t;
 
 tr_init_rule_t tr__rule(tr_init_kind_t k, float std, float lo, float hi);

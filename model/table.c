@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h" /* TR_GROW */
 #include "model/internal.h"
 #include "trainrun/error.h"
 
@@ -19,13 +20,8 @@ tr_init_rule_t tr__rule(tr_init_kind_t k, float std, float lo, float hi) {
 int tr__table_add(tr__table_t* t, int blk, tr__pdecl_t d, int ndim, int64_t d0,
                   int64_t d1, const char* fmt, ...) {
   tr_model_t* m = t->m;
-  if (m->n_params == t->cap) {
-    int cap = t->cap ? 2 * t->cap : 64;
-    tr_param_t* p = realloc(m->params, (size_t)cap * sizeof *p);
-    if (!p) return TR_ENOMEM;
-    m->params = p;
-    t->cap = cap;
-  }
+  if (TR_GROW(m->params, (size_t)m->n_params + 1, t->cap) < 0)
+    return TR_ENOMEM;
   tr_param_t* p = &m->params[m->n_params];
   memset(p, 0, sizeof *p);
   va_list ap;

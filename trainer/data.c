@@ -25,6 +25,7 @@
 #include "trainrun/data.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
+#include "core/buf.h" /* TR_GROW */
 #include "core/internal.h"
 
 /* ---- segments and datasets ---- */
@@ -188,13 +189,7 @@ typedef struct {
 } strlist_t;
 
 static int strlist_add(strlist_t* l, const char* s) {
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 16;
-    char** v = realloc(l->v, cap * sizeof *v);
-    if (!v) return TR_ENOMEM;
-    l->v = v;
-    l->cap = cap;
-  }
+  if (TR_GROW(l->v, l->n + 1, l->cap) < 0) return TR_ENOMEM;
   if (!(l->v[l->n] = strdup(s))) return TR_ENOMEM;
   l->n++;
   return 0;
