@@ -420,15 +420,49 @@ static int stage_one(tr_ckpt_saver_t* s, const copy_t* c) {
 #endif
 }
 
-/* Make the writer's copies (host chunks, device chunks into pageable
- * buffers), then say so. */
+/* Enqueue j's page-locked copies on the copy streams, each followed by its
+ * event. Enqueueing hundreds of copies blocks until earlier ones are done
+ * (0.13 s for the 441 chunks, 7.4 GB, of a Llama 1B FSDP rank on an
+ * H200), which must not hold the trainer: the writer thread does it
+ * (stage_copies). */
+static int enqueue_dma(tr_ckpt_saver_t* s, job_t* j) {
+  int rc = 0;
+#ifdef HAVE_CUDA
+  double t0 = tr__now();
+  for (size_t i = 0; i < j->ncopies && rc == 0; i++) {
+    copy_t* c = &j->copies[i];
+    if (c->how == STAGE_HOST) continue;
+    j->copy_bytes += (int64_t)tr_tensor_nbytes(&c->src);
+    if (c->how != STAGE_DMA) continue;
+    rc = tr__ckpt_dma_copy(
+        j->dma, c->src.device.index, tr_tensor_data(&s->stage[c->dst]),
+        tr_tensor_data(&c->src), tr_tensor_nbytes(&c->src), c->dst);
+    c->enqueued = rc == 0;
+  }
+  for (int dev = 0; dev < TR_MAX_DEVICES && rc == 0; dev++)
+    if ((j->devs >> dev & 1) && s->mode == TR_CKPT_ASYNC_PINNED)
+      rc = tr__ckpt_dma_end(j->dma, dev);
+  if (j->devs)
+    TR_LOG_DEBUG(CKPT, "rank %d: %.1f MB of device copies enqueued in %.4f s",
+                 j->rank, (double)j->copy_bytes / 1e6, tr__now() - t0);
+#else
+  (void)s;
+  (void)j;
+#endif
+  return rc;
+}
+
+/* The writer's staging, then say so (tr_ckpt_wait_staged waits for it):
+ * the page-locked copies enqueued, then the other copies made (host
+ * chunks; device chunks into pageable buffers, which CUDA copies before it
+ * returns). */
 static int stage_copies(tr_ckpt_saver_t* s) {
   job_t* j = &s->job;
-  int rc = 0;
+  int rc = enqueue_dma(s, j);
   for (size_t i = 0; i < j->ncopies && rc == 0; i++)
     if (j->copies[i].how != STAGE_DMA) rc = stage_one(s, &j->copies[i]);
 #ifdef HAVE_CUDA
-  /* the end of the pageable copies (the page-locked ones: tr_ckpt_save) */
+  /* the end of the pageable copies */
   for (int dev = 0; dev < TR_MAX_DEVICES && rc == 0; dev++)
     if ((j->devs >> dev & 1) && s->mode != TR_CKPT_ASYNC_PINNED)
       rc = tr__ckpt_dma_end(j->dma, dev);
@@ -914,11 +948,10 @@ static int plan(tr_ckpt_saver_t* s, const tr_ckpt_item_t* items, size_t n,
   return rc;
 }
 
-/* Order the copy streams after the caller's kernels and enqueue the
- * page-locked copies (async_with_pinned_mem): they run while the caller
- * computes the next step. */
-static int start_device_copies(tr_ckpt_saver_t* s, tr_errmsg_t* err) {
-  job_t* j = &s->job;
+/* Order the copy streams after the kernels the caller has enqueued so far
+ * (the state of this step): the writer thread then enqueues the copies
+ * there, and they run while the caller computes the next step. */
+static int order_device_copies(tr_ckpt_saver_t* s, job_t* j, tr_errmsg_t* err) {
   size_t ndev = 0;
   for (size_t i = 0; i < j->ncopies; i++)
     ndev += j->copies[i].how != STAGE_HOST;
@@ -926,27 +959,12 @@ static int start_device_copies(tr_ckpt_saver_t* s, tr_errmsg_t* err) {
 #ifdef HAVE_CUDA
   int rc = s->dma ? 0 : tr__ckpt_dma_new(&s->dma);
   j->dma = s->dma;
-  uint64_t seen = 0;
   for (size_t i = 0; i < j->ncopies && rc == 0; i++) {
     int dev = j->copies[i].src.device.index;
-    if (j->copies[i].how == STAGE_HOST || (seen >> dev & 1)) continue;
-    seen |= UINT64_C(1) << dev;
+    if (j->copies[i].how == STAGE_HOST || (j->devs >> dev & 1)) continue;
+    j->devs |= UINT64_C(1) << dev;
     rc = tr__ckpt_dma_after(s->dma, dev, tr_kern_get_stream());
   }
-  for (size_t i = 0; i < j->ncopies && rc == 0; i++) {
-    copy_t* c = &j->copies[i];
-    if (c->how == STAGE_HOST) continue;
-    j->copy_bytes += (int64_t)tr_tensor_nbytes(&c->src);
-    if (c->how != STAGE_DMA) continue;
-    rc = tr__ckpt_dma_copy(
-        s->dma, c->src.device.index, tr_tensor_data(&s->stage[c->dst]),
-        tr_tensor_data(&c->src), tr_tensor_nbytes(&c->src), c->dst);
-    c->enqueued = rc == 0;
-  }
-  for (int dev = 0; dev < TR_MAX_DEVICES && rc == 0; dev++)
-    if ((seen >> dev & 1) && s->mode == TR_CKPT_ASYNC_PINNED)
-      rc = tr__ckpt_dma_end(s->dma, dev);
-  j->devs = seen;
   if (rc < 0)
     return tr_errmsg_set(err, rc, "checkpoint: copying from the device: %s",
                          tr_strerror(rc));
@@ -976,6 +994,7 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
                  const tr_dtype_t* as_dtype, tr_errmsg_t* err) {
   double t0 = tr__now();
   TR_CHECK(tr_ckpt_wait(s, err));
+  double t_wait = tr__now();
   s->step = step;
   s->stats.step = step;
   int rank = s->comm.rank;
@@ -1004,6 +1023,7 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
                          "'%s'",
                          step, dir);
 
+  double t_agree = tr__now();
   job_t* j = &s->job;
   memset(j, 0, sizeof *j);
   j->rank = rank;
@@ -1023,7 +1043,7 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
     return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   }
   rc = plan(s, items, n, as_dtype, j, err);
-  if (rc == 0) rc = start_device_copies(s, err);
+  if (rc == 0) rc = order_device_copies(s, j, err);
   s->pending = 1;
   if (rc < 0) {
     /* still take part in the agreement, so the other ranks fail too
@@ -1046,6 +1066,12 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
       pthread_create(&s->thread, NULL, write_thread, s) == 0) {
     s->thread_live = 1;
     s->stats.blocked_s = tr__now() - t0;
+    TR_LOG_DEBUG(CKPT,
+                 "step %" PRId64
+                 ": save call %.4f s (the previous save %.4f,"
+                 " preparing the folder %.4f, planning and ordering %.4f)",
+                 step, s->stats.blocked_s, t_wait - t0, t_agree - t_wait,
+                 tr__now() - t_agree);
     return 0;
   }
   /* synchronous (or no thread could start): stage, write, then commit */

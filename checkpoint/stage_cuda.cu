@@ -30,21 +30,12 @@ static int check(cudaError_t e, const char* what) {
   return e == cudaErrorMemoryAllocation ? TR_ENOMEM : TR_ECUDA;
 }
 
-// Run the calls of one helper on `device`, then give the calling thread its
-// device back (the trainer's thread keeps its own).
-typedef struct {
-  int prev;
-} on_dev_t;
-
-static int dev_enter(on_dev_t* o, int device) {
+// Make `device` the calling thread's device (when it is not already).
+static int dev_use(int device, int* prev) {
   if (device < 0 || device >= TR_MAX_DEVICES) return TR_EDEVICE;
-  if (cudaGetDevice(&o->prev) != cudaSuccess) o->prev = -1;
-  if (o->prev == device) return 0;
+  if (cudaGetDevice(prev) != cudaSuccess) *prev = -1;
+  if (*prev == device) return 0;
   return check(cudaSetDevice(device), "cudaSetDevice");
-}
-
-static void dev_leave(const on_dev_t* o, int device) {
-  if (o->prev >= 0 && o->prev != device) cudaSetDevice(o->prev);
 }
 
 extern "C" int tr__ckpt_dma_new(tr__ckpt_dma_t** out) {
@@ -122,8 +113,8 @@ static int mark(cudaEvent_t* ev, int device, cudaStream_t cs) {
 }
 
 extern "C" int tr__ckpt_dma_after(tr__ckpt_dma_t* d, int device, void* stream) {
-  on_dev_t o;
-  int rc = dev_enter(&o, device);
+  int prev;
+  int rc = dev_use(device, &prev);
   cudaStream_t cs = NULL;
   cudaEvent_t e = NULL;
   if (rc == 0) rc = stream_of(d, device, &cs);
@@ -141,17 +132,17 @@ extern "C" int tr__ckpt_dma_after(tr__ckpt_dma_t* d, int device, void* stream) {
   }
   if (e) cudaEventDestroy(e);  // released once the waits are done with it
   if (rc == 0) rc = mark(d->t0, device, cs);
-  dev_leave(&o, device);
+  // the trainer's thread keeps its device (a context it already has)
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
   return rc;
 }
 
 extern "C" int tr__ckpt_dma_end(tr__ckpt_dma_t* d, int device) {
-  on_dev_t o;
-  int rc = dev_enter(&o, device);
+  int prev;
+  int rc = dev_use(device, &prev);
   cudaStream_t cs = NULL;
   if (rc == 0) rc = stream_of(d, device, &cs);
   if (rc == 0) rc = mark(d->t1, device, cs);
-  dev_leave(&o, device);
   return rc;
 }
 
@@ -172,8 +163,8 @@ extern "C" int tr__ckpt_dma_span(tr__ckpt_dma_t* d, int device,
 
 extern "C" int tr__ckpt_dma_copy(tr__ckpt_dma_t* d, int device, void* dst,
                                  const void* src, size_t n, size_t ev) {
-  on_dev_t o;
-  int rc = dev_enter(&o, device);
+  int prev;
+  int rc = dev_use(device, &prev);
   cudaStream_t cs = NULL;
   cudaEvent_t e = NULL;
   if (rc == 0) rc = stream_of(d, device, &cs);
@@ -182,7 +173,6 @@ extern "C" int tr__ckpt_dma_copy(tr__ckpt_dma_t* d, int device, void* dst,
     rc = check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cs),
                "cudaMemcpyAsync");
   if (rc == 0) rc = check(cudaEventRecord(e, cs), "cudaEventRecord");
-  dev_leave(&o, device);
   return rc;
 }
 

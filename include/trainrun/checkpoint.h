@@ -61,9 +61,10 @@
  *   - host chunks are copied by that thread;
  *   - device chunks into page-locked buffers (TR_CKPT_ASYNC_PINNED) are
  *     copied on a copy stream of their own, ordered after the kernels
- *     enqueued so far on the calling thread's stream (tr_kern_get_stream)
- *     and each followed by an event: the copies overlap the caller's next
- *     step, and the thread writes each chunk once its copy is done;
+ *     enqueued so far on the calling thread's stream (tr_kern_get_stream),
+ *     the copies enqueued by that thread (enqueueing hundreds blocks) and
+ *     each followed by an event: they overlap the caller's next step, and
+ *     the thread writes each chunk once its copy is done;
  *   - device chunks into pageable buffers (TR_CKPT_ASYNC) are copied by
  *     that thread on the copy stream.
  * The caller may read its tensors at once but must call
@@ -182,14 +183,16 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
 int tr_ckpt_poll(tr_ckpt_saver_t* s, tr_errmsg_t* err);
 /* Before the caller changes the tensors of the save in flight (not
  * collective; no-op when none is in flight, and after the first call for
- * a save): wait until the writer thread has copied its chunks, and make
- * the calling thread's stream wait on the device for the copy streams'
- * copies. The time the host waited counts in the save's blocked_s. */
+ * a save): wait until the writer thread has copied its host chunks and
+ * enqueued the device ones, and make the calling thread's stream wait on
+ * the device for the copy streams' copies. The time the host waited counts
+ * in the save's blocked_s. */
 int tr_ckpt_wait_staged(tr_ckpt_saver_t* s);
 /* Allocate now the staging buffers a save of these items would use (the
  * async modes; nothing in TR_CKPT_SYNC), so the first save does not pay
- * for them: page-locking GBs of host memory takes seconds. Not collective,
- * before the first save. *bytes: the bytes of staging buffers held. */
+ * for them: page-locking GBs of host memory takes seconds. Not
+ * collective, before the first save. *bytes: the bytes of staging buffers
+ * held. */
 int tr_ckpt_reserve(tr_ckpt_saver_t* s, const tr_ckpt_item_t* items, size_t n,
                     int64_t* bytes, tr_errmsg_t* err);
 /* Wait for the save in flight and commit it (collective). */
