@@ -6,7 +6,10 @@ libtrainrun_la_SOURCES += \
 	checkpoint/load.c \
 	checkpoint/safetensors.c \
 	checkpoint/hf_export.c
-noinst_HEADERS += checkpoint/internal.h
+noinst_HEADERS += checkpoint/internal.h checkpoint/dma.h
+if HAVE_CUDA
+libtrainrun_la_SOURCES += checkpoint/stage_cuda.cu
+endif
 trainruninclude_HEADERS += \
 	include/trainrun/checkpoint.h \
 	include/trainrun/safetensors.h

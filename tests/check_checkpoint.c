@@ -18,13 +18,16 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h> /* reading metadata.json */
 
 #include "trainrun/checkpoint.h"
 #include "trainrun/error.h"
+#include "trainrun/param.h" /* TRAINRUN_CKPT_TEST_WRITE_BPS */
 #include "trainrun/tensor.h"
+#include "trainrun/trainer.h"
 #include "tests/fixtures.h"
 
 static void setup(void) { fx_tmpdir_make("check_ckpt"); }
@@ -656,6 +659,137 @@ START_TEST(test_kill_during_async_write) {
 }
 END_TEST
 
+/* ---- a trainer's async save does not hold its next steps ---- */
+
+static double mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The weights and AdamW moments of t, one buffer each (free them). */
+static float** snapshot(const tr_trainer_t* t) {
+  int np = t->model.n_params;
+  float** v = calloc((size_t)np * 3, sizeof *v);
+  ck_assert_ptr_nonnull(v);
+  for (int i = 0; i < np; i++) {
+    const tr_tensor_t* ts[3] = {&t->model.params[i].data, &t->adam_m[i],
+                                &t->adam_v[i]};
+    for (int w = 0; w < 3; w++) {
+      size_t nb = tr_tensor_nbytes(ts[w]);
+      v[w * np + i] = malloc(nb + 1);
+      ck_assert_ptr_nonnull(v[w * np + i]);
+      memcpy(v[w * np + i], tr_tensor_data(ts[w]), nb);
+    }
+  }
+  return v;
+}
+
+START_TEST(test_steps_do_not_wait_for_writer) {
+  /* The writer is throttled to a crawl (TRAINRUN_CKPT_TEST_WRITE_BPS: the
+   * step-3 save takes 4 s to write). The two steps after the save must
+   * finish while it is still being written (no rank-00000.json, no
+   * metadata.json yet), each far quicker than the write; the stall the
+   * trainer reports leaves the write out; and the checkpoint, once
+   * committed, holds the state after step 3 bit for bit although steps 4
+   * and 5 changed the tensors while it was written. */
+  fx_write_corpus(fx_path("corpus.txt"), 20000);
+  tr_config_t cfg;
+  fx_make_cfg(&cfg, (const char* const[]){
+                        "checkpoint.enable", "true", "checkpoint.interval", "3",
+                        "checkpoint.async_mode", "async_with_pinned_mem",
+                        "training.steps", "5", NULL});
+  tr_model_config_t mc = fx_tiny_model("gpt2");
+  tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
+  tr_trainer_t t;
+  tr_errmsg_t err;
+  ck_assert_msg(tr_trainer_init(&t, &cfg, &o, &err) == 0, "%s", err.message);
+  FILE* con = tmpfile();
+  ck_assert_msg(tr_trainer_checkpoint_start(&t, con, NULL, &err) == 0, "%s",
+                err.message);
+  int64_t bytes = 0;
+  for (int i = 0; i < t.model.n_params; i++)
+    bytes += 3 * (int64_t)tr_tensor_nbytes(&t.model.params[i].data);
+  const double write_s = 4.0;
+  char bps[32];
+  snprintf(bps, sizeof bps, "%lld", (long long)(bytes / write_s));
+  setenv("TRAINRUN_CKPT_TEST_WRITE_BPS", bps, 1);
+  tr_param_reset();
+  float** saved = NULL;
+  double save_end = 0, after[2] = {0, 0};
+  for (int s = 1; s <= 5; s++) {
+    tr_step_stats_t st;
+    ck_assert_msg(tr_trainer_step(&t, &st, &err) == 0, "%s", err.message);
+    if (s == 3) saved = snapshot(&t);
+    ck_assert_msg(tr_trainer_checkpoint_step(&t, &st, 0, &err) == 0, "%s",
+                  err.message);
+    if (s == 3) save_end = mono_now();
+    if (s > 3) after[s - 4] = st.seconds;
+  }
+  double steps_s = mono_now() - save_end;
+  /* still writing: the rank's chunk list and the metadata come last */
+  ck_assert_int_eq(
+      access(fx_path("out/checkpoint/step-3/rank-00000.bin"), F_OK), 0);
+  ck_assert_msg(
+      access(fx_path("out/checkpoint/step-3/rank-00000.json"), F_OK) != 0,
+      "the write finished before the steps after the save (%.3f s)", steps_s);
+  ck_assert_int_ne(access(fx_path("out/checkpoint/step-3/metadata.json"), F_OK),
+                   0);
+  for (int k = 0; k < 2; k++)
+    ck_assert_msg(after[k] < write_s / 4, "step %d took %.3f s", 4 + k,
+                  after[k]);
+  ck_assert_msg(steps_s < write_s / 2, "steps 4-5 took %.3f s", steps_s);
+  double t0 = mono_now();
+  ck_assert_msg(tr_trainer_checkpoint_finish(&t, &err) == 0, "%s", err.message);
+  /* the write went on after the steps: finishing waited for it */
+  ck_assert_msg(mono_now() - t0 > write_s / 4, "finish waited %.3f s",
+                mono_now() - t0);
+  unsetenv("TRAINRUN_CKPT_TEST_WRITE_BPS");
+  tr_param_reset();
+  ck_assert_int_eq(access(fx_path("out/checkpoint/step-3/metadata.json"), F_OK),
+                   0);
+  /* the console: the save, its stall (steps 3-5, without the write) */
+  rewind(con);
+  char line[512];
+  int started = 0, stalled = 0;
+  while (fgets(line, sizeof line, con)) {
+    started |= strstr(line, "checkpoint step 3: save started in ") == line &&
+               strstr(line, ", writing in the background\n") != NULL;
+    double v;
+    if (sscanf(line, "checkpoint step 3: training stalled %lf s (steps 3-5",
+               &v) == 1) {
+      stalled = 1;
+      ck_assert_msg(v >= 0 && v < write_s / 4, "%s", line);
+    }
+  }
+  fclose(con);
+  ck_assert(started);
+  ck_assert(stalled);
+  /* the state after step 3, bit for bit */
+  tr_trainer_t u;
+  ck_assert_msg(tr_trainer_init(&u, &cfg, &o, &err) == 0, "%s", err.message);
+  ck_assert_msg(tr_trainer_load_checkpoint(&u, fx_path("out/checkpoint/step-3"),
+                                           0, &err) == 0,
+                "%s", err.message);
+  ck_assert_int_eq(u.step, 3);
+  float** got = snapshot(&u);
+  int np = t.model.n_params;
+  for (int i = 0; i < np * 3; i++) {
+    const tr_tensor_t* ref = &t.model.params[i % np].data;
+    ck_assert_msg(memcmp(saved[i], got[i], tr_tensor_nbytes(ref)) == 0,
+                  "%s (part %d) differs from the state after step 3",
+                  t.model.params[i % np].name, i / np);
+    free(saved[i]);
+    free(got[i]);
+  }
+  free(saved);
+  free(got);
+  tr_trainer_release(&u);
+  tr_trainer_release(&t);
+  tr_config_release(&cfg);
+}
+END_TEST
+
 START_TEST(test_mode_parse) {
   tr_ckpt_mode_t m;
   ck_assert_int_eq(tr_ckpt_mode_parse("disabled", &m), 0);
@@ -682,6 +816,7 @@ int main(void) {
   tcase_add_test(tc, test_partial_reads);
   tcase_add_test(tc, test_kill_during_async_write);
   tcase_add_test(tc, test_mode_parse);
+  tcase_add_test(tc, test_steps_do_not_wait_for_writer);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

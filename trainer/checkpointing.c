@@ -13,6 +13,7 @@
 
 #include <jansson.h> /* the train state */
 
+#include "core/clock.h" /* tr__now */
 #include "trainrun/checkpoint.h"
 #include "trainrun/error.h"
 #include "trainrun/heartbeat.h"
@@ -21,12 +22,36 @@
 #include "trainrun/safetensors.h" /* model config JSON; last_save_in_hf */
 #include "trainrun/trainer.h"
 
+/* A save's true cost to training (its stall): the time of the step it
+ * follows and of the next TR__STALL_STEPS - 1 steps (each step's own time
+ * plus the checkpoint work after it), less that many times the median of
+ * the last TR__BASE_STEPS steps that had no save in flight. The window
+ * holds the step after the next one because on a GPU the host returns from
+ * a step before its optimizer update has run: an update that waited for
+ * the device-to-host copies shows in the step after it. */
+#define TR__STALL_STEPS 3
+#define TR__BASE_STEPS 8
+
 struct tr__trainer_ckpt {
   tr_ckpt_saver_t* saver;
   char* folder; /* <dump_folder>/<checkpoint.folder> */
   FILE* con;
   tr_metrics_logger_t* ml;
   int64_t saved_step; /* last step saved (or loaded); -1: none */
+  /* steps without a save in flight (a ring) */
+  double base[TR__BASE_STEPS];
+  int nbase, base_pos;
+  /* the save being measured: its window's steps so far and their time */
+  int64_t win_step; /* -1: none */
+  int win_n;
+  double win_s;
+  double blocked_s;     /* the last save: what the saver held the thread */
+  double win_blocked_s; /* win_step's (its stall when no step measures it:
+                         * the seed checkpoint, tr_trainer_checkpoint_now) */
+  /* reported once both the stall and the commit of win_step are known */
+  int stall_known, commit_known;
+  double stall_s;
+  tr_ckpt_stats_t commit;
 };
 
 /* ---- what a checkpoint holds ---- */
@@ -222,21 +247,25 @@ static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
                 dt != TR_F32;
   /* the daemon allows a rank writing a checkpoint twice --worker-timeout */
   tr_heartbeat_phase("checkpoint");
+  double t0 = tr__now();
   rc = tr_ckpt_save(c->saver, t->step, items, (size_t)np * parts, state,
                     convert ? &dt : NULL, err);
   if (rc == 0 && sync) rc = tr_ckpt_wait(c->saver, err);
+  c->blocked_s = tr__now() - t0;
   tr_heartbeat_phase("step");
   free(state);
   free_items(items, (size_t)np * 3);
   if (rc < 0) return rc;
   c->saved_step = t->step;
-  tr_ckpt_stats_t s;
-  tr_ckpt_saver_stats(c->saver, &s);
   if (c->con) {
-    fprintf(c->con,
-            "checkpoint step %" PRId64 "%s: training stalled %.3f s%s\n",
-            t->step, model_only ? " (model only)" : "", s.stall_s,
-            tr_ckpt_pending(c->saver) ? ", writing in the background" : "");
+    if (tr_ckpt_pending(c->saver))
+      fprintf(c->con,
+              "checkpoint step %" PRId64
+              "%s: save started in %.3f s, writing in the background\n",
+              t->step, model_only ? " (model only)" : "", c->blocked_s);
+    else
+      fprintf(c->con, "checkpoint step %" PRId64 "%s: saved in %.3f s\n",
+              t->step, model_only ? " (model only)" : "", c->blocked_s);
     fflush(c->con);
   }
   return 0;
@@ -274,8 +303,7 @@ static int save_hf(tr_trainer_t* t, tr_errmsg_t* err) {
     }
     if (src < 0 || v[0] > 0) {
       rc = src < 0 ? src : TR_EIO;
-      tr_errmsg_set(err, rc,
-                    "last_save_in_hf: %s",
+      tr_errmsg_set(err, rc, "last_save_in_hf: %s",
                     src < 0 ? tr_strerror(src)
                     : phase ? "rank 0 could not write the index"
                             : "a rank could not write its files");
@@ -297,23 +325,143 @@ static int save_hf(tr_trainer_t* t, tr_errmsg_t* err) {
   return rc;
 }
 
+/* ---- the stall of a save, and its report ---- */
+
+static double median(const double* v, int n) {
+  double s[TR__BASE_STEPS];
+  memcpy(s, v, (size_t)n * sizeof *s);
+  for (int i = 1; i < n; i++) /* insertion sort: n <= 8 */
+    for (int k = i; k > 0 && s[k - 1] > s[k]; k--) {
+      double x = s[k];
+      s[k] = s[k - 1];
+      s[k - 1] = x;
+    }
+  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* The record of win_step once its stall and commit are both known: the
+ * metrics record (checkpoint_stall_s is the stall). */
+static int report(tr_trainer_t* t, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (!c->stall_known || !c->commit_known) return 0;
+  c->stall_known = c->commit_known = 0;
+  return tr_metrics_log_ckpt(c->ml, c->commit.committed_step, c->stall_s,
+                             c->commit.write_s, c->commit.bytes, err);
+}
+
+/* Close the window of the save being measured: its stall against the
+ * steps without a save (none yet: after the next one, unless `now`). */
+static int close_window(tr_trainer_t* t, int now, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (c->win_step < 0 || (c->nbase == 0 && !now)) return 0;
+  if (c->win_n == 0 || c->nbase == 0) /* nothing to compare with */
+    c->stall_s = c->win_blocked_s;
+  else
+    c->stall_s = c->win_s - c->win_n * median(c->base, c->nbase);
+  if (c->stall_s < 0) c->stall_s = 0; /* noise */
+  if (c->con) {
+    char steps[64];
+    if (c->win_n == 1)
+      snprintf(steps, sizeof steps, "step %" PRId64, c->win_step);
+    else
+      snprintf(steps, sizeof steps, "steps %" PRId64 "-%" PRId64, c->win_step,
+               c->win_step + c->win_n - 1);
+    if (c->win_n > 0 && c->nbase > 0)
+      fprintf(c->con,
+              "checkpoint step %" PRId64
+              ": training stalled %.3f s (%s took %.3f s, %.3f s each "
+              "without a save)\n",
+              c->win_step, c->stall_s, steps, c->win_s,
+              median(c->base, c->nbase));
+    else
+      fprintf(c->con, "checkpoint step %" PRId64 ": training stalled %.3f s\n",
+              c->win_step, c->stall_s);
+    fflush(c->con);
+  }
+  c->win_step = -1;
+  c->stall_known = 1;
+  return report(t, err);
+}
+
+/* Start measuring the save just made. */
+static void open_window(struct tr__trainer_ckpt* c, int64_t step) {
+  c->win_step = step;
+  c->win_n = 0;
+  c->win_s = 0;
+  c->win_blocked_s = c->blocked_s;
+}
+
+/* One step's time (its own and the checkpoint work after it): in the
+ * window of the save being measured, or a step to compare with. */
+static int account(tr_trainer_t* t, double seconds, int saved,
+                   tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (saved) {
+    TR_CHECK(close_window(t, 1, err)); /* saves closer than the window */
+    open_window(c, t->step);
+  }
+  if (c->win_step >= 0 && c->win_n < TR__STALL_STEPS) {
+    c->win_s += seconds;
+    if (++c->win_n == TR__STALL_STEPS) return close_window(t, 0, err);
+    return 0;
+  }
+  if (tr_ckpt_pending(c->saver)) return 0; /* a write in flight */
+  c->base[c->base_pos] = seconds;
+  c->base_pos = (c->base_pos + 1) % TR__BASE_STEPS;
+  if (c->nbase < TR__BASE_STEPS) c->nbase++;
+  return close_window(t, 0, err); /* one waiting for a step to compare */
+}
+
 /* After a commit completes (in the background or not), report it once:
- * a console line and the metrics record. */
+ * a console line now, the metrics record with the save's stall. */
 static int report_commit(tr_trainer_t* t, int64_t before, tr_errmsg_t* err) {
   struct tr__trainer_ckpt* c = t->ckpt;
   tr_ckpt_stats_t s;
   tr_ckpt_saver_stats(c->saver, &s);
   if (s.committed_step < 0 || s.committed_step == before) return 0;
   if (c->con) {
+    char copied[96] = "";
+    if (s.copy_bytes > 0 && s.copy_s > 0)
+      snprintf(copied, sizeof copied,
+               " (%.1f MB copied from the device in %.3f s, %.1f GB/s)",
+               (double)s.copy_bytes / 1e6, s.copy_s,
+               (double)s.copy_bytes / s.copy_s / 1e9);
     fprintf(c->con,
             "checkpoint step %" PRId64
             " complete: %.1f MB written by rank 0 "
-            "in %.3f s\n",
-            s.committed_step, (double)s.bytes / 1e6, s.write_s);
+            "in %.3f s%s\n",
+            s.committed_step, (double)s.bytes / 1e6, s.write_s, copied);
     fflush(c->con);
   }
-  return tr_metrics_log_ckpt(c->ml, s.committed_step, s.stall_s, s.write_s,
-                             s.bytes, err);
+  c->commit = s;
+  c->commit_known = 1;
+  return report(t, err);
+}
+
+/* Allocate the staging buffers of a full save now (async modes), so that
+ * the first save does not pay for page-locking them. */
+static int reserve(tr_trainer_t* t, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  int np = t->model.n_params;
+  tr_ckpt_item_t* items = calloc((size_t)np * 3 + 1, sizeof *items);
+  if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  int rc = 0;
+  for (int w = 0; w < 3 && rc == 0; w++)
+    rc = make_items(t, w, items + (size_t)w * np);
+  double t0 = tr__now();
+  int64_t bytes = 0;
+  if (rc < 0)
+    rc = tr_errmsg_set(err, rc, "out of memory");
+  else
+    rc = tr_ckpt_reserve(c->saver, items, (size_t)np * 3, &bytes, err);
+  free_items(items, (size_t)np * 3);
+  if (rc == 0 && bytes > 0 && c->con) {
+    fprintf(c->con,
+            "checkpoint: %.2f GB of staging buffers (%s) ready in %.2f s\n",
+            (double)bytes / 1e9, t->settings.checkpoint.async_mode, tr__now() - t0);
+    fflush(c->con);
+  }
+  return rc;
 }
 
 int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
@@ -333,6 +481,7 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
   c->con = con;
   c->ml = ml;
   c->saved_step = -1;
+  c->win_step = -1;
   size_t n = strlen(s->dump_folder) + strlen(ck->folder) + 2;
   c->folder = malloc(n);
   if (!c->folder) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
@@ -358,7 +507,9 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
   if (ck->create_seed_checkpoint && c->saver) {
     /* torchtitan's seed checkpoint: the initialised model as step 0 */
     TR_CHECK(save(t, 1, 1, err));
+    open_window(c, t->step);
     TR_CHECK(report_commit(t, -1, err));
+    TR_CHECK(close_window(t, 1, err));
     if (con) {
       fprintf(con,
               "wrote the seed checkpoint %s/step-0; not training "
@@ -411,6 +562,7 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
       fflush(con);
     }
   }
+  if (rc == 0 && c->saver) rc = reserve(t, err);
   return rc;
 }
 
@@ -435,7 +587,8 @@ static int save_now(tr_trainer_t* t, int model_only, int sync,
   return report_commit(t, before.committed_step, err);
 }
 
-int tr_trainer_checkpoint_step(tr_trainer_t* t, int last, tr_errmsg_t* err) {
+/* tr_trainer_checkpoint_step's work after a step; *saved: it saved. */
+static int after_step(tr_trainer_t* t, int last, int* saved, tr_errmsg_t* err) {
   struct tr__trainer_ckpt* c = t->ckpt;
   if (!c || !c->saver) return 0;
   const tr_trainer_checkpoint_t* ck = &t->settings.checkpoint;
@@ -448,9 +601,20 @@ int tr_trainer_checkpoint_step(tr_trainer_t* t, int last, tr_errmsg_t* err) {
    * holds the model alone (in export_dtype), and with last_save_in_hf
    * also as Hugging Face safetensors */
   int model_only = at_end && ck->last_save_model_only;
+  *saved = 1;
   TR_CHECK(save_now(t, model_only, last, err));
   if (model_only && last && ck->last_save_in_hf) return save_hf(t, err);
   return 0;
+}
+
+int tr_trainer_checkpoint_step(tr_trainer_t* t, const tr_step_stats_t* st,
+                               int last, tr_errmsg_t* err) {
+  struct tr__trainer_ckpt* c = t->ckpt;
+  if (!c || !c->saver) return 0;
+  double t0 = tr__now();
+  int saved = 0;
+  TR_CHECK(after_step(t, last, &saved, err));
+  return account(t, st->seconds + (tr__now() - t0), saved, err);
 }
 
 int tr_trainer_checkpoint_now(tr_trainer_t* t, tr_errmsg_t* err) {
@@ -458,13 +622,17 @@ int tr_trainer_checkpoint_now(tr_trainer_t* t, tr_errmsg_t* err) {
   if (!c || !c->saver)
     return tr_errmsg_set(err, TR_EINVAL, "checkpointing is not enabled");
   if (t->step == c->saved_step) return settle(t, 1, err);
-  return save_now(t, 0, 1, err);
+  TR_CHECK(close_window(t, 1, err));
+  TR_CHECK(save_now(t, 0, 1, err));
+  open_window(c, t->step);
+  return close_window(t, 1, err);
 }
 
 int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err) {
   struct tr__trainer_ckpt* c = t->ckpt;
   if (!c || !c->saver) return 0;
-  return settle(t, 1, err);
+  TR_CHECK(settle(t, 1, err));
+  return close_window(t, 1, err);
 }
 
 void tr__trainer_checkpoint_before_update(tr_trainer_t* t) {

@@ -674,7 +674,8 @@ int tr_train(const tr_trainer_settings_t* settings,
       if (rc < 0) break;
       last += tr__now() - v0; /* keep validation out of tok/s */
     }
-    rc = tr_trainer_checkpoint_step(&t, st.step == steps || stopping, err);
+    rc = tr_trainer_checkpoint_step(&t, &st, st.step == steps || stopping,
+                                    err);
     if (rc < 0) break;
     if (stopping) {
       if (con)

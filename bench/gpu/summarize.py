@@ -399,8 +399,11 @@ def mg_ckpt(out, r):
     restart_re = re.compile(r"restarting the workers \(restart (\d+) of")
     resume_re = re.compile(r"resumed from '([^']*)' at step (\d+)")
     step_re = re.compile(r"\bstep (\d+)/(\d+) \| loss (\S+)")
-    stall_re = re.compile(r"checkpoint step (\d+)( \(model only\))?: training "
-                          r"stalled ([0-9.]+) s(, writing in the background)?")
+    save_re = re.compile(r"checkpoint step (\d+)( \(model only\))?: "
+                         r"(?:save started|saved) in ([0-9.]+) s"
+                         r"(, writing in the background)?")
+    stall_re = re.compile(r"checkpoint step (\d+): training stalled "
+                          r"([0-9.]+) s")
     done_re = re.compile(r"checkpoint step (\d+) complete: ([0-9.]+) MB "
                          r"written by rank 0 in ([0-9.]+) s")
     c = {"saves": [], "attempts": 1, "losses": [{}, {}], "finished": False}
@@ -428,12 +431,18 @@ def mg_ckpt(out, r):
                 if attempt == 1 and t_resume is None:
                     t_resume, c["resumed_step"] = t, int(mm.group(2))
                     c["resumed_from"] = mm.group(1)
-            elif (mm := stall_re.search(text)):
+            elif (mm := save_re.search(text)):
                 c["saves"].append({"step": int(mm.group(1)),
                                    "attempt": attempt,
                                    "model_only": bool(mm.group(2)),
-                                   "stall_s": float(mm.group(3)),
+                                   "held_s": float(mm.group(3)),
                                    "background": bool(mm.group(4))})
+            elif (mm := stall_re.search(text)):
+                # the save's true stall: its step and the two after it
+                for sv in reversed(c["saves"]):
+                    if sv["step"] == int(mm.group(1)) and "stall_s" not in sv:
+                        sv["stall_s"] = float(mm.group(2))
+                        break
             elif (mm := done_re.search(text)):
                 for sv in reversed(c["saves"]):
                     if sv["step"] == int(mm.group(1)) and "write_s" not in sv:
@@ -622,9 +631,11 @@ def multigpu_main(a):
         for sv in ckres["saves"]:
             L.append(f"| {sv['step']} | {sv['attempt']} | "
                      f"{'yes' if sv['model_only'] else 'no'} | "
-                     f"{sv['stall_s']:.3f} | {fmt(sv.get('mb'), '.1f')} | "
+                     f"{fmt(sv.get('stall_s'), '.3f')} | "
+                     f"{fmt(sv.get('mb'), '.1f')} | "
                      f"{fmt(sv.get('write_s'), '.3f')} |")
-        full = [sv["stall_s"] for sv in ckres["saves"] if not sv["model_only"]]
+        full = [sv["stall_s"] for sv in ckres["saves"]
+                if not sv["model_only"] and sv.get("stall_s") is not None]
         if full:
             ckres["stall_median_s"] = benchlib.median(full)
         L += ["",

@@ -55,13 +55,31 @@
  *
  * In TR_CKPT_SYNC mode tr_ckpt_save writes and commits before it returns.
  * In the async modes the chunks go to host staging buffers (reused
- * across saves; page-locked in TR_CKPT_ASYNC_PINNED, which matters for
- * device tensors) and a thread writes them: device chunks are staged
- * before tr_ckpt_save returns; host chunks are copied by that thread, so
- * the caller may read them at once but must call tr_ckpt_wait_staged
- * before it changes them (the trainer: before its next optimizer step,
- * so the copy overlaps the next forward and backward). A new save first
- * waits for the previous one to be written and committed.
+ * across saves while a chunk fits; tr_ckpt_reserve makes them before the
+ * first save) and a thread writes them from there; tr_ckpt_save returns
+ * once the copies are under way:
+ *   - host chunks are copied by that thread;
+ *   - device chunks into page-locked buffers (TR_CKPT_ASYNC_PINNED) are
+ *     copied on a copy stream of their own, ordered after the kernels
+ *     enqueued so far on the calling thread's stream (tr_kern_get_stream),
+ *     the copies enqueued by that thread (enqueueing hundreds blocks) and
+ *     each followed by an event: they overlap the caller's next step, and
+ *     the thread writes each chunk once its copy is done;
+ *   - device chunks into pageable buffers (TR_CKPT_ASYNC) are copied by
+ *     that thread on the copy stream.
+ * The caller may read its tensors at once but must call
+ * tr_ckpt_wait_staged before it changes them (the trainer: before its next
+ * optimizer step): it waits on the host for the thread's copies, and makes
+ * the calling thread's stream wait on the device, without blocking the
+ * host, for the copy stream's. The write to disk is never waited for. A
+ * new save first waits for the previous one to be written and committed.
+ *
+ * The writer hands each piece of its data file to the disk as it writes it
+ * and drops what is on disk from the page cache, so a save of many GB
+ * never fills the page cache with dirty pages (the kernel would otherwise
+ * make the trainer's own threads wait for the disk when they allocate or
+ * write). TRAINRUN_CKPT_TEST_WRITE_BPS (tests only) caps the writer's
+ * bytes per second, to check that training does not wait for it.
  *
  * Loading: tr_ckpt_open reads and checks a step's metadata;
  * tr_ckpt_load fills the caller's local chunks, whatever layout the
@@ -163,10 +181,20 @@ int tr_ckpt_save(tr_ckpt_saver_t* s, int64_t step, const tr_ckpt_item_t* items,
  * writing (collective: all ranks call it at the same points), and commit
  * when all have. No-op (no collective) when nothing is in flight. */
 int tr_ckpt_poll(tr_ckpt_saver_t* s, tr_errmsg_t* err);
-/* Until the save in flight has copied the caller's host chunks (not
- * collective; no-op when none is in flight). The time waited counts as
- * stall in the save's stats. */
+/* Before the caller changes the tensors of the save in flight (not
+ * collective; no-op when none is in flight, and after the first call for
+ * a save): wait until the writer thread has copied its host chunks and
+ * enqueued the device ones, and make the calling thread's stream wait on
+ * the device for the copy streams' copies. The time the host waited counts
+ * in the save's blocked_s. */
 int tr_ckpt_wait_staged(tr_ckpt_saver_t* s);
+/* Allocate now the staging buffers a save of these items would use (the
+ * async modes; nothing in TR_CKPT_SYNC), so the first save does not pay
+ * for them: page-locking GBs of host memory takes seconds. Not
+ * collective, before the first save. *bytes: the bytes of staging buffers
+ * held. */
+int tr_ckpt_reserve(tr_ckpt_saver_t* s, const tr_ckpt_item_t* items, size_t n,
+                    int64_t* bytes, tr_errmsg_t* err);
 /* Wait for the save in flight and commit it (collective). */
 int tr_ckpt_wait(tr_ckpt_saver_t* s, tr_errmsg_t* err);
 /* 1 while an async save is in flight. */
@@ -175,10 +203,18 @@ int tr_ckpt_pending(const tr_ckpt_saver_t* s);
 typedef struct {
   int64_t step;           /* of the last save started; -1: none */
   int64_t committed_step; /* of the last save committed; -1: none */
-  double stall_s;         /* the last save: time tr_ckpt_save blocked training
-                      (waiting for the previous save, staging; sync: all) */
-  double write_s;         /* the last committed save: seconds its write took */
-  int64_t bytes;          /* bytes this rank wrote in the last save */
+  /* the last save: time tr_ckpt_save and tr_ckpt_wait_staged held the
+   * calling thread (waiting for the previous save, planning, enqueueing
+   * the copies, waiting for the writer's copies; sync: all). Not the whole
+   * cost to training: copies that overlap the next step slow it (the
+   * trainer measures that, trainrun/trainer.h). */
+  double blocked_s;
+  double write_s; /* the last committed save: seconds its write took */
+  int64_t bytes;  /* bytes this rank wrote in the last save */
+  /* the last committed save: bytes this rank copied from devices to its
+   * staging buffers, and the seconds the copy streams took for them */
+  int64_t copy_bytes;
+  double copy_s;
 } tr_ckpt_stats_t;
 
 void tr_ckpt_saver_stats(const tr_ckpt_saver_t* s, tr_ckpt_stats_t* st);

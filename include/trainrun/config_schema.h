@@ -211,9 +211,14 @@
     "float32|bfloat16|float16", "Dtype of model-only saves.")                  \
   X(checkpoint, async_mode, ENUM, "disabled", 0, 0,                            \
     "disabled|async|async_with_pinned_mem",                                    \
-    "disabled writes before training continues; async copies to host memory " \
-    "and writes in the background; async_with_pinned_mem stages through "     \
-    "reused pinned buffers (GPU).")                                            \
+    "disabled writes before training continues. async copies the state to "  \
+    "host buffers (allocated at start, reused) and writes it from there in "  \
+    "the background; the next optimizer step waits only for the copies, "     \
+    "never for the write. async_with_pinned_mem: the buffers are page-locked " \
+    "and a GPU's tensors are copied on a stream of their own while the next " \
+    "step computes (its update waits for them on the GPU). Each save's "      \
+    "stall, its real cost to training, is printed and recorded as "           \
+    "checkpoint_stall_s.")                                                    \
   X(checkpoint, keep_latest_k, INT, "10", 0, TR_CFG_NOMAX, NULL,               \
     "Keep this many newest complete checkpoints; 0 keeps all. 1 is not "      \
     "allowed (a save in progress could leave none). trainrun: the purge also " \

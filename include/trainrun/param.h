@@ -68,6 +68,10 @@ typedef enum {
      "store")                                                                  \
   XX(PG_WATCHDOG_MS, "TRAINRUN_PG_WATCHDOG_MS", INT, "100", 10, 60000,         \
      "period of the process-group watchdog (op timeouts, error reports)")     \
+  XX(CKPT_TEST_WRITE_BPS, "TRAINRUN_CKPT_TEST_WRITE_BPS", INT, "0", 0,       \
+     INT64_MAX, "tests only: cap a checkpoint's background writer at this "   \
+     "many bytes per second (0: no cap), to check training never waits "     \
+     "for the disk write")                                                     \
   XX(FR_SHM, "TRAINRUN_FR_SHM", STRING, "", 0, 0,                              \
      "worker: the shared-memory name of its flight-recorder ring (set by "    \
      "the daemon, which reads the ring)")                                      \

@@ -328,12 +328,23 @@ struct tr_metrics_logger;
 int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
                                 struct tr_metrics_logger* ml,
                                 tr_errmsg_t* err);
-/* Called by tr_train after every step (collective): commits a background
- * save once every rank wrote it, and saves when one is due (every
- * interval steps, after step 1 with enable_first_step_checkpoint, and when
- * `last` — the final step, synchronously, model-only in export_dtype with
- * last_save_model_only; or a stop signal, a full synchronous save). */
-int tr_trainer_checkpoint_step(tr_trainer_t* t, int last, tr_errmsg_t* err);
+/* Called by tr_train after every step (collective) with what the step
+ * did: commits a background save once every rank wrote it, and saves when
+ * one is due (every interval steps, after step 1 with
+ * enable_first_step_checkpoint, and when `last` — the final step,
+ * synchronously, model-only in export_dtype with last_save_model_only; or
+ * a stop signal, a full synchronous save).
+ *
+ * It also measures each save's stall, its true cost to training: the time
+ * of the save's step and of the two steps after it (st->seconds plus this
+ * call's own time) less three times the median time of the last 8 steps
+ * that had no save in flight. (The second step after the save counts
+ * because on a GPU the host leaves a step before its optimizer update,
+ * which may wait for the save's device-to-host copies, has run.) The
+ * console gets "checkpoint step N: training stalled S s (...)" and the
+ * metrics record of the save, once committed, checkpoint_stall_s = S. */
+int tr_trainer_checkpoint_step(tr_trainer_t* t, const tr_step_stats_t* st,
+                               int last, tr_errmsg_t* err);
 /* Save the current step now, synchronously, whatever the interval
  * (collective: every rank calls it; e.g. on SIGTERM). Waits for a save in
  * flight. TR_EINVAL when checkpointing is not enabled. */
@@ -346,9 +357,11 @@ int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err);
  * size loads (chunks are matched by overlap). */
 int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
                                int model_only, tr_errmsg_t* err);
-/* Before the weights or AdamW moments change: wait until an async save in
- * flight has copied them (tr_trainer_step calls it before its optimizer
- * step; a no-op without one). */
+/* Before the weights or AdamW moments change: order the update after an
+ * async save's copies of them (tr_trainer_step calls it before its
+ * optimizer step; a no-op without one): device copies are waited for on
+ * the device (the host goes on), host copies on the host; never the
+ * write to disk. */
 void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
 /* Free the checkpoint state (tr_trainer_release calls it). */
 void tr__trainer_checkpoint_release(tr_trainer_t* t);
