@@ -20,6 +20,7 @@
 #include "trainrun/log.h"
 #include "trainrun/metrics.h"     /* stall and write times */
 #include "trainrun/safetensors.h" /* model config JSON; last_save_in_hf */
+#include "trainer/internal.h" /* the step's device and checkpoint parts */
 #include "trainrun/trainer.h"
 
 /* A save's true cost to training (its stall): the time of the step it
@@ -32,7 +33,7 @@
 #define TR__STALL_STEPS 3
 #define TR__BASE_STEPS 8
 
-struct tr__trainer_ckpt {
+struct tr_trainer_ckpt {
   tr_ckpt_saver_t* saver;
   char* folder; /* <dump_folder>/<checkpoint.folder> */
   FILE* con;
@@ -228,7 +229,7 @@ static int dist_sum(void* arg, double* vals, int n) {
 }
 
 static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   int np = t->model.n_params, parts = model_only ? 1 : 3;
   tr_ckpt_item_t* items = calloc((size_t)np * 3 + 1, sizeof *items);
   if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
@@ -279,7 +280,7 @@ static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
  * each rank writes every world-th file, and after all did (a sum), rank 0
  * writes the index, so its presence means the export is whole. */
 static int save_hf(tr_trainer_t* t, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   char dir[4096];
   tr_ckpt_step_dir(c->folder, t->step, dir, sizeof dir);
   tr_st_export_opts_t o = {.sharded_names = 1,
@@ -342,7 +343,7 @@ static double median(const double* v, int n) {
 /* The record of win_step once its stall and commit are both known: the
  * metrics record (checkpoint_stall_s is the stall). */
 static int report(tr_trainer_t* t, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (!c->stall_known || !c->commit_known) return 0;
   c->stall_known = c->commit_known = 0;
   return tr_metrics_log_ckpt(c->ml, c->commit.committed_step, c->stall_s,
@@ -352,7 +353,7 @@ static int report(tr_trainer_t* t, tr_errmsg_t* err) {
 /* Close the window of the save being measured: its stall against the
  * steps without a save (none yet: after the next one, unless `now`). */
 static int close_window(tr_trainer_t* t, int now, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (c->win_step < 0 || (c->nbase == 0 && !now)) return 0;
   if (c->win_n == 0 || c->nbase == 0) /* nothing to compare with */
     c->stall_s = c->win_blocked_s;
@@ -384,7 +385,7 @@ static int close_window(tr_trainer_t* t, int now, tr_errmsg_t* err) {
 }
 
 /* Start measuring the save just made. */
-static void open_window(struct tr__trainer_ckpt* c, int64_t step) {
+static void open_window(struct tr_trainer_ckpt* c, int64_t step) {
   c->win_step = step;
   c->win_n = 0;
   c->win_s = 0;
@@ -395,7 +396,7 @@ static void open_window(struct tr__trainer_ckpt* c, int64_t step) {
  * window of the save being measured, or a step to compare with. */
 static int account(tr_trainer_t* t, double seconds, int saved,
                    tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (saved) {
     TR_CHECK(close_window(t, 1, err)); /* saves closer than the window */
     open_window(c, t->step);
@@ -415,7 +416,7 @@ static int account(tr_trainer_t* t, double seconds, int saved,
 /* After a commit completes (in the background or not), report it once:
  * a console line now, the metrics record with the save's stall. */
 static int report_commit(tr_trainer_t* t, int64_t before, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   tr_ckpt_stats_t s;
   tr_ckpt_saver_stats(c->saver, &s);
   if (s.committed_step < 0 || s.committed_step == before) return 0;
@@ -441,7 +442,7 @@ static int report_commit(tr_trainer_t* t, int64_t before, tr_errmsg_t* err) {
 /* Allocate the staging buffers of a full save now (async modes), so that
  * the first save does not pay for page-locking them. */
 static int reserve(tr_trainer_t* t, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   int np = t->model.n_params;
   tr_ckpt_item_t* items = calloc((size_t)np * 3 + 1, sizeof *items);
   if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
@@ -475,7 +476,7 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
                          "checkpoint.last_save_in_hf needs "
                          "checkpoint.last_save_model_only = true (only the "
                          "model is saved as Hugging Face safetensors)");
-  struct tr__trainer_ckpt* c = calloc(1, sizeof *c);
+  struct tr_trainer_ckpt* c = calloc(1, sizeof *c);
   if (!c) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   t->ckpt = c;
   c->con = con;
@@ -568,7 +569,7 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
 
 /* Wait for (wait) or poll the save in flight; report its commit. */
 static int settle(tr_trainer_t* t, int wait, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (!tr_ckpt_pending(c->saver)) return 0;
   tr_ckpt_stats_t before;
   tr_ckpt_saver_stats(c->saver, &before);
@@ -579,7 +580,7 @@ static int settle(tr_trainer_t* t, int wait, tr_errmsg_t* err) {
 /* Save now (after the previous save is committed and reported). */
 static int save_now(tr_trainer_t* t, int model_only, int sync,
                     tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   TR_CHECK(settle(t, 1, err));
   tr_ckpt_stats_t before;
   tr_ckpt_saver_stats(c->saver, &before);
@@ -589,7 +590,7 @@ static int save_now(tr_trainer_t* t, int model_only, int sync,
 
 /* tr_trainer_checkpoint_step's work after a step; *saved: it saved. */
 static int after_step(tr_trainer_t* t, int last, int* saved, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (!c || !c->saver) return 0;
   const tr_trainer_checkpoint_t* ck = &t->settings.checkpoint;
   TR_CHECK(settle(t, 0, err));
@@ -609,7 +610,7 @@ static int after_step(tr_trainer_t* t, int last, int* saved, tr_errmsg_t* err) {
 
 int tr_trainer_checkpoint_step(tr_trainer_t* t, const tr_step_stats_t* st,
                                int last, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (!c || !c->saver) return 0;
   double t0 = tr__now();
   int saved = 0;
@@ -618,7 +619,7 @@ int tr_trainer_checkpoint_step(tr_trainer_t* t, const tr_step_stats_t* st,
 }
 
 int tr_trainer_checkpoint_now(tr_trainer_t* t, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (!c || !c->saver)
     return tr_errmsg_set(err, TR_EINVAL, "checkpointing is not enabled");
   if (t->step == c->saved_step) return settle(t, 1, err);
@@ -629,19 +630,19 @@ int tr_trainer_checkpoint_now(tr_trainer_t* t, tr_errmsg_t* err) {
 }
 
 int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (!c || !c->saver) return 0;
   TR_CHECK(settle(t, 1, err));
   return close_window(t, 1, err);
 }
 
 void tr__trainer_checkpoint_before_update(tr_trainer_t* t) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (c && c->saver) tr_ckpt_wait_staged(c->saver);
 }
 
 void tr__trainer_checkpoint_release(tr_trainer_t* t) {
-  struct tr__trainer_ckpt* c = t->ckpt;
+  struct tr_trainer_ckpt* c = t->ckpt;
   if (!c) return;
   tr_ckpt_saver_free(c->saver);
   free(c->folder);

@@ -17,6 +17,7 @@
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/log.h"
+#include "trainer/internal.h" /* the step's device and checkpoint parts */
 #include "trainrun/trainer.h"
 
 static int on_cuda(const tr_trainer_t* t) {

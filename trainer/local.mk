@@ -20,7 +20,7 @@ trainruninclude_HEADERS += \
 	include/trainrun/heartbeat.h
 
 # tests/fixtures.[ch]: helpers the trainer layer's suites share.
-noinst_HEADERS += tests/fixtures.h
+noinst_HEADERS += trainer/internal.h tests/fixtures.h
 check_PROGRAMS += tests/check_data
 TESTS += tests/check_data
 tests_check_data_SOURCES = tests/check_data.c tests/fixtures.c

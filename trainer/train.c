@@ -23,6 +23,7 @@
 #include "trainrun/param.h"       /* RANK, restart count (faults) */
 #include "trainrun/pipelining.h"  /* the step's actions and executor */
 #include "trainrun/safetensors.h" /* the final weights */
+#include "trainer/internal.h" /* the step's device and checkpoint parts */
 #include "trainrun/trainer.h"
 #include "core/internal.h" /* tr__mkdir_p */
 

@@ -262,12 +262,13 @@ typedef struct tr_trainer {
   int32_t* inputs; /* [max(B*T, val_B*val_T)] */
   int32_t* targets;
   tr_trainer_opts_t opts;
-  struct tr__trainer_ckpt* ckpt; /* [checkpoint] state; NULL: disabled */
+  struct tr_trainer_ckpt*
+      ckpt; /* [checkpoint] state (opaque, trainer/checkpointing.c); NULL: disabled */
   /* where it computes (settings.device) */
   tr_device_t device;
-  char device_name[96];      /* "cpu", "NVIDIA H100 80GB HBM3" */
-  tr_dtype_t compute_dtype;  /* settings.compute_dtype */
-  tr_tensor_t loss_acc;      /* cuda: per-token losses of the step so far */
+  char device_name[96];     /* "cpu", "NVIDIA H100 80GB HBM3" */
+  tr_dtype_t compute_dtype; /* settings.compute_dtype */
+  tr_tensor_t loss_acc;     /* cuda: per-token losses of the step so far */
 } tr_trainer_t;
 
 /* Build everything a run needs from its settings (copied; their strings
@@ -326,8 +327,7 @@ int tr_train(const tr_trainer_settings_t* s, const tr_trainer_opts_t* opts,
  * disabled. */
 struct tr_metrics_logger;
 int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
-                                struct tr_metrics_logger* ml,
-                                tr_errmsg_t* err);
+                                struct tr_metrics_logger* ml, tr_errmsg_t* err);
 /* Called by tr_train after every step (collective) with what the step
  * did: commits a background save once every rank wrote it, and saves when
  * one is due (every interval steps, after step 1 with
@@ -357,31 +357,6 @@ int tr_trainer_checkpoint_finish(tr_trainer_t* t, tr_errmsg_t* err);
  * size loads (chunks are matched by overlap). */
 int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
                                int model_only, tr_errmsg_t* err);
-/* Before the weights or AdamW moments change: order the update after an
- * async save's copies of them (tr_trainer_step calls it before its
- * optimizer step; a no-op without one): device copies are waited for on
- * the device (the host goes on), host copies on the host; never the
- * write to disk. */
-void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
-/* Free the checkpoint state (tr_trainer_release calls it). */
-void tr__trainer_checkpoint_release(tr_trainer_t* t);
-
-/* trainer/device.c: what depends on the device. pick: t->device,
- * device_name, compute_dtype from the settings (and the current CUDA
- * device); setup (after the weights exist): compute copies and the loss
- * accumulator; loss_add: a micro-batch's losses into *sum (CPU) or the
- * device accumulator; loss_take: the accumulator added into *sum and
- * cleared (one host synchronization); grad_sumsq: *sq += sum of squares of
- * every local grad; adamw: the update of every parameter (and its compute
- * copy). */
-int tr__trainer_device_pick(tr_trainer_t* t, tr_errmsg_t* err);
-int tr__trainer_device_setup(tr_trainer_t* t);
-void tr__trainer_device_release(tr_trainer_t* t);
-int tr__trainer_loss_add(tr_trainer_t* t, const tr_model_mb_t* mb,
-                         double* sum);
-int tr__trainer_loss_take(tr_trainer_t* t, double* sum);
-int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq);
-int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip);
 
 /* Mean loss of a model over the validation data of s (what `trainrun
  * eval` prints): s->validation, and s->training.dataset_path for a split;

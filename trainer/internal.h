@@ -1,0 +1,35 @@
+/* trainer/internal.h: what the trainer's files share and nobody else
+ * calls -- the checkpoint driver's hooks into the step
+ * (trainer/checkpointing.c) and the device-dependent parts of a step
+ * (trainer/device.c). */
+#ifndef TRAINRUN_TRAINER_INTERNAL_H
+#define TRAINRUN_TRAINER_INTERNAL_H
+
+#include "trainrun/trainer.h"
+
+/* Before the weights or AdamW moments change: order the update after an
+ * async save's copies of them (tr_trainer_step calls it before its
+ * optimizer step; a no-op without one): device copies are waited for on
+ * the device (the host goes on), host copies on the host; never the
+ * write to disk. */
+void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
+/* Free the checkpoint state (tr_trainer_release calls it). */
+void tr__trainer_checkpoint_release(tr_trainer_t* t);
+
+/* trainer/device.c: what depends on the device. pick: t->device,
+ * device_name, compute_dtype from the settings (and the current CUDA
+ * device); setup (after the weights exist): compute copies and the loss
+ * accumulator; loss_add: a micro-batch's losses into *sum (CPU) or the
+ * device accumulator; loss_take: the accumulator added into *sum and
+ * cleared (one host synchronization); grad_sumsq: *sq += sum of squares of
+ * every local grad; adamw: the update of every parameter (and its compute
+ * copy). */
+int tr__trainer_device_pick(tr_trainer_t* t, tr_errmsg_t* err);
+int tr__trainer_device_setup(tr_trainer_t* t);
+void tr__trainer_device_release(tr_trainer_t* t);
+int tr__trainer_loss_add(tr_trainer_t* t, const tr_model_mb_t* mb, double* sum);
+int tr__trainer_loss_take(tr_trainer_t* t, double* sum);
+int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq);
+int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip);
+
+#endif /* TRAINRUN_TRAINER_INTERNAL_H */
