@@ -302,18 +302,34 @@
   X(comm, save_traces_file_prefix, STR, "rank_", 0, 0, NULL,                   \
     "Dump file name prefix; the rank number follows.")                         \
   X(comm, mode, ENUM, "default", 0, 0, "default|fake_backend|local_tensor",    \
-    "fake_backend runs one process that plays every rank's shapes without "   \
-    "moving data, to check a large layout.")                                   \
+    "fake_backend runs one process that plays rank fake_rank of a world of "  \
+    "fake_world_size ranks without moving data (PyTorch's fake process "      \
+    "group): every collective completes at once, so the layout's shapes, "    \
+    "steps and memory of one rank can be checked on one machine. "            \
+    "local_tensor is refused (not implemented).")                              \
+  X(comm, fake_world_size, INT, "1", 1, 1048576, NULL,                         \
+    "trainrun: under fake_backend, the world size the one process plays; "    \
+    "the config is resolved for it. Refused under the other modes.")           \
+  X(comm, fake_rank, INT, "0", 0, 1048575, NULL,                               \
+    "trainrun: under fake_backend, the rank the process plays (below "        \
+    "fake_world_size). Refused under the other modes.")                        \
   X(comm, backend, STR, "cpu:gloo,cuda:nccl", 0, 0, NULL,                      \
-    "trainrun: process-group backend, one of gloo, nccl, mpi, or a list of "  \
-    "device:backend pairs that picks the backend by tensor device.")           \
+    "trainrun: process-group backend of the job's ranks, one of gloo, nccl, " \
+    "mpi, or a list of device:backend pairs that picks the backend by "       \
+    "tensor device. mpi trains a CPU job over Open MPI: under mpirun the "    \
+    "ranks are mpirun's processes; trainrun --nproc-per-node N starts them "  \
+    "through mpirun (one node).")                                              \
   X(comm, hang_timeout_seconds, INT, "600", 0, TR_CFG_NOMAX, NULL,             \
     "trainrun: a job whose collectives make no progress for this long dumps " \
     "every rank's flight recorder; 0 turns hang detection off.")               \
   X(comm, key, SECRET, NULL, 0, 0, NULL,                                       \
-    "trainrun: shared secret the store clients prove before any command; "    \
-    "TRAINRUN_STORE_TOKEN is the way to keep it out of files. Never "         \
-    "printed.")
+    "trainrun: shared secret of the job's store: the store the launcher "     \
+    "hosts requires it, and every daemon and worker proves it before any "    \
+    "command (HMAC challenge; the secret never crosses the wire). A node "    \
+    "with a missing or different secret fails with \"authentication "         \
+    "failed\" naming the endpoint. TRAINRUN_STORE_TOKEN is the other way to "  \
+    "pass it (and keeps it out of files); when both are set this key wins. "  \
+    "Never printed.")
 
 #define TR_CONFIG_KEYS_activation_checkpoint(X)                                \
   X(activation_checkpoint, mode, ENUM, "selective", 0, 0,                      \
