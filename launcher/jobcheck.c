@@ -9,7 +9,9 @@
  *    specs (trainer/fault.c), process-group backend lists
  *    (collectives/pg.c);
  *  - keys whose feature trainrun does not build, refused with where they
- *    were set, what they would need and what to use instead.
+ *    were set, what they would need and what to use instead;
+ *  - keys that only work together (and the model's flavor and length),
+ *    checked here once rather than when the trainer reaches them.
  *
  * Keys accepted only so that torchtitan job files load, or that apply only
  * under a parallelism trainrun does not build, change nothing; when one is
@@ -26,6 +28,7 @@
 #include "trainrun/fault.h" /* the fault-spec grammar */
 #include "trainrun/pg.h"    /* the backend grammar */
 #include "trainrun/tensor.h"
+#include "trainrun/trainer.h" /* the model config of a job */
 
 /* err = "<where key was set>: <key>: <message>" (after file:line:col the
  * key is named; a flag names it itself; a message from another module's
@@ -120,10 +123,12 @@ static int check_backend(const tr_config_t* cfg, tr_errmsg_t* err) {
     return key_fail(cfg, err, TR_CFG_K_comm_backend,
                     "mpi serves the CPU tensors of CPU jobs; a GPU job uses "
                     "cpu:gloo,cuda:nccl");
-  if (!tr_pg_backend_available(mine))
+  /* (a GPU job may be checked and planned with a build that lacks NCCL;
+   * a CPU job over mpi runs with the build that checks it) */
+  if (mine == TR_PG_BACKEND_MPI && !tr_pg_backend_available(mine))
     return key_fail(cfg, err, TR_CFG_K_comm_backend,
-                    "this build of trainrun has no %s; use %s",
-                    tr_pg_backend_name(mine), cuda ? "cuda:nccl" : "cpu:gloo");
+                    "this build of trainrun has no MPI (configure found no "
+                    "Open MPI); use cpu:gloo");
   return 0;
 }
 
@@ -202,10 +207,43 @@ static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
   return 0;
 }
 
+/* A message from another module that starts with "section.key: ": with
+ * where that key was set in front. */
+static int fail_named(const tr_config_t* cfg, tr_errmsg_t* err,
+                      const char* msg) {
+  for (size_t i = 0; i < tr_config_nkeys(); i++) {
+    const char* name = tr_config_key(i)->name;
+    size_t n = strlen(name);
+    if (strncmp(msg, name, n) == 0 && (msg[n] == ':' || msg[n] == ' '))
+      return key_fail(cfg, err, (tr_config_key_id_t)i, "%s", msg);
+  }
+  return tr_errmsg_set(err, TR_ECONFIG, "%s", msg);
+}
+
+/* Keys that only make sense together, and the model the job names. */
+static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
+  tr_model_config_t mc;
+  tr_errmsg_t merr;
+  if (tr_trainer_model_config(cfg, &mc, &merr) < 0) /* flavor, seq_len */
+    return fail_named(cfg, err, merr.message);
+  const typeof(cfg->checkpoint)* ck = &cfg->checkpoint;
+  if (ck->enable && ck->last_save_in_hf && !ck->last_save_model_only)
+    return key_fail(cfg, err, TR_CFG_K_checkpoint_last_save_in_hf,
+                    "needs checkpoint.last_save_model_only = true (only the "
+                    "model is saved as Hugging Face safetensors)");
+  if (job_on_cuda(cfg) && strcmp(cfg->optimizer.name, "Adam") == 0 &&
+      cfg->optimizer.weight_decay != 0)
+    return key_fail(cfg, err, TR_CFG_K_optimizer_name,
+                    "'Adam' with weight_decay (an L2 term) runs on the CPU "
+                    "only; use AdamW on cuda, or weight_decay = 0");
+  return 0;
+}
+
 int tr__job_check(tr_config_t* cfg, int64_t world, tr_errmsg_t* err) {
   TR_CHECK(check_mode(cfg, &world, err));
   TR_CHECK(tr_config_resolve(cfg, world, err));
   TR_CHECK(check_unbuilt(cfg, err));
+  TR_CHECK(check_combinations(cfg, err));
   TR_CHECK(check_backend(cfg, err));
   return check_faults(cfg, world, err);
 }
@@ -278,8 +316,13 @@ void tr__job_notes(const tr_config_t* cfg, FILE* out) {
   for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) {
     if (tr_config_is_default(cfg, inert[i].id)) continue;
     const char* at = tr_config_origin(cfg, inert[i].id, where, sizeof where);
-    fprintf(out, "trainrun: note: %s%s%s has no effect: %s\n", at ? at : "",
-            at ? ": " : "", tr_config_key(inert[i].id)->name, inert[i].why);
+    const char* name = tr_config_key(inert[i].id)->name;
+    if (at && at[0] == '-') /* the flag names the key */
+      fprintf(out, "trainrun: note: %s has no effect: %s\n", at,
+              inert[i].why);
+    else
+      fprintf(out, "trainrun: note: %s%s%s has no effect: %s\n",
+              at ? at : "", at ? ": " : "", name, inert[i].why);
   }
   if (cfg->debug.deterministic_warn_only && !cfg->debug.deterministic)
     fprintf(out,

@@ -22,6 +22,7 @@
 #include "trainrun/flight_recorder.h" /* every collective, in shared memory */
 #include "trainrun/fsdp2.h" /* FSDP / HSDP when dp_shard > 1 */
 #include "trainrun/log.h"
+#include "trainrun/model.h" /* print_after_conversion */
 #include "trainrun/param.h" /* MASTER_ADDR, MASTER_PORT, restart count */
 #include "trainrun/pg.h"    /* the world's process group */
 #include "trainrun/store.h" /* the daemon's store */
@@ -184,6 +185,33 @@ static int save_config(const tr_config_t* cfg, tr_errmsg_t* err) {
   return rc;
 }
 
+/* [model] print_after_conversion: the parameter table of the model the
+ * job builds (trainrun has no converters, so it is the model as built):
+ * name, shape, elements. */
+static int print_params(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
+  tr_model_config_t mc;
+  TR_CHECK(tr_trainer_model_config(cfg, &mc, err));
+  tr_model_t m;
+  int rc = tr_model_init(&m, &mc); /* the table only: no tensor memory */
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "cannot build the model: %s",
+                         tr_strerror(rc));
+  fprintf(out, "model parameters (%d tensors, %lld elements; no converters):\n",
+          m.n_params, (long long)tr_model_num_params(&m));
+  for (int i = 0; i < m.n_params; i++) {
+    const tr_param_t* p = &m.params[i];
+    int64_t n = 1;
+    fprintf(out, "  %-48s [", p->name);
+    for (int d = 0; d < p->ndim; d++) {
+      fprintf(out, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+      n *= p->shape[d];
+    }
+    fprintf(out, "] %lld\n", (long long)n);
+  }
+  tr_model_release(&m);
+  return 0;
+}
+
 /* [debug] deterministic. The CPU kernels are deterministic already (fixed
  * reduction orders, no atomics, no algorithm search), so runs repeat bit
  * for bit with or without it; on GPUs it makes the kernels refuse their
@@ -289,6 +317,8 @@ int tr_launch_job(int argc, char** argv) {
     int trc = 0;
     if (first && cfg.job.save_config_file)
       trc = save_config(&cfg, &terr);
+    if (trc == 0 && first && cfg.model.print_after_conversion)
+      trc = print_params(&cfg, stdout, &terr);
     if (trc < 0) fprintf(stderr, "trainrun: %s\n", terr.message);
     if (trc == 0 && launch.world_size > 1) {
       trc = worker_dist_init(&wd, &launch, &cfg);
