@@ -241,8 +241,8 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
 
 int tr__job_check(tr_config_t* cfg, int64_t world, tr_errmsg_t* err) {
   TR_CHECK(check_mode(cfg, &world, err));
+  TR_CHECK(check_unbuilt(cfg, err)); /* before the degrees meet the world */
   TR_CHECK(tr_config_resolve(cfg, world, err));
-  TR_CHECK(check_unbuilt(cfg, err));
   TR_CHECK(check_combinations(cfg, err));
   TR_CHECK(check_backend(cfg, err));
   return check_faults(cfg, world, err);

@@ -14,3 +14,8 @@ dist_man_MANS += man/trainrun.1
 # `trainrun config`: exit codes and messages of the command line.
 TESTS += tests/cli_config.test
 EXTRA_DIST += tests/cli_config.test
+
+# Every key of the job-config schema acts or is refused (a table that a key
+# added later must join).
+TESTS += tests/cli_keys.test
+EXTRA_DIST += tests/cli_keys.test
