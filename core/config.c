@@ -1,7 +1,8 @@
 /* core/config.c: the typed job config (see trainrun/config.h): defaults,
  * TOML and command-line input with checks and "did you mean" suggestions,
- * cross-field resolution, and the TOML, JSON and man-page printers, all
- * driven by the schema table in trainrun/config_schema.h. */
+ * cross-field resolution, the TOML and JSON printers and the key
+ * descriptions the man page is made of (tools/man_config.c), all driven by
+ * the schema table in trainrun/config_schema.h. */
 #include "config.h"
 
 #include <ctype.h>
