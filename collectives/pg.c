@@ -132,8 +132,7 @@ static int backend_fits(tr_device_type_t d, tr_pg_backend_t b) {
 
 int tr_pg_backend_parse(const char* spec, tr_pg_backend_spec_t* out,
                         tr_errmsg_t* err) {
-  tr_pg_backend_t kinds[TR__PG_NDEV] = {TR_PG_BACKEND_NONE,
-                                        TR_PG_BACKEND_NONE};
+  tr_pg_backend_t kinds[TR__PG_NDEV] = {TR_PG_BACKEND_NONE, TR_PG_BACKEND_NONE};
   if (!strchr(spec, ':')) {
     tr_pg_backend_t b;
     if (parse_backend_name(spec, strlen(spec), &b) < 0)

@@ -257,16 +257,16 @@ int tr__job_uses_mpi(const tr_config_t* cfg) {
 
 /* ---- keys that change nothing ---- */
 
-#define UNDER_TP                                                      \
+#define UNDER_TP                                                        \
   "it applies under tensor parallelism, which trainrun does not build " \
   "yet"
-#define UNDER_PP                                                        \
+#define UNDER_PP                                                          \
   "it applies under pipeline parallelism, which trainrun does not build " \
   "yet"
-#define UNDER_CP                                                       \
+#define UNDER_CP                                                         \
   "it applies under context parallelism, which trainrun does not build " \
   "yet"
-#define UNDER_EP                                                         \
+#define UNDER_EP                                                        \
   "it applies under expert parallelism, and trainrun's models have no " \
   "mixture-of-experts layers"
 
@@ -285,8 +285,7 @@ static const struct {
     {TR_CFG_K_parallelism_pipeline_parallel_schedule_csv, UNDER_PP},
     {TR_CFG_K_parallelism_pipeline_parallel_microbatch_size, UNDER_PP},
     {TR_CFG_K_parallelism_pipeline_parallel_layers_per_stage, UNDER_PP},
-    {TR_CFG_K_parallelism_pipeline_parallel_first_stage_less_layers,
-     UNDER_PP},
+    {TR_CFG_K_parallelism_pipeline_parallel_first_stage_less_layers, UNDER_PP},
     {TR_CFG_K_parallelism_pipeline_parallel_last_stage_less_layers, UNDER_PP},
     {TR_CFG_K_parallelism_context_parallel_load_balancer, UNDER_CP},
     {TR_CFG_K_parallelism_context_parallel_rotate_method, UNDER_CP},
@@ -318,11 +317,10 @@ void tr__job_notes(const tr_config_t* cfg, FILE* out) {
     const char* at = tr_config_origin(cfg, inert[i].id, where, sizeof where);
     const char* name = tr_config_key(inert[i].id)->name;
     if (at && at[0] == '-') /* the flag names the key */
-      fprintf(out, "trainrun: note: %s has no effect: %s\n", at,
-              inert[i].why);
+      fprintf(out, "trainrun: note: %s has no effect: %s\n", at, inert[i].why);
     else
-      fprintf(out, "trainrun: note: %s%s%s has no effect: %s\n",
-              at ? at : "", at ? ": " : "", name, inert[i].why);
+      fprintf(out, "trainrun: note: %s%s%s has no effect: %s\n", at ? at : "",
+              at ? ": " : "", name, inert[i].why);
   }
   if (cfg->debug.deterministic_warn_only && !cfg->debug.deterministic)
     fprintf(out,

@@ -275,9 +275,8 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
       /* an elastic job must fit every world it may run in */
       for (int nn = o.nnodes_min; nn < o.nnodes_max; nn++) {
         tr_config_t c2;
-        int bad =
-            tr_config_load(&c2, path, nover, over, &cerr) < 0 ||
-            tr__job_check(&c2, (int64_t)nn * o.nproc_per_node, &cerr) < 0;
+        int bad = tr_config_load(&c2, path, nover, over, &cerr) < 0 ||
+                  tr__job_check(&c2, (int64_t)nn * o.nproc_per_node, &cerr) < 0;
         tr_config_release(&c2);
         if (bad) {
           fprintf(stderr, "trainrun: with %d nodes: %s\n", nn, cerr.message);

@@ -111,8 +111,7 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
     so.probe_auth = 1; /* the daemon's store: say when it wants a secret */
     rc = tr_store_client_connect(&so, &w->store);
     if (rc < 0) {
-      fprintf(stderr,
-              "trainrun: rank %d: %s at the store %s:%d: %s\n", l->rank,
+      fprintf(stderr, "trainrun: rank %d: %s at the store %s:%d: %s\n", l->rank,
               rc == TR_EAUTH ? "authentication failed" : "cannot connect",
               so.host, so.port,
               rc == TR_EAUTH ? "its secret (comm.key or TRAINRUN_STORE_TOKEN) "
@@ -226,11 +225,11 @@ static void deterministic_on(const tr_config_t* cfg, FILE* out) {
   }
 #ifdef HAVE_CUDA
   tr_kern_cuda_set_deterministic(1, cfg->debug.deterministic_warn_only);
-  fprintf(out,
-          "debug.deterministic: GPU kernels without a deterministic form "
-          "(cuDNN's atomic attention backward) are %s\n",
-          cfg->debug.deterministic_warn_only ? "used with a warning"
-                                             : "not used");
+  fprintf(
+      out,
+      "debug.deterministic: GPU kernels without a deterministic form "
+      "(cuDNN's atomic attention backward) are %s\n",
+      cfg->debug.deterministic_warn_only ? "used with a warning" : "not used");
 #endif
 }
 
@@ -304,10 +303,11 @@ int tr_launch_job(int argc, char** argv) {
     print_summary(&cfg, stdout);
     if (cfg.debug.deterministic) deterministic_on(&cfg, stdout);
     if (launch.world_size > 1 && strcmp(cfg.comm.mode, "fake_backend") == 0)
-      printf("comm.mode fake_backend: this process plays rank %d of %d; "
-             "collectives complete without moving data (the losses are "
-             "not the job's)\n",
-             launch.rank, launch.world_size);
+      printf(
+          "comm.mode fake_backend: this process plays rank %d of %d; "
+          "collectives complete without moving data (the losses are "
+          "not the job's)\n",
+          launch.rank, launch.world_size);
     fflush(stdout);
     keep_freed_memory();
     tr_errmsg_t terr;
@@ -315,8 +315,7 @@ int tr_launch_job(int argc, char** argv) {
     worker_dist_t wd = {0};
     tr_trainer_opts_t topts = {0};
     int trc = 0;
-    if (first && cfg.job.save_config_file)
-      trc = save_config(&cfg, &terr);
+    if (first && cfg.job.save_config_file) trc = save_config(&cfg, &terr);
     if (trc == 0 && first && cfg.model.print_after_conversion)
       trc = print_params(&cfg, stdout, &terr);
     if (trc < 0) fprintf(stderr, "trainrun: %s\n", terr.message);

@@ -136,8 +136,7 @@ START_TEST(test_fake_shapes) {
   ck_assert_int_eq(tr_pg_all_gather(pg, &other, &in, NULL), TR_EDTYPE);
   /* reduce_scatter: input is size x output; this rank (3) keeps its own
    * chunk, the peers add nothing */
-  for (int64_t i = 0; i < 40; i++)
-    ((float*)tr_tensor_data(&out))[i] = (float)i;
+  for (int64_t i = 0; i < 40; i++) ((float*)tr_tensor_data(&out))[i] = (float)i;
   ck_assert_int_eq(tr_pg_reduce_scatter(pg, &in, &out, TR_PG_SUM, NULL), 0);
   for (int64_t i = 0; i < 5; i++)
     ck_assert_double_eq(tr_tensor_get(&in, i), (double)(15 + i));
