@@ -229,8 +229,9 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
   const typeof(cfg->checkpoint)* ck = &cfg->checkpoint;
   if (ck->enable && ck->last_save_in_hf && !ck->last_save_model_only)
     return key_fail(cfg, err, TR_CFG_K_checkpoint_last_save_in_hf,
-                    "needs checkpoint.last_save_model_only = true (only the "
-                    "model is saved as Hugging Face safetensors)");
+                    "checkpoint.last_save_in_hf needs "
+                    "checkpoint.last_save_model_only = true (only the model "
+                    "is saved as Hugging Face safetensors)");
   if (job_on_cuda(cfg) && strcmp(cfg->optimizer.name, "Adam") == 0 &&
       cfg->optimizer.weight_decay != 0)
     return key_fail(cfg, err, TR_CFG_K_optimizer_name,

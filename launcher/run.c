@@ -305,8 +305,8 @@ int tr_launch_job(int argc, char** argv) {
     if (launch.world_size > 1 && strcmp(cfg.comm.mode, "fake_backend") == 0)
       printf(
           "comm.mode fake_backend: this process plays rank %d of %d; "
-          "collectives complete without moving data (the losses are "
-          "not the job's)\n",
+          "collectives complete without moving data: the step lines' mem "
+          "is that rank's, the losses are not the job's\n",
           launch.rank, launch.world_size);
     fflush(stdout);
     keep_freed_memory();
