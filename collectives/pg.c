@@ -64,44 +64,69 @@ static int backend_fits(tr_device_type_t d, tr_pg_backend_t b) {
   return b == TR_PG_BACKEND_NCCL;
 }
 
-/* "gloo" | "cpu:gloo,cuda:nccl" -> one backend per device slot. */
-static int parse_spec(const char* spec, tr_pg_backend_t kinds[TR__PG_NDEV]) {
-  for (int d = 0; d < TR__PG_NDEV; d++) kinds[d] = TR_PG_BACKEND_NONE;
+int tr_pg_backend_parse(const char* spec, tr_pg_backend_spec_t* out,
+                        tr_errmsg_t* err) {
+  tr_pg_backend_t kinds[TR__PG_NDEV] = {TR_PG_BACKEND_NONE, TR_PG_BACKEND_NONE};
   if (!strchr(spec, ':')) {
     tr_pg_backend_t b;
-    if (parse_backend_name(spec, strlen(spec), &b) < 0) goto bad;
+    if (parse_backend_name(spec, strlen(spec), &b) < 0)
+      return tr_errmsg_set(err, TR_EINVAL,
+                           "expected gloo, nccl, mpi, fake or a list of "
+                           "device:backend pairs like 'cpu:gloo,cuda:nccl', "
+                           "got '%s'",
+                           spec);
     for (int d = 0; d < TR__PG_NDEV; d++)
       if (backend_fits((tr_device_type_t)d, b)) kinds[d] = b;
   } else {
     const char* p = spec;
-    while (*p) {
-      const char* end = strchr(p, ',');
-      size_t len = end ? (size_t)(end - p) : strlen(p);
+    for (;;) {
+      size_t len = strcspn(p, ",");
       const char* colon = memchr(p, ':', len);
-      if (!colon) goto bad;
-      tr_device_type_t d;
-      size_t dl = (size_t)(colon - p);
-      if (dl == 3 && !strncmp(p, "cpu", 3))
+      size_t dl = colon ? (size_t)(colon - p) : 0;
+      tr_device_type_t d = TR_DEV_CPU;
+      tr_pg_backend_t b = TR_PG_BACKEND_NONE;
+      int ok = colon != NULL;
+      if (ok && dl == 3 && !strncmp(p, "cpu", 3))
         d = TR_DEV_CPU;
-      else if (dl == 4 && !strncmp(p, "cuda", 4))
+      else if (ok && dl == 4 && !strncmp(p, "cuda", 4))
         d = TR_DEV_CUDA;
       else
-        goto bad;
-      tr_pg_backend_t b;
-      if (parse_backend_name(colon + 1, len - dl - 1, &b) < 0) goto bad;
-      if (!backend_fits(d, b)) {
-        TR_LOG_ERROR(COLL, "backend '%s': %s cannot serve %s tensors", spec,
-                     tr_pg_backend_name(b), d == TR_DEV_CPU ? "cpu" : "cuda");
-        return TR_EINVAL;
-      }
+        ok = 0;
+      if (ok) ok = parse_backend_name(colon + 1, len - dl - 1, &b) == 0;
+      if (!ok)
+        return tr_errmsg_set(err, TR_EINVAL,
+                             "'%.*s' is not device:backend with device cpu "
+                             "or cuda and backend gloo, nccl, mpi or fake",
+                             (int)len, p);
+      if (!backend_fits(d, b))
+        return tr_errmsg_set(err, TR_EINVAL, "%s cannot serve %s tensors",
+                             tr_pg_backend_name(b),
+                             d == TR_DEV_CPU ? "cpu" : "cuda");
+      if (kinds[d] != TR_PG_BACKEND_NONE)
+        return tr_errmsg_set(err, TR_EINVAL, "'%s' names %s twice", spec,
+                             d == TR_DEV_CPU ? "cpu" : "cuda");
       kinds[d] = b;
-      if (end && !end[1]) goto bad; /* a trailing comma */
-      p = end ? end + 1 : p + len;
+      if (!p[len]) break;
+      p += len + 1;
     }
   }
-  if (kinds[TR_DEV_CPU] == TR_PG_BACKEND_NONE &&
-      kinds[TR_DEV_CUDA] == TR_PG_BACKEND_NONE)
-    goto bad;
+  out->cpu = kinds[TR_DEV_CPU];
+  out->cuda = kinds[TR_DEV_CUDA];
+  return 0;
+}
+
+/* "gloo" | "cpu:gloo,cuda:nccl" -> one backend per device slot, less the
+ * backends this build lacks. */
+static int parse_spec(const char* spec, tr_pg_backend_t kinds[TR__PG_NDEV]) {
+  tr_pg_backend_spec_t bs;
+  tr_errmsg_t err;
+  int rc = tr_pg_backend_parse(spec, &bs, &err);
+  if (rc < 0) {
+    TR_LOG_ERROR(COLL, "backend '%s': %s", spec, err.message);
+    return rc;
+  }
+  kinds[TR_DEV_CPU] = bs.cpu;
+  kinds[TR_DEV_CUDA] = bs.cuda;
   /* A device whose backend this build lacks has none ("cpu:gloo,cuda:nccl"
    * works in a build without NCCL until a CUDA tensor shows up); a spec
    * left with no backend at all is an error. */
@@ -120,12 +145,6 @@ static int parse_spec(const char* spec, tr_pg_backend_t kinds[TR__PG_NDEV]) {
     return TR_EUNSUPPORTED;
   }
   return 0;
-bad:
-  TR_LOG_ERROR(COLL,
-               "bad backend '%s': expected gloo, nccl, mpi, fake or a "
-               "list like 'cpu:gloo,cuda:nccl'",
-               spec);
-  return TR_EINVAL;
 }
 
 /* ---- the world and groups ---- */

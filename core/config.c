@@ -1,7 +1,8 @@
 /* core/config.c: the typed job config (see trainrun/config.h): defaults,
  * TOML and command-line input with checks and "did you mean" suggestions,
- * cross-field resolution, and the TOML, JSON and man-page printers, all
- * driven by the schema table in trainrun/config_schema.h. */
+ * cross-field resolution, the TOML and JSON printers and the key
+ * descriptions the man page is made of (tools/man_config.c), all driven by
+ * the schema table in trainrun/config_schema.h. */
 #include "config.h"
 
 #include <ctype.h>
@@ -415,14 +416,9 @@ static int parse_float(const char* text, double* out) {
   return 0;
 }
 
-static const char* const fault_kinds =
-    "kill|hang|exit|slow|skip_collective|"
-    "mismatch";
 static const char* const ckpt_parts =
     "model|optimizer|lr_scheduler|dataloader|"
     "train_state";
-static const char* const backend_devices = "cpu|cuda";
-static const char* const backend_names = "gloo|nccl|mpi";
 
 /* Index of word in "a|b|c" (exact), or -1. */
 static int choice_index(const char* choices, const char* word, size_t len,
@@ -447,70 +443,6 @@ static void choice_hint(const char* choices, const char* word, size_t len,
     snprintf(buf, cap, "; did you mean '%s'?", best);
   else
     buf[0] = 0;
-}
-
-static int check_fault(const char* spec, const where_t* w,
-                       const tr_config_key_t* k, tr_errmsg_t* err) {
-  size_t kl = strcspn(spec, ":");
-  char expect[160], hint[80];
-  if (choice_index(fault_kinds, spec, kl, 0) < 0) {
-    choices_text(fault_kinds, expect, sizeof expect);
-    choice_hint(fault_kinds, spec, kl, hint, sizeof hint);
-    return fail(err, w, k, "fault '%s': unknown kind '%.*s', expected %s%s",
-                spec, (int)kl, spec, expect, hint);
-  }
-  const char* p = spec + kl;
-  while (*p == ':') {
-    p++;
-    size_t fl = strcspn(p, ":");
-    const char* eq = memchr(p, '=', fl);
-    int64_t v;
-    char num[32];
-    size_t nl = eq ? fl - (size_t)(eq + 1 - p) : 0;
-    int ok = eq && eq > p && nl > 0 && nl < sizeof num;
-    for (const char* c = p; ok && c < eq; c++)
-      ok = islower((unsigned char)*c) || *c == '_';
-    if (ok) {
-      memcpy(num, eq + 1, nl);
-      num[nl] = 0;
-      ok = parse_int(num, &v) == 0 && v >= 0;
-    }
-    if (!ok)
-      return fail(err, w, k,
-                  "fault '%s': expected name=N after the kind, got '%.*s'",
-                  spec, (int)fl, p);
-    p += fl;
-  }
-  return 0;
-}
-
-static int check_backend(const char* s, const where_t* w,
-                         const tr_config_key_t* k, tr_errmsg_t* err) {
-  char expect[80];
-  if (!strchr(s, ':')) {
-    if (choice_index(backend_names, s, strlen(s), 0) >= 0) return 0;
-    choices_text(backend_names, expect, sizeof expect);
-    return fail(err, w, k,
-                "expected %s or a list of device:backend pairs, got '%s'",
-                expect, s);
-  }
-  const char* p = s;
-  for (;;) {
-    size_t n = strcspn(p, ",");
-    const char* colon = memchr(p, ':', n);
-    if (!colon ||
-        choice_index(backend_devices, p, (size_t)(colon - p), 0) < 0 ||
-        choice_index(backend_names, colon + 1, n - (size_t)(colon + 1 - p), 0) <
-            0)
-      return fail(err, w, k,
-                  "'%.*s' is not device:backend with device cpu or cuda and "
-                  "backend gloo, nccl or mpi",
-                  (int)n, p);
-    if (strncmp(p, "cpu:nccl", n) == 0 && n == 8)
-      return fail(err, w, k, "nccl cannot serve cpu tensors");
-    if (!p[n]) return 0;
-    p += n + 1;
-  }
 }
 
 /* Checks of one value that the table cannot express. */
@@ -543,12 +475,10 @@ static int check_special(const tr_config_key_t* k, const val_t* v,
                     v->s);
       break;
     }
-    case TR_CFG_K_comm_backend:
-      return check_backend(v->s, w, k, err);
-    case TR_CFG_K_debug_fault:
-      for (size_t i = 0; i < v->n; i++)
-        TR_CHECK(check_fault(v->items[i], w, k, err));
-      break;
+    /* comm.backend and debug.fault have grammars of their own, parsed by
+     * the modules that own them (collectives/pg.c, trainer/fault.c): the
+     * launcher's job checks run those parsers and say where the text came
+     * from (launcher/jobcheck.c). */
     case TR_CFG_K_checkpoint_exclude_from_loading:
       for (size_t i = 0; i < v->n; i++) {
         const char* s = v->items[i];
@@ -1529,6 +1459,32 @@ static int value_equal(const tr_config_key_t* k, const void* a, const void* b) {
   }
 }
 
+int tr_config_is_default(const tr_config_t* cfg, tr_config_key_id_t id) {
+  if ((unsigned)id >= TR_CFG__NKEYS) return 1;
+  const tr_config_key_t* k = &keys[id];
+  if (!k->def) { /* unset by default */
+    const void* f = cfield(cfg, k);
+    switch (k->type) {
+      case TR_CFG_T_OPT_INT:
+        return !((const tr_config_opt_int_t*)f)->set;
+      case TR_CFG_T_OPT_FLOAT:
+        return !((const tr_config_opt_float_t*)f)->set;
+      default:
+        return *(char* const*)f == NULL;
+    }
+  }
+  tr_config_t tmp;
+  tr_errmsg_t err;
+  memset(&tmp, 0, sizeof tmp);
+  if (set_text(&tmp, k, k->def, NULL, &err) < 0) { /* out of memory */
+    tr_config_release(&tmp);
+    return 1;
+  }
+  int same = value_equal(k, cfield(cfg, k), cfield(&tmp, k));
+  tr_config_release(&tmp);
+  return same;
+}
+
 int tr_config_equal(const tr_config_t* a, const tr_config_t* b,
                     const char** first_diff) {
   for (size_t i = 0; i < TR_CFG__NKEYS; i++) {
@@ -1748,262 +1704,57 @@ out_nomem:
   return TR_ENOMEM;
 }
 
-/* ---- the man page ---- */
+/* ---- describing keys ---- */
 
-/* Text escaped for roff: backslashes, dashes, leading dots and quotes. */
-static void man_text(FILE* out, const char* s) {
-  if (*s == '.' || *s == '\'') fputs("\\&", out);
-  for (; *s; s++) {
-    if (*s == '\\')
-      fputs("\\e", out);
-    else if (*s == '-')
-      fputs("\\-", out);
-    else
-      fputc(*s, out);
-  }
-}
-
-static void man_type(FILE* out, const tr_config_key_t* k) {
+void tr_config_key_type_text(const tr_config_key_t* k, char* buf, size_t cap) {
   char lo[40], hi[40], ch[200];
+  const char* range = "";
+  buf[0] = 0;
   switch (k->type) {
     case TR_CFG_T_INT:
     case TR_CFG_T_OPT_INT:
     case TR_CFG_T_FLOAT:
     case TR_CFG_T_OPT_FLOAT:
-      man_text(out, is_intish(k->type) ? "integer" : "number");
       fmt_bound(lo, sizeof lo, k, k->min);
       fmt_bound(hi, sizeof hi, k, k->max);
-      if (!isinf(k->min) && !isinf(k->max)) {
-        fputs(" from ", out);
-        man_text(out, lo);
-        fputs(" to ", out);
-        man_text(out, hi);
-      } else if (!isinf(k->min)) {
-        fputs(", at least ", out);
-        man_text(out, lo);
-      } else if (!isinf(k->max)) {
-        fputs(", at most ", out);
-        man_text(out, hi);
-      }
+      if (!isinf(k->min) && !isinf(k->max))
+        range = " from ";
+      else if (!isinf(k->min))
+        range = ", at least ";
+      else if (!isinf(k->max))
+        range = ", at most ";
+      snprintf(buf, cap, "%s%s%s%s%s",
+               is_intish(k->type) ? "integer" : "number", range,
+               !range[0] || isinf(k->min) ? "" : lo,
+               !isinf(k->min) && !isinf(k->max) ? " to " : "",
+               !range[0] || isinf(k->max) ? "" : hi);
       break;
     case TR_CFG_T_BOOL:
-      fputs("boolean", out);
+      snprintf(buf, cap, "boolean");
       break;
     case TR_CFG_T_ENUM:
       choices_text(k->choices, ch, sizeof ch);
-      if (strchr(ch, ',')) fputs("one of ", out);
-      man_text(out, ch);
+      snprintf(buf, cap, "%s%s", strchr(ch, ',') ? "one of " : "", ch);
       break;
     case TR_CFG_T_LIST:
-      fputs("array of strings", out);
+      snprintf(buf, cap, "array of strings");
       break;
     case TR_CFG_T_SECRET:
-      fputs("secret string", out);
+      snprintf(buf, cap, "secret string");
       break;
     default:
-      fputs("string", out);
+      snprintf(buf, cap, "string");
   }
-  if (is_nullable(k->type)) fputs(", may be unset", out);
+  if (is_nullable(k->type)) cat(buf, cap, ", may be unset");
 }
 
-static const char* const man_head =
-    ".\\\" trainrun.toml.5: generated by `trainrun config --man` from\n"
-    ".\\\" include/trainrun/config_schema.h; do not edit. After changing the\n"
-    ".\\\" schema run `make update-man-config`.\n"
-    ".TH TRAINRUN.TOML 5 \"\" \"trainrun\" \"File Formats\"\n"
-    ".SH NAME\n"
-    "trainrun.toml \\- trainrun job configuration\n"
-    ".SH SYNOPSIS\n"
-    ".B trainrun\n"
-    ".I JOB.toml\n"
-    "[\\fB\\-\\-section.key\\fR \\fIvalue\\fR ...]\n"
-    ".br\n"
-    ".B trainrun config\n"
-    ".I JOB.toml\n"
-    "[\\fB\\-\\-section.key\\fR \\fIvalue\\fR ...]\n"
-    "[\\fB\\-\\-world\\-size\\fR \\fIN\\fR] [\\fB\\-\\-json\\fR]\n"
-    ".SH DESCRIPTION\n"
-    "A trainrun job is described by a TOML 1.0 file whose sections and keys\n"
-    "are those of torchtitan's job config (TOML era), plus a few of "
-    "trainrun's\n"
-    "own (marked \\(lqtrainrun:\\(rq below).\n"
-    "Every key has a type and a default; a file sets only the keys it\n"
-    "changes.\n"
-    "An unknown section or key, a value of the wrong type, a number out of\n"
-    "range or a value that is not among a key's choices is an error naming\n"
-    "the file, line and column, with a suggestion when the name looks like a\n"
-    "typo:\n"
-    ".PP\n"
-    ".RS\n"
-    ".nf\n"
-    "trainrun: job.toml:4:1: unknown key 'stpes' in [training]; did you mean "
-    "'steps'?\n"
-    ".fi\n"
-    ".RE\n"
-    ".PP\n"
-    "Values come from the command line first, then the job file, then the\n"
-    "defaults below.\n"
-    ".B trainrun config\n"
-    "prints the resolved configuration as TOML (or JSON with\n"
-    ".BR \\-\\-json )\n"
-    "and exits with status 2 on any error.\n"
-    ".SS Command-line overrides\n"
-    "Every key can be set on the command line as\n"
-    ".BI \\-\\- section.key \" value\"\n"
-    "or\n"
-    ".BI \\-\\- section.key = value\\fR.\n"
-    "Dashes and underscores are interchangeable in the name\n"
-    "(\\fB\\-\\-training.local\\-batch\\-size 4\\fR).\n"
-    "Booleans are flags:\n"
-    ".BI \\-\\- section.key\n"
-    "sets true and\n"
-    ".BI \\-\\- section.no_key\n"
-    "sets false\n"
-    "(\\fB=true\\fR and \\fB=false\\fR are accepted too).\n"
-    "An array of strings is given as a comma list\n"
-    "(\\fB\\-\\-checkpoint.exclude_from_loading dataloader,lr_scheduler\\fR).\n"
-    "A key that may be unset is unset with the value\n"
-    ".BR none .\n"
-    "The job file itself may be given as\n"
-    ".B \\-\\-job.config_file\n"
-    ".IR PATH ,\n"
-    "as torchtitan does.\n"
-    "Errors name the flag:\n"
-    ".PP\n"
-    ".RS\n"
-    ".nf\n"
-    "trainrun: \\-\\-training.steps: expected an integer, got 'ten'\n"
-    ".fi\n"
-    ".RE\n"
-    ".SS Types\n"
-    "Integers are TOML integers; numbers are TOML floats or integers; strings\n"
-    "are TOML strings; booleans are true or false. Choices are matched\n"
-    "ignoring case. A key that \\(lqmay be unset\\(rq (torchtitan's None) is\n"
-    "unset when the file does not mention it; the printed configuration shows\n"
-    "it as a comment.\n"
-    ".SH KEYS\n";
-
-static const char* const man_tail =
-    ".SH CHECKS ACROSS KEYS\n"
-    "When a job starts (and in\n"
-    ".BR \"trainrun config\" ,\n"
-    "for the world size given by\n"
-    ".BR \\-\\-world\\-size ,\n"
-    "default 1) the keys are checked together:\n"
-    ".IP \\(bu 2\n"
-    "data_parallel_replicate_degree \\(mu data_parallel_shard_degree \\(mu\n"
-    "context_parallel_degree \\(mu tensor_parallel_degree \\(mu\n"
-    "pipeline_parallel_degree equals the world size;\n"
-    "data_parallel_shard_degree = \\-1 becomes the ranks the others leave, "
-    "and\n"
-    "must come out whole.\n"
-    ".IP \\(bu 2\n"
-    "With expert_parallel_degree > 1, expert_tensor_parallel_degree is 1 or\n"
-    "tensor_parallel_degree, and the expert-parallel ranks are borrowed from\n"
-    "data_parallel_shard_degree \\(mu context_parallel_degree (\\(mu\n"
-    "tensor_parallel_degree when expert_tensor_parallel_degree is 1).\n"
-    ".IP \\(bu 2\n"
-    "global_batch_size = \\-1 becomes local_batch_size \\(mu the "
-    "data-parallel\n"
-    "degree (replicate \\(mu shard); any other value must be a multiple of "
-    "it,\n"
-    "and the quotient is the number of gradient-accumulation steps.\n"
-    ".IP \\(bu 2\n"
-    "With pipeline parallelism, pipeline_parallel_microbatch_size divides\n"
-    "local_batch_size. seq_len is a multiple of tensor_parallel_degree and\n"
-    "of 2 \\(mu context_parallel_degree when those are above 1.\n"
-    ".IP \\(bu 2\n"
-    "total_steps unset becomes training.steps. A warmup_steps (plus\n"
-    "decay_ratio \\(mu total_steps) longer than that is shortened to fit, "
-    "with a\nwarning, as torchtitan does.\n"
-    ".IP \\(bu 2\n"
-    "create_seed_checkpoint runs on a world of one rank.\n"
-    ".PP\n"
-    "A message about keys checked together names where the first of them was\n"
-    "set (file:line:col or the flag).\n"
-    ".SH EXAMPLE\n"
-    ".nf\n"
-    "[job]\n"
-    "dump_folder = \"./outputs\"\n"
-    "description = \"Llama 3 debug model\"\n"
-    "\n"
-    "[model]\n"
-    "name = \"llama3\"\n"
-    "flavor = \"debugmodel\"\n"
-    "\n"
-    "[training]\n"
-    "dataset_path = \"examples/data/tinytales.txt\"\n"
-    "local_batch_size = 8\n"
-    "seq_len = 256\n"
-    "steps = 10\n"
-    "\n"
-    "[lr_scheduler]\n"
-    "warmup_steps = 2\n"
-    "\n"
-    "[parallelism]\n"
-    "data_parallel_shard_degree = \\-1\n"
-    ".fi\n"
-    ".PP\n"
-    "Check it for 8 ranks with a shorter run:\n"
-    ".PP\n"
-    ".RS\n"
-    ".nf\n"
-    "trainrun config job.toml \\-\\-world\\-size 8 \\-\\-training.steps 5\n"
-    ".fi\n"
-    ".RE\n"
-    ".SH FILES\n"
-    ".TP\n"
-    ".I examples/debug.toml\n"
-    "a small Llama that trains on a CPU in about a minute\n"
-    ".TP\n"
-    ".I examples/gpt2_124m.toml\n"
-    "GPT\\-2 124M for GPUs\n"
-    ".TP\n"
-    ".I examples/llama3_8b.toml\n"
-    "Llama 3 8B for a node of 8 GPUs\n"
-    ".SH SEE ALSO\n"
-    ".BR trainrun (1)\n";
-
-int tr_config_print_man(FILE* out) {
-  fputs(man_head, out);
-  for (size_t s = 0; s < NSECTIONS; s++) {
-    fprintf(out, ".SS [%s]\n", sections[s].name);
-    man_text(out, sections[s].doc);
-    fputs(".\n", out);
-    for (size_t i = 0; i < TR_CFG__NKEYS; i++) {
-      const tr_config_key_t* k = &keys[i];
-      if (section_of(k) != (int)s) continue;
-      fputs(".TP\n\\fB", out);
-      man_text(out, k->key);
-      fputs("\\fR = ", out);
-      if (k->type == TR_CFG_T_SECRET || !k->def) {
-        fputs("\\fIunset\\fR", out);
-      } else {
-        /* the default as TOML, from a config that holds only defaults */
-        tr_config_t tmp;
-        char* text = NULL;
-        size_t len = 0;
-        FILE* m = open_memstream(&text, &len);
-        if (!m) return TR_ENOMEM;
-        memset(&tmp, 0, sizeof tmp);
-        tr_errmsg_t err;
-        if (set_text(&tmp, k, k->def, NULL, &err) < 0) abort();
-        toml_value(m, k, cfield(&tmp, k));
-        fclose(m);
-        tr_config_release(&tmp);
-        fputs("\\fI", out);
-        man_text(out, text);
-        fputs("\\fR", out);
-        free(text);
-      }
-      fputs(" (", out);
-      man_type(out, k);
-      fputs(")\n", out);
-      man_text(out, k->doc);
-      fputc('\n', out);
-    }
-  }
-  fputs(man_tail, out);
-  if (fflush(out) != 0 || ferror(out)) return tr_err_from_errno();
-  return 0;
+int tr_config_print_default(const tr_config_key_t* k, FILE* out) {
+  if (k->type == TR_CFG_T_SECRET || !k->def) return 0;
+  tr_config_t tmp;
+  tr_errmsg_t err;
+  memset(&tmp, 0, sizeof tmp);
+  int rc = set_text(&tmp, k, k->def, NULL, &err);
+  if (rc == 0) rc = toml_value(out, k, cfield(&tmp, k));
+  tr_config_release(&tmp);
+  return rc;
 }

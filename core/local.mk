@@ -59,8 +59,8 @@ tests_toml_decoder_SOURCES = tests/toml-decoder.c core/toml.c core/buf.c \
 tests_toml_decoder_CFLAGS = $(AM_CFLAGS)
 EXTRA_DIST += tests/toml_diff.test tests/toml_diff.py tests/toml
 
-# Job config: the Check suite (it also fails when man/trainrun.toml.5 differs
-# from what the schema generates: `make update-man-config` regenerates it).
+# Job config: the Check suite (man/trainrun.toml.5 is checked by
+# tests/man_config.test, tools/local.mk).
 check_PROGRAMS += tests/check_config
 TESTS += tests/check_config
 tests_check_config_SOURCES = tests/check_config.c

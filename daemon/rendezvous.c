@@ -201,7 +201,18 @@ int tr__rdzv_store_open(const tr_daemon_opts_t* o, tr_store_server_t** server,
    * first try, so retry soon (the client backs off from there) */
   co.backoff_initial_ms = 10;
   co.backoff_max_ms = 1000;
+  co.probe_auth = 1; /* a trainrun store: a missing secret fails here */
   rc = tr_store_client_connect(&co, client);
+  if (rc == TR_EAUTH) {
+    tr_errmsg_set(err, rc,
+                  "authentication failed at the rendezvous store %s:%d: this "
+                  "node's secret ([comm] key or TRAINRUN_STORE_TOKEN) is "
+                  "missing or differs from the one the store requires",
+                  chost, cport);
+    tr_store_server_stop(*server);
+    *server = NULL;
+    return rc;
+  }
   if (rc < 0 && taken) {
     /* something holds the port, and it does not answer as a store */
     tr_errmsg_set(err, rc,

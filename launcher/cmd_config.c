@@ -1,7 +1,6 @@
 /* launcher/cmd_config.c: `trainrun config`, which prints the resolved job
  * config (TOML, or JSON with --json) for a world size, or the first error
- * in it with exit code 2. The hidden --man prints trainrun.toml(5), which
- * is generated from the config schema. */
+ * in it with exit code 2. */
 #include "config.h"
 
 #include <errno.h>
@@ -42,7 +41,7 @@ static int parse_world(const char* text, long long* out) {
 
 typedef struct {
   long long world;
-  int json, man;
+  int json;
 } config_flags_t;
 
 /* config's own flags (launcher/jobargs.c asks). */
@@ -56,10 +55,6 @@ static int config_flag(void* arg, int argc, char** argv, int i, int* code) {
   }
   if (strcmp(a, "--json") == 0) {
     f->json = 1;
-    return 1;
-  }
-  if (strcmp(a, "--man") == 0) {
-    f->man = 1;
     return 1;
   }
   if (strcmp(a, "--world-size") != 0 && strncmp(a, "--world-size=", 13) != 0)
@@ -86,15 +81,11 @@ int tr_cmd_config(int argc, char** argv) {
   tr__jobargs_t ja;
   int rc = tr__jobargs_parse(&ja, argc, argv, &o);
   if (rc >= 0) return rc;
-  if (f.man) {
-    rc = tr_config_print_man(stdout) < 0 ? 1 : 0;
-    goto out;
-  }
 
   tr_config_t cfg;
   tr_errmsg_t err;
   if (tr_config_load(&cfg, ja.path, ja.n, ja.overrides, &err) < 0 ||
-      tr_config_resolve(&cfg, f.world, &err) < 0) {
+      tr__job_check(&cfg, f.world, &err) < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
   } else {
@@ -109,7 +100,6 @@ int tr_cmd_config(int argc, char** argv) {
     }
   }
   tr_config_release(&cfg);
-out:
   tr__jobargs_release(&ja);
   return rc;
 }

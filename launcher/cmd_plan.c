@@ -228,7 +228,7 @@ int tr_cmd_plan(int argc, char** argv) {
   tr_config_t cfg;
   tr_errmsg_t err;
   if (tr_config_load(&cfg, path, n, overrides, &err) < 0 ||
-      tr_config_resolve(&cfg, world, &err) < 0) {
+      tr__job_check(&cfg, world, &err) < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
   } else {

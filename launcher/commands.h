@@ -7,7 +7,10 @@
 #ifndef TRAINRUN_LAUNCHER_COMMANDS_H
 #define TRAINRUN_LAUNCHER_COMMANDS_H
 
+#include <stdint.h>
 #include <stdio.h> /* FILE */
+
+#include "trainrun/config.h"
 
 /* `trainrun config [JOB.toml] [overrides] [--world-size N] [--json]`. */
 int tr_cmd_config(int argc, char** argv);
@@ -101,5 +104,26 @@ typedef struct {
 int tr__jobargs_parse(tr__jobargs_t* ja, int argc, char** argv,
                       const tr__jobargs_opts_t* o);
 void tr__jobargs_release(tr__jobargs_t* ja);
+
+/* ---- the job checks (launcher/jobcheck.c) ---- */
+
+/* Everything a run refuses before it starts, for every command that takes
+ * a job (the run, --dry-run, config, plan): tr_config_resolve for a world
+ * of `world` ranks (under [comm] mode = "fake_backend", for
+ * comm.fake_world_size, and world must be 1 or that), the fault specs and
+ * the backend list through their modules' parsers, and the keys whose
+ * feature is not built. TR_ECONFIG with the message in err, naming
+ * file:line:col or the flag. */
+int tr__job_check(tr_config_t* cfg, int64_t world, tr_errmsg_t* err);
+
+/* 1 when the job trains over MPI: a CPU job whose [comm] backend serves
+ * CPU tensors with mpi (its ranks are then MPI's processes, started by
+ * mpirun: launcher/mpirun.c). */
+int tr__job_uses_mpi(const tr_config_t* cfg);
+
+/* One "trainrun: note: ..." line on out for each key set to a value that
+ * changes nothing in trainrun (torchtitan keys of features it lacks),
+ * saying why. */
+void tr__job_notes(const tr_config_t* cfg, FILE* out);
 
 #endif /* TRAINRUN_LAUNCHER_COMMANDS_H */

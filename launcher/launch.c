@@ -30,7 +30,6 @@
 #include "trainrun/config.h"
 #include "trainrun/daemon.h"
 #include "trainrun/error.h"
-#include "trainrun/fault.h" /* --debug.fault specs */
 #include "trainrun/log.h"
 #include "trainrun/param.h"
 
@@ -244,6 +243,16 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
     }
     have_cfg = 1;
     device = device_of(cfg.training.device);
+    if (cfg.comm.key) {
+      /* [comm] key: the store this launch hosts requires it, and the
+       * daemons and workers prove it (they read TRAINRUN_STORE_TOKEN) */
+      if (setenv(tr_param_env_name(TR_PARAM_STORE_TOKEN), cfg.comm.key, 1)) {
+        fprintf(stderr, "trainrun: %s\n", tr_strerror(tr_err_from_errno()));
+        rc = 1;
+        goto out;
+      }
+      tr_param_reset();
+    }
   }
   if (tr_daemon_opts_finish(&o, device, &err) < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
@@ -254,24 +263,10 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
     rc = -1; /* one rank here, no daemon */
     goto out;
   }
-  if (have_cfg && tr_config_resolve(&cfg, world, &cerr) < 0) {
+  /* the job's checks, fault specs included: before any worker starts */
+  if (have_cfg && tr__job_check(&cfg, world, &cerr) < 0) {
     fprintf(stderr, "trainrun: %s\n", cerr.message);
     goto out;
-  }
-  /* --debug.fault specs: refused here, before any worker starts */
-  for (size_t i = 0; have_cfg && i < cfg.debug.fault.n; i++) {
-    tr_fault_t f;
-    if (tr_fault_parse(cfg.debug.fault.v[i], &f, &err) < 0) {
-      fprintf(stderr, "trainrun: %s\n", err.message);
-      goto out;
-    }
-    if (f.rank >= world) {
-      fprintf(stderr,
-              "trainrun: debug.fault '%s': rank %d is not below the world "
-              "size %d\n",
-              f.spec, f.rank, world);
-      goto out;
-    }
   }
   if (dry_run) {
     print_layout(&o, stdout);
@@ -280,9 +275,8 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
       /* an elastic job must fit every world it may run in */
       for (int nn = o.nnodes_min; nn < o.nnodes_max; nn++) {
         tr_config_t c2;
-        int bad =
-            tr_config_load(&c2, path, nover, over, &cerr) < 0 ||
-            tr_config_resolve(&c2, (int64_t)nn * o.nproc_per_node, &cerr) < 0;
+        int bad = tr_config_load(&c2, path, nover, over, &cerr) < 0 ||
+                  tr__job_check(&c2, (int64_t)nn * o.nproc_per_node, &cerr) < 0;
         tr_config_release(&c2);
         if (bad) {
           fprintf(stderr, "trainrun: with %d nodes: %s\n", nn, cerr.message);
@@ -291,6 +285,11 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
       }
     }
     rc = fflush(stdout) == 0 ? 0 : 1;
+    goto out;
+  }
+
+  if (have_cfg && !exec_argv && tr__job_uses_mpi(&cfg)) {
+    rc = tr__launch_mpi(&o, kept, argv, l); /* -1: a rank of mpirun's */
     goto out;
   }
 

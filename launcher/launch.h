@@ -5,6 +5,8 @@
 #ifndef TRAINRUN_LAUNCHER_LAUNCH_H
 #define TRAINRUN_LAUNCHER_LAUNCH_H
 
+#include "trainrun/daemon.h" /* tr_daemon_opts_t */
+
 /* Where and as what this process trains. */
 typedef struct {
   int world_size; /* ranks of the job: WORLD_SIZE in a worker, else 1 */
@@ -22,5 +24,14 @@ typedef struct {
  *    nodes, restarts, log files, --exec), or --dry-run -- and returns the
  *    exit code, having printed its messages ("trainrun: ..."). */
 int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l);
+
+/* A job that trains over MPI (tr__job_uses_mpi, launcher/mpirun.c): under
+ * mpirun, fills *l as rank OMPI_COMM_WORLD_RANK and returns -1 (train
+ * here); otherwise runs `mpirun -np <nproc-per-node> <this program> argv`
+ * in place of this process, or returns the exit code of a refusal (2:
+ * several nodes, or a daemon flag such as --max-restarts) after printing
+ * why. argv holds the job file and overrides (argc of them). */
+int tr__launch_mpi(const tr_daemon_opts_t* o, int argc, char** argv,
+                   tr_launch_t* l);
 
 #endif /* TRAINRUN_LAUNCHER_LAUNCH_H */

@@ -9,7 +9,7 @@ trainrun_SOURCES = launcher/main.c launcher/cmd_config.c launcher/run.c \
 	launcher/cmd_store.c launcher/cmd_fr.c launcher/cmd_fr_live.c \
 	launcher/cmd_data.c launcher/cmd_eval.c launcher/cmd_sample.c \
 	launcher/cmd_ckpt.c launcher/cmd_status.c \
-	launcher/jobargs.c \
+	launcher/jobargs.c launcher/jobcheck.c launcher/mpirun.c \
 	launcher/launch.c launcher/launch.h \
 	launcher/commands.h
 trainrun_LDADD = libtrainrun.la $(JANSSON_LIBS)
@@ -19,6 +19,7 @@ dist_man_MANS += man/trainrun.1
 TESTS += tests/cli_config.test
 EXTRA_DIST += tests/cli_config.test
 
-# Regenerate man/trainrun.toml.5 from the config schema.
-update-man-config: trainrun$(EXEEXT)
-	./trainrun$(EXEEXT) config --man > $(srcdir)/man/trainrun.toml.5
+# Every key of the job-config schema acts or is refused (a table that a key
+# added later must join).
+TESTS += tests/cli_keys.test
+EXTRA_DIST += tests/cli_keys.test

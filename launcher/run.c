@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h> /* getcwd */
-#ifdef __GLIBC__ /* defined by the headers above */
+#ifdef __GLIBC__    /* defined by the headers above */
 #include <malloc.h> /* mallopt */
 #endif
 
@@ -26,10 +26,16 @@
 #include "trainrun/error.h"
 #include "trainrun/flight_recorder.h" /* every collective, in shared memory */
 #include "trainrun/fsdp2.h"           /* FSDP / HSDP when dp_shard > 1 */
+#include "trainrun/log.h"
+#include "trainrun/model.h" /* print_after_conversion */
 #include "trainrun/param.h" /* MASTER_ADDR, MASTER_PORT, restart count */
 #include "trainrun/pg.h"    /* the world's process group */
 #include "trainrun/store.h" /* the daemon's store */
 #include "trainrun/trainer.h"
+#include "core/internal.h" /* tr__mkdir_p */
+#ifdef HAVE_CUDA
+#include "trainrun/kernels_cuda.h" /* deterministic kernels */
+#endif
 
 /* One line naming what the job would do. */
 static void print_summary(const tr_config_t* cfg, FILE* out) {
@@ -55,8 +61,12 @@ static void print_summary(const tr_config_t* cfg, FILE* out) {
 
 /* The data-parallel side of a worker of a world of several ranks: a
  * client of the daemon's store (MASTER_ADDR:MASTER_PORT), the default
- * process group (Gloo for CPU tensors, NCCL for CUDA ones) under [comm]
- * init_timeout_seconds, and the trainer's gradient sync over it. */
+ * process group over [comm] backend (Gloo for CPU tensors and NCCL for
+ * CUDA ones by default; MPI's world under mpirun, without a store) under
+ * [comm] init_timeout_seconds, and the trainer's gradient sync over it.
+ * Under [comm] mode = "fake_backend" the group is the fake backend's: this
+ * one process plays comm.fake_rank of comm.fake_world_size ranks and no
+ * data moves. */
 typedef struct {
   tr_store_client_t* store;
   tr_pg_t* pg;
@@ -117,43 +127,47 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
                             const tr_config_t* cfg) {
   memset(w, 0, sizeof *w);
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
-  if (p->tensor_parallel_degree > 1 || p->pipeline_parallel_degree > 1 ||
-      p->context_parallel_degree > 1) {
-    fprintf(stderr,
-            "trainrun: rank %d: tensor, pipeline and context parallelism "
-            "are not built yet: train with data parallelism only\n",
-            l->rank);
-    return TR_EUNSUPPORTED;
-  }
-  const char* host = tr_param_str(TR_PARAM_MASTER_ADDR);
-  if (!host[0]) {
-    fprintf(stderr, "trainrun: rank %d: MASTER_ADDR is not set\n", l->rank);
-    return TR_EINVAL;
-  }
   int64_t init_ms = cfg->comm.init_timeout_seconds * 1000;
-  tr_store_client_opts_t so;
-  tr_store_client_opts_init(&so);
-  so.host = host;
-  so.port = (int)tr_param_int(TR_PARAM_MASTER_PORT);
-  so.timeout_ms = init_ms;
-  int rc = tr_store_client_connect(&so, &w->store);
-  if (rc < 0) {
-    fprintf(stderr, "trainrun: rank %d: cannot reach the store at %s:%d: %s\n",
-            l->rank, so.host, so.port, tr_strerror(rc));
-    return rc;
-  }
-  char prefix[64];
-  snprintf(prefix, sizeof prefix, "trpg/%lld",
-           (long long)tr_param_int(TR_PARAM_RESTART_COUNT));
   tr_pg_opts_t po;
   tr_pg_opts_init(&po);
   po.rank = l->rank;
   po.world_size = l->world_size;
-  po.store = w->store;
-  po.store_prefix = prefix;
-  po.backend = "cpu:gloo,cuda:nccl";
+  po.backend = cfg->comm.backend; /* checked by tr__job_check */
   po.timeout_ms = init_ms;
   po.cuda_device = l->local_rank;
+  int rc;
+  if (strcmp(cfg->comm.mode, "fake_backend") == 0) {
+    po.backend = "fake";
+  } else if (tr__job_uses_mpi(cfg)) {
+    po.backend = "mpi"; /* MPI's world: no store, no CUDA backend */
+  } else {
+    const char* host = tr_param_str(TR_PARAM_MASTER_ADDR);
+    if (!host[0]) {
+      fprintf(stderr, "trainrun: rank %d: MASTER_ADDR is not set\n", l->rank);
+      return TR_EINVAL;
+    }
+    tr_store_client_opts_t so;
+    tr_store_client_opts_init(&so);
+    so.host = host;
+    so.port = (int)tr_param_int(TR_PARAM_MASTER_PORT);
+    so.timeout_ms = init_ms;
+    so.probe_auth = 1; /* the daemon's store: say when it wants a secret */
+    rc = tr_store_client_connect(&so, &w->store);
+    if (rc < 0) {
+      fprintf(stderr, "trainrun: rank %d: %s at the store %s:%d: %s\n", l->rank,
+              rc == TR_EAUTH ? "authentication failed" : "cannot connect",
+              so.host, so.port,
+              rc == TR_EAUTH ? "its secret (comm.key or TRAINRUN_STORE_TOKEN) "
+                               "is missing here or differs"
+                             : tr_strerror(rc));
+      return rc;
+    }
+  }
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "trpg/%lld",
+           (long long)tr_param_int(TR_PARAM_RESTART_COUNT));
+  po.store = w->store;
+  po.store_prefix = prefix;
   po.failure_key = tr_param_str(TR_PARAM_FAILURE_KEY);
   rc = tr_pg_new(&po, &w->pg);
   if (rc < 0) {
@@ -187,6 +201,76 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   }
   tr_ddp_dp(w->ddp, &w->dist);
   return 0;
+}
+
+/* [job] save_config_file: the resolved config as TOML (what `trainrun
+ * config` prints; the secret left out), in the dump folder. */
+static int save_config(const tr_config_t* cfg, tr_errmsg_t* err) {
+  const char* dir = cfg->job.dump_folder;
+  const char* name = cfg->job.save_config_file;
+  TR_CHECK(tr__mkdir_p(dir, err));
+  char* path = NULL;
+  if (asprintf(&path, "%s/%s", dir, name) < 0)
+    return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  FILE* f = fopen(path, "w");
+  int rc = f ? tr_config_print_toml(cfg, f) : tr_err_from_errno();
+  if (f && fclose(f) != 0 && rc == 0) rc = tr_err_from_errno();
+  if (rc < 0)
+    tr_errmsg_set(err, rc, "job.save_config_file: cannot write '%s': %s", path,
+                  tr_strerror(rc));
+  else
+    printf("wrote the resolved config to %s\n", path);
+  free(path);
+  return rc;
+}
+
+/* [model] print_after_conversion: the parameter table of the model the
+ * job builds (trainrun has no converters, so it is the model as built):
+ * name, shape, elements. */
+static int print_params(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
+  tr_model_config_t mc;
+  TR_CHECK(tr_compose_model_config(cfg, &mc, err));
+  tr_model_t m;
+  int rc = tr_model_init(&m, &mc); /* the table only: no tensor memory */
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "cannot build the model: %s",
+                         tr_strerror(rc));
+  fprintf(out, "model parameters (%d tensors, %lld elements; no converters):\n",
+          m.n_params, (long long)tr_model_num_params(&m));
+  for (int i = 0; i < m.n_params; i++) {
+    const tr_param_t* p = &m.params[i];
+    int64_t n = 1;
+    fprintf(out, "  %-48s [", p->name);
+    for (int d = 0; d < p->ndim; d++) {
+      fprintf(out, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+      n *= p->shape[d];
+    }
+    fprintf(out, "] %lld\n", (long long)n);
+  }
+  tr_model_release(&m);
+  return 0;
+}
+
+/* [debug] deterministic. The CPU kernels are deterministic already (fixed
+ * reduction orders, no atomics, no algorithm search), so runs repeat bit
+ * for bit with or without it; on GPUs it makes the kernels refuse their
+ * non-deterministic choices (trainrun/kernels_cuda.h). */
+static void deterministic_on(const tr_config_t* cfg, FILE* out) {
+  tr_device_t dev;
+  if (tr_config_device(cfg, 0, &dev, NULL) < 0 || dev.type == TR_DEV_CPU) {
+    fprintf(out,
+            "debug.deterministic: the CPU kernels are deterministic already "
+            "(fixed reduction orders, no atomics): nothing to change\n");
+    return;
+  }
+#ifdef HAVE_CUDA
+  tr_kern_cuda_set_deterministic(1, cfg->debug.deterministic_warn_only);
+  fprintf(
+      out,
+      "debug.deterministic: GPU kernels without a deterministic form "
+      "(cuDNN's atomic attention backward) are %s\n",
+      cfg->debug.deterministic_warn_only ? "used with a warning" : "not used");
+#endif
 }
 
 /* Keep freed host memory for the next allocation of the process. A step
@@ -243,12 +327,27 @@ int tr_launch_job(int argc, char** argv) {
   tr_errmsg_t err;
   /* the world this process is one rank of (1 unless a daemon spawned it) */
   if (tr_config_load(&cfg, path, n, overrides, &err) < 0 ||
-      tr_config_resolve(&cfg, launch.world_size, &err) < 0) {
+      tr__job_check(&cfg, launch.world_size, &err) < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
   } else {
+    if (strcmp(cfg.comm.mode, "fake_backend") == 0) {
+      /* one process plays one rank of the fake world */
+      launch.rank = (int)cfg.comm.fake_rank;
+      launch.world_size = (int)cfg.comm.fake_world_size;
+      tr_log_set_rank(launch.rank);
+    }
+    int first = launch.rank == 0;
+    if (first) tr__job_notes(&cfg, stderr);
     if (cfg.job.print_config) tr_config_print_toml(&cfg, stdout);
     print_summary(&cfg, stdout);
+    if (cfg.debug.deterministic) deterministic_on(&cfg, stdout);
+    if (launch.world_size > 1 && strcmp(cfg.comm.mode, "fake_backend") == 0)
+      printf(
+          "comm.mode fake_backend: this process plays rank %d of %d; "
+          "collectives complete without moving data: the step lines' mem "
+          "is that rank's, the losses are not the job's\n",
+          launch.rank, launch.world_size);
     fflush(stdout);
     keep_freed_memory();
     tr_errmsg_t terr;
@@ -258,9 +357,12 @@ int tr_launch_job(int argc, char** argv) {
     tr_trainer_settings_t ts;
     int trc = tr_compose_trainer(&cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK),
                                  &ts, &terr);
-    if (trc < 0) {
-      fprintf(stderr, "trainrun: %s\n", terr.message);
-    } else if (launch.world_size > 1) {
+    if (trc == 0 && first && cfg.job.save_config_file)
+      trc = save_config(&cfg, &terr);
+    if (trc == 0 && first && cfg.model.print_after_conversion)
+      trc = print_params(&cfg, stdout, &terr);
+    if (trc < 0) fprintf(stderr, "trainrun: %s\n", terr.message);
+    if (trc == 0 && launch.world_size > 1) {
       trc = worker_dist_init(&wd, &launch, &cfg);
       topts.dist = &wd.dist;
     }

@@ -230,6 +230,20 @@ static int token_proof(tr_store_client_t* c, int64_t deadline) {
   return 0;
 }
 
+/* Without a token: does the server require one? (opts.probe_auth) */
+static int probe_auth(tr_store_client_t* c, int64_t deadline) {
+  uint8_t st, hello = TR__Q_AUTH_HELLO;
+  TR_CHECK(send_all(c->fd, &hello, 1, deadline));
+  TR_CHECK(recv_all(c->fd, &st, 1, deadline));
+  if (st == 1) return 0; /* no token required */
+  if (st != 0) return TR_EPROTO;
+  TR_LOG_ERROR(STORE,
+               "store server %s requires a token and this client has none "
+               "(set [comm] key or TRAINRUN_STORE_TOKEN)",
+               c->peer);
+  return TR_EAUTH;
+}
+
 static int handshake(tr_store_client_t* c, int64_t deadline) {
   uint8_t msg[10];
   size_t n = 0;
@@ -252,7 +266,8 @@ static int handshake(tr_store_client_t* c, int64_t deadline) {
       return TR_EPROTO;
     }
   }
-  if (c->token && *c->token) TR_CHECK(token_proof(c, deadline));
+  if (c->token && *c->token) return token_proof(c, deadline);
+  if (c->opts.probe_auth) return probe_auth(c, deadline);
   return 0;
 }
 

@@ -87,17 +87,59 @@ START_TEST(test_backend_specs) {
 }
 END_TEST
 
+/* The one parser of the backend grammar, with the messages the launcher
+ * puts after file:line:col. */
+START_TEST(test_backend_parse) {
+  tr_pg_backend_spec_t bs;
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_pg_backend_parse("cpu:mpi,cuda:nccl", &bs, &err), 0);
+  ck_assert_int_eq(bs.cpu, TR_PG_BACKEND_MPI);
+  ck_assert_int_eq(bs.cuda, TR_PG_BACKEND_NCCL);
+  ck_assert_int_eq(tr_pg_backend_parse("gloo", &bs, &err), 0);
+  ck_assert_int_eq(bs.cpu, TR_PG_BACKEND_GLOO);
+  ck_assert_int_eq(bs.cuda, TR_PG_BACKEND_NONE);
+  static const struct {
+    const char *spec, *msg;
+  } bad[] = {
+      {"cpu:nccl", "nccl cannot serve cpu tensors"},
+      {"cpu:gloo,tpu:x",
+       "'tpu:x' is not device:backend with device cpu or cuda and backend "
+       "gloo, nccl, mpi or fake"},
+      {"ucc",
+       "expected gloo, nccl, mpi, fake or a list of device:backend pairs "
+       "like 'cpu:gloo,cuda:nccl', got 'ucc'"},
+      {"cpu:gloo,cpu:mpi", "'cpu:gloo,cpu:mpi' names cpu twice"},
+      {"cpu:gloo,",
+       "'' is not device:backend with device cpu or cuda and backend gloo, "
+       "nccl, mpi or fake"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(tr_pg_backend_parse(bad[i].spec, &bs, &err), TR_EINVAL);
+    ck_assert_str_eq(err.message, bad[i].msg);
+  }
+}
+END_TEST
+
 START_TEST(test_fake_shapes) {
   tr_pg_t* pg = fake_world(3, 8);
   tr_tensor_t in = vec(TR_F32, 5, 1), out = vec(TR_F32, 40, 7);
   tr_tensor_t small = vec(TR_F32, 39, 0), other = vec(TR_BF16, 40, 0);
-  /* all_gather: size x input, same dtype; no data moves */
+  /* all_gather: size x input, same dtype; no data moves: every peer is
+   * taken to hold this rank's input */
+  ck_assert_int_eq(tr_tensor_fill(&out, 7), 0);
+  for (int64_t i = 0; i < 5; i++)
+    ((float*)tr_tensor_data(&in))[i] = (float)(i + 1);
   ck_assert_int_eq(tr_pg_all_gather(pg, &out, &in, NULL), 0);
-  ck_assert_double_eq(tr_tensor_get(&out, 39), 7);
+  for (int64_t i = 0; i < 40; i++)
+    ck_assert_double_eq(tr_tensor_get(&out, i), (double)(i % 5 + 1));
   ck_assert_int_eq(tr_pg_all_gather(pg, &small, &in, NULL), TR_ESHAPE);
   ck_assert_int_eq(tr_pg_all_gather(pg, &other, &in, NULL), TR_EDTYPE);
-  /* reduce_scatter: input is size x output */
+  /* reduce_scatter: input is size x output; this rank (3) keeps its own
+   * chunk, the peers add nothing */
+  for (int64_t i = 0; i < 40; i++) ((float*)tr_tensor_data(&out))[i] = (float)i;
   ck_assert_int_eq(tr_pg_reduce_scatter(pg, &in, &out, TR_PG_SUM, NULL), 0);
+  for (int64_t i = 0; i < 5; i++)
+    ck_assert_double_eq(tr_tensor_get(&in, i), (double)(15 + i));
   ck_assert_int_eq(tr_pg_reduce_scatter(pg, &in, &small, TR_PG_SUM, NULL),
                    TR_ESHAPE);
   ck_assert_int_eq(tr_pg_reduce_scatter(pg, &in, &out, 17, NULL), TR_EINVAL);
@@ -358,6 +400,7 @@ static Suite* pg_suite(void) {
   TCase* tc = tcase_create("local");
   tcase_add_test(tc, test_names);
   tcase_add_test(tc, test_backend_specs);
+  tcase_add_test(tc, test_backend_parse);
   tcase_add_test(tc, test_fake_shapes);
   tcase_add_test(tc, test_fake_groups_and_work);
   tcase_add_test(tc, test_fake_hooks);

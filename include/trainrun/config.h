@@ -277,6 +277,10 @@ const char* tr_config_origin(const tr_config_t* cfg, tr_config_key_id_t id,
 int tr_config_equal(const tr_config_t* a, const tr_config_t* b,
                     const char** first_diff);
 
+/* 1 when key id holds its schema default (unset for keys without one),
+ * else 0. Values tr_config_resolve computed count as not default. */
+int tr_config_is_default(const tr_config_t* cfg, tr_config_key_id_t id);
+
 /* Print the config as a TOML document that tr_config_merge_toml reads back
  * to the same values: every section and key in schema order, unset keys as
  * comments. SECRET keys are never printed (a comment says they are set).
@@ -287,8 +291,15 @@ int tr_config_print_toml(const tr_config_t* cfg, FILE* out);
  * a set SECRET is "<hidden>"), followed by a newline. */
 int tr_config_print_json(const tr_config_t* cfg, FILE* out);
 
-/* Print the man page trainrun.toml(5), generated from the schema. */
-int tr_config_print_man(FILE* out);
+/* Key k's type in words, as trainrun.toml(5) gives it: "integer, at least
+ * 1", "number from 0 to 1", "one of linear, sqrt or cosine", "boolean",
+ * "array of strings", "string, may be unset", ... */
+void tr_config_key_type_text(const tr_config_key_t* k, char* buf, size_t cap);
+
+/* Print key k's default as TOML ("2048", "\"./outputs\"", "[]"). Returns
+ * 1, or 0 when the key is unset by default or a secret (nothing printed),
+ * or TR_ENOMEM. */
+int tr_config_print_default(const tr_config_key_t* k, FILE* out);
 
 #ifdef __cplusplus
 }

@@ -66,8 +66,9 @@
   X(job, print_config, BOOL, "false", 0, 0, NULL,                              \
     "Print the resolved config at start.")                                     \
   X(job, save_config_file, OPT_STR, NULL, 0, 0, NULL,                          \
-    "If set, write the resolved config as TOML to this file (relative to "     \
-    "dump_folder) at start.")                                                  \
+    "If set, rank 0 writes the resolved config as TOML (what trainrun "        \
+    "config prints; a secret key is left out) to this file inside "            \
+    "dump_folder at start.")                                                   \
   X(job, custom_config_module, STR, "", 0, 0, NULL,                            \
     "Accepted so torchtitan job files load; trainrun has no Python config "    \
     "modules and must leave it empty.")
@@ -79,13 +80,17 @@
     "Model size within the family: debugmodel, and for llama3 1B, 3B, 8B, "   \
     "70B; for gpt2 124M, 350M, 774M, 1558M.")                                  \
   X(model, hf_assets_path, STR, "./tests/assets/tokenizer", 0, 0, NULL,        \
-    "Folder with Hugging Face assets (tokenizer, config) used when exporting " \
-    "or importing Hugging Face weights.")                                      \
+    "Folder with Hugging Face assets (tokenizer, config). Accepted so "        \
+    "torchtitan job files load: trainrun reads no assets (its tokenizer is "   \
+    "byte-level, token shards come tokenized, and config.json is written "     \
+    "from the model config). Another value than the default logs a note "      \
+    "that it changes nothing.")                                                \
   X(model, converters, LIST, "", 0, 0, NULL,                                   \
     "Model converters applied after building the model (torchtitan: "         \
     "float8, mx); none are implemented by trainrun yet.")                      \
   X(model, print_after_conversion, BOOL, "false", 0, 0, NULL,                  \
-    "Print the model's parameter table after the converters ran.")
+    "Print the parameter table (name, shape, elements) at start; trainrun "    \
+    "has no converters, so it is the model as built.")
 
 #define TR_CONFIG_KEYS_training(X)                                             \
   X(training, dataset, STR, "c4_test", 0, 0, NULL,                             \
@@ -106,10 +111,13 @@
   X(training, steps, INT, "10000", 1, TR_CFG_NOMAX, NULL,                      \
     "Optimizer steps to train.")                                               \
   X(training, enable_cpu_offload, BOOL, "false", 0, 0, NULL,                   \
-    "Keep sharded parameters, gradients and optimizer state in host memory "  \
-    "(FSDP CPU offload).")                                                     \
+    "FSDP CPU offload (shards, gradients and optimizer state in pinned host "  \
+    "memory, the optimizer step on the CPU): not implemented, true is "        \
+    "refused.")                                                                \
   X(training, dtype, ENUM, "float32", 0, 0, "float32|bfloat16",                \
-    "Dtype of the parameters when FSDP mixed precision is not in use.")        \
+    "Dtype of the parameters when FSDP mixed precision is not in use: "        \
+    "float32 (trainrun keeps float32 master weights); bfloat16 is refused, "   \
+    "use mixed_precision_param.")                                              \
   X(training, mixed_precision_param, ENUM, "bfloat16", 0, 0,                   \
     "bfloat16|float32",                                                        \
     "Dtype of parameters and compute under FSDP (master weights stay "        \
@@ -117,8 +125,8 @@
   X(training, mixed_precision_reduce, ENUM, "float32", 0, 0,                   \
     "float32|bfloat16", "Dtype of gradient reduce-scatters under FSDP.")       \
   X(training, gc_freq, INT, "50", 1, TR_CFG_NOMAX, NULL,                       \
-    "Accepted so torchtitan job files load (Python garbage collection); "     \
-    "no effect in trainrun.")                                                  \
+    "Accepted so torchtitan job files load (Python garbage collection). "      \
+    "Another value than the default logs a note that it changes nothing.")     \
   X(training, device, ENUM, "auto", 0, 0, "auto|cpu|cuda",                     \
     "trainrun: where each rank computes; auto means cuda when the build has " \
     "CUDA and a GPU is visible, else cpu.")
@@ -143,49 +151,73 @@
     "overlap, k more unsharded groups held), 0 gathers each group only "       \
     "when it is used. The losses are the same for every depth.")               \
   X(parallelism, tensor_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,      \
-    "Ranks each layer's matrices are split over (tensor parallel).")           \
+    "Ranks each layer's matrices are split over (tensor parallel): not "       \
+    "built yet, above 1 is refused.")                                          \
   X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
-    "Gather the logits before the loss instead of computing it on vocab "     \
-    "shards under tensor parallelism.")                                        \
+    "Gather the logits before the loss instead of computing it on vocab "      \
+    "shards under tensor parallelism (not built). Another value than the "     \
+    "default logs a note that it changes nothing.")                            \
   X(parallelism, enable_async_tensor_parallel, BOOL, "false", 0, 0, NULL,      \
-    "Overlap tensor-parallel communication with the matmuls.")                 \
+    "Overlap tensor-parallel communication with the matmuls (tensor "          \
+    "parallelism is not built). Another value than the default logs a note "   \
+    "that it changes nothing.")                                                \
   X(parallelism, pipeline_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,    \
-    "Pipeline stages the layers are split into.")                              \
+    "Pipeline stages the layers are split into: not built yet, above 1 is "    \
+    "refused.")                                                                \
   X(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", 0, 0,               \
-    "1F1B|GPipe|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble|"             \
+    "1F1B|GPipe|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble|"              \
     "ZBVZeroBubble",                                                           \
-    "Pipeline schedule.")                                                      \
+    "Pipeline schedule (pipeline parallelism is not built). Another value "    \
+    "than the default logs a note that it changes nothing.")                   \
   X(parallelism, pipeline_parallel_schedule_csv, STR, "", 0, 0, NULL,          \
-    "A CSV file with an explicit pipeline schedule; overrides "               \
-    "pipeline_parallel_schedule when set.")                                    \
+    "A CSV file with an explicit pipeline schedule (pipeline parallelism is "  \
+    "not built). Another value than the default logs a note that it changes "  \
+    "nothing.")                                                                \
   X(parallelism, pipeline_parallel_microbatch_size, INT, "1", 1,               \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Sequences per pipeline microbatch; must divide local_batch_size.")        \
+    "Sequences per pipeline microbatch; must divide local_batch_size "         \
+    "(pipeline parallelism is not built). Another value than the default "     \
+    "logs a note that it changes nothing.")                                    \
   X(parallelism, pipeline_parallel_layers_per_stage, OPT_INT, NULL, 1,         \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Transformer blocks per stage; unset splits the blocks evenly over the "  \
-    "stages.")                                                                 \
+    "Transformer blocks per stage; unset splits the blocks evenly (pipeline "  \
+    "parallelism is not built). Another value than the default logs a note "   \
+    "that it changes nothing.")                                                \
   X(parallelism, pipeline_parallel_first_stage_less_layers, INT, "1", 0,       \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Blocks fewer on the first stage, which also holds the embeddings.")       \
+    "Blocks fewer on the first stage, which also holds the embeddings "        \
+    "(pipeline parallelism is not built). Another value than the default "     \
+    "logs a note that it changes nothing.")                                    \
   X(parallelism, pipeline_parallel_last_stage_less_layers, INT, "1", 0,        \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Blocks fewer on the last stage, which also holds the output layer.")      \
+    "Blocks fewer on the last stage, which also holds the output layer "       \
+    "(pipeline parallelism is not built). Another value than the default "     \
+    "logs a note that it changes nothing.")                                    \
   X(parallelism, context_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,     \
-    "Ranks each sequence is split over (context parallel).")                   \
+    "Ranks each sequence is split over (context parallel): not built yet, "    \
+    "above 1 is refused.")                                                     \
   X(parallelism, context_parallel_load_balancer, ENUM, "headtail", 0, 0,       \
-    "headtail|ptrr", "How sequence chunks are assigned to context-parallel "  \
-    "ranks.")                                                                  \
+    "headtail|ptrr",                                                           \
+    "How sequence chunks are assigned to context-parallel ranks (context "     \
+    "parallelism is not built). Another value than the default logs a note "   \
+    "that it changes nothing.")                                                \
   X(parallelism, context_parallel_rotate_method, ENUM, "allgather", 0, 0,      \
     "allgather|alltoall",                                                      \
-    "How context-parallel ranks exchange key/value shards.")                   \
+    "How context-parallel ranks exchange key/value shards (context "           \
+    "parallelism is not built). Another value than the default logs a note "   \
+    "that it changes nothing.")                                                \
   X(parallelism, expert_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,      \
-    "Ranks the experts of mixture-of-experts layers are split over.")          \
+    "Ranks the experts of mixture-of-experts layers are split over: "          \
+    "trainrun's models have none, above 1 is refused.")                        \
   X(parallelism, expert_tensor_parallel_degree, INT, "1", 1, TR_CFG_NOMAX,     \
-    NULL, "Tensor-parallel degree inside experts: 1 or "                       \
-    "tensor_parallel_degree.")                                                 \
+    NULL,                                                                      \
+    "Tensor-parallel degree inside experts: 1 or tensor_parallel_degree (no "  \
+    "expert parallelism in trainrun). Another value than the default logs a "  \
+    "note that it changes nothing.")                                           \
   X(parallelism, expert_parallel_comm_backend, ENUM, "standard", 0, 0,         \
-    "standard|deepep", "All-to-all implementation for expert parallelism.")
+    "standard|deepep",                                                         \
+    "All-to-all implementation for expert parallelism (none in trainrun). "    \
+    "Another value than the default logs a note that it changes nothing.")
 
 #define TR_CONFIG_KEYS_checkpoint(X)                                           \
   X(checkpoint, enable, BOOL, "false", 0, 0, NULL,                             \
@@ -236,8 +268,8 @@
   X(checkpoint, load_only, BOOL, "false", 0, 0, NULL,                          \
     "Load checkpoints but never save.")                                        \
   X(checkpoint, enable_ft_dataloader_checkpoints, BOOL, "true", 0, 0, NULL,    \
-    "Accepted so torchtitan job files load (TorchFT); no effect in "          \
-    "trainrun.")
+    "Accepted so torchtitan job files load (TorchFT). Another value than "     \
+    "the default logs a note that it changes nothing.")
 
 #define TR_CONFIG_KEYS_optimizer(X)                                            \
   X(optimizer, name, ENUM, "AdamW", 0, 0, "AdamW|Adam",                        \
@@ -252,12 +284,15 @@
     "nanoGPT and Hugging Face's Trainer do); norm weights and biases are "    \
     "not decayed. torchtitan decays every parameter.")                        \
   X(optimizer, implementation, ENUM, "fused", 0, 0, "for-loop|foreach|fused",  \
-    "Update kernel: one per tensor (for-loop, foreach) or one fused "         \
-    "multi-tensor kernel (fused).")                                            \
+    "Update kernel in PyTorch: one per tensor (for-loop, foreach) or one "     \
+    "multi-tensor kernel (fused), all with the same results. trainrun has "    \
+    "one AdamW update, fused over each flat parameter buffer, and every "      \
+    "choice runs it. Another value than the default logs a note that it "      \
+    "changes nothing.")                                                        \
   X(optimizer, early_step_in_backward, BOOL, "false", 0, 0, NULL,              \
-    "Step each parameter as soon as its gradient is ready, freeing the "      \
-    "gradient early; incompatible with gradient clipping across "             \
-    "parameters.")
+    "Step each parameter as soon as its gradient is ready: not implemented "   \
+    "(trainrun steps after the gradient sync and clipping), true is "          \
+    "refused.")
 
 #define TR_CONFIG_KEYS_lr_scheduler(X)                                         \
   X(lr_scheduler, warmup_steps, INT, "200", 0, TR_CFG_NOMAX, NULL,             \
@@ -297,9 +332,10 @@
 
 #define TR_CONFIG_KEYS_comm(X)                                                 \
   X(comm, init_timeout_seconds, INT, "300", 1, TR_CFG_NOMAX, NULL,             \
-    "Timeout of every collective until the first step completes.")             \
+    "Timeout of every collective until the first gradient sync completes, "    \
+    "and of the process group's set-up.")                                      \
   X(comm, train_timeout_seconds, INT, "100", 1, TR_CFG_NOMAX, NULL,            \
-    "Timeout of every collective after the first step.")                       \
+    "Timeout of every collective after the first gradient sync.")              \
   X(comm, trace_buf_size, INT, "20000", 0, TR_CFG_NOMAX, NULL,                 \
     "Flight-recorder entries kept per rank; 0 turns the recorder off.")        \
   X(comm, save_traces_folder, STR, "comm_traces", 0, 0, NULL,                  \
@@ -307,18 +343,34 @@
   X(comm, save_traces_file_prefix, STR, "rank_", 0, 0, NULL,                   \
     "Dump file name prefix; the rank number follows.")                         \
   X(comm, mode, ENUM, "default", 0, 0, "default|fake_backend|local_tensor",    \
-    "fake_backend runs one process that plays every rank's shapes without "   \
-    "moving data, to check a large layout.")                                   \
+    "fake_backend runs one process that plays rank fake_rank of a world of "  \
+    "fake_world_size ranks without moving data (PyTorch's fake process "      \
+    "group): every collective completes at once, so the layout's shapes, "    \
+    "steps and memory of one rank can be checked on one machine. "            \
+    "local_tensor is refused (not implemented).")                              \
+  X(comm, fake_world_size, INT, "1", 1, 1048576, NULL,                         \
+    "trainrun: under fake_backend, the world size the one process plays; "    \
+    "the config is resolved for it. Refused under the other modes.")           \
+  X(comm, fake_rank, INT, "0", 0, 1048575, NULL,                               \
+    "trainrun: under fake_backend, the rank the process plays (below "        \
+    "fake_world_size). Refused under the other modes.")                        \
   X(comm, backend, STR, "cpu:gloo,cuda:nccl", 0, 0, NULL,                      \
-    "trainrun: process-group backend, one of gloo, nccl, mpi, or a list of "  \
-    "device:backend pairs that picks the backend by tensor device.")           \
+    "trainrun: process-group backend of the job's ranks, one of gloo, nccl, " \
+    "mpi, or a list of device:backend pairs that picks the backend by "       \
+    "tensor device. mpi trains a CPU job over Open MPI: under mpirun the "    \
+    "ranks are mpirun's processes; trainrun --nproc-per-node N starts them "  \
+    "through mpirun (one node).")                                              \
   X(comm, hang_timeout_seconds, INT, "600", 0, TR_CFG_NOMAX, NULL,             \
     "trainrun: a job whose collectives make no progress for this long dumps " \
     "every rank's flight recorder; 0 turns hang detection off.")               \
   X(comm, key, SECRET, NULL, 0, 0, NULL,                                       \
-    "trainrun: shared secret the store clients prove before any command; "    \
-    "TRAINRUN_STORE_TOKEN is the way to keep it out of files. Never "         \
-    "printed.")
+    "trainrun: shared secret of the job's store: the store the launcher "     \
+    "hosts requires it, and every daemon and worker proves it before any "    \
+    "command (HMAC challenge; the secret never crosses the wire). A node "    \
+    "with a missing or different secret fails with \"authentication "         \
+    "failed\" naming the endpoint. TRAINRUN_STORE_TOKEN is the other way to "  \
+    "pass it (and keeps it out of files); when both are set this key wins. "  \
+    "Never printed.")
 
 #define TR_CONFIG_KEYS_activation_checkpoint(X)                                \
   X(activation_checkpoint, mode, ENUM, "selective", 0, 0,                      \
@@ -333,24 +385,30 @@
     "outputs of the matmuls and of attention and recomputes the norm "         \
     "outputs and the GELU / SwiGLU product.")                                  \
   X(activation_checkpoint, memory_budget, FLOAT, "0.5", 0, 1, NULL,            \
-    "Under memory_budget: fraction of the activation memory to keep "         \
-    "(accepted; memory_budget itself is not supported).")                      \
+    "Under memory_budget: fraction of the activation memory to keep "          \
+    "(memory_budget itself is refused). Another value than the default logs "  \
+    "a note that it changes nothing.")                                         \
   X(activation_checkpoint, preserve_rng_state, BOOL, "true", 0, 0, NULL,       \
-    "Recompute with the random state of the first pass (trainrun's models "   \
-    "have no dropout or other random state: nothing to preserve).")            \
+    "Recompute with the random state of the first pass (trainrun's models "    \
+    "have no dropout or other random state: nothing to preserve). Another "    \
+    "value than the default logs a note that it changes nothing.")             \
   X(activation_checkpoint, early_stop, BOOL, "false", 0, 0, NULL,              \
-    "Stop a recomputation as soon as the needed activations exist (not "      \
-    "implemented: a recomputation runs the whole layer).")                     \
+    "Stop a recomputation as soon as the needed activations exist (not "       \
+    "implemented: a recomputation runs the whole layer). Another value than "  \
+    "the default logs a note that it changes nothing.")                        \
   X(activation_checkpoint, debug, BOOL, "false", 0, 0, NULL,                   \
-    "Log what is recomputed (trainrun logs the policy at info level and "     \
-    "each recomputation at debug level, whatever this says).")
+    "Log what is recomputed (trainrun logs the policy at info level and "      \
+    "each recomputation at debug level, TRAINRUN_LOG_LEVEL=debug, whatever "   \
+    "this says). Another value than the default logs a note that it changes "  \
+    "nothing.")
 
 #define TR_CONFIG_KEYS_validation(X)                                           \
   X(validation, enable, BOOL, "false", 0, 0, NULL,                             \
     "Evaluate the loss on validation data during training.")                   \
   X(validation, dataset, STR, "c4_validation", 0, 0, NULL,                     \
-    "Name of the validation dataset; used when dataset_path is unset and "    \
-    "split_fraction is 0.")                                                    \
+    "Name of the validation dataset. trainrun downloads nothing: "             \
+    "validation.enable without validation.dataset_path or split_fraction is "  \
+    "refused, naming it.")                                                     \
   X(validation, dataset_path, OPT_STR, NULL, 0, 0, NULL,                       \
     "Validation data, in the forms training.dataset_path takes.")              \
   X(validation, split_fraction, FLOAT, "0.0", 0, 0.5, NULL,                    \
@@ -370,12 +428,19 @@
     "Random seed for initialisation and data order; unset picks one at "      \
     "start (and logs it).")                                                    \
   X(debug, deterministic, BOOL, "false", 0, 0, NULL,                           \
-    "Use only deterministic kernels, so runs repeat bit for bit.")             \
+    "Use only deterministic kernels, so runs repeat bit for bit. On the CPU "  \
+    "this holds already (fixed reduction orders, no atomics) and the run "     \
+    "says so; on GPUs cuDNN's attention backward without a deterministic "     \
+    "engine is declined for the flash/SIMT one (cuBLAS is deterministic as "   \
+    "trainrun uses it).")                                                      \
   X(debug, deterministic_warn_only, BOOL, "false", 0, 0, NULL,                 \
-    "Under deterministic: warn instead of failing when an operation has no "  \
-    "deterministic kernel.")                                                   \
+    "Under deterministic on GPUs: run cuDNN's atomic attention backward "      \
+    "with a warning instead of declining it. Without deterministic it logs "   \
+    "a note that it changes nothing.")                                         \
   X(debug, moe_force_load_balance, BOOL, "false", 0, 0, NULL,                  \
-    "Route tokens to experts round-robin (for benchmarking MoE layers).")      \
+    "Route tokens to experts round-robin (trainrun's models have no "          \
+    "mixture-of-experts layers). Another value than the default logs a note "  \
+    "that it changes nothing.")                                                \
   X(debug, fault, LIST, "", 0, 0, NULL,                                        \
     "trainrun: faults to inject, each KIND:name=N:...; KIND is kill, hang, "  \
     "exit, slow, skip_collective or mismatch (see trainrun(1)).")

@@ -251,6 +251,16 @@ typedef enum {
 void tr_kern_cuda_set_attention(tr_cuda_attn_impl_t impl);
 tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void);
 
+/* [debug] deterministic (process-wide; set before the first kernel):
+ * refuse the kernels whose results are not bit-reproducible. The one such
+ * choice is cuDNN's attention backward when no engine writes dQ directly
+ * (its dQ then sums through fp32 atomics): with on, that shape is declined
+ * and the deterministic flash/SIMT backward runs; with warn_only as well,
+ * the atomic graph runs with a warning (as without on). cuBLAS(Lt) matmuls
+ * are deterministic already: one stream and one workspace per handle, no
+ * atomics mode. */
+void tr_kern_cuda_set_deterministic(int on, int warn_only);
+
 /* Causal attention, softmax(q k^T / sqrt(D)) v, grouped-query heads
  * (query head h reads kv head h / (H / KVH)). q [B,T,H*D] with row stride
  * qs; k and v [B,T,KVH*D] with row stride kvs (column slices of a fused

@@ -122,6 +122,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trainrun/errmsg.h"
 #include "trainrun/store.h"
 #include "trainrun/tensor.h"
 
@@ -180,6 +181,21 @@ const char* tr_pg_op_name(tr_pg_op_t op);
 const char* tr_pg_backend_name(tr_pg_backend_t b);
 /* 1 when this build has the backend (Gloo, NCCL and MPI are optional). */
 int tr_pg_backend_available(tr_pg_backend_t b);
+
+/* The backend of each device that a backend spec names (opts.backend's
+ * grammar: "gloo", "nccl", "mpi", "fake", or device:backend pairs such as
+ * "cpu:gloo,cuda:nccl"); TR_PG_BACKEND_NONE for a device it leaves out. */
+typedef struct {
+  tr_pg_backend_t cpu, cuda;
+} tr_pg_backend_spec_t;
+
+/* Parse spec into *out, whether or not this build has the backends. The
+ * one parser of the grammar: tr_pg_init uses it, and the launcher checks
+ * [comm] backend with it. TR_EINVAL with a message that says what is
+ * wrong ("nccl cannot serve cpu tensors"); the caller says where the spec
+ * came from. */
+int tr_pg_backend_parse(const char* spec, tr_pg_backend_spec_t* out,
+                        tr_errmsg_t* err);
 
 /* ---- creating groups ---- */
 

@@ -149,6 +149,11 @@ typedef struct {
   /* Shared secret to prove; NULL: TRAINRUN_STORE_TOKEN; "": none. */
   const char* token;
   int no_ping; /* 1: skip PING after VALIDATE (PyTorch <= 2.4 server) */
+  /* 1: without a token, ask a trainrun server whether it requires one
+   * (AUTH_HELLO after PING) and fail at connect with TR_EAUTH when it does,
+   * instead of at the first command with a closed connection. Only for
+   * trainrun servers: PyTorch's closes the connection at AUTH_HELLO. */
+  int probe_auth;
   int64_t backoff_initial_ms; /* first connect retry delay; default 100 */
   int64_t backoff_max_ms;     /* cap of the delay (x1.5 each try); 5000 */
 } tr_store_client_opts_t;

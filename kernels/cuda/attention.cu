@@ -431,6 +431,7 @@ int check_args(const char* op, int B, int T, int H, int KVH, int D, int64_t qs,
 }
 
 tr_cuda_attn_impl_t g_impl = TR_CUDA_ATTN_AUTO;
+int g_deterministic = 0;  // tr_kern_cuda_set_deterministic
 pthread_once_t g_impl_once = PTHREAD_ONCE_INIT;
 
 // The default implementation from TRAINRUN_ATTENTION (once, before the
@@ -459,6 +460,15 @@ void impl_from_env(void) {
 extern "C" void tr_kern_cuda_set_attention(tr_cuda_attn_impl_t impl) {
   pthread_once(&g_impl_once, impl_from_env);
   __atomic_store_n(&g_impl, impl, __ATOMIC_RELAXED);
+}
+
+extern "C" void tr_kern_cuda_set_deterministic(int on, int warn_only) {
+  __atomic_store_n(&g_deterministic, on ? (warn_only ? 2 : 1) : 0,
+                   __ATOMIC_RELAXED);
+}
+
+int tr__cuda_deterministic(void) {
+  return __atomic_load_n(&g_deterministic, __ATOMIC_RELAXED);
 }
 
 extern "C" tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void) {

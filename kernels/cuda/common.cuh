@@ -304,6 +304,9 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                        const bf16* out, const float* lse, int B, int T, int H,
                        int KVH, int D, int64_t qs, int64_t kvs, int accumulate,
                        cudaStream_t s);
+// What tr_kern_cuda_set_deterministic asked for: 0 (default), 1
+// (deterministic kernels only), 2 (deterministic, warn instead of refusing).
+int tr__cuda_deterministic(void);
 // Destroy cached cuDNN plans and handles (from tr_kern_cuda_release).
 void tr__cudnn_attn_release(void);
 

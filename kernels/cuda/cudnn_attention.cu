@@ -664,7 +664,8 @@ static int plan_build(const akey_t* k, aplan_t** out) {
   p->key = *k;
   const char* why = "";
   cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
-  int tries = k->bwd ? 2 : 1;
+  // debug.deterministic without warn_only: no atomic dQ graph
+  int tries = !k->bwd ? 1 : tr__cuda_deterministic() == 1 ? 1 : 2;
   for (int t = 0; t < tries && !p->plan; t++) {
     gb_t* g = (gb_t*)calloc(1, sizeof *g);
     if (!g) {
@@ -690,8 +691,11 @@ static int plan_build(const akey_t* k, aplan_t** out) {
         key_desc(k, d, sizeof d);
         TR_LOG_WARN(KERN,
                     "cuDNN attention %s: no deterministic engine, using the "
-                    "atomic dQ graph (results not bit-reproducible)",
-                    d);
+                    "atomic dQ graph (results not bit-reproducible%s)",
+                    d,
+                    tr__cuda_deterministic()
+                        ? "; debug.deterministic_warn_only allows it"
+                        : "");
       }
     }
   }

@@ -1,0 +1,330 @@
+/* launcher/jobcheck.c: the checks every command that takes a job runs
+ * before it acts -- `trainrun JOB.toml` (the launcher once for the whole
+ * world, then each rank), --dry-run, `trainrun config` and `trainrun plan`
+ * -- so that all of them accept and refuse the same jobs:
+ *
+ *  - the config's cross-field resolution (tr_config_resolve) for the world
+ *    the job runs in ([comm] mode = "fake_backend": comm.fake_world_size);
+ *  - the grammars that other modules own, through their parsers: fault
+ *    specs (trainer/fault.c), process-group backend lists
+ *    (collectives/pg.c);
+ *  - keys whose feature trainrun does not build, refused with where they
+ *    were set, what they would need and what to use instead;
+ *  - keys that only work together (and the model's flavor and length),
+ *    checked here once rather than when the trainer reaches them.
+ *
+ * Keys accepted only so that torchtitan job files load, or that apply only
+ * under a parallelism trainrun does not build, change nothing; when one is
+ * set to another value than its default, tr__job_notes says so. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "launcher/commands.h"
+#include "trainrun/config.h"
+#include "trainrun/error.h"
+#include "trainrun/fault.h" /* the fault-spec grammar */
+#include "trainrun/pg.h"    /* the backend grammar */
+#include "trainrun/tensor.h"
+#include "launcher/compose.h" /* the model config of a job */
+
+/* err = "<where key was set>: <key>: <message>" (after file:line:col the
+ * key is named; a flag names it itself; a message from another module's
+ * parser that starts with the key's name names it too). Returns
+ * TR_ECONFIG. */
+static int key_fail(const tr_config_t* cfg, tr_errmsg_t* err,
+                    tr_config_key_id_t id, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int key_fail(const tr_config_t* cfg, tr_errmsg_t* err,
+                    tr_config_key_id_t id, const char* fmt, ...) {
+  char msg[sizeof err->message], where[300];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char* at = tr_config_origin(cfg, id, where, sizeof where);
+  const char* name = tr_config_key(id)->name;
+  if (strncmp(msg, name, strlen(name)) == 0) {
+    if (!at || at[0] == '-') return tr_errmsg_set(err, TR_ECONFIG, "%s", msg);
+    return tr_errmsg_set(err, TR_ECONFIG, "%s: %s", at, msg);
+  }
+  if (at && at[0] == '-') /* the flag names the key */
+    return tr_errmsg_set(err, TR_ECONFIG, "%s: %s", at, msg);
+  if (at) return tr_errmsg_set(err, TR_ECONFIG, "%s: %s: %s", at, name, msg);
+  return tr_errmsg_set(err, TR_ECONFIG, "%s: %s", name, msg);
+}
+
+/* Does the job compute on a GPU (training.device cuda, or auto with one
+ * visible)? */
+static int job_on_cuda(const tr_config_t* cfg) {
+  const char* d = cfg->training.device;
+  return strcmp(d, "cuda") == 0 ||
+         (strcmp(d, "auto") == 0 && tr_cuda_device_count() > 0);
+}
+
+/* [comm] mode and the fake world: the world size to resolve for. */
+static int check_mode(const tr_config_t* cfg, int64_t* world,
+                      tr_errmsg_t* err) {
+  const typeof(cfg->comm)* c = &cfg->comm;
+  if (strcmp(c->mode, "local_tensor") == 0)
+    return key_fail(cfg, err, TR_CFG_K_comm_mode,
+                    "local_tensor (every rank simulated in one process) is "
+                    "not implemented; use fake_backend to check a layout's "
+                    "shapes and memory in one process, or default");
+  if (strcmp(c->mode, "fake_backend") != 0) {
+    if (!tr_config_is_default(cfg, TR_CFG_K_comm_fake_world_size))
+      return key_fail(cfg, err, TR_CFG_K_comm_fake_world_size,
+                      "applies under comm.mode = \"fake_backend\" only; set "
+                      "that mode, or leave this key out");
+    if (!tr_config_is_default(cfg, TR_CFG_K_comm_fake_rank))
+      return key_fail(cfg, err, TR_CFG_K_comm_fake_rank,
+                      "applies under comm.mode = \"fake_backend\" only; set "
+                      "that mode, or leave this key out");
+    return 0;
+  }
+  if (*world != 1 && *world != c->fake_world_size)
+    return key_fail(cfg, err, TR_CFG_K_comm_mode,
+                    "fake_backend runs one process that plays rank "
+                    "comm.fake_rank of comm.fake_world_size (%lld) ranks, "
+                    "but the launch asks for %lld processes; drop "
+                    "--nproc-per-node / --nnodes, and set "
+                    "comm.fake_world_size for the world to play",
+                    (long long)c->fake_world_size, (long long)*world);
+  if (c->fake_rank >= c->fake_world_size)
+    return key_fail(cfg, err, TR_CFG_K_comm_fake_rank,
+                    "rank %lld is not below comm.fake_world_size %lld",
+                    (long long)c->fake_rank, (long long)c->fake_world_size);
+  *world = c->fake_world_size;
+  return 0;
+}
+
+/* [comm] backend through the process groups' own parser. */
+static int check_backend(const tr_config_t* cfg, tr_errmsg_t* err) {
+  tr_pg_backend_spec_t bs;
+  tr_errmsg_t perr;
+  if (tr_pg_backend_parse(cfg->comm.backend, &bs, &perr) < 0)
+    return key_fail(cfg, err, TR_CFG_K_comm_backend, "%s", perr.message);
+  if (bs.cpu == TR_PG_BACKEND_FAKE || bs.cuda == TR_PG_BACKEND_FAKE)
+    return key_fail(cfg, err, TR_CFG_K_comm_backend,
+                    "the fake backend moves no data: use comm.mode = "
+                    "\"fake_backend\" (one process that plays one rank)");
+  int cuda = job_on_cuda(cfg);
+  tr_pg_backend_t mine = cuda ? bs.cuda : bs.cpu;
+  if (mine == TR_PG_BACKEND_NONE)
+    return key_fail(cfg, err, TR_CFG_K_comm_backend,
+                    "'%s' has no backend for %s tensors, where this job "
+                    "computes (training.device); add %s",
+                    cfg->comm.backend, cuda ? "cuda" : "cpu",
+                    cuda ? "cuda:nccl" : "cpu:gloo or cpu:mpi");
+  if (cuda && bs.cpu == TR_PG_BACKEND_MPI)
+    return key_fail(cfg, err, TR_CFG_K_comm_backend,
+                    "mpi serves the CPU tensors of CPU jobs; a GPU job uses "
+                    "cpu:gloo,cuda:nccl");
+  /* (a GPU job may be checked and planned with a build that lacks NCCL;
+   * a CPU job over mpi runs with the build that checks it) */
+  if (mine == TR_PG_BACKEND_MPI && !tr_pg_backend_available(mine))
+    return key_fail(cfg, err, TR_CFG_K_comm_backend,
+                    "this build of trainrun has no MPI (configure found no "
+                    "Open MPI); use cpu:gloo");
+  return 0;
+}
+
+/* [debug] fault through the fault injector's own parser. */
+static int check_faults(const tr_config_t* cfg, int64_t world,
+                        tr_errmsg_t* err) {
+  const tr_config_list_t* l = &cfg->debug.fault;
+  for (size_t i = 0; i < l->n; i++) {
+    tr_fault_t f;
+    tr_errmsg_t ferr;
+    if (tr_fault_parse(l->v[i], &f, &ferr) < 0)
+      return key_fail(cfg, err, TR_CFG_K_debug_fault, "%s", ferr.message);
+    if (f.rank >= world)
+      return key_fail(cfg, err, TR_CFG_K_debug_fault,
+                      "debug.fault '%s': rank %d is not below the world "
+                      "size %lld",
+                      f.spec, f.rank, (long long)world);
+  }
+  return 0;
+}
+
+/* Keys whose feature is not built: refused when set to what needs it. */
+static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  static const struct {
+    tr_config_key_id_t id;
+    const char* what;
+  } degrees[] = {
+      {TR_CFG_K_parallelism_tensor_parallel_degree, "tensor"},
+      {TR_CFG_K_parallelism_pipeline_parallel_degree, "pipeline"},
+      {TR_CFG_K_parallelism_context_parallel_degree, "context"},
+  };
+  const int64_t vals[] = {p->tensor_parallel_degree,
+                          p->pipeline_parallel_degree,
+                          p->context_parallel_degree};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+    if (vals[i] > 1)
+      return key_fail(cfg, err, degrees[i].id,
+                      "%lld: %s parallelism is not built yet; split the "
+                      "ranks with data_parallel_shard_degree (FSDP) and "
+                      "data_parallel_replicate_degree (DDP, HSDP) instead",
+                      (long long)vals[i], degrees[i].what);
+  if (p->expert_parallel_degree > 1)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_expert_parallel_degree,
+                    "%lld: expert parallelism needs mixture-of-experts "
+                    "layers, which trainrun's models (llama3, gpt2) do not "
+                    "have; leave it 1",
+                    (long long)p->expert_parallel_degree);
+  if (cfg->training.enable_cpu_offload)
+    return key_fail(cfg, err, TR_CFG_K_training_enable_cpu_offload,
+                    "FSDP CPU offload (shards, gradients and optimizer "
+                    "state in pinned host memory, the optimizer step on "
+                    "the CPU) is not implemented; on a CPU device "
+                    "everything is in host memory already. Save GPU memory "
+                    "with more ranks in data_parallel_shard_degree or with "
+                    "activation_checkpoint.mode");
+  if (strcmp(cfg->training.dtype, "float32") != 0)
+    return key_fail(cfg, err, TR_CFG_K_training_dtype,
+                    "%s parameters without float32 master weights are not "
+                    "supported; use training.mixed_precision_param = "
+                    "\"bfloat16\" (bf16 compute over float32 master weights "
+                    "on GPUs)",
+                    cfg->training.dtype);
+  if (cfg->optimizer.early_step_in_backward)
+    return key_fail(cfg, err, TR_CFG_K_optimizer_early_step_in_backward,
+                    "stepping each parameter during backward is not "
+                    "implemented (trainrun steps once per step, after the "
+                    "gradient sync and clipping); leave it false");
+  if (cfg->validation.enable && !cfg->validation.dataset_path &&
+      cfg->validation.split_fraction == 0)
+    return key_fail(cfg, err, TR_CFG_K_validation_enable,
+                    "validation needs data, and dataset '%s' is a name, not "
+                    "a path (trainrun downloads nothing): set "
+                    "validation.dataset_path or validation.split_fraction",
+                    cfg->validation.dataset);
+  return 0;
+}
+
+/* A message from another module that starts with "section.key: ": with
+ * where that key was set in front. */
+static int fail_named(const tr_config_t* cfg, tr_errmsg_t* err,
+                      const char* msg) {
+  for (size_t i = 0; i < tr_config_nkeys(); i++) {
+    const char* name = tr_config_key(i)->name;
+    size_t n = strlen(name);
+    if (strncmp(msg, name, n) == 0 && (msg[n] == ':' || msg[n] == ' '))
+      return key_fail(cfg, err, (tr_config_key_id_t)i, "%s", msg);
+  }
+  return tr_errmsg_set(err, TR_ECONFIG, "%s", msg);
+}
+
+/* Keys that only make sense together, and the model the job names. */
+static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
+  tr_model_config_t mc;
+  tr_errmsg_t merr;
+  if (tr_compose_model_config(cfg, &mc, &merr) < 0) /* flavor, seq_len */
+    return fail_named(cfg, err, merr.message);
+  const typeof(cfg->checkpoint)* ck = &cfg->checkpoint;
+  if (ck->enable && ck->last_save_in_hf && !ck->last_save_model_only)
+    return key_fail(cfg, err, TR_CFG_K_checkpoint_last_save_in_hf,
+                    "checkpoint.last_save_in_hf needs "
+                    "checkpoint.last_save_model_only = true (only the model "
+                    "is saved as Hugging Face safetensors)");
+  if (job_on_cuda(cfg) && strcmp(cfg->optimizer.name, "Adam") == 0 &&
+      cfg->optimizer.weight_decay != 0)
+    return key_fail(cfg, err, TR_CFG_K_optimizer_name,
+                    "'Adam' with weight_decay (an L2 term) runs on the CPU "
+                    "only; use AdamW on cuda, or weight_decay = 0");
+  return 0;
+}
+
+int tr__job_check(tr_config_t* cfg, int64_t world, tr_errmsg_t* err) {
+  TR_CHECK(check_mode(cfg, &world, err));
+  TR_CHECK(check_unbuilt(cfg, err)); /* before the degrees meet the world */
+  TR_CHECK(tr_config_resolve(cfg, world, err));
+  TR_CHECK(check_combinations(cfg, err));
+  TR_CHECK(check_backend(cfg, err));
+  return check_faults(cfg, world, err);
+}
+
+int tr__job_uses_mpi(const tr_config_t* cfg) {
+  tr_pg_backend_spec_t bs;
+  return strcmp(cfg->comm.mode, "fake_backend") != 0 && !job_on_cuda(cfg) &&
+         tr_pg_backend_parse(cfg->comm.backend, &bs, NULL) == 0 &&
+         bs.cpu == TR_PG_BACKEND_MPI;
+}
+
+/* ---- keys that change nothing ---- */
+
+#define UNDER_TP                                                        \
+  "it applies under tensor parallelism, which trainrun does not build " \
+  "yet"
+#define UNDER_PP                                                          \
+  "it applies under pipeline parallelism, which trainrun does not build " \
+  "yet"
+#define UNDER_CP                                                         \
+  "it applies under context parallelism, which trainrun does not build " \
+  "yet"
+#define UNDER_EP                                                        \
+  "it applies under expert parallelism, and trainrun's models have no " \
+  "mixture-of-experts layers"
+
+static const struct {
+  tr_config_key_id_t id;
+  const char* why;
+} inert[] = {
+    {TR_CFG_K_model_hf_assets_path,
+     "trainrun reads no Hugging Face assets: its tokenizer is byte-level "
+     "(token shards are tokenized already) and config.json is written from "
+     "the model config"},
+    {TR_CFG_K_training_gc_freq, "trainrun has no garbage collector to pace"},
+    {TR_CFG_K_parallelism_disable_loss_parallel, UNDER_TP},
+    {TR_CFG_K_parallelism_enable_async_tensor_parallel, UNDER_TP},
+    {TR_CFG_K_parallelism_pipeline_parallel_schedule, UNDER_PP},
+    {TR_CFG_K_parallelism_pipeline_parallel_schedule_csv, UNDER_PP},
+    {TR_CFG_K_parallelism_pipeline_parallel_microbatch_size, UNDER_PP},
+    {TR_CFG_K_parallelism_pipeline_parallel_layers_per_stage, UNDER_PP},
+    {TR_CFG_K_parallelism_pipeline_parallel_first_stage_less_layers, UNDER_PP},
+    {TR_CFG_K_parallelism_pipeline_parallel_last_stage_less_layers, UNDER_PP},
+    {TR_CFG_K_parallelism_context_parallel_load_balancer, UNDER_CP},
+    {TR_CFG_K_parallelism_context_parallel_rotate_method, UNDER_CP},
+    {TR_CFG_K_parallelism_expert_tensor_parallel_degree, UNDER_EP},
+    {TR_CFG_K_parallelism_expert_parallel_comm_backend, UNDER_EP},
+    {TR_CFG_K_debug_moe_force_load_balance,
+     "trainrun's models have no mixture-of-experts layers"},
+    {TR_CFG_K_checkpoint_enable_ft_dataloader_checkpoints,
+     "TorchFT is not part of trainrun"},
+    {TR_CFG_K_optimizer_implementation,
+     "trainrun has one AdamW update, a fused kernel over each flat "
+     "parameter buffer, and every choice runs it (the three give the same "
+     "numbers in PyTorch too)"},
+    {TR_CFG_K_activation_checkpoint_memory_budget,
+     "it applies under mode = \"memory_budget\", which is refused"},
+    {TR_CFG_K_activation_checkpoint_preserve_rng_state,
+     "trainrun's models have no dropout or other random state to preserve"},
+    {TR_CFG_K_activation_checkpoint_early_stop,
+     "a recomputation runs its whole layer"},
+    {TR_CFG_K_activation_checkpoint_debug,
+     "trainrun logs the policy at info level and each recomputation at "
+     "debug level (TRAINRUN_LOG_LEVEL=debug), whatever this says"},
+};
+
+void tr__job_notes(const tr_config_t* cfg, FILE* out) {
+  char where[300];
+  for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) {
+    if (tr_config_is_default(cfg, inert[i].id)) continue;
+    const char* at = tr_config_origin(cfg, inert[i].id, where, sizeof where);
+    const char* name = tr_config_key(inert[i].id)->name;
+    if (at && at[0] == '-') /* the flag names the key */
+      fprintf(out, "trainrun: note: %s has no effect: %s\n", at, inert[i].why);
+    else
+      fprintf(out, "trainrun: note: %s%s%s has no effect: %s\n", at ? at : "",
+              at ? ": " : "", name, inert[i].why);
+  }
+  if (cfg->debug.deterministic_warn_only && !cfg->debug.deterministic)
+    fprintf(out,
+            "trainrun: note: debug.deterministic_warn_only has no effect "
+            "without debug.deterministic\n");
+}
