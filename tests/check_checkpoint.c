@@ -700,10 +700,12 @@ START_TEST(test_steps_do_not_wait_for_writer) {
                         "checkpoint.async_mode", "async_with_pinned_mem",
                         "training.steps", "5", NULL});
   tr_model_config_t mc = fx_tiny_model("gpt2");
-  tr_trainer_opts_t o = {.model_override = &mc, .quiet = 1};
+  tr_trainer_settings_t ts;
+  ck_assert_int_eq(fx_settings(&cfg, &mc, &ts), 0);
+  tr_trainer_opts_t o = {.quiet = 1};
   tr_trainer_t t;
   tr_errmsg_t err;
-  ck_assert_msg(tr_trainer_init(&t, &cfg, &o, &err) == 0, "%s", err.message);
+  ck_assert_msg(tr_trainer_init(&t, &ts, &o, &err) == 0, "%s", err.message);
   FILE* con = tmpfile();
   ck_assert_msg(tr_trainer_checkpoint_start(&t, con, NULL, &err) == 0, "%s",
                 err.message);
@@ -767,7 +769,7 @@ START_TEST(test_steps_do_not_wait_for_writer) {
   ck_assert(stalled);
   /* the state after step 3, bit for bit */
   tr_trainer_t u;
-  ck_assert_msg(tr_trainer_init(&u, &cfg, &o, &err) == 0, "%s", err.message);
+  ck_assert_msg(tr_trainer_init(&u, &ts, &o, &err) == 0, "%s", err.message);
   ck_assert_msg(tr_trainer_load_checkpoint(&u, fx_path("out/checkpoint/step-3"),
                                            0, &err) == 0,
                 "%s", err.message);
