@@ -481,6 +481,55 @@ void tr__pg_store_close(tr_store_client_t* c, tr_store_prefix_t* p) {
   tr_store_client_free(c);
 }
 
+/* Why a set-up wait gives up early (into err), or 0 to go on waiting. */
+static int give_up(tr_pg_t* pg, const int* stop, tr_store_client_t* c,
+                   char* err, size_t errlen) {
+  if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+    snprintf(err, errlen, "the group is being shut down");
+    return 1;
+  }
+  pthread_mutex_lock(&pg->mu);
+  int broken = pg->broken;
+  if (broken)
+    snprintf(err, errlen, "the group broke: %s",
+             pg->error ? pg->error : "an earlier error");
+  pthread_mutex_unlock(&pg->mu);
+  if (broken) return 1;
+  const char* key = pg->world->failure_key;
+  int ready = 0;
+  if (!key || tr_store_client_check(c, &key, 1, &ready) < 0 || !ready)
+    return 0;
+  void* val = NULL;
+  size_t len = 0;
+  if (tr_store_client_get(c, key, &val, &len) < 0) len = 0;
+  const char* text = val ? val : "";
+  size_t line = 0;
+  while (line < len && text[line] != '\n' && text[line] != '\0') line++;
+  snprintf(err, errlen, "the job failed: %.*s", (int)line, text);
+  free(val);
+  return 1;
+}
+
+int tr__pg_store_wait(tr_pg_t* pg, const int* stop, tr_store_client_t* c,
+                      tr_store_prefix_t* p, const char* const* keys, size_t n,
+                      int64_t timeout_ms, char* err, size_t errlen) {
+  int64_t deadline = tr__now_ns() + timeout_ms * 1000000;
+  for (;;) {
+    if (give_up(pg, stop, c, err, errlen)) return TR_EABORTED;
+    int64_t left = (deadline - tr__now_ns()) / 1000000;
+    if (left <= 0) {
+      snprintf(err, errlen, "timed out after %lld ms", (long long)timeout_ms);
+      return TR_ETIMEDOUT;
+    }
+    int rc = tr_store_prefix_wait(p, keys, n, left < 200 ? left : 200);
+    if (rc == 0) return 0;
+    if (rc != TR_ETIMEDOUT) {
+      snprintf(err, errlen, "%s", tr_strerror(rc));
+      return rc;
+    }
+  }
+}
+
 /* ---- backends ---- */
 
 /* The backend serving device d, set up on first use. */
@@ -691,8 +740,16 @@ int tr_pg_split(tr_pg_t* parent, int color, int key, const char* desc,
     tr_store_client_t* sc = NULL;
     tr_store_prefix_t sp;
     rc = tr__pg_store_open(parent, &sc, &sp);
+    char why[512] = "";
     if (rc == 0)
       rc = tr_store_prefix_set(&sp, keys[parent->rank], mine, (size_t)mlen);
+    if (rc == 0)
+      rc = tr__pg_store_wait(parent, NULL, sc, &sp, (const char* const*)keys,
+                             (size_t)n, tr_pg_timeout(parent), why,
+                             sizeof why);
+    if (rc == TR_EABORTED)
+      TR_LOG_ERROR(COLL, "split of group '%s': gave up: %s", parent->name,
+                   why);
     if (rc == 0)
       rc = tr_store_prefix_multi_get(&sp, (const char* const*)keys, (size_t)n,
                                      vals, lens);

@@ -32,6 +32,9 @@
 #include "trainrun/fault.h"
 #include "trainrun/heartbeat.h"
 #include "trainrun/param.h"
+#include "trainrun/pg.h"
+#include "trainrun/store.h"
+#include "trainrun/tensor.h"
 #include "tests/procs.h"
 
 /* ---- helpers ---- */
@@ -102,6 +105,19 @@ static void cmd_job(cmd_t* c, const char* steps, const char* batch) {
                      c->data,
                      c->dumparg};
   for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) cmd_add(c, a[i]);
+}
+
+/* tp_run() that also asserts the job left nothing behind
+ * (tp_assert_job_gone; port > 0: its rendezvous port too). */
+static int run_job(const char* tag, char* const* argv, char* const* env,
+                   char** out, char** err, double timeout, int port) {
+  tp_proc_t p;
+  tp_proc_start(&p, tag, argv, env);
+  int rc = tp_proc_finish(&p, timeout);
+  *out = tp_slurp(p.out);
+  *err = tp_slurp(p.err);
+  tp_assert_job_gone(p.pid, port);
+  return rc;
 }
 
 /* ---- fault specs ---- */
@@ -318,6 +334,96 @@ START_TEST(test_heartbeat_page) {
 }
 END_TEST
 
+/* ---- set-up waits give up ---- */
+
+static tr_store_client_t* client_of(int port) {
+  tr_store_client_opts_t o;
+  tr_store_client_opts_init(&o);
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.timeout_ms = 30000;
+  tr_store_client_t* c = NULL;
+  ck_assert_int_eq(tr_store_client_connect(&o, &c), 0);
+  return c;
+}
+
+/* Rank 1 of 2 alone (rank 0 never comes) with a 60 s set-up timeout: an
+ * all-reduce waits in Gloo's rendezvous for rank 0's address. */
+static tr_pg_t* lonely_rank(tr_store_client_t* c, const char* prefix,
+                            tr_tensor_t* t, tr_pg_work_t** w) {
+  tr_pg_opts_t o;
+  tr_pg_opts_init(&o);
+  o.rank = 1;
+  o.world_size = 2;
+  o.store = c;
+  o.store_prefix = prefix;
+  o.backend = "cpu:gloo";
+  o.timeout_ms = 60000;
+  o.failure_key = "job/r0/failure";
+  tr_pg_t* pg = NULL;
+  ck_assert_int_eq(tr_pg_init(&o, &pg), 0);
+  int64_t shape[1] = {4};
+  ck_assert_int_eq(tr_tensor_empty(t, TR_F32, TR_DEVICE_CPU, 1, shape), 0);
+  memset(tr_tensor_data(t), 0, 16);
+  ck_assert_int_eq(tr_pg_all_reduce(pg, t, TR_PG_SUM, w), 0);
+  return pg;
+}
+
+START_TEST(test_setup_gives_up) {
+  tr_store_server_opts_t so;
+  tr_store_server_opts_init(&so);
+  so.host = "127.0.0.1";
+  so.port = 0;
+  tr_store_server_t* srv = NULL;
+  ck_assert_int_eq(tr_store_server_start(&so, &srv), 0);
+  int port = tr_store_server_port(srv);
+  tr_store_client_t* c = client_of(port);
+
+  /* the job's failure report appears: the connect gives up with it */
+  tr_tensor_t t;
+  tr_pg_work_t* w = NULL;
+  tr_pg_t* pg = lonely_rank(c, "a", &t, &w);
+  ck_assert_int_eq(tr_pg_work_wait(w, 300), TR_ETIMEDOUT); /* it waits */
+  double t0 = tp_now_s();
+  const char* rep = "rank 0 (pid 1) exited with code 2\nlast lines: x";
+  ck_assert_int_eq(tr_store_client_set(c, "job/r0/failure", rep, strlen(rep)),
+                   0);
+  ck_assert_int_lt(tr_pg_work_wait(w, 0), 0);
+  double took = tp_now_s() - t0;
+  const char* e = tr_pg_work_error(w);
+  ck_assert_msg(e && strstr(e, "waiting for 'rank_0': the job failed: rank 0 "
+                               "(pid 1) exited with code 2"),
+                "%s", e ? e : "(no error)");
+  ck_assert_ptr_null(strstr(e, "last lines"));
+  ck_assert_msg(took < 5, "gave up after %.1fs", took);
+  tr_pg_work_free(w);
+  tr_pg_free(pg);
+  tr_tensor_release(&t);
+
+  /* no report, but the group is freed (the worker exits): the connect
+   * stops at once instead of at its 60 s timeout */
+  tr_store_client_t* c2 = client_of(port);
+  int deleted = 0;
+  ck_assert_int_eq(tr_store_client_delete_key(c2, "job/r0/failure", &deleted),
+                   0);
+  pg = lonely_rank(c2, "b", &t, &w);
+  ck_assert_int_eq(tr_pg_work_wait(w, 300), TR_ETIMEDOUT);
+  t0 = tp_now_s();
+  tr_pg_free(pg);
+  took = tp_now_s() - t0;
+  ck_assert_msg(took < 5, "freeing the group took %.1fs", took);
+  ck_assert_int_lt(tr_pg_work_wait(w, 0), 0);
+  e = tr_pg_work_error(w);
+  ck_assert_msg(e && strstr(e, "the group is being shut down"), "%s",
+                e ? e : "(no error)");
+  tr_pg_work_free(w);
+  tr_tensor_release(&t);
+  tr_store_client_free(c2);
+  tr_store_client_free(c);
+  tr_store_server_stop(srv);
+}
+END_TEST
+
 /* ---- faults in real jobs ---- */
 
 START_TEST(test_fault_exit_report) {
@@ -408,6 +514,37 @@ START_TEST(test_hang_worker_timeout) {
                                "collective"));
   ck_assert_ptr_null(strstr(err, "trainrun: rank 0 stopped heartbeating"));
   ck_assert_msg(took < 20, "the hang took %.1fs to end", took);
+  free(out);
+  free(err);
+}
+END_TEST
+
+START_TEST(test_peer_dies_before_first_collective) {
+  /* rank 0 exits before its first collective while rank 1 waits in Gloo's
+   * rendezvous for it: rank 1 gives up once the failure is reported and
+   * exits by itself, long before the 60 s stop timeout's SIGKILL */
+  cmd_t c;
+  cmd_init(&c, "early");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "4", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "exit:rank=0:step=1");
+  char stop[] = "TRAINRUN_STOP_TIMEOUT=60";
+  char* env[] = {stop, NULL};
+  char* out;
+  char* err;
+  double t0 = tp_now_s();
+  ck_assert_int_eq(run_job("early", c.v, env, &out, &err, 90, 0), 1);
+  double took = tp_now_s() - t0;
+  ck_assert_msg(strstr(err, "trainrun: rank 0 (local rank 0, pid "), "%s", err);
+  ck_assert_ptr_null(strstr(err, "still running"));
+  ck_assert_msg(strstr(out, "[rank1]:") && (strstr(out, "the job failed: rank 0 "
+                                                          "(local rank 0") ||
+                                            strstr(err, "the job failed: rank 0 "
+                                                        "(local rank 0")),
+                "%s\n%s", out, err);
+  ck_assert_msg(took < 20, "the job took %.1fs to end", took);
   free(out);
   free(err);
 }
@@ -999,11 +1136,13 @@ static Suite* super_suite(void) {
   tcase_add_test(u, test_fault_parse);
   tcase_add_test(u, test_fault_effects);
   tcase_add_test(u, test_heartbeat_page);
+  tcase_add_test(u, test_setup_gives_up);
   suite_add_tcase(s, u);
   TCase* p = tcase_create("jobs");
   tcase_add_checked_fixture(p, setup, teardown);
   tcase_set_timeout(p, 120);
   tcase_add_test(p, test_fault_exit_report);
+  tcase_add_test(p, test_peer_dies_before_first_collective);
   tcase_add_test(p, test_collective_faults);
   tcase_add_test(p, test_hang_worker_timeout);
   tcase_add_test(p, test_kill_restart_resumes);

@@ -3,8 +3,11 @@
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,4 +220,121 @@ double tp_loss_at(const char* dump, int step) {
 
 void tp_read_losses(const char* dump, double* loss, int n) {
   for (int i = 1; i <= n; i++) loss[i - 1] = tp_loss_at(dump, i);
+}
+
+/* A process (not us) whose environment holds TMPDIR=tp_tmpdir: its pid and
+ * command line in what (0: none). */
+static pid_t job_process(char* what, size_t cap) {
+  char want[300];
+  int wl = snprintf(want, sizeof want, "TMPDIR=%s", tp_tmpdir);
+  DIR* d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent* e;
+  pid_t found = 0;
+  static char env[1 << 16];
+  while (!found && (e = readdir(d)) != NULL) {
+    pid_t p = (pid_t)atoi(e->d_name);
+    if (p <= 0 || p == getpid()) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)p);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) continue;
+    ssize_t n = read(fd, env, sizeof env - 1);
+    close(fd);
+    for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(env + i) + 1) {
+      env[n] = '\0';
+      if (strncmp(env + i, want, (size_t)wl) == 0 && env[i + wl] == '\0') {
+        found = p;
+        break;
+      }
+    }
+    if (!found) continue;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)p);
+    what[0] = '\0';
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+      ssize_t m = read(fd, what, cap - 1);
+      close(fd);
+      for (ssize_t i = 0; i < m; i++)
+        if (what[i] == '\0') what[i] = ' ';
+      what[m > 0 ? m : 0] = '\0';
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+/* A /dev/shm name of pid's rings ("trainrun-<run id>-<pid>-r<N>-<rank>"). */
+static int job_segment(pid_t pid, char* what, size_t cap) {
+  char mark[32];
+  snprintf(mark, sizeof mark, "-%d-r", (int)pid);
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  struct dirent* e;
+  int found = 0;
+  while (!found && (e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, "trainrun-", 9) == 0 && strstr(e->d_name, mark)) {
+      snprintf(what, cap, "/dev/shm/%s", e->d_name);
+      found = 1;
+    }
+  closedir(d);
+  return found;
+}
+
+/* A status socket under tp_tmpdir/trainrun-<uid>/. */
+static int job_socket(char* what, size_t cap) {
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/trainrun-%u", tp_tmpdir, (unsigned)getuid());
+  DIR* d = opendir(dir);
+  if (!d) return 0;
+  struct dirent* e;
+  int found = 0;
+  while (!found && (e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (n > 5 && strcmp(e->d_name + n - 5, ".sock") == 0) {
+      snprintf(what, cap, "%s/%s", dir, e->d_name);
+      found = 1;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+static int port_listens(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  int ok = connect(s, (struct sockaddr*)&a, sizeof a) == 0;
+  close(s);
+  return ok;
+}
+
+void tp_assert_job_gone(pid_t pid, int port) {
+  char what[1024];
+  double t0 = tp_now_s();
+  for (;;) {
+    pid_t p = job_process(what, sizeof what);
+    int left = p != 0;
+    char desc[1200] = "";
+    if (left)
+      snprintf(desc, sizeof desc, "process %d (%s)", (int)p, what);
+    else if ((left = job_segment(pid, what, sizeof what)))
+      snprintf(desc, sizeof desc, "shared memory %s", what);
+    else if ((left = job_socket(what, sizeof what)))
+      snprintf(desc, sizeof desc, "socket %s", what);
+    else if ((left = port > 0 && port_listens(port)))
+      snprintf(desc, sizeof desc, "a listener on 127.0.0.1:%d", port);
+    if (!left) return;
+    if (tp_now_s() - t0 > 3) {
+      /* what a failed test leaves, tp_cleanup() would not find */
+      for (int i = 0; i < 256 && (p = job_process(what, sizeof what)); i++) {
+        kill(p, SIGKILL);
+        usleep(10000);
+      }
+      ck_abort_msg("the job of pid %d left %s behind", (int)pid, desc);
+    }
+    usleep(20000);
+  }
 }

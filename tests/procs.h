@@ -81,6 +81,15 @@ int tp_proc_finish(tp_proc_t* p, double timeout);
 int tp_run(const char* tag, char* const* argv, char* const* env, char** out,
            char** err, double timeout);
 
+/* Fail the test when anything of a job whose daemon (or only process) was
+ * pid is left once it ended, after a grace of up to 3 s: a process whose
+ * environment holds TMPDIR=tp_tmpdir (every process tp_proc_start()
+ * started and all their descendants, orphans included), a shared-memory
+ * segment of pid's flight-recorder rings (/dev/shm/trainrun-*-<pid>-r*), a
+ * status socket under tp_tmpdir, or, when port > 0, a listener on
+ * 127.0.0.1:port. */
+void tp_assert_job_gone(pid_t pid, int port);
+
 /* The whole file, NUL-terminated, malloc()ed; "" when it cannot be read. */
 char* tp_slurp(const char* path);
 
