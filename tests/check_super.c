@@ -814,6 +814,36 @@ START_TEST(test_status_metrics_sigterm) {
 }
 END_TEST
 
+START_TEST(test_sighup_single_rank) {
+  /* one rank, no daemon: SIGHUP stops after the step, saves, exits 0 */
+  cmd_t c;
+  cmd_init(&c, "hup");
+  cmd_job(&c, "1000", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "slow:ms=50");
+  cmd_add(&c, "--checkpoint.enable=true");
+  cmd_add(&c, "--checkpoint.interval");
+  cmd_add(&c, "1000");
+  tp_proc_t p;
+  tp_proc_start(&p, "hup", c.v, NULL);
+  tp_wait_text(p.out, "step 2/1000", 30);
+  kill(p.pid, SIGHUP);
+  ck_assert_int_eq(tp_proc_finish(&p, 60), 0);
+  tp_assert_job_gone(p.pid, 0);
+  char* out = tp_slurp(p.out);
+  const char* s = strstr(out, "stopping after step ");
+  ck_assert_msg(s && strstr(s, " (SIGHUP)\n"), "%s", out);
+  int step = atoi(s + strlen("stopping after step "));
+  char f[800];
+  struct stat st;
+  snprintf(f, sizeof f, "%s/model.safetensors", c.dump);
+  ck_assert_int_eq(stat(f, &st), 0);
+  snprintf(f, sizeof f, "%s/checkpoint/step-%d/metadata.json", c.dump, step);
+  ck_assert_msg(stat(f, &st) == 0, "no %s", f);
+  free(out);
+}
+END_TEST
+
 /* ---- many nodes on loopback ---- */
 
 /* Run `nodes` trainrun processes of `nproc` workers each for a job of
@@ -1129,28 +1159,36 @@ START_TEST(test_clear_errors) {
 }
 END_TEST
 
+/* tcase_add_test, but with SUPER_TEST=name in the environment only that
+ * test (to run one while working on it). */
+static void add(TCase* tc, const TTest* t) {
+  const char* only = getenv("SUPER_TEST");
+  if (!only || !*only || strcmp(only, t->name) == 0) tcase_add_test(tc, t);
+}
+
 static Suite* super_suite(void) {
   Suite* s = suite_create("super");
   TCase* u = tcase_create("units");
   tcase_add_checked_fixture(u, setup, teardown);
-  tcase_add_test(u, test_fault_parse);
-  tcase_add_test(u, test_fault_effects);
-  tcase_add_test(u, test_heartbeat_page);
-  tcase_add_test(u, test_setup_gives_up);
+  add(u, test_fault_parse);
+  add(u, test_fault_effects);
+  add(u, test_heartbeat_page);
+  add(u, test_setup_gives_up);
   suite_add_tcase(s, u);
   TCase* p = tcase_create("jobs");
   tcase_add_checked_fixture(p, setup, teardown);
   tcase_set_timeout(p, 120);
-  tcase_add_test(p, test_fault_exit_report);
-  tcase_add_test(p, test_peer_dies_before_first_collective);
-  tcase_add_test(p, test_collective_faults);
-  tcase_add_test(p, test_hang_worker_timeout);
-  tcase_add_test(p, test_kill_restart_resumes);
-  tcase_add_test(p, test_status_metrics_sigterm);
-  tcase_add_test(p, test_lost_node_below_min);
-  tcase_add_test(p, test_clear_errors);
-  tcase_add_test(p, test_eight_nodes_one_rank);
-  tcase_add_test(p, test_two_by_two_slurm_mpirun);
+  add(p, test_fault_exit_report);
+  add(p, test_peer_dies_before_first_collective);
+  add(p, test_collective_faults);
+  add(p, test_hang_worker_timeout);
+  add(p, test_kill_restart_resumes);
+  add(p, test_status_metrics_sigterm);
+  add(p, test_sighup_single_rank);
+  add(p, test_lost_node_below_min);
+  add(p, test_clear_errors);
+  add(p, test_eight_nodes_one_rank);
+  add(p, test_two_by_two_slurm_mpirun);
   suite_add_tcase(s, p);
   return s;
 }
