@@ -15,6 +15,8 @@
  *             daemon/rendezvous.c) and then SETs
  *   end       "fail" (a worker failed), "lost" (a node stopped beating),
  *             "abort" (a worker could not be started: no restart helps),
+ *             "input" (a worker exited with code 2, a configuration, usage
+ *             or data error: no restart helps either),
  *             "scale" (a node waits to join: start a bigger round), "stop"
  *             (a stop signal: every rank finishes its step and exits)
  *   failure   COMPARE_SET: the first failure's report (rank, how, last
@@ -91,12 +93,20 @@ const char* tr__daemon_describe_status(int status, char* buf, size_t cap) {
 
 /* ---- round-end bookkeeping in the store ---- */
 
-enum { END_NONE, END_FAIL, END_LOST, END_ABORT, END_SCALE, END_STOP };
-static const char* const end_names[] = {"",      "fail",  "lost",
-                                        "abort", "scale", "stop"};
+enum {
+  END_NONE,
+  END_FAIL,
+  END_LOST,
+  END_ABORT,
+  END_SCALE,
+  END_STOP,
+  END_INPUT
+};
+static const char* const end_names[] = {"",      "fail", "lost", "abort",
+                                        "scale", "stop", "input"};
 
 static int end_parse(const char* s, size_t len) {
-  for (int k = END_FAIL; k <= END_STOP; k++)
+  for (int k = END_FAIL; k <= END_INPUT; k++)
     if (strlen(end_names[k]) == len && memcmp(s, end_names[k], len) == 0)
       return k;
   return END_FAIL; /* a value we do not know: treat as a failure */
@@ -121,7 +131,8 @@ static int post_end(tr__daemon_t* d, int kind) {
   int won = clen == (size_t)n && memcmp(cur, mine, clen) == 0;
   free(cur);
   if (!won) return 0;
-  if (kind == END_FAIL || kind == END_LOST || kind == END_ABORT)
+  if (kind == END_FAIL || kind == END_LOST || kind == END_ABORT ||
+      kind == END_INPUT)
     TR_CHECK(tr_store_prefix_add(&d->st, "failures", 1, NULL));
   if (kind == END_FAIL || kind == END_LOST || kind == END_SCALE) {
     /* the next round expects the nodes of this one: all of them after a
@@ -438,6 +449,7 @@ enum {
   OUT_RESTART, /* a failure or a lost node: new round if restarts are left */
   OUT_SCALE,   /* a node waits: new round */
   OUT_ABORT,   /* a worker could not start: the job ends */
+  OUT_INPUT,   /* a worker exited with code 2: the job ends */
   OUT_HARD,    /* a second signal killed the workers */
   OUT_ERROR    /* the store is gone */
 };
@@ -498,8 +510,11 @@ static void on_worker_exit(tr__daemon_t* d, round_t* r, tr__worker_t* w,
   if (!rep) return;
   if (r->end_kind == END_NONE && !d->stop_signal) r->local_failure = 1;
   int rc = post_failure(d, rep);
+  /* exit code 2 is trainrun's (and argparse's) for bad configuration,
+   * usage or data: the same input fails every restart the same way */
+  int input = WIFEXITED(w->status) && WEXITSTATUS(w->status) == 2;
   if (rc == 0 && !d->stop_signal && r->end_kind != END_STOP)
-    rc = post_end(d, END_FAIL);
+    rc = post_end(d, input ? END_INPUT : END_FAIL);
   free(rep);
   if (rc < 0) store_failed(d, r, rc, err);
   if (!r->stopping)
@@ -861,6 +876,9 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       case END_ABORT:
         outcome = OUT_ABORT;
         break;
+      case END_INPUT:
+        outcome = OUT_INPUT;
+        break;
       default:
         if (r.alldone || r.lost) outcome = OUT_DONE;
     }
@@ -1115,6 +1133,23 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
         set_message(rep, why);
       }
       rep->exit_code = 1;
+      free(failure);
+      rc = 0;
+      goto out_barrier;
+    }
+    if (out == OUT_INPUT) {
+      /* no restart: the next attempt would read the same input */
+      char* msg = NULL;
+      if (asprintf(&msg,
+                   "%s\nexit code 2 is a configuration, usage or data "
+                   "error, which a restart cannot fix: not restarting",
+                   why) >= 0) {
+        set_message(rep, msg);
+        free(msg);
+      } else {
+        set_message(rep, why);
+      }
+      rep->exit_code = 2;
       free(failure);
       rc = 0;
       goto out_barrier;

@@ -519,6 +519,37 @@ START_TEST(test_hang_worker_timeout) {
 }
 END_TEST
 
+START_TEST(test_exit_2_stops_at_once) {
+  /* a worker's exit code 2 (bad configuration or data) ends the job at
+   * once with its report: no restart is burned on it */
+  cmd_t c;
+  cmd_init(&c, "exit2");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, "--max-restarts");
+  cmd_add(&c, "3");
+  cmd_job(&c, "4", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "exit:rank=1:step=2:code=2");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run_job("exit2", c.v, NULL, &out, &err, 60, 0), 2);
+  ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s", err);
+  ck_assert_ptr_nonnull(strstr(err, "exited with code 2\nlast lines of rank 1:"));
+  ck_assert_ptr_nonnull(
+      strstr(err,
+             "\nexit code 2 is a configuration, usage or data error, which a "
+             "restart cannot fix: not restarting\n"));
+  ck_assert_ptr_null(strstr(err, "restarting the workers"));
+  /* one attempt only */
+  const char* first = strstr(out, "[rank0]:step 1/4 | loss ");
+  ck_assert_ptr_nonnull(first);
+  ck_assert_ptr_null(strstr(first + 1, "[rank0]:step 1/4 | loss "));
+  free(out);
+  free(err);
+}
+END_TEST
+
 START_TEST(test_peer_dies_before_first_collective) {
   /* rank 0 exits before its first collective while rank 1 waits in Gloo's
    * rendezvous for it: rank 1 gives up once the failure is reported and
@@ -1180,6 +1211,7 @@ static Suite* super_suite(void) {
   tcase_set_timeout(p, 120);
   add(p, test_fault_exit_report);
   add(p, test_peer_dies_before_first_collective);
+  add(p, test_exit_2_stops_at_once);
   add(p, test_collective_faults);
   add(p, test_hang_worker_timeout);
   add(p, test_kill_restart_resumes);
