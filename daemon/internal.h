@@ -165,12 +165,21 @@ typedef struct {
 } tr__spawn_req_t;
 
 /* Fork and exec one worker in a process group of its own (so a terminal's
- * SIGINT reaches only the daemon, which forwards it once), killed with the
+ * SIGINT reaches only the daemon, which forwards it once, and the daemon's
+ * signals reach the worker's children too), killed with the
  * daemon (PR_SET_PDEATHSIG), stdout and stderr to two new non-blocking
  * pipes (*out_fd, *err_fd: read ends). An exec failure is reported here
  * (TR_ENOENT, TR_EACCES ... "cannot run 'prog': ..."). */
 int tr__spawn(const tr__spawn_req_t* req, pid_t* pid, int* out_fd, int* err_fd,
               tr_errmsg_t* err);
+
+/* Kill (SIGKILL, with their process groups) and reap every child of this
+ * process: with the daemon a child subreaper (PR_SET_CHILD_SUBREAPER), the
+ * descendants of exited workers that outlived them (a worker's own group is
+ * killed when it exits, but a child may have left it with setsid) come to
+ * the daemon; call it once the round's workers are all reaped. Returns how
+ * many it killed, "pid 'name', ..." of them in what. */
+int tr__spawn_reap_orphans(char* what, size_t cap);
 
 /* ---- devices.c ---- */
 

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -190,10 +191,12 @@ static int running_count(const tr__daemon_t* d) {
   return n;
 }
 
-static void signal_workers(tr__daemon_t* d, int sig, int group) {
+/* Signal every running worker's process group (the worker and what it
+ * started, as torchrun does). */
+static void signal_workers(tr__daemon_t* d, int sig) {
   for (int i = 0; i < d->nworkers; i++) {
     tr__worker_t* w = &d->workers[i];
-    if (w->running && w->pid > 0) kill(group ? -w->pid : w->pid, sig);
+    if (w->running && w->pid > 0) kill(-w->pid, sig);
   }
 }
 
@@ -464,13 +467,14 @@ typedef struct {
   int lost;          /* a node stopped beating */
   int store_err;     /* a store call failed */
   int local_failure; /* a worker of this node failed first */
+  int swept;         /* the workers' leftovers were killed */
   int64_t* hb;       /* last heartbeat counts, by node rank */
   double* hb_at;     /* when they last changed */
   double next_tick, next_hb;
 } round_t;
 
 static void begin_stop(tr__daemon_t* d, round_t* r, int sig, double grace) {
-  if (!r->stopping) signal_workers(d, sig, 0);
+  if (!r->stopping) signal_workers(d, sig);
   r->stopping = 1;
   double at = tr__daemon_now() + grace;
   if (!r->kill_at || at < r->kill_at) r->kill_at = at;
@@ -528,7 +532,7 @@ static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
             "%s: got SIG%s: stopping every rank after its current step "
             "(again to kill them now)\n",
             d->o->prog, signame(sig));
-    signal_workers(d, sig == SIGHUP ? SIGTERM : sig, 0);
+    signal_workers(d, sig == SIGHUP ? SIGTERM : sig);
     r->stopping = 1;
     if (d->in_round && !r->store_err && r->end_kind == END_NONE)
       post_end(d, END_STOP); /* the other nodes stop too */
@@ -536,7 +540,7 @@ static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
     d->hard_signal = sig;
     fprintf(stderr, "%s: got SIG%s again: killing the workers\n", d->o->prog,
             signame(sig));
-    signal_workers(d, SIGKILL, 1);
+    signal_workers(d, SIGKILL);
   }
 }
 
@@ -666,7 +670,7 @@ static int tick(tr__daemon_t* d, round_t* r) {
                   "%s: another node got a stop signal: stopping every rank "
                   "after its current step\n",
                   d->o->prog);
-          signal_workers(d, SIGTERM, 0);
+          signal_workers(d, SIGTERM);
           r->stopping = 1;
         }
         r->stop_forwarded = 1;
@@ -778,7 +782,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     if (pr < 0 && errno != EINTR) {
       rc = tr_err_from_errno();
       tr_errmsg_set(err, rc, "poll: %s", tr_strerror(rc));
-      signal_workers(d, SIGKILL, 1);
+      signal_workers(d, SIGKILL);
       outcome = OUT_ERROR;
       break;
     }
@@ -817,6 +821,8 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       w->running = 0;
       w->status = st;
       w->ended = tr__daemon_now();
+      /* what it started and left in its group goes with it */
+      kill(-w->pid, SIGKILL);
       drain(w);
       on_worker_exit(d, &r, w, err);
     }
@@ -827,7 +833,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
                   "killing",
                   running_count(d), running_count(d) == 1 ? "" : "s",
                   tr_param_double(TR_PARAM_STOP_TIMEOUT));
-      signal_workers(d, SIGKILL, 1);
+      signal_workers(d, SIGKILL);
       r.kill_at = 0;
     }
     if (now >= r.next_tick) {
@@ -841,7 +847,16 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     }
     if (running_count(d) > 0) continue;
 
-    /* every worker of this node is gone */
+    /* every worker of this node is gone; so is what they left behind */
+    if (!r.swept) {
+      char what[512];
+      int left = tr__spawn_reap_orphans(what, sizeof what);
+      if (left > 0)
+        TR_LOG_WARN(DAEMON,
+                    "killed %d process%s the workers left running: %s",
+                    left, left == 1 ? "" : "es", what);
+      r.swept = 1;
+    }
     if (d->hard_signal) {
       outcome = OUT_HARD;
       break;
@@ -998,7 +1013,7 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
   tr_errmsg_t err;
   tr_errmsg_clear(&err);
   struct sigaction old[5];
-  int rc, signals_set = 0;
+  int rc, signals_set = 0, was_subreaper = -1;
 
   if (!argv || !argv[0]) {
     rc = tr_errmsg_set(&err, TR_EINVAL, "no worker program given");
@@ -1011,6 +1026,11 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
     goto out;
   }
   if (gethostname(d.host, sizeof d.host - 1) != 0) strcpy(d.host, "?");
+  /* descendants that outlive their worker (a child that left the worker's
+   * process group) come to this process, which kills them at the round's
+   * end */
+  if (prctl(PR_GET_CHILD_SUBREAPER, &was_subreaper) < 0) was_subreaper = 0;
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   /* until the store answers there is nothing to stop: signals keep their
    * default action (a Ctrl-C while the endpoint is down ends the wait) */
   d.phase = "connecting to the store";
@@ -1200,5 +1220,6 @@ out:
   free(d.path);
   free(d.tmp_log_dir);
   if (signals_set) restore_signals(&d, old);
+  if (was_subreaper >= 0) prctl(PR_SET_CHILD_SUBREAPER, was_subreaper);
   return rc;
 }

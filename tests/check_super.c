@@ -550,6 +550,30 @@ START_TEST(test_exit_2_stops_at_once) {
 }
 END_TEST
 
+START_TEST(test_exec_children_killed) {
+  /* rank 1 fails; rank 0's shell has a child in its process group and one
+   * that left it (setsid): neither outlives the job */
+  char* a[] = {(char*)tp_bin("trainrun"),
+               "--nproc-per-node",
+               "2",
+               "--exec",
+               "/bin/sh",
+               "-c",
+               "if [ $RANK = 1 ]; then sleep 1; exit 1; fi; "
+               "setsid sleep 127 & sleep 126; :",
+               NULL};
+  char* out;
+  char* err;
+  double t0 = tp_now_s();
+  ck_assert_int_eq(run_job("orphans", a, NULL, &out, &err, 60, 0), 1);
+  ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s", err);
+  ck_assert_ptr_nonnull(strstr(err, "exited with code 1"));
+  ck_assert_double_lt(tp_now_s() - t0, 30);
+  free(out);
+  free(err);
+}
+END_TEST
+
 START_TEST(test_peer_dies_before_first_collective) {
   /* rank 0 exits before its first collective while rank 1 waits in Gloo's
    * rendezvous for it: rank 1 gives up once the failure is reported and
@@ -1212,6 +1236,7 @@ static Suite* super_suite(void) {
   add(p, test_fault_exit_report);
   add(p, test_peer_dies_before_first_collective);
   add(p, test_exit_2_stops_at_once);
+  add(p, test_exec_children_killed);
   add(p, test_collective_faults);
   add(p, test_hang_worker_timeout);
   add(p, test_kill_restart_resumes);
