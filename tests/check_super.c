@@ -662,6 +662,106 @@ START_TEST(test_kill_restart_resumes) {
 }
 END_TEST
 
+/* Flip the byte at offset `at` of path. */
+static void flip_byte(const char* path, long at) {
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  unsigned char b;
+  ck_assert_int_eq(pread(fd, &b, 1, at), 1);
+  b ^= 0xff;
+  ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
+  close(fd);
+}
+
+START_TEST(test_damaged_checkpoint_fallback) {
+  if (!have_checkpoints()) {
+    fprintf(stderr, "skipped: no checkpoint module in this tree\n");
+    return;
+  }
+  /* 6 steps, 2 ranks (FSDP: each reads its half of every tensor), a
+   * checkpoint every 2 */
+  cmd_t c;
+  cmd_init(&c, "ck");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "6", "2");
+  cmd_add(&c, "--checkpoint.enable=true");
+  cmd_add(&c, "--checkpoint.interval");
+  cmd_add(&c, "2");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run_job("ck", c.v, NULL, &out, &err, 90, 0), 0);
+  free(out);
+  free(err);
+  char f[800];
+  /* a flipped byte in rank 0's file of step 6: only rank 0 reads it */
+  snprintf(f, sizeof f, "%s/checkpoint/step-6/rank-00000.bin", c.dump);
+  flip_byte(f, 1000);
+  /* step 4's other file cut in half */
+  snprintf(f, sizeof f, "%s/checkpoint/step-4/rank-00001.bin", c.dump);
+  struct stat st;
+  ck_assert_int_eq(stat(f, &st), 0);
+  ck_assert_int_eq(truncate(f, st.st_size / 2), 0);
+  char folder[700];
+  snprintf(folder, sizeof folder, "%s/checkpoint", c.dump);
+  char* ls[] = {(char*)tp_bin("trainrun"), "ckpt", "ls", folder, NULL};
+  ck_assert_int_eq(tp_run("ls", ls, NULL, &out, &err, 30), 0);
+  ck_assert_msg(strstr(out, "\n4          truncated "), "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "\n2          complete "));
+  free(out);
+  free(err);
+
+  /* resume, 8 steps: step 6 and step 4 are skipped, loudly; step 2 loads,
+   * and the run trains on to step 8 */
+  cmd_init(&c, "ck");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, "--max-restarts");
+  cmd_add(&c, "1");
+  cmd_job(&c, "8", "2");
+  cmd_add(&c, "--checkpoint.enable=true");
+  cmd_add(&c, "--checkpoint.interval");
+  cmd_add(&c, "2");
+  ck_assert_int_eq(run_job("resume", c.v, NULL, &out, &err, 90, 0), 0);
+  ck_assert_msg(strstr(err, "checkpoint step 6 does not load: cannot load "
+                            "checkpoint: '"),
+                "%s", err);
+  ck_assert_ptr_nonnull(strstr(err, "rank-00000.bin': checksum mismatch"));
+  ck_assert_ptr_nonnull(
+      strstr(err, "checkpoint step 4 does not load: cannot load checkpoint: '"));
+  ck_assert_ptr_nonnull(strstr(err, "rank-00001.bin' is truncated: "));
+  char want[900];
+  snprintf(want, sizeof want,
+           "[rank0]:resumed from '%s/checkpoint/step-2' at step 2, the newest "
+           "step that loads: step 6 is damaged (cannot load checkpoint: '",
+           c.dump);
+  ck_assert_msg(strstr(out, want), "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "[rank0]:step 8/8 | loss "));
+  ck_assert_msg(!strstr(err, "restarting the workers"), "%s", err);
+  free(out);
+  free(err);
+
+  /* nothing that loads: exit 2 at once, naming the newest */
+  snprintf(f, sizeof f, "%s/checkpoint/step-2/rank-00000.bin", c.dump);
+  unlink(f);
+  snprintf(f, sizeof f, "%s/checkpoint/step-8/rank-00001.bin", c.dump);
+  flip_byte(f, 100);
+  for (int s = 4; s <= 6; s += 2) { /* the steps rewritten: damage again */
+    snprintf(f, sizeof f, "%s/checkpoint/step-%d/metadata.json", c.dump, s);
+    ck_assert_int_eq(truncate(f, 10), 0);
+  }
+  ck_assert_int_eq(run_job("none", c.v, NULL, &out, &err, 90, 0), 2);
+  snprintf(want, sizeof want,
+           "no complete checkpoint in '%s/checkpoint' loads: the newest, "
+           "step 8, cannot load checkpoint: '",
+           c.dump);
+  ck_assert_msg(strstr(err, want), "%s", err);
+  ck_assert_ptr_null(strstr(err, "restarting the workers"));
+  free(out);
+  free(err);
+}
+END_TEST
+
 /* ---- status, metrics, SIGTERM ---- */
 
 /* GET path from 127.0.0.1:port: the whole answer (malloc()ed). */
@@ -1240,6 +1340,7 @@ static Suite* super_suite(void) {
   add(p, test_collective_faults);
   add(p, test_hang_worker_timeout);
   add(p, test_kill_restart_resumes);
+  add(p, test_damaged_checkpoint_fallback);
   add(p, test_status_metrics_sigterm);
   add(p, test_sighup_single_rank);
   add(p, test_lost_node_below_min);
