@@ -273,6 +273,13 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
       goto out;
     }
   }
+  /* what the workers would find only at their start, or after the work:
+   * checked once here, before any starts */
+  if (have_cfg && (tr__preflight_config(&cfg, &cerr) < 0 ||
+                   (!dry_run && tr__preflight_files(&cfg, &cerr) < 0))) {
+    fprintf(stderr, "trainrun: %s\n", cerr.message);
+    goto out;
+  }
   if (dry_run) {
     print_layout(&o, stdout);
     if (have_cfg) print_job(&cfg, stdout);

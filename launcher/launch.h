@@ -5,6 +5,9 @@
 #ifndef TRAINRUN_LAUNCHER_LAUNCH_H
 #define TRAINRUN_LAUNCHER_LAUNCH_H
 
+#include "trainrun/config.h"
+#include "trainrun/errmsg.h"
+
 /* Where and as what this process trains. */
 typedef struct {
   int world_size; /* ranks of the job: WORLD_SIZE in a worker, else 1 */
@@ -22,5 +25,18 @@ typedef struct {
  *    nodes, restarts, log files, --exec), or --dry-run -- and returns the
  *    exit code, having printed its messages ("trainrun: ..."). */
 int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l);
+
+/* ---- launcher/preflight.c: checks before any work starts ---- */
+
+/* What needs no file system: job.dump_folder is set, the model's config
+ * takes the job (training.seq_len). Messages name where the key involved
+ * was set; TR_ECONFIG (exit code 2). */
+int tr__preflight_config(const tr_config_t* cfg, tr_errmsg_t* err);
+
+/* Creates job.dump_folder (and the checkpoint folder when checkpoints are
+ * saved) and proves a file can be written in each; checks that the data
+ * paths name regular files that can be read (tr_dataset_check). Messages
+ * name where the key involved was set. */
+int tr__preflight_files(const tr_config_t* cfg, tr_errmsg_t* err);
 
 #endif /* TRAINRUN_LAUNCHER_LAUNCH_H */

@@ -202,8 +202,11 @@ int tr_launch_job(int argc, char** argv) {
   tr_config_t cfg;
   tr_errmsg_t err;
   /* the world this process is one rank of (1 unless a daemon spawned it) */
+  /* a worker's daemon checked the job before it started the workers */
   if (tr_config_load(&cfg, path, n, overrides, &err) < 0 ||
-      tr_config_resolve(&cfg, launch.world_size, &err) < 0) {
+      tr_config_resolve(&cfg, launch.world_size, &err) < 0 ||
+      (!launch.worker && (tr__preflight_config(&cfg, &err) < 0 ||
+                          tr__preflight_files(&cfg, &err) < 0))) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
   } else {

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h> /* FS_IOC_SETFLAGS */
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1321,6 +1323,135 @@ static void add(TCase* tc, const TTest* t) {
   if (!only || !*only || strcmp(only, t->name) == 0) tcase_add_test(tc, t);
 }
 
+/* ---- errors found before the work ---- */
+
+/* Make folder read-only for this process: immutable (root ignores
+ * permissions; ext4 and others honour FS_IMMUTABLE_FL even for root), else
+ * mode 0555 when we are not root. 1 when it worked; undo with
+ * read_only(folder, 0). */
+static int read_only(const char* folder, int on) {
+  int fd = open(folder, O_RDONLY | O_DIRECTORY);
+  ck_assert_int_ge(fd, 0);
+  int flags = 0, ok = 0;
+  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+    flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
+    ok = ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+  }
+  close(fd);
+  if (!ok && geteuid() != 0) ok = chmod(folder, on ? 0555 : 0755) == 0;
+  return ok;
+}
+
+START_TEST(test_errors_before_work) {
+  /* each is refused with exit code 2 and where it came from, before any
+   * worker starts (nothing on stdout) and nothing is left behind */
+  char* out;
+  char* err;
+  cmd_t c;
+  char want[1200];
+
+  /* an empty dump folder (one rank, no daemon) */
+  cmd_init(&c, "empty");
+  cmd_job(&c, "2", "2");
+  cmd_add(&c, "--job.dump_folder=");
+  ck_assert_int_eq(run_job("empty", c.v, NULL, &out, &err, 30, 0), 2);
+  ck_assert_str_eq(err,
+                   "trainrun: --job.dump_folder: empty; it names the folder "
+                   "for checkpoints, metrics and the weights\n");
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+
+  /* a checkpoint folder that cannot be written (2 ranks: the daemon) */
+  cmd_init(&c, "ro");
+  char ck[700];
+  snprintf(ck, sizeof ck, "%s/checkpoint", c.dump);
+  ck_assert_int_eq(mkdir(c.dump, 0755), 0);
+  ck_assert_int_eq(mkdir(ck, 0755), 0);
+  if (read_only(ck, 1)) {
+    cmd_add(&c, "--nproc-per-node");
+    cmd_add(&c, "2");
+    cmd_job(&c, "2", "2");
+    cmd_add(&c, "--checkpoint.enable=true");
+    int rc = run_job("ro", c.v, NULL, &out, &err, 30, 0);
+    read_only(ck, 0);
+    ck_assert_int_eq(rc, 2);
+    snprintf(want, sizeof want, "cannot write in '%s': ", ck);
+    ck_assert_msg(strncmp(err, "trainrun: ", 10) == 0 && strstr(err, want) &&
+                      strstr(err, ": checkpoint.folder: cannot write in"),
+                  "%s", err);
+    ck_assert_str_eq(out, "");
+    free(out);
+    free(err);
+  } else {
+    fprintf(stderr, "no read-only folder here: that case is skipped\n");
+  }
+
+  /* a data glob that matches nothing */
+  cmd_init(&c, "glob");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "2", "2");
+  char glob_arg[700];
+  snprintf(glob_arg, sizeof glob_arg, "--training.dataset_path=%s/none*.bin",
+           tp_tmpdir);
+  cmd_add(&c, glob_arg);
+  ck_assert_int_eq(run_job("glob", c.v, NULL, &out, &err, 30, 0), 2);
+  snprintf(want, sizeof want,
+           "trainrun: --training.dataset_path: no file matches "
+           "'%s/none*.bin'\n",
+           tp_tmpdir);
+  ck_assert_str_eq(err, want);
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+
+  /* a FIFO as data: refused, not waited on */
+  char fifo[700];
+  snprintf(fifo, sizeof fifo, "%s/data.fifo", tp_tmpdir);
+  ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+  cmd_init(&c, "fifo");
+  cmd_job(&c, "2", "2");
+  char fifo_arg[760];
+  snprintf(fifo_arg, sizeof fifo_arg, "--training.dataset_path=%s", fifo);
+  cmd_add(&c, fifo_arg);
+  ck_assert_int_eq(run_job("fifo", c.v, NULL, &out, &err, 30, 0), 2);
+  snprintf(want, sizeof want,
+           "trainrun: --training.dataset_path: '%s' is a FIFO, not a data "
+           "file\n",
+           fifo);
+  ck_assert_str_eq(err, want);
+  free(out);
+  free(err);
+
+  /* training.seq_len = 2^62 in a job file: `trainrun config` refuses it
+   * too, with file:line:col */
+  char toml[700];
+  snprintf(toml, sizeof toml, "%s/big.toml", tp_tmpdir);
+  FILE* f = fopen(toml, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "[training]\nseq_len = 4611686018427387904\n");
+  fclose(f);
+  char* cfg_argv[] = {(char*)tp_bin("trainrun"), "config", toml, NULL};
+  ck_assert_int_eq(run_job("seqcfg", cfg_argv, NULL, &out, &err, 30, 0), 2);
+  snprintf(want, sizeof want,
+           "trainrun: %s:2:11: training.seq_len: too large\n", toml);
+  ck_assert_str_eq(err, want);
+  free(out);
+  free(err);
+  cmd_init(&c, "seq");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, toml);
+  cmd_add(&c, c.dumparg);
+  ck_assert_int_eq(run_job("seq", c.v, NULL, &out, &err, 30, 0), 2);
+  ck_assert_str_eq(err, want);
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+}
+END_TEST
+
 static Suite* super_suite(void) {
   Suite* s = suite_create("super");
   TCase* u = tcase_create("units");
@@ -1345,6 +1476,7 @@ static Suite* super_suite(void) {
   add(p, test_sighup_single_rank);
   add(p, test_lost_node_below_min);
   add(p, test_clear_errors);
+  add(p, test_errors_before_work);
   add(p, test_eight_nodes_one_rank);
   add(p, test_two_by_two_slurm_mpirun);
   suite_add_tcase(s, p);
