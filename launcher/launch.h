@@ -39,4 +39,22 @@ int tr__preflight_config(const tr_config_t* cfg, tr_errmsg_t* err);
  * name where the key involved was set. */
 int tr__preflight_files(const tr_config_t* cfg, tr_errmsg_t* err);
 
+/* ---- launcher/dumplock.c: one job per dump folder ---- */
+
+typedef struct {
+  char* path; /* the lock file this job owns; NULL: none */
+} tr__dumplock_t;
+
+/* Lock the dump folder (it exists: tr__preflight_files) for this job,
+ * recorded as run_id at endpoint ("host:port"; NULL or "": a private store,
+ * never shared). A lock of the same run id and endpoint is another node's
+ * of this job: 0, not owned. A stale lock (its process on this host is
+ * gone) is taken over with a warning. Held by another job: TR_EEXIST with
+ * a message naming it (run, pid, host, start) and the lock file. */
+int tr__dumplock_acquire(tr__dumplock_t* l, const char* dump,
+                         const char* run_id, const char* endpoint,
+                         tr_errmsg_t* err);
+/* Remove the lock when this job owns it. */
+void tr__dumplock_release(tr__dumplock_t* l);
+
 #endif /* TRAINRUN_LAUNCHER_LAUNCH_H */

@@ -7,6 +7,7 @@ trainrun_SOURCES = launcher/main.c launcher/cmd_config.c launcher/run.c \
 	launcher/cmd_ckpt.c \
 	launcher/jobargs.c \
 	launcher/launch.c launcher/launch.h launcher/preflight.c \
+	launcher/dumplock.c \
 	launcher/commands.h
 trainrun_LDADD = libtrainrun.la $(JANSSON_LIBS)
 dist_man_MANS += man/trainrun.1

@@ -118,7 +118,7 @@ static int run_job(const char* tag, char* const* argv, char* const* env,
   int rc = tp_proc_finish(&p, timeout);
   *out = tp_slurp(p.out);
   *err = tp_slurp(p.err);
-  tp_assert_job_gone(p.pid, port);
+  tp_assert_job_gone(&p, port);
   return rc;
 }
 
@@ -986,7 +986,7 @@ START_TEST(test_sighup_single_rank) {
   tp_wait_text(p.out, "step 2/1000", 30);
   kill(p.pid, SIGHUP);
   ck_assert_int_eq(tp_proc_finish(&p, 60), 0);
-  tp_assert_job_gone(p.pid, 0);
+  tp_assert_job_gone(&p, 0);
   char* out = tp_slurp(p.out);
   const char* s = strstr(out, "stopping after step ");
   ck_assert_msg(s && strstr(s, " (SIGHUP)\n"), "%s", out);
@@ -998,6 +998,66 @@ START_TEST(test_sighup_single_rank) {
   snprintf(f, sizeof f, "%s/checkpoint/step-%d/metadata.json", c.dump, step);
   ck_assert_msg(stat(f, &st) == 0, "no %s", f);
   free(out);
+}
+END_TEST
+
+START_TEST(test_dump_folder_lock) {
+  /* job A (2 ranks) holds its dump folder: job B is refused at once,
+   * naming A; once A is killed (its lock left behind), job C takes the
+   * stale lock over with a warning, and removes it when done */
+  cmd_t a;
+  cmd_init(&a, "shared");
+  cmd_add(&a, "--nproc-per-node");
+  cmd_add(&a, "2");
+  cmd_job(&a, "1000", "2");
+  cmd_add(&a, "--debug.fault");
+  cmd_add(&a, "slow:ms=50");
+  tp_proc_t pa;
+  tp_proc_start(&pa, "A", a.v, NULL);
+  tp_wait_text(pa.out, "[rank0]:step 1/1000", 30);
+  cmd_t b;
+  cmd_init(&b, "shared");
+  cmd_job(&b, "2", "2");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run_job("B", b.v, NULL, &out, &err, 30, 0), 2);
+  char want[800];
+  snprintf(want, sizeof want,
+           "trainrun: the dump folder '%s' is in use by another job (pid %d "
+           "on host '",
+           a.dump, (int)pa.pid);
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+  snprintf(want, sizeof want,
+           "): give this job another job.dump_folder, or remove "
+           "'%s/trainrun.lock' if that job is gone\n",
+           a.dump);
+  ck_assert_ptr_nonnull(strstr(err, want));
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+
+  kill(pa.pid, SIGKILL); /* its workers die with it; the lock stays */
+  ck_assert_int_eq(tp_proc_finish(&pa, 30), 128 + SIGKILL);
+  /* so does its status socket, which `trainrun status` removes */
+  char* st_argv[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  tp_run("status", st_argv, NULL, &out, &err, 20);
+  free(out);
+  free(err);
+  tp_assert_job_gone(&pa, 0);
+  char lock[700];
+  snprintf(lock, sizeof lock, "%s/trainrun.lock", a.dump);
+  struct stat st;
+  ck_assert_int_eq(stat(lock, &st), 0);
+  ck_assert_int_eq(run_job("C", b.v, NULL, &out, &err, 60, 0), 0);
+  snprintf(want, sizeof want,
+           "WARN launch: taking over the lock of '%s': its owner, pid %d "
+           "(since ",
+           a.dump, (int)pa.pid);
+  ck_assert_msg(strstr(err, want), "%s", err);
+  ck_assert_ptr_nonnull(strstr(out, "step 2/2 | loss "));
+  ck_assert_int_eq(stat(lock, &st), -1);
+  free(out);
+  free(err);
 }
 END_TEST
 
@@ -1474,6 +1534,7 @@ static Suite* super_suite(void) {
   add(p, test_damaged_checkpoint_fallback);
   add(p, test_status_metrics_sigterm);
   add(p, test_sighup_single_rank);
+  add(p, test_dump_folder_lock);
   add(p, test_lost_node_below_min);
   add(p, test_clear_errors);
   add(p, test_errors_before_work);

@@ -112,6 +112,8 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
   snprintf(p->err, sizeof p->err, "%s/%s.err", tp_tmpdir, tag);
   fflush(stdout);
   fflush(stderr);
+  static int jobs;
+  snprintf(p->mark, sizeof p->mark, "%d-%d", (int)getpid(), ++jobs);
   p->t0 = tp_now_s();
   p->pid = fork();
   ck_assert_int_ge(p->pid, 0);
@@ -122,6 +124,7 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
     unsetenv("TRAINRUN_WORKER");
     unsetenv("TRAINRUN_HEARTBEAT_FD");
     setenv("TMPDIR", tp_tmpdir, 1); /* status sockets, log dirs */
+    setenv("TP_JOB", p->mark, 1);   /* every process of the job has it */
     for (char* const* e = tp_env_defaults; e && *e; e++) putenv(*e);
     for (char* const* e = env; e && *e; e++) putenv(*e);
     int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -222,11 +225,11 @@ void tp_read_losses(const char* dump, double* loss, int n) {
   for (int i = 1; i <= n; i++) loss[i - 1] = tp_loss_at(dump, i);
 }
 
-/* A process (not us) whose environment holds TMPDIR=tp_tmpdir: its pid and
+/* A process (not us) whose environment holds TP_JOB=mark: its pid and
  * command line in what (0: none). */
-static pid_t job_process(char* what, size_t cap) {
-  char want[300];
-  int wl = snprintf(want, sizeof want, "TMPDIR=%s", tp_tmpdir);
+static pid_t job_process(const char* mark, char* what, size_t cap) {
+  char want[80];
+  int wl = snprintf(want, sizeof want, "TP_JOB=%s", mark);
   DIR* d = opendir("/proc");
   if (!d) return 0;
   struct dirent* e;
@@ -281,23 +284,12 @@ static int job_segment(pid_t pid, char* what, size_t cap) {
   return found;
 }
 
-/* A status socket under tp_tmpdir/trainrun-<uid>/. */
-static int job_socket(char* what, size_t cap) {
-  char dir[400];
-  snprintf(dir, sizeof dir, "%s/trainrun-%u", tp_tmpdir, (unsigned)getuid());
-  DIR* d = opendir(dir);
-  if (!d) return 0;
-  struct dirent* e;
-  int found = 0;
-  while (!found && (e = readdir(d)) != NULL) {
-    size_t n = strlen(e->d_name);
-    if (n > 5 && strcmp(e->d_name + n - 5, ".sock") == 0) {
-      snprintf(what, cap, "%s/%s", dir, e->d_name);
-      found = 1;
-    }
-  }
-  closedir(d);
-  return found;
+/* pid's status socket under tp_tmpdir/trainrun-<uid>/. */
+static int job_socket(pid_t pid, char* what, size_t cap) {
+  struct stat st;
+  snprintf(what, cap, "%s/trainrun-%u/%d.sock", tp_tmpdir, (unsigned)getuid(),
+           (int)pid);
+  return stat(what, &st) == 0;
 }
 
 static int port_listens(int port) {
@@ -311,25 +303,27 @@ static int port_listens(int port) {
   return ok;
 }
 
-void tp_assert_job_gone(pid_t pid, int port) {
+void tp_assert_job_gone(const tp_proc_t* job, int port) {
   char what[1024];
+  pid_t pid = job->pid;
   double t0 = tp_now_s();
   for (;;) {
-    pid_t p = job_process(what, sizeof what);
+    pid_t p = job_process(job->mark, what, sizeof what);
     int left = p != 0;
     char desc[1200] = "";
     if (left)
       snprintf(desc, sizeof desc, "process %d (%s)", (int)p, what);
     else if ((left = job_segment(pid, what, sizeof what)))
       snprintf(desc, sizeof desc, "shared memory %s", what);
-    else if ((left = job_socket(what, sizeof what)))
+    else if ((left = job_socket(pid, what, sizeof what)))
       snprintf(desc, sizeof desc, "socket %s", what);
     else if ((left = port > 0 && port_listens(port)))
       snprintf(desc, sizeof desc, "a listener on 127.0.0.1:%d", port);
     if (!left) return;
     if (tp_now_s() - t0 > 3) {
       /* what a failed test leaves, tp_cleanup() would not find */
-      for (int i = 0; i < 256 && (p = job_process(what, sizeof what)); i++) {
+      for (int i = 0; i < 256 && (p = job_process(job->mark, what, sizeof what));
+           i++) {
         kill(p, SIGKILL);
         usleep(10000);
       }
