@@ -1383,6 +1383,70 @@ static void add(TCase* tc, const TTest* t) {
   if (!only || !*only || strcmp(only, t->name) == 0) tcase_add_test(tc, t);
 }
 
+START_TEST(test_busy_endpoint) {
+  /* job A hosts its store at an endpoint; job B (another run id) given the
+   * same endpoint stops at once naming A, well within its join_timeout */
+  int port = tp_free_port();
+  char ep[64];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
+  char* a[] = {(char*)tp_bin("trainrun"), "--nnodes", "1", "--rdzv-endpoint",
+               ep, "--rdzv-id", "jobA", "--exec", "/bin/sleep", "60", NULL};
+  tp_proc_t pa;
+  tp_proc_start(&pa, "A", a, NULL);
+  char tmp_env[700];
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tp_tmpdir);
+  char* env[] = {tmp_env, NULL};
+  char* sa[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  double t0 = tp_now_s();
+  for (;;) { /* until A's worker runs */
+    char* out;
+    char* err;
+    tp_run("st", sa, env, &out, &err, 20);
+    int up = strstr(out, "): running for ") != NULL;
+    free(out);
+    free(err);
+    if (up) break;
+    ck_assert_msg(tp_now_s() - t0 < 20, "job A never ran");
+    usleep(50000);
+  }
+  char* b[] = {(char*)tp_bin("trainrun"),
+               "--nnodes",
+               "1",
+               "--rdzv-endpoint",
+               ep,
+               "--rdzv-id",
+               "jobB",
+               "--rdzv-conf",
+               "join_timeout=8",
+               "--exec",
+               "/bin/true",
+               NULL};
+  char* out;
+  char* err;
+  t0 = tp_now_s();
+  ck_assert_int_eq(run_job("B", b, NULL, &out, &err, 30, 0), 1);
+  double took = tp_now_s() - t0;
+  char want[300];
+  snprintf(want, sizeof want,
+           "trainrun: the rendezvous endpoint %s is held by another job: run "
+           "'jobA' (its store is hosted by pid %d on host '",
+           ep, (int)pa.pid);
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+  ck_assert_ptr_nonnull(strstr(err,
+                               "); give this job another --rdzv-endpoint "
+                               "port, or the same --rdzv-id to join that "
+                               "job\n"));
+  ck_assert_msg(took < 8, "took %.1fs", took);
+  free(out);
+  free(err);
+  /* A runs on; stopped, it leaves nothing, its port included */
+  ck_assert_int_eq(waitpid(pa.pid, NULL, WNOHANG), 0);
+  kill(pa.pid, SIGTERM);
+  ck_assert_int_eq(tp_proc_finish(&pa, 30), 0);
+  tp_assert_job_gone(&pa, port);
+}
+END_TEST
+
 /* ---- errors found before the work ---- */
 
 /* Make folder read-only for this process: immutable (root ignores
@@ -1538,6 +1602,7 @@ static Suite* super_suite(void) {
   add(p, test_lost_node_below_min);
   add(p, test_clear_errors);
   add(p, test_errors_before_work);
+  add(p, test_busy_endpoint);
   add(p, test_eight_nodes_one_rank);
   add(p, test_two_by_two_slurm_mpirun);
   suite_add_tcase(s, p);
