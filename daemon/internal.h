@@ -267,6 +267,12 @@ typedef struct tr__daemon {
   int metrics_fd;    /* --metrics-port listener, -1 none */
   char* tmp_log_dir; /* a log folder made for --redirects/--tee */
   struct tr__fr* fr;  /* flight-recorder rings of the round (daemon/fr.c) */
+  /* the ranks the flight recorder's verdict of the last round blames
+   * (node 0 analyzes; none elsewhere), and the report that names them
+   * first (supervise.c) */
+  int blamed[8];
+  int nblamed;
+  char* blame;
 } tr__daemon_t;
 
 /* ---- fr.c: the workers' flight-recorder rings ---- */
@@ -283,8 +289,9 @@ void tr__fr_tick(tr__daemon_t* d, int store_ok);
  * set exception_dump so the other nodes dump theirs. */
 void tr__fr_worker_failed(tr__daemon_t* d, const tr__worker_t* w,
                           const char* how);
-/* The round's workers are gone: a last look at exception_dump, then unmap
- * and unlink the rings. */
+/* The round's workers are gone: a last look at exception_dump, the
+ * verdict after an automatic dump (node 0; the ranks it blames into
+ * d->blamed), then unmap and unlink the rings. */
 void tr__fr_round_end(tr__daemon_t* d);
 /* Answer a status-socket request starting "fr " on connection c. */
 void tr__fr_serve(const tr__daemon_t* d, int c, const char* req);

@@ -200,8 +200,13 @@ static void signal_workers(tr__daemon_t* d, int sig) {
   }
 }
 
+static char* blame_report(const tr__daemon_t* d);
+
 static void release_workers(tr__daemon_t* d) {
+  d->nblamed = 0;
   tr__fr_round_end(d); /* before the workers' records go */
+  free(d->blame);
+  d->blame = d->nblamed > 0 ? blame_report(d) : NULL;
   for (int i = 0; i < d->nworkers; i++) {
     tr__worker_t* w = &d->workers[i];
     tr__stream_close(&w->out, &w->tail);
@@ -246,6 +251,75 @@ static char* failure_report(const tr__daemon_t* d, const tr__worker_t* w,
   size_t n = strlen(s); /* no trailing newline */
   while (n && s[n - 1] == '\n') s[--n] = '\0';
   return s;
+}
+
+/* The ranks the flight recorder's verdict blames, as the final report's
+ * first lines: the first of them that ran on this node with how it ended
+ * and its last lines, else the node it ran on. */
+static char* blame_report(const tr__daemon_t* d) {
+  char who[128] = "";
+  size_t used = 0;
+  for (int i = 0; i < d->nblamed && used + 16 < sizeof who; i++)
+    used += (size_t)snprintf(who + used, sizeof who - used, "%s%d",
+                             i ? ", " : "", d->blamed[i]);
+  char* rep = NULL;
+  for (int i = 0; i < d->nworkers && !rep; i++) {
+    const tr__worker_t* w = &d->workers[i];
+    int hit = 0;
+    for (int k = 0; k < d->nblamed; k++) hit |= d->blamed[k] == w->rank;
+    if (!hit) continue;
+    char how[256];
+    if (w->timeout_how)
+      snprintf(how, sizeof how, "%s", w->timeout_how);
+    else if (w->running)
+      snprintf(how, sizeof how, "was still running");
+    else
+      tr__daemon_describe_status(w->status, how, sizeof how);
+    rep = failure_report(d, w, how);
+  }
+  if (!rep) { /* on another node: say which */
+    int base = 0, node = -1;
+    for (int n = 0; n < d->rdzv.nnodes && node < 0; n++) {
+      if (d->blamed[0] < base + d->rdzv.nodes[n].nproc) node = n;
+      base += d->rdzv.nodes[n].nproc;
+    }
+    if (node >= 0 &&
+        asprintf(&rep, "rank %d on node %d '%s'", d->blamed[0], node,
+                 d->rdzv.nodes[node].host) < 0)
+      rep = NULL;
+    if (node < 0 && asprintf(&rep, "rank %d", d->blamed[0]) < 0) rep = NULL;
+  }
+  if (!rep) return NULL;
+  /* "<first line>: the flight recorder's verdict blames it", then the rest */
+  size_t n1 = strcspn(rep, "\n");
+  char* out = NULL;
+  int rc = d->nblamed == 1
+               ? asprintf(&out, "%.*s: the flight recorder's verdict blames "
+                                "it%s",
+                          (int)n1, rep, rep + n1)
+               : asprintf(&out, "the flight recorder's verdict blames ranks "
+                                "%s: %s",
+                          who, rep);
+  free(rep);
+  return rc < 0 ? NULL : out;
+}
+
+/* The job's final report: the round's first failure, after the ranks the
+ * verdict blames when it names others (the first rank to fail is often the
+ * one that waited for them: a timeout, a closed connection). Takes
+ * failure (may be NULL), returns what to report (malloc()ed or NULL). */
+static char* blame_first(const tr__daemon_t* d, char* failure) {
+  if (!d->blame || !failure) return failure;
+  int r = -1;
+  if (sscanf(failure, "rank %d", &r) == 1)
+    for (int i = 0; i < d->nblamed; i++)
+      if (d->blamed[i] == r) return failure; /* the same rank */
+  char* out = NULL;
+  if (asprintf(&out, "%s\nthe first to fail, waiting for it: %s", d->blame,
+               failure) < 0)
+    return failure;
+  free(failure);
+  return out;
 }
 
 /* The first line of a report. */
@@ -456,6 +530,11 @@ enum {
   OUT_HARD,    /* a second signal killed the workers */
   OUT_ERROR    /* the store is gone */
 };
+
+/* Seconds healthy workers get to finish their step (and checkpoint it)
+ * when a new node makes the daemons start a bigger round; a failed round's
+ * workers get TRAINRUN_STOP_TIMEOUT. */
+#define SCALE_STOP_S 60.0
 
 typedef struct {
   int stopping;   /* workers were told to stop */
@@ -687,7 +766,8 @@ static int tick(tr__daemon_t* d, round_t* r) {
                 "%s: a new node waits to join: restarting the "
                 "workers in a bigger round\n",
                 d->o->prog);
-        begin_stop(d, r, SIGTERM, tr_param_double(TR_PARAM_STOP_TIMEOUT));
+        /* healthy workers: they finish the step and save it */
+        begin_stop(d, r, SIGTERM, SCALE_STOP_S);
       }
     }
   }
@@ -832,7 +912,9 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
                   "%d worker%s still running %.3gs after SIGTERM: "
                   "killing",
                   running_count(d), running_count(d) == 1 ? "" : "s",
-                  tr_param_double(TR_PARAM_STOP_TIMEOUT));
+                  r.end_kind == END_SCALE
+                      ? SCALE_STOP_S
+                      : tr_param_double(TR_PARAM_STOP_TIMEOUT));
       signal_workers(d, SIGKILL);
       r.kill_at = 0;
     }
@@ -1119,7 +1201,7 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
       round++;
       continue;
     }
-    char* failure = read_failure(&d);
+    char* failure = blame_first(&d, read_failure(&d));
     if (out == OUT_DONE) {
       rep->stop_signal = d.stop_signal;
       rep->exit_code = failure ? 1 : 0;
@@ -1217,6 +1299,7 @@ out:
   tr_store_client_free(d.client);
   tr_store_server_stop(d.server);
   free(d.store_host);
+  free(d.blame);
   free(d.path);
   free(d.tmp_log_dir);
   if (signals_set) restore_signals(&d, old);

@@ -607,6 +607,89 @@ START_TEST(test_peer_dies_before_first_collective) {
 }
 END_TEST
 
+START_TEST(test_summary_blames_verdict) {
+  /* rank 1 hangs: rank 0's collective times out (5 s) and it exits first;
+   * the flight recorder's verdict names rank 1, and so does the summary's
+   * first line. Rank 1 ignores SIGTERM (it hangs): the default stop
+   * timeout bounds the end. */
+  char* quiet_only[] = {env_quiet, NULL};
+  tp_env_defaults = quiet_only; /* TRAINRUN_STOP_TIMEOUT: its default */
+  cmd_t c;
+  cmd_init(&c, "blame");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "6", "2");
+  cmd_add(&c, "--comm.train_timeout_seconds");
+  cmd_add(&c, "5");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "hang:rank=1:step=3");
+  char* out;
+  char* err;
+  double t0 = tp_now_s();
+  ck_assert_int_eq(run_job("blame", c.v, NULL, &out, &err, 90, 0), 1);
+  double took = tp_now_s() - t0;
+  tp_env_defaults = env_defaults;
+  ck_assert_msg(strstr(err, "trainrun: flight recorder: rank 1 never entered "),
+                "%s", err);
+  const char* sum = strstr(err, "trainrun: rank 1 (local rank 1, pid ");
+  ck_assert_msg(sum, "%s", err);
+  ck_assert_ptr_nonnull(strstr(sum, ": the flight recorder's verdict blames "
+                                    "it\nlast lines of rank 1:\n"));
+  ck_assert_ptr_nonnull(strstr(sum, "hanging in step 3 before the gradient "
+                                    "collective\n"));
+  ck_assert_ptr_nonnull(strstr(sum, "\nthe first to fail, waiting for it: "
+                                    "rank 0 (local rank 0, pid "));
+  ck_assert_ptr_null(strstr(err, "trainrun: rank 0 (local rank 0"));
+  ck_assert_msg(took < 25, "the job took %.1fs after a 5 s timeout", took);
+  free(out);
+  free(err);
+
+  /* node 1 (not the store's host) is killed: node 0's summary names its
+   * rank, as the verdict does, not rank 0 that saw the connection close */
+  int port = tp_free_port();
+  char ep[64];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
+  cmd_t n[2];
+  tp_proc_t p[2];
+  for (int k = 0; k < 2; k++) {
+    char tag[16];
+    snprintf(tag, sizeof tag, "node%d", k);
+    cmd_init(&n[k], tag);
+    cmd_add(&n[k], "--nnodes");
+    cmd_add(&n[k], "2");
+    cmd_add(&n[k], k == 0 ? "--node-rank=0" : "--node-rank=1");
+    cmd_add(&n[k], "--rdzv-endpoint");
+    cmd_add(&n[k], ep);
+    cmd_add(&n[k], "--rdzv-conf");
+    cmd_add(&n[k], k == 0 ? "keep_alive_interval=0.5,keep_alive_max_attempt=4"
+                          : "is_host=false,keep_alive_interval=0.5,"
+                            "keep_alive_max_attempt=4");
+    cmd_job(&n[k], "1000", "2");
+    cmd_add(&n[k], "--debug.fault");
+    cmd_add(&n[k], "slow:ms=50");
+    tp_proc_start(&p[k], tag, n[k].v, NULL);
+  }
+  tp_wait_text(p[0].out, "[rank0]:step 2/1000", 60);
+  kill(p[1].pid, SIGKILL); /* its worker dies with it */
+  ck_assert_int_eq(tp_proc_finish(&p[1], 30), 128 + SIGKILL);
+  ck_assert_int_eq(tp_proc_finish(&p[0], 60), 1);
+  char* st_argv[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  tp_run("status", st_argv, NULL, &out, &err, 20); /* node 1's socket */
+  free(out);
+  free(err);
+  tp_assert_job_gone(&p[1], 0);
+  tp_assert_job_gone(&p[0], port);
+  err = tp_slurp(p[0].err);
+  ck_assert_msg(strstr(err, "trainrun: flight recorder: rank 1 "), "%s", err);
+  ck_assert_ptr_nonnull(strstr(err,
+                               "\ntrainrun: rank 1 on node 1 '"));
+  ck_assert_ptr_nonnull(strstr(err,
+                               "': the flight recorder's verdict blames it\n"
+                               "the first to fail, waiting for it: rank 0 "));
+  free(err);
+}
+END_TEST
+
 /* ---- kill -9 and restart from the checkpoint ---- */
 
 static int have_checkpoints(void) {
@@ -1594,6 +1677,7 @@ static Suite* super_suite(void) {
   add(p, test_exec_children_killed);
   add(p, test_collective_faults);
   add(p, test_hang_worker_timeout);
+  add(p, test_summary_blames_verdict);
   add(p, test_kill_restart_resumes);
   add(p, test_damaged_checkpoint_fallback);
   add(p, test_status_metrics_sigterm);
