@@ -26,6 +26,9 @@ char* const* tp_env_defaults;
 /* Processes started and not yet waited for (0: a free slot). */
 static pid_t live[64];
 static int nlive;
+/* Every job started since tp_tmpdir_make (tp_assert_all_gone). */
+static tp_proc_t started[64];
+static int nstarted;
 
 double tp_now_s(void) {
   struct timespec ts;
@@ -98,6 +101,7 @@ void tp_tmpdir_make(const char* prefix) {
   const char* t = getenv("TMPDIR");
   snprintf(tp_tmpdir, sizeof tp_tmpdir, "%s/%s.XXXXXX", t && *t ? t : "/tmp",
            prefix);
+  nstarted = 0;
   ck_assert_ptr_nonnull(mkdtemp(tp_tmpdir));
 }
 
@@ -114,6 +118,8 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
   fflush(stderr);
   static int jobs;
   snprintf(p->mark, sizeof p->mark, "%d-%d", (int)getpid(), ++jobs);
+  if (nstarted < (int)(sizeof started / sizeof started[0]))
+    started[nstarted++] = *p;
   p->t0 = tp_now_s();
   p->pid = fork();
   ck_assert_int_ge(p->pid, 0);
@@ -331,4 +337,8 @@ void tp_assert_job_gone(const tp_proc_t* job, int port) {
     }
     usleep(20000);
   }
+}
+
+void tp_assert_all_gone(void) {
+  for (int i = 0; i < nstarted; i++) tp_assert_job_gone(&started[i], 0);
 }

@@ -90,6 +90,9 @@ int tp_run(const char* tag, char* const* argv, char* const* env, char** out,
  * p's pid under tp_tmpdir, or, when port > 0, a listener on
  * 127.0.0.1:port. */
 void tp_assert_job_gone(const tp_proc_t* p, int port);
+/* tp_assert_job_gone(p, 0) for every process tp_proc_start() started since
+ * tp_tmpdir_make(): for a suite's teardown, once its jobs have ended. */
+void tp_assert_all_gone(void);
 
 /* The whole file, NUL-terminated, malloc()ed; "" when it cannot be read. */
 char* tp_slurp(const char* path);
