@@ -118,8 +118,6 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
   fflush(stderr);
   static int jobs;
   snprintf(p->mark, sizeof p->mark, "%d-%d", (int)getpid(), ++jobs);
-  if (nstarted < (int)(sizeof started / sizeof started[0]))
-    started[nstarted++] = *p;
   p->t0 = tp_now_s();
   p->pid = fork();
   ck_assert_int_ge(p->pid, 0);
@@ -142,6 +140,8 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
     _exit(126);
   }
   if (nlive < 64) live[nlive++] = p->pid;
+  if (nstarted < (int)(sizeof started / sizeof started[0]))
+    started[nstarted++] = *p;
 }
 
 int tp_proc_finish(tp_proc_t* p, double timeout) {
