@@ -38,6 +38,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1079,6 +1080,28 @@ static void set_message(tr_daemon_report_t* rep, const char* msg) {
   rep->message = msg ? strdup(msg) : NULL;
 }
 
+/* msg, then a line of its own (formatted); msg alone when out of memory. */
+static void set_message_and(tr_daemon_report_t* rep, const char* msg,
+                            const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_message_and(tr_daemon_report_t* rep, const char* msg,
+                            const char* fmt, ...) {
+  char* line = NULL;
+  char* all = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&line, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && asprintf(&all, "%s\n%s", msg, line) >= 0) {
+    set_message(rep, all);
+  } else {
+    all = NULL;
+    set_message(rep, msg);
+  }
+  if (n >= 0) free(line);
+  free(all);
+}
+
 int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
                   tr_daemon_report_t* rep) {
   memset(rep, 0, sizeof *rep);
@@ -1223,17 +1246,11 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
     if (out == OUT_RESTART && d.lost_node &&
         d.rdzv.nnodes - 1 < o->nnodes_min) {
       /* the job goes on only while MIN nodes remain */
-      char* msg = NULL;
-      if (asprintf(&msg,
-                   "%s\n%d of the round's %d nodes remain, fewer than the "
-                   "%d that --nnodes %d:%d needs: stopping",
-                   why, d.rdzv.nnodes - 1, d.rdzv.nnodes, o->nnodes_min,
-                   o->nnodes_min, o->nnodes_max) >= 0) {
-        set_message(rep, msg);
-        free(msg);
-      } else {
-        set_message(rep, why);
-      }
+      set_message_and(rep, why,
+                      "%d of the round's %d nodes remain, fewer than the %d "
+                      "that --nnodes %d:%d needs: stopping",
+                      d.rdzv.nnodes - 1, d.rdzv.nnodes, o->nnodes_min,
+                      o->nnodes_min, o->nnodes_max);
       rep->exit_code = 1;
       free(failure);
       rc = 0;
@@ -1241,16 +1258,9 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
     }
     if (out == OUT_INPUT) {
       /* no restart: the next attempt would read the same input */
-      char* msg = NULL;
-      if (asprintf(&msg,
-                   "%s\nexit code 2 is a configuration, usage or data "
-                   "error, which a restart cannot fix: not restarting",
-                   why) >= 0) {
-        set_message(rep, msg);
-        free(msg);
-      } else {
-        set_message(rep, why);
-      }
+      set_message_and(rep, why,
+                      "exit code 2 is a configuration, usage or data error, "
+                      "which a restart cannot fix: not restarting");
       rep->exit_code = 2;
       free(failure);
       rc = 0;
