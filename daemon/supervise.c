@@ -254,6 +254,16 @@ static char* failure_report(const tr__daemon_t* d, const tr__worker_t* w,
   return s;
 }
 
+/* The node rank of the round that global rank `rank` ran on; -1. */
+static int node_of_rank(const tr__daemon_t* d, int rank) {
+  int base = 0;
+  for (int n = 0; n < d->rdzv.nnodes && d->rdzv.nodes; n++) {
+    if (rank >= base && rank < base + d->rdzv.nodes[n].nproc) return n;
+    base += d->rdzv.nodes[n].nproc;
+  }
+  return -1;
+}
+
 /* The ranks the flight recorder's verdict blames, as the final report's
  * first lines: the first of them that ran on this node with how it ended
  * and its last lines, else the node it ran on. */
@@ -279,11 +289,7 @@ static char* blame_report(const tr__daemon_t* d) {
     rep = failure_report(d, w, how);
   }
   if (!rep) { /* on another node: say which */
-    int base = 0, node = -1;
-    for (int n = 0; n < d->rdzv.nnodes && node < 0; n++) {
-      if (d->blamed[0] < base + d->rdzv.nodes[n].nproc) node = n;
-      base += d->rdzv.nodes[n].nproc;
-    }
+    int node = node_of_rank(d, d->blamed[0]);
     if (node >= 0 &&
         asprintf(&rep, "rank %d on node %d '%s'", d->blamed[0], node,
                  d->rdzv.nodes[node].host) < 0)
@@ -315,6 +321,9 @@ static char* blame_first(const tr__daemon_t* d, char* failure) {
   if (sscanf(failure, "rank %d", &r) == 1)
     for (int i = 0; i < d->nblamed; i++)
       if (d->blamed[i] == r) return failure; /* the same rank */
+  if (sscanf(failure, "node %d", &r) == 1 &&
+      node_of_rank(d, d->blamed[0]) == r)
+    return failure; /* a lost node: the blamed rank's */
   char* out = NULL;
   if (asprintf(&out, "%s\nthe first to fail, waiting for it: %s", d->blame,
                failure) < 0)
