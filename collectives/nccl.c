@@ -210,8 +210,8 @@ static int nccl_create(tr__pg_backend_t* be, char* err, size_t errlen) {
     const char* k = "nccl/all_arrived";
     char why[512] = "";
     if (rc == 0)
-      rc = tr__pg_store_wait(pg, NULL, sc, &sp, &k, 1, timeout, why,
-                             sizeof why);
+      rc =
+          tr__pg_store_wait(pg, NULL, sc, &sp, &k, 1, timeout, why, sizeof why);
     if (rc == TR_EABORTED)
       snprintf(err, errlen, "gave up setting up NCCL: %s", why);
     else if (rc < 0)

@@ -497,8 +497,7 @@ static int give_up(tr_pg_t* pg, const int* stop, tr_store_client_t* c,
   if (broken) return 1;
   const char* key = pg->world->failure_key;
   int ready = 0;
-  if (!key || tr_store_client_check(c, &key, 1, &ready) < 0 || !ready)
-    return 0;
+  if (!key || tr_store_client_check(c, &key, 1, &ready) < 0 || !ready) return 0;
   void* val = NULL;
   size_t len = 0;
   if (tr_store_client_get(c, key, &val, &len) < 0) len = 0;
@@ -745,11 +744,9 @@ int tr_pg_split(tr_pg_t* parent, int color, int key, const char* desc,
       rc = tr_store_prefix_set(&sp, keys[parent->rank], mine, (size_t)mlen);
     if (rc == 0)
       rc = tr__pg_store_wait(parent, NULL, sc, &sp, (const char* const*)keys,
-                             (size_t)n, tr_pg_timeout(parent), why,
-                             sizeof why);
+                             (size_t)n, tr_pg_timeout(parent), why, sizeof why);
     if (rc == TR_EABORTED)
-      TR_LOG_ERROR(COLL, "split of group '%s': gave up: %s", parent->name,
-                   why);
+      TR_LOG_ERROR(COLL, "split of group '%s': gave up: %s", parent->name, why);
     if (rc == 0)
       rc = tr_store_prefix_multi_get(&sp, (const char* const*)keys, (size_t)n,
                                      vals, lens);

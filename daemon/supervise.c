@@ -290,9 +290,8 @@ static char* blame_report(const tr__daemon_t* d) {
   }
   if (!rep) { /* on another node: say which */
     int node = node_of_rank(d, d->blamed[0]);
-    if (node >= 0 &&
-        asprintf(&rep, "rank %d on node %d '%s'", d->blamed[0], node,
-                 d->rdzv.nodes[node].host) < 0)
+    if (node >= 0 && asprintf(&rep, "rank %d on node %d '%s'", d->blamed[0],
+                              node, d->rdzv.nodes[node].host) < 0)
       rep = NULL;
     if (node < 0 && asprintf(&rep, "rank %d", d->blamed[0]) < 0) rep = NULL;
   }
@@ -301,11 +300,13 @@ static char* blame_report(const tr__daemon_t* d) {
   size_t n1 = strcspn(rep, "\n");
   char* out = NULL;
   int rc = d->nblamed == 1
-               ? asprintf(&out, "%.*s: the flight recorder's verdict blames "
-                                "it%s",
+               ? asprintf(&out,
+                          "%.*s: the flight recorder's verdict blames "
+                          "it%s",
                           (int)n1, rep, rep + n1)
-               : asprintf(&out, "the flight recorder's verdict blames ranks "
-                                "%s: %s",
+               : asprintf(&out,
+                          "the flight recorder's verdict blames ranks "
+                          "%s: %s",
                           who, rep);
   free(rep);
   return rc < 0 ? NULL : out;
@@ -321,8 +322,7 @@ static char* blame_first(const tr__daemon_t* d, char* failure) {
   if (sscanf(failure, "rank %d", &r) == 1)
     for (int i = 0; i < d->nblamed; i++)
       if (d->blamed[i] == r) return failure; /* the same rank */
-  if (sscanf(failure, "node %d", &r) == 1 &&
-      node_of_rank(d, d->blamed[0]) == r)
+  if (sscanf(failure, "node %d", &r) == 1 && node_of_rank(d, d->blamed[0]) == r)
     return failure; /* a lost node: the blamed rank's */
   char* out = NULL;
   if (asprintf(&out, "%s\nthe first to fail, waiting for it: %s", d->blame,
@@ -944,8 +944,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       char what[512];
       int left = tr__spawn_reap_orphans(what, sizeof what);
       if (left > 0)
-        TR_LOG_WARN(DAEMON,
-                    "killed %d process%s the workers left running: %s",
+        TR_LOG_WARN(DAEMON, "killed %d process%s the workers left running: %s",
                     left, left == 1 ? "" : "es", what);
       r.swept = 1;
     }

@@ -238,8 +238,7 @@ void tr__dumplock_release(tr__dumplock_t* l) {
   if (!l->path) return;
   /* only our own: a lock taken over after a long stop is the new owner's */
   lockinfo_t li;
-  if (read_lock(l->path, &li) == 0 && li.pid == (long)getpid())
-    unlink(l->path);
+  if (read_lock(l->path, &li) == 0 && li.pid == (long)getpid()) unlink(l->path);
   free(l->path);
   l->path = NULL;
 }

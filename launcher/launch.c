@@ -328,8 +328,8 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
     char ep[320] = "";
     if (o.rdzv_host && !o.standalone)
       snprintf(ep, sizeof ep, "%s:%d", o.rdzv_host, o.rdzv_port);
-    if (tr__dumplock_acquire(&lock, cfg.job.dump_folder, o.run_id, ep,
-                             &cerr) < 0) {
+    if (tr__dumplock_acquire(&lock, cfg.job.dump_folder, o.run_id, ep, &cerr) <
+        0) {
       fprintf(stderr, "trainrun: %s\n", cerr.message);
       goto out;
     }

@@ -81,8 +81,7 @@ static int writable_folder(const char* folder, tr_errmsg_t* err) {
   int fd = mkstemp(probe);
   if (fd < 0) {
     rc = tr_err_from_errno();
-    tr_errmsg_set(err, rc, "cannot write in '%s': %s", folder,
-                  tr_strerror(rc));
+    tr_errmsg_set(err, rc, "cannot write in '%s': %s", folder, tr_strerror(rc));
   } else {
     close(fd);
     unlink(probe);

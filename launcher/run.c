@@ -210,9 +210,8 @@ int tr_launch_job(int argc, char** argv) {
                           tr__preflight_files(&cfg, &err) < 0))) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
-  } else if (!launch.worker &&
-             tr__dumplock_acquire(&lock, cfg.job.dump_folder, NULL, NULL,
-                                  &err) < 0) {
+  } else if (!launch.worker && tr__dumplock_acquire(&lock, cfg.job.dump_folder,
+                                                    NULL, NULL, &err) < 0) {
     /* a worker's daemon holds the dump folder's lock for the job */
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;

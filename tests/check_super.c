@@ -402,8 +402,9 @@ START_TEST(test_setup_gives_up) {
   ck_assert_int_lt(tr_pg_work_wait(w, 0), 0);
   double took = tp_now_s() - t0;
   const char* e = tr_pg_work_error(w);
-  ck_assert_msg(e && strstr(e, "waiting for 'rank_0': the job failed: rank 0 "
-                               "(pid 1) exited with code 2"),
+  ck_assert_msg(e && strstr(e,
+                            "waiting for 'rank_0': the job failed: rank 0 "
+                            "(pid 1) exited with code 2"),
                 "%s", e ? e : "(no error)");
   ck_assert_ptr_null(strstr(e, "last lines"));
   ck_assert_msg(took < 5, "gave up after %.1fs", took);
@@ -546,7 +547,8 @@ START_TEST(test_exit_2_stops_at_once) {
   char* err;
   ck_assert_int_eq(run_job("exit2", c.v, NULL, &out, &err, 60, 0), 2);
   ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s", err);
-  ck_assert_ptr_nonnull(strstr(err, "exited with code 2\nlast lines of rank 1:"));
+  ck_assert_ptr_nonnull(
+      strstr(err, "exited with code 2\nlast lines of rank 1:"));
   ck_assert_ptr_nonnull(
       strstr(err,
              "\nexit code 2 is a configuration, usage or data error, which a "
@@ -606,10 +608,12 @@ START_TEST(test_peer_dies_before_first_collective) {
   double took = tp_now_s() - t0;
   ck_assert_msg(strstr(err, "trainrun: rank 0 (local rank 0, pid "), "%s", err);
   ck_assert_ptr_null(strstr(err, "still running"));
-  ck_assert_msg(strstr(out, "[rank1]:") && (strstr(out, "the job failed: rank 0 "
-                                                          "(local rank 0") ||
-                                            strstr(err, "the job failed: rank 0 "
-                                                        "(local rank 0")),
+  ck_assert_msg(strstr(out, "[rank1]:") && (strstr(out,
+                                                   "the job failed: rank 0 "
+                                                   "(local rank 0") ||
+                                            strstr(err,
+                                                   "the job failed: rank 0 "
+                                                   "(local rank 0")),
                 "%s\n%s", out, err);
   ck_assert_msg(took < 20, "the job took %.1fs to end", took);
   free(out);
@@ -643,12 +647,15 @@ START_TEST(test_summary_blames_verdict) {
                 "%s", err);
   const char* sum = strstr(err, "trainrun: rank 1 (local rank 1, pid ");
   ck_assert_msg(sum, "%s", err);
-  ck_assert_ptr_nonnull(strstr(sum, ": the flight recorder's verdict blames "
-                                    "it\nlast lines of rank 1:\n"));
-  ck_assert_ptr_nonnull(strstr(sum, "hanging in step 3 before the gradient "
-                                    "collective\n"));
-  ck_assert_ptr_nonnull(strstr(sum, "\nthe first to fail, waiting for it: "
-                                    "rank 0 (local rank 0, pid "));
+  ck_assert_ptr_nonnull(strstr(sum,
+                               ": the flight recorder's verdict blames "
+                               "it\nlast lines of rank 1:\n"));
+  ck_assert_ptr_nonnull(strstr(sum,
+                               "hanging in step 3 before the gradient "
+                               "collective\n"));
+  ck_assert_ptr_nonnull(strstr(sum,
+                               "\nthe first to fail, waiting for it: "
+                               "rank 0 (local rank 0, pid "));
   ck_assert_ptr_null(strstr(err, "trainrun: rank 0 (local rank 0"));
   ck_assert_msg(took < 25, "the job took %.1fs after a 5 s timeout", took);
   free(out);
@@ -691,8 +698,7 @@ START_TEST(test_summary_blames_verdict) {
   tp_assert_job_gone(&p[0], port);
   err = tp_slurp(p[0].err);
   ck_assert_msg(strstr(err, "trainrun: flight recorder: rank 1 "), "%s", err);
-  ck_assert_ptr_nonnull(strstr(err,
-                               "\ntrainrun: rank 1 on node 1 '"));
+  ck_assert_ptr_nonnull(strstr(err, "\ntrainrun: rank 1 on node 1 '"));
   ck_assert_ptr_nonnull(strstr(err,
                                "': the flight recorder's verdict blames it\n"
                                "the first to fail, waiting for it: rank 0 "));
@@ -818,12 +824,13 @@ START_TEST(test_damaged_checkpoint_fallback) {
   cmd_add(&c, "--checkpoint.interval");
   cmd_add(&c, "2");
   ck_assert_int_eq(run_job("resume", c.v, NULL, &out, &err, 90, 0), 0);
-  ck_assert_msg(strstr(err, "checkpoint step 6 does not load: cannot load "
-                            "checkpoint: '"),
+  ck_assert_msg(strstr(err,
+                       "checkpoint step 6 does not load: cannot load "
+                       "checkpoint: '"),
                 "%s", err);
   ck_assert_ptr_nonnull(strstr(err, "rank-00000.bin': checksum mismatch"));
-  ck_assert_ptr_nonnull(
-      strstr(err, "checkpoint step 4 does not load: cannot load checkpoint: '"));
+  ck_assert_ptr_nonnull(strstr(
+      err, "checkpoint step 4 does not load: cannot load checkpoint: '"));
   ck_assert_ptr_nonnull(strstr(err, "rank-00001.bin' is truncated: "));
   char want[900];
   snprintf(want, sizeof want,
@@ -1482,8 +1489,17 @@ START_TEST(test_busy_endpoint) {
   int port = tp_free_port();
   char ep[64];
   snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
-  char* a[] = {(char*)tp_bin("trainrun"), "--nnodes", "1", "--rdzv-endpoint",
-               ep, "--rdzv-id", "jobA", "--exec", "/bin/sleep", "60", NULL};
+  char* a[] = {(char*)tp_bin("trainrun"),
+               "--nnodes",
+               "1",
+               "--rdzv-endpoint",
+               ep,
+               "--rdzv-id",
+               "jobA",
+               "--exec",
+               "/bin/sleep",
+               "60",
+               NULL};
   tp_proc_t pa;
   tp_proc_start(&pa, "A", a, NULL);
   char tmp_env[700];

@@ -328,8 +328,8 @@ void tp_assert_job_gone(const tp_proc_t* job, int port) {
     if (!left) return;
     if (tp_now_s() - t0 > 3) {
       /* what a failed test leaves, tp_cleanup() would not find */
-      for (int i = 0; i < 256 && (p = job_process(job->mark, what, sizeof what));
-           i++) {
+      for (int i = 0;
+           i < 256 && (p = job_process(job->mark, what, sizeof what)); i++) {
         kill(p, SIGKILL);
         usleep(10000);
       }

@@ -364,9 +364,10 @@ static int resume_latest(tr_trainer_t* t, int64_t* step, tr_errmsg_t* err) {
     if (t->dist.dp_size > 1 && t->dist.all_reduce_sum) {
       int arc = t->dist.all_reduce_sum(t->dist.arg, bad, 2);
       if (arc < 0)
-        return tr_errmsg_set(err, arc, "agreeing on checkpoint step %" PRId64
-                             " with the other ranks: %s", *step,
-                             tr_strerror(arc));
+        return tr_errmsg_set(err, arc,
+                             "agreeing on checkpoint step %" PRId64
+                             " with the other ranks: %s",
+                             *step, tr_strerror(arc));
     }
     if (bad[1] > 0) /* a rank failed otherwise: stop with its error */
       return rc < 0 ? rc
@@ -375,8 +376,8 @@ static int resume_latest(tr_trainer_t* t, int64_t* step, tr_errmsg_t* err) {
     if (bad[0] == 0) break;
     /* each rank that found damage says what */
     if (rc < 0)
-      TR_LOG_WARN(CKPT, "checkpoint step %" PRId64 " does not load: %s",
-                  *step, err->message);
+      TR_LOG_WARN(CKPT, "checkpoint step %" PRId64 " does not load: %s", *step,
+                  err->message);
     if (!why[0])
       snprintf(why, sizeof why, "%s",
                rc < 0 ? err->message : "damaged on another rank");
