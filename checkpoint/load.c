@@ -528,6 +528,62 @@ int tr_ckpt_load(const tr_ckpt_t* ck, const tr_ckpt_item_t* items, size_t n,
   return 0;
 }
 
+int tr_ckpt_check_files(const tr_ckpt_t* ck, tr_errmsg_t* err) {
+  /* files in the order chunks first name them, with the bytes they need */
+  size_t cap = 0, n = 0;
+  struct {
+    const char* file;
+    uint64_t end;
+  }* v = NULL;
+  int rc = 0;
+  for (size_t i = 0; i < ck->ntensors && rc == 0; i++) {
+    const tr_ckpt_tensor_t* t = &ck->tensors[i];
+    for (size_t c = 0; c < t->nchunks; c++) {
+      const tr_ckpt_chunk_t* k = &t->chunks[c];
+      if (k->length == 0) continue;
+      size_t j = 0;
+      while (j < n && strcmp(v[j].file, k->file) != 0) j++;
+      if (j == n) {
+        if (n == cap) {
+          cap = cap ? 2 * cap : 16;
+          void* nv = realloc(v, cap * sizeof *v);
+          if (!nv) {
+            rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+            break;
+          }
+          v = nv;
+        }
+        v[n].file = k->file;
+        v[n++].end = 0;
+      }
+      if (k->offset + k->length > v[j].end) v[j].end = k->offset + k->length;
+    }
+  }
+  for (size_t j = 0; j < n && rc == 0; j++) {
+    char* path = tr__ckpt_join(ck->dir, v[j].file);
+    if (!path) {
+      rc = tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+      break;
+    }
+    struct stat st;
+    if (stat(path, &st) < 0) {
+      rc = tr_err_from_errno();
+      if (rc == TR_ENOENT)
+        tr_errmsg_set(err, rc, "'%s' is missing", path);
+      else
+        tr_errmsg_set(err, rc, "cannot open '%s': %s", path, tr_strerror(rc));
+    } else if ((uint64_t)st.st_size < v[j].end) {
+      rc = tr_errmsg_set(err, TR_EFORMAT,
+                         "'%s' is truncated: %lld bytes, the metadata needs "
+                         "%" PRIu64,
+                         path, (long long)st.st_size, v[j].end);
+    }
+    free(path);
+  }
+  free(v);
+  return rc;
+}
+
 int tr_ckpt_verify(const tr_ckpt_t* ck, int64_t* bytes, tr_errmsg_t* err) {
   int64_t total = 0;
   void* buf = NULL;

@@ -62,9 +62,14 @@ constexpr uint64_t kP2PSlot = 0xEEull << 56;
 constexpr uint64_t kRingSlot = 0xEDull << 56;
 
 // gloo::rendezvous::Store over a PrefixStore view; keys go under "gloo/".
+// Its waits (get waits for the key too) give up, with the reason, once the
+// job's failure report exists, the group broke or its queue is stopping
+// (tr__pg_store_wait): a peer that died before the first collective does
+// not keep the set-up, and so the exit of the survivors, waiting.
 class TrStore : public gloo::rendezvous::Store {
  public:
-  explicit TrStore(tr_store_prefix_t* sp) : sp_(sp) {}
+  TrStore(tr__pg_backend_t* be, tr_store_client_t* sc, tr_store_prefix_t* sp)
+      : be_(be), sc_(sc), sp_(sp) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     std::string k = "gloo/" + key;
@@ -73,6 +78,7 @@ class TrStore : public gloo::rendezvous::Store {
   }
 
   std::vector<char> get(const std::string& key) override {
+    wait_for({key}, tr_pg_timeout(be_->pg));
     std::string k = "gloo/" + key;
     void* v = nullptr;
     size_t n = 0;
@@ -84,25 +90,32 @@ class TrStore : public gloo::rendezvous::Store {
   }
 
   void wait(const std::vector<std::string>& keys) override {
-    wait(keys, ms(0));
+    wait_for(keys, tr_pg_timeout(be_->pg));
   }
 
   void wait(const std::vector<std::string>& keys, const ms& timeout) override {
+    wait_for(keys, timeout.count() > 0 ? static_cast<int64_t>(timeout.count())
+                                       : tr_pg_timeout(be_->pg));
+  }
+
+ private:
+  void wait_for(const std::vector<std::string>& keys, int64_t timeout_ms) {
     std::vector<std::string> full;
     std::vector<const char*> ptrs;
     for (const auto& k : keys) full.push_back("gloo/" + k);
     for (const auto& k : full) ptrs.push_back(k.c_str());
-    int rc = tr_store_prefix_wait(sp_, ptrs.data(), ptrs.size(),
-                                  static_cast<int64_t>(timeout.count()));
+    char why[512] = "";
+    int rc = tr__pg_store_wait(be_->pg, &be_->stop, sc_, sp_, ptrs.data(),
+                               ptrs.size(), timeout_ms, why, sizeof why);
     if (rc < 0)
-      throw std::runtime_error(
-          err("wait for", keys.empty() ? "" : keys[0], rc));
+      throw std::runtime_error(std::string("waiting for '") +
+                               (keys.empty() ? "" : keys[0]) + "': " + why);
   }
-
- private:
   static std::string err(const char* what, const std::string& key, int rc) {
     return std::string("store ") + what + " '" + key + "': " + tr_strerror(rc);
   }
+  tr__pg_backend_t* be_;
+  tr_store_client_t* sc_;
   tr_store_prefix_t* sp_;
 };
 
@@ -527,7 +540,7 @@ static int gloo_create(tr__pg_backend_t* be, char* err, size_t errlen) {
     auto dev = device_for(wd);
     im->ctx = std::make_shared<gloo::rendezvous::Context>(pg->rank, pg->size);
     im->ctx->setTimeout(ms(timeout));
-    TrStore store(&sp);
+    TrStore store(be, sc, &sp);
     im->ctx->connectFullMesh(store, dev);
   } catch (const std::exception& e) {
     snprintf(err, errlen, "gloo rendezvous: %s", e.what());

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +134,54 @@ void tr__pg_store_close(tr_store_client_t* c, tr_store_prefix_t* p) {
   if (!c) return;
   tr_store_prefix_release(p);
   tr_store_client_free(c);
+}
+
+/* Why a set-up wait gives up early (into err), or 0 to go on waiting. */
+static int give_up(tr_pg_t* pg, const int* stop, tr_store_client_t* c,
+                   char* err, size_t errlen) {
+  if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+    snprintf(err, errlen, "the group is being shut down");
+    return 1;
+  }
+  pthread_mutex_lock(&pg->mu);
+  int broken = pg->broken;
+  if (broken)
+    snprintf(err, errlen, "the group broke: %s",
+             pg->error ? pg->error : "an earlier error");
+  pthread_mutex_unlock(&pg->mu);
+  if (broken) return 1;
+  const char* key = pg->world->failure_key;
+  int ready = 0;
+  if (!key || tr_store_client_check(c, &key, 1, &ready) < 0 || !ready) return 0;
+  void* val = NULL;
+  size_t len = 0;
+  if (tr_store_client_get(c, key, &val, &len) < 0) len = 0;
+  const char* text = val ? val : "";
+  size_t line = 0;
+  while (line < len && text[line] != '\n' && text[line] != '\0') line++;
+  snprintf(err, errlen, "the job failed: %.*s", (int)line, text);
+  free(val);
+  return 1;
+}
+
+int tr__pg_store_wait(tr_pg_t* pg, const int* stop, tr_store_client_t* c,
+                      tr_store_prefix_t* p, const char* const* keys, size_t n,
+                      int64_t timeout_ms, char* err, size_t errlen) {
+  int64_t deadline = tr__now_ns() + timeout_ms * 1000000;
+  for (;;) {
+    if (give_up(pg, stop, c, err, errlen)) return TR_EABORTED;
+    int64_t left = (deadline - tr__now_ns()) / 1000000;
+    if (left <= 0) {
+      snprintf(err, errlen, "timed out after %lld ms", (long long)timeout_ms);
+      return TR_ETIMEDOUT;
+    }
+    int rc = tr_store_prefix_wait(p, keys, n, left < 200 ? left : 200);
+    if (rc == 0) return 0;
+    if (rc != TR_ETIMEDOUT) {
+      snprintf(err, errlen, "%s", tr_strerror(rc));
+      return rc;
+    }
+  }
 }
 
 void tr__watchdog_kick(tr__pg_world_t* wd) {

@@ -304,6 +304,18 @@ struct tr_pg_s {
 int tr__pg_store_open(tr_pg_t* pg, tr_store_client_t** c, tr_store_prefix_t* p);
 void tr__pg_store_close(tr_store_client_t* c, tr_store_prefix_t* p);
 
+/* Wait until keys (under p, opened by tr__pg_store_open) exist, up to
+ * timeout_ms, in slices of at most 200 ms. Between slices it gives up with
+ * TR_EABORTED and a reason in err when the world's failure report
+ * (tr_pg_opts_t.failure_key) exists, pg is broken, or *stop (may be NULL;
+ * read atomically: a backend's queue stop) is set: a set-up that waits for
+ * a peer that died, or in a process that is shutting down, ends in a
+ * fraction of a second rather than at the timeout. TR_ETIMEDOUT at the
+ * timeout, other store errors as they come. */
+int tr__pg_store_wait(tr_pg_t* pg, const int* stop, tr_store_client_t* c,
+                      tr_store_prefix_t* p, const char* const* keys, size_t n,
+                      int64_t timeout_ms, char* err, size_t errlen);
+
 /* The process-wide hooks (a copy; fields may be NULL). */
 const tr_pg_hooks_t* tr__pg_hooks(void);
 /* tr_pg_set_cuda_start_events. */

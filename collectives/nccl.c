@@ -184,10 +184,13 @@ static int nccl_create(tr__pg_backend_t* be, char* err, size_t errlen) {
   } else {
     void* v = NULL;
     size_t n = 0;
-    rc = tr_store_prefix_get(&sp, "nccl/uid", &v, &n);
+    const char* k = "nccl/uid";
+    char why[512] = "";
+    rc = tr__pg_store_wait(pg, NULL, sc, &sp, &k, 1, timeout, why, sizeof why);
+    if (rc == 0) rc = tr_store_prefix_get(&sp, k, &v, &n);
     if (rc < 0) {
       snprintf(err, errlen, "cannot get the NCCL id from rank 0: %s",
-               tr_strerror(rc));
+               why[0] ? why : tr_strerror(rc));
     } else if (n != sizeof id) {
       snprintf(err, errlen, "the NCCL id in the store has %zu bytes, not %zu",
                n, sizeof id);
@@ -206,8 +209,13 @@ static int nccl_create(tr__pg_backend_t* be, char* err, size_t errlen) {
     if (rc == 0 && v == pg->size)
       rc = tr_store_prefix_set(&sp, "nccl/all_arrived", "1", 1);
     const char* k = "nccl/all_arrived";
-    if (rc == 0) rc = tr_store_prefix_wait(&sp, &k, 1, timeout);
-    if (rc < 0)
+    char why[512] = "";
+    if (rc == 0)
+      rc =
+          tr__pg_store_wait(pg, NULL, sc, &sp, &k, 1, timeout, why, sizeof why);
+    if (rc == TR_EABORTED)
+      snprintf(err, errlen, "gave up setting up NCCL: %s", why);
+    else if (rc < 0)
       snprintf(err, errlen,
                "not every rank of the group came to set up "
                "NCCL within %lld ms: %s",

@@ -593,8 +593,14 @@ int tr_pg_split(tr_pg_t* parent, int color, int key, const char* desc,
     tr_store_client_t* sc = NULL;
     tr_store_prefix_t sp;
     rc = tr__pg_store_open(parent, &sc, &sp);
+    char why[512] = "";
     if (rc == 0)
       rc = tr_store_prefix_set(&sp, keys[parent->rank], mine, (size_t)mlen);
+    if (rc == 0)
+      rc = tr__pg_store_wait(parent, NULL, sc, &sp, (const char* const*)keys,
+                             (size_t)n, tr_pg_timeout(parent), why, sizeof why);
+    if (rc == TR_EABORTED)
+      TR_LOG_ERROR(COLL, "split of group '%s': gave up: %s", parent->name, why);
     if (rc == 0)
       rc = tr_store_prefix_multi_get(&sp, (const char* const*)keys, (size_t)n,
                                      vals, lens);

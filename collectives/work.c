@@ -222,8 +222,9 @@ void tr__work_retire(tr_pg_work_t* w) {
 int tr_pg_work_wait(tr_pg_work_t* w, int64_t timeout_ms) {
   if (!w) return TR_EINVAL;
   /* CUDA works complete when their event does: poll it here rather than
-   * wait for the watchdog's next round. */
-  if (w->be && w->be->vt->poll) {
+   * wait for the watchdog's next round. (A done work's backend may be
+   * freed already: its group was.) */
+  if (!tr__work_is_done(w) && w->be && w->be->vt->poll) {
     /* yield for the first 2 ms (a sleep lasts 50 us more than asked: the
      * timer slack), then sleep 20, 40, 50, 50... us: a wait that outlasts
      * the yielding sees the completion at most ~100 us late (a 200 us cap
@@ -265,7 +266,7 @@ int tr_pg_work_wait(tr_pg_work_t* w, int64_t timeout_ms) {
 
 int tr_pg_work_wait_stream(tr_pg_work_t* w, void* stream) {
   if (!w) return TR_EINVAL;
-  if (w->be && w->be->vt->wait_stream)
+  if (!tr__work_is_done(w) && w->be && w->be->vt->wait_stream)
     return w->be->vt->wait_stream(w->be, w, stream);
   return tr_pg_work_wait(w, 0);
 }

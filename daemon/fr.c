@@ -327,6 +327,12 @@ static void print_verdict(tr__daemon_t* d, struct tr__fr* f) {
     if (v && *v)
       fprintf(stderr, "%s: flight recorder: %s\n%s: (trainrun fr analyze %s)\n",
               d->o->prog, v, d->o->prog, f->dump_dir);
+    /* the final report leads with the ranks the verdict names */
+    int p = tr_fra_primary(a);
+    const tr_fra_finding_t* fi = p >= 0 ? tr_fra_finding(a, (size_t)p) : NULL;
+    d->nblamed = 0;
+    for (size_t i = 0; fi && i < fi->n_culprits && d->nblamed < 8; i++)
+      d->blamed[d->nblamed++] = fi->culprits[i];
   } else {
     TR_LOG_WARN(DAEMON, "cannot analyze the dumps in '%s': %s", f->dump_dir,
                 err.message);

@@ -166,12 +166,21 @@ typedef struct {
 } tr__spawn_req_t;
 
 /* Fork and exec one worker in a process group of its own (so a terminal's
- * SIGINT reaches only the daemon, which forwards it once), killed with the
+ * SIGINT reaches only the daemon, which forwards it once, and the daemon's
+ * signals reach the worker's children too), killed with the
  * daemon (PR_SET_PDEATHSIG), stdout and stderr to two new non-blocking
  * pipes (*out_fd, *err_fd: read ends). An exec failure is reported here
  * (TR_ENOENT, TR_EACCES ... "cannot run 'prog': ..."). */
 int tr__spawn(const tr__spawn_req_t* req, pid_t* pid, int* out_fd, int* err_fd,
               tr_errmsg_t* err);
+
+/* Kill (SIGKILL, with their process groups) and reap every child of this
+ * process: with the daemon a child subreaper (PR_SET_CHILD_SUBREAPER), the
+ * descendants of exited workers that outlived them (a worker's own group is
+ * killed when it exits, but a child may have left it with setsid) come to
+ * the daemon; call it once the round's workers are all reaped. Returns how
+ * many it killed, "pid 'name', ..." of them in what. */
+int tr__spawn_reap_orphans(char* what, size_t cap);
 
 /* ---- devices.c ---- */
 
@@ -259,6 +268,12 @@ typedef struct tr__daemon {
   int metrics_fd;    /* --metrics-port listener, -1 none */
   char* tmp_log_dir; /* a log folder made for --redirects/--tee */
   struct tr__fr* fr;  /* flight-recorder rings of the round (daemon/fr.c) */
+  /* the ranks the flight recorder's verdict of the last round blames
+   * (node 0 analyzes; none elsewhere), and the report that names them
+   * first (supervise.c) */
+  int blamed[8];
+  int nblamed;
+  char* blame;
 } tr__daemon_t;
 
 /* ---- signals.c ---- */
@@ -285,8 +300,9 @@ void tr__fr_tick(tr__daemon_t* d, int store_ok);
  * set exception_dump so the other nodes dump theirs. */
 void tr__fr_worker_failed(tr__daemon_t* d, const tr__worker_t* w,
                           const char* how);
-/* The round's workers are gone: a last look at exception_dump, then unmap
- * and unlink the rings. */
+/* The round's workers are gone: a last look at exception_dump, the
+ * verdict after an automatic dump (node 0; the ranks it blames into
+ * d->blamed), then unmap and unlink the rings. */
 void tr__fr_round_end(tr__daemon_t* d);
 /* Answer a status-socket request starting "fr " on connection c. */
 void tr__fr_serve(const tr__daemon_t* d, int c, const char* req);

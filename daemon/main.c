@@ -3,7 +3,9 @@
  * worker with torchrun's environment, supervise and restart it
  * (trainrund(8)). `trainrun JOB.toml` runs the same daemon in its own
  * process. Exit codes: 0 success, 1 a worker failed (no restart left) or
- * the daemon failed, 2 bad usage, 128+N after a second signal N. */
+ * the daemon failed, 2 bad usage or a worker that exited with code 2 (a
+ * configuration or data error: never restarted), 128+N after a second
+ * signal N. */
 #include "config.h"
 
 #include <stdio.h>

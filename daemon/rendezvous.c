@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -136,6 +137,73 @@ static int port_open(const char* host, int port) {
   return open_;
 }
 
+/* The daemon that hosts the store records whose it is under OWNER_KEY
+ * ("run=<id>\nhost=<h>\npid=<p>\nsince=<time>\n"); a daemon of another
+ * run id that finds the endpoint taken reads it and stops at once, naming
+ * that job, instead of joining a store where nobody rendezvouses with it
+ * (it used to wait out join_timeout, and more). A store nobody hosts (a
+ * `trainrun store` of its own) has no owner: nothing is checked. */
+#define OWNER_KEY "trainrun/owner"
+
+static int claim_store(const tr_daemon_opts_t* o, tr_store_client_t* c,
+                       tr_errmsg_t* err) {
+  char host[256], since[64], v[700];
+  if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "?");
+  host[sizeof host - 1] = '\0';
+  time_t now = time(NULL);
+  struct tm tmv;
+  gmtime_r(&now, &tmv);
+  strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+  int n = snprintf(v, sizeof v, "run=%s\nhost=%s\npid=%d\nsince=%s\n",
+                   o->run_id, host, (int)getpid(), since);
+  int rc = tr_store_client_set(c, OWNER_KEY, v, (size_t)n);
+  if (rc < 0)
+    tr_errmsg_set(err, rc, "store at %s: %s", tr_store_client_peer(c),
+                  tr_strerror(rc));
+  return rc;
+}
+
+/* The value of field `name` in an owner record, into out. */
+static void owner_field(const char* rec, const char* name, char* out,
+                        size_t cap) {
+  size_t nl = strlen(name);
+  out[0] = '\0';
+  for (const char* p = rec; *p;) {
+    size_t n = strcspn(p, "\n");
+    if (n > nl && strncmp(p, name, nl) == 0 && p[nl] == '=')
+      snprintf(out, cap, "%.*s", (int)(n - nl - 1), p + nl + 1);
+    p += n;
+    if (*p) p++;
+  }
+}
+
+static int check_owner(const tr_daemon_opts_t* o, tr_store_client_t* c,
+                       tr_errmsg_t* err) {
+  const char* key = OWNER_KEY;
+  int ready = 0;
+  int rc = tr_store_client_check(c, &key, 1, &ready);
+  void* v = NULL;
+  size_t len = 0;
+  if (rc == 0 && !ready) return 0;
+  if (rc == 0) rc = tr_store_client_get(c, key, &v, &len);
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "store at %s: %s", tr_store_client_peer(c),
+                         tr_strerror(rc));
+  char run[300], host[300], pid[32], since[64];
+  owner_field(v, "run", run, sizeof run);
+  owner_field(v, "host", host, sizeof host);
+  owner_field(v, "pid", pid, sizeof pid);
+  owner_field(v, "since", since, sizeof since);
+  free(v);
+  if (strcmp(run, o->run_id) == 0) return 0;
+  return tr_errmsg_set(
+      err, TR_EEXIST,
+      "the rendezvous endpoint %s:%d is held by another job: run '%s' (its "
+      "store is hosted by pid %s on host '%s' since %s); give this job "
+      "another --rdzv-endpoint port, or the same --rdzv-id to join that job",
+      o->rdzv_host, o->rdzv_port, run, pid, host, since);
+}
+
 int tr__rdzv_store_open(const tr_daemon_opts_t* o, tr_store_server_t** server,
                         tr_store_client_t** client, char** host, int* port,
                         tr_errmsg_t* err) {
@@ -230,6 +298,14 @@ int tr__rdzv_store_open(const tr_daemon_opts_t* o, tr_store_server_t** server,
     return rc;
   }
   tr_store_client_set_timeout(*client, (int64_t)(o->read_timeout * 1000));
+  rc = *server ? claim_store(o, *client, err) : check_owner(o, *client, err);
+  if (rc < 0) {
+    tr_store_client_free(*client);
+    tr_store_server_stop(*server);
+    *client = NULL;
+    *server = NULL;
+    return rc;
+  }
   *host = strdup(chost);
   *port = cport;
   if (!*host) {

@@ -2,12 +2,13 @@
  * found in PATH, fork and exec with the worker in a process group of its
  * own, killed with the daemon, stdout and stderr on pipes, CPU affinity set
  * before exec, and exec failures reported to the daemon through a
- * close-on-exec pipe. Everything the child needs is prepared before fork:
+ * close-on-exec pipe -- and killing what workers leave behind. Everything the child needs is prepared before fork:
  * the daemon may host the store on a thread, so the child calls only
  * async-signal-safe functions until it execs. */
 #include "core/buf.h" /* TR_GROW */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -138,6 +139,65 @@ int tr__spawn_resolve(const char* name, char** path, tr_errmsg_t* err) {
   return tr_errmsg_set(
       err, first_err, "cannot run '%s': %s", name,
       first_err == TR_ENOENT ? "not found in PATH" : tr_strerror(first_err));
+}
+
+/* ---- what workers leave behind ---- */
+
+/* The parent pid in /proc/<pid>/stat (after the command's closing
+ * parenthesis, which may itself hold spaces and parentheses); -1. */
+static pid_t parent_of(pid_t pid, char* comm, size_t cap) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  char* open_p = strchr(buf, '(');
+  char* close_p = strrchr(buf, ')');
+  if (!open_p || !close_p || close_p < open_p) return -1;
+  snprintf(comm, cap, "%.*s", (int)(close_p - open_p - 1), open_p + 1);
+  char state;
+  int ppid;
+  if (sscanf(close_p + 1, " %c %d", &state, &ppid) != 2) return -1;
+  return (pid_t)ppid;
+}
+
+int tr__spawn_reap_orphans(char* what, size_t cap) {
+  pid_t me = getpid();
+  int killed = 0;
+  size_t used = 0;
+  if (cap) what[0] = '\0';
+  /* a killed orphan's own children come to us next: a few rounds */
+  for (int round = 0; round < 64; round++) {
+    DIR* d = opendir("/proc");
+    if (!d) break;
+    int found = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+      char* end;
+      long v = strtol(e->d_name, &end, 10);
+      if (*end || v <= 0 || (pid_t)v == me) continue;
+      char comm[64];
+      if (parent_of((pid_t)v, comm, sizeof comm) != me) continue;
+      found++;
+      /* its group too: the processes it started and left running */
+      kill(-(pid_t)v, SIGKILL);
+      kill((pid_t)v, SIGKILL);
+      int st;
+      if (waitpid((pid_t)v, &st, 0) != (pid_t)v) continue;
+      if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) {
+        killed++;
+        if (used + 80 < cap)
+          used += (size_t)snprintf(what + used, cap - used, "%s%d '%s'",
+                                   used ? ", " : "", (int)v, comm);
+      }
+    }
+    closedir(d);
+    if (!found) break;
+  }
+  return killed;
 }
 
 /* ---- fork and exec ---- */

@@ -3,6 +3,8 @@
  * with a text snapshot of its job (run, round, nodes, and per rank: pid,
  * state, run time, step, loss, tokens/s, last heartbeat, last output line),
  * then closes it. tr_daemon_status_print asks every socket of the folder.
+ * A daemon removes the sockets of killed daemons (whose pid is gone) when
+ * it opens and closes its own.
  * --metrics-port serves the same figures over HTTP in Prometheus text
  * format; both read the workers' heartbeat pages (trainrun/heartbeat.h). */
 #include "config.h"
@@ -13,6 +15,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +45,24 @@ static int sock_addr(const char* path, struct sockaddr_un* sa) {
   return 0;
 }
 
+/* Remove the sockets of daemons that are gone (killed: nobody removed
+ * theirs) from the folder; <pid>.sock names its daemon. */
+static void prune_stale(const char* dir) {
+  DIR* d = opendir(dir);
+  if (!d) return;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    char* end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (pid <= 0 || strcmp(end, ".sock") != 0) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  closedir(d);
+}
+
 int tr__status_open(int* fd, char** path) {
   *fd = -1;
   *path = NULL;
@@ -54,6 +75,7 @@ int tr__status_open(int* fd, char** path) {
   if (rc == 0 && (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
                   st.st_uid != getuid() || (st.st_mode & 077)))
     rc = TR_EACCES;
+  if (rc == 0) prune_stale(dir);
   char* p = NULL;
   if (rc == 0 && asprintf(&p, "%s/%d.sock", dir, (int)getpid()) < 0)
     rc = TR_ENOMEM;
@@ -82,7 +104,14 @@ int tr__status_open(int* fd, char** path) {
 
 void tr__status_close(int fd, char* path) {
   if (fd >= 0) close(fd);
-  if (path) unlink(path);
+  if (path) {
+    unlink(path);
+    char* slash = strrchr(path, '/');
+    if (slash) { /* and those of daemons killed meanwhile (another node's) */
+      *slash = '\0';
+      prune_stale(path);
+    }
+  }
   free(path);
 }
 

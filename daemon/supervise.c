@@ -15,6 +15,8 @@
  *             daemon/rendezvous.c) and then SETs
  *   end       "fail" (a worker failed), "lost" (a node stopped beating),
  *             "abort" (a worker could not be started: no restart helps),
+ *             "input" (a worker exited with code 2, a configuration, usage
+ *             or data error: no restart helps either),
  *             "scale" (a node waits to join: start a bigger round), "stop"
  *             (a stop signal: every rank finishes its step and exits)
  *   failure   COMPARE_SET: the first failure's report (rank, how, last
@@ -36,9 +38,11 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,12 +54,20 @@
 
 /* ---- round-end bookkeeping in the store ---- */
 
-enum { END_NONE, END_FAIL, END_LOST, END_ABORT, END_SCALE, END_STOP };
-static const char* const end_names[] = {"",      "fail",  "lost",
-                                        "abort", "scale", "stop"};
+enum {
+  END_NONE,
+  END_FAIL,
+  END_LOST,
+  END_ABORT,
+  END_SCALE,
+  END_STOP,
+  END_INPUT
+};
+static const char* const end_names[] = {"",      "fail", "lost", "abort",
+                                        "scale", "stop", "input"};
 
 static int end_parse(const char* s, size_t len) {
-  for (int k = END_FAIL; k <= END_STOP; k++)
+  for (int k = END_FAIL; k <= END_INPUT; k++)
     if (strlen(end_names[k]) == len && memcmp(s, end_names[k], len) == 0)
       return k;
   return END_FAIL; /* a value we do not know: treat as a failure */
@@ -80,7 +92,8 @@ static int post_end(tr__daemon_t* d, int kind) {
   int won = clen == (size_t)n && memcmp(cur, mine, clen) == 0;
   free(cur);
   if (!won) return 0;
-  if (kind == END_FAIL || kind == END_LOST || kind == END_ABORT)
+  if (kind == END_FAIL || kind == END_LOST || kind == END_ABORT ||
+      kind == END_INPUT)
     TR_CHECK(tr_store_prefix_add(&d->st, "failures", 1, NULL));
   if (kind == END_FAIL || kind == END_LOST || kind == END_SCALE) {
     /* the next round expects the nodes of this one: all of them after a
@@ -138,15 +151,22 @@ static int running_count(const tr__daemon_t* d) {
   return n;
 }
 
-static void signal_workers(tr__daemon_t* d, int sig, int group) {
+/* Signal every running worker's process group (the worker and what it
+ * started, as torchrun does). */
+static void signal_workers(tr__daemon_t* d, int sig) {
   for (int i = 0; i < d->nworkers; i++) {
     tr__worker_t* w = &d->workers[i];
-    if (w->running && w->pid > 0) kill(group ? -w->pid : w->pid, sig);
+    if (w->running && w->pid > 0) kill(-w->pid, sig);
   }
 }
 
+static char* blame_report(const tr__daemon_t* d);
+
 static void release_workers(tr__daemon_t* d) {
+  d->nblamed = 0;
   tr__fr_round_end(d); /* before the workers' records go */
+  free(d->blame);
+  d->blame = d->nblamed > 0 ? blame_report(d) : NULL;
   for (int i = 0; i < d->nworkers; i++) {
     tr__worker_t* w = &d->workers[i];
     tr__stream_close(&w->out, &w->tail);
@@ -191,6 +211,84 @@ static char* failure_report(const tr__daemon_t* d, const tr__worker_t* w,
   size_t n = strlen(s); /* no trailing newline */
   while (n && s[n - 1] == '\n') s[--n] = '\0';
   return s;
+}
+
+/* The node rank of the round that global rank `rank` ran on; -1. */
+static int node_of_rank(const tr__daemon_t* d, int rank) {
+  int base = 0;
+  for (int n = 0; n < d->rdzv.nnodes && d->rdzv.nodes; n++) {
+    if (rank >= base && rank < base + d->rdzv.nodes[n].nproc) return n;
+    base += d->rdzv.nodes[n].nproc;
+  }
+  return -1;
+}
+
+/* The ranks the flight recorder's verdict blames, as the final report's
+ * first lines: the first of them that ran on this node with how it ended
+ * and its last lines, else the node it ran on. */
+static char* blame_report(const tr__daemon_t* d) {
+  char who[128] = "";
+  size_t used = 0;
+  for (int i = 0; i < d->nblamed && used + 16 < sizeof who; i++)
+    used += (size_t)snprintf(who + used, sizeof who - used, "%s%d",
+                             i ? ", " : "", d->blamed[i]);
+  char* rep = NULL;
+  for (int i = 0; i < d->nworkers && !rep; i++) {
+    const tr__worker_t* w = &d->workers[i];
+    int hit = 0;
+    for (int k = 0; k < d->nblamed; k++) hit |= d->blamed[k] == w->rank;
+    if (!hit) continue;
+    char how[256];
+    if (w->timeout_how)
+      snprintf(how, sizeof how, "%s", w->timeout_how);
+    else if (w->running)
+      snprintf(how, sizeof how, "was still running");
+    else
+      tr__daemon_describe_status(w->status, how, sizeof how);
+    rep = failure_report(d, w, how);
+  }
+  if (!rep) { /* on another node: say which */
+    int node = node_of_rank(d, d->blamed[0]);
+    if (node >= 0 && asprintf(&rep, "rank %d on node %d '%s'", d->blamed[0],
+                              node, d->rdzv.nodes[node].host) < 0)
+      rep = NULL;
+    if (node < 0 && asprintf(&rep, "rank %d", d->blamed[0]) < 0) rep = NULL;
+  }
+  if (!rep) return NULL;
+  /* "<first line>: the flight recorder's verdict blames it", then the rest */
+  size_t n1 = strcspn(rep, "\n");
+  char* out = NULL;
+  int rc = d->nblamed == 1
+               ? asprintf(&out,
+                          "%.*s: the flight recorder's verdict blames "
+                          "it%s",
+                          (int)n1, rep, rep + n1)
+               : asprintf(&out,
+                          "the flight recorder's verdict blames ranks "
+                          "%s: %s",
+                          who, rep);
+  free(rep);
+  return rc < 0 ? NULL : out;
+}
+
+/* The job's final report: the round's first failure, after the ranks the
+ * verdict blames when it names others (the first rank to fail is often the
+ * one that waited for them: a timeout, a closed connection). Takes
+ * failure (may be NULL), returns what to report (malloc()ed or NULL). */
+static char* blame_first(const tr__daemon_t* d, char* failure) {
+  if (!d->blame || !failure) return failure;
+  int r = -1;
+  if (sscanf(failure, "rank %d", &r) == 1)
+    for (int i = 0; i < d->nblamed; i++)
+      if (d->blamed[i] == r) return failure; /* the same rank */
+  if (sscanf(failure, "node %d", &r) == 1 && node_of_rank(d, d->blamed[0]) == r)
+    return failure; /* a lost node: the blamed rank's */
+  char* out = NULL;
+  if (asprintf(&out, "%s\nthe first to fail, waiting for it: %s", d->blame,
+               failure) < 0)
+    return failure;
+  free(failure);
+  return out;
 }
 
 /* The first line of a report. */
@@ -397,9 +495,15 @@ enum {
   OUT_RESTART, /* a failure or a lost node: new round if restarts are left */
   OUT_SCALE,   /* a node waits: new round */
   OUT_ABORT,   /* a worker could not start: the job ends */
+  OUT_INPUT,   /* a worker exited with code 2: the job ends */
   OUT_HARD,    /* a second signal killed the workers */
   OUT_ERROR    /* the store is gone */
 };
+
+/* Seconds healthy workers get to finish their step (and checkpoint it)
+ * when a new node makes the daemons start a bigger round; a failed round's
+ * workers get TRAINRUN_STOP_TIMEOUT. */
+#define SCALE_STOP_S 60.0
 
 typedef struct {
   int stopping;   /* workers were told to stop */
@@ -411,13 +515,14 @@ typedef struct {
   int lost;          /* a node stopped beating */
   int store_err;     /* a store call failed */
   int local_failure; /* a worker of this node failed first */
+  int swept;         /* the workers' leftovers were killed */
   int64_t* hb;       /* last heartbeat counts, by node rank */
   double* hb_at;     /* when they last changed */
   double next_tick, next_hb;
 } round_t;
 
 static void begin_stop(tr__daemon_t* d, round_t* r, int sig, double grace) {
-  if (!r->stopping) signal_workers(d, sig, 0);
+  if (!r->stopping) signal_workers(d, sig);
   r->stopping = 1;
   double at = tr__now() + grace;
   if (!r->kill_at || at < r->kill_at) r->kill_at = at;
@@ -457,8 +562,11 @@ static void on_worker_exit(tr__daemon_t* d, round_t* r, tr__worker_t* w,
   if (!rep) return;
   if (r->end_kind == END_NONE && !d->stop_signal) r->local_failure = 1;
   int rc = post_failure(d, rep);
+  /* exit code 2 is trainrun's (and argparse's) for bad configuration,
+   * usage or data: the same input fails every restart the same way */
+  int input = WIFEXITED(w->status) && WEXITSTATUS(w->status) == 2;
   if (rc == 0 && !d->stop_signal && r->end_kind != END_STOP)
-    rc = post_end(d, END_FAIL);
+    rc = post_end(d, input ? END_INPUT : END_FAIL);
   free(rep);
   if (rc < 0) store_failed(d, r, rc, err);
   if (!r->stopping)
@@ -472,7 +580,7 @@ static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
             "%s: got SIG%s: stopping every rank after its current step "
             "(again to kill them now)\n",
             d->o->prog, tr__daemon_signame(sig));
-    signal_workers(d, sig == SIGHUP ? SIGTERM : sig, 0);
+    signal_workers(d, sig == SIGHUP ? SIGTERM : sig);
     r->stopping = 1;
     if (d->in_round && !r->store_err && r->end_kind == END_NONE)
       post_end(d, END_STOP); /* the other nodes stop too */
@@ -480,7 +588,7 @@ static void on_signal_received(tr__daemon_t* d, round_t* r, int sig) {
     d->hard_signal = sig;
     fprintf(stderr, "%s: got SIG%s again: killing the workers\n", d->o->prog,
             tr__daemon_signame(sig));
-    signal_workers(d, SIGKILL, 1);
+    signal_workers(d, SIGKILL);
   }
 }
 
@@ -610,7 +718,7 @@ static int tick(tr__daemon_t* d, round_t* r) {
                   "%s: another node got a stop signal: stopping every rank "
                   "after its current step\n",
                   d->o->prog);
-          signal_workers(d, SIGTERM, 0);
+          signal_workers(d, SIGTERM);
           r->stopping = 1;
         }
         r->stop_forwarded = 1;
@@ -627,7 +735,8 @@ static int tick(tr__daemon_t* d, round_t* r) {
                 "%s: a new node waits to join: restarting the "
                 "workers in a bigger round\n",
                 d->o->prog);
-        begin_stop(d, r, SIGTERM, tr_param_double(TR_PARAM_STOP_TIMEOUT));
+        /* healthy workers: they finish the step and save it */
+        begin_stop(d, r, SIGTERM, SCALE_STOP_S);
       }
     }
   }
@@ -722,7 +831,7 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     if (pr < 0 && errno != EINTR) {
       rc = tr_err_from_errno();
       tr_errmsg_set(err, rc, "poll: %s", tr_strerror(rc));
-      signal_workers(d, SIGKILL, 1);
+      signal_workers(d, SIGKILL);
       outcome = OUT_ERROR;
       break;
     }
@@ -761,6 +870,8 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
       w->running = 0;
       w->status = st;
       w->ended = tr__now();
+      /* what it started and left in its group goes with it */
+      kill(-w->pid, SIGKILL);
       drain(w);
       on_worker_exit(d, &r, w, err);
     }
@@ -770,8 +881,10 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
                   "%d worker%s still running %.3gs after SIGTERM: "
                   "killing",
                   running_count(d), running_count(d) == 1 ? "" : "s",
-                  tr_param_double(TR_PARAM_STOP_TIMEOUT));
-      signal_workers(d, SIGKILL, 1);
+                  r.end_kind == END_SCALE
+                      ? SCALE_STOP_S
+                      : tr_param_double(TR_PARAM_STOP_TIMEOUT));
+      signal_workers(d, SIGKILL);
       r.kill_at = 0;
     }
     if (now >= r.next_tick) {
@@ -785,7 +898,15 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
     }
     if (running_count(d) > 0) continue;
 
-    /* every worker of this node is gone */
+    /* every worker of this node is gone; so is what they left behind */
+    if (!r.swept) {
+      char what[512];
+      int left = tr__spawn_reap_orphans(what, sizeof what);
+      if (left > 0)
+        TR_LOG_WARN(DAEMON, "killed %d process%s the workers left running: %s",
+                    left, left == 1 ? "" : "es", what);
+      r.swept = 1;
+    }
     if (d->hard_signal) {
       outcome = OUT_HARD;
       break;
@@ -819,6 +940,9 @@ static int supervise(tr__daemon_t* d, tr_errmsg_t* err) {
         break;
       case END_ABORT:
         outcome = OUT_ABORT;
+        break;
+      case END_INPUT:
+        outcome = OUT_INPUT;
         break;
       default:
         if (r.alldone || r.lost) outcome = OUT_DONE;
@@ -896,6 +1020,28 @@ static void set_message(tr_daemon_report_t* rep, const char* msg) {
   rep->message = msg ? strdup(msg) : NULL;
 }
 
+/* msg, then a line of its own (formatted); msg alone when out of memory. */
+static void set_message_and(tr_daemon_report_t* rep, const char* msg,
+                            const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_message_and(tr_daemon_report_t* rep, const char* msg,
+                            const char* fmt, ...) {
+  char* line = NULL;
+  char* all = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&line, fmt, ap);
+  va_end(ap);
+  if (n >= 0 && asprintf(&all, "%s\n%s", msg, line) >= 0) {
+    set_message(rep, all);
+  } else {
+    all = NULL;
+    set_message(rep, msg);
+  }
+  if (n >= 0) free(line);
+  free(all);
+}
+
 int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
                   tr_daemon_report_t* rep) {
   memset(rep, 0, sizeof *rep);
@@ -912,7 +1058,7 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
   tr_errmsg_t err;
   tr_errmsg_clear(&err);
   struct sigaction old[5];
-  int rc, signals_set = 0;
+  int rc, signals_set = 0, was_subreaper = -1;
 
   if (!argv || !argv[0]) {
     rc = tr_errmsg_set(&err, TR_EINVAL, "no worker program given");
@@ -925,6 +1071,11 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
     goto out;
   }
   if (gethostname(d.host, sizeof d.host - 1) != 0) strcpy(d.host, "?");
+  /* descendants that outlive their worker (a child that left the worker's
+   * process group) come to this process, which kills them at the round's
+   * end */
+  if (prctl(PR_GET_CHILD_SUBREAPER, &was_subreaper) < 0) was_subreaper = 0;
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   /* until the store answers there is nothing to stop: signals keep their
    * default action (a Ctrl-C while the endpoint is down ends the wait) */
   d.phase = "connecting to the store";
@@ -1013,7 +1164,7 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
       round++;
       continue;
     }
-    char* failure = read_failure(&d);
+    char* failure = blame_first(&d, read_failure(&d));
     if (out == OUT_DONE) {
       rep->stop_signal = d.stop_signal;
       rep->exit_code = failure ? 1 : 0;
@@ -1035,18 +1186,22 @@ int tr_daemon_run(const tr_daemon_opts_t* o, char* const* argv,
     if (out == OUT_RESTART && d.lost_node &&
         d.rdzv.nnodes - 1 < o->nnodes_min) {
       /* the job goes on only while MIN nodes remain */
-      char* msg = NULL;
-      if (asprintf(&msg,
-                   "%s\n%d of the round's %d nodes remain, fewer than the "
-                   "%d that --nnodes %d:%d needs: stopping",
-                   why, d.rdzv.nnodes - 1, d.rdzv.nnodes, o->nnodes_min,
-                   o->nnodes_min, o->nnodes_max) >= 0) {
-        set_message(rep, msg);
-        free(msg);
-      } else {
-        set_message(rep, why);
-      }
+      set_message_and(rep, why,
+                      "%d of the round's %d nodes remain, fewer than the %d "
+                      "that --nnodes %d:%d needs: stopping",
+                      d.rdzv.nnodes - 1, d.rdzv.nnodes, o->nnodes_min,
+                      o->nnodes_min, o->nnodes_max);
       rep->exit_code = 1;
+      free(failure);
+      rc = 0;
+      goto out_barrier;
+    }
+    if (out == OUT_INPUT) {
+      /* no restart: the next attempt would read the same input */
+      set_message_and(rep, why,
+                      "exit code 2 is a configuration, usage or data error, "
+                      "which a restart cannot fix: not restarting");
+      rep->exit_code = 2;
       free(failure);
       rc = 0;
       goto out_barrier;
@@ -1095,8 +1250,10 @@ out:
   tr_store_client_free(d.client);
   tr_store_server_stop(d.server);
   free(d.store_host);
+  free(d.blame);
   free(d.path);
   free(d.tmp_log_dir);
   if (signals_set) tr__daemon_signals_restore(&d, old);
+  if (was_subreaper >= 0) prctl(PR_SET_CHILD_SUBREAPER, was_subreaper);
   return rc;
 }

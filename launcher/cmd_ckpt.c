@@ -95,10 +95,13 @@ static int cmd_ls(const char* folder) {
     tr_ckpt_step_dir(folder, v[i].step, dir, sizeof dir);
     tr_ckpt_t* ck = NULL;
     int ok = v[i].complete && tr_ckpt_open(&ck, dir, NULL) == 0;
+    /* a data file shorter than its chunks need (or gone): not complete */
+    int cut = ok && tr_ckpt_check_files(ck, NULL) < 0;
     /* +hf: it also holds a Hugging Face export (last_save_in_hf); hf-only:
      * nothing else (torchtitan's last_save_in_hf), not resumable */
     const char* state = !v[i].complete ? (v[i].hf ? "hf-only" : "incomplete")
                         : !ok          ? "unreadable"
+                        : cut          ? "truncated"
                         : v[i].hf      ? "complete+hf"
                                        : "complete";
     printf("%-10" PRId64 " %-11s %10s ", v[i].step, state,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "launcher/commands.h"
+#include "launcher/launch.h" /* tr__preflight_config */
 #include "trainrun/config.h"
 #include "trainrun/error.h"
 
@@ -85,7 +86,8 @@ int tr_cmd_config(int argc, char** argv) {
   tr_config_t cfg;
   tr_errmsg_t err;
   if (tr_config_load(&cfg, ja.path, ja.n, ja.overrides, &err) < 0 ||
-      tr__job_check(&cfg, f.world, &err) < 0) {
+      tr__job_check(&cfg, f.world, &err) < 0 ||
+      tr__preflight_config(&cfg, &err) < 0) {
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
   } else {

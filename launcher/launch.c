@@ -268,6 +268,13 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
     fprintf(stderr, "trainrun: %s\n", cerr.message);
     goto out;
   }
+  /* what the workers would find only at their start, or after the work:
+   * checked once here, before any starts */
+  if (have_cfg && (tr__preflight_config(&cfg, &cerr) < 0 ||
+                   (!dry_run && tr__preflight_files(&cfg, &cerr) < 0))) {
+    fprintf(stderr, "trainrun: %s\n", cerr.message);
+    goto out;
+  }
   if (dry_run) {
     print_layout(&o, stdout);
     if (have_cfg) print_job(&cfg, stdout);
@@ -314,11 +321,24 @@ int tr__launch_prepare(int* argc, char** argv, tr_launch_t* l) {
     wargv[1 + kept] = NULL;
     worker_argv = wargv;
   }
+  /* one job per dump folder, for the whole job (every restart) */
+  tr__dumplock_t lock = {0};
+  if (have_cfg) {
+    char ep[320] = "";
+    if (o.rdzv_host && !o.standalone)
+      snprintf(ep, sizeof ep, "%s:%d", o.rdzv_host, o.rdzv_port);
+    if (tr__dumplock_acquire(&lock, cfg.job.dump_folder, o.run_id, ep, &cerr) <
+        0) {
+      fprintf(stderr, "trainrun: %s\n", cerr.message);
+      goto out;
+    }
+  }
   tr_daemon_report_t rep;
   tr_daemon_run(&o, worker_argv, &rep);
   if (rep.message) print_report(rep.message);
   rc = rep.exit_code;
   tr_daemon_report_release(&rep);
+  tr__dumplock_release(&lock);
 out:
   if (have_cfg) tr_config_release(&cfg);
   tr_daemon_opts_release(&o);

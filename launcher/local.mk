@@ -10,7 +10,8 @@ trainrun_SOURCES = launcher/main.c launcher/cmd_config.c launcher/run.c \
 	launcher/cmd_data.c launcher/cmd_eval.c launcher/cmd_sample.c \
 	launcher/cmd_ckpt.c launcher/cmd_status.c \
 	launcher/jobargs.c launcher/jobcheck.c launcher/mpirun.c \
-	launcher/launch.c launcher/launch.h \
+	launcher/launch.c launcher/launch.h launcher/preflight.c \
+	launcher/dumplock.c \
 	launcher/commands.h
 trainrun_LDADD = libtrainrun.la $(JANSSON_LIBS)
 dist_man_MANS += man/trainrun.1

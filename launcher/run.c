@@ -325,9 +325,18 @@ int tr_launch_job(int argc, char** argv) {
 
   tr_config_t cfg;
   tr_errmsg_t err;
+  tr__dumplock_t lock = {0};
   /* the world this process is one rank of (1 unless a daemon spawned it) */
+  /* a worker's daemon checked the job before it started the workers */
   if (tr_config_load(&cfg, path, n, overrides, &err) < 0 ||
-      tr__job_check(&cfg, launch.world_size, &err) < 0) {
+      tr__job_check(&cfg, launch.world_size, &err) < 0 ||
+      (!launch.worker && (tr__preflight_config(&cfg, &err) < 0 ||
+                          tr__preflight_files(&cfg, &err) < 0))) {
+    fprintf(stderr, "trainrun: %s\n", err.message);
+    rc = 2;
+  } else if (!launch.worker && tr__dumplock_acquire(&lock, cfg.job.dump_folder,
+                                                    NULL, NULL, &err) < 0) {
+    /* a worker's daemon holds the dump folder's lock for the job */
     fprintf(stderr, "trainrun: %s\n", err.message);
     rc = 2;
   } else {
@@ -379,6 +388,7 @@ int tr_launch_job(int argc, char** argv) {
     }
     worker_dist_release(&wd);
   }
+  tr__dumplock_release(&lock);
   tr_config_release(&cfg);
 out:
   tr__jobargs_release(&ja);

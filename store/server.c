@@ -200,13 +200,16 @@ static void client_close(srv_client_t* cl, int error) {
     }
   }
   tr__store_conn_release(&cl->conn); /* drops its WAIT first */
+  /* the counters a status line reads count it out at once, not at the
+   * next request of another client */
+  __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
+  publish_stats(s);
   unlock(s);
   if (cl->prev)
     cl->prev->next = cl->next;
   else
     sh->clients = cl->next;
   if (cl->next) cl->next->prev = cl->prev;
-  __atomic_sub_fetch(&s->nconns, 1, __ATOMIC_RELAXED);
   uv_close((uv_handle_t*)&cl->tcp, on_client_closed);
 }
 

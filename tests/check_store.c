@@ -993,6 +993,31 @@ static tr_store_client_t* client_for(tr_store_server_t* s, int64_t timeout) {
   return c;
 }
 
+/* Closed clients leave the counters at once (the SIGUSR1 line of
+ * `trainrun store` and tr_store_server_stats), with no request after. */
+START_TEST(t_stats_count_closed_clients) {
+  tr_store_server_t* s = start();
+  tr_store_client_t* c[3];
+  for (int i = 0; i < 3; i++) c[i] = client_for(s, 5000);
+  ck_assert_int_eq(tr_store_client_set(c[0], "k", "v", 1), 0);
+  tr_store_server_stats_t st;
+  tr_store_server_stats(s, &st);
+  ck_assert_int_eq(st.connections, 3);
+  tr_store_client_free(c[1]);
+  tr_store_client_free(c[2]);
+  int64_t t0 = now_ms();
+  do {
+    sleep_ms(10);
+    tr_store_server_stats(s, &st);
+  } while (st.connections != 1 && now_ms() - t0 < 5000);
+  ck_assert_int_eq(st.connections, 1);
+  ck_assert_int_eq(st.accepted, 3);
+  ck_assert_int_eq(st.keys, 1);
+  tr_store_client_free(c[0]);
+  tr_store_server_stop(s);
+}
+END_TEST
+
 START_TEST(t_client_calls) {
   tr_store_server_t* s = start();
   tr_store_client_t* c = client_for(s, 5000);
@@ -1772,6 +1797,7 @@ static Suite* store_suite(void) {
   TCase* client = tcase_create("client");
   tcase_set_timeout(client, 30);
   tcase_add_test(client, t_client_calls);
+  tcase_add_test(client, t_stats_count_closed_clients);
   tcase_add_test(client, t_client_wire_bytes);
   tcase_add_test(client, t_client_timeout_reconnect);
   tcase_add_test(client, t_client_wait_timeout_cancels);

@@ -4,7 +4,13 @@
  * --metrics-port (Prometheus text over HTTP), a lost node below MIN, many
  * nodes on loopback training to the losses of one process (plain,
  * Slurm-style, mpirun-style, --standalone), and the errors users meet
- * (endpoint unreachable, port in use, bad flags, bad fault specs).
+ * (endpoint unreachable, port in use, bad flags, bad fault specs), and
+ * the lifecycle of issue 21: set-up waits that give up on the failure
+ * report or a stop, exit code 2 without restarts, a damaged checkpoint
+ * skipped for an older one, --exec children and orphans killed, SIGHUP on
+ * one rank, the dump folder's lock, a busy rendezvous endpoint, the final
+ * report blaming the verdict's rank, errors found before the work. Every
+ * test checks that its jobs left no process, segment, socket or port.
  *
  * Units: fault specs and their errors, arming by rank and restart, each
  * fault's effect in a child process, the heartbeat page. Processes:
@@ -22,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h> /* FS_IOC_SETFLAGS */
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -32,6 +40,9 @@
 #include "trainrun/fault.h"
 #include "trainrun/heartbeat.h"
 #include "trainrun/param.h"
+#include "trainrun/pg.h"
+#include "trainrun/store.h"
+#include "trainrun/tensor.h"
 #include "tests/procs.h"
 
 /* ---- helpers ---- */
@@ -52,8 +63,11 @@ static void setup(void) {
   tp_tmpdir_make("check_super");
 }
 
+/* Every test ends with nothing of its jobs left: no process, ring segment
+ * or status socket. */
 static void teardown(void) {
   fprintf(stderr, "(test took %.2fs)\n", tp_now_s() - test_t0);
+  tp_assert_all_gone();
   tp_cleanup();
 }
 
@@ -102,6 +116,19 @@ static void cmd_job(cmd_t* c, const char* steps, const char* batch) {
                      c->data,
                      c->dumparg};
   for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) cmd_add(c, a[i]);
+}
+
+/* tp_run() that also asserts the job left nothing behind
+ * (tp_assert_job_gone; port > 0: its rendezvous port too). */
+static int run_job(const char* tag, char* const* argv, char* const* env,
+                   char** out, char** err, double timeout, int port) {
+  tp_proc_t p;
+  tp_proc_start(&p, tag, argv, env);
+  int rc = tp_proc_finish(&p, timeout);
+  *out = tp_slurp(p.out);
+  *err = tp_slurp(p.err);
+  tp_assert_job_gone(&p, port);
+  return rc;
 }
 
 /* ---- fault specs ---- */
@@ -318,6 +345,97 @@ START_TEST(test_heartbeat_page) {
 }
 END_TEST
 
+/* ---- set-up waits give up ---- */
+
+static tr_store_client_t* client_of(int port) {
+  tr_store_client_opts_t o;
+  tr_store_client_opts_init(&o);
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.timeout_ms = 30000;
+  tr_store_client_t* c = NULL;
+  ck_assert_int_eq(tr_store_client_connect(&o, &c), 0);
+  return c;
+}
+
+/* Rank 1 of 2 alone (rank 0 never comes) with a 60 s set-up timeout: an
+ * all-reduce waits in Gloo's rendezvous for rank 0's address. */
+static tr_pg_t* lonely_rank(tr_store_client_t* c, const char* prefix,
+                            tr_tensor_t* t, tr_pg_work_t** w) {
+  tr_pg_opts_t o;
+  tr_pg_opts_init(&o);
+  o.rank = 1;
+  o.world_size = 2;
+  o.store = c;
+  o.store_prefix = prefix;
+  o.backend = "cpu:gloo";
+  o.timeout_ms = 60000;
+  o.failure_key = "job/r0/failure";
+  tr_pg_t* pg = NULL;
+  ck_assert_int_eq(tr_pg_init(&o, &pg), 0);
+  int64_t shape[1] = {4};
+  ck_assert_int_eq(tr_tensor_empty(t, TR_F32, TR_DEVICE_CPU, 1, shape), 0);
+  memset(tr_tensor_data(t), 0, 16);
+  ck_assert_int_eq(tr_pg_all_reduce(pg, t, TR_PG_SUM, w), 0);
+  return pg;
+}
+
+START_TEST(test_setup_gives_up) {
+  tr_store_server_opts_t so;
+  tr_store_server_opts_init(&so);
+  so.host = "127.0.0.1";
+  so.port = 0;
+  tr_store_server_t* srv = NULL;
+  ck_assert_int_eq(tr_store_server_start(&so, &srv), 0);
+  int port = tr_store_server_port(srv);
+  tr_store_client_t* c = client_of(port);
+
+  /* the job's failure report appears: the connect gives up with it */
+  tr_tensor_t t;
+  tr_pg_work_t* w = NULL;
+  tr_pg_t* pg = lonely_rank(c, "a", &t, &w);
+  ck_assert_int_eq(tr_pg_work_wait(w, 300), TR_ETIMEDOUT); /* it waits */
+  double t0 = tp_now_s();
+  const char* rep = "rank 0 (pid 1) exited with code 2\nlast lines: x";
+  ck_assert_int_eq(tr_store_client_set(c, "job/r0/failure", rep, strlen(rep)),
+                   0);
+  ck_assert_int_lt(tr_pg_work_wait(w, 0), 0);
+  double took = tp_now_s() - t0;
+  const char* e = tr_pg_work_error(w);
+  ck_assert_msg(e && strstr(e,
+                            "waiting for 'rank_0': the job failed: rank 0 "
+                            "(pid 1) exited with code 2"),
+                "%s", e ? e : "(no error)");
+  ck_assert_ptr_null(strstr(e, "last lines"));
+  ck_assert_msg(took < 5, "gave up after %.1fs", took);
+  tr_pg_work_free(w);
+  tr_pg_free(pg);
+  tr_tensor_release(&t);
+
+  /* no report, but the group is freed (the worker exits): the connect
+   * stops at once instead of at its 60 s timeout */
+  tr_store_client_t* c2 = client_of(port);
+  int deleted = 0;
+  ck_assert_int_eq(tr_store_client_delete_key(c2, "job/r0/failure", &deleted),
+                   0);
+  pg = lonely_rank(c2, "b", &t, &w);
+  ck_assert_int_eq(tr_pg_work_wait(w, 300), TR_ETIMEDOUT);
+  t0 = tp_now_s();
+  tr_pg_free(pg);
+  took = tp_now_s() - t0;
+  ck_assert_msg(took < 5, "freeing the group took %.1fs", took);
+  ck_assert_int_lt(tr_pg_work_wait(w, 0), 0);
+  e = tr_pg_work_error(w);
+  ck_assert_msg(e && strstr(e, "the group is being shut down"), "%s",
+                e ? e : "(no error)");
+  tr_pg_work_free(w);
+  tr_tensor_release(&t);
+  tr_store_client_free(c2);
+  tr_store_client_free(c);
+  tr_store_server_stop(srv);
+}
+END_TEST
+
 /* ---- faults in real jobs ---- */
 
 START_TEST(test_fault_exit_report) {
@@ -413,6 +531,181 @@ START_TEST(test_hang_worker_timeout) {
 }
 END_TEST
 
+START_TEST(test_exit_2_stops_at_once) {
+  /* a worker's exit code 2 (bad configuration or data) ends the job at
+   * once with its report: no restart is burned on it */
+  cmd_t c;
+  cmd_init(&c, "exit2");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, "--max-restarts");
+  cmd_add(&c, "3");
+  cmd_job(&c, "4", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "exit:rank=1:step=2:code=2");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run_job("exit2", c.v, NULL, &out, &err, 60, 0), 2);
+  ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s", err);
+  ck_assert_ptr_nonnull(
+      strstr(err, "exited with code 2\nlast lines of rank 1:"));
+  ck_assert_ptr_nonnull(
+      strstr(err,
+             "\nexit code 2 is a configuration, usage or data error, which a "
+             "restart cannot fix: not restarting\n"));
+  ck_assert_ptr_null(strstr(err, "restarting the workers"));
+  /* one attempt only */
+  const char* first = strstr(out, "[rank0]:step 1/4 | loss ");
+  ck_assert_ptr_nonnull(first);
+  ck_assert_ptr_null(strstr(first + 1, "[rank0]:step 1/4 | loss "));
+  free(out);
+  free(err);
+}
+END_TEST
+
+START_TEST(test_exec_children_killed) {
+  /* rank 1 fails; rank 0's shell has a child in its process group and one
+   * that left it (setsid): neither outlives the job */
+  char* a[] = {(char*)tp_bin("trainrun"),
+               "--nproc-per-node",
+               "2",
+               "--exec",
+               "/bin/sh",
+               "-c",
+               "if [ $RANK = 1 ]; then sleep 1; exit 1; fi; "
+               "setsid sleep 127 & sleep 126; :",
+               NULL};
+  char* out;
+  char* err;
+  double t0 = tp_now_s();
+  ck_assert_int_eq(run_job("orphans", a, NULL, &out, &err, 60, 0), 1);
+  ck_assert_msg(strstr(err, "trainrun: rank 1 (local rank 1, pid "), "%s", err);
+  ck_assert_ptr_nonnull(strstr(err, "exited with code 1"));
+  ck_assert_double_lt(tp_now_s() - t0, 30);
+  free(out);
+  free(err);
+}
+END_TEST
+
+START_TEST(test_peer_dies_before_first_collective) {
+  /* rank 0 exits before its first collective (after 2 s in step 1) while
+   * rank 1 waits in Gloo's rendezvous for it: rank 1 gives up once the
+   * failure is reported and exits by itself, long before the 60 s stop
+   * timeout's SIGKILL */
+  cmd_t c;
+  cmd_init(&c, "early");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "4", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "slow:rank=0:ms=2000:step=1,exit:rank=0:step=1");
+  char stop[] = "TRAINRUN_STOP_TIMEOUT=60";
+  char* env[] = {stop, NULL};
+  char* out;
+  char* err;
+  double t0 = tp_now_s();
+  ck_assert_int_eq(run_job("early", c.v, env, &out, &err, 90, 0), 1);
+  double took = tp_now_s() - t0;
+  ck_assert_msg(strstr(err, "trainrun: rank 0 (local rank 0, pid "), "%s", err);
+  ck_assert_ptr_null(strstr(err, "still running"));
+  ck_assert_msg(strstr(out, "[rank1]:") && (strstr(out,
+                                                   "the job failed: rank 0 "
+                                                   "(local rank 0") ||
+                                            strstr(err,
+                                                   "the job failed: rank 0 "
+                                                   "(local rank 0")),
+                "%s\n%s", out, err);
+  ck_assert_msg(took < 20, "the job took %.1fs to end", took);
+  free(out);
+  free(err);
+}
+END_TEST
+
+START_TEST(test_summary_blames_verdict) {
+  /* rank 1 hangs: rank 0's collective times out (5 s) and it exits first;
+   * the flight recorder's verdict names rank 1, and so does the summary's
+   * first line. Rank 1 ignores SIGTERM (it hangs): the default stop
+   * timeout bounds the end. */
+  char* quiet_only[] = {env_quiet, NULL};
+  tp_env_defaults = quiet_only; /* TRAINRUN_STOP_TIMEOUT: its default */
+  cmd_t c;
+  cmd_init(&c, "blame");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "6", "2");
+  cmd_add(&c, "--comm.train_timeout_seconds");
+  cmd_add(&c, "5");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "hang:rank=1:step=3");
+  char* out;
+  char* err;
+  double t0 = tp_now_s();
+  ck_assert_int_eq(run_job("blame", c.v, NULL, &out, &err, 90, 0), 1);
+  double took = tp_now_s() - t0;
+  tp_env_defaults = env_defaults;
+  ck_assert_msg(strstr(err, "trainrun: flight recorder: rank 1 never entered "),
+                "%s", err);
+  const char* sum = strstr(err, "trainrun: rank 1 (local rank 1, pid ");
+  ck_assert_msg(sum, "%s", err);
+  ck_assert_ptr_nonnull(strstr(sum,
+                               ": the flight recorder's verdict blames "
+                               "it\nlast lines of rank 1:\n"));
+  ck_assert_ptr_nonnull(strstr(sum,
+                               "hanging in step 3 before the gradient "
+                               "collective\n"));
+  ck_assert_ptr_nonnull(strstr(sum,
+                               "\nthe first to fail, waiting for it: "
+                               "rank 0 (local rank 0, pid "));
+  ck_assert_ptr_null(strstr(err, "trainrun: rank 0 (local rank 0"));
+  ck_assert_msg(took < 25, "the job took %.1fs after a 5 s timeout", took);
+  free(out);
+  free(err);
+
+  /* node 1 (not the store's host) is killed: node 0's summary names its
+   * rank, as the verdict does, not rank 0 that saw the connection close */
+  int port = tp_free_port();
+  char ep[64];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
+  cmd_t n[2];
+  tp_proc_t p[2];
+  for (int k = 0; k < 2; k++) {
+    char tag[16];
+    snprintf(tag, sizeof tag, "node%d", k);
+    cmd_init(&n[k], tag);
+    cmd_add(&n[k], "--nnodes");
+    cmd_add(&n[k], "2");
+    cmd_add(&n[k], k == 0 ? "--node-rank=0" : "--node-rank=1");
+    cmd_add(&n[k], "--rdzv-endpoint");
+    cmd_add(&n[k], ep);
+    cmd_add(&n[k], "--rdzv-conf");
+    cmd_add(&n[k], k == 0 ? "keep_alive_interval=0.5,keep_alive_max_attempt=4"
+                          : "is_host=false,keep_alive_interval=0.5,"
+                            "keep_alive_max_attempt=4");
+    cmd_job(&n[k], "1000", "2");
+    cmd_add(&n[k], "--debug.fault");
+    cmd_add(&n[k], "slow:ms=50");
+    tp_proc_start(&p[k], tag, n[k].v, NULL);
+  }
+  tp_wait_text(p[0].out, "[rank0]:step 2/1000", 60);
+  kill(p[1].pid, SIGKILL); /* its worker dies with it */
+  ck_assert_int_eq(tp_proc_finish(&p[1], 30), 128 + SIGKILL);
+  ck_assert_int_eq(tp_proc_finish(&p[0], 60), 1);
+  char* st_argv[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  tp_run("status", st_argv, NULL, &out, &err, 20); /* node 1's socket */
+  free(out);
+  free(err);
+  tp_assert_job_gone(&p[1], 0);
+  tp_assert_job_gone(&p[0], port);
+  err = tp_slurp(p[0].err);
+  ck_assert_msg(strstr(err, "trainrun: flight recorder: rank 1 "), "%s", err);
+  ck_assert_ptr_nonnull(strstr(err, "\ntrainrun: rank 1 on node 1 '"));
+  ck_assert_ptr_nonnull(strstr(err,
+                               "': the flight recorder's verdict blames it\n"
+                               "the first to fail, waiting for it: rank 0 "));
+  free(err);
+}
+END_TEST
+
 /* ---- kill -9 and restart from the checkpoint ---- */
 
 static int have_checkpoints(void) {
@@ -467,6 +760,107 @@ START_TEST(test_kill_restart_resumes) {
                 "final loss %.17g after a kill -9 and a restart, %.17g "
                 "uninterrupted",
                 loss[1], loss[0]);
+}
+END_TEST
+
+/* Flip the byte at offset `at` of path. */
+static void flip_byte(const char* path, long at) {
+  int fd = open(path, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  unsigned char b;
+  ck_assert_int_eq(pread(fd, &b, 1, at), 1);
+  b ^= 0xff;
+  ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
+  close(fd);
+}
+
+START_TEST(test_damaged_checkpoint_fallback) {
+  if (!have_checkpoints()) {
+    fprintf(stderr, "skipped: no checkpoint module in this tree\n");
+    return;
+  }
+  /* 6 steps, 2 ranks (FSDP: each reads its half of every tensor), a
+   * checkpoint every 2 */
+  cmd_t c;
+  cmd_init(&c, "ck");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "6", "2");
+  cmd_add(&c, "--checkpoint.enable=true");
+  cmd_add(&c, "--checkpoint.interval");
+  cmd_add(&c, "2");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run_job("ck", c.v, NULL, &out, &err, 90, 0), 0);
+  free(out);
+  free(err);
+  char f[800];
+  /* a flipped byte in rank 0's file of step 6: only rank 0 reads it */
+  snprintf(f, sizeof f, "%s/checkpoint/step-6/rank-00000.bin", c.dump);
+  flip_byte(f, 1000);
+  /* step 4's other file cut in half */
+  snprintf(f, sizeof f, "%s/checkpoint/step-4/rank-00001.bin", c.dump);
+  struct stat st;
+  ck_assert_int_eq(stat(f, &st), 0);
+  ck_assert_int_eq(truncate(f, st.st_size / 2), 0);
+  char folder[700];
+  snprintf(folder, sizeof folder, "%s/checkpoint", c.dump);
+  char* ls[] = {(char*)tp_bin("trainrun"), "ckpt", "ls", folder, NULL};
+  ck_assert_int_eq(tp_run("ls", ls, NULL, &out, &err, 30), 0);
+  ck_assert_msg(strstr(out, "\n4          truncated "), "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "\n2          complete "));
+  free(out);
+  free(err);
+
+  /* resume, 8 steps: step 6 and step 4 are skipped, loudly; step 2 loads,
+   * and the run trains on to step 8 */
+  cmd_init(&c, "ck");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, "--max-restarts");
+  cmd_add(&c, "1");
+  cmd_job(&c, "8", "2");
+  cmd_add(&c, "--checkpoint.enable=true");
+  cmd_add(&c, "--checkpoint.interval");
+  cmd_add(&c, "2");
+  ck_assert_int_eq(run_job("resume", c.v, NULL, &out, &err, 90, 0), 0);
+  ck_assert_msg(strstr(err,
+                       "checkpoint step 6 does not load: cannot load "
+                       "checkpoint: '"),
+                "%s", err);
+  ck_assert_ptr_nonnull(strstr(err, "rank-00000.bin': checksum mismatch"));
+  ck_assert_ptr_nonnull(strstr(
+      err, "checkpoint step 4 does not load: cannot load checkpoint: '"));
+  ck_assert_ptr_nonnull(strstr(err, "rank-00001.bin' is truncated: "));
+  char want[900];
+  snprintf(want, sizeof want,
+           "[rank0]:resumed from '%s/checkpoint/step-2' at step 2, the newest "
+           "step that loads: step 6 is damaged (cannot load checkpoint: '",
+           c.dump);
+  ck_assert_msg(strstr(out, want), "%s", out);
+  ck_assert_ptr_nonnull(strstr(out, "[rank0]:step 8/8 | loss "));
+  ck_assert_msg(!strstr(err, "restarting the workers"), "%s", err);
+  free(out);
+  free(err);
+
+  /* nothing that loads: exit 2 at once, naming the newest */
+  snprintf(f, sizeof f, "%s/checkpoint/step-2/rank-00000.bin", c.dump);
+  unlink(f);
+  snprintf(f, sizeof f, "%s/checkpoint/step-8/rank-00001.bin", c.dump);
+  flip_byte(f, 100);
+  for (int s = 4; s <= 6; s += 2) { /* the steps rewritten: damage again */
+    snprintf(f, sizeof f, "%s/checkpoint/step-%d/metadata.json", c.dump, s);
+    ck_assert_int_eq(truncate(f, 10), 0);
+  }
+  ck_assert_int_eq(run_job("none", c.v, NULL, &out, &err, 90, 0), 2);
+  snprintf(want, sizeof want,
+           "no complete checkpoint in '%s/checkpoint' loads: the newest, "
+           "step 8, cannot load checkpoint: '",
+           c.dump);
+  ck_assert_msg(strstr(err, want), "%s", err);
+  ck_assert_ptr_null(strstr(err, "restarting the workers"));
+  free(out);
+  free(err);
 }
 END_TEST
 
@@ -672,6 +1066,96 @@ START_TEST(test_status_metrics_sigterm) {
     snprintf(f, sizeof f, "%s/checkpoint/step-%d/metadata.json", c.dump, step);
     ck_assert_msg(stat(f, &st) == 0, "no %s", f);
   }
+  free(out);
+  free(err);
+}
+END_TEST
+
+START_TEST(test_sighup_single_rank) {
+  /* one rank, no daemon: SIGHUP stops after the step, saves, exits 0 */
+  cmd_t c;
+  cmd_init(&c, "hup");
+  cmd_job(&c, "1000", "2");
+  cmd_add(&c, "--debug.fault");
+  cmd_add(&c, "slow:ms=50");
+  cmd_add(&c, "--checkpoint.enable=true");
+  cmd_add(&c, "--checkpoint.interval");
+  cmd_add(&c, "1000");
+  tp_proc_t p;
+  tp_proc_start(&p, "hup", c.v, NULL);
+  tp_wait_text(p.out, "step 2/1000", 30);
+  kill(p.pid, SIGHUP);
+  ck_assert_int_eq(tp_proc_finish(&p, 60), 0);
+  tp_assert_job_gone(&p, 0);
+  char* out = tp_slurp(p.out);
+  const char* s = strstr(out, "stopping after step ");
+  ck_assert_msg(s && strstr(s, " (SIGHUP)\n"), "%s", out);
+  int step = atoi(s + strlen("stopping after step "));
+  char f[800];
+  struct stat st;
+  snprintf(f, sizeof f, "%s/model.safetensors", c.dump);
+  ck_assert_int_eq(stat(f, &st), 0);
+  snprintf(f, sizeof f, "%s/checkpoint/step-%d/metadata.json", c.dump, step);
+  ck_assert_msg(stat(f, &st) == 0, "no %s", f);
+  free(out);
+}
+END_TEST
+
+START_TEST(test_dump_folder_lock) {
+  /* job A (2 ranks) holds its dump folder: job B is refused at once,
+   * naming A; once A is killed (its lock left behind), job C takes the
+   * stale lock over with a warning, and removes it when done */
+  cmd_t a;
+  cmd_init(&a, "shared");
+  cmd_add(&a, "--nproc-per-node");
+  cmd_add(&a, "2");
+  cmd_job(&a, "1000", "2");
+  cmd_add(&a, "--debug.fault");
+  cmd_add(&a, "slow:ms=50");
+  tp_proc_t pa;
+  tp_proc_start(&pa, "A", a.v, NULL);
+  tp_wait_text(pa.out, "[rank0]:step 1/1000", 30);
+  cmd_t b;
+  cmd_init(&b, "shared");
+  cmd_job(&b, "2", "2");
+  char* out;
+  char* err;
+  ck_assert_int_eq(run_job("B", b.v, NULL, &out, &err, 30, 0), 2);
+  char want[800];
+  snprintf(want, sizeof want,
+           "trainrun: the dump folder '%s' is in use by another job (pid %d "
+           "on host '",
+           a.dump, (int)pa.pid);
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+  snprintf(want, sizeof want,
+           "): give this job another job.dump_folder, or remove "
+           "'%s/trainrun.lock' if that job is gone\n",
+           a.dump);
+  ck_assert_ptr_nonnull(strstr(err, want));
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+
+  kill(pa.pid, SIGKILL); /* its workers die with it; the lock stays */
+  ck_assert_int_eq(tp_proc_finish(&pa, 30), 128 + SIGKILL);
+  /* so does its status socket, which `trainrun status` removes */
+  char* st_argv[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  tp_run("status", st_argv, NULL, &out, &err, 20);
+  free(out);
+  free(err);
+  tp_assert_job_gone(&pa, 0);
+  char lock[700];
+  snprintf(lock, sizeof lock, "%s/trainrun.lock", a.dump);
+  struct stat st;
+  ck_assert_int_eq(stat(lock, &st), 0);
+  ck_assert_int_eq(run_job("C", b.v, NULL, &out, &err, 60, 0), 0);
+  snprintf(want, sizeof want,
+           "WARN launch: taking over the lock of '%s': its owner, pid %d "
+           "(since ",
+           a.dump, (int)pa.pid);
+  ck_assert_msg(strstr(err, want), "%s", err);
+  ck_assert_ptr_nonnull(strstr(out, "step 2/2 | loss "));
+  ck_assert_int_eq(stat(lock, &st), -1);
   free(out);
   free(err);
 }
@@ -992,26 +1476,245 @@ START_TEST(test_clear_errors) {
 }
 END_TEST
 
+/* tcase_add_test, but with SUPER_TEST=name in the environment only that
+ * test (to run one while working on it). */
+static void add(TCase* tc, const TTest* t) {
+  const char* only = getenv("SUPER_TEST");
+  if (!only || !*only || strcmp(only, t->name) == 0) tcase_add_test(tc, t);
+}
+
+START_TEST(test_busy_endpoint) {
+  /* job A hosts its store at an endpoint; job B (another run id) given the
+   * same endpoint stops at once naming A, well within its join_timeout */
+  int port = tp_free_port();
+  char ep[64];
+  snprintf(ep, sizeof ep, "127.0.0.1:%d", port);
+  char* a[] = {(char*)tp_bin("trainrun"),
+               "--nnodes",
+               "1",
+               "--rdzv-endpoint",
+               ep,
+               "--rdzv-id",
+               "jobA",
+               "--exec",
+               "/bin/sleep",
+               "60",
+               NULL};
+  tp_proc_t pa;
+  tp_proc_start(&pa, "A", a, NULL);
+  char tmp_env[700];
+  snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", tp_tmpdir);
+  char* env[] = {tmp_env, NULL};
+  char* sa[] = {(char*)tp_bin("trainrun"), "status", NULL};
+  double t0 = tp_now_s();
+  for (;;) { /* until A's worker runs */
+    char* out;
+    char* err;
+    tp_run("st", sa, env, &out, &err, 20);
+    int up = strstr(out, "): running for ") != NULL;
+    free(out);
+    free(err);
+    if (up) break;
+    ck_assert_msg(tp_now_s() - t0 < 20, "job A never ran");
+    usleep(50000);
+  }
+  char* b[] = {(char*)tp_bin("trainrun"),
+               "--nnodes",
+               "1",
+               "--rdzv-endpoint",
+               ep,
+               "--rdzv-id",
+               "jobB",
+               "--rdzv-conf",
+               "join_timeout=8",
+               "--exec",
+               "/bin/true",
+               NULL};
+  char* out;
+  char* err;
+  t0 = tp_now_s();
+  ck_assert_int_eq(run_job("B", b, NULL, &out, &err, 30, 0), 1);
+  double took = tp_now_s() - t0;
+  char want[300];
+  snprintf(want, sizeof want,
+           "trainrun: the rendezvous endpoint %s is held by another job: run "
+           "'jobA' (its store is hosted by pid %d on host '",
+           ep, (int)pa.pid);
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+  ck_assert_ptr_nonnull(strstr(err,
+                               "); give this job another --rdzv-endpoint "
+                               "port, or the same --rdzv-id to join that "
+                               "job\n"));
+  ck_assert_msg(took < 8, "took %.1fs", took);
+  free(out);
+  free(err);
+  /* A runs on; stopped, it leaves nothing, its port included */
+  ck_assert_int_eq(waitpid(pa.pid, NULL, WNOHANG), 0);
+  kill(pa.pid, SIGTERM);
+  ck_assert_int_eq(tp_proc_finish(&pa, 30), 0);
+  tp_assert_job_gone(&pa, port);
+}
+END_TEST
+
+/* ---- errors found before the work ---- */
+
+/* Make folder read-only for this process: immutable (root ignores
+ * permissions; ext4 and others honour FS_IMMUTABLE_FL even for root), else
+ * mode 0555 when we are not root. 1 when it worked; undo with
+ * read_only(folder, 0). */
+static int read_only(const char* folder, int on) {
+  int fd = open(folder, O_RDONLY | O_DIRECTORY);
+  ck_assert_int_ge(fd, 0);
+  int flags = 0, ok = 0;
+  if (ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+    flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
+    ok = ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+  }
+  close(fd);
+  if (!ok && geteuid() != 0) ok = chmod(folder, on ? 0555 : 0755) == 0;
+  return ok;
+}
+
+START_TEST(test_errors_before_work) {
+  /* each is refused with exit code 2 and where it came from, before any
+   * worker starts (nothing on stdout) and nothing is left behind */
+  char* out;
+  char* err;
+  cmd_t c;
+  char want[1200];
+
+  /* an empty dump folder (one rank, no daemon) */
+  cmd_init(&c, "empty");
+  cmd_job(&c, "2", "2");
+  cmd_add(&c, "--job.dump_folder=");
+  ck_assert_int_eq(run_job("empty", c.v, NULL, &out, &err, 30, 0), 2);
+  ck_assert_str_eq(err,
+                   "trainrun: --job.dump_folder: empty; it names the folder "
+                   "for checkpoints, metrics and the weights\n");
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+
+  /* a checkpoint folder that cannot be written (2 ranks: the daemon) */
+  cmd_init(&c, "ro");
+  char ck[700];
+  snprintf(ck, sizeof ck, "%s/checkpoint", c.dump);
+  ck_assert_int_eq(mkdir(c.dump, 0755), 0);
+  ck_assert_int_eq(mkdir(ck, 0755), 0);
+  if (read_only(ck, 1)) {
+    cmd_add(&c, "--nproc-per-node");
+    cmd_add(&c, "2");
+    cmd_job(&c, "2", "2");
+    cmd_add(&c, "--checkpoint.enable=true");
+    int rc = run_job("ro", c.v, NULL, &out, &err, 30, 0);
+    read_only(ck, 0);
+    ck_assert_int_eq(rc, 2);
+    snprintf(want, sizeof want, "cannot write in '%s': ", ck);
+    ck_assert_msg(strncmp(err, "trainrun: ", 10) == 0 && strstr(err, want) &&
+                      strstr(err, ": checkpoint.folder: cannot write in"),
+                  "%s", err);
+    ck_assert_str_eq(out, "");
+    free(out);
+    free(err);
+  } else {
+    fprintf(stderr, "no read-only folder here: that case is skipped\n");
+  }
+
+  /* a data glob that matches nothing */
+  cmd_init(&c, "glob");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_job(&c, "2", "2");
+  char glob_arg[700];
+  snprintf(glob_arg, sizeof glob_arg, "--training.dataset_path=%s/none*.bin",
+           tp_tmpdir);
+  cmd_add(&c, glob_arg);
+  ck_assert_int_eq(run_job("glob", c.v, NULL, &out, &err, 30, 0), 2);
+  snprintf(want, sizeof want,
+           "trainrun: --training.dataset_path: no file matches "
+           "'%s/none*.bin'\n",
+           tp_tmpdir);
+  ck_assert_str_eq(err, want);
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+
+  /* a FIFO as data: refused, not waited on */
+  char fifo[700];
+  snprintf(fifo, sizeof fifo, "%s/data.fifo", tp_tmpdir);
+  ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+  cmd_init(&c, "fifo");
+  cmd_job(&c, "2", "2");
+  char fifo_arg[760];
+  snprintf(fifo_arg, sizeof fifo_arg, "--training.dataset_path=%s", fifo);
+  cmd_add(&c, fifo_arg);
+  ck_assert_int_eq(run_job("fifo", c.v, NULL, &out, &err, 30, 0), 2);
+  snprintf(want, sizeof want,
+           "trainrun: --training.dataset_path: '%s' is a FIFO, not a data "
+           "file\n",
+           fifo);
+  ck_assert_str_eq(err, want);
+  free(out);
+  free(err);
+
+  /* training.seq_len = 2^62 in a job file: `trainrun config` refuses it
+   * too, with file:line:col */
+  char toml[700];
+  snprintf(toml, sizeof toml, "%s/big.toml", tp_tmpdir);
+  FILE* f = fopen(toml, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "[training]\nseq_len = 4611686018427387904\n");
+  fclose(f);
+  char* cfg_argv[] = {(char*)tp_bin("trainrun"), "config", toml, NULL};
+  ck_assert_int_eq(run_job("seqcfg", cfg_argv, NULL, &out, &err, 30, 0), 2);
+  snprintf(want, sizeof want,
+           "trainrun: %s:2:11: training.seq_len: too large\n", toml);
+  ck_assert_str_eq(err, want);
+  free(out);
+  free(err);
+  cmd_init(&c, "seq");
+  cmd_add(&c, "--nproc-per-node");
+  cmd_add(&c, "2");
+  cmd_add(&c, toml);
+  cmd_add(&c, c.dumparg);
+  ck_assert_int_eq(run_job("seq", c.v, NULL, &out, &err, 30, 0), 2);
+  ck_assert_str_eq(err, want);
+  ck_assert_str_eq(out, "");
+  free(out);
+  free(err);
+}
+END_TEST
+
 static Suite* super_suite(void) {
   Suite* s = suite_create("super");
   TCase* u = tcase_create("units");
   tcase_add_checked_fixture(u, setup, teardown);
-  tcase_add_test(u, test_fault_parse);
-  tcase_add_test(u, test_fault_effects);
-  tcase_add_test(u, test_heartbeat_page);
+  add(u, test_fault_parse);
+  add(u, test_fault_effects);
+  add(u, test_heartbeat_page);
+  add(u, test_setup_gives_up);
   suite_add_tcase(s, u);
   TCase* p = tcase_create("jobs");
   tcase_add_checked_fixture(p, setup, teardown);
   tcase_set_timeout(p, 120);
-  tcase_add_test(p, test_fault_exit_report);
-  tcase_add_test(p, test_collective_faults);
-  tcase_add_test(p, test_hang_worker_timeout);
-  tcase_add_test(p, test_kill_restart_resumes);
-  tcase_add_test(p, test_status_metrics_sigterm);
-  tcase_add_test(p, test_lost_node_below_min);
-  tcase_add_test(p, test_clear_errors);
-  tcase_add_test(p, test_eight_nodes_one_rank);
-  tcase_add_test(p, test_two_by_two_slurm_mpirun);
+  add(p, test_fault_exit_report);
+  add(p, test_peer_dies_before_first_collective);
+  add(p, test_exit_2_stops_at_once);
+  add(p, test_exec_children_killed);
+  add(p, test_collective_faults);
+  add(p, test_hang_worker_timeout);
+  add(p, test_summary_blames_verdict);
+  add(p, test_kill_restart_resumes);
+  add(p, test_damaged_checkpoint_fallback);
+  add(p, test_status_metrics_sigterm);
+  add(p, test_sighup_single_rank);
+  add(p, test_dump_folder_lock);
+  add(p, test_lost_node_below_min);
+  add(p, test_clear_errors);
+  add(p, test_errors_before_work);
+  add(p, test_busy_endpoint);
+  add(p, test_eight_nodes_one_rank);
+  add(p, test_two_by_two_slurm_mpirun);
   suite_add_tcase(s, p);
   return s;
 }

@@ -3,8 +3,11 @@
 #include "config.h"
 
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,9 @@ char* const* tp_env_defaults;
 /* Processes started and not yet waited for (0: a free slot). */
 static pid_t live[64];
 static int nlive;
+/* Every job started since tp_tmpdir_make (tp_assert_all_gone). */
+static tp_proc_t started[64];
+static int nstarted;
 
 double tp_now_s(void) {
   struct timespec ts;
@@ -95,6 +101,7 @@ void tp_tmpdir_make(const char* prefix) {
   const char* t = getenv("TMPDIR");
   snprintf(tp_tmpdir, sizeof tp_tmpdir, "%s/%s.XXXXXX", t && *t ? t : "/tmp",
            prefix);
+  nstarted = 0;
   ck_assert_ptr_nonnull(mkdtemp(tp_tmpdir));
 }
 
@@ -109,6 +116,8 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
   snprintf(p->err, sizeof p->err, "%s/%s.err", tp_tmpdir, tag);
   fflush(stdout);
   fflush(stderr);
+  static int jobs;
+  snprintf(p->mark, sizeof p->mark, "%d-%d", (int)getpid(), ++jobs);
   p->t0 = tp_now_s();
   p->pid = fork();
   ck_assert_int_ge(p->pid, 0);
@@ -119,6 +128,7 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
     unsetenv("TRAINRUN_WORKER");
     unsetenv("TRAINRUN_HEARTBEAT_FD");
     setenv("TMPDIR", tp_tmpdir, 1); /* status sockets, log dirs */
+    setenv("TP_JOB", p->mark, 1);   /* every process of the job has it */
     for (char* const* e = tp_env_defaults; e && *e; e++) putenv(*e);
     for (char* const* e = env; e && *e; e++) putenv(*e);
     int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -130,6 +140,8 @@ void tp_proc_start(tp_proc_t* p, const char* tag, char* const* argv,
     _exit(126);
   }
   if (nlive < 64) live[nlive++] = p->pid;
+  if (nstarted < (int)(sizeof started / sizeof started[0]))
+    started[nstarted++] = *p;
 }
 
 int tp_proc_finish(tp_proc_t* p, double timeout) {
@@ -217,4 +229,116 @@ double tp_loss_at(const char* dump, int step) {
 
 void tp_read_losses(const char* dump, double* loss, int n) {
   for (int i = 1; i <= n; i++) loss[i - 1] = tp_loss_at(dump, i);
+}
+
+/* A process (not us) whose environment holds TP_JOB=mark: its pid and
+ * command line in what (0: none). */
+static pid_t job_process(const char* mark, char* what, size_t cap) {
+  char want[80];
+  int wl = snprintf(want, sizeof want, "TP_JOB=%s", mark);
+  DIR* d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent* e;
+  pid_t found = 0;
+  static char env[1 << 16];
+  while (!found && (e = readdir(d)) != NULL) {
+    pid_t p = (pid_t)atoi(e->d_name);
+    if (p <= 0 || p == getpid()) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)p);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) continue;
+    ssize_t n = read(fd, env, sizeof env - 1);
+    close(fd);
+    for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(env + i) + 1) {
+      env[n] = '\0';
+      if (strncmp(env + i, want, (size_t)wl) == 0 && env[i + wl] == '\0') {
+        found = p;
+        break;
+      }
+    }
+    if (!found) continue;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)p);
+    what[0] = '\0';
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+      ssize_t m = read(fd, what, cap - 1);
+      close(fd);
+      for (ssize_t i = 0; i < m; i++)
+        if (what[i] == '\0') what[i] = ' ';
+      what[m > 0 ? m : 0] = '\0';
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+/* A /dev/shm name of pid's rings ("trainrun-<run id>-<pid>-r<N>-<rank>"). */
+static int job_segment(pid_t pid, char* what, size_t cap) {
+  char mark[32];
+  snprintf(mark, sizeof mark, "-%d-r", (int)pid);
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  struct dirent* e;
+  int found = 0;
+  while (!found && (e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, "trainrun-", 9) == 0 && strstr(e->d_name, mark)) {
+      snprintf(what, cap, "/dev/shm/%s", e->d_name);
+      found = 1;
+    }
+  closedir(d);
+  return found;
+}
+
+/* pid's status socket under tp_tmpdir/trainrun-<uid>/. */
+static int job_socket(pid_t pid, char* what, size_t cap) {
+  struct stat st;
+  snprintf(what, cap, "%s/trainrun-%u/%d.sock", tp_tmpdir, (unsigned)getuid(),
+           (int)pid);
+  return stat(what, &st) == 0;
+}
+
+static int port_listens(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  int ok = connect(s, (struct sockaddr*)&a, sizeof a) == 0;
+  close(s);
+  return ok;
+}
+
+void tp_assert_job_gone(const tp_proc_t* job, int port) {
+  char what[1024];
+  pid_t pid = job->pid;
+  double t0 = tp_now_s();
+  for (;;) {
+    pid_t p = job_process(job->mark, what, sizeof what);
+    int left = p != 0;
+    char desc[1200] = "";
+    if (left)
+      snprintf(desc, sizeof desc, "process %d (%s)", (int)p, what);
+    else if ((left = job_segment(pid, what, sizeof what)))
+      snprintf(desc, sizeof desc, "shared memory %s", what);
+    else if ((left = job_socket(pid, what, sizeof what)))
+      snprintf(desc, sizeof desc, "socket %s", what);
+    else if ((left = port > 0 && port_listens(port)))
+      snprintf(desc, sizeof desc, "a listener on 127.0.0.1:%d", port);
+    if (!left) return;
+    if (tp_now_s() - t0 > 3) {
+      /* what a failed test leaves, tp_cleanup() would not find */
+      for (int i = 0;
+           i < 256 && (p = job_process(job->mark, what, sizeof what)); i++) {
+        kill(p, SIGKILL);
+        usleep(10000);
+      }
+      ck_abort_msg("the job of pid %d left %s behind", (int)pid, desc);
+    }
+    usleep(20000);
+  }
+}
+
+void tp_assert_all_gone(void) {
+  for (int i = 0; i < nstarted; i++) tp_assert_job_gone(&started[i], 0);
 }

@@ -61,6 +61,7 @@ typedef struct {
   pid_t pid;
   char out[512], err[512];
   double t0;
+  char mark[48]; /* TP_JOB in its environment (tp_assert_job_gone) */
 } tp_proc_t;
 
 /* Start argv (NULL-terminated; argv[0] a path) with stdout and stderr in
@@ -80,6 +81,18 @@ int tp_proc_finish(tp_proc_t* p, double timeout);
  * (malloc()ed, the caller frees them). */
 int tp_run(const char* tag, char* const* argv, char* const* env, char** out,
            char** err, double timeout);
+
+/* Fail the test when anything of the job p started is left once it ended,
+ * after a grace of up to 3 s: a process whose environment holds p's mark
+ * (TP_JOB=<p->mark>, which tp_proc_start() sets: p's process and all its
+ * descendants, orphans included), a shared-memory segment of p's
+ * flight-recorder rings (/dev/shm/trainrun-*-<pid>-r*), a status socket of
+ * p's pid under tp_tmpdir, or, when port > 0, a listener on
+ * 127.0.0.1:port. */
+void tp_assert_job_gone(const tp_proc_t* p, int port);
+/* tp_assert_job_gone(p, 0) for every process tp_proc_start() started since
+ * tp_tmpdir_make(): for a suite's teardown, once its jobs have ended. */
+void tp_assert_all_gone(void);
 
 /* The whole file, NUL-terminated, malloc()ed; "" when it cannot be read. */
 char* tp_slurp(const char* path);

@@ -17,10 +17,11 @@
 #include "trainrun/checkpoint.h"
 #include "trainrun/error.h"
 #include "trainrun/heartbeat.h"
+#include "trainrun/kernels.h" /* zeroing the AdamW moments */
 #include "trainrun/log.h"
 #include "trainrun/metrics.h"     /* stall and write times */
 #include "trainrun/safetensors.h" /* model config JSON; last_save_in_hf */
-#include "trainer/internal.h" /* the step's device and checkpoint parts */
+#include "trainer/internal.h"     /* the step's device and checkpoint parts */
 #include "trainrun/trainer.h"
 
 /* A save's true cost to training (its stall): the time of the step it
@@ -197,8 +198,8 @@ int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
                                int model_only, tr_errmsg_t* err) {
   tr_ckpt_t* ck;
   TR_CHECK(tr_ckpt_open(&ck, step_dir, err));
-  int rc = 0;
-  if (!excluded(t, "model")) rc = load_items(t, ck, 0, err);
+  int rc = tr_ckpt_check_files(ck, err); /* a cut file: before any read */
+  if (rc == 0 && !excluded(t, "model")) rc = load_items(t, ck, 0, err);
   int has_opt = 0;
   if (t->model.n_params > 0) {
     char* n = item_name(&t->model.params[0], 1);
@@ -457,12 +458,103 @@ static int reserve(tr_trainer_t* t, tr_errmsg_t* err) {
     rc = tr_ckpt_reserve(c->saver, items, (size_t)np * 3, &bytes, err);
   free_items(items, (size_t)np * 3);
   if (rc == 0 && bytes > 0 && c->con) {
-    fprintf(c->con,
-            "checkpoint: %.2f GB of staging buffers (%s) ready in %.2f s\n",
-            (double)bytes / 1e9, t->settings.checkpoint.async_mode, tr__now() - t0);
+    fprintf(
+        c->con, "checkpoint: %.2f GB of staging buffers (%s) ready in %.2f s\n",
+        (double)bytes / 1e9, t->settings.checkpoint.async_mode, tr__now() - t0);
     fflush(c->con);
   }
   return rc;
+}
+
+/* Errors that say a step's files are damaged (cut, flipped bits, gone, a
+ * metadata file that does not parse): an older step may still load. Others
+ * (another model, another data stream) fail every step alike. */
+static int damage(int rc) {
+  return rc == TR_ECHECKSUM || rc == TR_EFORMAT || rc == TR_ENOENT ||
+         rc == TR_EIO;
+}
+
+/* The newest complete step below `below` (-1: any) of the folder; -1. */
+static int64_t complete_below(const char* folder, int64_t below) {
+  tr_ckpt_entry_t* v;
+  size_t n;
+  if (tr_ckpt_list(folder, &v, &n, NULL) < 0) return -1;
+  int64_t step = -1;
+  for (size_t i = n; i-- > 0 && step < 0;)
+    if (v[i].complete && (below < 0 || v[i].step < below)) step = v[i].step;
+  free(v);
+  return step;
+}
+
+/* Resume from the newest complete step every rank can load. A damaged one
+ * is skipped, loudly (which, why), for the next older: every rank tries
+ * the same step, and the ranks agree on each outcome, since a shard may be
+ * damaged on one rank only. *step: the step resumed from, -1 when there is
+ * none. Errors other than damage end it (as does damage in every step,
+ * reported for the newest). */
+static int resume_latest(tr_trainer_t* t, int64_t* step, tr_errmsg_t* err) {
+  struct tr_trainer_ckpt* c = t->ckpt;
+  tr_errmsg_t lerr;
+  *step = -1;
+  int rc = tr_ckpt_latest(c->folder, step, &lerr); /* warns of the others */
+  if (rc == TR_ENOTFOUND) {
+    *step = -1;
+    return 0;
+  }
+  if (rc < 0) return tr_errmsg_set(err, rc, "%s", lerr.message);
+  int64_t newest = *step;
+  char dir[4096], why[sizeof err->message] = "";
+  while (*step >= 0) {
+    tr_ckpt_step_dir(c->folder, *step, dir, sizeof dir);
+    rc = tr_trainer_load_checkpoint(t, dir, 0, err);
+    double bad[2] = {rc < 0 && damage(rc), rc < 0 && !damage(rc)};
+    if (t->dist.dp_size > 1 && t->dist.all_reduce_sum) {
+      int arc = t->dist.all_reduce_sum(t->dist.arg, bad, 2);
+      if (arc < 0)
+        return tr_errmsg_set(err, arc,
+                             "agreeing on checkpoint step %" PRId64
+                             " with the other ranks: %s",
+                             *step, tr_strerror(arc));
+    }
+    if (bad[1] > 0) /* a rank failed otherwise: stop with its error */
+      return rc < 0 ? rc
+                    : tr_errmsg_set(err, TR_EABORTED,
+                                    "another rank could not load '%s'", dir);
+    if (bad[0] == 0) break;
+    /* each rank that found damage says what */
+    if (rc < 0)
+      TR_LOG_WARN(CKPT, "checkpoint step %" PRId64 " does not load: %s", *step,
+                  err->message);
+    if (!why[0])
+      snprintf(why, sizeof why, "%s",
+               rc < 0 ? err->message : "damaged on another rank");
+    int64_t older = complete_below(c->folder, *step);
+    if (older < 0)
+      return tr_errmsg_set(
+          err, TR_ECHECKSUM,
+          "no complete checkpoint in '%s' loads: the newest, step %" PRId64
+          ", %s (set checkpoint.enable = false, or another "
+          "checkpoint.folder, to start afresh)",
+          c->folder, newest, why);
+    /* a failed try may have loaded part of the moments: none is stale */
+    for (int i = 0; i < t->model.n_params; i++) {
+      TR_CHECK(tr_kern_zero(&t->adam_m[i]));
+      TR_CHECK(tr_kern_zero(&t->adam_v[i]));
+    }
+    *step = older;
+  }
+  if (c->con) {
+    if (*step != newest)
+      fprintf(c->con,
+              "resumed from '%s' at step %" PRId64
+              ", the newest step that loads: step %" PRId64
+              " is damaged (%s); to choose, set checkpoint.load_step\n",
+              dir, t->step, newest, why);
+    else
+      fprintf(c->con, "resumed from '%s' at step %" PRId64 "\n", dir, t->step);
+    fflush(c->con);
+  }
+  return 0;
 }
 
 int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
@@ -521,29 +613,23 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
     t->step = s->training.steps; /* tr_train's loop has nothing to do */
     return 0;
   }
-  /* resume: load_step, else the latest complete step, else
+  /* resume: load_step, else the newest complete step that loads, else
    * initial_load_path */
   int64_t step = ck->load_step;
   int rc = 0;
   char dir[4096];
-  if (step < 0) {
-    tr_errmsg_t lerr;
-    rc = tr_ckpt_latest(c->folder, &step, &lerr);
-    if (rc == TR_ENOTFOUND) {
-      rc = 0;
-      step = -1;
-    } else if (rc < 0) {
-      return tr_errmsg_set(err, rc, "%s", lerr.message);
-    }
-  }
   if (step >= 0) {
     tr_ckpt_step_dir(c->folder, step, dir, sizeof dir);
     TR_CHECK(tr_trainer_load_checkpoint(t, dir, 0, err));
-    c->saved_step = t->step;
     if (con) {
       fprintf(con, "resumed from '%s' at step %" PRId64 "\n", dir, t->step);
       fflush(con);
     }
+  } else {
+    TR_CHECK(resume_latest(t, &step, err));
+  }
+  if (step >= 0) {
+    c->saved_step = t->step;
   } else if (ck->initial_load_path && ck->initial_load_in_hf) {
     /* Hugging Face weights (whole tensors on every rank) */
     TR_CHECK(tr_st_import_model(&t->model, ck->initial_load_path, err));

@@ -72,29 +72,50 @@ static int32_t le32_at(const uint8_t* p) {
   return (int32_t)le32toh(u);
 }
 
+/* What a file that is not a regular file is, for messages. */
+static const char* file_kind(mode_t m) {
+  return S_ISDIR(m)    ? "a folder"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+                       : "not a regular file";
+}
+
+/* Open path for reading if it is a regular file: a FIFO or a device is
+ * refused rather than waited on (the open does not block). *fd and *st
+ * (its fstat) on success. */
+static int open_regular(const char* path, int* fd, struct stat* st,
+                        tr_errmsg_t* err) {
+  *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (*fd < 0) {
+    int rc = tr_err_from_errno();
+    return tr_errmsg_set(err, rc, "cannot open '%s': %s", path,
+                         tr_strerror(rc));
+  }
+  if (fstat(*fd, st) < 0) {
+    int rc = tr_err_from_errno();
+    close(*fd);
+    return tr_errmsg_set(err, rc, "cannot stat '%s': %s", path,
+                         tr_strerror(rc));
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(*fd);
+    return tr_errmsg_set(err, S_ISDIR(st->st_mode) ? TR_EISDIR : TR_EINVAL,
+                         "'%s' is %s, not a data file", path,
+                         file_kind(st->st_mode));
+  }
+  return 0;
+}
+
 /* Map path as a shard or a text file into s. */
 static int seg_open(seg_t* s, const char* path, tr_errmsg_t* err) {
   memset(s, 0, sizeof *s);
   s->path = strdup(path);
   if (!s->path) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int rc = tr_err_from_errno();
-    return tr_errmsg_set(err, rc, "cannot open '%s': %s", path,
-                         tr_strerror(rc));
-  }
   struct stat st;
-  if (fstat(fd, &st) < 0) {
-    int rc = tr_err_from_errno();
-    close(fd);
-    return tr_errmsg_set(err, rc, "cannot stat '%s': %s", path,
-                         tr_strerror(rc));
-  }
-  if (S_ISDIR(st.st_mode)) {
-    close(fd);
-    return tr_errmsg_set(err, TR_EISDIR, "'%s' is a folder, not a data file",
-                         path);
-  }
+  int fd;
+  TR_CHECK(open_regular(path, &fd, &st, err));
   size_t size = (size_t)st.st_size;
   if (size > 0) {
     void* m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -277,6 +298,21 @@ static int list_files(const char* path, tr_data_role_t role, strlist_t* out,
   if (strlist_add(out, path) < 0)
     return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
   return 0;
+}
+
+int tr_dataset_check(const char* path, tr_data_role_t role, tr_errmsg_t* err) {
+  if (!path || !*path)
+    return tr_errmsg_set(err, TR_EINVAL, "no data path given");
+  strlist_t files;
+  int rc = list_files(path, role, &files, err);
+  for (size_t i = 0; i < files.n && rc == 0; i++) {
+    struct stat st;
+    int fd;
+    rc = open_regular(files.v[i], &fd, &st, err);
+    if (rc == 0) close(fd);
+  }
+  strlist_release(&files);
+  return rc;
 }
 
 int tr_dataset_open(tr_dataset_t** out, const char* path, tr_data_role_t role,

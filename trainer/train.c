@@ -595,7 +595,9 @@ int tr_train(const tr_trainer_settings_t* settings,
     fflush(con);
   }
 
-  struct sigaction sa, old_int, old_term;
+  /* SIGHUP (a closed terminal or ssh session) stops as SIGTERM does, as
+   * the daemon makes it for several ranks */
+  struct sigaction sa, old_int, old_term, old_hup;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sa.sa_flags = SA_RESETHAND; /* a second signal acts as usual */
@@ -603,6 +605,7 @@ int tr_train(const tr_trainer_settings_t* settings,
   stop_signal = 0;
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
 
   double start = tr__now(), last = start;
   int64_t last_step = 0, tokens = 0;
@@ -683,6 +686,7 @@ int tr_train(const tr_trainer_settings_t* settings,
         fprintf(con, "stopping after step %" PRId64 " (%s)\n", st.step,
                 stop_signal == SIGINT    ? "SIGINT"
                 : stop_signal == SIGTERM ? "SIGTERM"
+                : stop_signal == SIGHUP  ? "SIGHUP"
                                          : "another rank was signalled");
       if (stopped) *stopped = 1;
       break;
@@ -690,6 +694,7 @@ int tr_train(const tr_trainer_settings_t* settings,
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
+  sigaction(SIGHUP, &old_hup, NULL);
   if (rc == 0) rc = tr_trainer_checkpoint_finish(&t, err);
   if (rc == 0 && t.dist.gather_model) {
     rc = t.dist.gather_model(t.dist.arg, &t.model);

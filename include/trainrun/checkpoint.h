@@ -271,6 +271,12 @@ const tr_ckpt_tensor_t* tr_ckpt_find(const tr_ckpt_t* ck, const char* name);
 int tr_ckpt_load(const tr_ckpt_t* ck, const tr_ckpt_item_t* items, size_t n,
                  tr_errmsg_t* err);
 
+/* Check the data files against the metadata without reading them: each
+ * file its chunks name exists and is at least as long as the last byte a
+ * chunk needs. TR_EFORMAT ("'<file>' is truncated: N bytes, the metadata
+ * needs M") or the file's open error (ENOENT: "'<file>' is missing"). */
+int tr_ckpt_check_files(const tr_ckpt_t* ck, tr_errmsg_t* err);
+
 /* Read every chunk and check its CRC-32C and the data files' headers;
  * *bytes (may be NULL) gets the bytes checked. Errors as tr_ckpt_load. */
 int tr_ckpt_verify(const tr_ckpt_t* ck, int64_t* bytes, tr_errmsg_t* err);

@@ -110,6 +110,13 @@ int tr_dataset_open(tr_dataset_t** out, const char* path, tr_data_role_t role,
                     int64_t vocab_size, tr_errmsg_t* err);
 void tr_dataset_free(tr_dataset_t* ds);
 
+/* What tr_dataset_open checks before it reads anything, without reading:
+ * the path names files (a glob matches some, a folder holds some for the
+ * role) and each is a regular file that can be opened for reading (a FIFO,
+ * a socket or a device is refused, never waited on). For a launcher's
+ * checks before any work starts. */
+int tr_dataset_check(const char* path, tr_data_role_t role, tr_errmsg_t* err);
+
 int64_t tr_dataset_ntokens(const tr_dataset_t* ds);
 size_t tr_dataset_nfiles(const tr_dataset_t* ds);
 const char* tr_dataset_file(const tr_dataset_t* ds, size_t i);

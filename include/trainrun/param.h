@@ -99,9 +99,10 @@ typedef enum {
      "collectives waiting on a peer give up once it exists")                 \
   XX(HEARTBEAT_FD, "TRAINRUN_HEARTBEAT_FD", INT, "-1", -1, 1048576,            \
      "worker: the daemon's heartbeat page (trainrun/heartbeat.h); -1: none")  \
-  XX(STOP_TIMEOUT, "TRAINRUN_STOP_TIMEOUT", DOUBLE, "30", 0, 86400,            \
+  XX(STOP_TIMEOUT, "TRAINRUN_STOP_TIMEOUT", DOUBLE, "3", 0, 86400,             \
      "seconds the daemon waits after SIGTERM before it kills a worker it "    \
-     "stops because another failed")                                           \
+     "stops because its round failed (a failed round has no step left to "    \
+     "finish)")                                                                \
   XX(TMPDIR, "TMPDIR", STRING, "/tmp", 0, 0,                                   \
      "folder of the daemons' status sockets and of default log folders")      \
   XX(PATH, "PATH", STRING, "/usr/local/bin:/usr/bin:/bin", 0, 0,               \
