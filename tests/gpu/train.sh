@@ -27,7 +27,8 @@ fail=0
 run() { # name device precision model flavor
   name=$1
   shift
-  "$tr" examples/debug.toml --training.steps "$steps" --metrics.log_freq 5 \
+  "$tr" --nproc-per-node 1 examples/debug.toml --training.steps "$steps" \
+    --metrics.log_freq 5 \
     --debug.seed 1234 --optimizer.lr 6e-4 --training.device "$1" \
     --training.mixed_precision_param "$2" --model.name "$3" \
     --model.flavor "$4" --job.dump_folder "$out/$name" \
