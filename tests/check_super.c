@@ -372,7 +372,7 @@ static tr_pg_t* lonely_rank(tr_store_client_t* c, const char* prefix,
   o.timeout_ms = 60000;
   o.failure_key = "job/r0/failure";
   tr_pg_t* pg = NULL;
-  ck_assert_int_eq(tr_pg_init(&o, &pg), 0);
+  ck_assert_int_eq(tr_pg_new(&o, &pg), 0);
   int64_t shape[1] = {4};
   ck_assert_int_eq(tr_tensor_empty(t, TR_F32, TR_DEVICE_CPU, 1, shape), 0);
   memset(tr_tensor_data(t), 0, 16);

@@ -190,7 +190,7 @@ typedef struct {
 } tr_pg_backend_spec_t;
 
 /* Parse spec into *out, whether or not this build has the backends. The
- * one parser of the grammar: tr_pg_init uses it, and the launcher checks
+ * one parser of the grammar: tr_pg_new uses it, and the launcher checks
  * [comm] backend with it. TR_EINVAL with a message that says what is
  * wrong ("nccl cannot serve cpu tensors"); the caller says where the spec
  * came from. */
