@@ -418,16 +418,7 @@ static int step_end(void* arg) {
 
 static void comm_take(void* arg, tr_dp_comm_t* out) {
   tr_ddp_t* d = arg;
-  tr__dp_waits_t* q = &d->waits;
-  memset(out, 0, sizeof *out);
-  out->steps = d->timed_steps;
-  out->ops = q->ops;
-  out->comm_ms = q->comm_us / 1000.0;
-  out->exposed_ms = q->stall.exposed_us / 1000.0;
-  out->hidden = tr_dp_comm_hidden(out->comm_ms, out->exposed_ms);
-  d->timed_steps = 0;
-  q->ops = 0;
-  q->comm_us = q->stall.exposed_us = 0;
+  tr__dp_waits_take(&d->waits, &d->timed_steps, out);
 }
 
 static int all_reduce_sum(void* arg, double* vals, int n) {

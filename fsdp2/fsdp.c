@@ -501,16 +501,7 @@ int tr_fsdp_step_end(tr_fsdp_t* f) {
 }
 
 void tr_fsdp_comm_take(tr_fsdp_t* f, tr_dp_comm_t* out) {
-  tr__dp_waits_t* q = &f->waits;
-  memset(out, 0, sizeof *out);
-  out->steps = f->timed_steps;
-  out->ops = q->ops;
-  out->comm_ms = q->comm_us / 1000.0;
-  out->exposed_ms = q->stall.exposed_us / 1000.0;
-  out->hidden = tr_dp_comm_hidden(out->comm_ms, out->exposed_ms);
-  f->timed_steps = 0;
-  q->ops = 0;
-  q->comm_us = q->stall.exposed_us = 0;
+  tr__dp_waits_take(&f->waits, &f->timed_steps, out);
 }
 
 /* ---- the hooks ---- */

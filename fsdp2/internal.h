@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "trainrun/dp.h"      /* tr_dp_comm_t */
 #include "trainrun/dtensor.h" /* placements: where the rows come from */
 #include "trainrun/model.h"
 #include "trainrun/pg.h"
@@ -120,5 +121,8 @@ int tr__dp_wait(tr__dp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
 int tr__dp_waits_drain(tr__dp_waits_t* q);
 /* Drain and free. */
 void tr__dp_waits_release(tr__dp_waits_t* q);
+/* The totals since the last take into *out (steps: *steps, the layer's
+ * count of timed steps), and start new ones (*steps too). */
+void tr__dp_waits_take(tr__dp_waits_t* q, int64_t* steps, tr_dp_comm_t* out);
 
 #endif /* TRAINRUN_FSDP2_INTERNAL_H */

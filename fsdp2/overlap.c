@@ -259,3 +259,15 @@ void tr__dp_waits_release(tr__dp_waits_t* q) {
   free(q->held);
   memset(q, 0, sizeof *q);
 }
+
+void tr__dp_waits_take(tr__dp_waits_t* q, int64_t* steps, tr_dp_comm_t* out) {
+  memset(out, 0, sizeof *out);
+  out->steps = *steps;
+  out->ops = q->ops;
+  out->comm_ms = q->comm_us / 1000.0;
+  out->exposed_ms = q->stall.exposed_us / 1000.0;
+  out->hidden = tr_dp_comm_hidden(out->comm_ms, out->exposed_ms);
+  *steps = 0;
+  q->ops = 0;
+  q->comm_us = q->stall.exposed_us = 0;
+}

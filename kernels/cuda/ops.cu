@@ -370,20 +370,6 @@ int cu_adamw(float* p, const float* g, float* m, float* v, int64_t n,
   return tr_kern_cuda_adamw(&t, 1, args, NULL, cur());
 }
 
-template <tr_dtype_t DT>
-int cu_sum_squares(double* out, const float* x, int64_t n) {
-  cudaStream_t s = cur();
-  double* d = NULL;
-  tr_cuda_span_t span = {x, DT, n};
-  TR_CHECK(tr__cuda_tmp_alloc((void**)&d, sizeof(double), s));
-  int rc = tr_kern_cuda_sum_squares(d, &span, 1, s);
-  if (rc == 0)
-    rc = TR_CUDA_CALL(
-        cudaMemcpyAsync(out, d, sizeof(double), cudaMemcpyDeviceToHost, s));
-  tr__cuda_tmp_free(d, s);
-  if (rc == 0) rc = TR_CUDA_CALL(cudaStreamSynchronize(s));
-  return rc;
-}
 
 int cu_adamw_multi(const tr_kern_adamw_tensor_t* ts, int n,
                    const tr_adamw_args_t* args) {
@@ -417,6 +403,12 @@ int cu_sum_squares_multi(double* out, const tr_kern_span_t* spans, int n) {
   tr__cuda_tmp_free(d, s);
   if (rc == 0) rc = TR_CUDA_CALL(cudaStreamSynchronize(s));
   return rc;
+}
+
+template <tr_dtype_t DT>
+int cu_sum_squares(double* out, const float* x, int64_t n) {
+  tr_kern_span_t span = {x, DT, n};
+  return cu_sum_squares_multi(out, &span, 1);
 }
 
 template <tr_dtype_t DT>
