@@ -10,7 +10,10 @@
  * forward and backward of the same batch within 1e-5 relative, the
  * gathered gradients within 1e-5 max-abs (1e-7 seen), the squared
  * gradient norm within 1e-5 relative, at each of four steps with three
- * AdamW steps between; the final weights within 1e-4 max-abs (GPT-2's
+ * AdamW steps between (two of them with full activation checkpointing,
+ * one with the backward split into I and W),
+ * two hook calls per layer forward and two backward (the forward's again
+ * when recomputing); the final weights within 1e-4 max-abs (GPT-2's
  * zero-gradient key bias, see body_tp) and 1e-6 (Llama). */
 #include "config.h"
 
@@ -270,15 +273,41 @@ static void batch(int32_t* tok, int32_t* tgt, int V, int step) {
   }
 }
 
-static double fwd_bwd(tr_model_t* m, int step) {
+/* The hook's calls, counted per point, then tr_tp_reduce's work. */
+typedef struct {
+  tr_pg_t* tp;
+  int n[2];
+} count_t;
+
+static int counting_reduce(void* arg, tr_tp_point_t pt, tr_tensor_t* t) {
+  count_t* c = arg;
+  c->n[pt]++;
+  return tr_tp_reduce(c->tp, pt, t);
+}
+
+/* One forward and backward of the step's batch (step 3: the backward as
+ * its input and weight halves); with c, the hook's calls
+ * are checked: two all-reduces per layer forward, two backward, and the
+ * forward's again where the layers recompute (full checkpointing). */
+static double fwd_bwd(tr_model_t* m, int step, count_t* c) {
   int32_t tok[B * T], tgt[B * T];
   batch(tok, tgt, m->cfg.vocab_size, step);
   tr_model_mb_t mb;
+  int L = m->cfg.n_layers, recompute = tr_model_ac_recomputes(m, 0);
+  if (c) c->n[0] = c->n[1] = 0;
   PCHECK_RC(tr_model_zero_grad(m));
   PCHECK_RC(tr_model_mb_init(m, &mb, B, T, tok, tgt));
   PCHECK_RC(tr_model_forward(m, &mb, 0, m->n_blocks));
+  PCHECK(!c || (c->n[TR_TP_FWD_OUT] == 2 * L && c->n[TR_TP_BWD_IN] == 0));
   double loss = tr_model_mb_loss(&mb);
-  PCHECK_RC(tr_model_backward(m, &mb, 0, m->n_blocks));
+  if (step == 3) { /* the zero-bubble split: I then W */
+    PCHECK_RC(tr_model_backward_input(m, &mb, 0, m->n_blocks));
+    PCHECK_RC(tr_model_backward_weight(m, &mb, 0, m->n_blocks));
+  } else {
+    PCHECK_RC(tr_model_backward(m, &mb, 0, m->n_blocks));
+  }
+  PCHECK(!c || (c->n[TR_TP_FWD_OUT] == (recompute ? 4 : 2) * L &&
+                c->n[TR_TP_BWD_IN] == 2 * L));
   tr_model_mb_release(m, &mb);
   return loss;
 }
@@ -365,8 +394,13 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
   PCHECK_RC(tr_tp_plan_apply(&m, &shape, &err));
   PCHECK_RC(tr_model_alloc(&m, TR_DEVICE_CPU));
   PCHECK_RC(tr_model_init_weights(&m, seed));
+  tr_tp_install(&m, NULL); /* none: the bits of a model without the seam */
+  PCHECK(m.tp.reduce == NULL);
   tr_tp_install(&m, tp);
-  PCHECK(m.tp.reduce != NULL);
+  PCHECK(m.tp.reduce == tr_tp_reduce && m.tp.arg == tp);
+  count_t calls = {tp, {0, 0}};
+  m.tp.reduce = counting_reduce;
+  m.tp.arg = &calls;
   /* init: the gathered pieces are the one-rank tensors, byte for byte */
   int nsharded = 0;
   for (int i = 0; i < m.n_params; i++) {
@@ -382,7 +416,11 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
   moments(&ref, &rm, &rv);
   moments(&m, &tm, &tv);
   for (int step = 1; step <= 4; step++) {
-    double lr = fwd_bwd(&ref, step), lt = fwd_bwd(&m, step);
+    /* steps 2 and 4 recompute every layer in backward (the hook runs in
+     * the recomputed forward too) */
+    PCHECK_RC(tr_model_set_activation_checkpoint(
+        &m, step % 2 ? TR_AC_NONE : TR_AC_FULL, 1));
+    double lr = fwd_bwd(&ref, step, NULL), lt = fwd_bwd(&m, step, &calls);
     PCHECK(isfinite(lt));
     PCHECK(rel(lt, lr) < 1e-5);
     double gmax = 0;
