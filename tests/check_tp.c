@@ -9,12 +9,12 @@
  * the gathered shards equal the one-rank init byte for byte; the loss of a
  * forward and backward of the same batch within 1e-5 relative, the
  * gathered gradients within 1e-5 max-abs (1e-7 seen), the squared
- * gradient norm within 1e-5 relative, at each of four steps with three
- * AdamW steps between (two of them with full activation checkpointing,
- * one with the backward split into I and W),
+ * gradient norm within 1e-5 relative, at each of 20 steps with AdamW
+ * steps between (the even ones with full activation checkpointing, step 3
+ * with the backward split into I and W),
  * two hook calls per layer forward and two backward (the forward's again
- * when recomputing); the final weights within 1e-4 max-abs (GPT-2's
- * zero-gradient key bias, see body_tp) and 1e-6 (Llama). */
+ * when recomputing); the final weights within 1e-5 max-abs (but
+ * GPT-2's key bias, whose gradient is 0: body_tp). */
 #include "config.h"
 
 #include <check.h>
@@ -265,6 +265,7 @@ END_TEST
 static int body_llama; /* the family the bodies build */
 
 static const int B = 2, T = 8;
+#define STEPS 20 /* forward and backward passes, AdamW steps between */
 
 static void batch(int32_t* tok, int32_t* tgt, int V, int step) {
   for (int i = 0; i < B * T; i++) {
@@ -312,9 +313,12 @@ static double fwd_bwd(tr_model_t* m, int step, count_t* c) {
   return loss;
 }
 
-/* Max |a - b| over p's whole tensor, from this rank's piece local. */
+/* Max |a - b| over p's whole tensor, from this rank's piece local; with
+ * skip, GPT-2's key bias (the middle third of c_attn.bias) is left out
+ * (see body_tp). */
 static double gathered_diff(const tr_param_t* p, const tr_tensor_t* local,
-                            tr_pg_t* tp, const tr_tensor_t* ref, int bytes) {
+                            tr_pg_t* tp, const tr_tensor_t* ref, int bytes,
+                            int skip) {
   tr_tensor_t full = {0};
   PCHECK_RC(tr_tp_gather(p, local, tp, &full));
   const float* a = tr_tensor_data(&full);
@@ -325,8 +329,11 @@ static double gathered_diff(const tr_param_t* p, const tr_tensor_t* local,
   if (bytes)
     d = memcmp(a, b, sizeof(float) * (size_t)n) ? 1 : 0;
   else
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) {
+      if (skip && strstr(p->name, "c_attn.bias") && i >= n / 3 && i < 2 * n / 3)
+        continue;
       if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+    }
   tr_tensor_release(&full);
   return d;
 }
@@ -406,7 +413,7 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
   for (int i = 0; i < m.n_params; i++) {
     nsharded += tr_tp_sharded(&m.params[i]);
     PCHECK(gathered_diff(&m.params[i], &m.params[i].data, tp,
-                         &ref.params[i].data, 1) == 0);
+                         &ref.params[i].data, 1, 0) == 0);
   }
   /* GPT-2: c_attn weight and bias, c_proj, c_fc weight and bias, the MLP's
    * c_proj; Llama: q, k, v, o, gate, up, down */
@@ -415,7 +422,7 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
   tr_tensor_t *rm, *rv, *tm, *tv;
   moments(&ref, &rm, &rv);
   moments(&m, &tm, &tv);
-  for (int step = 1; step <= 4; step++) {
+  for (int step = 1; step <= STEPS; step++) {
     /* steps 2 and 4 recompute every layer in backward (the hook runs in
      * the recomputed forward too) */
     PCHECK_RC(tr_model_set_activation_checkpoint(
@@ -426,7 +433,7 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
     double gmax = 0;
     for (int i = 0; i < m.n_params; i++) {
       double d = gathered_diff(&m.params[i], &m.params[i].grad, tp,
-                               &ref.params[i].grad, 0);
+                               &ref.params[i].grad, 0, 0);
       if (d > gmax) gmax = d;
     }
     PCHECK(gmax < 1e-5);
@@ -438,25 +445,26 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
       fprintf(stderr,
               "%s tp %d step %d: loss %.9g vs %.9g, grad max-abs %.3g\n",
               body_llama ? "llama3" : "gpt2", k, step, lt, lr, gmax);
-    if (step == 4) break; /* the last one only compares */
+    if (step == STEPS) break; /* the last one only compares */
     adamw(&ref, rm, rv, step);
     adamw(&m, tm, tv, step);
   }
-  /* the weights after three steps */
+  /* the weights after 19 steps. GPT-2's key bias has an exact gradient of
+   * 0 (softmax ignores a shift of every score of a row): AdamW's
+   * m / sqrt(v) turns its rounding noise into lr-sized steps that differ
+   * with the summation order (1.3e-4 after 19 steps at lr 1e-3, in the
+   * one-rank run a random walk as well), and the loss does not see it; it
+   * is left out, every other weight is held to 1e-5 */
   double wmax = 0;
   for (int i = 0; i < m.n_params; i++) {
     double d = gathered_diff(&m.params[i], &m.params[i].data, tp,
-                             &ref.params[i].data, 0);
+                             &ref.params[i].data, 0, 1);
     if (d > wmax) wmax = d;
   }
   if (ctx->rank == 0)
-    fprintf(stderr, "%s tp %d: weights after 3 AdamW steps max-abs %.3g\n",
-            body_llama ? "llama3" : "gpt2", k, wmax);
-  /* GPT-2's key bias has an exact gradient of 0 (softmax ignores a shift
-   * of every score of a row); AdamW's m / sqrt(v) turns its rounding noise
-   * into lr-sized steps that differ between summation orders (5e-5 here
-   * with lr 1e-3), so the bound is the issue's 1e-4; Llama stays < 1e-6 */
-  PCHECK(wmax < (body_llama ? 1e-6 : 1e-4));
+    fprintf(stderr, "%s tp %d: weights after %d AdamW steps max-abs %.3g\n",
+            body_llama ? "llama3" : "gpt2", k, STEPS - 1, wmax);
+  PCHECK(wmax < 1e-5);
   free_moments(&ref, rm, rv);
   free_moments(&m, tm, tv);
   tr_model_release(&m);
