@@ -3,7 +3,8 @@
  * Local: the strided Shard(0, parts=3) placement's arithmetic and its
  * refusals, the plan's placement of every parameter of GPT-2 and Llama
  * debug models and its divisibility errors, and the strided init of a
- * c_attn piece against the one-rank values. On 2 and 4 forked Gloo ranks
+ * c_attn piece against the one-rank values; the bytes a rank allocates
+ * for parameters and gradients under TP 4 (host allocator). On 2 and 4 forked Gloo ranks
  * (tests/pg_suite.h): a small GPT-2 and a small Llama (heads divisible by
  * 4, GQA for Llama) under the TP plan against the same model on one rank:
  * the gathered shards equal the one-rank init byte for byte; the loss of a
@@ -234,6 +235,44 @@ START_TEST(test_strided_init) {
     tr_model_release(&m);
   }
   tr_model_release(&ref);
+}
+END_TEST
+
+/* Bytes of parameters and gradients a rank allocates (host allocator's
+ * counters) under TP 4: the one-rank bytes less 3/4 of the split
+ * parameters' (up to the allocator's alignment per tensor). */
+static int64_t alloc_bytes(const tr_model_config_t* c, int k) {
+  tr_model_t m;
+  tr_mem_stats_t a, b;
+  ck_assert_int_eq(tr_model_init(&m, c), 0);
+  tr_mesh_shape_t s = tp_shape(k, k - 1);
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, NULL), 0);
+  tr_mem_stats(TR_MEM_HOST, 0, &a);
+  ck_assert_int_eq(tr_model_alloc(&m, TR_DEVICE_CPU), 0);
+  tr_mem_stats(TR_MEM_HOST, 0, &b);
+  tr_model_release(&m);
+  return b.current_bytes - a.current_bytes;
+}
+
+START_TEST(test_memory) {
+  tr_model_config_t c;
+  ck_assert_int_eq(small_config(_i, &c), 0);
+  tr_model_t m;
+  ck_assert_int_eq(tr_model_init(&m, &c), 0);
+  int64_t split = 0; /* elements of the colwise and rowwise parameters */
+  for (int i = 0; i < m.n_params; i++) {
+    tr_placement_t pl;
+    if (tr_tp_placement(&m.params[i], &pl))
+      split += m.params[i].shape[0] *
+               (m.params[i].ndim > 1 ? m.params[i].shape[1] : 1);
+  }
+  int64_t one = alloc_bytes(&c, 1), four = alloc_bytes(&c, 4);
+  int64_t want = one - 2 * (int64_t)sizeof(float) * split * 3 / 4;
+  ck_assert_int_gt(split, 0);
+  ck_assert_msg(llabs(four - want) <= 2 * 64 * m.n_params,
+                "tp 4 allocates %lld bytes, expected %lld (1 rank: %lld)",
+                (long long)four, (long long)want, (long long)one);
+  tr_model_release(&m);
 }
 END_TEST
 
@@ -495,6 +534,7 @@ static Suite* tp_suite(void) {
   tcase_add_test(tc, test_plan_errors);
   tcase_add_test(tc, test_strided_init);
   tcase_add_test(tc, test_spec_refuses_parts);
+  tcase_add_loop_test(tc, test_memory, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("ranks");
   tcase_set_timeout(tc, 300);
