@@ -4,7 +4,8 @@
  * refusals, the plan's placement of every parameter of GPT-2 and Llama
  * debug models and its divisibility errors, and the strided init of a
  * c_attn piece against the one-rank values; the bytes a rank allocates
- * for parameters and gradients under TP 4 (host allocator). On 2 and 4 forked Gloo ranks
+ * for parameters and gradients under TP 4 (host allocator); a one-rank
+ * safetensors file loaded into TP pieces. On 2 and 4 forked Gloo ranks
  * (tests/pg_suite.h): a small GPT-2 and a small Llama (heads divisible by
  * 4, GQA for Llama) under the TP plan against the same model on one rank:
  * the gathered shards equal the one-rank init byte for byte; the loss of a
@@ -23,12 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/pg_suite.h"
 #include "trainrun/dtensor.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/model.h"
+#include "trainrun/safetensors.h"
 
 /* ---- models ---- */
 
@@ -235,6 +238,49 @@ START_TEST(test_strided_init) {
     tr_model_release(&m);
   }
   tr_model_release(&ref);
+}
+END_TEST
+
+/* A GPT-2 file of the one-rank model (safetensors) loads into every TP 4
+ * rank as the pieces the init gives that rank, strided c_attn included. */
+START_TEST(test_import_pieces) {
+  tr_model_config_t c;
+  ck_assert_int_eq(small_config(0, &c), 0);
+  char dir[] = "/tmp/check_tp.XXXXXX", path[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  tr_model_t ref;
+  ck_assert_int_eq(tr_model_init(&ref, &c), 0);
+  ck_assert_int_eq(tr_model_alloc(&ref, TR_DEVICE_CPU), 0);
+  for (int i = 0; i < ref.n_params; i++) /* no all-zero biases */
+    ref.params[i].init = (tr_init_rule_t){TR_INIT_NORMAL, 0.02f, 0, 0};
+  ck_assert_int_eq(tr_model_init_weights(&ref, 5), 0);
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_st_export_model(&ref, path, TR_F32, &err), 0);
+  for (int r = 0; r < 4; r++) {
+    tr_model_t a, b;
+    tr_mesh_shape_t s = tp_shape(4, r);
+    ck_assert_int_eq(tr_model_init(&a, &c), 0);
+    ck_assert_int_eq(tr_model_init(&b, &c), 0);
+    ck_assert_int_eq(tr_tp_plan_apply(&a, &s, NULL), 0);
+    ck_assert_int_eq(tr_tp_plan_apply(&b, &s, NULL), 0);
+    for (int i = 0; i < b.n_params; i++) b.params[i].init = ref.params[i].init;
+    ck_assert_int_eq(tr_model_alloc(&a, TR_DEVICE_CPU), 0);
+    ck_assert_int_eq(tr_model_alloc(&b, TR_DEVICE_CPU), 0);
+    ck_assert_int_eq(tr_st_import_model(&a, path, &err), 0);
+    ck_assert_int_eq(tr_model_init_weights(&b, 5), 0);
+    for (int i = 0; i < a.n_params; i++)
+      ck_assert_msg(memcmp(tr_tensor_data(&a.params[i].data),
+                           tr_tensor_data(&b.params[i].data),
+                           sizeof(float) *
+                               (size_t)tr_tensor_numel(&a.params[i].data)) == 0,
+                    "rank %d: '%s' differs", r, a.params[i].name);
+    tr_model_release(&a);
+    tr_model_release(&b);
+  }
+  tr_model_release(&ref);
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -534,6 +580,7 @@ static Suite* tp_suite(void) {
   tcase_add_test(tc, test_plan_errors);
   tcase_add_test(tc, test_strided_init);
   tcase_add_test(tc, test_spec_refuses_parts);
+  tcase_add_test(tc, test_import_pieces);
   tcase_add_loop_test(tc, test_memory, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("ranks");
