@@ -566,8 +566,10 @@ void tr_dtensor_param_clear_layout(tr_param_t* p);
  * over the data-parallel dims as it does today) and the replicated part
  * over the data-parallel dims only. FSDP over a TP layout (2-D) composes
  * Shard(0) on dp_shard (tr_dtensor_param_shard), except over GPT-2's
- * strided c_attn (refused: TR_EINVAL), and checkpoints of strided layouts
- * are not written yet: the launcher refuses tensor_parallel_degree. */
+ * strided c_attn (refused: TR_EINVAL). A safetensors import
+ * (tr_st_import_model) fills TP pieces, strided ones included; the
+ * distributed checkpoint records a box per piece and cannot save a strided
+ * one yet: the launcher refuses tensor_parallel_degree. */
 
 /* The placement on "tp" that p's style asks for in *out: 1 when it is a
  * Shard (colwise, rowwise), 0 for Replicate. */
