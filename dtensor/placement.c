@@ -82,10 +82,15 @@ int tr_placement_parse(const char* s, tr_placement_t* out) {
   if (!s) return TR_EINVAL;
   if (word(s, "Shard(", &r) || word(s, "S(", &r)) {
     char* end;
-    long d = strtol(r, &end, 10);
-    if (end == r || strcmp(end, ")") || d < -TR_MAX_DIMS || d >= TR_MAX_DIMS)
-      return TR_EINVAL;
-    *out = tr_placement_shard((int)d);
+    long d = strtol(r, &end, 10), parts = 1;
+    if (end == r || d < -TR_MAX_DIMS || d >= TR_MAX_DIMS) return TR_EINVAL;
+    if (!strncmp(end, ", parts=", 8)) { /* the strided variant */
+      const char* q = end + 8;
+      parts = strtol(q, &end, 10);
+      if (end == q || parts < 1 || parts > 1024) return TR_EINVAL;
+    }
+    if (strcmp(end, ")")) return TR_EINVAL;
+    *out = tr_placement_shard_parts((int)d, (int)parts);
     return 0;
   }
   if (!strcasecmp(s, "Replicate()") || !strcasecmp(s, "Replicate") ||

@@ -76,6 +76,13 @@ START_TEST(test_strided_placement) {
   ck_assert_str_eq(tr_placement_str(pl, buf, sizeof buf), "Shard(0, parts=3)");
   ck_assert(!tr_placement_eq(pl, tr_placement_shard(0)));
   ck_assert(tr_placement_eq(pl, tr_placement_shard_parts(0, 3)));
+  tr_placement_t back;
+  ck_assert_int_eq(tr_placement_parse(buf, &back), 0);
+  ck_assert(tr_placement_eq(back, pl));
+  ck_assert_int_eq(tr_placement_parse("Shard(0)", &back), 0);
+  ck_assert(tr_placement_eq(back, tr_placement_shard(0)));
+  ck_assert_int_eq(tr_placement_parse("Shard(0, parts=)", &back), TR_EINVAL);
+  ck_assert_int_eq(tr_placement_parse("Shard(0, parts=3", &back), TR_EINVAL);
   /* a part that does not split evenly */
   int64_t g2[2] = {9, 2};
   ck_assert_int_eq(
