@@ -142,7 +142,8 @@ void tr_tp_install(tr_model_t* m, tr_pg_t* tp) {
 
 /* ---- gather and norm ---- */
 
-/* The tp coordinate of p's placement (-1: not sharded on tp). */
+/* The index of the mesh dim "tp" in p's placement when it shards p, else
+ * -1. */
 static int tp_dim(const tr_param_t* p) {
   const tr_param_placement_t* pp = tr_dtensor_param_placement(p);
   if (!pp) return -1;
@@ -171,6 +172,13 @@ int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
       return TR_EUNSUPPORTED; /* only tp cuts it (FSDP gathers first) */
   int k = pp->mesh.sizes[t];
   int64_t n = tr_tensor_numel(local), all_shape[1] = {n * k};
+  for (int r = 0; r < k; r++) { /* an all-gather needs equal pieces */
+    int64_t ls[TR_MAX_DIMS], off[TR_MAX_DIMS], nr = 1;
+    TR_CHECK(
+        tr_param_placement_layout(pp, p->ndim, p->shape, "tp", r, 0, ls, off));
+    for (int d = 0; d < p->ndim; d++) nr *= ls[d];
+    if (nr != n) return TR_EUNSUPPORTED;
+  }
   tr_tensor_t all = {0};
   int rc;
   TR_CHECK(tr_tensor_empty(&all, local->dtype, TR_DEVICE_CPU, 1, all_shape));

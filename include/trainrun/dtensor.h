@@ -308,7 +308,8 @@ int tr_placement_eq(tr_placement_t a, tr_placement_t b);
 /* "Shard(0)", "Shard(0, parts=3)", "Replicate()", "Partial(sum)" into
  * buf; returns buf. */
 const char* tr_placement_str(tr_placement_t p, char* buf, size_t n);
-/* The inverse of tr_placement_str ("S(1)", "R", "P" and "P(max)" too);
+/* The inverse of tr_placement_str ("S(1)", "R", "P" and "P(max)" too;
+ * "Shard(0, parts=3)" for the strided variant);
  * TR_EINVAL when s is none of them. */
 int tr_placement_parse(const char* s, tr_placement_t* out);
 
@@ -606,7 +607,8 @@ int tr_tp_sharded(const tr_param_t* p);
  * p->layout.shape: p's data or grad) is this rank's tp piece, into *out (a
  * new CPU tensor of p->shape), strided parts included. Collective over tp
  * (an all-gather) for a tp-sharded p; a copy otherwise. TR_EUNSUPPORTED
- * when another mesh dim also shards p or local is not on the host,
+ * when another mesh dim also shards p, the tp pieces differ in size (the
+ * plan never makes such) or local is not on the host,
  * TR_ESHAPE when local is not p's piece. */
 int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
                  tr_tensor_t* out);
