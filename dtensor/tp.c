@@ -87,6 +87,12 @@ int tr_tp_plan_apply(tr_model_t* m, const tr_mesh_shape_t* mesh,
   return 0;
 }
 
+static int64_t numel(int ndim, const int64_t* shape) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  return n;
+}
+
 static const char* style_name(tr_tp_style_t s) {
   switch (s) {
     case TR_TP_COLWISE:
@@ -103,6 +109,7 @@ static const char* style_name(tr_tp_style_t s) {
 }
 
 int tr_tp_plan_describe(const tr_model_t* m, FILE* f) {
+  int64_t whole = 0, held = 0;
   for (int i = 0; i < m->n_params; i++) {
     const tr_param_t* p = &m->params[i];
     const tr_param_placement_t* pp = tr_dtensor_param_placement(p);
@@ -124,7 +131,15 @@ int tr_tp_plan_describe(const tr_model_t* m, FILE* f) {
     if (fprintf(f, "  %-44s %-20s %-18s %-14s local %s\n", p->name,
                 style_name(p->tp_style), buf, shape, local) < 0)
       return TR_EIO;
+    whole += numel(p->ndim, p->shape);
+    held += numel(p->ndim, p->layout.shape);
   }
+  /* fp32 weights, gradients and the two AdamW moments */
+  if (fprintf(f,
+              "  per rank: %" PRId64 " of %" PRId64 " parameter elements, "
+              "%.1f MiB of fp32 weights, gradients and AdamW moments\n",
+              held, whole, 16.0 * (double)held / (1024.0 * 1024.0)) < 0)
+    return TR_EIO;
   return 0;
 }
 

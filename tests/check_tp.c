@@ -148,6 +148,22 @@ START_TEST(test_plan_placements) {
   fclose(f);
   ck_assert_ptr_nonnull(strstr(text, _i ? "Shard(1)" : "Shard(0, parts=3)"));
   ck_assert_ptr_nonnull(strstr(text, "rowwise"));
+  /* the summary: the whole table, less 3/4 of the split parameters */
+  int64_t whole = tr_model_num_params(&m), split = 0;
+  for (int i = 0; i < m.n_params; i++) {
+    const tr_param_t* p = &m.params[i];
+    tr_placement_t pl;
+    if (tr_tp_placement(p, &pl))
+      split += p->shape[0] * (p->ndim > 1 ? p->shape[1] : 1);
+  }
+  int64_t held = whole - split + split / 4;
+  char line[160];
+  snprintf(line, sizeof line,
+           "  per rank: %lld of %lld parameter elements, %.1f MiB of fp32 "
+           "weights, gradients and AdamW moments\n",
+           (long long)held, (long long)whole,
+           16.0 * (double)held / (1024.0 * 1024.0));
+  ck_assert_ptr_nonnull(strstr(text, line));
   free(text);
   /* a second plan (or one after allocation) is refused */
   ck_assert_int_eq(tr_tp_plan_apply(&m, &s, &err), TR_EINVAL);
