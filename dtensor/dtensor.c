@@ -17,6 +17,8 @@ int tr_dtensor_spec_init(tr_dtensor_spec_t* spec, tr_mesh_t* mesh,
   if (!mesh || ndim < 0 || ndim > TR_MAX_DIMS) return TR_EINVAL;
   int m = tr_mesh_ndim(mesh);
   TR_CHECK(tr_placement_normalize(m, placements, ndim, spec->placements));
+  for (int i = 0; i < m; i++)
+    if (spec->placements[i].parts > 1) return TR_EUNSUPPORTED; /* layouts */
   for (int d = 0; d < ndim; d++) {
     if (shape[d] < 0) return TR_EINVAL;
     spec->shape[d] = shape[d];

@@ -5,7 +5,8 @@ libtrainrun_la_SOURCES += \
 	dtensor/placement.c \
 	dtensor/dtensor.c \
 	dtensor/redistribute.c \
-	dtensor/param.c
+	dtensor/param.c \
+	dtensor/tp.c
 noinst_HEADERS += dtensor/internal.h
 trainruninclude_HEADERS += include/trainrun/dtensor.h
 
@@ -16,3 +17,12 @@ TESTS += tests/check_dtensor
 tests_check_dtensor_SOURCES = tests/check_dtensor.c $(PG_TEST_SOURCES)
 tests_check_dtensor_CFLAGS = $(TEST_CFLAGS)
 tests_check_dtensor_LDADD = $(TEST_LIBS) -lm
+
+# Check suite: tensor parallelism -- the plan's placements, the strided
+# q|k|v shard, and GPT-2 / Llama debug models on 2 and 4 forked Gloo ranks
+# against one rank (init, loss, gradients, AdamW steps).
+check_PROGRAMS += tests/check_tp
+TESTS += tests/check_tp
+tests_check_tp_SOURCES = tests/check_tp.c $(PG_TEST_SOURCES)
+tests_check_tp_CFLAGS = $(TEST_CFLAGS)
+tests_check_tp_LDADD = $(TEST_LIBS) -lm

@@ -113,6 +113,13 @@ static int set_placement(tr_param_t* p, const tr_param_placement_t* pl) {
   int64_t ls[TR_MAX_DIMS], off[TR_MAX_DIMS];
   TR_CHECK(
       tr_param_placement_layout(pl, p->ndim, p->shape, NULL, 0, 0, ls, off));
+  int parts = 1; /* a layout holds strided parts on dim 0 only */
+  for (int i = 0; i < pl->mesh.ndim; i++) {
+    const tr_placement_t* q = &pl->placements[i];
+    if (q->kind != TR_PLACEMENT_SHARD || q->parts <= 1) continue;
+    if (q->dim != 0) return TR_EINVAL;
+    parts = q->parts;
+  }
   tr_param_placement_t* copy = malloc(sizeof *copy);
   if (!copy) return TR_ENOMEM;
   *copy = *pl;
@@ -121,6 +128,7 @@ static int set_placement(tr_param_t* p, const tr_param_placement_t* pl) {
     p->layout.offset[d] = off[d];
     p->layout.shape[d] = ls[d];
   }
+  p->layout.parts = parts;
   p->layout.placement = copy;
   return 0;
 }
@@ -194,6 +202,7 @@ int tr_dtensor_param_unshard(tr_param_t* p, const char* dim) {
 void tr_dtensor_param_clear_layout(tr_param_t* p) {
   free(p->layout.placement);
   p->layout.placement = NULL;
+  p->layout.parts = 1;
   for (int d = 0; d < p->ndim; d++) {
     p->layout.offset[d] = 0;
     p->layout.shape[d] = p->shape[d];

@@ -14,23 +14,32 @@
 #include "trainrun/log.h"
 
 tr_placement_t tr_placement_shard(int dim) {
-  tr_placement_t p = {TR_PLACEMENT_SHARD, dim, TR_PG_SUM};
+  tr_placement_t p = {TR_PLACEMENT_SHARD, dim, TR_PG_SUM, 1};
   return p;
 }
 
+tr_placement_t tr_placement_shard_parts(int dim, int parts) {
+  tr_placement_t p = {TR_PLACEMENT_SHARD, dim, TR_PG_SUM, parts};
+  return p;
+}
+
+/* Parts of a Shard (0 counts as 1). */
+static int parts_of(tr_placement_t p) { return p.parts > 1 ? p.parts : 1; }
+
 tr_placement_t tr_placement_replicate(void) {
-  tr_placement_t p = {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM};
+  tr_placement_t p = {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0};
   return p;
 }
 
 tr_placement_t tr_placement_partial(tr_pg_reduce_op_t op) {
-  tr_placement_t p = {TR_PLACEMENT_PARTIAL, 0, op};
+  tr_placement_t p = {TR_PLACEMENT_PARTIAL, 0, op, 0};
   return p;
 }
 
 int tr_placement_eq(tr_placement_t a, tr_placement_t b) {
   if (a.kind != b.kind) return 0;
-  if (a.kind == TR_PLACEMENT_SHARD) return a.dim == b.dim;
+  if (a.kind == TR_PLACEMENT_SHARD)
+    return a.dim == b.dim && parts_of(a) == parts_of(b);
   if (a.kind == TR_PLACEMENT_PARTIAL) return a.op == b.op;
   return 1;
 }
@@ -38,7 +47,10 @@ int tr_placement_eq(tr_placement_t a, tr_placement_t b) {
 const char* tr_placement_str(tr_placement_t p, char* buf, size_t n) {
   switch (p.kind) {
     case TR_PLACEMENT_SHARD:
-      snprintf(buf, n, "Shard(%d)", p.dim);
+      if (parts_of(p) > 1)
+        snprintf(buf, n, "Shard(%d, parts=%d)", p.dim, p.parts);
+      else
+        snprintf(buf, n, "Shard(%d)", p.dim);
       break;
     case TR_PLACEMENT_REPLICATE:
       snprintf(buf, n, "Replicate()");
@@ -70,10 +82,15 @@ int tr_placement_parse(const char* s, tr_placement_t* out) {
   if (!s) return TR_EINVAL;
   if (word(s, "Shard(", &r) || word(s, "S(", &r)) {
     char* end;
-    long d = strtol(r, &end, 10);
-    if (end == r || strcmp(end, ")") || d < -TR_MAX_DIMS || d >= TR_MAX_DIMS)
-      return TR_EINVAL;
-    *out = tr_placement_shard((int)d);
+    long d = strtol(r, &end, 10), parts = 1;
+    if (end == r || d < -TR_MAX_DIMS || d >= TR_MAX_DIMS) return TR_EINVAL;
+    if (!strncmp(end, ", parts=", 8)) { /* the strided variant */
+      const char* q = end + 8;
+      parts = strtol(q, &end, 10);
+      if (end == q || parts < 1 || parts > 1024) return TR_EINVAL;
+    }
+    if (strcmp(end, ")")) return TR_EINVAL;
+    *out = tr_placement_shard_parts((int)d, (int)parts);
     return 0;
   }
   if (!strcasecmp(s, "Replicate()") || !strcasecmp(s, "Replicate") ||
@@ -118,7 +135,7 @@ int tr_placement_normalize(int mesh_ndim, const tr_placement_t* in, int ndim,
                        p.dim, i, ndim, p.dim);
           return TR_EINVAL;
         }
-        out[i] = tr_placement_shard(d);
+        out[i] = tr_placement_shard_parts(d, parts_of(p));
         break;
       }
       case TR_PLACEMENT_REPLICATE:
@@ -162,16 +179,34 @@ int tr_placement_local_layout_ordered(
     local_shape[d] = gshape[d];
     global_offset[d] = 0;
   }
+  unsigned cut = 0; /* tensor dims cut so far, and by parts */
+  unsigned cut_parts = 0;
   for (int k = 0; k < mesh_ndim; k++) {
     int i = order ? order[k] : k;
     if (mesh_sizes[i] < 1 || coords[i] < 0 || coords[i] >= mesh_sizes[i])
       return TR_EINVAL;
     if (norm[i].kind != TR_PLACEMENT_SHARD) continue;
-    int d = norm[i].dim;
+    int d = norm[i].dim, P = parts_of(norm[i]);
+    if ((cut_parts >> d) & 1 || (P > 1 && ((cut >> d) & 1))) {
+      TR_LOG_ERROR(DT,
+                   "placement Shard(%d) of parts: mesh dim %d cuts the "
+                   "same tensor dim as another",
+                   d, i);
+      return TR_EINVAL;
+    }
+    cut |= 1u << d;
+    if (P > 1) cut_parts |= 1u << d;
+    if (P > 1 && (local_shape[d] % P || (local_shape[d] / P) % mesh_sizes[i])) {
+      TR_LOG_ERROR(DT,
+                   "placement Shard(%d, parts=%d): %lld elements do not "
+                   "split evenly into %d parts over %d ranks",
+                   d, P, (long long)local_shape[d], P, mesh_sizes[i]);
+      return TR_EINVAL;
+    }
     int64_t start, len;
-    tr_chunk_range(local_shape[d], mesh_sizes[i], coords[i], &start, &len);
+    tr_chunk_range(local_shape[d] / P, mesh_sizes[i], coords[i], &start, &len);
     global_offset[d] += start;
-    local_shape[d] = len;
+    local_shape[d] = len * P;
   }
   return 0;
 }

@@ -380,6 +380,7 @@ typedef struct {
  * along dim 0): local i is then global base + i. -1 otherwise. */
 static int64_t contiguous_base(const tr_param_t* p) {
   int64_t base = 0, stride = 1;
+  if (p->layout.parts > 1) return -1;
   for (int d = p->ndim - 1; d >= 0; d--) {
     if (d > 0 &&
         (p->layout.offset[d] != 0 || p->layout.shape[d] != p->shape[d]))
@@ -413,6 +414,15 @@ static inline __attribute__((always_inline)) void normal_block(
 /* out[0, n) = the values of global elements g0 .. g0 + n - 1. A truncated
  * normal keeps draw 0 when it is inside the bounds (nearly always) and
  * otherwise takes init_value's redraws, so every value is init_value's. */
+/* Global index on dim d of local index i (a strided layout's dim 0 is
+ * parts runs: tr_param_layout_t). */
+static int64_t global_index(const tr_param_t* p, int d, int64_t i) {
+  int P = p->layout.parts;
+  if (d > 0 || P <= 1) return p->layout.offset[d] + i;
+  int64_t lrows = p->layout.shape[0] / P;
+  return i / lrows * (p->shape[0] / P) + p->layout.offset[0] + i % lrows;
+}
+
 INIT_CLONES static void fill_run(const init_job_t* j, float* out, uint64_t g0,
                                  int64_t n) {
   const tr_init_rule_t* r = &j->p->init;
@@ -471,19 +481,24 @@ static void init_task(void* ctx, int64_t task) {
     return;
   }
   /* a block of the last dimension (2-D shards): each local row is a run
-   * of the global order */
+   * of the global order (of a part, when the last dim is strided) */
   int nd = p->ndim;
   int64_t ld = p->layout.shape[nd - 1];
   for (int64_t i = i0; i < i1;) {
     int64_t rem = i / ld, col = i % ld;
-    int64_t g = p->layout.offset[nd - 1] + col, gstride = p->shape[nd - 1];
+    int64_t g = global_index(p, nd - 1, col), gstride = p->shape[nd - 1];
     for (int d = nd - 2; d >= 0; d--) {
       int64_t lsd = p->layout.shape[d];
-      g += (p->layout.offset[d] + rem % lsd) * gstride;
+      g += global_index(p, d, rem % lsd) * gstride;
       rem /= lsd;
       gstride *= p->shape[d];
     }
-    int64_t len = ld - col < i1 - i ? ld - col : i1 - i;
+    int64_t run = ld - col;
+    if (nd == 1 && p->layout.parts > 1) {
+      int64_t lrows = ld / p->layout.parts;
+      run = lrows - col % lrows;
+    }
+    int64_t len = run < i1 - i ? run : i1 - i;
     fill_run(j, j->data + i, (uint64_t)g, len);
     i += len;
   }

@@ -38,6 +38,7 @@ int tr__table_add(tr__table_t* t, int blk, tr__pdecl_t d, int ndim, int64_t d0,
   p->block = blk;
   p->decay = ndim >= 2;
   for (int i = 0; i < ndim; i++) p->layout.shape[i] = p->shape[i];
+  p->layout.parts = 1;
   tr__table_use(t, blk, m->n_params);
   return m->n_params++;
 }

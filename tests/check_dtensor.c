@@ -43,14 +43,14 @@ static const char* members(tr_pg_t* g, char* buf, size_t n) {
   return buf;
 }
 
-static const tr_placement_t S0 = {TR_PLACEMENT_SHARD, 0, TR_PG_SUM};
-static const tr_placement_t S1 = {TR_PLACEMENT_SHARD, 1, TR_PG_SUM};
-static const tr_placement_t S2 = {TR_PLACEMENT_SHARD, 2, TR_PG_SUM};
-static const tr_placement_t R = {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM};
-static const tr_placement_t PSUM = {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM};
-static const tr_placement_t PAVG = {TR_PLACEMENT_PARTIAL, 0, TR_PG_AVG};
-static const tr_placement_t PMAX = {TR_PLACEMENT_PARTIAL, 0, TR_PG_MAX};
-static const tr_placement_t PMIN = {TR_PLACEMENT_PARTIAL, 0, TR_PG_MIN};
+static const tr_placement_t S0 = {TR_PLACEMENT_SHARD, 0, TR_PG_SUM, 1};
+static const tr_placement_t S1 = {TR_PLACEMENT_SHARD, 1, TR_PG_SUM, 1};
+static const tr_placement_t S2 = {TR_PLACEMENT_SHARD, 2, TR_PG_SUM, 1};
+static const tr_placement_t R = {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0};
+static const tr_placement_t PSUM = {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM, 0};
+static const tr_placement_t PAVG = {TR_PLACEMENT_PARTIAL, 0, TR_PG_AVG, 0};
+static const tr_placement_t PMAX = {TR_PLACEMENT_PARTIAL, 0, TR_PG_MAX, 0};
+static const tr_placement_t PMIN = {TR_PLACEMENT_PARTIAL, 0, TR_PG_MIN, 0};
 
 /* ---- degrees ---- */
 
@@ -833,14 +833,14 @@ static void check_case(tr_mesh_t* m, const tr_placement_t* src,
 
 /* ---- bodies on forked ranks ---- */
 
-static const tr_placement_t k_1d[] = {{TR_PLACEMENT_SHARD, 0, TR_PG_SUM},
-                                      {TR_PLACEMENT_SHARD, 1, TR_PG_SUM},
-                                      {TR_PLACEMENT_SHARD, -1, TR_PG_SUM},
-                                      {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM},
-                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM},
-                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_AVG},
-                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_MAX},
-                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_MIN}};
+static const tr_placement_t k_1d[] = {{TR_PLACEMENT_SHARD, 0, TR_PG_SUM, 0},
+                                      {TR_PLACEMENT_SHARD, 1, TR_PG_SUM, 0},
+                                      {TR_PLACEMENT_SHARD, -1, TR_PG_SUM, 0},
+                                      {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0},
+                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM, 0},
+                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_AVG, 0},
+                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_MAX, 0},
+                                      {TR_PLACEMENT_PARTIAL, 0, TR_PG_MIN, 0}};
 #define N_1D ((int)(sizeof k_1d / sizeof k_1d[0]))
 
 /* Every pair of 1-d placements on a 1-d mesh of all ranks, for shapes
@@ -889,11 +889,12 @@ static int one_op(const tr_placement_t* p, int m) {
 /* Every pair of placements on a 2 x 2 mesh (and 2 x 2 x 1). */
 static void body_2d(tr_pg_t* world, pg_ctx_t* c) {
   (void)c;
-  static const tr_placement_t opts[] = {{TR_PLACEMENT_SHARD, 0, TR_PG_SUM},
-                                        {TR_PLACEMENT_SHARD, 1, TR_PG_SUM},
-                                        {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM},
-                                        {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM},
-                                        {TR_PLACEMENT_PARTIAL, 0, TR_PG_MAX}};
+  static const tr_placement_t opts[] = {
+      {TR_PLACEMENT_SHARD, 0, TR_PG_SUM, 0},
+      {TR_PLACEMENT_SHARD, 1, TR_PG_SUM, 0},
+      {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0},
+      {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM, 0},
+      {TR_PLACEMENT_PARTIAL, 0, TR_PG_MAX, 0}};
   const int no = 5;
   int sizes[3] = {2, 2, 1};
   const char* names[3] = {"dp", "tp", "cp"};
@@ -913,18 +914,18 @@ static void body_2d(tr_pg_t* world, pg_ctx_t* c) {
   /* 2 x 2 x 1: a size-1 dim's groups hold one rank */
   PCHECK_RC(tr_mesh_init(world, 3, sizes, names, &m, NULL));
   static const tr_placement_t p3[][3] = {
-      {{TR_PLACEMENT_SHARD, 0, TR_PG_SUM},
-       {TR_PLACEMENT_SHARD, 1, TR_PG_SUM},
-       {TR_PLACEMENT_SHARD, 0, TR_PG_SUM}},
-      {{TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM},
-       {TR_PLACEMENT_SHARD, 0, TR_PG_SUM},
-       {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM}},
-      {{TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM},
-       {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM},
-       {TR_PLACEMENT_SHARD, 1, TR_PG_SUM}},
-      {{TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM},
-       {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM},
-       {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM}}};
+      {{TR_PLACEMENT_SHARD, 0, TR_PG_SUM, 0},
+       {TR_PLACEMENT_SHARD, 1, TR_PG_SUM, 0},
+       {TR_PLACEMENT_SHARD, 0, TR_PG_SUM, 0}},
+      {{TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0},
+       {TR_PLACEMENT_SHARD, 0, TR_PG_SUM, 0},
+       {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM, 0}},
+      {{TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM, 0},
+       {TR_PLACEMENT_PARTIAL, 0, TR_PG_SUM, 0},
+       {TR_PLACEMENT_SHARD, 1, TR_PG_SUM, 0}},
+      {{TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0},
+       {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0},
+       {TR_PLACEMENT_REPLICATE, 0, TR_PG_SUM, 0}}};
   for (int a = 0; a < 4; a++)
     for (int b = 0; b < 4; b++)
       check_case(m, p3[a], p3[b], 2, shapes[0], TR_F32, MODE_SYNC);

@@ -286,17 +286,30 @@ typedef struct {
   tr_placement_kind_t kind;
   int dim;              /* Shard: tensor dim (negative: from the end) */
   tr_pg_reduce_op_t op; /* Partial: TR_PG_SUM, _AVG, _MAX or _MIN */
+  /* Shard: 0 or 1, a plain torch.chunk cut; P > 1, the strided variant
+   * for fused projections (GPT-2's q|k|v): the dim is P equal parts, each
+   * cut in torch.chunk pieces on its own, and a rank holds its piece of
+   * every part, in part order (rank r of 2 over q|k|v rows: q_r|k_r|v_r).
+   * Each part must divide evenly over the mesh dim, and no other mesh dim
+   * may cut the same tensor dim (the piece is not a box). Only parameter
+   * layouts take it (tr_dtensor_param_place; a DTensor spec refuses it:
+   * TR_EUNSUPPORTED). */
+  int parts;
 } tr_placement_t;
 
 tr_placement_t tr_placement_shard(int dim);
+/* Shard(dim) of `parts` equal parts, each cut on its own (see parts). */
+tr_placement_t tr_placement_shard_parts(int dim, int parts);
 tr_placement_t tr_placement_replicate(void);
 tr_placement_t tr_placement_partial(tr_pg_reduce_op_t op);
 
 /* 1 when a and b are the same placement (Shard dims compared as given). */
 int tr_placement_eq(tr_placement_t a, tr_placement_t b);
-/* "Shard(0)", "Replicate()", "Partial(sum)" into buf; returns buf. */
+/* "Shard(0)", "Shard(0, parts=3)", "Replicate()", "Partial(sum)" into
+ * buf; returns buf. */
 const char* tr_placement_str(tr_placement_t p, char* buf, size_t n);
-/* The inverse of tr_placement_str ("S(1)", "R", "P" and "P(max)" too);
+/* The inverse of tr_placement_str ("S(1)", "R", "P" and "P(max)" too;
+ * "Shard(0, parts=3)" for the strided variant);
  * TR_EINVAL when s is none of them. */
 int tr_placement_parse(const char* s, tr_placement_t* out);
 
@@ -323,7 +336,10 @@ int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
  * order). Cutting a dim later is PyTorch's _StridedShard: FSDP2 over a
  * tensor-parallel parameter shards the piece TP left, although dp_shard
  * comes before tp in the mesh. TR_EINVAL for an order that is not a
- * permutation. */
+ * permutation. A Shard of P > 1 parts gives the shape of the whole piece
+ * (P pieces of the parts) and the offset of its piece of part 0 (part j's
+ * is j x shape[d] / P further); TR_EINVAL when a part does not divide
+ * evenly or another mesh dim cuts the same tensor dim. */
 int tr_placement_local_layout_ordered(
     int mesh_ndim, const int* mesh_sizes, const int* coords,
     const tr_placement_t* pl, const int* order, int ndim, const int64_t* gshape,
@@ -506,6 +522,105 @@ int64_t tr_dtensor_param_replicas(const tr_param_t* p,
 int tr_dtensor_param_unshard(tr_param_t* p, const char* dim);
 /* Free the placement and make the layout the whole tensor again. */
 void tr_dtensor_param_clear_layout(tr_param_t* p);
+
+/* ===================================================================== */
+/* ---- tensor parallelism (dtensor/tp.c) ----
+ *
+ * Megatron-style TP as torchtitan plans it, without sequence parallel or
+ * loss parallel (later steps). The plan reads each parameter's declared
+ * tp style (trainrun/model.h) and places it on the mesh dim "tp":
+ *
+ *   colwise    Shard(0): output features split (q, k, v by heads, w1, w3,
+ *              GPT-2's c_fc and its bias); GPT-2's fused c_attn weight and
+ *              bias are Shard(0, parts=3), each of q, k and v cut by heads,
+ *              so a rank holds q|k|v of its heads as one tensor
+ *   rowwise    Shard(1): input features split (wo, w2, GPT-2's c_proj); the
+ *              output is a partial sum
+ *   replicate  norms, GPT-2's position table, the biases of row-parallel
+ *              layers (the families add them once, after the reduction)
+ *   vocab, output
+ *              replicated in this step: the token embedding and the output
+ *              projection (GPT-2's tied table is one tensor) are whole on
+ *              every tp rank, so the embedding and the head compute the
+ *              same full logits and loss everywhere, exactly; their
+ *              vocabulary split comes with loss parallel
+ *
+ * The model's tp hook (tr_tp_install) then all-reduces (sum over the tp
+ * group) the partial output of every row-parallel linear before the
+ * residual add (TR_TP_FWD_OUT) and the input gradient of every
+ * column-parallel linear (TR_TP_BWD_IN): two all-reduces per layer in
+ * forward, two in backward. Every tp rank runs the same batch.
+ *
+ *   tr_mesh_shape_t s;
+ *   tr_mesh_get_shape(mesh, &s);             // a mesh with a "tp" dim
+ *   tr_tp_plan_apply(&m, &s, &err);          // after tr_model_init,
+ *   tr_model_alloc(&m, dev);                 // before the allocation
+ *   tr_model_init_weights(&m, seed);         // the 1-rank values, sliced
+ *   tr_tp_install(&m, tr_mesh_dim_pg(mesh, "tp"));
+ *   ... forward / backward as on one rank ...
+ *   tr_tp_grad_sq_norm(&m, tp_pg, &sq);      // the global squared norm
+ *
+ * Gradient norm: the gradient of a tp-sharded parameter is that rank's
+ * piece, of a tp-replicated one the whole (the same on every tp rank), so
+ * the squared norm is sum over tp of the sharded squares plus the
+ * replicated squares once; a trainer reduces the sharded part over tp (and
+ * over the data-parallel dims as it does today) and the replicated part
+ * over the data-parallel dims only. FSDP over a TP layout (2-D) composes
+ * Shard(0) on dp_shard (tr_dtensor_param_shard), except over GPT-2's
+ * strided c_attn (refused: TR_EINVAL). A safetensors import
+ * (tr_st_import_model) fills TP pieces, strided ones included; the
+ * distributed checkpoint records a box per piece and cannot save a strided
+ * one yet: the launcher refuses tensor_parallel_degree. */
+
+/* The placement on "tp" that p's style asks for in *out: 1 when it is a
+ * Shard (colwise, rowwise), 0 for Replicate. */
+int tr_tp_placement(const tr_param_t* p, tr_placement_t* out);
+
+/* Place every parameter of m on the mesh dim "tp" of mesh as above
+ * (Replicate on the other dims; FSDP composes onto it after). No-op
+ * without a "tp" dim or when its size is 1. Before tr_model_alloc and
+ * before any other placement: TR_EINVAL otherwise. TR_ECONFIG with a
+ * message in err when the tp degree does not divide the heads, the KV
+ * heads or a split dim ("tensor_parallel_degree 3 does not divide the 4
+ * attention heads"). */
+int tr_tp_plan_apply(tr_model_t* m, const tr_mesh_shape_t* mesh,
+                     tr_errmsg_t* err);
+
+/* One line per parameter: name, style, placement on tp, global and local
+ * shape, e.g.
+ *   transformer.h.0.attn.c_attn.weight  colwise  Shard(0, parts=3)
+ *   [384, 128]     local [192, 128]
+ * (one line in the output), then what a rank holds:
+ *   per rank: 180736 of 296192 parameter elements, 2.8 MiB of fp32
+ *   weights, gradients and AdamW moments
+ * (16 bytes an element). TR_EIO when f fails. */
+int tr_tp_plan_describe(const tr_model_t* m, FILE* f);
+
+/* The hook: all-reduce SUM of t over the tp group arg (a tr_pg_t*), at
+ * both points. */
+int tr_tp_reduce(void* arg, tr_tp_point_t point, tr_tensor_t* t);
+/* Set m's tp hook to tr_tp_reduce over tp; tp NULL or of size 1 clears it
+ * (the bits of a model without the seam). tp must outlive its use. */
+void tr_tp_install(tr_model_t* m, tr_pg_t* tp);
+
+/* 1 when p is sharded on the mesh dim "tp", else 0. */
+int tr_tp_sharded(const tr_param_t* p);
+
+/* The whole tensor of which local (contiguous, CPU, shaped like
+ * p->layout.shape: p's data or grad) is this rank's tp piece, into *out (a
+ * new CPU tensor of p->shape), strided parts included. Collective over tp
+ * (an all-gather) for a tp-sharded p; a copy otherwise. TR_EUNSUPPORTED
+ * when another mesh dim also shards p, the tp pieces differ in size (the
+ * plan never makes such) or local is not on the host,
+ * TR_ESHAPE when local is not p's piece. */
+int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
+                 tr_tensor_t* out);
+
+/* The squared norm of m's gradients (float32) over the tp group: the
+ * tp-sharded parameters' squares summed over tp (all-gathered and added in
+ * rank order, so every rank gets the same double), the others' once.
+ * Collective over tp (NULL or size 1: local). */
+int tr_tp_grad_sq_norm(const tr_model_t* m, tr_pg_t* tp, double* out);
 
 #ifdef __cplusplus
 }

@@ -198,7 +198,8 @@ typedef enum {
                           table tied to the output is split so for both) */
   TR_TP_OUTPUT = 4     /* the output projection, Shard(0) over the vocab
                           (loss parallel) */
-} tr_tp_style_t;
+} tr_tp_style_t; /* dtensor's plan (tr_tp_plan_apply) keeps VOCAB and OUTPUT
+                    replicated until loss parallel is built */
 
 /* Which part of the global tensor this rank holds. tr_model_init sets the
  * whole tensor (offset 0, shape = global shape, placement NULL). Only
@@ -208,6 +209,12 @@ typedef enum {
 typedef struct {
   int64_t offset[TR_MAX_DIMS]; /* first global index held, per dim */
   int64_t shape[TR_MAX_DIMS];  /* local extent, per dim */
+  /* 1: the piece is the box [offset, offset + shape). P > 1 (a strided
+   * tensor-parallel shard of a fused projection, GPT-2's q|k|v): along dim
+   * 0 the piece is P equal runs of shape[0] / P rows, run j starting at
+   * global row j x shape_global[0] / P + offset[0]; the other dims are as
+   * for a box. */
+  int parts;
   /* The placement this layout comes from: a tr_param_placement_t
    * (trainrun/dtensor.h, the one truth about sharding), a single heap
    * block that dtensor sets and tr_model_release frees; NULL = the whole

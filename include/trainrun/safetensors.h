@@ -108,8 +108,10 @@ int tr_st_write(const char* path, const tr_st_item_t* items, size_t n,
 int tr_st_export_model(const tr_model_t* m, const char* path, tr_dtype_t dtype,
                        tr_errmsg_t* err);
 /* Load every parameter of m from path: into host or device tensors, and
- * for a sharded parameter only this rank's region (layout.offset/shape) of
- * the file's tensor (read whole into a host buffer, one at a time). Errors
+ * for a sharded parameter only this rank's region (layout.offset/shape;
+ * the runs of each part for a strided tensor-parallel layout,
+ * layout.parts) of the file's tensor (read whole into a host buffer, one
+ * at a time). Errors
  * name the tensor and the file: a missing tensor, a shape that differs (in
  * HF layout), a tensor the model does not have. The caller refreshes compute
  * copies (tr_model_refresh_compute). */

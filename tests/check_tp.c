@@ -1,0 +1,623 @@
+/* tests/check_tp.c: tensor parallelism (dtensor/tp.c, trainrun/dtensor.h).
+ *
+ * Local: the strided Shard(0, parts=3) placement's arithmetic and its
+ * refusals, the plan's placement of every parameter of GPT-2 and Llama
+ * debug models and its divisibility errors, and the strided init of a
+ * c_attn piece against the one-rank values; the bytes a rank allocates
+ * for parameters and gradients under TP 4 (host allocator); a one-rank
+ * safetensors file loaded into TP pieces. On 2 and 4 forked Gloo ranks
+ * (tests/pg_suite.h): a small GPT-2 and a small Llama (heads divisible by
+ * 4, GQA for Llama) under the TP plan against the same model on one rank:
+ * the gathered shards equal the one-rank init byte for byte; the loss of a
+ * forward and backward of the same batch within 1e-5 relative, the
+ * gathered gradients within 1e-5 max-abs (1e-7 seen), the squared
+ * gradient norm within 1e-5 relative, at each of 20 steps with AdamW
+ * steps between (the even ones with full activation checkpointing, step 3
+ * with the backward split into I and W),
+ * two hook calls per layer forward and two backward (the forward's again
+ * when recomputing); the final weights within 1e-5 max-abs (but
+ * GPT-2's key bias, whose gradient is 0: body_tp). */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/pg_suite.h"
+#include "trainrun/dtensor.h"
+#include "trainrun/error.h"
+#include "trainrun/kernels.h"
+#include "trainrun/model.h"
+#include "trainrun/safetensors.h"
+
+/* ---- models ---- */
+
+/* GPT-2: debugmodel cut to 2 layers (4 heads); Llama: 8 heads, 4 KV heads,
+ * dim 64, 2 layers. */
+static int small_config(int llama, tr_model_config_t* c) {
+  int rc = tr_model_config_get(llama ? "llama3" : "gpt2", "debugmodel", c);
+  c->n_layers = 2;
+  c->vocab_size = 96;
+  c->max_seq_len = 16;
+  if (llama) {
+    c->dim = 64;
+    c->n_heads = 8;
+    c->n_kv_heads = 4;
+    c->head_dim = 8;
+    c->ffn_dim = 192;
+  }
+  return rc;
+}
+
+static tr_mesh_shape_t tp_shape(int k, int coord) {
+  tr_mesh_shape_t s;
+  const char* names[] = {"tp"};
+  ck_assert_int_eq(tr_mesh_shape_init(&s, 1, names, &k, &coord), 0);
+  return s;
+}
+
+/* ---- local ---- */
+
+START_TEST(test_strided_placement) {
+  /* [12, 2] as 3 parts of 4 rows over 2 ranks: rank 1 holds rows 2,3 of
+   * each part, offset 2, 6 rows */
+  tr_placement_t pl = tr_placement_shard_parts(0, 3);
+  int sizes[1] = {2}, coords[1] = {1};
+  int64_t g[2] = {12, 2}, ls[2], off[2];
+  ck_assert_int_eq(
+      tr_placement_local_layout(1, sizes, coords, &pl, 2, g, ls, off), 0);
+  ck_assert_int_eq(ls[0], 6);
+  ck_assert_int_eq(ls[1], 2);
+  ck_assert_int_eq(off[0], 2);
+  char buf[48];
+  ck_assert_str_eq(tr_placement_str(pl, buf, sizeof buf), "Shard(0, parts=3)");
+  ck_assert(!tr_placement_eq(pl, tr_placement_shard(0)));
+  ck_assert(tr_placement_eq(pl, tr_placement_shard_parts(0, 3)));
+  tr_placement_t back;
+  ck_assert_int_eq(tr_placement_parse(buf, &back), 0);
+  ck_assert(tr_placement_eq(back, pl));
+  ck_assert_int_eq(tr_placement_parse("Shard(0)", &back), 0);
+  ck_assert(tr_placement_eq(back, tr_placement_shard(0)));
+  ck_assert_int_eq(tr_placement_parse("Shard(0, parts=)", &back), TR_EINVAL);
+  ck_assert_int_eq(tr_placement_parse("Shard(0, parts=3", &back), TR_EINVAL);
+  /* a part that does not split evenly */
+  int64_t g2[2] = {9, 2};
+  ck_assert_int_eq(
+      tr_placement_local_layout(1, sizes, coords, &pl, 2, g2, ls, off),
+      TR_EINVAL);
+  /* another mesh dim cutting the same tensor dim, after or before */
+  tr_placement_t two[2] = {pl, tr_placement_shard(0)};
+  int s2[2] = {2, 2}, c2[2] = {0, 1};
+  int64_t g3[2] = {24, 2};
+  ck_assert_int_eq(tr_placement_local_layout(2, s2, c2, two, 2, g3, ls, off),
+                   TR_EINVAL);
+  tr_placement_t rev[2] = {tr_placement_shard(0), pl};
+  ck_assert_int_eq(tr_placement_local_layout(2, s2, c2, rev, 2, g3, ls, off),
+                   TR_EINVAL);
+  /* another tensor dim is fine */
+  tr_placement_t other[2] = {pl, tr_placement_shard(1)};
+  ck_assert_int_eq(tr_placement_local_layout(2, s2, c2, other, 2, g3, ls, off),
+                   0);
+  ck_assert_int_eq(ls[0], 12);
+  ck_assert_int_eq(ls[1], 1);
+  ck_assert_int_eq(off[1], 1);
+}
+END_TEST
+
+START_TEST(test_plan_placements) {
+  tr_model_config_t c;
+  ck_assert_int_eq(small_config(_i, &c), 0);
+  tr_model_t m;
+  ck_assert_int_eq(tr_model_init(&m, &c), 0);
+  tr_mesh_shape_t s = tp_shape(4, 3);
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, &err), 0);
+  int64_t C = c.dim;
+  for (int i = 0; i < m.n_params; i++) {
+    const tr_param_t* p = &m.params[i];
+    const tr_param_placement_t* pp = tr_dtensor_param_placement(p);
+    if (p->tp_style == TR_TP_COLWISE) {
+      ck_assert_ptr_nonnull(pp);
+      ck_assert_int_eq(pp->placements[0].kind, TR_PLACEMENT_SHARD);
+      ck_assert_int_eq(pp->placements[0].dim, 0);
+      ck_assert_int_eq(p->layout.shape[0], p->shape[0] / 4);
+      ck_assert_int_eq(p->layout.parts, p->tp_parts);
+      if (strstr(p->name, "c_attn")) {
+        ck_assert_int_eq(p->tp_parts, 3);
+        ck_assert_int_eq(p->layout.offset[0], 3 * (C / 4)); /* rank 3 */
+      }
+    } else if (p->tp_style == TR_TP_ROWWISE) {
+      ck_assert_ptr_nonnull(pp);
+      ck_assert(tr_placement_eq(pp->placements[0], tr_placement_shard(1)));
+      ck_assert_int_eq(p->layout.shape[1], p->shape[1] / 4);
+      ck_assert_int_eq(p->layout.offset[1], 3 * (p->shape[1] / 4));
+      ck_assert_int_eq(p->layout.shape[0], p->shape[0]);
+    } else { /* norms, row biases, embedding, output: whole */
+      ck_assert_ptr_null(pp);
+      ck_assert_int_eq(p->layout.shape[0], p->shape[0]);
+    }
+  }
+  /* the printout names the styles and placements */
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  ck_assert_int_eq(tr_tp_plan_describe(&m, f), 0);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(text, _i ? "Shard(1)" : "Shard(0, parts=3)"));
+  ck_assert_ptr_nonnull(strstr(text, "rowwise"));
+  /* the summary: the whole table, less 3/4 of the split parameters */
+  int64_t whole = tr_model_num_params(&m), split = 0;
+  for (int i = 0; i < m.n_params; i++) {
+    const tr_param_t* p = &m.params[i];
+    tr_placement_t pl;
+    if (tr_tp_placement(p, &pl))
+      split += p->shape[0] * (p->ndim > 1 ? p->shape[1] : 1);
+  }
+  int64_t held = whole - split + split / 4;
+  char line[160];
+  snprintf(line, sizeof line,
+           "  per rank: %lld of %lld parameter elements, %.1f MiB of fp32 "
+           "weights, gradients and AdamW moments\n",
+           (long long)held, (long long)whole,
+           16.0 * (double)held / (1024.0 * 1024.0));
+  ck_assert_ptr_nonnull(strstr(text, line));
+  free(text);
+  /* a second plan (or one after allocation) is refused */
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, &err), TR_EINVAL);
+  tr_model_release(&m);
+  /* size 1: nothing placed */
+  ck_assert_int_eq(tr_model_init(&m, &c), 0);
+  s = tp_shape(1, 0);
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, &err), 0);
+  for (int i = 0; i < m.n_params; i++)
+    ck_assert_ptr_null(tr_dtensor_param_placement(&m.params[i]));
+  tr_model_release(&m);
+}
+END_TEST
+
+START_TEST(test_plan_errors) {
+  tr_model_config_t c;
+  tr_model_t m;
+  tr_errmsg_t err;
+  ck_assert_int_eq(small_config(0, &c), 0); /* 4 heads */
+  ck_assert_int_eq(tr_model_init(&m, &c), 0);
+  tr_mesh_shape_t s = tp_shape(3, 0);
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, &err), TR_ECONFIG);
+  ck_assert_str_eq(err.message,
+                   "tensor_parallel_degree 3 does not divide the 4 attention "
+                   "heads");
+  tr_model_release(&m);
+  ck_assert_int_eq(small_config(1, &c), 0); /* 8 heads, 4 KV heads */
+  ck_assert_int_eq(tr_model_init(&m, &c), 0);
+  s = tp_shape(8, 0);
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, &err), TR_ECONFIG);
+  ck_assert_str_eq(err.message,
+                   "tensor_parallel_degree 8 does not divide the 4 key/value "
+                   "heads");
+  tr_model_release(&m);
+  c.ffn_dim = 190; /* 4 divides the heads, not the FFN width */
+  ck_assert_int_eq(tr_model_init(&m, &c), 0);
+  s = tp_shape(4, 0);
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, &err), TR_ECONFIG);
+  ck_assert_str_eq(err.message,
+                   "tensor_parallel_degree 4 does not divide dim 0 (190 in 1 "
+                   "part) of 'model.layers.0.mlp.gate_proj.weight'");
+  tr_model_release(&m);
+}
+END_TEST
+
+/* Every rank's piece of c_attn (weight and bias) under the plan, made by
+ * tr_model_init_weights, is the one-rank table's rows q_r | k_r | v_r; FSDP
+ * cannot compose onto it. */
+START_TEST(test_strided_init) {
+  tr_model_config_t c;
+  ck_assert_int_eq(small_config(0, &c), 0);
+  tr_model_t ref;
+  ck_assert_int_eq(tr_model_init(&ref, &c), 0);
+  ck_assert_int_eq(tr_model_alloc(&ref, TR_DEVICE_CPU), 0);
+  ck_assert_int_eq(tr_model_init_weights(&ref, 7), 0);
+  /* c_attn's init is N(0, 0.02); the bias is zeros: give it a rule */
+  int w = tr_model_find_param(&ref, "transformer.h.1.attn.c_attn.weight");
+  int b = tr_model_find_param(&ref, "transformer.h.1.attn.c_attn.bias");
+  ck_assert_int_ge(w, 0);
+  ref.params[b].init = ref.params[w].init;
+  ck_assert_int_eq(tr_model_init_weights(&ref, 7), 0);
+  int64_t C = c.dim;
+  for (int r = 0; r < 4; r++) {
+    tr_model_t m;
+    ck_assert_int_eq(tr_model_init(&m, &c), 0);
+    tr_mesh_shape_t s = tp_shape(4, r);
+    ck_assert_int_eq(tr_tp_plan_apply(&m, &s, NULL), 0);
+    m.params[b].init = m.params[w].init;
+    ck_assert_int_eq(tr_model_alloc(&m, TR_DEVICE_CPU), 0);
+    ck_assert_int_eq(tr_model_init_weights(&m, 7), 0);
+    int64_t q = C / 4; /* rows of each part on a rank */
+    const float* lw = tr_tensor_data(&m.params[w].data);
+    const float* gw = tr_tensor_data(&ref.params[w].data);
+    const float* lb = tr_tensor_data(&m.params[b].data);
+    const float* gb = tr_tensor_data(&ref.params[b].data);
+    for (int part = 0; part < 3; part++) {
+      int64_t grow = part * C + r * q;
+      ck_assert(memcmp(lw + part * q * C, gw + grow * C,
+                       sizeof(float) * (size_t)(q * C)) == 0);
+      ck_assert(memcmp(lb + part * q, gb + grow, sizeof(float) * (size_t)q) ==
+                0);
+    }
+    /* FSDP's Shard(0) on dp_shard cannot cut the strided piece */
+    const char* names[] = {"dp_shard", "tp"};
+    int sz[2] = {2, 4}, co[2] = {0, r};
+    tr_mesh_shape_t s2;
+    ck_assert_int_eq(tr_mesh_shape_init(&s2, 2, names, sz, co), 0);
+    tr_placement_t pl[2] = {tr_placement_replicate(),
+                            tr_placement_shard_parts(0, 3)};
+    tr_param_t p = m.params[w];
+    p.layout.placement = NULL;
+    ck_assert_int_eq(tr_dtensor_param_place(&p, &s2, pl, NULL), 0);
+    ck_assert_int_eq(tr_dtensor_param_shard(&p, &s2, "dp_shard", 0), TR_EINVAL);
+    tr_dtensor_param_clear_layout(&p);
+    tr_model_release(&m);
+  }
+  tr_model_release(&ref);
+}
+END_TEST
+
+/* A GPT-2 file of the one-rank model (safetensors) loads into every TP 4
+ * rank as the pieces the init gives that rank, strided c_attn included. */
+START_TEST(test_import_pieces) {
+  tr_model_config_t c;
+  ck_assert_int_eq(small_config(0, &c), 0);
+  char dir[] = "/tmp/check_tp.XXXXXX", path[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  tr_model_t ref;
+  ck_assert_int_eq(tr_model_init(&ref, &c), 0);
+  ck_assert_int_eq(tr_model_alloc(&ref, TR_DEVICE_CPU), 0);
+  for (int i = 0; i < ref.n_params; i++) /* no all-zero biases */
+    ref.params[i].init = (tr_init_rule_t){TR_INIT_NORMAL, 0.02f, 0, 0};
+  ck_assert_int_eq(tr_model_init_weights(&ref, 5), 0);
+  tr_errmsg_t err;
+  ck_assert_int_eq(tr_st_export_model(&ref, path, TR_F32, &err), 0);
+  for (int r = 0; r < 4; r++) {
+    tr_model_t a, b;
+    tr_mesh_shape_t s = tp_shape(4, r);
+    ck_assert_int_eq(tr_model_init(&a, &c), 0);
+    ck_assert_int_eq(tr_model_init(&b, &c), 0);
+    ck_assert_int_eq(tr_tp_plan_apply(&a, &s, NULL), 0);
+    ck_assert_int_eq(tr_tp_plan_apply(&b, &s, NULL), 0);
+    for (int i = 0; i < b.n_params; i++) b.params[i].init = ref.params[i].init;
+    ck_assert_int_eq(tr_model_alloc(&a, TR_DEVICE_CPU), 0);
+    ck_assert_int_eq(tr_model_alloc(&b, TR_DEVICE_CPU), 0);
+    ck_assert_int_eq(tr_st_import_model(&a, path, &err), 0);
+    ck_assert_int_eq(tr_model_init_weights(&b, 5), 0);
+    for (int i = 0; i < a.n_params; i++)
+      ck_assert_msg(memcmp(tr_tensor_data(&a.params[i].data),
+                           tr_tensor_data(&b.params[i].data),
+                           sizeof(float) *
+                               (size_t)tr_tensor_numel(&a.params[i].data)) == 0,
+                    "rank %d: '%s' differs", r, a.params[i].name);
+    tr_model_release(&a);
+    tr_model_release(&b);
+  }
+  tr_model_release(&ref);
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* Bytes of parameters and gradients a rank allocates (host allocator's
+ * counters) under TP 4: the one-rank bytes less 3/4 of the split
+ * parameters' (up to the allocator's alignment per tensor). */
+static int64_t alloc_bytes(const tr_model_config_t* c, int k) {
+  tr_model_t m;
+  tr_mem_stats_t a, b;
+  ck_assert_int_eq(tr_model_init(&m, c), 0);
+  tr_mesh_shape_t s = tp_shape(k, k - 1);
+  ck_assert_int_eq(tr_tp_plan_apply(&m, &s, NULL), 0);
+  tr_mem_stats(TR_MEM_HOST, 0, &a);
+  ck_assert_int_eq(tr_model_alloc(&m, TR_DEVICE_CPU), 0);
+  tr_mem_stats(TR_MEM_HOST, 0, &b);
+  tr_model_release(&m);
+  return b.current_bytes - a.current_bytes;
+}
+
+START_TEST(test_memory) {
+  tr_model_config_t c;
+  ck_assert_int_eq(small_config(_i, &c), 0);
+  tr_model_t m;
+  ck_assert_int_eq(tr_model_init(&m, &c), 0);
+  int64_t split = 0; /* elements of the colwise and rowwise parameters */
+  for (int i = 0; i < m.n_params; i++) {
+    tr_placement_t pl;
+    if (tr_tp_placement(&m.params[i], &pl))
+      split += m.params[i].shape[0] *
+               (m.params[i].ndim > 1 ? m.params[i].shape[1] : 1);
+  }
+  int64_t one = alloc_bytes(&c, 1), four = alloc_bytes(&c, 4);
+  int64_t want = one - 2 * (int64_t)sizeof(float) * split * 3 / 4;
+  ck_assert_int_gt(split, 0);
+  ck_assert_msg(llabs(four - want) <= 2 * 64 * m.n_params,
+                "tp 4 allocates %lld bytes, expected %lld (1 rank: %lld)",
+                (long long)four, (long long)want, (long long)one);
+  tr_model_release(&m);
+}
+END_TEST
+
+START_TEST(test_spec_refuses_parts) {
+  /* a DTensor spec has no strided redistribute (parameter layouts only) */
+  tr_pg_t* pg;
+  tr_pg_opts_t o;
+  tr_pg_opts_init(&o);
+  o.backend = "fake";
+  o.rank = 0;
+  o.world_size = 2;
+  ck_assert_int_eq(tr_pg_new(&o, &pg), 0);
+  tr_mesh_t* mesh;
+  int k = 2;
+  const char* names[] = {"tp"};
+  ck_assert_int_eq(tr_mesh_init(pg, 1, &k, names, &mesh, NULL), 0);
+  tr_dtensor_spec_t spec;
+  tr_placement_t pl = tr_placement_shard_parts(0, 3);
+  int64_t shape[2] = {12, 2};
+  ck_assert_int_eq(tr_dtensor_spec_init(&spec, mesh, &pl, 2, shape),
+                   TR_EUNSUPPORTED);
+  tr_mesh_free(mesh);
+  tr_pg_free(pg);
+}
+END_TEST
+
+/* ---- on forked ranks ---- */
+
+static int body_llama; /* the family the bodies build */
+
+static const int B = 2, T = 8;
+#define STEPS 20 /* forward and backward passes, AdamW steps between */
+
+static void batch(int32_t* tok, int32_t* tgt, int V, int step) {
+  for (int i = 0; i < B * T; i++) {
+    tok[i] = (int32_t)((i * 7 + step * 13 + 3) % V);
+    tgt[i] = (int32_t)((i * 11 + step * 5 + 1) % V);
+  }
+}
+
+/* The hook's calls, counted per point, then tr_tp_reduce's work. */
+typedef struct {
+  tr_pg_t* tp;
+  int n[2];
+} count_t;
+
+static int counting_reduce(void* arg, tr_tp_point_t pt, tr_tensor_t* t) {
+  count_t* c = arg;
+  c->n[pt]++;
+  return tr_tp_reduce(c->tp, pt, t);
+}
+
+/* One forward and backward of the step's batch (step 3: the backward as
+ * its input and weight halves); with c, the hook's calls
+ * are checked: two all-reduces per layer forward, two backward, and the
+ * forward's again where the layers recompute (full checkpointing). */
+static double fwd_bwd(tr_model_t* m, int step, count_t* c) {
+  int32_t tok[B * T], tgt[B * T];
+  batch(tok, tgt, m->cfg.vocab_size, step);
+  tr_model_mb_t mb;
+  int L = m->cfg.n_layers, recompute = tr_model_ac_recomputes(m, 0);
+  if (c) c->n[0] = c->n[1] = 0;
+  PCHECK_RC(tr_model_zero_grad(m));
+  PCHECK_RC(tr_model_mb_init(m, &mb, B, T, tok, tgt));
+  PCHECK_RC(tr_model_forward(m, &mb, 0, m->n_blocks));
+  PCHECK(!c || (c->n[TR_TP_FWD_OUT] == 2 * L && c->n[TR_TP_BWD_IN] == 0));
+  double loss = tr_model_mb_loss(&mb);
+  if (step == 3) { /* the zero-bubble split: I then W */
+    PCHECK_RC(tr_model_backward_input(m, &mb, 0, m->n_blocks));
+    PCHECK_RC(tr_model_backward_weight(m, &mb, 0, m->n_blocks));
+  } else {
+    PCHECK_RC(tr_model_backward(m, &mb, 0, m->n_blocks));
+  }
+  PCHECK(!c || (c->n[TR_TP_FWD_OUT] == (recompute ? 4 : 2) * L &&
+                c->n[TR_TP_BWD_IN] == 2 * L));
+  tr_model_mb_release(m, &mb);
+  return loss;
+}
+
+/* Max |a - b| over p's whole tensor, from this rank's piece local; with
+ * skip, GPT-2's key bias (the middle third of c_attn.bias) is left out
+ * (see body_tp). */
+static double gathered_diff(const tr_param_t* p, const tr_tensor_t* local,
+                            tr_pg_t* tp, const tr_tensor_t* ref, int bytes,
+                            int skip) {
+  tr_tensor_t full = {0};
+  PCHECK_RC(tr_tp_gather(p, local, tp, &full));
+  const float* a = tr_tensor_data(&full);
+  const float* b = tr_tensor_data(ref);
+  int64_t n = tr_tensor_numel(ref);
+  PCHECK(tr_tensor_numel(&full) == n);
+  double d = 0;
+  if (bytes)
+    d = memcmp(a, b, sizeof(float) * (size_t)n) ? 1 : 0;
+  else
+    for (int64_t i = 0; i < n; i++) {
+      if (skip && strstr(p->name, "c_attn.bias") && i >= n / 3 && i < 2 * n / 3)
+        continue;
+      if (fabs((double)a[i] - b[i]) > d) d = fabs((double)a[i] - b[i]);
+    }
+  tr_tensor_release(&full);
+  return d;
+}
+
+static void adamw(tr_model_t* m, tr_tensor_t* mom, tr_tensor_t* var,
+                  int64_t step) {
+  tr_adamw_args_t a = {.lr = 1e-3f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.95f,
+                       .eps = 1e-8f,
+                       .weight_decay = 0.1f,
+                       .grad_scale = 1.0f,
+                       .step = step};
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    a.weight_decay = p->decay ? 0.1f : 0.0f;
+    PCHECK_RC(tr_kern_adamw(&p->data, &p->grad, &mom[i], &var[i], &a));
+  }
+}
+
+static void moments(tr_model_t* m, tr_tensor_t** mom, tr_tensor_t** var) {
+  *mom = calloc((size_t)m->n_params, sizeof **mom);
+  *var = calloc((size_t)m->n_params, sizeof **var);
+  PCHECK(*mom && *var);
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    PCHECK_RC(tr_tensor_zeros(&(*mom)[i], TR_F32, TR_DEVICE_CPU, p->ndim,
+                              p->layout.shape));
+    PCHECK_RC(tr_tensor_zeros(&(*var)[i], TR_F32, TR_DEVICE_CPU, p->ndim,
+                              p->layout.shape));
+  }
+}
+
+static void free_moments(tr_model_t* m, tr_tensor_t* mom, tr_tensor_t* var) {
+  for (int i = 0; i < m->n_params; i++) {
+    tr_tensor_release(&mom[i]);
+    tr_tensor_release(&var[i]);
+  }
+  free(mom);
+  free(var);
+}
+
+static double rel(double a, double b) { return fabs(a - b) / fabs(b); }
+
+static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
+  tr_model_config_t c;
+  PCHECK_RC(small_config(body_llama, &c));
+  const uint64_t seed = 1234;
+  /* the one-rank model */
+  tr_model_t ref;
+  PCHECK_RC(tr_model_init(&ref, &c));
+  PCHECK_RC(tr_model_alloc(&ref, TR_DEVICE_CPU));
+  PCHECK_RC(tr_model_init_weights(&ref, seed));
+  /* the TP model on a 1-d mesh "tp" over every rank */
+  tr_mesh_t* mesh;
+  int k = ctx->size;
+  const char* names[] = {"tp"};
+  PCHECK_RC(tr_mesh_init(world, 1, &k, names, &mesh, NULL));
+  tr_pg_t* tp = tr_mesh_dim_pg(mesh, "tp");
+  tr_mesh_shape_t shape;
+  tr_mesh_get_shape(mesh, &shape);
+  tr_model_t m;
+  tr_errmsg_t err;
+  PCHECK_RC(tr_model_init(&m, &c));
+  PCHECK_RC(tr_tp_plan_apply(&m, &shape, &err));
+  PCHECK_RC(tr_model_alloc(&m, TR_DEVICE_CPU));
+  PCHECK_RC(tr_model_init_weights(&m, seed));
+  tr_tp_install(&m, NULL); /* none: the bits of a model without the seam */
+  PCHECK(m.tp.reduce == NULL);
+  tr_tp_install(&m, tp);
+  PCHECK(m.tp.reduce == tr_tp_reduce && m.tp.arg == tp);
+  count_t calls = {tp, {0, 0}};
+  m.tp.reduce = counting_reduce;
+  m.tp.arg = &calls;
+  /* init: the gathered pieces are the one-rank tensors, byte for byte */
+  int nsharded = 0;
+  for (int i = 0; i < m.n_params; i++) {
+    nsharded += tr_tp_sharded(&m.params[i]);
+    PCHECK(gathered_diff(&m.params[i], &m.params[i].data, tp,
+                         &ref.params[i].data, 1, 0) == 0);
+  }
+  /* GPT-2: c_attn weight and bias, c_proj, c_fc weight and bias, the MLP's
+   * c_proj; Llama: q, k, v, o, gate, up, down */
+  PCHECK(nsharded == c.n_layers * (body_llama ? 7 : 6));
+  /* one forward and backward of the same batch */
+  tr_tensor_t *rm, *rv, *tm, *tv;
+  moments(&ref, &rm, &rv);
+  moments(&m, &tm, &tv);
+  for (int step = 1; step <= STEPS; step++) {
+    /* steps 2 and 4 recompute every layer in backward (the hook runs in
+     * the recomputed forward too) */
+    PCHECK_RC(tr_model_set_activation_checkpoint(
+        &m, step % 2 ? TR_AC_NONE : TR_AC_FULL, 1));
+    double lr = fwd_bwd(&ref, step, NULL), lt = fwd_bwd(&m, step, &calls);
+    PCHECK(isfinite(lt));
+    PCHECK(rel(lt, lr) < 1e-5);
+    double gmax = 0;
+    for (int i = 0; i < m.n_params; i++) {
+      double d = gathered_diff(&m.params[i], &m.params[i].grad, tp,
+                               &ref.params[i].grad, 0, 0);
+      if (d > gmax) gmax = d;
+    }
+    PCHECK(gmax < 1e-5);
+    double sr = 0, st = 0;
+    PCHECK_RC(tr_tp_grad_sq_norm(&ref, NULL, &sr));
+    PCHECK_RC(tr_tp_grad_sq_norm(&m, tp, &st));
+    PCHECK(sr > 0 && rel(st, sr) < 1e-5);
+    if (ctx->rank == 0)
+      fprintf(stderr,
+              "%s tp %d step %d: loss %.9g vs %.9g, grad max-abs %.3g\n",
+              body_llama ? "llama3" : "gpt2", k, step, lt, lr, gmax);
+    if (step == STEPS) break; /* the last one only compares */
+    adamw(&ref, rm, rv, step);
+    adamw(&m, tm, tv, step);
+  }
+  /* the weights after 19 steps. GPT-2's key bias has an exact gradient of
+   * 0 (softmax ignores a shift of every score of a row): AdamW's
+   * m / sqrt(v) turns its rounding noise into lr-sized steps that differ
+   * with the summation order (1.3e-4 after 19 steps at lr 1e-3, in the
+   * one-rank run a random walk as well), and the loss does not see it; it
+   * is left out, every other weight is held to 1e-5 */
+  double wmax = 0;
+  for (int i = 0; i < m.n_params; i++) {
+    double d = gathered_diff(&m.params[i], &m.params[i].data, tp,
+                             &ref.params[i].data, 0, 1);
+    if (d > wmax) wmax = d;
+  }
+  if (ctx->rank == 0)
+    fprintf(stderr, "%s tp %d: weights after %d AdamW steps max-abs %.3g\n",
+            body_llama ? "llama3" : "gpt2", k, STEPS - 1, wmax);
+  PCHECK(wmax < 1e-5);
+  free_moments(&ref, rm, rv);
+  free_moments(&m, tm, tv);
+  tr_model_release(&m);
+  tr_model_release(&ref);
+  tr_mesh_free(mesh);
+}
+
+static void spawn(int n, int llama) {
+  body_llama = llama;
+  int st[4];
+  ck_assert_int_eq(pg_spawn(n, "gloo", TR_DEV_CPU, 1, 30000, body_tp, 120, st),
+                   0);
+  for (int r = 0; r < n; r++)
+    ck_assert_msg(st[r] == 0, "rank %d of %d exited with %d", r, n, st[r]);
+}
+
+START_TEST(test_gpt2_tp) { spawn(2 * _i, 0); }
+END_TEST
+
+START_TEST(test_llama_tp) { spawn(2 * _i, 1); }
+END_TEST
+
+static Suite* tp_suite(void) {
+  Suite* s = suite_create("tp");
+  TCase* tc = tcase_create("local");
+  tcase_add_test(tc, test_strided_placement);
+  tcase_add_loop_test(tc, test_plan_placements, 0, 2);
+  tcase_add_test(tc, test_plan_errors);
+  tcase_add_test(tc, test_strided_init);
+  tcase_add_test(tc, test_spec_refuses_parts);
+  tcase_add_test(tc, test_import_pieces);
+  tcase_add_loop_test(tc, test_memory, 0, 2);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("ranks");
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, test_gpt2_tp, 1, 3); /* 2, 4 ranks */
+  tcase_add_loop_test(tc, test_llama_tp, 1, 3);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner* sr = srunner_create(tp_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
