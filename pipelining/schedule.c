@@ -21,7 +21,8 @@ static const char* const type_names[] = {[TR_PP_F] = "F",
                                          [TR_PP_RECV_F] = "RECV_F",
                                          [TR_PP_SEND_B] = "SEND_B",
                                          [TR_PP_RECV_B] = "RECV_B",
-                                         [TR_PP_REDUCE_GRAD] = "REDUCE_GRAD"};
+                                         [TR_PP_REDUCE_GRAD] = "REDUCE_GRAD",
+                                         [TR_PP_NONE] = ""};
 enum { NTYPES = sizeof type_names / sizeof type_names[0] };
 
 const char* tr_pp_type_name(tr_pp_type_t t) {
@@ -34,11 +35,14 @@ static int has_micro(tr_pp_type_t t) {
 }
 
 const char* tr_pp_action_str(const tr_pp_action_t* a, char* buf, size_t n) {
-  if (has_micro(a->type))
+  if (a->type == TR_PP_NONE) {
+    if (n) buf[0] = 0;
+  } else if (has_micro(a->type)) {
     snprintf(buf, n, "%d%s%" PRId64, a->stage, tr_pp_type_name(a->type),
              a->micro);
-  else
+  } else {
     snprintf(buf, n, "%d%s", a->stage, tr_pp_type_name(a->type));
+  }
   return buf;
 }
 
@@ -69,7 +73,7 @@ int tr_pp_action_parse(const char* s, tr_pp_action_t* out) {
   int best = -1;
   size_t best_len = 0;
   for (int t = 0; t < (int)NTYPES; t++) {
-    size_t len = strlen(type_names[t]);
+    size_t len = strlen(type_names[t]); /* NONE's "" never wins */
     if (strncmp(p, type_names[t], len) == 0 && len > best_len) {
       best = t;
       best_len = len;

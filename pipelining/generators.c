@@ -1,0 +1,221 @@
+/* pipelining/generators.c: PyTorch's schedules as per-rank action lists —
+ * GPipe, 1F1B, Interleaved1F1B, LoopedBFS — and its _add_reduce_grad
+ * (trainrun/pipelining.h). The multi-stage lists follow PyTorch's
+ * generators step for step, idle slots included; the single-stage ones are
+ * their action orders laid out in lock step by the simulator. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "trainrun/error.h"
+#include "trainrun/pipelining.h"
+
+static const char* const kind_names[] = {
+    [TR_PP_GPIPE] = "GPipe",
+    [TR_PP_1F1B] = "1F1B",
+    [TR_PP_INTERLEAVED_1F1B] = "Interleaved1F1B",
+    [TR_PP_LOOPED_BFS] = "LoopedBFS"};
+enum { NKINDS = sizeof kind_names / sizeof kind_names[0] };
+
+const char* tr_pp_kind_name(tr_pp_kind_t k) {
+  return (unsigned)k < NKINDS ? kind_names[k] : "?";
+}
+
+int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out) {
+  for (int k = 0; name && k < (int)NKINDS; k++)
+    if (strcasecmp(name, kind_names[k]) == 0) {
+      *out = (tr_pp_kind_t)k;
+      return 0;
+    }
+  return TR_ENOTFOUND;
+}
+
+static int fail(char* err, size_t errlen, const char* fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return TR_EINVAL;
+}
+
+static tr_pp_action_t act(int stage, tr_pp_type_t t, int64_t micro) {
+  return (tr_pp_action_t){.stage = stage, .type = t, .micro = micro};
+}
+
+static const tr_pp_action_t idle = {
+    .stage = 0, .type = TR_PP_NONE, .micro = -1};
+
+static int push_idle(tr_pp_schedule_t* s, int r, int64_t n) {
+  for (int64_t i = 0; i < n; i++) TR_CHECK(tr_pp_schedule_push(s, r, idle));
+  return 0;
+}
+
+/* GPipe's order on rank r: every forward, then every backward. */
+static int gpipe_order(tr_pp_schedule_t* s, int r, int64_t m) {
+  for (int64_t i = 0; i < m; i++)
+    TR_CHECK(tr_pp_schedule_push(s, r, act(r, TR_PP_F, i)));
+  for (int64_t i = 0; i < m; i++)
+    TR_CHECK(tr_pp_schedule_push(s, r, act(r, TR_PP_B, i)));
+  return 0;
+}
+
+/* 1F1B's order on rank r of pp: pp - r forwards of warm-up, then backward /
+ * forward pairs, then the remaining backwards. */
+static int one_f_one_b_order(tr_pp_schedule_t* s, int r, int pp, int64_t m) {
+  int64_t warm = pp - r < m ? pp - r : m, f = 0, b = 0;
+  while (f < warm) TR_CHECK(tr_pp_schedule_push(s, r, act(r, TR_PP_F, f++)));
+  while (f < m) {
+    TR_CHECK(tr_pp_schedule_push(s, r, act(r, TR_PP_B, b++)));
+    TR_CHECK(tr_pp_schedule_push(s, r, act(r, TR_PP_F, f++)));
+  }
+  while (b < m) TR_CHECK(tr_pp_schedule_push(s, r, act(r, TR_PP_B, b++)));
+  return 0;
+}
+
+/* Interleaved1F1B's list of rank r (PyTorch's _calculate_single_rank_
+ * operations and _get_1f1b_rank_ops without the zero-bubble split):
+ * r idle slots, a warm-up of forwards over the rank's stages round by
+ * round, idle slots until the first backward can come back, forward /
+ * backward pairs, and a cool-down of idle / backward pairs. */
+static int interleaved_list(tr_pp_schedule_t* s, int r, int pp, int64_t m,
+                            int v) {
+  int64_t rounds = m / pp > 1 ? m / pp : 1, per_round = m / rounds;
+  int64_t warm = (int64_t)(v - 1) * per_round + 2 * (pp - 1 - r);
+  if (warm > m * v) warm = m * v;
+  int64_t fwd_bwd = m * v - warm, total = warm + fwd_bwd + warm;
+  int64_t post_warm = ((int64_t)v * pp + 2 * (pp - 1 - r)) - (warm + r);
+  int64_t* fmb = calloc((size_t)v, sizeof *fmb);
+  int64_t* bmb = calloc((size_t)v, sizeof *bmb);
+  int rc = 0;
+  if (!fmb || !bmb) {
+    rc = TR_ENOMEM;
+    goto out;
+  }
+  TR_CHECK_GOTO(push_idle(s, r, r), rc, out);
+  for (int64_t op = 0; op < total; op++) {
+    int fl = (int)((op / per_round) % v);
+    if (op < warm + fwd_bwd)
+      TR_CHECK_GOTO(
+          tr_pp_schedule_push(s, r, act(fl * pp + r, TR_PP_F, fmb[fl]++)), rc,
+          out);
+    if (op == warm - 1) TR_CHECK_GOTO(push_idle(s, r, post_warm), rc, out);
+    if (op < warm) continue;
+    if (op >= warm + fwd_bwd) TR_CHECK_GOTO(push_idle(s, r, 1), rc, out);
+    int bl = v - 1 - (int)(((op - warm) / per_round) % v);
+    TR_CHECK_GOTO(
+        tr_pp_schedule_push(s, r, act(bl * pp + r, TR_PP_B, bmb[bl]++)), rc,
+        out);
+  }
+out:
+  free(fmb);
+  free(bmb);
+  return rc;
+}
+
+/* LoopedBFS's list of rank r: r idle slots, every micro-batch's forward
+ * of each stage in turn, 2 idle slots per hop to the last rank, then the
+ * backwards in reverse (last stage first, last micro-batch first). */
+static int looped_bfs_list(tr_pp_schedule_t* s, int r, int pp, int64_t m,
+                           int v) {
+  TR_CHECK(push_idle(s, r, r));
+  for (int l = 0; l < v; l++)
+    for (int64_t i = 0; i < m; i++)
+      TR_CHECK(tr_pp_schedule_push(s, r, act(l * pp + r, TR_PP_F, i)));
+  TR_CHECK(push_idle(s, r, 2 * (int64_t)(pp - 1 - r)));
+  for (int l = v - 1; l >= 0; l--)
+    for (int64_t i = m - 1; i >= 0; i--)
+      TR_CHECK(tr_pp_schedule_push(s, r, act(l * pp + r, TR_PP_B, i)));
+  return 0;
+}
+
+int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
+                   int64_t n_micro, int v, char* err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if ((unsigned)k >= NKINDS) return fail(err, errlen, "unknown schedule");
+  const char* name = kind_names[k];
+  if (pp < 1 || n_micro < 1 || v < 1)
+    return fail(err, errlen,
+                "%s needs at least 1 rank, 1 micro-batch and 1 stage per "
+                "rank (pp %d, %lld micro-batches, %d stages per rank)",
+                name, pp, (long long)n_micro, v);
+  int single = k == TR_PP_GPIPE || k == TR_PP_1F1B;
+  if (single && v != 1)
+    return fail(err, errlen, "%s runs 1 stage per rank, not %d", name, v);
+  if (k == TR_PP_1F1B && n_micro < pp)
+    return fail(err, errlen,
+                "Number of microbatches (%lld) must be greater than or equal "
+                "to the number of stages (%d).",
+                (long long)n_micro, pp);
+  if (k == TR_PP_INTERLEAVED_1F1B) {
+    int64_t rounds = n_micro / pp > 1 ? n_micro / pp : 1;
+    if (n_micro % rounds != 0)
+      return fail(err, errlen,
+                  "Interleaved 1F1B requires the number of microbatches to be "
+                  "a multiple of the number of rounds (%lld), but got %lld.",
+                  (long long)rounds, (long long)n_micro);
+  }
+  tr_pp_schedule_t order;
+  int rc;
+  TR_CHECK(tr_pp_schedule_init(&order, pp));
+  for (int r = 0; r < pp; r++) {
+    switch (k) {
+      case TR_PP_GPIPE:
+        rc = gpipe_order(&order, r, n_micro);
+        break;
+      case TR_PP_1F1B:
+        rc = one_f_one_b_order(&order, r, pp, n_micro);
+        break;
+      case TR_PP_INTERLEAVED_1F1B:
+        rc = interleaved_list(&order, r, pp, n_micro, v);
+        break;
+      default:
+        rc = looped_bfs_list(&order, r, pp, n_micro, v);
+        break;
+    }
+    if (rc < 0) goto fail;
+  }
+  if (!single) {
+    *out = order;
+    return 0;
+  }
+  /* the single-stage orders in lock step: the simulator's timeline */
+  tr_pp_sim_t sim;
+  rc = tr_pp_simulate(&order, pp, &sim, out, err, errlen);
+  if (rc < 0) goto fail;
+  tr_pp_sim_release(&sim);
+  tr_pp_schedule_release(&order);
+  return 0;
+fail:
+  tr_pp_schedule_release(&order);
+  return rc;
+}
+
+static int reduces_grad(tr_pp_type_t t) { return t == TR_PP_B || t == TR_PP_W; }
+
+int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
+                          tr_pp_action_t* out, int64_t* n_out) {
+  int max_stage = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (in[i].type == TR_PP_NONE) continue;
+    if (in[i].stage < 0) return TR_EINVAL;
+    if (in[i].stage > max_stage) max_stage = in[i].stage;
+  }
+  int64_t* count = calloc((size_t)max_stage + 1, sizeof *count);
+  if (!count) return TR_ENOMEM;
+  int64_t o = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (in[i].type == TR_PP_NONE) continue;
+    out[o++] = in[i];
+    if (reduces_grad(in[i].type) && ++count[in[i].stage] == n_micro)
+      out[o++] = act(in[i].stage, TR_PP_REDUCE_GRAD, -1);
+  }
+  free(count);
+  *n_out = o;
+  return 0;
+}
