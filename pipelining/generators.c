@@ -1,5 +1,6 @@
 /* pipelining/generators.c: PyTorch's schedules as per-rank action lists —
- * GPipe, 1F1B, Interleaved1F1B, LoopedBFS — and its _add_reduce_grad
+ * GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble,
+ * ZBVZeroBubble — and its _add_reduce_grad
  * (trainrun/pipelining.h). The multi-stage lists follow PyTorch's
  * generators step for step, idle slots included; the single-stage ones are
  * their action orders laid out in lock step by the simulator. */
@@ -18,7 +19,9 @@ static const char* const kind_names[] = {
     [TR_PP_GPIPE] = "GPipe",
     [TR_PP_1F1B] = "1F1B",
     [TR_PP_INTERLEAVED_1F1B] = "Interleaved1F1B",
-    [TR_PP_LOOPED_BFS] = "LoopedBFS"};
+    [TR_PP_LOOPED_BFS] = "LoopedBFS",
+    [TR_PP_INTERLEAVED_ZB] = "InterleavedZeroBubble",
+    [TR_PP_ZBV] = "ZBVZeroBubble"};
 enum { NKINDS = sizeof kind_names / sizeof kind_names[0] };
 
 const char* tr_pp_kind_name(tr_pp_kind_t k) {
@@ -78,22 +81,29 @@ static int one_f_one_b_order(tr_pp_schedule_t* s, int r, int pp, int64_t m) {
   return 0;
 }
 
-/* Interleaved1F1B's list of rank r (PyTorch's _calculate_single_rank_
- * operations and _get_1f1b_rank_ops without the zero-bubble split):
- * r idle slots, a warm-up of forwards over the rank's stages round by
- * round, idle slots until the first backward can come back, forward /
- * backward pairs, and a cool-down of idle / backward pairs. */
+/* The interleaved lists of rank r (PyTorch's _calculate_single_rank_
+ * operations and _get_1f1b_rank_ops). Interleaved1F1B: r idle slots, a
+ * warm-up of forwards over the rank's stages round by round, idle slots
+ * until the first backward can come back, forward / backward pairs, and a
+ * cool-down of idle / backward pairs. InterleavedZeroBubble (zb): a
+ * warm-up shorter by one forward per hop, p - r - 1 idle slots, backwards
+ * split into I and W, the W running r micro-batches behind the I, the
+ * rest of them at the end. */
 static int interleaved_list(tr_pp_schedule_t* s, int r, int pp, int64_t m,
-                            int v) {
+                            int v, int zb) {
   int64_t rounds = m / pp > 1 ? m / pp : 1, per_round = m / rounds;
-  int64_t warm = (int64_t)(v - 1) * per_round + 2 * (pp - 1 - r);
+  int64_t warm = (int64_t)(v - 1) * per_round + (zb ? 1 : 2) * (pp - 1 - r);
   if (warm > m * v) warm = m * v;
   int64_t fwd_bwd = m * v - warm, total = warm + fwd_bwd + warm;
-  int64_t post_warm = ((int64_t)v * pp + 2 * (pp - 1 - r)) - (warm + r);
+  int64_t post_warm =
+      zb ? pp - r - 1 : ((int64_t)v * pp + 2 * (pp - 1 - r)) - (warm + r);
   int64_t* fmb = calloc((size_t)v, sizeof *fmb);
   int64_t* bmb = calloc((size_t)v, sizeof *bmb);
+  int64_t* wmb = calloc((size_t)v, sizeof *wmb);
+  int* bwd_local = malloc((size_t)(total + 1) * sizeof *bwd_local);
+  int64_t n_bwd = 0, n_w = 0;
   int rc = 0;
-  if (!fmb || !bmb) {
+  if (!fmb || !bmb || !wmb || !bwd_local) {
     rc = TR_ENOMEM;
     goto out;
   }
@@ -106,16 +116,122 @@ static int interleaved_list(tr_pp_schedule_t* s, int r, int pp, int64_t m,
           out);
     if (op == warm - 1) TR_CHECK_GOTO(push_idle(s, r, post_warm), rc, out);
     if (op < warm) continue;
-    if (op >= warm + fwd_bwd) TR_CHECK_GOTO(push_idle(s, r, 1), rc, out);
+    if (op >= warm + fwd_bwd && !zb) TR_CHECK_GOTO(push_idle(s, r, 1), rc, out);
     int bl = v - 1 - (int)(((op - warm) / per_round) % v);
     TR_CHECK_GOTO(
-        tr_pp_schedule_push(s, r, act(bl * pp + r, TR_PP_B, bmb[bl]++)), rc,
+        tr_pp_schedule_push(
+            s, r, act(bl * pp + r, zb ? TR_PP_I : TR_PP_B, bmb[bl]++)),
+        rc, out);
+    bwd_local[n_bwd++] = bl;
+    if (zb && op - warm >= r) {
+      int wl = bwd_local[n_w++];
+      TR_CHECK_GOTO(
+          tr_pp_schedule_push(s, r, act(wl * pp + r, TR_PP_W, wmb[wl]++)), rc,
+          out);
+    }
+  }
+  while (zb && n_w < n_bwd) {
+    int wl = bwd_local[n_w++];
+    TR_CHECK_GOTO(
+        tr_pp_schedule_push(s, r, act(wl * pp + r, TR_PP_W, wmb[wl]++)), rc,
         out);
   }
 out:
   free(fmb);
   free(bmb);
+  free(wmb);
+  free(bwd_local);
   return rc;
+}
+
+/* PyTorch's _add_bubbles_to_actions for InterleavedZeroBubble: in lock
+ * step over the ranks, a forward of stage s > 0 whose micro-batch stage
+ * s - 1 has not forwarded in an earlier step waits an idle slot. */
+static int add_bubbles(const tr_pp_schedule_t* in, int n_stages, int64_t m,
+                       tr_pp_schedule_t* out) {
+  int rc = tr_pp_schedule_init(out, in->n_ranks);
+  if (rc < 0) return rc;
+  int64_t cells = (int64_t)n_stages * m;
+  int64_t* f_at = malloc((size_t)cells * sizeof *f_at);
+  int64_t* pos = calloc((size_t)in->n_ranks, sizeof *pos);
+  if (!f_at || !pos) {
+    rc = TR_ENOMEM;
+    goto out;
+  }
+  for (int64_t i = 0; i < cells; i++) f_at[i] = -1;
+  for (int64_t t = 0;; t++) {
+    int left = 0;
+    for (int r = 0; r < in->n_ranks; r++) {
+      if (pos[r] >= in->len[r]) continue;
+      left = 1;
+      const tr_pp_action_t* a = &in->acts[r][pos[r]];
+      if (a->type == TR_PP_F && a->stage > 0) {
+        int64_t done = f_at[(int64_t)(a->stage - 1) * m + a->micro];
+        if (done < 0 || done >= t) {
+          TR_CHECK_GOTO(tr_pp_schedule_push(out, r, idle), rc, out);
+          continue;
+        }
+      }
+      if (a->type == TR_PP_F) f_at[(int64_t)a->stage * m + a->micro] = t;
+      TR_CHECK_GOTO(tr_pp_schedule_push(out, r, *a), rc, out);
+      pos[r]++;
+    }
+    if (!left) break;
+  }
+out:
+  free(f_at);
+  free(pos);
+  if (rc < 0) tr_pp_schedule_release(out);
+  return rc;
+}
+
+/* ZBVZeroBubble's list of rank r (PyTorch's ScheduleZBVZeroBubble): the
+ * rank's stages r and 2pp - 1 - r (the V), over max(2pp - 1, m)
+ * micro-batches — a warm-up of forwards down the V and F I W of its
+ * bottom, a steady phase of F I W on both stages, a cool-down of I's and
+ * the W's left — the micro-batches past m then idle slots. */
+static int zbv_list(tr_pp_schedule_t* s, int r, int pp, int64_t m) {
+  int64_t n = 2 * (int64_t)pp - 1 > m ? 2 * (int64_t)pp - 1 : m;
+  int c0 = r, c1 = 2 * pp - 1 - r;
+  int64_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  int64_t base = s->len[r];
+#define ZBV_PUSH(stage, type, micro) \
+  TR_CHECK(tr_pp_schedule_push(s, r, act((stage), (type), (micro))))
+  TR_CHECK(push_idle(s, r, r));
+  for (int i = 0; i < 2 * (pp - r) - 1; i++) ZBV_PUSH(c0, TR_PP_F, f0++);
+  for (int i = 0; i < r; i++) {
+    ZBV_PUSH(c1, TR_PP_F, f1++);
+    ZBV_PUSH(c0, TR_PP_F, f0++);
+  }
+  for (int i = 0; i < pp - r; i++) {
+    ZBV_PUSH(c1, TR_PP_F, f1++);
+    ZBV_PUSH(c1, TR_PP_I, b1);
+    ZBV_PUSH(c1, TR_PP_W, b1++);
+  }
+  while (f1 < f0 || f0 < n) {
+    if (f0 < n) ZBV_PUSH(c0, TR_PP_F, f0++);
+    ZBV_PUSH(c0, TR_PP_I, b0);
+    ZBV_PUSH(c0, TR_PP_W, b0++);
+    ZBV_PUSH(c1, TR_PP_F, f1++);
+    ZBV_PUSH(c1, TR_PP_I, b1);
+    ZBV_PUSH(c1, TR_PP_W, b1++);
+  }
+  int64_t w0 = b0, w1 = b1;
+  for (int i = 0; i < r; i++) {
+    ZBV_PUSH(c0, TR_PP_I, b0++);
+    ZBV_PUSH(c1, TR_PP_I, b1++);
+  }
+  for (int i = 0; i < pp - r; i++) {
+    ZBV_PUSH(c0, TR_PP_I, b0++);
+    ZBV_PUSH(c0, TR_PP_W, w0++);
+  }
+  while (w1 < b1) ZBV_PUSH(c1, TR_PP_W, w1++);
+  while (w0 < b0) ZBV_PUSH(c0, TR_PP_W, w0++);
+#undef ZBV_PUSH
+  for (int64_t i = base; i < s->len[r]; i++)
+    if (s->acts[r][i].type != TR_PP_NONE && s->acts[r][i].micro >= m)
+      s->acts[r][i] = idle;
+  return 0;
 }
 
 /* LoopedBFS's list of rank r: r idle slots, every micro-batch's forward
@@ -147,18 +263,23 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
   int single = k == TR_PP_GPIPE || k == TR_PP_1F1B;
   if (single && v != 1)
     return fail(err, errlen, "%s runs 1 stage per rank, not %d", name, v);
+  if (k == TR_PP_ZBV && v != 2)
+    return fail(err, errlen,
+                "ZBV requires exactly 2 stages per rank, but got %d.", v);
   if (k == TR_PP_1F1B && n_micro < pp)
     return fail(err, errlen,
                 "Number of microbatches (%lld) must be greater than or equal "
                 "to the number of stages (%d).",
                 (long long)n_micro, pp);
-  if (k == TR_PP_INTERLEAVED_1F1B) {
+  if (k == TR_PP_INTERLEAVED_1F1B || k == TR_PP_INTERLEAVED_ZB) {
     int64_t rounds = n_micro / pp > 1 ? n_micro / pp : 1;
     if (n_micro % rounds != 0)
-      return fail(err, errlen,
-                  "Interleaved 1F1B requires the number of microbatches to be "
-                  "a multiple of the number of rounds (%lld), but got %lld.",
-                  (long long)rounds, (long long)n_micro);
+      return fail(
+          err, errlen,
+          "%s requires the number of microbatches to be a multiple "
+          "of the number of rounds (%lld), but got %lld.",
+          k == TR_PP_INTERLEAVED_ZB ? "Zero bubble" : "Interleaved 1F1B",
+          (long long)rounds, (long long)n_micro);
   }
   tr_pp_schedule_t order;
   int rc;
@@ -172,13 +293,23 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
         rc = one_f_one_b_order(&order, r, pp, n_micro);
         break;
       case TR_PP_INTERLEAVED_1F1B:
-        rc = interleaved_list(&order, r, pp, n_micro, v);
+      case TR_PP_INTERLEAVED_ZB:
+        rc = interleaved_list(&order, r, pp, n_micro, v,
+                              k == TR_PP_INTERLEAVED_ZB);
+        break;
+      case TR_PP_ZBV:
+        rc = zbv_list(&order, r, pp, n_micro);
         break;
       default:
         rc = looped_bfs_list(&order, r, pp, n_micro, v);
         break;
     }
     if (rc < 0) goto fail;
+  }
+  if (k == TR_PP_INTERLEAVED_ZB) {
+    rc = add_bubbles(&order, pp * v, n_micro, out);
+    tr_pp_schedule_release(&order);
+    return rc;
   }
   if (!single) {
     *out = order;

@@ -8,7 +8,8 @@
  * tests/pipelining/gen_fixtures.py) for p in {2, 4}, m in {p, 2p, 8}, and
  * what they refuse; the validator's faults, each in PyTorch's words with
  * its Step x Rank grid; the simulator's bubble ((p-1)/(m+p-1), and
- * (p-1)/(vm+p-1) interleaved), peak in-flight micro-batches and deadlock;
+ * (p-1)/(vm+p-1) interleaved, the zero-bubble ones below), peak in-flight
+ * micro-batches and deadlock;
  * PyTorch's compute_only CSV both ways, a bad cell as file:row:col; the
  * executor running the one-stage schedule equals the plain loop of
  * forward and backward per micro-batch bit for bit (gradients and losses,
@@ -269,11 +270,13 @@ static void from_csv(const char* text, tr_pp_schedule_t* s) {
 static const struct {
   tr_pp_kind_t kind;
   const char* file;
-  int v;
-} fixtures[] = {{TR_PP_GPIPE, "gpipe", 1},
-                {TR_PP_1F1B, "1f1b", 1},
-                {TR_PP_INTERLEAVED_1F1B, "interleaved1f1b", 2},
-                {TR_PP_LOOPED_BFS, "loopedbfs", 2}};
+  int v, vee; /* stages per rank; the V placement */
+} fixtures[] = {{TR_PP_GPIPE, "gpipe", 1, 0},
+                {TR_PP_1F1B, "1f1b", 1, 0},
+                {TR_PP_INTERLEAVED_1F1B, "interleaved1f1b", 2, 0},
+                {TR_PP_LOOPED_BFS, "loopedbfs", 2, 0},
+                {TR_PP_INTERLEAVED_ZB, "interleavedzb", 2, 0},
+                {TR_PP_ZBV, "zbvzerobubble", 2, 1}};
 
 START_TEST(t_generators_equal_pytorch) {
   tr_pp_kind_t kind = fixtures[_i].kind;
@@ -335,7 +338,9 @@ START_TEST(t_generators_equal_pytorch) {
       ck_assert_msg(
           tr_pp_validate(&got, pp, pp * v, m, map, err, sizeof err) == 0, "%s",
           err);
-      for (int st = 0; st < pp * v; st++) ck_assert_int_eq(map[st], st % pp);
+      for (int st = 0; st < pp * v; st++)
+        ck_assert_int_eq(
+            map[st], fixtures[_i].vee && st >= pp ? 2 * pp - 1 - st : st % pp);
       tr_pp_schedule_release(&want);
       tr_pp_schedule_release(&got);
       checked++;
@@ -376,7 +381,18 @@ START_TEST(t_generators_refuse) {
   ck_assert_int_eq(tr_pp_kind_parse("GPIPE", &k), 0);
   ck_assert_int_eq(k, TR_PP_GPIPE);
   ck_assert_str_eq(tr_pp_kind_name(TR_PP_LOOPED_BFS), "LoopedBFS");
-  ck_assert_int_eq(tr_pp_kind_parse("ZBVZeroBubble", &k), TR_ENOTFOUND);
+  ck_assert_int_eq(tr_pp_kind_parse("zbvzerobubble", &k), 0);
+  ck_assert_int_eq(k, TR_PP_ZBV);
+  ck_assert_int_eq(tr_pp_kind_parse("DualPipeV", &k), TR_ENOTFOUND);
+  ck_assert_int_eq(tr_pp_generate(&s, TR_PP_ZBV, 2, 4, 1, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err, "ZBV requires exactly 2 stages per rank, but got 1.");
+  ck_assert_int_eq(
+      tr_pp_generate(&s, TR_PP_INTERLEAVED_ZB, 4, 9, 2, err, sizeof err),
+      TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "Zero bubble requires the number of microbatches to be a "
+                   "multiple of the number of rounds (2), but got 9.");
 }
 END_TEST
 
@@ -500,6 +516,15 @@ START_TEST(t_simulate_bubble) {
   snprintf(pct, sizeof pct, "%.1f%%", 100 * sim.bubble);
   ck_assert_str_eq(pct, "15.8%");
   tr_pp_sim_release(&sim);
+  /* the zero-bubble schedules (I and W a step each): p = 4, m = 8, v = 2,
+   * 51 steps of which 3 idle per rank, 5.9%, below 1F1B's 27.3% */
+  for (int k = 0; k < 2; k++) {
+    simulate(k ? TR_PP_ZBV : TR_PP_INTERLEAVED_ZB, 4, 8, 2, &sim);
+    ck_assert_int_eq(sim.steps, 51);
+    ck_assert_double_eq_tol(sim.bubble, 3.0 / 51.0, 1e-12);
+    ck_assert(sim.bubble < 3.0 / 11.0);
+    tr_pp_sim_release(&sim);
+  }
   /* 1F1B, p = 2, m = 2: the timeline it ran, idle slots where it waited */
   tr_pp_schedule_t s, tl;
   ck_assert_int_eq(tr_pp_generate(&s, TR_PP_1F1B, 2, 2, 1, NULL, 0), 0);

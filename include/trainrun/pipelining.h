@@ -113,18 +113,22 @@ typedef enum {
   TR_PP_GPIPE = 0,            /* ScheduleGPipe: all F, then all B */
   TR_PP_1F1B = 1,             /* Schedule1F1B */
   TR_PP_INTERLEAVED_1F1B = 2, /* ScheduleInterleaved1F1B (depth first) */
-  TR_PP_LOOPED_BFS = 3        /* ScheduleLoopedBFS (breadth first) */
+  TR_PP_LOOPED_BFS = 3,       /* ScheduleLoopedBFS (breadth first) */
+  TR_PP_INTERLEAVED_ZB = 4,   /* ScheduleInterleavedZeroBubble (ZB1P) */
+  TR_PP_ZBV = 5               /* ScheduleZBVZeroBubble: the V, 2 stages */
 } tr_pp_kind_t;
 
 /* PyTorch's class name without "Schedule": "GPipe", "1F1B",
- * "Interleaved1F1B", "LoopedBFS". */
+ * "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+ * "ZBVZeroBubble". */
 const char* tr_pp_kind_name(tr_pp_kind_t k);
 /* get_schedule_class's lookup: case-insensitive name into *out;
  * TR_ENOTFOUND for another name. */
 int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out);
 
 /* The compute-only schedule of kind k for pp ranks, n_micro micro-batches
- * and v stages per rank (stage s on rank s % pp), into *out (initialised
+ * and v stages per rank (stage s on rank s % pp; ZBVZeroBubble's V: rank r
+ * holds stages r and 2pp - 1 - r), into *out (initialised
  * here; release it). The lists are PyTorch's pipeline_order of the class,
  * idle slots included, with two exceptions for the single-stage classes,
  * whose pipeline_order in torch 2.11 is only informative (they do not run
@@ -134,9 +138,9 @@ int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out);
  * micro-batch it does not have). tr_pp_add_reduce_grad of these lists is
  * PyTorch's list everywhere else (tests/pipelining/fixtures).
  * Refused with TR_EINVAL and a message in err (may be NULL) as PyTorch
- * refuses: pp < 1, n_micro < 1, v != 1 for GPipe and 1F1B, n_micro < pp
- * for 1F1B, v < 1, and for Interleaved1F1B n_micro not a multiple of
- * max(1, n_micro / pp). */
+ * refuses: pp < 1, n_micro < 1, v < 1, v != 1 for GPipe and 1F1B,
+ * n_micro < pp for 1F1B, v != 2 for ZBVZeroBubble, and for the
+ * interleaved two n_micro not a multiple of max(1, n_micro / pp). */
 int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
                    int64_t n_micro, int v, char* err, size_t errlen);
 
