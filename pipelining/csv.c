@@ -24,7 +24,7 @@ static int put_cell(tr_pp_schedule_t* s, int rank, const char* p, const char* e,
   if (e - b == 2 && b[0] == '"' && b[1] == '"') b = e;
   tr_pp_action_t a = {.type = TR_PP_NONE, .micro = -1};
   if (b < e) {
-    char tok[64];
+    char tok[TR_PP_ACTION_STRLEN];
     size_t n = (size_t)(e - b);
     int ok = n < sizeof tok;
     if (ok) {
@@ -124,7 +124,7 @@ char* tr_pp_csv_format(const tr_pp_schedule_t* s) {
   for (int r = 0; r < s->n_ranks; r++) cap += 4 + (size_t)s->len[r] * 40;
   char* b = malloc(cap);
   if (!b) return NULL;
-  char buf[48];
+  char buf[TR_PP_ACTION_STRLEN];
   for (int r = 0; r < s->n_ranks; r++) {
     /* Python's csv.writer quotes a lone empty cell */
     if (s->len[r] == 1 && s->acts[r][0].type == TR_PP_NONE) {

@@ -1,6 +1,6 @@
 /* pipelining/generators.c: PyTorch's schedules as per-rank action lists —
  * GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble,
- * ZBVZeroBubble — and its _add_reduce_grad
+ * ZBVZeroBubble, DualPipeV — and its _add_reduce_grad
  * (trainrun/pipelining.h). The multi-stage lists follow PyTorch's
  * generators step for step, idle slots included; the single-stage ones are
  * their action orders laid out in lock step by the simulator. */
@@ -21,7 +21,8 @@ static const char* const kind_names[] = {
     [TR_PP_INTERLEAVED_1F1B] = "Interleaved1F1B",
     [TR_PP_LOOPED_BFS] = "LoopedBFS",
     [TR_PP_INTERLEAVED_ZB] = "InterleavedZeroBubble",
-    [TR_PP_ZBV] = "ZBVZeroBubble"};
+    [TR_PP_ZBV] = "ZBVZeroBubble",
+    [TR_PP_DUALPIPEV] = "DualPipeV"};
 enum { NKINDS = sizeof kind_names / sizeof kind_names[0] };
 
 const char* tr_pp_kind_name(tr_pp_kind_t k) {
@@ -250,6 +251,98 @@ static int looped_bfs_list(tr_pp_schedule_t* s, int r, int pp, int64_t m,
   return 0;
 }
 
+/* DualPipeV's list of rank r (PyTorch's ScheduleDualPipeV, after
+ * DeepSeek's DualPipe): on the rank's two stages of the V, c[0] = r and
+ * c[1] = 2pp - 1 - r, eight phases — forwards of c[0]; F of both; I W F
+ * of c[1]; OVERLAP_F_B pairs (F of one stage with B of the other); B of
+ * c[1] with OVERLAP_F_B; B of both, the second half as I; W then B (or I)
+ * of c[0]; the W's left. A W is the oldest I without one. */
+typedef struct {
+  tr_pp_schedule_t* s;
+  int r;
+  int c[2];
+  int64_t f[2], i[2]; /* next F, next B or I, per chunk */
+  int* wq_chunk;      /* I's still without their W, oldest first */
+  int64_t* wq_micro;
+  int64_t wq_head, wq_tail;
+} dpv_t;
+
+static int dpv_one(dpv_t* d, int chunk, tr_pp_type_t t) {
+  int64_t micro = t == TR_PP_F ? d->f[chunk]++ : d->i[chunk]++;
+  if (t == TR_PP_I) {
+    d->wq_chunk[d->wq_tail] = chunk;
+    d->wq_micro[d->wq_tail++] = micro;
+  }
+  return tr_pp_schedule_push(d->s, d->r, act(d->c[chunk], t, micro));
+}
+
+static int dpv_w(dpv_t* d) {
+  if (d->wq_head == d->wq_tail) return 0;
+  int chunk = d->wq_chunk[d->wq_head];
+  int64_t micro = d->wq_micro[d->wq_head++];
+  return tr_pp_schedule_push(d->s, d->r, act(d->c[chunk], TR_PP_W, micro));
+}
+
+/* F of chunk fc overlapped with B of the other */
+static int dpv_overlap(dpv_t* d, int fc) {
+  int bc = 1 - fc;
+  tr_pp_action_t a = {.stage = -1, .type = TR_PP_OVERLAP_F_B, .micro = -1};
+  a.sub[0] = (struct tr_pp_sub){d->c[fc], TR_PP_F, d->f[fc]++};
+  a.sub[1] = (struct tr_pp_sub){d->c[bc], TR_PP_B, d->i[bc]++};
+  return tr_pp_schedule_push(d->s, d->r, a);
+}
+
+static int dualpipev_list(tr_pp_schedule_t* s, int r, int pp, int64_t m) {
+  dpv_t d = {.s = s, .r = r, .c = {r, 2 * pp - 1 - r}};
+  d.wq_chunk = malloc((size_t)(2 * m + 1) * sizeof *d.wq_chunk);
+  d.wq_micro = malloc((size_t)(2 * m + 1) * sizeof *d.wq_micro);
+  int rc = 0;
+  if (!d.wq_chunk || !d.wq_micro) {
+    rc = TR_ENOMEM;
+    goto out;
+  }
+  for (int64_t k = 0; k < 2 * (int64_t)(pp - r - 1); k++)
+    TR_CHECK_GOTO(dpv_one(&d, 0, TR_PP_F), rc, out);
+  for (int k = 0; k < r + 1; k++) {
+    TR_CHECK_GOTO(dpv_one(&d, 0, TR_PP_F), rc, out);
+    TR_CHECK_GOTO(dpv_one(&d, 1, TR_PP_F), rc, out);
+  }
+  for (int k = 0; k < pp - r - 1; k++) {
+    TR_CHECK_GOTO(dpv_one(&d, 1, TR_PP_I), rc, out);
+    TR_CHECK_GOTO(dpv_w(&d), rc, out);
+    TR_CHECK_GOTO(dpv_one(&d, 1, TR_PP_F), rc, out);
+  }
+  for (int64_t k = 0; k < m - 2 * (int64_t)pp + r + 1; k++) {
+    if (k == 0 && r == pp - 1) { /* not overlapped: a smaller bubble */
+      TR_CHECK_GOTO(dpv_one(&d, 0, TR_PP_F), rc, out);
+      TR_CHECK_GOTO(dpv_one(&d, 1, TR_PP_B), rc, out);
+    } else {
+      TR_CHECK_GOTO(dpv_overlap(&d, 0), rc, out);
+    }
+    TR_CHECK_GOTO(dpv_overlap(&d, 1), rc, out);
+  }
+  for (int k = 0; k < pp - r - 1; k++) {
+    TR_CHECK_GOTO(dpv_one(&d, 1, TR_PP_B), rc, out);
+    TR_CHECK_GOTO(dpv_overlap(&d, 1), rc, out);
+  }
+  int zb = 0, n6 = r + 1;
+  for (int k = 0; k < n6; k++) {
+    if (k == n6 / 2 && r % 2 == 1) zb = 1;
+    TR_CHECK_GOTO(dpv_one(&d, 1, zb ? TR_PP_I : TR_PP_B), rc, out);
+    if (k == n6 / 2 && r % 2 == 0) zb = 1;
+    TR_CHECK_GOTO(dpv_one(&d, 0, zb ? TR_PP_I : TR_PP_B), rc, out);
+  }
+  for (int k = 0; k < pp - r - 1; k++) {
+    TR_CHECK_GOTO(dpv_w(&d), rc, out);
+    TR_CHECK_GOTO(dpv_one(&d, 0, zb ? TR_PP_I : TR_PP_B), rc, out);
+  }
+  for (int k = 0; k < r + 1; k++) TR_CHECK_GOTO(dpv_w(&d), rc, out);
+out:
+  free(d.wq_chunk);
+  free(d.wq_micro);
+  return rc;
+}
+
 int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
                    int64_t n_micro, int v, char* err, size_t errlen) {
   memset(out, 0, sizeof *out);
@@ -263,7 +356,7 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
   int single = k == TR_PP_GPIPE || k == TR_PP_1F1B;
   if (single && v != 1)
     return fail(err, errlen, "%s runs 1 stage per rank, not %d", name, v);
-  if (k == TR_PP_ZBV && v != 2)
+  if ((k == TR_PP_ZBV || k == TR_PP_DUALPIPEV) && v != 2)
     return fail(err, errlen,
                 "ZBV requires exactly 2 stages per rank, but got %d.", v);
   if (k == TR_PP_1F1B && n_micro < pp)
@@ -271,6 +364,11 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
                 "Number of microbatches (%lld) must be greater than or equal "
                 "to the number of stages (%d).",
                 (long long)n_micro, pp);
+  if (k == TR_PP_DUALPIPEV && n_micro < 2 * (int64_t)pp)
+    return fail(err, errlen,
+                "DualPipeV requires at least as many microbatches as stages, "
+                "but got %lld microbatches and %d stages.",
+                (long long)n_micro, 2 * pp);
   if (k == TR_PP_INTERLEAVED_1F1B || k == TR_PP_INTERLEAVED_ZB) {
     int64_t rounds = n_micro / pp > 1 ? n_micro / pp : 1;
     if (n_micro % rounds != 0)
@@ -299,6 +397,9 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
         break;
       case TR_PP_ZBV:
         rc = zbv_list(&order, r, pp, n_micro);
+        break;
+      case TR_PP_DUALPIPEV:
+        rc = dualpipev_list(&order, r, pp, n_micro);
         break;
       default:
         rc = looped_bfs_list(&order, r, pp, n_micro, v);
@@ -333,18 +434,25 @@ int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
                           tr_pp_action_t* out, int64_t* n_out) {
   int max_stage = -1;
   for (int64_t i = 0; i < n; i++) {
-    if (in[i].type == TR_PP_NONE) continue;
-    if (in[i].stage < 0) return TR_EINVAL;
-    if (in[i].stage > max_stage) max_stage = in[i].stage;
+    const tr_pp_action_t* a = &in[i];
+    if (a->type == TR_PP_NONE) continue;
+    int st = a->type == TR_PP_OVERLAP_F_B ? a->sub[1].stage : a->stage;
+    if (st < 0 || (a->type == TR_PP_OVERLAP_F_B && a->sub[0].stage < 0))
+      return TR_EINVAL;
+    if (st > max_stage) max_stage = st;
   }
   int64_t* count = calloc((size_t)max_stage + 1, sizeof *count);
   if (!count) return TR_ENOMEM;
   int64_t o = 0;
   for (int64_t i = 0; i < n; i++) {
-    if (in[i].type == TR_PP_NONE) continue;
-    out[o++] = in[i];
-    if (reduces_grad(in[i].type) && ++count[in[i].stage] == n_micro)
-      out[o++] = act(in[i].stage, TR_PP_REDUCE_GRAD, -1);
+    const tr_pp_action_t* a = &in[i];
+    if (a->type == TR_PP_NONE) continue;
+    out[o++] = *a;
+    /* an OVERLAP_F_B's backward is its second half */
+    int st = a->type == TR_PP_OVERLAP_F_B ? a->sub[1].stage : a->stage;
+    tr_pp_type_t t = a->type == TR_PP_OVERLAP_F_B ? a->sub[1].type : a->type;
+    if (reduces_grad(t) && ++count[st] == n_micro)
+      out[o++] = act(st, TR_PP_REDUCE_GRAD, -1);
   }
   free(count);
   *n_out = o;

@@ -100,7 +100,7 @@ char* tr_pp_schedule_format(const tr_pp_schedule_t* s, int64_t error_step) {
   size_t label_w = 5 + (size_t)digits;
   size_t* w = calloc((size_t)s->n_ranks, sizeof *w);
   if (!w) return NULL;
-  char buf[48];
+  char buf[TR_PP_ACTION_STRLEN];
   for (int r = 0; r < s->n_ranks; r++) {
     w[r] = label_w; /* PyTorch sizes column k with step label k too */
     for (int64_t t = 0; t < s->len[r]; t++) {

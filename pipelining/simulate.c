@@ -1,7 +1,8 @@
 /* pipelining/simulate.c: the lock-step dry run of a compute-only schedule
  * — steps, bubble fraction, peak in-flight micro-batches per stage, and the
- * timeline it ran (trainrun/pipelining.h). Every action takes one step; an
- * action needing another rank's output waits for the step after it. */
+ * timeline it ran (trainrun/pipelining.h). Every action takes one step (an
+ * OVERLAP_F_B too); an action needing another rank's output waits for the
+ * step after it. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -19,7 +20,21 @@ void tr_pp_sim_release(tr_pp_sim_t* sim) {
 }
 
 static int is_compute(tr_pp_type_t t) {
-  return t == TR_PP_F || t == TR_PP_B || t == TR_PP_I || t == TR_PP_W;
+  return t == TR_PP_F || t == TR_PP_B || t == TR_PP_I || t == TR_PP_W ||
+         t == TR_PP_OVERLAP_F_B;
+}
+
+/* The plain actions of a: itself, or an OVERLAP_F_B's two halves. */
+static int halves(const tr_pp_action_t* a, tr_pp_action_t out[2]) {
+  if (a->type != TR_PP_OVERLAP_F_B) {
+    out[0] = *a;
+    return 1;
+  }
+  for (int k = 0; k < 2; k++)
+    out[k] = (tr_pp_action_t){.stage = a->sub[k].stage,
+                              .type = a->sub[k].type,
+                              .micro = a->sub[k].micro};
+  return 2;
 }
 
 static void say(char* err, size_t errlen, const char* fmt, ...) {
@@ -72,13 +87,16 @@ int tr_pp_simulate(const tr_pp_schedule_t* s, int n_stages, tr_pp_sim_t* out,
     for (int64_t i = 0; i < s->len[r]; i++) {
       const tr_pp_action_t* a = &s->acts[r][i];
       if (!is_compute(a->type)) continue;
-      if (a->stage < 0 || a->stage >= n_stages || a->micro < 0) {
-        char buf[48];
-        say(err, errlen, "rank %d, step %" PRId64 ": %s is outside %d stages",
-            r, i, tr_pp_action_str(a, buf, sizeof buf), n_stages);
-        return TR_EINVAL;
+      tr_pp_action_t h[2];
+      for (int k = halves(a, h) - 1; k >= 0; k--) {
+        if (h[k].stage < 0 || h[k].stage >= n_stages || h[k].micro < 0) {
+          char buf[TR_PP_ACTION_STRLEN];
+          say(err, errlen, "rank %d, step %" PRId64 ": %s is outside %d stages",
+              r, i, tr_pp_action_str(a, buf, sizeof buf), n_stages);
+          return TR_EINVAL;
+        }
+        if (h[k].micro + 1 > d.n_micro) d.n_micro = h[k].micro + 1;
       }
-      if (a->micro + 1 > d.n_micro) d.n_micro = a->micro + 1;
     }
   size_t cells = (size_t)n_stages * (size_t)(d.n_micro ? d.n_micro : 1);
   d.f_at = malloc(cells * sizeof *d.f_at);
@@ -104,23 +122,30 @@ int tr_pp_simulate(const tr_pp_schedule_t* s, int n_stages, tr_pp_sim_t* out,
       if (pos[r] == s->len[r]) continue;
       left = 1;
       const tr_pp_action_t* a = &s->acts[r][pos[r]];
-      if (!ready(&d, a, t)) continue;
-      switch (a->type) {
-        case TR_PP_F:
-          *at(d.f_at, &d, a->stage, a->micro) = t;
-          if (++inflight[a->stage] > out->peak_inflight[a->stage])
-            out->peak_inflight[a->stage] = inflight[a->stage];
-          break;
-        case TR_PP_B:
-          *at(d.b_at, &d, a->stage, a->micro) = t;
-          inflight[a->stage]--;
-          break;
-        case TR_PP_I:
-          *at(d.b_at, &d, a->stage, a->micro) = t;
-          break;
-        default: /* W: the activations go with the weight gradient */
-          inflight[a->stage]--;
-          break;
+      /* an OVERLAP_F_B runs when both its halves can */
+      tr_pp_action_t h[2];
+      int nh = halves(a, h), ok = 1;
+      for (int k = 0; k < nh; k++) ok = ok && ready(&d, &h[k], t);
+      if (!ok) continue;
+      for (int k = 0; k < nh; k++) {
+        const tr_pp_action_t* x = &h[k];
+        switch (x->type) {
+          case TR_PP_F:
+            *at(d.f_at, &d, x->stage, x->micro) = t;
+            if (++inflight[x->stage] > out->peak_inflight[x->stage])
+              out->peak_inflight[x->stage] = inflight[x->stage];
+            break;
+          case TR_PP_B:
+            *at(d.b_at, &d, x->stage, x->micro) = t;
+            inflight[x->stage]--;
+            break;
+          case TR_PP_I:
+            *at(d.b_at, &d, x->stage, x->micro) = t;
+            break;
+          default: /* W: the activations go with the weight gradient */
+            inflight[x->stage]--;
+            break;
+        }
       }
       if (timeline) {
         while (timeline->len[r] < t)
@@ -140,7 +165,7 @@ int tr_pp_simulate(const tr_pp_schedule_t* s, int n_stages, tr_pp_sim_t* out,
       say(err, errlen, "schedule is not progressing at step %" PRId64 ":", t);
       for (int r = 0; r < s->n_ranks; r++)
         if (pos[r] < s->len[r]) {
-          char buf[48];
+          char buf[TR_PP_ACTION_STRLEN];
           say(err, errlen, " rank %d waits at %s;", r,
               tr_pp_action_str(&s->acts[r][pos[r]], buf, sizeof buf));
         }

@@ -42,6 +42,69 @@ static int fault_at(report_t* rp, int r, int64_t t, const char* what) {
 
 enum { SEEN_F = 1, SEEN_B = 2, SEEN_I = 4, SEEN_W = 8 };
 
+/* The walk's state: what ran per stage and micro-batch, and who owns each
+ * stage. */
+typedef struct {
+  report_t* rp;
+  int n_stages;
+  int64_t n_micro;
+  uint8_t* seen;
+  int* owner;
+} walk_t;
+
+/* One plain action a at rank r's step t. */
+static int check(walk_t* v, int r, int64_t t, const tr_pp_action_t* a) {
+  char what[256], buf[TR_PP_ACTION_STRLEN];
+  int st = a->stage;
+  if (st < 0 || st >= v->n_stages) {
+    snprintf(what, sizeof what, "%s: stage %d is not one of the %d stages",
+             tr_pp_action_str(a, buf, sizeof buf), st, v->n_stages);
+    return fault_at(v->rp, r, t, what);
+  }
+  int compute = a->type == TR_PP_F || a->type == TR_PP_B ||
+                a->type == TR_PP_I || a->type == TR_PP_W;
+  if (compute && (a->micro < 0 || a->micro >= v->n_micro)) {
+    snprintf(what, sizeof what,
+             "%s: microbatch %" PRId64 " is not one of the %" PRId64
+             " microbatches",
+             tr_pp_action_str(a, buf, sizeof buf), a->micro, v->n_micro);
+    return fault_at(v->rp, r, t, what);
+  }
+  if (compute) {
+    uint8_t* c = &v->seen[(size_t)st * (size_t)v->n_micro + (size_t)a->micro];
+    const char* run = NULL;
+    if ((a->type == TR_PP_B || a->type == TR_PP_I) && !(*c & SEEN_F))
+      run = a->type == TR_PP_B ? "Full Backward" : "Backward Input";
+    if (run) {
+      snprintf(what, sizeof what,
+               "Running %s for stage %d, microbatch %" PRId64
+               " without first running Forward",
+               run, st, a->micro);
+      return fault_at(v->rp, r, t, what);
+    }
+    if (a->type == TR_PP_W && !(*c & SEEN_I)) {
+      snprintf(what, sizeof what,
+               "Running Backward Weight for stage %d, microbatch %" PRId64
+               " without first running Backward Input",
+               st, a->micro);
+      return fault_at(v->rp, r, t, what);
+    }
+    *c |= a->type == TR_PP_F   ? SEEN_F
+          : a->type == TR_PP_B ? SEEN_B
+          : a->type == TR_PP_I ? SEEN_I
+                               : SEEN_W;
+  }
+  if (v->owner[st] < 0) {
+    v->owner[st] = r;
+  } else if (v->owner[st] != r) {
+    snprintf(what, sizeof what,
+             "Stage %d is assigned to both rank %d and rank %d", st, r,
+             v->owner[st]);
+    return fault_at(v->rp, r, t, what);
+  }
+  return 0;
+}
+
 int tr_pp_validate(const tr_pp_schedule_t* s, int pp, int n_stages,
                    int64_t n_micro, int* stage_to_rank, char* err,
                    size_t errlen) {
@@ -62,62 +125,25 @@ int tr_pp_validate(const tr_pp_schedule_t* s, int pp, int n_stages,
     goto out;
   }
   for (int i = 0; i < n_stages; i++) owner[i] = -1;
-  char what[192], buf[48];
+  walk_t v = {.rp = &rp,
+              .n_stages = n_stages,
+              .n_micro = n_micro,
+              .seen = seen,
+              .owner = owner};
   for (int r = 0; r < s->n_ranks && rc == 0; r++)
-    for (int64_t t = 0; t < s->len[r]; t++) {
+    for (int64_t t = 0; t < s->len[r] && rc == 0; t++) {
       const tr_pp_action_t* a = &s->acts[r][t];
       if (a->type == TR_PP_NONE) continue;
-      int st = a->stage;
-      if (st < 0 || st >= n_stages) {
-        snprintf(what, sizeof what, "%s: stage %d is not one of the %d stages",
-                 tr_pp_action_str(a, buf, sizeof buf), st, n_stages);
-        rc = fault_at(&rp, r, t, what);
-        break;
+      if (a->type != TR_PP_OVERLAP_F_B) {
+        rc = check(&v, r, t, a);
+        continue;
       }
-      int compute = a->type == TR_PP_F || a->type == TR_PP_B ||
-                    a->type == TR_PP_I || a->type == TR_PP_W;
-      if (compute && (a->micro < 0 || a->micro >= n_micro)) {
-        snprintf(what, sizeof what,
-                 "%s: microbatch %" PRId64 " is not one of the %" PRId64
-                 " microbatches",
-                 tr_pp_action_str(a, buf, sizeof buf), a->micro, n_micro);
-        rc = fault_at(&rp, r, t, what);
-        break;
-      }
-      if (compute) {
-        uint8_t* c = &seen[(size_t)st * (size_t)n_micro + (size_t)a->micro];
-        const char* run = NULL;
-        if ((a->type == TR_PP_B || a->type == TR_PP_I) && !(*c & SEEN_F))
-          run = a->type == TR_PP_B ? "Full Backward" : "Backward Input";
-        if (run) {
-          snprintf(what, sizeof what,
-                   "Running %s for stage %d, microbatch %" PRId64
-                   " without first running Forward",
-                   run, st, a->micro);
-          rc = fault_at(&rp, r, t, what);
-          break;
-        }
-        if (a->type == TR_PP_W && !(*c & SEEN_I)) {
-          snprintf(what, sizeof what,
-                   "Running Backward Weight for stage %d, microbatch %" PRId64
-                   " without first running Backward Input",
-                   st, a->micro);
-          rc = fault_at(&rp, r, t, what);
-          break;
-        }
-        *c |= a->type == TR_PP_F   ? SEEN_F
-              : a->type == TR_PP_B ? SEEN_B
-              : a->type == TR_PP_I ? SEEN_I
-                                   : SEEN_W;
-      }
-      if (owner[st] < 0) {
-        owner[st] = r;
-      } else if (owner[st] != r) {
-        snprintf(what, sizeof what,
-                 "Stage %d is assigned to both rank %d and rank %d", st, r,
-                 owner[st]);
-        rc = fault_at(&rp, r, t, what);
-        break;
+      /* an OVERLAP_F_B: its forward, then its backward, at its step */
+      for (int k = 0; k < 2 && rc == 0; k++) {
+        tr_pp_action_t half = {.stage = a->sub[k].stage,
+                               .type = a->sub[k].type,
+                               .micro = a->sub[k].micro};
+        rc = check(&v, r, t, &half);
       }
     }
   for (int st = 0; st < n_stages && rc == 0; st++) {

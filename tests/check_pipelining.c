@@ -2,9 +2,9 @@
  * executor.
  *
  * The text form of actions both ways (PyTorch's `0F1`, `1UNSHARD`,
- * `3SEND_F1`) and what it refuses; the one-stage schedule (1F1B on one
- * stage); the generators' lists equal PyTorch's own pipeline_order
- * (tests/pipelining/fixtures, written by torch 2.11 with
+ * `3SEND_F1`, `(0F3;3B1)OVERLAP_F_B`) and what it refuses; the one-stage
+ * schedule (1F1B on one stage); the generators' lists equal PyTorch's
+ * own pipeline_order (tests/pipelining/fixtures, written by torch 2.11 with
  * tests/pipelining/gen_fixtures.py) for p in {2, 4}, m in {p, 2p, 8}, and
  * what they refuse; the validator's faults, each in PyTorch's words with
  * its Step x Rank grid; the simulator's bubble ((p-1)/(m+p-1), and
@@ -34,13 +34,23 @@
 /* ---- the IR ---- */
 
 START_TEST(t_action_text) {
-  static const char* const ok[] = {
-      "0F1",      "2I0", "1UNSHARD", "3SEND_F1", "0REDUCE_GRAD", "12RECV_B345",
-      "0RESHARD", "1W7", "4B0",      "0SEND_B2", "5RECV_F9"};
+  static const char* const ok[] = {"0F1",
+                                   "2I0",
+                                   "1UNSHARD",
+                                   "3SEND_F1",
+                                   "0REDUCE_GRAD",
+                                   "12RECV_B345",
+                                   "0RESHARD",
+                                   "1W7",
+                                   "4B0",
+                                   "0SEND_B2",
+                                   "5RECV_F9",
+                                   "(0F3;3B1)OVERLAP_F_B",
+                                   "(12F0;1I2)OVERLAP_F_B"};
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     tr_pp_action_t a;
     ck_assert_msg(tr_pp_action_parse(ok[i], &a) == 0, "%s", ok[i]);
-    char buf[48];
+    char buf[TR_PP_ACTION_STRLEN];
     ck_assert_str_eq(tr_pp_action_str(&a, buf, sizeof buf), ok[i]);
   }
   tr_pp_action_t a;
@@ -51,9 +61,32 @@ START_TEST(t_action_text) {
   ck_assert_int_eq(tr_pp_action_parse("0REDUCE_GRAD", &a), 0);
   ck_assert_int_eq(a.type, TR_PP_REDUCE_GRAD);
   ck_assert_int_eq(a.micro, -1);
-  static const char* const bad[] = {
-      "",     "F1",   "0X1", "0F",     "0UNSHARD1",
-      "0F1x", "-1F0", "0f1", "0SEND1", "0F99999999999999999999"};
+  ck_assert_int_eq(tr_pp_action_parse("(0F3;3B1)OVERLAP_F_B", &a), 0);
+  ck_assert_int_eq(a.type, TR_PP_OVERLAP_F_B);
+  ck_assert_int_eq(a.stage, -1);
+  ck_assert_int_eq(a.sub[0].stage, 0);
+  ck_assert_int_eq(a.sub[0].type, TR_PP_F);
+  ck_assert_int_eq(a.sub[0].micro, 3);
+  ck_assert_int_eq(a.sub[1].stage, 3);
+  ck_assert_int_eq(a.sub[1].type, TR_PP_B);
+  ck_assert_int_eq(a.sub[1].micro, 1);
+  static const char* const bad[] = {"",
+                                    "F1",
+                                    "0X1",
+                                    "0F",
+                                    "0UNSHARD1",
+                                    "0F1x",
+                                    "-1F0",
+                                    "0f1",
+                                    "0SEND1",
+                                    "0F99999999999999999999",
+                                    "0OVERLAP_F_B",
+                                    "(0F3;3B1)",
+                                    "(0F3,3B1)OVERLAP_F_B",
+                                    "(3B1;0F3)OVERLAP_F_B",
+                                    "(0F3;3B1)OVERLAP_F_Bx",
+                                    "(0F3)OVERLAP_F_B",
+                                    "(;3B1)OVERLAP_F_B"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     ck_assert_msg(tr_pp_action_parse(bad[i], &a) == TR_EINVAL, "'%s'", bad[i]);
 }
@@ -253,6 +286,12 @@ static const char* srcdir(void) {
 
 static int act_eq(const tr_pp_action_t* a, const tr_pp_action_t* b) {
   if (a->type != b->type) return 0;
+  if (a->type == TR_PP_OVERLAP_F_B)
+    for (int k = 0; k < 2; k++)
+      if (a->sub[k].stage != b->sub[k].stage ||
+          a->sub[k].type != b->sub[k].type ||
+          a->sub[k].micro != b->sub[k].micro)
+        return 0;
   return a->type == TR_PP_NONE ||
          (a->stage == b->stage && a->micro == b->micro);
 }
@@ -276,11 +315,13 @@ static const struct {
                 {TR_PP_INTERLEAVED_1F1B, "interleaved1f1b", 2, 0},
                 {TR_PP_LOOPED_BFS, "loopedbfs", 2, 0},
                 {TR_PP_INTERLEAVED_ZB, "interleavedzb", 2, 0},
-                {TR_PP_ZBV, "zbvzerobubble", 2, 1}};
+                {TR_PP_ZBV, "zbvzerobubble", 2, 1},
+                {TR_PP_DUALPIPEV, "dualpipev", 2, 1}};
 
 START_TEST(t_generators_equal_pytorch) {
   tr_pp_kind_t kind = fixtures[_i].kind;
   int v = fixtures[_i].v, checked = 0;
+  tr_pp_schedule_t s_refused;
   for (int pp = 2; pp <= 4; pp += 2) {
     const int ms[] = {pp, 2 * pp, 8};
     for (int k = 0; k < 3; k++) {
@@ -290,6 +331,19 @@ START_TEST(t_generators_equal_pytorch) {
       snprintf(path, sizeof path, "%s/tests/pipelining/fixtures/%s_p%d_m%d.csv",
                srcdir(), fixtures[_i].file, pp, m);
       FILE* f = fopen(path, "rb");
+      if (kind == TR_PP_DUALPIPEV && m < 2 * pp) {
+        /* refused by both (the fixtures' MANIFEST) */
+        ck_assert_msg(f == NULL, "%s", path);
+        ck_assert_int_eq(
+            tr_pp_generate(&s_refused, kind, pp, m, v, err, sizeof err),
+            TR_EINVAL);
+        ck_assert_msg(strstr(err,
+                             "DualPipeV requires at least as many "
+                             "microbatches as stages") != NULL,
+                      "%s", err);
+        checked++;
+        continue;
+      }
       ck_assert_msg(f != NULL, "%s", path);
       static char text[1 << 16];
       size_t n = fread(text, 1, sizeof text - 1, f);
@@ -325,7 +379,7 @@ START_TEST(t_generators_equal_pytorch) {
            * micro-batch late (F1 B0 F2 B1 ... F<m> B<m-1>): a plan it
            * does not run; ours is F0 B0 F1 B1 ... */
           if (kind == TR_PP_1F1B && r == pp - 1 && w.type == TR_PP_F) w.micro--;
-          char a[48], b[48];
+          char a[TR_PP_ACTION_STRLEN], b[TR_PP_ACTION_STRLEN];
           ck_assert_msg(act_eq(&w, &mine[t]),
                         "%s rank %d step %lld: %s, not %s", path, r,
                         (long long)t, tr_pp_action_str(&w, a, sizeof a),
@@ -383,7 +437,9 @@ START_TEST(t_generators_refuse) {
   ck_assert_str_eq(tr_pp_kind_name(TR_PP_LOOPED_BFS), "LoopedBFS");
   ck_assert_int_eq(tr_pp_kind_parse("zbvzerobubble", &k), 0);
   ck_assert_int_eq(k, TR_PP_ZBV);
-  ck_assert_int_eq(tr_pp_kind_parse("DualPipeV", &k), TR_ENOTFOUND);
+  ck_assert_int_eq(tr_pp_kind_parse("dualpipev", &k), 0);
+  ck_assert_int_eq(k, TR_PP_DUALPIPEV);
+  ck_assert_int_eq(tr_pp_kind_parse("PipelineScheduleMulti", &k), TR_ENOTFOUND);
   ck_assert_int_eq(tr_pp_generate(&s, TR_PP_ZBV, 2, 4, 1, err, sizeof err),
                    TR_EINVAL);
   ck_assert_str_eq(err, "ZBV requires exactly 2 stages per rank, but got 1.");
@@ -469,6 +525,9 @@ START_TEST(t_validate_faults) {
           "backwards, but got B=1, I=0, W=0");
   invalid("0F0,2F0\n", 1, 2, 1,
           "Rank 0, step 1: 2F0: stage 2 is not one of the 2 stages");
+  invalid("(0F1;0B0)OVERLAP_F_B,0F0\n", 1, 1, 2,
+          "Rank 0, step 0: Running Full Backward for stage 0, microbatch 0 "
+          "without first running Forward");
   invalid("0F0,0F5\n", 1, 1, 2,
           "Rank 0, step 1: 0F5: microbatch 5 is not one of the 2 microbatches");
   /* the split backward that is right, with comms that only map stages */
@@ -525,6 +584,12 @@ START_TEST(t_simulate_bubble) {
     ck_assert(sim.bubble < 3.0 / 11.0);
     tr_pp_sim_release(&sim);
   }
+  /* DualPipeV, an OVERLAP_F_B one step: 34 steps, 11 of 136 idle */
+  simulate(TR_PP_DUALPIPEV, 4, 8, 2, &sim);
+  ck_assert_int_eq(sim.steps, 34);
+  ck_assert_double_eq_tol(sim.bubble, 11.0 / 136.0, 1e-12);
+  ck_assert(sim.bubble < 3.0 / 11.0);
+  tr_pp_sim_release(&sim);
   /* 1F1B, p = 2, m = 2: the timeline it ran, idle slots where it waited */
   tr_pp_schedule_t s, tl;
   ck_assert_int_eq(tr_pp_generate(&s, TR_PP_1F1B, 2, 2, 1, NULL, 0), 0);

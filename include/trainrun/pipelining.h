@@ -51,26 +51,39 @@ typedef enum {
   TR_PP_SEND_B = 8,       /* send the input gradient to the previous stage */
   TR_PP_RECV_B = 9,       /* receive the output gradient */
   TR_PP_REDUCE_GRAD = 10, /* FSDP reduce-scatter of the stage's grads */
-  TR_PP_NONE = 11         /* an idle slot of a schedule (PyTorch's None) */
+  TR_PP_NONE = 11,        /* an idle slot of a schedule (PyTorch's None) */
+  TR_PP_OVERLAP_F_B = 12  /* a forward and a backward overlapped (sub) */
 } tr_pp_type_t;
 
 typedef struct {
   int stage;
   tr_pp_type_t type;
-  int64_t micro; /* -1 for UNSHARD, RESHARD, REDUCE_GRAD */
+  int64_t micro; /* -1 for UNSHARD, RESHARD, REDUCE_GRAD, OVERLAP_F_B */
+  /* OVERLAP_F_B (stage -1): its forward and its backward, `(0F3;3B1)`
+   * in text form (PyTorch's sub_actions, DualPipeV's) */
+  struct tr_pp_sub {
+    int stage;
+    tr_pp_type_t type;
+    int64_t micro;
+  } sub[2];
 } tr_pp_action_t;
 
 /* PyTorch's name of a type: "F", "I", "W", "B", "UNSHARD", "RESHARD",
- * "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD"; "" for NONE. */
+ * "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "OVERLAP_F_B";
+ * "" for NONE. */
 const char* tr_pp_type_name(tr_pp_type_t t);
 
-/* The text form of a ("0F1", "1UNSHARD"; "" for an idle slot) into buf;
- * returns buf. */
+/* Room for any action's text form. */
+#define TR_PP_ACTION_STRLEN 96
+
+/* The text form of a ("0F1", "1UNSHARD", "(0F3;3B1)OVERLAP_F_B"; "" for an
+ * idle slot) into buf; returns buf. */
 const char* tr_pp_action_str(const tr_pp_action_t* a, char* buf, size_t n);
 
 /* Parse PyTorch's text form (`(\d+)(F|I|B|W|UNSHARD|...)(\d*)`, the whole
- * string): TR_EINVAL for anything else, a micro-batch on an FSDP action or
- * none on a compute or communication action. */
+ * string, or `(<F>;<B or I>)OVERLAP_F_B` of a forward and a backward):
+ * TR_EINVAL for anything else, a micro-batch on an FSDP action or none on
+ * a compute or communication action. */
 int tr_pp_action_parse(const char* s, tr_pp_action_t* out);
 
 /* The one-stage schedule of n_micro micro-batches (1F1B on one stage:
@@ -115,20 +128,22 @@ typedef enum {
   TR_PP_INTERLEAVED_1F1B = 2, /* ScheduleInterleaved1F1B (depth first) */
   TR_PP_LOOPED_BFS = 3,       /* ScheduleLoopedBFS (breadth first) */
   TR_PP_INTERLEAVED_ZB = 4,   /* ScheduleInterleavedZeroBubble (ZB1P) */
-  TR_PP_ZBV = 5               /* ScheduleZBVZeroBubble: the V, 2 stages */
+  TR_PP_ZBV = 5,              /* ScheduleZBVZeroBubble: the V, 2 stages */
+  TR_PP_DUALPIPEV = 6         /* ScheduleDualPipeV: the V, OVERLAP_F_B */
 } tr_pp_kind_t;
 
 /* PyTorch's class name without "Schedule": "GPipe", "1F1B",
  * "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
- * "ZBVZeroBubble". */
+ * "ZBVZeroBubble", "DualPipeV". */
 const char* tr_pp_kind_name(tr_pp_kind_t k);
 /* get_schedule_class's lookup: case-insensitive name into *out;
  * TR_ENOTFOUND for another name. */
 int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out);
 
 /* The compute-only schedule of kind k for pp ranks, n_micro micro-batches
- * and v stages per rank (stage s on rank s % pp; ZBVZeroBubble's V: rank r
- * holds stages r and 2pp - 1 - r), into *out (initialised
+ * and v stages per rank (stage s on rank s % pp; ZBVZeroBubble's and
+ * DualPipeV's V: rank r holds stages r and 2pp - 1 - r), into *out
+ * (initialised
  * here; release it). The lists are PyTorch's pipeline_order of the class,
  * idle slots included, with two exceptions for the single-stage classes,
  * whose pipeline_order in torch 2.11 is only informative (they do not run
@@ -139,13 +154,15 @@ int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out);
  * PyTorch's list everywhere else (tests/pipelining/fixtures).
  * Refused with TR_EINVAL and a message in err (may be NULL) as PyTorch
  * refuses: pp < 1, n_micro < 1, v < 1, v != 1 for GPipe and 1F1B,
- * n_micro < pp for 1F1B, v != 2 for ZBVZeroBubble, and for the
+ * n_micro < pp for 1F1B, v != 2 for ZBVZeroBubble and DualPipeV,
+ * n_micro < 2 pp for DualPipeV, and for the
  * interleaved two n_micro not a multiple of max(1, n_micro / pp). */
 int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
                    int64_t n_micro, int v, char* err, size_t errlen);
 
 /* PyTorch's _add_reduce_grad on one rank's list: idle slots dropped, and
- * `<s>REDUCE_GRAD` right after stage s's n_micro-th B or W. out holds
+ * `<s>REDUCE_GRAD` right after stage s's n_micro-th B or W (an
+ * OVERLAP_F_B's backward counts). out holds
  * n + (stages on the rank) actions at most; *n_out is set. */
 int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
                           tr_pp_action_t* out, int64_t* n_out);
@@ -156,6 +173,7 @@ int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
  * present, every stage in [0, n_stages) and on one rank only, per stage
  * and micro-batch (in [0, n_micro)) F before B or I and I before W; per
  * stage F count == n_micro, #I == #W and B + (I + W) / 2 == n_micro.
+ * An OVERLAP_F_B is checked as its forward then its backward at its step.
  * Communication and FSDP actions only map their stage. stage_to_rank
  * (n_stages entries, may be NULL) gets the map. TR_EINVAL with, in err
  * (may be NULL), PyTorch's message ("Rank 1, step 4: Running Full
@@ -181,7 +199,8 @@ typedef struct {
 /* Run a compute-only schedule in lock step, every action one step: each
  * step every rank runs its next action (its idle slots skipped) if what it
  * needs ran in an earlier step — F of stage s > 0 needs F of s - 1, B or
- * I of s < n_stages - 1 needs B or I of s + 1, W needs I — and else idles.
+ * I of s < n_stages - 1 needs B or I of s + 1, W needs I; an OVERLAP_F_B
+ * runs, in one step, when both its halves can — and else idles.
  * TR_EINVAL with a message in err (may be NULL) naming each stuck rank's
  * next action when no rank can move (a deadlock), or for a stage out of
  * range. Release *out with tr_pp_sim_release. timeline (may be NULL):
