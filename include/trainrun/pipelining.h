@@ -143,27 +143,26 @@ int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out);
 /* The compute-only schedule of kind k for pp ranks, n_micro micro-batches
  * and v stages per rank (stage s on rank s % pp; ZBVZeroBubble's and
  * DualPipeV's V: rank r holds stages r and 2pp - 1 - r), into *out
- * (initialised
- * here; release it). The lists are PyTorch's pipeline_order of the class,
- * idle slots included, with two exceptions for the single-stage classes,
- * whose pipeline_order in torch 2.11 is only informative (they do not run
- * it): here they are lock-step plans, idle slots where the rank waits
- * (PyTorch drops them in its _add_reduce_grad), and 1F1B's last rank runs
- * F0 B0 F1 B1 ... (PyTorch's lists F1 B0 F2 B1 ... F<m> B<m-1> there, a
- * micro-batch it does not have). tr_pp_add_reduce_grad of these lists is
- * PyTorch's list everywhere else (tests/pipelining/fixtures).
- * Refused with TR_EINVAL and a message in err (may be NULL) as PyTorch
+ * (initialised here; release it). The lists are PyTorch's pipeline_order
+ * of the class, idle slots included, with two exceptions for the
+ * single-stage classes, whose pipeline_order in torch 2.11 is only
+ * informative (they do not run it): here they are lock-step plans, idle
+ * slots where the rank waits (PyTorch drops them in its _add_reduce_grad),
+ * and 1F1B's last rank runs F0 B0 F1 B1 ... (PyTorch's lists F1 B0 F2 B1
+ * ... F<m> B<m-1> there, a micro-batch it does not have).
+ * tr_pp_add_reduce_grad of these lists is PyTorch's list everywhere else
+ * (tests/pipelining/fixtures). Refused with TR_EINVAL and a message in err (may be NULL) as PyTorch
  * refuses: pp < 1, n_micro < 1, v < 1, v != 1 for GPipe and 1F1B,
  * n_micro < pp for 1F1B, v != 2 for ZBVZeroBubble and DualPipeV,
- * n_micro < 2 pp for DualPipeV, and for the
- * interleaved two n_micro not a multiple of max(1, n_micro / pp). */
+ * n_micro < 2 pp for DualPipeV, and for the interleaved two n_micro not
+ * a multiple of max(1, n_micro / pp). */
 int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
                    int64_t n_micro, int v, char* err, size_t errlen);
 
 /* PyTorch's _add_reduce_grad on one rank's list: idle slots dropped, and
  * `<s>REDUCE_GRAD` right after stage s's n_micro-th B or W (an
- * OVERLAP_F_B's backward counts). out holds
- * n + (stages on the rank) actions at most; *n_out is set. */
+ * OVERLAP_F_B's backward counts). out holds n + (stages on the rank)
+ * actions at most; *n_out is set. */
 int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
                           tr_pp_action_t* out, int64_t* n_out);
 
@@ -199,8 +198,9 @@ typedef struct {
 /* Run a compute-only schedule in lock step, every action one step: each
  * step every rank runs its next action (its idle slots skipped) if what it
  * needs ran in an earlier step — F of stage s > 0 needs F of s - 1, B or
- * I of s < n_stages - 1 needs B or I of s + 1, W needs I; an OVERLAP_F_B
- * runs, in one step, when both its halves can — and else idles.
+ * I needs its F and, below the last stage, B or I of s + 1, W needs I; an
+ * OVERLAP_F_B runs, in one step, when both its halves can — and else
+ * idles.
  * TR_EINVAL with a message in err (may be NULL) naming each stuck rank's
  * next action when no rank can move (a deadlock), or for a stage out of
  * range. Release *out with tr_pp_sim_release. timeline (may be NULL):
