@@ -1,15 +1,24 @@
-# pipelining/: the schedule IR (PyTorch's actions, `0F1`), the schedules,
+# pipelining/: the schedule IR (PyTorch's actions, `0F1`), the schedules
+# of every rank (generators, validator, lock-step simulator, PyTorch's CSV),
 # and the executor that runs one rank's list over a range of blocks.
 # Included from the top-level Makefile.am.
 libtrainrun_la_SOURCES += \
 	pipelining/schedule.c \
+	pipelining/plan.c \
+	pipelining/generators.c \
+	pipelining/validate.c \
+	pipelining/simulate.c \
+	pipelining/csv.c \
 	pipelining/executor.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 
-# The IR's text form, the one-stage schedule, and the executor against
-# the plain forward/backward loop (bit for bit).
+# The IR's text form, the one-stage schedule, the generators against
+# PyTorch's fixtures (tests/pipelining), the validator, the simulator, the
+# CSV, and the executor against the plain forward/backward loop (bit for
+# bit).
 check_PROGRAMS += tests/check_pipelining
 TESTS += tests/check_pipelining
 tests_check_pipelining_SOURCES = tests/check_pipelining.c
 tests_check_pipelining_CFLAGS = $(TEST_CFLAGS)
 tests_check_pipelining_LDADD = $(TEST_LIBS)
+EXTRA_DIST += tests/pipelining

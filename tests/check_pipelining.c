@@ -1,18 +1,30 @@
-/* tests/check_pipelining.c: the schedule IR and the executor.
+/* tests/check_pipelining.c: the schedule IR, the schedules and the
+ * executor.
  *
  * The text form of actions both ways (PyTorch's `0F1`, `1UNSHARD`,
- * `3SEND_F1`) and what it refuses; the one-stage schedule (1F1B on one
- * stage); the executor running it equals the plain loop of forward and
- * backward per micro-batch bit for bit (gradients and losses, both
- * families), also with the split backward (I, and every W deferred to the
- * end as zero-bubble schedules do); malformed lists and unsupported actions are refused and leave
- * no micro-batch behind (allocator counters). */
+ * `3SEND_F1`, `(0F3;3B1)OVERLAP_F_B`) and what it refuses; the one-stage
+ * schedule (1F1B on one stage); the generators' lists equal PyTorch's
+ * own pipeline_order (tests/pipelining/fixtures, written by torch 2.11 with
+ * tests/pipelining/gen_fixtures.py) for p in {2, 4}, m in {p, 2p, 8}, and
+ * what they refuse; the validator's faults, each in PyTorch's words with
+ * its Step x Rank grid; the simulator's bubble ((p-1)/(m+p-1), and
+ * (p-1)/(vm+p-1) interleaved, the zero-bubble ones below), peak in-flight
+ * micro-batches and deadlock;
+ * PyTorch's compute_only CSV both ways, a bad cell as file:row:col; the
+ * executor running the one-stage schedule equals the plain loop of
+ * forward and backward per micro-batch bit for bit (gradients and losses,
+ * both families), also with the split backward (I, and every W deferred
+ * to the end as zero-bubble schedules do); malformed lists and
+ * unsupported actions are refused and leave no micro-batch behind
+ * (allocator counters). */
 #include "config.h"
 
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "trainrun/error.h"
 #include "trainrun/model.h"
@@ -22,13 +34,23 @@
 /* ---- the IR ---- */
 
 START_TEST(t_action_text) {
-  static const char* const ok[] = {
-      "0F1",      "2I0", "1UNSHARD", "3SEND_F1", "0REDUCE_GRAD", "12RECV_B345",
-      "0RESHARD", "1W7", "4B0",      "0SEND_B2", "5RECV_F9"};
+  static const char* const ok[] = {"0F1",
+                                   "2I0",
+                                   "1UNSHARD",
+                                   "3SEND_F1",
+                                   "0REDUCE_GRAD",
+                                   "12RECV_B345",
+                                   "0RESHARD",
+                                   "1W7",
+                                   "4B0",
+                                   "0SEND_B2",
+                                   "5RECV_F9",
+                                   "(0F3;3B1)OVERLAP_F_B",
+                                   "(12F0;1I2)OVERLAP_F_B"};
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     tr_pp_action_t a;
     ck_assert_msg(tr_pp_action_parse(ok[i], &a) == 0, "%s", ok[i]);
-    char buf[48];
+    char buf[TR_PP_ACTION_STRLEN];
     ck_assert_str_eq(tr_pp_action_str(&a, buf, sizeof buf), ok[i]);
   }
   tr_pp_action_t a;
@@ -39,9 +61,32 @@ START_TEST(t_action_text) {
   ck_assert_int_eq(tr_pp_action_parse("0REDUCE_GRAD", &a), 0);
   ck_assert_int_eq(a.type, TR_PP_REDUCE_GRAD);
   ck_assert_int_eq(a.micro, -1);
-  static const char* const bad[] = {
-      "",     "F1",   "0X1", "0F",     "0UNSHARD1",
-      "0F1x", "-1F0", "0f1", "0SEND1", "0F99999999999999999999"};
+  ck_assert_int_eq(tr_pp_action_parse("(0F3;3B1)OVERLAP_F_B", &a), 0);
+  ck_assert_int_eq(a.type, TR_PP_OVERLAP_F_B);
+  ck_assert_int_eq(a.stage, -1);
+  ck_assert_int_eq(a.sub[0].stage, 0);
+  ck_assert_int_eq(a.sub[0].type, TR_PP_F);
+  ck_assert_int_eq(a.sub[0].micro, 3);
+  ck_assert_int_eq(a.sub[1].stage, 3);
+  ck_assert_int_eq(a.sub[1].type, TR_PP_B);
+  ck_assert_int_eq(a.sub[1].micro, 1);
+  static const char* const bad[] = {"",
+                                    "F1",
+                                    "0X1",
+                                    "0F",
+                                    "0UNSHARD1",
+                                    "0F1x",
+                                    "-1F0",
+                                    "0f1",
+                                    "0SEND1",
+                                    "0F99999999999999999999",
+                                    "0OVERLAP_F_B",
+                                    "(0F3;3B1)",
+                                    "(0F3,3B1)OVERLAP_F_B",
+                                    "(3B1;0F3)OVERLAP_F_B",
+                                    "(0F3;3B1)OVERLAP_F_Bx",
+                                    "(0F3)OVERLAP_F_B",
+                                    "(;3B1)OVERLAP_F_B"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     ck_assert_msg(tr_pp_action_parse(bad[i], &a) == TR_EINVAL, "'%s'", bad[i]);
 }
@@ -232,11 +277,435 @@ START_TEST(t_executor_refuses) {
 }
 END_TEST
 
+/* ---- schedules of every rank ---- */
+
+static const char* srcdir(void) {
+  const char* d = getenv("top_srcdir");
+  return d && *d ? d : ".";
+}
+
+static int act_eq(const tr_pp_action_t* a, const tr_pp_action_t* b) {
+  if (a->type != b->type) return 0;
+  if (a->type == TR_PP_OVERLAP_F_B)
+    for (int k = 0; k < 2; k++)
+      if (a->sub[k].stage != b->sub[k].stage ||
+          a->sub[k].type != b->sub[k].type ||
+          a->sub[k].micro != b->sub[k].micro)
+        return 0;
+  return a->type == TR_PP_NONE ||
+         (a->stage == b->stage && a->micro == b->micro);
+}
+
+/* a schedule from CSV text (rows separated by \n) */
+static void from_csv(const char* text, tr_pp_schedule_t* s) {
+  char err[256];
+  int rc = tr_pp_csv_parse(text, strlen(text), "t.csv", s, err, sizeof err);
+  ck_assert_msg(rc == 0, "%s", err);
+}
+
+/* The fixtures PyTorch's own generators wrote
+ * (tests/pipelining/gen_fixtures.py, torch 2.11): _i picks the schedule,
+ * every p in {2, 4} and m in {p, 2p, 8}. */
+static const struct {
+  tr_pp_kind_t kind;
+  const char* file;
+  int v, vee; /* stages per rank; the V placement */
+} fixtures[] = {{TR_PP_GPIPE, "gpipe", 1, 0},
+                {TR_PP_1F1B, "1f1b", 1, 0},
+                {TR_PP_INTERLEAVED_1F1B, "interleaved1f1b", 2, 0},
+                {TR_PP_LOOPED_BFS, "loopedbfs", 2, 0},
+                {TR_PP_INTERLEAVED_ZB, "interleavedzb", 2, 0},
+                {TR_PP_ZBV, "zbvzerobubble", 2, 1},
+                {TR_PP_DUALPIPEV, "dualpipev", 2, 1}};
+
+START_TEST(t_generators_equal_pytorch) {
+  tr_pp_kind_t kind = fixtures[_i].kind;
+  int v = fixtures[_i].v, checked = 0;
+  tr_pp_schedule_t s_refused;
+  for (int pp = 2; pp <= 4; pp += 2) {
+    const int ms[] = {pp, 2 * pp, 8};
+    for (int k = 0; k < 3; k++) {
+      int m = ms[k];
+      if (k == 2 && m == 2 * pp) continue; /* p = 4: 2p is 8 */
+      char path[512], err[512];
+      snprintf(path, sizeof path, "%s/tests/pipelining/fixtures/%s_p%d_m%d.csv",
+               srcdir(), fixtures[_i].file, pp, m);
+      FILE* f = fopen(path, "rb");
+      if (kind == TR_PP_DUALPIPEV && m < 2 * pp) {
+        /* refused by both (the fixtures' MANIFEST) */
+        ck_assert_msg(f == NULL, "%s", path);
+        ck_assert_int_eq(
+            tr_pp_generate(&s_refused, kind, pp, m, v, err, sizeof err),
+            TR_EINVAL);
+        ck_assert_msg(strstr(err,
+                             "DualPipeV requires at least as many "
+                             "microbatches as stages") != NULL,
+                      "%s", err);
+        checked++;
+        continue;
+      }
+      ck_assert_msg(f != NULL, "%s", path);
+      static char text[1 << 16];
+      size_t n = fread(text, 1, sizeof text - 1, f);
+      fclose(f);
+      text[n] = 0;
+      /* the first line records the torch version and the class */
+      ck_assert_msg(strncmp(text, "# torch 2.", 10) == 0, "%s", path);
+      const char* rows = strchr(text, '\n') + 1;
+      tr_pp_schedule_t want, got;
+      ck_assert_int_eq(
+          tr_pp_csv_parse(rows, strlen(rows), path, &want, err, sizeof err), 0);
+      ck_assert_msg(tr_pp_generate(&got, kind, pp, m, v, err, sizeof err) == 0,
+                    "%s", err);
+      ck_assert_int_eq(want.n_ranks, pp);
+      ck_assert_int_eq(got.n_ranks, pp);
+      for (int r = 0; r < pp; r++) {
+        tr_pp_action_t* mine = got.acts[r];
+        int64_t len = got.len[r];
+        tr_pp_action_t* lowered = NULL;
+        if (fixtures[_i].v == 1) {
+          /* PyTorch's single-stage pipeline_order went through
+           * _add_reduce_grad: no idle slots, REDUCE_GRAD at the end */
+          lowered = malloc((size_t)(len + 1) * sizeof *lowered);
+          ck_assert_int_eq(tr_pp_add_reduce_grad(mine, len, m, lowered, &len),
+                           0);
+          mine = lowered;
+        }
+        ck_assert_msg(want.len[r] == len, "%s rank %d: %lld actions, not %lld",
+                      path, r, (long long)want.len[r], (long long)len);
+        for (int64_t t = 0; t < len; t++) {
+          tr_pp_action_t w = want.acts[r][t];
+          /* torch 2.11's Schedule1F1B lists its last rank's forwards one
+           * micro-batch late (F1 B0 F2 B1 ... F<m> B<m-1>): a plan it
+           * does not run; ours is F0 B0 F1 B1 ... */
+          if (kind == TR_PP_1F1B && r == pp - 1 && w.type == TR_PP_F) w.micro--;
+          char a[TR_PP_ACTION_STRLEN], b[TR_PP_ACTION_STRLEN];
+          ck_assert_msg(act_eq(&w, &mine[t]),
+                        "%s rank %d step %lld: %s, not %s", path, r,
+                        (long long)t, tr_pp_action_str(&w, a, sizeof a),
+                        tr_pp_action_str(&mine[t], b, sizeof b));
+        }
+        free(lowered);
+      }
+      /* and what PyTorch's validator accepts, ours accepts */
+      int map[8];
+      ck_assert_msg(
+          tr_pp_validate(&got, pp, pp * v, m, map, err, sizeof err) == 0, "%s",
+          err);
+      for (int st = 0; st < pp * v; st++)
+        ck_assert_int_eq(
+            map[st], fixtures[_i].vee && st >= pp ? 2 * pp - 1 - st : st % pp);
+      tr_pp_schedule_release(&want);
+      tr_pp_schedule_release(&got);
+      checked++;
+    }
+  }
+  ck_assert_int_eq(checked, 5);
+}
+END_TEST
+
+START_TEST(t_generators_refuse) {
+  tr_pp_schedule_t s;
+  char err[256];
+  ck_assert_int_eq(tr_pp_generate(&s, TR_PP_1F1B, 4, 3, 1, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "Number of microbatches (3) must be greater than or equal "
+                   "to the number of stages (4).");
+  ck_assert_int_eq(tr_pp_generate(&s, TR_PP_GPIPE, 2, 4, 2, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err, "GPipe runs 1 stage per rank, not 2");
+  /* flex PP: 10 micro-batches over 4 ranks is 2 rounds of 5; 9 is not */
+  ck_assert_int_eq(
+      tr_pp_generate(&s, TR_PP_INTERLEAVED_1F1B, 4, 10, 2, err, sizeof err), 0);
+  ck_assert_int_eq(tr_pp_validate(&s, 4, 8, 10, NULL, err, sizeof err), 0);
+  tr_pp_schedule_release(&s);
+  ck_assert_int_eq(
+      tr_pp_generate(&s, TR_PP_INTERLEAVED_1F1B, 4, 9, 2, err, sizeof err),
+      TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "Interleaved 1F1B requires the number of microbatches to be "
+                   "a multiple of the number of rounds (2), but got 9.");
+  ck_assert_int_eq(
+      tr_pp_generate(&s, TR_PP_LOOPED_BFS, 0, 4, 2, err, sizeof err),
+      TR_EINVAL);
+  tr_pp_kind_t k;
+  ck_assert_int_eq(tr_pp_kind_parse("interleaved1f1b", &k), 0);
+  ck_assert_int_eq(k, TR_PP_INTERLEAVED_1F1B);
+  ck_assert_int_eq(tr_pp_kind_parse("GPIPE", &k), 0);
+  ck_assert_int_eq(k, TR_PP_GPIPE);
+  ck_assert_str_eq(tr_pp_kind_name(TR_PP_LOOPED_BFS), "LoopedBFS");
+  ck_assert_int_eq(tr_pp_kind_parse("zbvzerobubble", &k), 0);
+  ck_assert_int_eq(k, TR_PP_ZBV);
+  ck_assert_int_eq(tr_pp_kind_parse("dualpipev", &k), 0);
+  ck_assert_int_eq(k, TR_PP_DUALPIPEV);
+  ck_assert_int_eq(tr_pp_kind_parse("PipelineScheduleMulti", &k), TR_ENOTFOUND);
+  ck_assert_int_eq(tr_pp_generate(&s, TR_PP_ZBV, 2, 4, 1, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err, "ZBV requires exactly 2 stages per rank, but got 1.");
+  ck_assert_int_eq(
+      tr_pp_generate(&s, TR_PP_INTERLEAVED_ZB, 4, 9, 2, err, sizeof err),
+      TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "Zero bubble requires the number of microbatches to be a "
+                   "multiple of the number of rounds (2), but got 9.");
+}
+END_TEST
+
+/* ---- the validator ---- */
+
+/* validate `csv` (pp ranks, n_stages, m) and expect err to hold `want` */
+static void invalid(const char* csv, int pp, int n_stages, int m,
+                    const char* want) {
+  tr_pp_schedule_t s;
+  from_csv(csv, &s);
+  char err[4096];
+  ck_assert_int_eq(tr_pp_validate(&s, pp, n_stages, m, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_msg(strstr(err, want) != NULL, "'%s' lacks '%s'", err, want);
+  tr_pp_schedule_release(&s);
+}
+
+START_TEST(t_validate_grid) {
+  tr_pp_schedule_t s;
+  from_csv("0F0,,,0B0\n,1B0,1F0\n", &s);
+  char err[4096];
+  ck_assert_int_eq(tr_pp_validate(&s, 2, 2, 1, NULL, err, sizeof err),
+                   TR_EINVAL);
+  /* PyTorch's message and its _format_pipeline_order grid, byte for byte */
+  ck_assert_str_eq(err,
+                   "Rank 1, step 1: Running Full Backward for stage 1, "
+                   "microbatch 0 without first running Forward\n\n"
+                   "Full pipeline schedule:\n"
+                   "        Rank 0 Rank 1\n"
+                   "Step 0: 0F0          \n"
+                   "Step 1:        1B0    <-- ERROR HERE\n"
+                   "Step 2:        1F0   \n"
+                   "Step 3: 0B0          \n");
+  tr_pp_schedule_release(&s);
+  /* two-digit steps: labels zero-filled, columns as wide as their cells */
+  from_csv("0F0,0F1,0F2,0F3,0F4,0F5,0F6,0F7,0F8,0F9,0F10\n1F0\n", &s);
+  char* grid = tr_pp_schedule_format(&s, -1);
+  ck_assert_str_eq(grid,
+                   "         Rank 0  Rank 1 \n"
+                   "Step 00: 0F0     1F0    \n"
+                   "Step 01: 0F1            \n"
+                   "Step 02: 0F2            \n"
+                   "Step 03: 0F3            \n"
+                   "Step 04: 0F4            \n"
+                   "Step 05: 0F5            \n"
+                   "Step 06: 0F6            \n"
+                   "Step 07: 0F7            \n"
+                   "Step 08: 0F8            \n"
+                   "Step 09: 0F9            \n"
+                   "Step 10: 0F10           \n");
+  free(grid);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
+START_TEST(t_validate_faults) {
+  invalid("0F0,0B0\n", 2, 2, 1,
+          "Schedule has incorrect number of ranks - expected 2, actual 1");
+  invalid("0F0,0B0,0F1\n1F0,1B0,0B1\n", 2, 2, 2,
+          "Rank 1, step 2: Stage 0 is assigned to both rank 1 and rank 0");
+  invalid("0F0,0B0,0F1\n1F0,1B0,0B1\n", 2, 2, 2, " <-- ERROR HERE\n");
+  invalid("0I0,0F0\n", 1, 1, 1,
+          "Rank 0, step 0: Running Backward Input for stage 0, microbatch 0 "
+          "without first running Forward");
+  invalid("0F0,0W0,0I0\n", 1, 1, 1,
+          "Rank 0, step 1: Running Backward Weight for stage 0, microbatch 0 "
+          "without first running Backward Input");
+  invalid("0F0,0B0\n", 1, 1, 2, "Got 1 F microbatches for stage 0, expected 2");
+  invalid("0F0,0I0\n", 1, 1, 1,
+          "Invalid backward microbatches for stage 0: I and W must have equal "
+          "counts, but got I=1, W=0");
+  invalid("0F0,0F1,0B0\n", 1, 1, 2,
+          "Invalid backward microbatches for stage 0: expected 2 total "
+          "backwards, but got B=1, I=0, W=0");
+  invalid("0F0,2F0\n", 1, 2, 1,
+          "Rank 0, step 1: 2F0: stage 2 is not one of the 2 stages");
+  invalid("(0F1;0B0)OVERLAP_F_B,0F0\n", 1, 1, 2,
+          "Rank 0, step 0: Running Full Backward for stage 0, microbatch 0 "
+          "without first running Forward");
+  invalid("0F0,0F5\n", 1, 1, 2,
+          "Rank 0, step 1: 0F5: microbatch 5 is not one of the 2 microbatches");
+  /* the split backward that is right, with comms that only map stages */
+  tr_pp_schedule_t s;
+  from_csv("0F0,0SEND_F0,0I0,0W0,0F1,0B1\n", &s);
+  char err[256];
+  int map[1] = {-1};
+  ck_assert_int_eq(tr_pp_validate(&s, 1, 1, 2, map, err, sizeof err), 0);
+  ck_assert_int_eq(map[0], 0);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
+/* ---- the simulator ---- */
+
+static void simulate(tr_pp_kind_t k, int pp, int m, int v, tr_pp_sim_t* sim) {
+  tr_pp_schedule_t s;
+  char err[512];
+  ck_assert_msg(tr_pp_generate(&s, k, pp, m, v, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_msg(tr_pp_simulate(&s, pp * v, sim, NULL, err, sizeof err) == 0,
+                "%s", err);
+  tr_pp_schedule_release(&s);
+}
+
+START_TEST(t_simulate_bubble) {
+  tr_pp_sim_t sim;
+  char pct[16];
+  /* GPipe and 1F1B: (p - 1) / (m + p - 1); p = 4, m = 8: 27.3% */
+  for (int k = 0; k < 2; k++) {
+    simulate(k ? TR_PP_1F1B : TR_PP_GPIPE, 4, 8, 1, &sim);
+    ck_assert_int_eq(sim.steps, 2 * (8 + 4 - 1));
+    ck_assert_int_eq(sim.busy, 4 * 2 * 8);
+    ck_assert_double_eq_tol(sim.bubble, 3.0 / 11.0, 1e-12);
+    snprintf(pct, sizeof pct, "%.1f%%", 100 * sim.bubble);
+    ck_assert_str_eq(pct, "27.3%");
+    /* stage 0 holds p micro-batches under 1F1B, m under GPipe */
+    ck_assert_int_eq(sim.peak_inflight[0], k ? 4 : 8);
+    ck_assert_int_eq(sim.peak_inflight[3], k ? 1 : 8);
+    tr_pp_sim_release(&sim);
+  }
+  /* Interleaved1F1B, v = 2: (p - 1) / (v m + p - 1) = 15.8% */
+  simulate(TR_PP_INTERLEAVED_1F1B, 4, 8, 2, &sim);
+  ck_assert_double_eq_tol(sim.bubble, 3.0 / 19.0, 1e-12);
+  snprintf(pct, sizeof pct, "%.1f%%", 100 * sim.bubble);
+  ck_assert_str_eq(pct, "15.8%");
+  tr_pp_sim_release(&sim);
+  /* the zero-bubble schedules (I and W a step each): p = 4, m = 8, v = 2,
+   * 51 steps of which 3 idle per rank, 5.9%, below 1F1B's 27.3% */
+  for (int k = 0; k < 2; k++) {
+    simulate(k ? TR_PP_ZBV : TR_PP_INTERLEAVED_ZB, 4, 8, 2, &sim);
+    ck_assert_int_eq(sim.steps, 51);
+    ck_assert_double_eq_tol(sim.bubble, 3.0 / 51.0, 1e-12);
+    ck_assert(sim.bubble < 3.0 / 11.0);
+    tr_pp_sim_release(&sim);
+  }
+  /* DualPipeV, an OVERLAP_F_B one step: 34 steps, 11 of 136 idle */
+  simulate(TR_PP_DUALPIPEV, 4, 8, 2, &sim);
+  ck_assert_int_eq(sim.steps, 34);
+  ck_assert_double_eq_tol(sim.bubble, 11.0 / 136.0, 1e-12);
+  ck_assert(sim.bubble < 3.0 / 11.0);
+  tr_pp_sim_release(&sim);
+  /* 1F1B, p = 2, m = 2: the timeline it ran, idle slots where it waited */
+  tr_pp_schedule_t s, tl;
+  ck_assert_int_eq(tr_pp_generate(&s, TR_PP_1F1B, 2, 2, 1, NULL, 0), 0);
+  char* csv = tr_pp_csv_format(&s);
+  ck_assert_str_eq(csv, "0F0,0F1,,0B0,,0B1\r\n,1F0,1B0,1F1,1B1\r\n");
+  free(csv);
+  ck_assert_int_eq(tr_pp_simulate(&s, 2, &sim, &tl, NULL, 0), 0);
+  csv = tr_pp_csv_format(&tl);
+  ck_assert_str_eq(csv, "0F0,0F1,,0B0,,0B1\r\n,1F0,1B0,1F1,1B1\r\n");
+  free(csv);
+  tr_pp_sim_release(&sim);
+  tr_pp_schedule_release(&tl);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
+START_TEST(t_simulate_deadlock) {
+  tr_pp_schedule_t s;
+  from_csv("0F0,0B0\n1B0,1F0\n", &s);
+  tr_pp_sim_t sim;
+  char err[256];
+  ck_assert_int_eq(tr_pp_simulate(&s, 2, &sim, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "schedule is not progressing at step 1: rank 0 waits at "
+                   "0B0; rank 1 waits at 1B0;");
+  tr_pp_schedule_release(&s);
+  from_csv("0F0,3B0\n", &s);
+  ck_assert_int_eq(tr_pp_simulate(&s, 2, &sim, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err, "rank 0, step 1: 3B0 is outside 2 stages");
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
+/* ---- PyTorch's CSV ---- */
+
+START_TEST(t_csv) {
+  tr_pp_schedule_t s, back;
+  char err[256];
+  /* idle cells, blank cells, \r\n, a rank with no actions */
+  from_csv("0F0, ,0B0\r\n\r\n1F0,,1B0", &s);
+  ck_assert_int_eq(s.n_ranks, 3);
+  ck_assert_int_eq(s.len[0], 3);
+  ck_assert_int_eq(s.acts[0][1].type, TR_PP_NONE);
+  ck_assert_int_eq(s.len[1], 0);
+  ck_assert_int_eq(s.acts[2][2].type, TR_PP_B);
+  char* text = tr_pp_csv_format(&s);
+  ck_assert_str_eq(text, "0F0,,0B0\r\n\r\n1F0,,1B0\r\n");
+  free(text);
+  tr_pp_schedule_release(&s);
+  /* a bad action: file:row:col of its cell */
+  ck_assert_int_eq(
+      tr_pp_csv_parse("0F0,0X1\n", 8, "a.csv", &s, err, sizeof err), TR_EPARSE);
+  ck_assert_str_eq(err, "a.csv:1:5: bad action '0X1'");
+  const char* two = "0F0\n1F0,, zz\n";
+  ck_assert_int_eq(
+      tr_pp_csv_parse(two, strlen(two), "b.csv", &s, err, sizeof err),
+      TR_EPARSE);
+  ck_assert_str_eq(err, "b.csv:2:6: bad action 'zz'");
+  ck_assert_int_eq(tr_pp_csv_parse("", 0, "c.csv", &s, err, sizeof err),
+                   TR_EPARSE);
+  ck_assert_str_eq(err, "c.csv: no rows (no ranks)");
+  /* a generated schedule through a file and back */
+  ck_assert_int_eq(tr_pp_generate(&s, TR_PP_INTERLEAVED_1F1B, 2, 4, 2, NULL, 0),
+                   0);
+  char path[] = "/tmp/check_pipelining_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(tr_pp_csv_save(&s, path), 0);
+  ck_assert_int_eq(tr_pp_csv_load(path, &back, err, sizeof err), 0);
+  ck_assert_int_eq(back.n_ranks, s.n_ranks);
+  for (int r = 0; r < s.n_ranks; r++) {
+    ck_assert_int_eq(back.len[r], s.len[r]);
+    for (int64_t t = 0; t < s.len[r]; t++)
+      ck_assert(act_eq(&back.acts[r][t], &s.acts[r][t]));
+  }
+  text = tr_pp_csv_format(&back);
+  ck_assert_str_eq(text,
+                   "0F0,0F1,2F0,2F1,,,0F2,2B0,0F3,2B1,2F2,0B0,2F3,0B1,,2B2,,"
+                   "2B3,,0B2,,0B3\r\n"
+                   ",1F0,1F1,,3F0,3B0,3F1,3B1,1F2,1B0,1F3,1B1,3F2,3B2,3F3,3B3,,"
+                   "1B2,,1B3\r\n");
+  free(text);
+  tr_pp_schedule_release(&back);
+  tr_pp_schedule_release(&s);
+  unlink(path);
+  ck_assert_int_eq(tr_pp_csv_load(path, &s, err, sizeof err), TR_ENOENT);
+  ck_assert_msg(strncmp(err, path, strlen(path)) == 0, "%s", err);
+  /* a rank of one idle slot: Python's csv quotes the lone empty cell */
+  from_csv("\"\"\n0F0\n", &s);
+  ck_assert_int_eq(s.len[0], 1);
+  ck_assert_int_eq(s.acts[0][0].type, TR_PP_NONE);
+  text = tr_pp_csv_format(&s);
+  ck_assert_str_eq(text, "\"\"\r\n0F0\r\n");
+  free(text);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("pipelining");
   TCase* tc = tcase_create("ir");
   tcase_add_test(tc, t_action_text);
   tcase_add_test(tc, t_one_stage_schedule);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("schedules");
+  tcase_add_loop_test(tc, t_generators_equal_pytorch, 0,
+                      (int)(sizeof fixtures / sizeof fixtures[0]));
+  tcase_add_test(tc, t_generators_refuse);
+  tcase_add_test(tc, t_validate_grid);
+  tcase_add_test(tc, t_validate_faults);
+  tcase_add_test(tc, t_simulate_bubble);
+  tcase_add_test(tc, t_simulate_deadlock);
+  tcase_add_test(tc, t_csv);
   suite_add_tcase(s, tc);
   tc = tcase_create("executor");
   tcase_set_timeout(tc, 60);

@@ -40,41 +40,193 @@ extern "C" {
 /* ---- the action IR ---- */
 
 typedef enum {
-  TR_PP_F = 0,           /* forward */
-  TR_PP_I = 1,           /* backward, input gradient */
-  TR_PP_W = 2,           /* backward, weight gradient */
-  TR_PP_B = 3,           /* full backward */
-  TR_PP_UNSHARD = 4,     /* FSDP all-gather of the stage's parameters */
-  TR_PP_RESHARD = 5,     /* FSDP free of them */
-  TR_PP_SEND_F = 6,      /* send the forward's output to the next stage */
-  TR_PP_RECV_F = 7,      /* receive the forward's input */
-  TR_PP_SEND_B = 8,      /* send the input gradient to the previous stage */
-  TR_PP_RECV_B = 9,      /* receive the output gradient */
-  TR_PP_REDUCE_GRAD = 10 /* FSDP reduce-scatter of the stage's grads */
+  TR_PP_F = 0,            /* forward */
+  TR_PP_I = 1,            /* backward, input gradient */
+  TR_PP_W = 2,            /* backward, weight gradient */
+  TR_PP_B = 3,            /* full backward */
+  TR_PP_UNSHARD = 4,      /* FSDP all-gather of the stage's parameters */
+  TR_PP_RESHARD = 5,      /* FSDP free of them */
+  TR_PP_SEND_F = 6,       /* send the forward's output to the next stage */
+  TR_PP_RECV_F = 7,       /* receive the forward's input */
+  TR_PP_SEND_B = 8,       /* send the input gradient to the previous stage */
+  TR_PP_RECV_B = 9,       /* receive the output gradient */
+  TR_PP_REDUCE_GRAD = 10, /* FSDP reduce-scatter of the stage's grads */
+  TR_PP_NONE = 11,        /* an idle slot of a schedule (PyTorch's None) */
+  TR_PP_OVERLAP_F_B = 12  /* a forward and a backward overlapped (sub) */
 } tr_pp_type_t;
 
 typedef struct {
   int stage;
   tr_pp_type_t type;
-  int64_t micro; /* -1 for UNSHARD, RESHARD, REDUCE_GRAD */
+  int64_t micro; /* -1 for UNSHARD, RESHARD, REDUCE_GRAD, OVERLAP_F_B */
+  /* OVERLAP_F_B (stage -1): its forward and its backward, `(0F3;3B1)`
+   * in text form (PyTorch's sub_actions, DualPipeV's) */
+  struct tr_pp_sub {
+    int stage;
+    tr_pp_type_t type;
+    int64_t micro;
+  } sub[2];
 } tr_pp_action_t;
 
 /* PyTorch's name of a type: "F", "I", "W", "B", "UNSHARD", "RESHARD",
- * "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD". */
+ * "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "OVERLAP_F_B";
+ * "" for NONE. */
 const char* tr_pp_type_name(tr_pp_type_t t);
 
-/* The text form of a ("0F1", "1UNSHARD") into buf; returns buf. */
+/* Room for any action's text form. */
+#define TR_PP_ACTION_STRLEN 96
+
+/* The text form of a ("0F1", "1UNSHARD", "(0F3;3B1)OVERLAP_F_B"; "" for an
+ * idle slot) into buf; returns buf. */
 const char* tr_pp_action_str(const tr_pp_action_t* a, char* buf, size_t n);
 
 /* Parse PyTorch's text form (`(\d+)(F|I|B|W|UNSHARD|...)(\d*)`, the whole
- * string): TR_EINVAL for anything else, a micro-batch on an FSDP action or
- * none on a compute or communication action. */
+ * string, or `(<F>;<B or I>)OVERLAP_F_B` of a forward and a backward):
+ * TR_EINVAL for anything else, a micro-batch on an FSDP action or none on
+ * a compute or communication action. */
 int tr_pp_action_parse(const char* s, tr_pp_action_t* out);
 
 /* The one-stage schedule of n_micro micro-batches (1F1B on one stage:
  * F0 B0 F1 B1 ...): 2 * n_micro actions into out (the caller's array of
  * that many). TR_EINVAL for n_micro < 1. */
 int tr_pp_schedule_one_stage(int64_t n_micro, tr_pp_action_t* out);
+
+/* ---- schedules of every rank (pipelining/plan.c) ----
+ *
+ * A schedule is PyTorch's pipeline_order: for each pipeline rank, its list
+ * of actions in time steps, an idle step being a TR_PP_NONE action (None
+ * in PyTorch). Stages are numbered over the whole pipeline (pp ranks × v
+ * stages per rank). */
+
+typedef struct {
+  int n_ranks;
+  int64_t* len;          /* actions of each rank */
+  int64_t* cap;          /* allocated */
+  tr_pp_action_t** acts; /* each rank's list */
+} tr_pp_schedule_t;
+
+/* n_ranks empty lists. TR_EINVAL for n_ranks < 1, TR_ENOMEM. */
+int tr_pp_schedule_init(tr_pp_schedule_t* s, int n_ranks);
+void tr_pp_schedule_release(tr_pp_schedule_t* s);
+/* Append a to rank's list (TR_EINVAL for a rank out of range). */
+int tr_pp_schedule_push(tr_pp_schedule_t* s, int rank, tr_pp_action_t a);
+/* The longest list: the schedule's number of steps. */
+int64_t tr_pp_schedule_steps(const tr_pp_schedule_t* s);
+
+/* PyTorch's _format_pipeline_order: a Step × Rank grid, one row per step
+ * ("Step 07: 0F1 1B0 ...", columns padded to their widest cell, an idle
+ * slot blank) under a header of "Rank N" labels; error_step >= 0 appends
+ * " <-- ERROR HERE" to that step's row. A malloc'd string (the caller
+ * frees it), NULL when out of memory. */
+char* tr_pp_schedule_format(const tr_pp_schedule_t* s, int64_t error_step);
+
+/* ---- generators (pipelining/generators.c) ---- */
+
+typedef enum {
+  TR_PP_GPIPE = 0,            /* ScheduleGPipe: all F, then all B */
+  TR_PP_1F1B = 1,             /* Schedule1F1B */
+  TR_PP_INTERLEAVED_1F1B = 2, /* ScheduleInterleaved1F1B (depth first) */
+  TR_PP_LOOPED_BFS = 3,       /* ScheduleLoopedBFS (breadth first) */
+  TR_PP_INTERLEAVED_ZB = 4,   /* ScheduleInterleavedZeroBubble (ZB1P) */
+  TR_PP_ZBV = 5,              /* ScheduleZBVZeroBubble: the V, 2 stages */
+  TR_PP_DUALPIPEV = 6         /* ScheduleDualPipeV: the V, OVERLAP_F_B */
+} tr_pp_kind_t;
+
+/* PyTorch's class name without "Schedule": "GPipe", "1F1B",
+ * "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+ * "ZBVZeroBubble", "DualPipeV". */
+const char* tr_pp_kind_name(tr_pp_kind_t k);
+/* get_schedule_class's lookup: case-insensitive name into *out;
+ * TR_ENOTFOUND for another name. */
+int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out);
+
+/* The compute-only schedule of kind k for pp ranks, n_micro micro-batches
+ * and v stages per rank (stage s on rank s % pp; ZBVZeroBubble's and
+ * DualPipeV's V: rank r holds stages r and 2pp - 1 - r), into *out
+ * (initialised here; release it). The lists are PyTorch's pipeline_order
+ * of the class, idle slots included, with two exceptions for the
+ * single-stage classes, whose pipeline_order in torch 2.11 is only
+ * informative (they do not run it): here they are lock-step plans, idle
+ * slots where the rank waits (PyTorch drops them in its _add_reduce_grad),
+ * and 1F1B's last rank runs F0 B0 F1 B1 ... (PyTorch's lists F1 B0 F2 B1
+ * ... F<m> B<m-1> there, a micro-batch it does not have).
+ * tr_pp_add_reduce_grad of these lists is PyTorch's list everywhere else
+ * (tests/pipelining/fixtures). Refused with TR_EINVAL and a message in err (may be NULL) as PyTorch
+ * refuses: pp < 1, n_micro < 1, v < 1, v != 1 for GPipe and 1F1B,
+ * n_micro < pp for 1F1B, v != 2 for ZBVZeroBubble and DualPipeV,
+ * n_micro < 2 pp for DualPipeV, and for the interleaved two n_micro not
+ * a multiple of max(1, n_micro / pp). */
+int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
+                   int64_t n_micro, int v, char* err, size_t errlen);
+
+/* PyTorch's _add_reduce_grad on one rank's list: idle slots dropped, and
+ * `<s>REDUCE_GRAD` right after stage s's n_micro-th B or W (an
+ * OVERLAP_F_B's backward counts). out holds n + (stages on the rank)
+ * actions at most; *n_out is set. */
+int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
+                          tr_pp_action_t* out, int64_t* n_out);
+
+/* ---- the validator (pipelining/validate.c) ---- */
+
+/* PyTorch's _validate_schedule on a compute-only schedule: pp ranks
+ * present, every stage in [0, n_stages) and on one rank only, per stage
+ * and micro-batch (in [0, n_micro)) F before B or I and I before W; per
+ * stage F count == n_micro, #I == #W and B + (I + W) / 2 == n_micro.
+ * An OVERLAP_F_B is checked as its forward then its backward at its step.
+ * Communication and FSDP actions only map their stage. stage_to_rank
+ * (n_stages entries, may be NULL) gets the map. TR_EINVAL with, in err
+ * (may be NULL), PyTorch's message ("Rank 1, step 4: Running Full
+ * Backward for stage 1, microbatch 0 without first running Forward") and,
+ * for an action's fault, "Full pipeline schedule:" and the Step × Rank
+ * grid with "<-- ERROR HERE" on its step. */
+int tr_pp_validate(const tr_pp_schedule_t* s, int pp, int n_stages,
+                   int64_t n_micro, int* stage_to_rank, char* err,
+                   size_t errlen);
+
+/* ---- the lock-step simulator (pipelining/simulate.c) ---- */
+
+typedef struct {
+  int64_t steps;          /* time steps until the last action ran */
+  int64_t busy;           /* rank-steps that ran an action */
+  double bubble;          /* idle fraction: 1 - busy / (steps * ranks) */
+  int64_t* peak_inflight; /* per stage (n_stages): the most micro-batches
+                             forwarded and not yet fully backwarded (B, or
+                             W after I) at once; malloc'd */
+  int n_stages;
+} tr_pp_sim_t;
+
+/* Run a compute-only schedule in lock step, every action one step: each
+ * step every rank runs its next action (its idle slots skipped) if what it
+ * needs ran in an earlier step — F of stage s > 0 needs F of s - 1, B or
+ * I needs its F and, below the last stage, B or I of s + 1, W needs I; an
+ * OVERLAP_F_B runs, in one step, when both its halves can — and else
+ * idles.
+ * TR_EINVAL with a message in err (may be NULL) naming each stuck rank's
+ * next action when no rank can move (a deadlock), or for a stage out of
+ * range. Release *out with tr_pp_sim_release. timeline (may be NULL):
+ * the schedule as it ran, each action at its step, idle slots where a rank
+ * waited (initialised here; release it). */
+int tr_pp_simulate(const tr_pp_schedule_t* s, int n_stages, tr_pp_sim_t* out,
+                   tr_pp_schedule_t* timeline, char* err, size_t errlen);
+void tr_pp_sim_release(tr_pp_sim_t* sim);
+
+/* ---- PyTorch's CSV, compute_only (pipelining/csv.c) ---- */
+
+/* Parse _dump_csv's text: row r (\n or \r\n ended) is rank r's list, its
+ * comma-separated cells actions in text form (`0F1`), an empty (or blank)
+ * cell an idle slot. Into *out (initialised here). A cell that is no
+ * action: TR_EPARSE and "name:row:col: bad action 'X'" in err (row and
+ * column from 1, col the cell's first character). */
+int tr_pp_csv_parse(const char* text, size_t n, const char* name,
+                    tr_pp_schedule_t* out, char* err, size_t errlen);
+/* tr_pp_csv_parse of a file's contents (name: its path). */
+int tr_pp_csv_load(const char* path, tr_pp_schedule_t* out, char* err,
+                   size_t errlen);
+/* _dump_csv: one row per rank, "\r\n" ended as Python's csv.writer ends
+ * them. A malloc'd string, NULL when out of memory. */
+char* tr_pp_csv_format(const tr_pp_schedule_t* s);
+/* tr_pp_csv_format into a file (created or truncated). */
+int tr_pp_csv_save(const tr_pp_schedule_t* s, const char* path);
 
 /* ---- the executor ---- */
 
