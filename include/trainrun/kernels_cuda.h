@@ -279,16 +279,9 @@ int tr_kern_cuda_attention_bwd(tr_dtype_t dt, void* dq, void* dk, void* dv,
 
 /* ---- optimizer and gradient norm ---- */
 
-/* One tensor of a multi-tensor AdamW step. */
-typedef struct {
-  float* param;          /* fp32 master weights */
-  const float* grad;     /* fp32 */
-  float* m;              /* fp32 first moment */
-  float* v;              /* fp32 second moment */
-  tr_bf16_t* param_bf16; /* NULL, or the bf16 compute copy to refresh */
-  int64_t n;
-  int decay; /* 1: apply args->weight_decay; 0: none */
-} tr_cuda_adamw_tensor_t;
+/* One tensor of a multi-tensor AdamW step: the dispatch table's
+ * (trainrun/kernels.h; param_bf16 points at tr_bf16_t elements). */
+typedef tr_kern_adamw_tensor_t tr_cuda_adamw_tensor_t;
 /* AdamW (torch.optim.AdamW's arithmetic, as tr_adamw_args_t documents) on
  * every listed tensor in as few launches as fit the kernel parameters.
  * The gradient multiplier is args->grad_scale times *grad_scale_dev when

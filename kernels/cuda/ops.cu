@@ -11,7 +11,6 @@
 
 #include <limits.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 extern "C" void tr__cuda_matmul_release(void);
@@ -373,21 +372,7 @@ int cu_adamw(float* p, const float* g, float* m, float* v, int64_t n,
 
 int cu_adamw_multi(const tr_kern_adamw_tensor_t* ts, int n,
                    const tr_adamw_args_t* args) {
-  tr_cuda_adamw_tensor_t* t =
-      (tr_cuda_adamw_tensor_t*)calloc((size_t)n + 1, sizeof *t);
-  if (!t) return TR_ENOMEM;
-  for (int i = 0; i < n; i++) {
-    t[i].param = ts[i].param;
-    t[i].grad = ts[i].grad;
-    t[i].m = ts[i].m;
-    t[i].v = ts[i].v;
-    t[i].param_bf16 = (tr_bf16_t*)ts[i].param_bf16;
-    t[i].n = ts[i].n;
-    t[i].decay = ts[i].decay;
-  }
-  int rc = tr_kern_cuda_adamw(t, n, args, NULL, cur());
-  free(t);
-  return rc;
+  return tr_kern_cuda_adamw(ts, n, args, NULL, cur());
 }
 
 /* One launch over every span; the double comes back with one
