@@ -166,7 +166,19 @@ int tr_fsdp_plan(const tr_model_t* m, int dp_replicate, int dp_shard,
   int sizes[2] = {dp_replicate, dp_shard}, coords[2] = {0, 0};
   tr_mesh_shape_t mesh;
   TR_CHECK(tr_mesh_shape_init(&mesh, 2, names, sizes, coords));
-  TR_CHECK(tr__fsdp_plan_build(&pl, m, &mesh, 0));
+  /* parameters placed already (a TP plan) carry the job's mesh: FSDP
+   * composes onto it */
+  const tr_mesh_shape_t* on = &mesh;
+  for (int i = 0; i < m->n_params; i++) {
+    const tr_param_placement_t* at = tr_dtensor_param_placement(&m->params[i]);
+    if (!at) continue;
+    if (tr_mesh_shape_index(&at->mesh, "dp_shard") < 0 ||
+        tr_mesh_shape_index(&at->mesh, "dp_replicate") < 0)
+      return TR_EINVAL;
+    on = &at->mesh;
+    break;
+  }
+  TR_CHECK(tr__fsdp_plan_build(&pl, m, on, 0));
   int64_t ms = (int64_t)tr_dtype_size(master_dtype);
   int64_t ps = (int64_t)tr_dtype_size(param_dtype);
   int64_t total = 0;

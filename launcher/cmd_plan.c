@@ -1,8 +1,9 @@
 /* launcher/cmd_plan.c: `trainrun plan`, which shows what a job would lay
  * out for a world size without running it: the device mesh of its
  * [parallelism] degrees, the data-parallel mode (DDP, FSDP, HSDP), the
- * FSDP groups, and the memory per rank for parameters, gradients,
- * optimizer state and the largest unsharded group (trainrun/fsdp2.h). */
+ * FSDP groups, the tensor-parallel plan (which parameter is split how),
+ * and the memory per rank for parameters, gradients, optimizer state and
+ * the largest unsharded group (trainrun/fsdp2.h, trainrun/dtensor.h). */
 #include "config.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include "launcher/commands.h"
 #include "launcher/compose.h" /* the model config of a job */
 #include "trainrun/config.h"
+#include "trainrun/dtensor.h" /* the tensor-parallel plan */
 #include "trainrun/error.h"
 #include "trainrun/fsdp2.h" /* shard arithmetic and the memory plan */
 #include "trainrun/model.h" /* the parameter table */
@@ -118,6 +120,18 @@ static int plan_print(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
   if (cuda && shard > 1 &&
       tr_dtype_parse(cfg->training.mixed_precision_param, &param) < 0)
     param = TR_F32;
+  int tp = (int)p->tensor_parallel_degree;
+  if (tp > 1) { /* rank 0's pieces on the job's mesh */
+    static const char* const names[3] = {"dp_replicate", "dp_shard", "tp"};
+    int sizes[3] = {rep, shard, tp}, coords[3] = {0, 0, 0};
+    tr_mesh_shape_t s;
+    rc = tr_mesh_shape_init(&s, 3, names, sizes, coords);
+    if (rc == 0) rc = tr_tp_plan_apply(&m, &s, err);
+    if (rc < 0) {
+      tr_model_release(&m);
+      return rc;
+    }
+  }
   tr_fsdp_plan_t pl;
   rc = tr_fsdp_plan(&m, rep, shard, master, param, &pl);
   if (rc < 0) {
@@ -147,6 +161,20 @@ static int plan_print(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
             "fsdp groups: %d layers + root (embedding, final norm, "
             "output)\n",
             mc.n_layers);
+  if (tp > 1) {
+    fprintf(out,
+            "tensor parallel: %d ranks (the innermost mesh dim); heads %d "
+            "and KV heads %d split to %d and %d a rank; two all-reduces per "
+            "layer forward, two backward; rank 0's pieces:\n",
+            tp, mc.n_heads, mc.n_kv_heads, mc.n_heads / tp,
+            mc.n_kv_heads / tp);
+    rc = tr_tp_plan_describe(&m, out);
+    if (rc < 0) {
+      tr_model_release(&m);
+      return tr_errmsg_set(err, rc, "cannot print the plan: %s",
+                           tr_strerror(rc));
+    }
+  }
   fprintf(out, "memory per rank (rank 0 holds the largest shards):\n");
   fprintf(out, "  %-34s %16s  %12s\n", "", "bytes", "");
   row(out, "parameters", pl.param_bytes);

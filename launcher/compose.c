@@ -192,36 +192,44 @@ int tr_compose_fsdp_opts(const tr_config_t* cfg, int local_rank,
   return 0;
 }
 
-int tr_compose_fsdp(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** mesh,
+int tr_compose_mesh(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** out,
+                    tr_errmsg_t* err) {
+  tr_mesh_degrees_t d;
+  tr_compose_mesh_degrees(cfg, &d);
+  d.keep_size1 = 0; /* no one-rank groups */
+  d.flatten = 0;    /* the layers use the plain dims */
+  return tr_mesh_from_degrees(world, &d, out, err);
+}
+
+int tr_compose_fsdp(const tr_config_t* cfg, const tr_mesh_t* mesh,
                     tr_fsdp_t** out, tr_errmsg_t* err) {
-  *mesh = NULL;
   *out = NULL;
   tr_fsdp_opts_t o;
   TR_CHECK(tr_compose_fsdp_opts(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &o,
                                 err));
-  tr_mesh_degrees_t d;
-  tr_compose_mesh_degrees(cfg, &d);
-  d.keep_size1 = 0; /* no one-rank groups */
-  d.flatten = 0;    /* FSDP needs the shard and replicate dims only */
-  tr_mesh_t* m = NULL;
-  TR_CHECK(tr_mesh_from_degrees(world, &d, &m, err));
-  o.shard_pg = tr_mesh_dim_pg(m, "dp_shard");
-  o.replicate_pg = tr_mesh_dim_pg(m, "dp_replicate");
+  o.shard_pg = tr_mesh_dim_pg(mesh, "dp_shard");
+  o.replicate_pg = tr_mesh_dim_pg(mesh, "dp_replicate");
   tr_mesh_shape_t shape; /* the placements are on the job's mesh */
-  tr_mesh_get_shape(m, &shape);
+  tr_mesh_get_shape(mesh, &shape);
   o.mesh = &shape;
-  if (!o.shard_pg) {
-    tr_mesh_free(m);
+  if (!o.shard_pg)
     return tr_errmsg_set(err, TR_ECONFIG,
                          "fsdp needs data_parallel_shard_degree > 1");
-  }
   int rc = tr_fsdp_new(&o, out);
-  if (rc < 0) {
-    tr_mesh_free(m);
-    return tr_errmsg_set(err, rc, "fsdp: %s", tr_strerror(rc));
-  }
-  *mesh = m;
+  if (rc < 0) return tr_errmsg_set(err, rc, "fsdp: %s", tr_strerror(rc));
   return 0;
+}
+
+int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
+                  tr_trainer_tp_t* out) {
+  memset(out, 0, sizeof *out);
+  tr_pg_t* pg = tr_mesh_dim_pg(mesh, "tp");
+  if (!pg || tr_pg_size(pg) < 2) return 0;
+  out->pg = pg;
+  tr_mesh_get_shape(mesh, &out->mesh);
+  out->loss_parallel = !cfg->parallelism.disable_loss_parallel;
+  out->sequence_parallel = 0; /* not built: the plan all-reduces */
+  return 1;
 }
 
 void tr_compose_ddp_opts(const tr_config_t* cfg, tr_pg_t* pg,

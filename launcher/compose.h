@@ -56,14 +56,26 @@ void tr_compose_mesh_degrees(const tr_config_t* cfg, tr_mesh_degrees_t* d);
 int tr_compose_fsdp_opts(const tr_config_t* cfg, int local_rank,
                          tr_fsdp_opts_t* o, tr_errmsg_t* err);
 
-/* FSDP (HSDP when data_parallel_replicate_degree > 1) for a worker of a job
- * over world (LOCAL_RANK picks its device): the mesh of cfg's resolved
- * degrees without size-1 or flattened dims (*mesh, the caller's:
- * tr_mesh_free after tr_fsdp_free), its dp_shard and dp_replicate groups,
- * the options above. Collective over world. TR_ECONFIG (message in err)
- * for bad values or a shard degree of 1; *mesh and *out are NULL then. */
-int tr_compose_fsdp(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** mesh,
+/* The mesh of a worker of a job over world: cfg's resolved degrees in
+ * torchtitan's order [pp, dp_replicate, dp_shard, cp, tp], without
+ * size-1 or flattened dims (*out, the caller's: tr_mesh_free after
+ * the layers built on it). Collective over world. */
+int tr_compose_mesh(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** out,
+                    tr_errmsg_t* err);
+
+/* FSDP (HSDP when data_parallel_replicate_degree > 1) over mesh (LOCAL_RANK
+ * picks its device): its dp_shard and dp_replicate groups, the placements
+ * on mesh's shape (so composed onto a TP plan on the same mesh), the
+ * options above. TR_ECONFIG (message in err) for bad values or a shard
+ * degree of 1; *out is NULL then. */
+int tr_compose_fsdp(const tr_config_t* cfg, const tr_mesh_t* mesh,
                     tr_fsdp_t** out, tr_errmsg_t* err);
+
+/* Tensor parallelism over mesh's dim "tp": its group and the mesh's shape,
+ * loss parallel unless [parallelism] disable_loss_parallel. Returns 1 and
+ * fills *out when the dim has more than one rank, else 0 and *out zeroed. */
+int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
+                  tr_trainer_tp_t* out);
 
 /* DDP's options over pg (tr_ddp_opts_init's defaults, then): the [comm]
  * train timeout and comm_timing from [metrics] comm_overlap. */

@@ -157,12 +157,10 @@ static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
     tr_config_key_id_t id;
     const char* what;
   } degrees[] = {
-      {TR_CFG_K_parallelism_tensor_parallel_degree, "tensor"},
       {TR_CFG_K_parallelism_pipeline_parallel_degree, "pipeline"},
       {TR_CFG_K_parallelism_context_parallel_degree, "context"},
   };
-  const int64_t vals[] = {p->tensor_parallel_degree,
-                          p->pipeline_parallel_degree,
+  const int64_t vals[] = {p->pipeline_parallel_degree,
                           p->context_parallel_degree};
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
     if (vals[i] > 1)
@@ -171,6 +169,13 @@ static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
                       "ranks with data_parallel_shard_degree (FSDP) and "
                       "data_parallel_replicate_degree (DDP, HSDP) instead",
                       (long long)vals[i], degrees[i].what);
+  if (p->enable_async_tensor_parallel)
+    return key_fail(cfg, err,
+                    TR_CFG_K_parallelism_enable_async_tensor_parallel,
+                    "asynchronous tensor parallelism (the all-gather and "
+                    "reduce-scatter cut into chunks overlapped with partial "
+                    "GEMMs on CUDA) is not built; tensor parallelism runs "
+                    "its collectives between the GEMMs. Leave it false");
   if (p->expert_parallel_degree > 1)
     return key_fail(cfg, err, TR_CFG_K_parallelism_expert_parallel_degree,
                     "%lld: expert parallelism needs mixture-of-experts "
@@ -220,12 +225,58 @@ static int fail_named(const tr_config_t* cfg, tr_errmsg_t* err,
   return tr_errmsg_set(err, TR_ECONFIG, "%s", msg);
 }
 
+/* Tensor parallelism: the degree divides what the plan splits (heads, KV
+ * heads, every split dim: the plan's own check on the model's table), and
+ * what FSDP cannot compose onto it. */
+static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
+                    tr_errmsg_t* err) {
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  if (p->tensor_parallel_degree <= 1) return 0;
+  tr_model_t m;
+  int rc = tr_model_init(&m, mc); /* the table only: no tensor memory */
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "cannot build the model: %s",
+                         tr_strerror(rc));
+  tr_mesh_shape_t s;
+  const char* names[1] = {"tp"};
+  int size = (int)p->tensor_parallel_degree, coord = 0;
+  tr_errmsg_t perr;
+  rc = tr_mesh_shape_init(&s, 1, names, &size, &coord);
+  if (rc == 0) rc = tr_tp_plan_apply(&m, &s, &perr);
+  int strided = 0; /* a piece cut in parts (GPT-2's fused c_attn) */
+  for (int i = 0; rc == 0 && i < m.n_params; i++)
+    strided |= m.params[i].layout.parts > 1;
+  tr_model_release(&m);
+  if (rc < 0)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
+                    "%s", rc == TR_ECONFIG ? perr.message : tr_strerror(rc));
+  if (strided && p->data_parallel_shard_degree > 1)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
+                    "%lld with data_parallel_shard_degree %lld: FSDP cannot "
+                    "shard %s's fused q/k/v matrix (c_attn) over its tensor-"
+                    "parallel pieces, which are cut in 3 parts; use "
+                    "data_parallel_replicate_degree (DDP) with tensor "
+                    "parallelism for gpt2, or llama3",
+                    (long long)p->tensor_parallel_degree,
+                    (long long)p->data_parallel_shard_degree, cfg->model.name);
+  if (strided && cfg->checkpoint.enable)
+    return key_fail(cfg, err, TR_CFG_K_checkpoint_enable,
+                    "checkpoints of %s under tensor_parallel_degree %lld are "
+                    "not supported: its fused q/k/v matrix (c_attn) is held "
+                    "in 3 parts per rank, which the checkpoint's one chunk "
+                    "per tensor and rank cannot describe; llama3 saves and "
+                    "resumes under tensor parallelism",
+                    cfg->model.name, (long long)p->tensor_parallel_degree);
+  return 0;
+}
+
 /* Keys that only make sense together, and the model the job names. */
 static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
   tr_model_config_t mc;
   tr_errmsg_t merr;
   if (tr_compose_model_config(cfg, &mc, &merr) < 0) /* flavor, seq_len */
     return fail_named(cfg, err, merr.message);
+  TR_CHECK(check_tp(cfg, &mc, err));
   const typeof(cfg->checkpoint)* ck = &cfg->checkpoint;
   if (ck->enable && ck->last_save_in_hf && !ck->last_save_model_only)
     return key_fail(cfg, err, TR_CFG_K_checkpoint_last_save_in_hf,
@@ -281,7 +332,6 @@ static const struct {
      "the model config"},
     {TR_CFG_K_training_gc_freq, "trainrun has no garbage collector to pace"},
     {TR_CFG_K_parallelism_disable_loss_parallel, UNDER_TP},
-    {TR_CFG_K_parallelism_enable_async_tensor_parallel, UNDER_TP},
     {TR_CFG_K_parallelism_pipeline_parallel_schedule, UNDER_PP},
     {TR_CFG_K_parallelism_pipeline_parallel_schedule_csv, UNDER_PP},
     {TR_CFG_K_parallelism_pipeline_parallel_microbatch_size, UNDER_PP},

@@ -24,3 +24,8 @@ EXTRA_DIST += tests/cli_config.test
 # added later must join).
 TESTS += tests/cli_keys.test
 EXTRA_DIST += tests/cli_keys.test
+
+# tensor_parallel_degree end to end: TP, FSDP x TP, DDP x TP against one
+# rank, checkpoints across layouts, bad degrees.
+TESTS += tests/cli_tp.test
+EXTRA_DIST += tests/cli_tp.test

@@ -3,7 +3,9 @@
  * report it in one line, then train (trainer/train.c); a worker of a world
  * of several ranks trains data parallel over the default process group,
  * through the daemon's store: FSDP / HSDP (trainrun/fsdp2.h) when
- * [parallelism] data_parallel_shard_degree > 1, else DDP (trainrun/ddp.h).
+ * [parallelism] data_parallel_shard_degree > 1, else DDP (trainrun/ddp.h),
+ * over the mesh's data-parallel dims, and tensor parallelism over its dim
+ * "tp" when tensor_parallel_degree > 1.
  * Every module gets its options from the config through
  * launcher/compose.c. */
 #include "config.h"
@@ -72,9 +74,10 @@ typedef struct {
   tr_pg_t* pg;
   tr_ddp_t* ddp;
   tr_fsdp_t* fsdp;
-  tr_mesh_t* mesh; /* FSDP's dp_replicate x dp_shard groups */
+  tr_mesh_t* mesh; /* the job's mesh (FSDP, HSDP, TP), NULL for DDP alone */
   tr_fr_t* fr;     /* the flight recorder's ring (trainrun/flight_recorder.h) */
   tr_dp_t dist;
+  tr_trainer_tp_t tp; /* pg NULL: no tensor parallelism */
 } worker_dist_t;
 
 static void worker_dist_release(worker_dist_t* w) {
@@ -180,19 +183,31 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   if (rc < 0) /* the job runs on without a recorder */
     fprintf(stderr, "trainrun: rank %d: no flight recorder: %s\n", l->rank,
             tr_strerror(rc));
-  if (p->data_parallel_shard_degree > 1) { /* FSDP, HSDP */
-    tr_errmsg_t err;
-    rc = tr_compose_fsdp(cfg, w->pg, &w->mesh, &w->fsdp, &err);
+  tr_errmsg_t err;
+  int tp = p->tensor_parallel_degree > 1;
+  if (p->data_parallel_shard_degree > 1 || tp) { /* the job's mesh */
+    rc = tr_compose_mesh(cfg, w->pg, &w->mesh, &err);
+    if (rc == 0 && tp) tr_compose_tp(cfg, w->mesh, &w->tp);
+    if (rc == 0 && p->data_parallel_shard_degree > 1) /* FSDP, HSDP */
+      rc = tr_compose_fsdp(cfg, w->mesh, &w->fsdp, &err);
     if (rc < 0) {
       fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, err.message);
       worker_dist_release(w);
       return rc;
     }
-    tr_fsdp_dp(w->fsdp, &w->dist);
+    if (w->fsdp) {
+      tr_fsdp_dp(w->fsdp, &w->dist);
+      return 0;
+    }
+  }
+  /* DDP over the replicas: the world, or under TP the dp_replicate dim */
+  tr_pg_t* dp = tp ? tr_mesh_dim_pg(w->mesh, "dp_replicate") : w->pg;
+  if (!dp) { /* tensor parallel only: one replica */
+    w->dist.dp_size = 1;
     return 0;
   }
-  tr_ddp_opts_t dopts; /* dp_replicate = the world: DDP */
-  tr_compose_ddp_opts(cfg, w->pg, &dopts);
+  tr_ddp_opts_t dopts;
+  tr_compose_ddp_opts(cfg, dp, &dopts);
   rc = tr_ddp_new(&dopts, &w->ddp);
   if (rc < 0) {
     fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, tr_strerror(rc));
@@ -374,6 +389,7 @@ int tr_launch_job(int argc, char** argv) {
     if (trc == 0 && launch.world_size > 1) {
       trc = worker_dist_init(&wd, &launch, &cfg);
       topts.dist = &wd.dist;
+      if (wd.tp.pg) topts.tp = &wd.tp;
     }
     if (trc < 0) {
       rc = tr__cmd_exit_code(trc);

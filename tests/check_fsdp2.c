@@ -779,7 +779,8 @@ static void body_prefetch_depth(tr_pg_t* world, pg_ctx_t* ctx) {
     PCHECK_RC(tr_config_resolve(&cfg, ctx->size, &err));
     tr_fsdp_t* f;
     tr_mesh_t* mesh;
-    int rc = tr_compose_fsdp(&cfg, world, &mesh, &f, &err);
+    int rc = tr_compose_mesh(&cfg, world, &mesh, &err);
+    if (rc == 0) rc = tr_compose_fsdp(&cfg, mesh, &f, &err);
     if (rc < 0) fprintf(stderr, "fsdp: %s\n", err.message);
     PCHECK_RC(rc);
     obs_f = f;

@@ -91,7 +91,7 @@ static int make_items(tr_trainer_t* t, int which, tr_ckpt_item_t* items) {
     int whole = 1;
     for (int d = 0; d < p->ndim; d++)
       whole &= p->layout.offset[d] == 0 && p->layout.shape[d] == p->shape[d];
-    it->replicated = whole && t->dist.dp_size > 1;
+    it->replicated = whole && t->world > 1;
   }
   return 0;
 }
@@ -120,6 +120,9 @@ static char* train_state_json(const tr_trainer_t* t) {
       (json_int_t)(t->step * t->G * t->T), "dataloader", dl, "lr_scheduler", lr,
       "rng", "seed", (json_int_t)t->seed, "batch", "global", (json_int_t)t->G,
       "local", (json_int_t)t->B, "dp", (json_int_t)t->dist.dp_size);
+  if (root && t->tp.pg)
+    json_object_set_new(json_object_get(root, "batch"), "tp",
+                        json_integer(tr_pg_size(t->tp.pg)));
   /* the model config, so `trainrun ckpt export` can rebuild the model */
   char* mc = tr_model_config_to_json(&t->model.cfg);
   json_error_t je;
@@ -224,9 +227,8 @@ int tr_trainer_load_checkpoint(tr_trainer_t* t, const char* step_dir,
 
 /* ---- saving ---- */
 
-static int dist_sum(void* arg, double* vals, int n) {
-  tr_trainer_t* t = arg;
-  return t->dist.all_reduce_sum(t->dist.arg, vals, n);
+static int sum_all(void* arg, double* vals, int n) {
+  return tr__trainer_sum_all(arg, vals, n);
 }
 
 static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
@@ -286,8 +288,8 @@ static int save_hf(tr_trainer_t* t, tr_errmsg_t* err) {
   tr_ckpt_step_dir(c->folder, t->step, dir, sizeof dir);
   tr_st_export_opts_t o = {.sharded_names = 1,
                            .part = TR_ST_EXPORT_FILES,
-                           .rank = t->dist.dp_rank,
-                           .world = t->dist.dp_size};
+                           .rank = t->rank,
+                           .world = t->world};
   tr_heartbeat_phase("checkpoint");
   tr_ckpt_t* ck = NULL;
   tr_errmsg_t lerr;
@@ -296,9 +298,7 @@ static int save_hf(tr_trainer_t* t, tr_errmsg_t* err) {
   if (rc == 0) rc = tr_st_export_checkpoint(ck, dir, &o, &lerr);
   for (int phase = 0; phase < 2; phase++) {
     double v[1] = {rc < 0 ? 1 : 0};
-    int src = t->dist.all_reduce_sum && t->dist.dp_size > 1
-                  ? t->dist.all_reduce_sum(t->dist.arg, v, 1)
-                  : 0;
+    int src = tr__trainer_sum_all(t, v, 1);
     if (rc < 0) {
       tr_errmsg_set(err, rc, "last_save_in_hf: %s", lerr.message);
       break;
@@ -311,7 +311,7 @@ static int save_hf(tr_trainer_t* t, tr_errmsg_t* err) {
                             : "a rank could not write its files");
       break;
     }
-    if (phase == 1 || t->dist.dp_rank != 0) continue;
+    if (phase == 1 || t->rank != 0) continue;
     o.part = TR_ST_EXPORT_INDEX;
     rc = tr_st_export_checkpoint(ck, dir, &o, &lerr);
   }
@@ -508,8 +508,8 @@ static int resume_latest(tr_trainer_t* t, int64_t* step, tr_errmsg_t* err) {
     tr_ckpt_step_dir(c->folder, *step, dir, sizeof dir);
     rc = tr_trainer_load_checkpoint(t, dir, 0, err);
     double bad[2] = {rc < 0 && damage(rc), rc < 0 && !damage(rc)};
-    if (t->dist.dp_size > 1 && t->dist.all_reduce_sum) {
-      int arc = t->dist.all_reduce_sum(t->dist.arg, bad, 2);
+    if (t->world > 1) {
+      int arc = tr__trainer_sum_all(t, bad, 2);
       if (arc < 0)
         return tr_errmsg_set(err, arc,
                              "agreeing on checkpoint step %" PRId64
@@ -581,9 +581,9 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
   snprintf(c->folder, n, "%s/%s", s->dump_folder, ck->folder);
   tr_ckpt_saver_opts_t o = {
       .folder = c->folder,
-      .comm = {.rank = t->dist.dp_rank,
-               .world = t->dist.dp_size,
-               .all_reduce_sum = t->dist.all_reduce_sum ? dist_sum : NULL,
+      .comm = {.rank = t->rank,
+               .world = t->world,
+               .all_reduce_sum = t->world > 1 ? sum_all : NULL,
                .arg = t},
       .keep_latest_k = (int)ck->keep_latest_k};
   if (tr_ckpt_mode_parse(ck->async_mode, &o.mode) < 0)
@@ -591,9 +591,10 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
                          ck->async_mode);
   char layout[160];
   snprintf(layout, sizeof layout,
-           "{\"kind\":\"data_parallel\",\"dp\":%d,\"global_batch\":%" PRId64
+           "{\"kind\":\"%s\",\"dp\":%d,\"tp\":%d,\"global_batch\":%" PRId64
            ",\"local_batch\":%" PRId64 "}",
-           t->dist.dp_size, t->G, t->B);
+           t->tp.pg ? "tensor_parallel" : "data_parallel", t->dist.dp_size,
+           t->world / t->dist.dp_size, t->G, t->B);
   o.layout_json = layout;
   if (!ck->load_only) TR_CHECK(tr_ckpt_saver_new(&o, &c->saver, err));
 

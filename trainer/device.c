@@ -97,6 +97,12 @@ int tr__trainer_loss_take(tr_trainer_t* t, double* sum) {
 
 int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq) {
   tr_model_t* m = &t->model;
+  if (t->tp.pg) { /* tp-sharded grads summed over tp, replicated ones once */
+    double v = 0;
+    TR_CHECK(tr_tp_grad_sq_norm(m, t->tp.pg, &v));
+    *sq += v;
+    return 0;
+  }
   const tr_tensor_t** gs = calloc((size_t)m->n_params + 1, sizeof *gs);
   if (!gs) return TR_ENOMEM;
   for (int i = 0; i < m->n_params; i++) gs[i] = &m->params[i].grad;

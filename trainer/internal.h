@@ -16,6 +16,11 @@ void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
 /* Free the checkpoint state (tr_trainer_release calls it). */
 void tr__trainer_checkpoint_release(tr_trainer_t* t);
 
+/* Sum n doubles over every rank of the run (t->world: the data-parallel
+ * ranks, then the tp ranks), in place; every rank gets the same bits.
+ * Local on one rank. */
+int tr__trainer_sum_all(tr_trainer_t* t, double* vals, int n);
+
 /* trainer/device.c: what depends on the device. pick: t->device,
  * device_name, compute_dtype from the settings (and the current CUDA
  * device); setup (after the weights exist): compute copies and the loss

@@ -96,11 +96,19 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
   } else {
     t->dist.dp_size = 1;
   }
+  if (t->opts.tp) {
+    t->tp = *t->opts.tp;
+    t->opts.tp = NULL;
+    if (!t->tp.pg || tr_pg_size(t->tp.pg) < 2) memset(&t->tp, 0, sizeof t->tp);
+  }
   if (t->dist.dp_size < 1 || t->dist.dp_rank < 0 ||
       t->dist.dp_rank >= t->dist.dp_size)
     return tr_errmsg_set(err, TR_EINVAL, "bad data-parallel rank %d of %d",
                          t->dist.dp_rank, t->dist.dp_size);
   int dp = t->dist.dp_size;
+  int tp = t->tp.pg ? tr_pg_size(t->tp.pg) : 1;
+  t->rank = t->dist.dp_rank * tp + (t->tp.pg ? tr_pg_rank(t->tp.pg) : 0);
+  t->world = dp * tp;
   int rc = 0;
   t->B = s->training.local_batch_size;
   t->T = s->training.seq_len;
@@ -135,6 +143,11 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     tr_model_config_check(&mc, msg, sizeof msg);
     return tr_errmsg_set(err, rc, "cannot build the model: %s",
                          msg[0] ? msg : tr_strerror(rc));
+  }
+  if (t->tp.pg) { /* TP first: FSDP composes its shards onto the plan's */
+    rc = tr_tp_plan_apply(&t->model, &t->tp.mesh, err);
+    if (rc < 0) goto out_release;
+    tr_tp_install(&t->model, t->tp.pg);
   }
   if (t->dist.setup_model) /* FSDP: shard placements and hooks */
     TR_CHECK_GOTO(t->dist.setup_model(t->dist.arg, &t->model, &t->dist), rc,
@@ -234,6 +247,12 @@ out_fail:
 out_release:
   tr_trainer_release(t);
   return rc;
+}
+
+int tr__trainer_sum_all(tr_trainer_t* t, double* vals, int n) {
+  if (t->dist.dp_size > 1 && t->dist.all_reduce_sum)
+    TR_CHECK(t->dist.all_reduce_sum(t->dist.arg, vals, n));
+  return t->tp.pg ? tr_dp_sum_over(t->tp.pg, vals, n) : 0;
 }
 
 void tr_trainer_release(tr_trainer_t* t) {
@@ -379,7 +398,9 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
     st->loss = loss;
     st->grad_norm = norm;
     st->lr = lr;
-    st->tokens = t->B * t->T * t->grad_accum;
+    /* the replica's tokens over the ranks that share them (tp), as
+     * torchtitan counts tokens per device */
+    st->tokens = t->B * t->T * t->grad_accum * t->dist.dp_size / t->world;
     st->seconds = tr__now() - t0;
   }
   return 0;
@@ -497,6 +518,36 @@ static const char* model_summary(const tr_model_t* m, char* buf, size_t cap) {
   return buf;
 }
 
+/* Every tp-sharded parameter made whole on every tp rank (after the
+ * data-parallel layer's gather): all-gathered over tp, its layout the whole
+ * tensor again. The end of a run only: the model is no longer
+ * tensor-parallel after it. */
+static int tp_gather_weights(tr_trainer_t* t, tr_errmsg_t* err) {
+  tr_model_t* m = &t->model;
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    if (!tr_tp_sharded(p)) continue;
+    if (p->data.device.type != TR_DEV_CPU)
+      return tr_errmsg_set(err, TR_EUNSUPPORTED,
+                           "writing the final weights of a tensor-parallel "
+                           "run on %s is not supported; save a checkpoint "
+                           "(checkpoint.enable) and export it with "
+                           "`trainrun ckpt export`",
+                           t->device_name);
+    tr_tensor_t whole = {0};
+    int rc = tr_tp_gather(p, &p->data, t->tp.pg, &whole);
+    if (rc == 0) rc = tr_dtensor_param_unshard(p, "tp");
+    if (rc < 0) {
+      tr_tensor_release(&whole);
+      return tr_errmsg_set(err, rc, "gathering '%s' over tp: %s", p->name,
+                           tr_strerror(rc));
+    }
+    tr_tensor_release(&p->data);
+    p->data = whole;
+  }
+  return 0;
+}
+
 static int write_weights(tr_trainer_t* t, FILE* con, tr_errmsg_t* err) {
   const tr_trainer_settings_t* s = &t->settings;
   tr_dtype_t dt = TR_F32;
@@ -519,7 +570,7 @@ static int write_weights(tr_trainer_t* t, FILE* con, tr_errmsg_t* err) {
 static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
                         tr_errmsg_t* err) {
   const tr_trainer_metrics_t* mt = &t->settings.metrics;
-  int files = t->dist.dp_rank == 0 || mt->save_for_all_ranks;
+  int files = t->rank == 0 || mt->save_for_all_ranks;
   const char* dump = t->settings.dump_folder;
   char* jsonl = NULL;
   char* tb = NULL;
@@ -528,8 +579,8 @@ static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
   if (files && mt->enable_jsonl) {
     if (!(jsonl = malloc(cap)))
       return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-    if (t->dist.dp_size > 1 && mt->save_for_all_ranks)
-      snprintf(jsonl, cap, "%s/rank_%d_%s", dump, t->dist.dp_rank,
+    if (t->world > 1 && mt->save_for_all_ranks)
+      snprintf(jsonl, cap, "%s/rank_%d_%s", dump, t->rank,
                mt->save_jsonl_file);
     else
       snprintf(jsonl, cap, "%s/%s", dump, mt->save_jsonl_file);
@@ -545,8 +596,8 @@ static int open_metrics(tr_trainer_t* t, FILE* con, tr_metrics_logger_t** out,
     localtime_r(&now, &tmv);
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &tmv);
     int n = snprintf(tb, cap, "%s/%s/%s", dump, mt->save_tb_folder, stamp);
-    if (t->dist.dp_size > 1 && mt->save_for_all_ranks)
-      snprintf(tb + n, cap - (size_t)n, "/rank_%d", t->dist.dp_rank);
+    if (t->world > 1 && mt->save_for_all_ranks)
+      snprintf(tb + n, cap - (size_t)n, "/rank_%d", t->rank);
   }
   tr_metrics_opts_t mo = {
       .console = con,
@@ -565,7 +616,7 @@ int tr_train(const tr_trainer_settings_t* settings,
   tr_trainer_t t;
   TR_CHECK(tr_trainer_init(&t, settings, opts, err));
   const tr_trainer_settings_t* s = &t.settings;
-  FILE* con = t.opts.quiet || t.dist.dp_rank != 0
+  FILE* con = t.opts.quiet || t.rank != 0
                   ? NULL
                   : (t.opts.console ? t.opts.console : stdout);
   tr_metrics_logger_t* ml = NULL;
@@ -621,11 +672,11 @@ int tr_train(const tr_trainer_settings_t* settings,
                       st.seconds > 0 ? (double)st.tokens / st.seconds : 0);
     tokens += st.tokens;
     int stopping = stop_signal != 0;
-    if (t.dist.dp_size > 1 && t.dist.all_reduce_sum) {
+    if (t.world > 1) {
       /* every rank stops after the same step, or the others would wait in
        * the next step's collectives for the one that left */
       double any = stopping;
-      rc = t.dist.all_reduce_sum(t.dist.arg, &any, 1);
+      rc = tr__trainer_sum_all(&t, &any, 1);
       if (rc < 0) {
         tr_errmsg_set(err, rc, "step %" PRId64 ": stop agreement: %s", st.step,
                       tr_strerror(rc));
@@ -701,7 +752,8 @@ int tr_train(const tr_trainer_settings_t* settings,
     if (rc < 0)
       tr_errmsg_set(err, rc, "gathering the weights: %s", tr_strerror(rc));
   }
-  if (rc == 0 && t.dist.dp_rank == 0) rc = write_weights(&t, con, err);
+  if (rc == 0 && t.tp.pg) rc = tp_gather_weights(&t, err);
+  if (rc == 0 && t.rank == 0) rc = write_weights(&t, con, err);
 out:
   tr_metrics_close(ml);
   tr_trainer_release(&t);

@@ -151,16 +151,26 @@
     "overlap, k more unsharded groups held), 0 gathers each group only "       \
     "when it is used. The losses are the same for every depth.")               \
   X(parallelism, tensor_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,      \
-    "Ranks each layer's matrices are split over (tensor parallel): not "       \
-    "built yet, above 1 is refused.")                                          \
+    "Ranks each layer's matrices are split over (Megatron-style tensor "       \
+    "parallel, torchtitan's plan, the innermost mesh dim: neighbouring "       \
+    "ranks): q, k, v and the MLP's first matrices (GPT-2: c_attn, c_fc) "      \
+    "split by output rows, the attention output and MLP projections "          \
+    "(c_proj) by input columns, heads and KV heads split across the "          \
+    "ranks, two all-reduces per layer forward and two backward. It must "      \
+    "divide the attention heads, the KV heads and the FFN width. The tp "      \
+    "ranks of a replica read the same samples. Composes with "                 \
+    "data_parallel_replicate_degree (DDP) and data_parallel_shard_degree "     \
+    "(FSDP, HSDP: llama3 only, as GPT-2's fused c_attn is cut in 3 parts "     \
+    "per rank); GPT-2 checkpoints are refused under it. Checkpoints of "       \
+    "llama3 load into any other layout.")                                      \
   X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
     "Gather the logits before the loss instead of computing it on vocab "      \
-    "shards under tensor parallelism (not built). Another value than the "     \
+    "shards under tensor parallelism. The output projection is replicated "    \
+    "on every tp rank today (whole logits), so another value than the "        \
     "default logs a note that it changes nothing.")                            \
   X(parallelism, enable_async_tensor_parallel, BOOL, "false", 0, 0, NULL,      \
-    "Overlap tensor-parallel communication with the matmuls (tensor "          \
-    "parallelism is not built). Another value than the default logs a note "   \
-    "that it changes nothing.")                                                \
+    "Overlap tensor-parallel communication with the matmuls, in chunks on "    \
+    "CUDA streams: not built, true is refused.")                               \
   X(parallelism, pipeline_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,    \
     "Pipeline stages the layers are split into: not built yet, above 1 is "    \
     "refused.")                                                                \

@@ -616,7 +616,8 @@ int tr_tp_sharded(const tr_param_t* p);
 int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
                  tr_tensor_t* out);
 
-/* The squared norm of m's gradients (float32) over the tp group: the
+/* The squared norm of m's gradients (float32, on any device: one
+ * multi-tensor sum for each kind) over the tp group: the
  * tp-sharded parameters' squares summed over tp (all-gathered and added in
  * rank order, so every rank gets the same double), the others' once.
  * Collective over tp (NULL or size 1: local). */

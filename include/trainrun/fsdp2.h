@@ -264,7 +264,9 @@ typedef struct {
 
 /* The per-rank memory of m's table (built, not allocated) under FSDP over
  * dp_shard ranks (x dp_replicate replicas), master/grad/optimizer in
- * master_dtype and unsharded groups in param_dtype. */
+ * master_dtype and unsharded groups in param_dtype. Parameters placed
+ * already (a tensor-parallel plan) count their pieces: their mesh must have
+ * the dims dp_replicate and dp_shard of those sizes (TR_EINVAL). */
 int tr_fsdp_plan(const tr_model_t* m, int dp_replicate, int dp_shard,
                  tr_dtype_t master_dtype, tr_dtype_t param_dtype,
                  tr_fsdp_plan_t* out);

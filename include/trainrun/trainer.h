@@ -50,7 +50,8 @@
 #include <stdio.h>
 
 #include "trainrun/data.h"
-#include "trainrun/dp.h" /* the data-parallel seam */
+#include "trainrun/dp.h"      /* the data-parallel seam */
+#include "trainrun/dtensor.h" /* the tensor-parallel plan and its mesh */
 #include "trainrun/errmsg.h"
 #include "trainrun/model.h"
 #include "trainrun/pipelining.h" /* the step's actions */
@@ -215,10 +216,26 @@ typedef struct {
 
 /* ---- the trainer ---- */
 
+/* Tensor parallelism: the group of this rank's tp peers (the mesh dim
+ * "tp") and the job's mesh shape, on which the TP plan places the
+ * parameters before the data-parallel layer composes its shards
+ * (trainrun/dtensor.h: tr_tp_plan_apply, tr_tp_install). The tp ranks of
+ * one data-parallel replica read the same samples; the gradient norm sums
+ * a tp-sharded gradient over the tp ranks and counts a tp-replicated one
+ * once. */
+typedef struct {
+  tr_pg_t* pg;           /* size > 1 */
+  tr_mesh_shape_t mesh;  /* with a dim "tp" of pg's size */
+  int loss_parallel;     /* 1: vocabulary-sharded cross-entropy */
+  int sequence_parallel; /* 1: norms and residuals on sequence shards */
+} tr_trainer_tp_t;
+
 typedef struct {
   /* Data parallelism (trainrun/dp.h: tr_ddp_dp, tr_fsdp_dp); NULL: one
    * rank. Copied. */
   const tr_dp_t* dist;
+  /* Tensor parallelism; NULL: none. Copied. */
+  const tr_trainer_tp_t* tp;
   /* Where the metric lines go; NULL: stdout. */
   FILE* console;
   /* 1: no console lines (files are still written). */
@@ -231,7 +248,9 @@ typedef struct {
   double loss;      /* mean over the global batch */
   double grad_norm; /* before clipping */
   double lr;        /* used by this step */
-  int64_t tokens;   /* tokens this rank processed in the step */
+  int64_t tokens;   /* this rank's tokens of the step: its replica's
+                       (B x T x accumulation) over the ranks sharing them
+                       (tensor parallel), as torchtitan counts per device */
   double seconds;   /* wall time of the step */
 } tr_step_stats_t;
 
@@ -239,6 +258,11 @@ typedef struct tr_trainer {
   tr_trainer_settings_t settings; /* a copy; its strings borrowed */
   tr_model_t model;
   tr_dp_t dist;
+  tr_trainer_tp_t tp; /* pg NULL: no tensor parallelism */
+  /* this rank among the run's ranks (data parallel x tensor parallel):
+   * rank = dp_rank x tp + its tp coordinate; who prints, writes files and
+   * the final weights (rank 0), and the checkpoint's writers */
+  int rank, world;
   /* AdamW moments, one pair per parameter (like its grad) */
   tr_tensor_t* adam_m;
   tr_tensor_t* adam_v;
