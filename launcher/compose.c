@@ -229,6 +229,7 @@ int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   tr_mesh_get_shape(mesh, &out->mesh);
   out->loss_parallel = !cfg->parallelism.disable_loss_parallel;
   out->sequence_parallel = 0; /* not built: the plan all-reduces */
+  out->train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
   return 1;
 }
 

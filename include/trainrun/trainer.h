@@ -228,6 +228,10 @@ typedef struct {
   tr_mesh_shape_t mesh;  /* with a dim "tp" of pg's size */
   int loss_parallel;     /* 1: vocabulary-sharded cross-entropy */
   int sequence_parallel; /* 1: norms and residuals on sequence shards */
+  /* > 0: every group's op timeout after the first step ([comm]
+   * train_timeout_seconds; the data-parallel layer sets it too when there
+   * is one) */
+  int64_t train_timeout_ms;
 } tr_trainer_tp_t;
 
 typedef struct {
