@@ -171,15 +171,16 @@ int tr_tp_sharded(const tr_param_t* p) { return tp_dim(p) >= 0; }
 int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
                  tr_tensor_t* out) {
   int t = tp_dim(p);
-  if (local->device.type != TR_DEV_CPU || !tr_tensor_is_contiguous(local))
-    return TR_EUNSUPPORTED;
+  if (!tr_tensor_is_contiguous(local)) return TR_EUNSUPPORTED;
   for (int d = 0; d < p->ndim; d++)
     if (local->ndim != p->ndim || local->shape[d] != p->layout.shape[d])
       return TR_ESHAPE;
   if (t < 0) { /* whole already */
     TR_CHECK(
         tr_tensor_empty(out, local->dtype, TR_DEVICE_CPU, p->ndim, p->shape));
-    return tr_tensor_copy(out, local);
+    int rc = tr_tensor_copy(out, local);
+    if (rc < 0) tr_tensor_release(out);
+    return rc;
   }
   const tr_param_placement_t* pp = tr_dtensor_param_placement(p);
   for (int i = 0; i < pp->mesh.ndim; i++)
@@ -194,13 +195,21 @@ int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
     for (int d = 0; d < p->ndim; d++) nr *= ls[d];
     if (nr != n) return TR_EUNSUPPORTED;
   }
-  tr_tensor_t all = {0};
+  tr_tensor_t all = {0}, dev = {0};
   int rc;
   TR_CHECK(tr_tensor_empty(&all, local->dtype, TR_DEVICE_CPU, 1, all_shape));
   TR_CHECK_GOTO(
       tr_tensor_empty(out, local->dtype, TR_DEVICE_CPU, p->ndim, p->shape), rc,
       done);
-  TR_CHECK_GOTO(tr_pg_all_gather(tp, &all, local, NULL), rc, done);
+  if (local->device.type == TR_DEV_CPU) {
+    TR_CHECK_GOTO(tr_pg_all_gather(tp, &all, local, NULL), rc, done);
+  } else { /* gathered where the pieces are (NCCL), reordered on the host */
+    TR_CHECK_GOTO(
+        tr_tensor_empty(&dev, local->dtype, local->device, 1, all_shape), rc,
+        done);
+    TR_CHECK_GOTO(tr_pg_all_gather(tp, &dev, local, NULL), rc, done);
+    TR_CHECK_GOTO(tr_tensor_copy(&all, &dev), rc, done);
+  }
   int P = pp->placements[t].parts > 1 ? pp->placements[t].parts : 1;
   for (int r = 0; r < k; r++) {
     int64_t ls[TR_MAX_DIMS], off[TR_MAX_DIMS];
@@ -231,6 +240,7 @@ int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
   rc = 0;
 done:
   tr_tensor_release(&all);
+  tr_tensor_release(&dev);
   if (rc < 0) tr_tensor_release(out);
   return rc;
 }

@@ -521,22 +521,15 @@ static const char* model_summary(const tr_model_t* m, char* buf, size_t cap) {
 }
 
 /* Every tp-sharded parameter made whole on every tp rank (after the
- * data-parallel layer's gather): all-gathered over tp, its layout the whole
- * tensor again. The end of a run only: the model is no longer
- * tensor-parallel after it. */
+ * data-parallel layer's gather): all-gathered over tp into a host tensor,
+ * its layout the whole tensor again. The end of a run only: the model is
+ * no longer tensor-parallel (nor all on its device) after it. */
 static int tp_gather_weights(tr_trainer_t* t, tr_errmsg_t* err) {
   tr_model_t* m = &t->model;
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
     if (!tr_tp_sharded(p)) continue;
-    if (p->data.device.type != TR_DEV_CPU)
-      return tr_errmsg_set(err, TR_EUNSUPPORTED,
-                           "writing the final weights of a tensor-parallel "
-                           "run on %s is not supported; save a checkpoint "
-                           "(checkpoint.enable) and export it with "
-                           "`trainrun ckpt export`",
-                           t->device_name);
-    tr_tensor_t whole = {0};
+    tr_tensor_t whole = {0}; /* on the host, where the export reads it */
     int rc = tr_tp_gather(p, &p->data, t->tp.pg, &whole);
     if (rc == 0) rc = tr_dtensor_param_unshard(p, "tp");
     if (rc < 0) {

@@ -606,13 +606,14 @@ void tr_tp_install(tr_model_t* m, tr_pg_t* tp);
 /* 1 when p is sharded on the mesh dim "tp", else 0. */
 int tr_tp_sharded(const tr_param_t* p);
 
-/* The whole tensor of which local (contiguous, CPU, shaped like
+/* The whole tensor of which local (contiguous, shaped like
  * p->layout.shape: p's data or grad) is this rank's tp piece, into *out (a
  * new CPU tensor of p->shape), strided parts included. Collective over tp
- * (an all-gather) for a tp-sharded p; a copy otherwise. TR_EUNSUPPORTED
- * when another mesh dim also shards p, the tp pieces differ in size (the
- * plan never makes such) or local is not on the host,
- * TR_ESHAPE when local is not p's piece. */
+ * (an all-gather where local is: a device tensor over NCCL, then copied to
+ * the host and reordered there) for a tp-sharded p; a copy otherwise.
+ * TR_EUNSUPPORTED when another mesh dim also shards p or the tp pieces
+ * differ in size (the plan never makes such), TR_ESHAPE when local is not
+ * p's piece. */
 int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
                  tr_tensor_t* out);
 
