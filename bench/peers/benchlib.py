@@ -429,13 +429,22 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
     fully_shard: its mixed-precision policy casts, so no autocast; the
     caller already compiled what args.compile asks for) and any extra keys
     for the first line. Every rank trains; rank 0 prints. The loss printed
-    is the mean over the ranks; tps and MFU are per GPU (B*T per step)."""
+    is the mean over the ranks; tps and MFU are per GPU (B*T per step).
+    Tensor-parallel runs (llama_tp.py) add: data_rank and data_world (the
+    tp ranks of a replica read the same samples), token_share (the ranks
+    sharing a replica's tokens: tps per GPU is B*T/token_share per step),
+    dtensor_grads (clip as sharded), autocast (bf16 autocast although the
+    model is distributed) and compiled (the caller compiled the blocks).""" 
     import torch
     import torch.nn.functional as F  # noqa: F401  (the models use it)
 
     dist = dist or {}
     rank, world = dist.get("rank", 0), dist.get("world", 1)
     sharded = dist.get("sharded", False)
+    drank = dist.get("data_rank", rank)
+    dworld = dist.get("data_world", world)
+    share = dist.get("token_share", 1)
+    dgrads = sharded or dist.get("dtensor_grads", False)
     dev = dist.get("device") or torch.device(args.device)
     out = emit if rank == 0 else (lambda obj: None)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -473,15 +482,15 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
     dseed = args.seed if dseed is None else dseed
     precision = getattr(args, "precision", "bf16")
     step_model = model
-    if args.compile and not sharded:
+    if args.compile and not sharded and not dist.get("compiled"):
         kw = {"mode": args.compile_mode} if args.compile_mode else {}
         step_model = torch.compile(model, **kw)
 
     ctx = _sdpa_context(args.sdpa_backend)
-    batches = Batches(args.data, args.B, args.T, dev, rank, world, order,
+    batches = Batches(args.data, args.B, args.T, dev, drank, dworld, order,
                       dseed)
     skip = args.skip if args.skip is not None else max(3, args.steps // 5)
-    ntok = args.B * args.T
+    ntok = args.B * args.T / share
     gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     fpt = flops_per_token(flops_cfg, args.T)
     peak = peak_bf16(gpu)
@@ -496,15 +505,17 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
             "decay_params": getattr(args, "decay_params", "matrices"),
             "betas": list(betas), "eps": eps, "max_norm": max_norm}
     if world > 1 or sharded:
-        head.update(world_size=world, global_B=world * args.B)
+        head.update(world_size=world, global_B=dworld * args.B)
         head.update({k: v for k, v in dist.items()
-                     if k not in ("rank", "world", "device", "sharded")})
+                     if k not in ("rank", "world", "device", "sharded",
+                                  "data_rank")})
     out(head)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     dts = []
     last = time.perf_counter()
-    amp = (contextlib.nullcontext() if sharded or precision == "fp32" else
+    amp = (contextlib.nullcontext()
+           if (sharded and not dist.get("autocast")) or precision == "fp32" else
            torch.autocast(device_type=dev.type, dtype=torch.bfloat16))
     with ctx:
         for step in range(1, args.steps + 1):
@@ -512,7 +523,7 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
             with amp:
                 loss = step_model(x, y)
             loss.backward()
-            norm = _clip_grad_norm(torch, params, max_norm, sharded)
+            norm = _clip_grad_norm(torch, params, max_norm, dgrads)
             lr = sched(step) if sched else args.lr
             if sched:
                 for grp in opt.param_groups:
@@ -547,6 +558,8 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
             "max_mem_gib": mem if math.isfinite(mem) else None}
     if world > 1 or sharded:
         summ.update(world_size=world, median_tps_all_gpus=tps * world)
+        if share > 1:
+            summ.update(token_share=share)
     out(summ)
     return 0
 
@@ -560,9 +573,18 @@ def _clip_grad_norm(torch, params, max_norm, sharded):
     if not sharded and max_norm > 0:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     grads = [p.grad for p in params if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads, 2.0)
-    if hasattr(total, "full_tensor"):
-        total = total.full_tensor()
+    # DTensor gradients (their norm reduced over the ranks) and plain ones
+    # (replicated parameters a tensor-parallel plan leaves alone) apart
+    dts = [g for g in grads if hasattr(g, "full_tensor")]
+    plain = [g for g in grads if not hasattr(g, "full_tensor")]
+    total = torch.zeros((), device=grads[0].device, dtype=torch.float32)
+    if dts:
+        n = torch.nn.utils.get_total_norm(dts, 2.0)
+        n = n.full_tensor() if hasattr(n, "full_tensor") else n
+        total = total + n.float() ** 2
+    if plain:
+        total = total + torch.nn.utils.get_total_norm(plain, 2.0).float() ** 2
+    total = total.sqrt()
     if max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total

@@ -90,7 +90,7 @@ class Block(nn.Module):
         v = v.repeat_interleave(rep, dim=2)
         y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                            v.transpose(1, 2), is_causal=True)
-        x = x + self.wo(y.transpose(1, 2).reshape(B, T, C))
+        x = x + self.wo(y.transpose(1, 2).reshape(B, T, -1))
         h = F.rms_norm(x, (C,), self.ffn_norm, self.eps)
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
 

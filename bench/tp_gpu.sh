@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# bench/tp_gpu.sh: tensor parallelism on 2 GPUs of one host (issue 18), in
+# one call: correctness (fp32, no TF32: TP 2 against 1 GPU) and speed
+# (Llama 3.2 1B, bf16, B8 x T2048: trainrun on 1 GPU, trainrun TP 2, and
+# PyTorch TP 2 (bench/peers/llama_tp.py, the same plan) with and without
+# torch.compile), the speed programs alternating order over REPS rounds;
+# a markdown table in OUT/summary.md with medians and spreads.
+#
+#   . .gpu/env.sh && bench/tp_gpu.sh [--reps N] [--runs check,speed]
+#
+# Run from the repository root of a staged tree: .gpu/trainrun (or
+# TRAINRUN), python3 with PyTorch for the peer (PYTHON). Each program's
+# output is OUT/NAME.log (trainrun: OUT/NAME.metrics.jsonl too).
+#
+#   check_1gpu, check_tp2   examples/debug.toml's Llama on cuda in float32
+#                (mixed_precision_param float32), 20 steps, the same seed
+#                and global batch; the losses and gradient norms compared
+#                step by step (max relative difference; the issue asks
+#                1e-5)
+#   tr_1gpu_rN, tr_tp2_rN   bench/gpu/llama3_1b.toml, 20 steps, 1 GPU and
+#                TP 2 (tokens/s per GPU: a step's B x T over the GPUs that
+#                share it, as torchtitan counts)
+#   pt_tp2_rN, pt_tp2c_rN   the PyTorch peer over torchrun, without and
+#                with per-block torch.compile
+#
+# Environment: OUT (./out), SCRATCH (/tmp/trainrun-tp), TP_STEPS (20),
+# PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run").
+set -u
+reps=3
+runs=check,speed
+while [ $# -gt 0 ]; do
+  case $1 in
+    --reps) reps=$2; shift ;;
+    --runs) runs=$2; shift ;;
+    *) echo "usage: bench/tp_gpu.sh [--reps N] [--runs check,speed]" >&2; exit 2 ;;
+  esac
+  shift
+done
+want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
+PY=${PYTHON:-python3}
+if [ -z "${TRAINRUN:-}" ]; then
+  if [ -x .gpu/trainrun ]; then TRAINRUN=.gpu/trainrun; else TRAINRUN=./trainrun; fi
+fi
+read -r -a TORCHRUN_CMD <<< "${TORCHRUN:-$PY -m torch.distributed.run}"
+OUT=${OUT:-./out}
+SCRATCH=${SCRATCH:-/tmp/trainrun-tp}
+STEPS=${TP_STEPS:-20}
+mkdir -p "$OUT" "$SCRATCH"
+
+# tr NAME NPROC ARGS...: a trainrun job, its metrics kept, its dump removed
+tr() {
+  name=$1 np=$2
+  shift 2
+  rm -rf "${SCRATCH:?}/$name"
+  timeout 240 "$TRAINRUN" --nproc-per-node "$np" "$@" \
+    --job.dump_folder "$SCRATCH/$name" --metrics.enable_jsonl=true \
+    >"$OUT/$name.log" 2>&1
+  echo "$name rc=$?" >>"$OUT/runs.txt"
+  cp "$SCRATCH/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  rm -rf "${SCRATCH:?}/$name"
+}
+
+# pt NAME ARGS...: the PyTorch peer on 2 GPUs
+pt() {
+  name=$1
+  shift
+  timeout 300 "${TORCHRUN_CMD[@]}" --nproc-per-node 2 \
+    bench/peers/llama_tp.py --data "$SCRATCH/llama.bin" -B 8 -T 2048 \
+    --steps "$STEPS" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name rc=$?" >>"$OUT/runs.txt"
+}
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  nvcc --version 2>/dev/null | tail -1
+  "$PY" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>&1
+  git rev-parse HEAD 2>/dev/null
+} >"$OUT/versions.txt"
+
+if want check; then
+  for np in 1 2; do
+    name=check_1gpu
+    extra=()
+    if [ "$np" = 2 ]; then
+      name=check_tp2
+      extra=(--parallelism.tensor_parallel_degree 2)
+    fi
+    tr "$name" "$np" examples/debug.toml --training.device cuda \
+      --training.mixed_precision_param float32 --training.steps 20 \
+      --metrics.log_freq 1 --validation.no_enable --debug.seed 7 \
+      --training.dataset_path examples/data/tinytales.txt "${extra[@]}"
+  done
+fi
+
+if want speed; then
+  [ -s "$SCRATCH/llama.bin" ] ||
+    "$PY" bench/gpu/make_shard.py --out "$SCRATCH/llama.bin" \
+      --tokens 20000000 --vocab 128256 --width 4 >"$OUT/shard.log" 2>&1
+  for r in $(seq 1 "$reps"); do
+    order="tr1 tr2 pt pc"
+    [ $((r % 2)) = 0 ] && order="pc pt tr2 tr1"
+    for p in $order; do
+      case $p in
+        tr1) tr "tr_1gpu_r$r" 1 bench/gpu/llama3_1b.toml \
+               --training.dataset_path "$SCRATCH/llama.bin" --training.steps "$STEPS" ;;
+        tr2) tr "tr_tp2_r$r" 2 bench/gpu/llama3_1b.toml \
+               --training.dataset_path "$SCRATCH/llama.bin" --training.steps "$STEPS" \
+               --parallelism.tensor_parallel_degree 2 ;;
+        pt) pt "pt_tp2_r$r" ;;
+        pc) pt "pt_tp2c_r$r" --compile ;;
+      esac
+    done
+  done
+fi
+
+"$PY" - "$OUT" <<'EOF' >"$OUT/summary.md"
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+def jl(p):
+    rows = []
+    for line in open(p):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    return rows
+print("# tensor parallel on 2 GPUs\n")
+print("```\n" + open(os.path.join(out, "versions.txt")).read() + "```\n")
+a, b = (os.path.join(out, n + ".metrics.jsonl") for n in ("check_1gpu", "check_tp2"))
+if os.path.exists(a) and os.path.exists(b):
+    x = {r["step"]: r for r in jl(a) if "loss" in r}
+    y = {r["step"]: r for r in jl(b) if "loss" in r}
+    worst = {"loss": 0.0, "grad_norm": 0.0}
+    for s in x:
+        if s in y:
+            for k in worst:
+                worst[k] = max(worst[k], abs(y[s][k] - x[s][k]) / abs(x[s][k]))
+    print("correctness, fp32 (no TF32), 20 steps: %d steps compared, max "
+          "relative difference loss %.3g, grad_norm %.3g (want <= 1e-5)\n"
+          % (len(set(x) & set(y)), worst["loss"], worst["grad_norm"]))
+def med(vals):
+    return statistics.median(vals) if vals else float("nan")
+rows = []
+for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
+                         ("trainrun TP 2", "tr_tp2_r*", "tr"),
+                         ("PyTorch TP 2", "pt_tp2_r*", "pt"),
+                         ("PyTorch TP 2 + compile", "pt_tp2c_r*", "pt")):
+    runs = []
+    for p in sorted(glob.glob(os.path.join(out, pat + (".metrics.jsonl" if kind == "tr" else ".log")))):
+        r = jl(p)
+        if kind == "tr":
+            tps = [e["tps"] for e in r if "tps" in e and e.get("step", 0) > 5]
+            if tps:
+                runs.append(med(tps))
+        else:
+            s = [e for e in r if "summary" in e]
+            if s and s[0].get("median_tps"):
+                runs.append(s[0]["median_tps"])
+    rows.append((label, runs))
+print("| program (Llama 3.2 1B, bf16, B8 x T2048) | tokens/s per GPU, median | runs |")
+print("|---|---|---|")
+for label, runs in rows:
+    print("| %s | %s | %s |" % (label, "%.0f" % med(runs) if runs else "failed",
+                              ", ".join("%.0f" % v for v in runs)))
+EOF
+cat "$OUT/summary.md"
