@@ -259,14 +259,6 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     "parallelism for gpt2, or llama3",
                     (long long)p->tensor_parallel_degree,
                     (long long)p->data_parallel_shard_degree, cfg->model.name);
-  if (strided && cfg->checkpoint.enable)
-    return key_fail(cfg, err, TR_CFG_K_checkpoint_enable,
-                    "checkpoints of %s under tensor_parallel_degree %lld are "
-                    "not supported: its fused q/k/v matrix (c_attn) is held "
-                    "in 3 parts per rank, which the checkpoint's one chunk "
-                    "per tensor and rank cannot describe; llama3 saves and "
-                    "resumes under tensor parallelism",
-                    cfg->model.name, (long long)p->tensor_parallel_degree);
   return 0;
 }
 

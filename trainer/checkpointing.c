@@ -70,36 +70,78 @@ static char* item_name(const tr_param_t* p, int which) {
   return s;
 }
 
-/* Items for the parameters (which 0), the first (1) and second (2) moments
- * of every parameter; names malloc'd (free_items). */
-static int make_items(tr_trainer_t* t, int which, tr_ckpt_item_t* items) {
+/* The checkpoint items of a save or load: one chunk per parameter, or P
+ * for a tensor-parallel piece cut in P parts (GPT-2's c_attn: P runs of
+ * rows, each a box of the global tensor), each a view of the rank's tensor.
+ * Names and views are the list's. */
+typedef struct {
+  tr_ckpt_item_t* items;
+  tr_tensor_t* views;
+  size_t n, cap;
+} items_t;
+
+static void items_release(items_t* l) {
+  for (size_t i = 0; i < l->n; i++) {
+    free((char*)l->items[i].name);
+    tr_tensor_release(&l->views[i]);
+  }
+  free(l->items);
+  free(l->views);
+  memset(l, 0, sizeof *l);
+}
+
+/* Append the items of the parameters (which 0), or of the first (1) or
+ * second (2) moments of every parameter. */
+static int items_add(tr_trainer_t* t, int which, items_t* l) {
   tr_model_t* m = &t->model;
+  size_t need = l->n;
+  for (int i = 0; i < m->n_params; i++)
+    need += m->params[i].layout.parts > 1 ? (size_t)m->params[i].layout.parts
+                                          : 1;
+  if (need > l->cap) {
+    tr_ckpt_item_t* it = realloc(l->items, need * sizeof *it);
+    if (it) l->items = it;
+    tr_tensor_t* v = realloc(l->views, need * sizeof *v);
+    if (v) l->views = v;
+    if (!it || !v) return TR_ENOMEM;
+    l->cap = need;
+    for (size_t k = 0; k < l->n; k++) l->items[k].tensor = &l->views[k];
+  }
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
-    tr_ckpt_item_t* it = &items[i];
-    memset(it, 0, sizeof *it);
-    it->name = item_name(p, which);
-    if (!it->name) return TR_ENOMEM;
-    it->ndim = p->ndim;
-    memcpy(it->shape, p->shape, sizeof it->shape);
-    memcpy(it->offset, p->layout.offset, sizeof it->offset);
-    it->tensor = which == 0   ? &p->data
-                 : which == 1 ? &t->adam_m[i]
-                              : &t->adam_v[i];
-    /* a rank holding the whole tensor in a data-parallel world holds a
-     * replica (DDP); a sharded layout (FSDP, TP) holds its own chunk */
+    tr_tensor_t* src = which == 0   ? &p->data
+                       : which == 1 ? &t->adam_m[i]
+                                    : &t->adam_v[i];
+    int P = p->layout.parts > 1 ? p->layout.parts : 1;
+    /* a rank holding the whole tensor in a world of several holds a
+     * replica (DDP, a tp-replicated parameter); a sharded layout (FSDP,
+     * TP) holds its own chunk */
     int whole = 1;
     for (int d = 0; d < p->ndim; d++)
       whole &= p->layout.offset[d] == 0 && p->layout.shape[d] == p->shape[d];
-    it->replicated = whole && t->world > 1;
+    for (int j = 0; j < P; j++) {
+      tr_ckpt_item_t* it = &l->items[l->n];
+      tr_tensor_t* v = &l->views[l->n];
+      memset(it, 0, sizeof *it);
+      memset(v, 0, sizeof *v);
+      it->name = item_name(p, which);
+      if (!it->name) return TR_ENOMEM;
+      l->n++;
+      it->ndim = p->ndim;
+      memcpy(it->shape, p->shape, sizeof it->shape);
+      memcpy(it->offset, p->layout.offset, sizeof it->offset);
+      it->replicated = whole && t->world > 1;
+      if (P == 1) {
+        tr_tensor_view(v, src);
+      } else { /* part j: its rows, at part j's offset of the global rows */
+        int64_t rows = p->layout.shape[0] / P;
+        TR_CHECK(tr_tensor_narrow(v, src, 0, j * rows, rows));
+        it->offset[0] += j * (p->shape[0] / P);
+      }
+      it->tensor = v;
+    }
   }
   return 0;
-}
-
-static void free_items(tr_ckpt_item_t* items, size_t n) {
-  if (!items) return;
-  for (size_t i = 0; i < n; i++) free((char*)items[i].name);
-  free(items);
 }
 
 static char* train_state_json(const tr_trainer_t* t) {
@@ -146,15 +188,13 @@ static int excluded(const tr_trainer_t* t, const char* part) {
 
 static int load_items(tr_trainer_t* t, const tr_ckpt_t* ck, int which,
                       tr_errmsg_t* err) {
-  int np = t->model.n_params;
-  tr_ckpt_item_t* items = calloc((size_t)np + 1, sizeof *items);
-  if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
-  int rc = make_items(t, which, items);
+  items_t l = {0};
+  int rc = items_add(t, which, &l);
   if (rc < 0)
-    rc = tr_errmsg_set(err, rc, "out of memory");
+    rc = tr_errmsg_set(err, rc, "checkpoint items: %s", tr_strerror(rc));
   else
-    rc = tr_ckpt_load(ck, items, (size_t)np, err);
-  free_items(items, (size_t)np);
+    rc = tr_ckpt_load(ck, l.items, l.n, err);
+  items_release(&l);
   return rc;
 }
 
@@ -233,17 +273,16 @@ static int sum_all(void* arg, double* vals, int n) {
 
 static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
   struct tr_trainer_ckpt* c = t->ckpt;
-  int np = t->model.n_params, parts = model_only ? 1 : 3;
-  tr_ckpt_item_t* items = calloc((size_t)np * 3 + 1, sizeof *items);
-  if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  int parts = model_only ? 1 : 3;
+  items_t l = {0};
   int rc = 0;
-  for (int w = 0; w < parts && rc == 0; w++)
-    rc = make_items(t, w, items + (size_t)w * np);
+  for (int w = 0; w < parts && rc == 0; w++) rc = items_add(t, w, &l);
   char* state = rc == 0 ? train_state_json(t) : NULL;
   if (rc < 0 || !state) {
     free(state);
-    free_items(items, (size_t)np * 3);
-    return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    items_release(&l);
+    return tr_errmsg_set(err, rc < 0 ? rc : TR_ENOMEM, "checkpoint items: %s",
+                         tr_strerror(rc < 0 ? rc : TR_ENOMEM));
   }
   tr_dtype_t dt = TR_F32;
   int convert = model_only &&
@@ -252,13 +291,13 @@ static int save(tr_trainer_t* t, int model_only, int sync, tr_errmsg_t* err) {
   /* the daemon allows a rank writing a checkpoint twice --worker-timeout */
   tr_heartbeat_phase("checkpoint");
   double t0 = tr__now();
-  rc = tr_ckpt_save(c->saver, t->step, items, (size_t)np * parts, state,
+  rc = tr_ckpt_save(c->saver, t->step, l.items, l.n, state,
                     convert ? &dt : NULL, err);
   if (rc == 0 && sync) rc = tr_ckpt_wait(c->saver, err);
   c->blocked_s = tr__now() - t0;
   tr_heartbeat_phase("step");
   free(state);
-  free_items(items, (size_t)np * 3);
+  items_release(&l);
   if (rc < 0) return rc;
   c->saved_step = t->step;
   if (c->con) {
@@ -444,19 +483,16 @@ static int report_commit(tr_trainer_t* t, int64_t before, tr_errmsg_t* err) {
  * the first save does not pay for page-locking them. */
 static int reserve(tr_trainer_t* t, tr_errmsg_t* err) {
   struct tr_trainer_ckpt* c = t->ckpt;
-  int np = t->model.n_params;
-  tr_ckpt_item_t* items = calloc((size_t)np * 3 + 1, sizeof *items);
-  if (!items) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+  items_t l = {0};
   int rc = 0;
-  for (int w = 0; w < 3 && rc == 0; w++)
-    rc = make_items(t, w, items + (size_t)w * np);
+  for (int w = 0; w < 3 && rc == 0; w++) rc = items_add(t, w, &l);
   double t0 = tr__now();
   int64_t bytes = 0;
   if (rc < 0)
-    rc = tr_errmsg_set(err, rc, "out of memory");
+    rc = tr_errmsg_set(err, rc, "checkpoint items: %s", tr_strerror(rc));
   else
-    rc = tr_ckpt_reserve(c->saver, items, (size_t)np * 3, &bytes, err);
-  free_items(items, (size_t)np * 3);
+    rc = tr_ckpt_reserve(c->saver, l.items, l.n, &bytes, err);
+  items_release(&l);
   if (rc == 0 && bytes > 0 && c->con) {
     fprintf(
         c->con, "checkpoint: %.2f GB of staging buffers (%s) ready in %.2f s\n",

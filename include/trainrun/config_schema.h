@@ -161,8 +161,7 @@
     "ranks of a replica read the same samples. Composes with "                 \
     "data_parallel_replicate_degree (DDP) and data_parallel_shard_degree "     \
     "(FSDP, HSDP: llama3 only, as GPT-2's fused c_attn is cut in 3 parts "     \
-    "per rank); GPT-2 checkpoints are refused under it. Checkpoints of "       \
-    "llama3 load into any other layout.")                                      \
+    "per rank). Its checkpoints load into any other layout.")                  \
   X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
     "Gather the logits before the loss instead of computing it on vocab "      \
     "shards under tensor parallelism. The output projection is replicated "    \
