@@ -585,7 +585,12 @@ def _clip_grad_norm(torch, params, max_norm, sharded):
     if plain:
         total = total + torch.nn.utils.get_total_norm(plain, 2.0).float() ** 2
     total = total.sqrt()
-    if max_norm > 0:
+    if max_norm > 0 and dts and plain:  # a factor both kinds take
+        coef = min(1.0, max_norm / (float(total) + 1e-6))
+        if coef < 1.0:
+            torch._foreach_mul_(dts, coef)
+            torch._foreach_mul_(plain, coef)
+    elif max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total
 
