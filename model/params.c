@@ -59,15 +59,15 @@ int tr_model_param_in_blocks(const tr_model_t* m, int idx, int first,
 
 int tr_model_alloc_blocks(tr_model_t* m, tr_device_t dev, int first, int last) {
   if (first < 0 || last > m->n_blocks || first >= last) return TR_EINVAL;
-  if (m->stage_last > m->stage_first &&
-      (first != m->stage_first || last != m->stage_last)) {
-    TR_LOG_ERROR(MODEL, "blocks [%d, %d) allocated already; not [%d, %d)",
-                 m->stage_first, m->stage_last, first, last);
+  if (m->n_alloc_calls && (dev.type != m->device.type ||
+                           dev.index != m->device.index)) {
+    TR_LOG_ERROR(MODEL, "blocks [%d, %d) on another device than before",
+                 first, last);
     return TR_EINVAL;
   }
   m->device = dev;
-  m->stage_first = first;
-  m->stage_last = last;
+  m->n_alloc_calls++;
+  if (first > 0 || last < m->n_blocks) m->partial = 1;
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
     if (p->data.storage || !tr_model_param_in_blocks(m, i, first, last))
@@ -507,10 +507,8 @@ static void init_task(void* ctx, int64_t task) {
 int tr_model_init_weights(tr_model_t* m, uint64_t seed) {
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
-    /* a stage initialises its blocks' parameters only */
-    if (m->stage_last > m->stage_first &&
-        !tr_model_param_in_blocks(m, i, m->stage_first, m->stage_last))
-      continue;
+    /* a pipeline rank initialises its stages' parameters only */
+    if (m->partial && !p->data.storage) continue;
     if (!p->data.storage) {
       TR_LOG_ERROR(MODEL, "init of '%s' before tr_model_alloc", p->name);
       return TR_EINVAL;

@@ -1373,9 +1373,18 @@ START_TEST(test_stage_local_allocation) {
   ck_assert_int_eq(tr_model_init(&whole, &c), 0);
   ck_assert(stage_param_bytes(&whole, 0, 3) <
             stage_param_bytes(&whole, 0, whole.n_blocks));
-  /* another range than the one allocated is refused */
-  ck_assert_int_eq(tr_model_alloc_blocks(&g0, TR_DEVICE_CPU, 0, 2), TR_EINVAL);
+  /* a range again, or inside, adds nothing; another stage's range adds
+   * its parameters (an interleaved rank's second stage) */
+  ck_assert_int_eq(tr_model_alloc_blocks(&g0, TR_DEVICE_CPU, 0, 2), 0);
   ck_assert_int_eq(tr_model_alloc_blocks(&g0, TR_DEVICE_CPU, 0, 3), 0);
+  int lnf = tr_model_find_param(&g0, "transformer.ln_f.weight");
+  int h2 = tr_model_find_param(&g0, "transformer.h.2.ln_1.weight");
+  ck_assert_ptr_null(g0.params[lnf].data.storage);
+  ck_assert_int_eq(
+      tr_model_alloc_blocks(&g0, TR_DEVICE_CPU, g0.n_blocks - 1, g0.n_blocks),
+      0);
+  ck_assert_ptr_nonnull(g0.params[lnf].data.storage);
+  ck_assert_ptr_null(g0.params[h2].data.storage); /* block 3: no stage's */
   ck_assert_int_eq(tr_model_alloc_blocks(&whole, TR_DEVICE_CPU, 2, 2),
                    TR_EINVAL);
   tr_model_release(&whole);

@@ -336,9 +336,10 @@ typedef struct tr_model {
   int rope_T;
   int ac_mode;  /* tr_model_ac_mode_t (tr_model_set_activation_checkpoint) */
   int ac_every; /* TR_AC_LAYERS: every ac_every-th layer */
-  /* blocks [stage_first, stage_last) whose parameters tr_model_alloc_blocks
-   * allocated (0, 0 before) */
-  int stage_first, stage_last;
+  /* tr_model_alloc_blocks: its calls, and 1 once a call covered less than
+   * every block (a pipeline rank: parameters without memory are not its) */
+  int n_alloc_calls;
+  int partial;
 } tr_model_t;
 
 /* Build the parameter table and the blocks for cfg (checked with
@@ -348,13 +349,15 @@ int tr_model_init(tr_model_t* m, const tr_model_config_t* cfg);
  * shaped by its layout. Called once. tr_model_alloc_blocks(m, dev, 0,
  * m->n_blocks). */
 int tr_model_alloc(tr_model_t* m, tr_device_t dev);
-/* A pipeline stage's allocation: only the parameters that blocks [first,
- * last) use get data and grad (a table tied between the embedding and the
- * head belongs to both end stages); the others keep no memory, and
- * tr_model_init_weights, tr_model_zero_grad and the compute copies skip
- * them. Forward and backward of blocks in [first, last) work as with the
- * whole model. Called once (again with the same range: no-op). TR_EINVAL
- * for an empty or out-of-range range or another range than before. */
+/* A pipeline stage's allocation: the parameters that blocks [first, last)
+ * use get data and grad (a table tied between the embedding and the head
+ * belongs to both end stages); called once per stage a rank holds (an
+ * interleaved schedule's rank holds several; parameters allocated already
+ * are kept, so a range again is a no-op). Parameters of no allocated
+ * block keep no memory, and tr_model_init_weights, tr_model_zero_grad and
+ * the compute copies skip them. Forward and backward of the allocated
+ * blocks work as with the whole model. TR_EINVAL for an empty or
+ * out-of-range range, or another device than an earlier call's. */
 int tr_model_alloc_blocks(tr_model_t* m, tr_device_t dev, int first, int last);
 /* 1 when parameter idx is used by a block in [first, last), else 0. */
 int tr_model_param_in_blocks(const tr_model_t* m, int idx, int first, int last);
