@@ -9,6 +9,7 @@ libtrainrun_la_SOURCES += \
 	pipelining/validate.c \
 	pipelining/simulate.c \
 	pipelining/csv.c \
+	pipelining/split.c \
 	pipelining/executor.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 

@@ -691,6 +691,100 @@ START_TEST(t_csv) {
 }
 END_TEST
 
+/* ---- the split over stages ---- */
+
+static void check_split(int L, int pp, tr_pp_kind_t k, int lps, int fl, int ll,
+                        const char* want_blocks, const char* want_ranks) {
+  tr_pp_split_t sp;
+  char err[512], got[256] = "", rk[256] = "";
+  ck_assert_int_eq(tr_pp_split_init(&sp, L, pp, k, lps, fl, ll, err, sizeof err),
+                   0);
+  for (int s = 0; s < sp.n_stages; s++) {
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s[%d,%d)",
+             s ? " " : "", sp.blocks[s].first, sp.blocks[s].last);
+    snprintf(rk + strlen(rk), sizeof rk - strlen(rk), "%d", sp.stage_rank[s]);
+  }
+  ck_assert_str_eq(got, want_blocks);
+  ck_assert_str_eq(rk, want_ranks);
+  int st[8];
+  for (int r = 0; r < pp; r++) {
+    ck_assert_int_eq(tr_pp_split_rank_stages(&sp, r, st), sp.v);
+    for (int i = 0; i < sp.v; i++) ck_assert_int_eq(sp.stage_rank[st[i]], r);
+  }
+  ck_assert_int_eq(tr_pp_split_rank_stages(&sp, pp, st), TR_EINVAL);
+  tr_pp_split_release(&sp);
+}
+
+static void check_split_fails(int L, int pp, tr_pp_kind_t k, int lps, int fl,
+                              int ll, const char* want) {
+  tr_pp_split_t sp;
+  char err[512];
+  ck_assert_int_eq(tr_pp_split_init(&sp, L, pp, k, lps, fl, ll, err, sizeof err),
+                   TR_ECONFIG);
+  ck_assert_str_eq(err, want);
+}
+
+START_TEST(t_split) {
+  /* torchtitan's defaults: embedding and output weigh a layer each */
+  check_split(8, 2, TR_PP_1F1B, 0, 1, 1, "[0,5) [5,10)", "01");
+  check_split(8, 4, TR_PP_GPIPE, 0, 1, 1, "[0,3) [3,6) [6,8) [8,10)", "0123");
+  /* 10 effective layers over 8 stages: the first two get 2, the last only
+   * the head */
+  check_split(8, 4, TR_PP_INTERLEAVED_1F1B, 0, 1, 1,
+              "[0,2) [2,4) [4,5) [5,6) [6,7) [7,8) [8,9) [9,10)", "01230123");
+  check_split(8, 4, TR_PP_ZBV, 0, 1, 1,
+              "[0,2) [2,4) [4,5) [5,6) [6,7) [7,8) [8,9) [9,10)", "01233210");
+  check_split(8, 2, TR_PP_DUALPIPEV, 0, 1, 1, "[0,3) [3,6) [6,8) [8,10)",
+              "0110");
+  /* weights 0: every stage the same number of layers */
+  check_split(8, 2, TR_PP_LOOPED_BFS, 0, 0, 0, "[0,3) [3,5) [5,7) [7,10)",
+              "0101");
+  check_split(6, 1, TR_PP_1F1B, 0, 1, 1, "[0,8)", "0");
+  /* layers_per_stage: ceil(10 / 3) = 4 stages on 2 ranks */
+  check_split(8, 2, TR_PP_INTERLEAVED_ZB, 3, 1, 1, "[0,3) [3,6) [6,8) [8,10)",
+              "0101");
+  check_split(8, 2, TR_PP_1F1B, 5, 1, 1, "[0,5) [5,10)", "01");
+  /* what does not split */
+  check_split_fails(
+      8, 2, TR_PP_INTERLEAVED_1F1B, 2, 1, 1,
+      "pipeline_parallel_layers_per_stage: 8 layers (+ 1 + 1 for the "
+      "embedding and the output) at 2 per stage make 5 stages, not a "
+      "multiple of pipeline_parallel_degree 2");
+  check_split_fails(8, 2, TR_PP_1F1B, 3, 1, 1,
+                    "pipeline_parallel_layers_per_stage: schedule 1F1B runs "
+                    "one stage per rank, but 8 layers at 3 per stage make 4 "
+                    "stages on 2 ranks (2 per rank); use 4 or more");
+  check_split_fails(8, 2, TR_PP_INTERLEAVED_1F1B, 5, 1, 1,
+                    "pipeline_parallel_layers_per_stage: schedule "
+                    "Interleaved1F1B runs at least 2 stages per rank, but 8 "
+                    "layers at 5 per stage make 2 stages on 2 ranks; use a "
+                    "smaller value");
+  check_split_fails(8, 2, TR_PP_ZBV, 1, 0, 0,
+                    "schedule ZBVZeroBubble places 2 stages per rank (the V), "
+                    "not 4");
+  check_split_fails(2, 4, TR_PP_INTERLEAVED_1F1B, 0, 1, 1,
+                    "pipeline split: 8 stages (pipeline_parallel_degree 4 x 2 "
+                    "per rank) but only 4 effective layers (2 layers + "
+                    "first_stage_less_layers 1 + last_stage_less_layers 1)");
+  check_split_fails(8, 4, TR_PP_1F1B, 0, 4, 1,
+                    "pipeline_parallel_first_stage_less_layers (4) exceeds "
+                    "the fewest layers of a stage (3: 13 effective layers "
+                    "over 4 stages)");
+  check_split_fails(8, 4, TR_PP_1F1B, 0, 1, 4,
+                    "pipeline_parallel_last_stage_less_layers (4) exceeds "
+                    "the fewest layers of a stage (3: 13 effective layers "
+                    "over 4 stages)");
+  check_split_fails(8, 2, TR_PP_1F1B, 0, -1, 1,
+                    "pipeline_parallel_first_stage_less_layers (-1) and "
+                    "pipeline_parallel_last_stage_less_layers (1) must be >= "
+                    "0");
+  /* placement alone: V over 3 groups alternates */
+  ck_assert_int_eq(tr_pp_stage_rank(5, 2, TR_PP_PLACE_V), 1);
+  ck_assert_int_eq(tr_pp_stage_rank(6, 3, TR_PP_PLACE_V), 0);
+  ck_assert_int_eq(tr_pp_stage_rank(7, 4, TR_PP_PLACE_LOOP), 3);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("pipelining");
   TCase* tc = tcase_create("ir");
@@ -706,6 +800,7 @@ int main(void) {
   tcase_add_test(tc, t_simulate_bubble);
   tcase_add_test(tc, t_simulate_deadlock);
   tcase_add_test(tc, t_csv);
+  tcase_add_test(tc, t_split);
   suite_add_tcase(s, tc);
   tc = tcase_create("executor");
   tcase_set_timeout(tc, 60);

@@ -166,6 +166,59 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
 int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
                           tr_pp_action_t* out, int64_t* n_out);
 
+/* ---- the model over the stages (pipelining/split.c) ---- */
+
+/* 1 for the classes that run one stage per rank (GPipe, 1F1B). */
+int tr_pp_kind_single_stage(tr_pp_kind_t k);
+/* 1 for the V-placed classes (ZBVZeroBubble, DualPipeV). */
+int tr_pp_kind_v(tr_pp_kind_t k);
+
+typedef enum {
+  TR_PP_PLACE_LOOP = 0, /* stage s on rank s % pp */
+  TR_PP_PLACE_V = 1     /* rank r holds stages r and 2pp - 1 - r */
+} tr_pp_placement_t;
+
+typedef struct {
+  int first, last; /* the model's blocks [first, last) */
+} tr_pp_range_t;
+
+typedef struct {
+  int pp;                      /* pipeline ranks */
+  int v;                       /* stages per rank */
+  int n_stages;                /* pp * v */
+  tr_pp_placement_t placement; /* V for ZBVZeroBubble and DualPipeV */
+  tr_pp_range_t* blocks;       /* each stage's blocks (n_stages) */
+  int* stage_rank;             /* each stage's pipeline rank (n_stages) */
+} tr_pp_split_t;
+
+/* torchtitan's split of n_layers layers (blocks: 0 the embedding,
+ * 1..n_layers the layers, n_layers+1 final norm + output + loss) for
+ * schedule kind on pp ranks. Stages per rank: with layers_per_stage > 0
+ * (pipeline_parallel_layers_per_stage), ceil((n_layers + first_less +
+ * last_less) / layers_per_stage) / pp, which must divide, be 1 for
+ * GPipe and 1F1B and at least 2 for the others; without (0), 1 for GPipe
+ * and 1F1B, 2 for the others; the V classes need exactly 2. Then
+ * generate_llm_fqn_per_model_part: the embedding weighs first_less
+ * layers (pipeline_parallel_first_stage_less_layers, torchtitan's default
+ * 1) and the output last_less; the n_layers + first_less + last_less
+ * effective layers go evenly over the stages, the first `remainder`
+ * stages one more; stage 0 gets the embedding and its share less
+ * first_less layers, the last stage its share less last_less and the
+ * head. TR_ECONFIG with a message naming the key and the numbers in err
+ * (may be NULL) for layers that do not split: more stages than effective
+ * layers, first_less or last_less above the smallest share, a stage count
+ * not a multiple of pp or not what the schedule runs. Release *out. */
+int tr_pp_split_init(tr_pp_split_t* out, int n_layers, int pp,
+                     tr_pp_kind_t kind, int layers_per_stage, int first_less,
+                     int last_less, char* err, size_t errlen);
+void tr_pp_split_release(tr_pp_split_t* sp);
+/* The rank of a stage (PyTorch's generate_stage_to_rank_mapping): loop
+ * s % pp; V ranks 0..pp-1 then pp-1..0, alternating per group of pp. */
+int tr_pp_stage_rank(int stage, int pp, tr_pp_placement_t placement);
+/* The stages of rank (ascending) into out (room for sp->v); returns
+ * their number, TR_EINVAL for a rank out of range. */
+int tr_pp_split_rank_stages(const tr_pp_split_t* sp, int rank, int* out);
+
 /* ---- the validator (pipelining/validate.c) ---- */
 
 /* PyTorch's _validate_schedule on a compute-only schedule: pp ranks
