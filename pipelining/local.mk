@@ -10,6 +10,7 @@ libtrainrun_la_SOURCES += \
 	pipelining/simulate.c \
 	pipelining/csv.c \
 	pipelining/split.c \
+	pipelining/lower.c \
 	pipelining/executor.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 

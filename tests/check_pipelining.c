@@ -785,6 +785,163 @@ START_TEST(t_split) {
 }
 END_TEST
 
+/* ---- lowering ---- */
+
+static void check_lowered(const char* compute, int pp, int n_stages,
+                          int64_t m, int fsdp, const char* want) {
+  tr_pp_schedule_t s, o;
+  char err[2048];
+  from_csv(compute, &s);
+  int rc = tr_pp_lower(&s, pp, n_stages, m, fsdp, &o, NULL, err, sizeof err);
+  ck_assert_msg(rc == 0, "%s", err);
+  char* text = tr_pp_csv_format(&o);
+  ck_assert_str_eq(text, want);
+  free(text);
+  tr_pp_schedule_release(&o);
+  tr_pp_schedule_release(&s);
+}
+
+START_TEST(t_lower) {
+  /* GPipe p 2, m 2: the sender places the receive in the receiver's list
+   * (worked by hand through PyTorch's _add_send_recv) */
+  check_lowered("0F0,0F1,,,0B0,0B1\n,1F0,1F1,1B0,1B1\n", 2, 2, 2, 1,
+                "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,"
+                "0B1,0REDUCE_GRAD,0RESHARD\r\n"
+                "1UNSHARD,1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,"
+                "1SEND_B1,1REDUCE_GRAD,1RESHARD\r\n");
+  check_lowered("0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", 2, 2, 2, 0,
+                "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,"
+                "0REDUCE_GRAD\r\n"
+                "1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,"
+                "1REDUCE_GRAD\r\n");
+  /* the V's turn (stages 1 and 2 on rank 1) passes nothing between ranks;
+   * UNSHARD prefetches at most 3 stages, RESHARD what leaves the window */
+  check_lowered("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n", 2, 4, 1, 1,
+                "0UNSHARD,3UNSHARD,0F0,0SEND_F0,3RECV_F0,3F0,3B0,3SEND_B0,"
+                "3REDUCE_GRAD,3RESHARD,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\r\n"
+                "1UNSHARD,2UNSHARD,1RECV_F0,1F0,2F0,2SEND_F0,2RECV_B0,2B0,"
+                "2REDUCE_GRAD,2RESHARD,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\r\n");
+  /* eviction: before 1F0, stage 0 leaves the window of the next 3 stages
+   * (1, 2, 3) and 3 comes in; before 2F0 1 leaves and 0 comes back */
+  tr_pp_action_t in[5], *out;
+  int64_t n;
+  const char* ids[] = {"0F0", "1F0", "2F0", "3F0", "0B0"};
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(tr_pp_action_parse(ids[i], &in[i]), 0);
+  ck_assert_int_eq(tr_pp_add_unshard_reshard(in, 5, 3, &out, &n), 0);
+  char got[512] = "", b[TR_PP_ACTION_STRLEN];
+  for (int64_t i = 0; i < n; i++)
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s ",
+             tr_pp_action_str(&out[i], b, sizeof b));
+  ck_assert_str_eq(got,
+                   "0UNSHARD 1UNSHARD 2UNSHARD 0F0 0RESHARD 3UNSHARD 1F0 "
+                   "1RESHARD 0UNSHARD 2F0 2RESHARD 3F0 3RESHARD 0B0 "
+                   "0RESHARD ");
+  free(out);
+  /* every generator: the sends from one rank to another come in the order
+   * of the receiver's receives, each with its pair, and the lowered lists
+   * are a compute_comms schedule */
+  for (int k = 0; k <= TR_PP_DUALPIPEV; k++)
+    for (int p = 2; p <= 4; p += 2)
+      for (int mi = 0; mi < 3; mi++) {
+        int64_t m = mi == 0 ? p : mi == 1 ? 2 * p : 8;
+        int v = tr_pp_kind_single_stage((tr_pp_kind_t)k) ? 1 : 2;
+        tr_pp_schedule_t s, o;
+        if (tr_pp_generate(&s, (tr_pp_kind_t)k, p, m, v, NULL, 0) != 0)
+          continue; /* DualPipeV m < 2p */
+        int map[8];
+        char err[2048];
+        int rc = tr_pp_lower(&s, p, p * v, m, 1, &o, map, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s p %d m %lld: %s",
+                      tr_pp_kind_name((tr_pp_kind_t)k), p, (long long)m, err);
+        ck_assert_int_eq(
+            tr_pp_schedule_check_format(&o, TR_PP_COMPUTE_COMMS, "x", err,
+                                        sizeof err),
+            0);
+        for (int a = 0; a < p; a++)
+          for (int c = 0; c < p; c++) {
+            if (a == c) continue;
+            /* sends a -> c in a's order, receives from a in c's order */
+            int64_t i = 0, j = 0;
+            for (;;) {
+              while (i < o.len[a] &&
+                     !((o.acts[a][i].type == TR_PP_SEND_F &&
+                        map[o.acts[a][i].stage + 1] == c) ||
+                       (o.acts[a][i].type == TR_PP_SEND_B &&
+                        map[o.acts[a][i].stage - 1] == c)))
+                i++;
+              while (j < o.len[c] &&
+                     !((o.acts[c][j].type == TR_PP_RECV_F &&
+                        map[o.acts[c][j].stage - 1] == a) ||
+                       (o.acts[c][j].type == TR_PP_RECV_B &&
+                        map[o.acts[c][j].stage + 1] == a)))
+                j++;
+              if (i == o.len[a] || j == o.len[c]) {
+                ck_assert(i == o.len[a] && j == o.len[c]);
+                break;
+              }
+              const tr_pp_action_t *x = &o.acts[a][i], *y = &o.acts[c][j];
+              int fwd = x->type == TR_PP_SEND_F;
+              ck_assert_int_eq(y->type, fwd ? TR_PP_RECV_F : TR_PP_RECV_B);
+              ck_assert_int_eq(y->stage, x->stage + (fwd ? 1 : -1));
+              ck_assert_int_eq(y->micro, x->micro);
+              i++, j++;
+            }
+          }
+        tr_pp_schedule_release(&o);
+        tr_pp_schedule_release(&s);
+      }
+}
+END_TEST
+
+START_TEST(t_lower_refuses) {
+  tr_pp_schedule_t s, o;
+  char err[2048];
+  /* a deadlock: each rank's first backward waits on the other */
+  from_csv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", &s);
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 2, 0, &o, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "malformed compute schedule, can't schedule sends/recvs: "
+                   "rank 0 waits at 0B0; rank 1 waits at 1F1;");
+  tr_pp_schedule_release(&s);
+  /* communication actions are not compute-only */
+  from_csv("0F0,0SEND_F0,0B0\n1F0,1B0\n", &s);
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 1, 0, &o, NULL, err, sizeof err),
+                   TR_EPARSE);
+  ck_assert_str_eq(err,
+                   "schedule:1: cell 2: expected a compute-only schedule but "
+                   "found communication action '0SEND_F0' at rank 0, "
+                   "position 1");
+  ck_assert_int_eq(tr_pp_schedule_check_format(&s, TR_PP_COMPUTE_COMMS,
+                                               "s.csv", err, sizeof err),
+                   0);
+  tr_pp_schedule_release(&s);
+  from_csv("0F0,,0B0\n", &s);
+  ck_assert_int_eq(tr_pp_schedule_check_format(&s, TR_PP_COMPUTE_COMMS,
+                                               "s.csv", err, sizeof err),
+                   TR_EPARSE);
+  ck_assert_str_eq(err,
+                   "s.csv:1: cell 2: an idle slot at rank 0, position 1: a "
+                   "compute_comms schedule lists only actions");
+  /* the validator's fault comes through */
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 1, 0, &o, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "schedule has incorrect number of ranks - expected 2, "
+                   "actual 1");
+  tr_pp_schedule_release(&s);
+  from_csv("0B0,0F0\n1F0,1B0\n", &s);
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 1, 0, &o, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_msg(strncmp(err,
+                        "Rank 0, step 0: Running Full Backward for stage 0, "
+                        "microbatch 0 without first running Forward",
+                        80) == 0,
+                "%s", err);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("pipelining");
   TCase* tc = tcase_create("ir");
@@ -801,6 +958,8 @@ int main(void) {
   tcase_add_test(tc, t_simulate_deadlock);
   tcase_add_test(tc, t_csv);
   tcase_add_test(tc, t_split);
+  tcase_add_test(tc, t_lower);
+  tcase_add_test(tc, t_lower_refuses);
   suite_add_tcase(s, tc);
   tc = tcase_create("executor");
   tcase_set_timeout(tc, 60);

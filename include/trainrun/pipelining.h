@@ -166,6 +166,64 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
 int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
                           tr_pp_action_t* out, int64_t* n_out);
 
+/* ---- lowering (pipelining/lower.c) ----
+ *
+ * PyTorch's _prepare_schedule_with_comms: a compute-only schedule becomes
+ * what each rank runs, with FSDP's and the communication actions. */
+
+/* PyTorch's _add_unshard_reshard on one rank's list (idle slots dropped):
+ * before each action, RESHARD the active stages not among the next
+ * max_active distinct stages the list computes (ascending, as Python
+ * iterates a set of small ints), then UNSHARD those of them not active
+ * (in the order they come); at the end RESHARD what is still active.
+ * *out is malloc'd (the caller frees it), *n_out its length. */
+int tr_pp_add_unshard_reshard(const tr_pp_action_t* in, int64_t n,
+                              int max_active, tr_pp_action_t** out,
+                              int64_t* n_out);
+
+/* PyTorch's _add_send_recv over every rank's list (no idle slots; an
+ * idle slot is skipped): in lock-step passes over the ranks in order,
+ * a rank's next action is appended when it is ready — F of stage s > 0
+ * after its RECV_F or F of s-1 on this rank, I or B below the last stage
+ * after its RECV_B or I/B of s+1 on this rank, anything else at once (an
+ * OVERLAP_F_B when both halves are) — followed, when its result goes to
+ * a stage on another rank (F: to s+1, I or B: to s-1), by `<s>SEND_F<m>`
+ * / `<s>SEND_B<m>`, and the matching `<s+1>RECV_F<m>` / `<s-1>RECV_B<m>`
+ * is appended to the receiver's list at that moment: the sender places
+ * the receives, so the sends and receives between two ranks come in the
+ * same order on both. Stages next to each other on one rank exchange
+ * nothing. TR_EINVAL with "malformed compute schedule, can't schedule
+ * sends/recvs:" and each stuck rank's next action in err when no rank
+ * can move (a deadlock), or for a stage or micro-batch out of range. */
+int tr_pp_add_send_recv(const tr_pp_schedule_t* in, const int* stage_rank,
+                        int n_stages, int64_t n_micro, tr_pp_schedule_t* out,
+                        char* err, size_t errlen);
+
+/* The whole lowering of a compute-only schedule for pp ranks: the
+ * validator (tr_pp_validate, its stage -> rank map into stage_rank when
+ * not NULL, n_stages entries), then per rank tr_pp_add_unshard_reshard
+ * (max_active 3; only with unshard_reshard != 0 — PyTorch always adds
+ * them, its runtime ignores them without FSDP) and tr_pp_add_reduce_grad,
+ * then tr_pp_add_send_recv. Into *out (initialised here; release it).
+ * Errors as the three passes, with their message in err; a
+ * communication or FSDP action in the input: TR_EPARSE. */
+int tr_pp_lower(const tr_pp_schedule_t* compute, int pp, int n_stages,
+                int64_t n_micro, int unshard_reshard, tr_pp_schedule_t* out,
+                int* stage_rank, char* err, size_t errlen);
+
+/* PyTorch's two CSV formats (_load_csv's format): compute_only (F, I, W,
+ * B, OVERLAP_F_B and idle cells) and compute_comms (the lowered lists:
+ * every action type, no idle cell). */
+typedef enum { TR_PP_COMPUTE_ONLY = 0, TR_PP_COMPUTE_COMMS = 1 } tr_pp_format_t;
+
+/* Check a parsed schedule against a format: TR_EPARSE with "name:row:
+ * cell N: expected a compute-only schedule but found communication
+ * action '0SEND_F1' at rank 0, position 3" (PyTorch's words) or "...: an
+ * idle slot at rank R, position P: a compute_comms schedule lists only
+ * actions" in err (may be NULL). */
+int tr_pp_schedule_check_format(const tr_pp_schedule_t* s, tr_pp_format_t fmt,
+                                const char* name, char* err, size_t errlen);
+
 /* ---- the model over the stages (pipelining/split.c) ---- */
 
 /* 1 for the classes that run one stage per rank (GPipe, 1F1B). */
