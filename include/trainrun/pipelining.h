@@ -20,11 +20,16 @@
  * caller to fill one before its first forward (mb_begin: data, loss
  * scale), runs the stage's blocks forward and backward on it, and hands it
  * back after its last backward (mb_end: the losses) before freeing it.
- * This version runs one-stage lists: F, B, and the split backward I then
- * W (model.h: tr_model_backward_input / _weight, the same bits as B; a
- * micro-batch is handed back after its W). The communication and FSDP
- * actions belong to multi-stage schedules and are refused
- * (TR_EUNSUPPORTED). */
+ * It runs F, B, and the split backward I then W (model.h:
+ * tr_model_backward_input / _weight, the same bits as B; a micro-batch is
+ * handed back after its W), for one stage or for the several stages a
+ * pipeline rank holds, with the activations and gradients between ranks
+ * over the pipeline group's send / receive (tr_pp_exec_step).
+ *
+ * A pipeline step: tr_pp_split_init (the stages' blocks and ranks),
+ * tr_pp_generate or tr_pp_csv_load (every rank's compute-only list),
+ * tr_pp_lower (the lists with comms), then on each rank tr_pp_exec_step
+ * with its own list. */
 #ifndef TRAINRUN_PIPELINING_H
 #define TRAINRUN_PIPELINING_H
 
@@ -32,6 +37,7 @@
 #include <stdint.h>
 
 #include "trainrun/model.h"
+#include "trainrun/pg.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -339,29 +345,86 @@ char* tr_pp_csv_format(const tr_pp_schedule_t* s);
 /* tr_pp_csv_format into a file (created or truncated). */
 int tr_pp_csv_save(const tr_pp_schedule_t* s, const char* path);
 
-/* ---- the executor ---- */
+/* ---- the executor (pipelining/executor.c) ---- */
 
 typedef struct {
   tr_model_t* model;
-  int first_block, last_block; /* the stage's blocks [first, last) */
-  int64_t n_micro;             /* micro-batches of the step */
-  /* Before micro-batch `micro`'s first forward: fill *mb
-   * (tr_model_mb_init, loss scale, ...). A negative return stops the
-   * step; mb must then hold nothing. */
+  /* One stage (n_stages 0): the stage's blocks [first, last), its list
+   * stage 0's, no process group. */
+  int first_block, last_block;
+  int64_t n_micro; /* micro-batches of the step */
+  /* Before micro-batch `micro`'s forward on the first stage and on the
+   * last stage (the stages that read data; once when one stage is both):
+   * fill *mb (tr_model_mb_init with tokens and targets, loss scale, ...).
+   * A negative return stops the step; mb must then hold nothing. The
+   * middle stages' micro-batches are made here (tokens of zeros, which
+   * no block of theirs reads). */
   int (*mb_begin)(void* arg, int64_t micro, tr_model_mb_t* mb);
-  /* After micro-batch `micro`'s last backward, before the executor
-   * releases it (its losses). NULL: nothing. */
+  /* After micro-batch `micro`'s last backward on the last stage, before
+   * the executor releases it (its losses). NULL: nothing. */
   int (*mb_end)(void* arg, int64_t micro, tr_model_mb_t* mb);
   void* arg;
+  /* Several stages (n_stages >= 1): the whole pipeline's stages, this
+   * rank (tr_pg_rank(pg), 0 without pg) running those whose stage_rank
+   * is its own; stage_blocks[s] is stage s's blocks (tr_pp_split_t's
+   * blocks and stage_rank fit). */
+  int n_stages;
+  const tr_pp_range_t* stage_blocks;
+  const int* stage_rank;
+  /* the pipeline's group (pp ranks); NULL when every stage is here */
+  tr_pg_t* pg;
+  /* the micro-batch's shape: received activations and gradients are
+   * [B, T, dim] in the model's compute dtype on its device */
+  int B, T;
+  /* UNSHARD, RESHARD and REDUCE_GRAD of a stage (FSDP; PyTorch's runtime
+   * unshards, reshards, reduce-scatters): called with the action; NULL:
+   * they do nothing, as PyTorch's runtime does for a stage without FSDP. */
+  int (*fsdp_action)(void* arg, const tr_pp_action_t* a);
 } tr_pp_exec_t;
 
-/* Run one rank's actions in order. Micro-batches still held when an
- * action fails are released. Returns 0, TR_EINVAL for a malformed list
- * (a backward before its forward, a W before its I, a B after an I, a
- * micro-batch out of range, a stage other than 0, a micro-batch the list
- * leaves unfinished), TR_EUNSUPPORTED for
- * actions this executor does not run, or the first error of a block or a
- * callback. */
+/* The step's loss as every pipeline rank learns it. */
+typedef struct {
+  double loss_sum; /* the last stage's mb->loss_sum over the micro-batches
+                      (as the head left it, before mb_end; 0 under
+                      defer_loss) */
+  int64_t n_valid; /* its mb->n_valid summed */
+} tr_pp_result_t;
+
+/* Run one rank's lowered list (tr_pp_lower's, or a compute-only list of a
+ * rank whose stages exchange nothing with another rank) in order:
+ *
+ *  - F runs the stage's blocks on the micro-batch: the first stage's input
+ *    comes from mb_begin's tokens, another stage's from its RECV_F (waited
+ *    here) or, when stage s-1 is on this rank, from s-1's output handed
+ *    over in place; the output goes to stage s+1 here in place, or waits
+ *    for its SEND_F;
+ *  - B, or I then W (the zero-bubble split), the same way backwards: the
+ *    output gradient from RECV_B or stage s+1 here, the input gradient to
+ *    stage s-1 here or to SEND_B; OVERLAP_F_B runs its F then its B;
+ *  - RECV_F / RECV_B post a receive from the neighbour stage's rank (early:
+ *    where the list has them) into a new [B, T, dim] tensor, waited by
+ *    the computation that needs it; SEND_F / SEND_B post a send, waited
+ *    at the end of the step. Sends and receives between two ranks come in
+ *    the same order on both (tr_pp_add_send_recv), tagged by (receiving
+ *    stage, micro-batch, direction), so nothing waits on a peer that waits
+ *    on it: each wait is for an action that comes earlier in the
+ *    lowering's global order;
+ *  - UNSHARD, RESHARD, REDUCE_GRAD call fsdp_action; an idle slot is
+ *    skipped.
+ *
+ * Then, with a group of several ranks, the last stage's loss_sum and
+ * n_valid are broadcast from its rank to every rank of pg, into *out (may
+ * be NULL). Micro-batches and tensors still held when an action fails are
+ * released. Returns 0, TR_EINVAL for a malformed list (a computation
+ * before its input arrived, a backward before its forward, a W before its
+ * I, a B after an I, a stage this rank does not hold, a micro-batch out
+ * of range, a micro-batch the list leaves unfinished, a tensor it
+ * receives or makes and never uses or sends), TR_EUNSUPPORTED for a
+ * communication action without pg, or the first error of a block, a
+ * callback or the group. */
+int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
+                    int64_t n, tr_pp_result_t* out);
+/* tr_pp_exec_step without the result (the one-stage trainer's call). */
 int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
                    int64_t n);
 
