@@ -857,6 +857,20 @@ START_TEST(t_lower) {
             tr_pp_schedule_check_format(&o, TR_PP_COMPUTE_COMMS, "x", err,
                                         sizeof err),
             0);
+        /* the compute_comms CSV (_dump_csv) reads back the same */
+        char* text = tr_pp_csv_format(&o);
+        tr_pp_schedule_t back;
+        ck_assert_int_eq(
+            tr_pp_csv_parse(text, strlen(text), "x", &back, err, sizeof err),
+            0);
+        ck_assert_int_eq(back.n_ranks, o.n_ranks);
+        for (int r = 0; r < o.n_ranks; r++) {
+          ck_assert_int_eq(back.len[r], o.len[r]);
+          for (int64_t t = 0; t < o.len[r]; t++)
+            ck_assert(act_eq(&back.acts[r][t], &o.acts[r][t]));
+        }
+        tr_pp_schedule_release(&back);
+        free(text);
         for (int a = 0; a < p; a++)
           for (int c = 0; c < p; c++) {
             if (a == c) continue;

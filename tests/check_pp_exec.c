@@ -488,11 +488,15 @@ START_TEST(t_bad_input) {
   /* a micro-batch count below what the schedule needs */
   ck_assert_int_eq(tr_pp_generate(&s, TR_PP_1F1B, 4, 2, 1, err, sizeof err),
                    TR_EINVAL);
-  ck_assert_msg(strstr(err, "2") && strstr(err, "4"), "%s", err);
+  ck_assert_str_eq(err,
+                   "Number of microbatches (2) must be greater than or equal "
+                   "to the number of stages (4).");
   ck_assert_int_eq(
       tr_pp_generate(&s, TR_PP_DUALPIPEV, 4, 6, 2, err, sizeof err),
       TR_EINVAL);
-  ck_assert_msg(strstr(err, "6"), "%s", err);
+  ck_assert_str_eq(err,
+                   "DualPipeV requires at least as many microbatches as "
+                   "stages, but got 6 microbatches and 8 stages.");
   /* layers that do not split */
   tr_pp_split_t sp;
   ck_assert_int_eq(tr_pp_split_init(&sp, 3, 4, TR_PP_INTERLEAVED_1F1B, 0, 1, 1,
