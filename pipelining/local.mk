@@ -11,6 +11,7 @@ libtrainrun_la_SOURCES += \
 	pipelining/csv.c \
 	pipelining/split.c \
 	pipelining/lower.c \
+	pipelining/trace.c \
 	pipelining/executor.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 

@@ -10,7 +10,13 @@
  * its Step x Rank grid; the simulator's bubble ((p-1)/(m+p-1), and
  * (p-1)/(vm+p-1) interleaved, the zero-bubble ones below), peak in-flight
  * micro-batches and deadlock;
- * PyTorch's compute_only CSV both ways, a bad cell as file:row:col; the
+ * PyTorch's compute_only CSV both ways, a bad cell as file:row:col;
+ * torchtitan's stage split and the loop/V placement, and the layers that
+ * do not split; the lowering (PyTorch's _add_unshard_reshard,
+ * _add_reduce_grad, _add_send_recv, worked by hand on small cases; for
+ * every generator the sends between two ranks in the receiver's order),
+ * its deadlock and format errors; the Chrome trace of a simulated
+ * timeline as PyTorch's _dump_chrometrace writes it; the
  * executor running the one-stage schedule equals the plain loop of
  * forward and backward per micro-batch bit for bit (gradients and losses,
  * both families), also with the split backward (I, and every W deferred
@@ -956,6 +962,73 @@ START_TEST(t_lower_refuses) {
 }
 END_TEST
 
+/* ---- Chrome trace ---- */
+
+START_TEST(t_trace) {
+  tr_pp_schedule_t s, tl;
+  from_csv("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", &s);
+  tr_pp_sim_t sim;
+  char err[256];
+  ck_assert_int_eq(tr_pp_simulate(&s, 2, &sim, &tl, err, sizeof err), 0);
+  char* text = tr_pp_trace_format(&tl);
+  /* the simulated timeline: rank 1 starts a step late, rank 0 waits for
+   * 1B0 */
+  ck_assert_str_eq(
+      text,
+      "{\"traceEvents\": ["
+      "{\"name\": \"0F0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 0, \"dur\": 1}, "
+      "{\"name\": \"0F1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 1, \"dur\": 1}, "
+      "{\"name\": \"0B0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 4, \"dur\": 1}, "
+      "{\"name\": \"0B1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 5, \"dur\": 1}, "
+      "{\"name\": \"1F0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 1, \"dur\": 1}, "
+      "{\"name\": \"1F1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 2, \"dur\": 1}, "
+      "{\"name\": \"1B0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 3, \"dur\": 1}, "
+      "{\"name\": \"1B1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 4, \"dur\": 1}]}");
+  free(text);
+  tr_pp_sim_release(&sim);
+  tr_pp_schedule_release(&tl);
+  tr_pp_schedule_release(&s);
+  /* PyTorch's categories: I, OVERLAP_F_B and the comms are
+   * "communication" */
+  from_csv("0I0,(0F1;1B0)OVERLAP_F_B,0SEND_F1,\n", &s);
+  text = tr_pp_trace_format(&s);
+  ck_assert_str_eq(
+      text,
+      "{\"traceEvents\": ["
+      "{\"name\": \"0I0\", \"cat\": \"communication\", \"ph\": \"X\", "
+      "\"pid\": 0, \"tid\": 0, \"ts\": 0, \"dur\": 1}, "
+      "{\"name\": \"(0F1;1B0)OVERLAP_F_B\", \"cat\": \"communication\", "
+      "\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 1}, "
+      "{\"name\": \"0SEND_F1\", \"cat\": \"communication\", \"ph\": \"X\", "
+      "\"pid\": 0, \"tid\": 0, \"ts\": 2, \"dur\": 1}]}");
+  /* to a file */
+  char path[] = "/tmp/check_pipelining_trace_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(tr_pp_trace_write(&s, path), 0);
+  FILE* f = fopen(path, "rb");
+  ck_assert_ptr_nonnull(f);
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  ck_assert_str_eq(buf, text);
+  unlink(path);
+  ck_assert_int_eq(tr_pp_trace_write(&s, "/nonexistent/dir/t.json"), TR_ENOENT);
+  free(text);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("pipelining");
   TCase* tc = tcase_create("ir");
@@ -974,6 +1047,7 @@ int main(void) {
   tcase_add_test(tc, t_split);
   tcase_add_test(tc, t_lower);
   tcase_add_test(tc, t_lower_refuses);
+  tcase_add_test(tc, t_trace);
   suite_add_tcase(s, tc);
   tc = tcase_create("executor");
   tcase_set_timeout(tc, 60);

@@ -172,6 +172,20 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
 int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
                           tr_pp_action_t* out, int64_t* n_out);
 
+/* ---- Chrome trace (pipelining/trace.c) ---- */
+
+/* PyTorch's _dump_chrometrace of a schedule (a simulated timeline from
+ * tr_pp_simulate, or any schedule): {"traceEvents": [...]} with one
+ * complete event per action (idle slots skipped), rank by rank — name its
+ * text form, cat "computation" for F, B and W and "communication" for
+ * every other type (PyTorch's split, I and OVERLAP_F_B included), ph "X",
+ * pid and tid the rank, ts its step, dur 1 — written as Python's
+ * json.dump writes it (", " and ": " separators). A malloc'd string, NULL
+ * when out of memory. */
+char* tr_pp_trace_format(const tr_pp_schedule_t* s);
+/* tr_pp_trace_format into a file (created or truncated). */
+int tr_pp_trace_write(const tr_pp_schedule_t* s, const char* path);
+
 /* ---- lowering (pipelining/lower.c) ----
  *
  * PyTorch's _prepare_schedule_with_comms: a compute-only schedule becomes
