@@ -23,7 +23,10 @@
  * drifts 1.3e-6 apart in the gradient norm after 16 steps otherwise), so
  * each step compares the pipeline's step, not the drift;
  * the FSDP callback sees each
- * stage's REDUCE_GRAD once a step. Locally: the executor's refusals of a
+ * stage's REDUCE_GRAD once a step. The flight recorder's hooks see each
+ * send and receive of a ZBVZeroBubble step as PyTorch records p2p
+ * (is_p2p, p2p_seq_id 1, 2, ..., "gloo:send 0->1"), then the loss
+ * broadcast as the group's first collective. Locally: the executor's refusals of a
  * computation before its input arrived and of a list that never sends,
  * and the bad input that stops a pipeline before it starts (too few
  * micro-batches, layers that do not split, an unknown action in a CSV). */
@@ -31,6 +34,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,6 +417,128 @@ END_TEST
 START_TEST(t_llama_pp) { spawn(2 * _i, 1); }
 END_TEST
 
+/* ---- the flight recorder's view of a pipeline step ---- */
+
+#define NREC 256
+static struct {
+  tr_pg_record_t rec;
+  char name[64];
+} g_recs[NREC];
+static int g_nrec;
+static pthread_mutex_t g_rec_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int64_t h_enqueue(void* arg, const tr_pg_record_t* r) {
+  (void)arg;
+  pthread_mutex_lock(&g_rec_mu);
+  if (g_nrec < NREC) {
+    g_recs[g_nrec].rec = *r;
+    snprintf(g_recs[g_nrec].name, sizeof g_recs[g_nrec].name, "%s",
+             r->profiling_name);
+    g_nrec++;
+  }
+  pthread_mutex_unlock(&g_rec_mu);
+  return 0;
+}
+
+/* One ZBVZeroBubble step on a group made with the recorder's hooks on:
+ * each SEND_* / RECV_* of the rank's list is one p2p record, in the list's
+ * order, named "gloo:send 0->1" / "gloo:recv 1<-0" as PyTorch names them,
+ * is_p2p with p2p_seq_id 1, 2, ... and the group's collective_seq_id
+ * untouched; then the loss broadcast, the group's first collective. */
+static void body_fr(tr_pg_t* world, pg_ctx_t* ctx) {
+  int pp = ctx->size, rank = ctx->rank;
+  tr_pg_hooks_t hooks = {.enqueue = h_enqueue};
+  tr_pg_set_hooks(&hooks);
+  int all[4];
+  for (int i = 0; i < pp; i++) all[i] = i;
+  tr_pg_t* g = NULL;
+  PCHECK_RC(tr_pg_new_group(world, all, pp, "pp", &g));
+  tr_model_config_t c;
+  PCHECK_RC(small_config(1, &c));
+  tr_pp_split_t sp;
+  PCHECK_RC(tr_pp_split_init(&sp, LAYERS, pp, TR_PP_ZBV, 0, 1, 1, NULL, 0));
+  int64_t m = 4;
+  tr_pp_schedule_t compute, low;
+  PCHECK_RC(tr_pp_generate(&compute, TR_PP_ZBV, pp, m, 2, NULL, 0));
+  PCHECK_RC(tr_pp_lower(&compute, pp, sp.n_stages, m, 0, &low, NULL, NULL, 0));
+  int mine[2];
+  PCHECK(tr_pp_split_rank_stages(&sp, rank, mine) == 2);
+  tr_model_t mod;
+  PCHECK_RC(tr_model_init(&mod, &c));
+  PCHECK_RC(tr_model_alloc_blocks(&mod, TR_DEVICE_CPU, sp.blocks[mine[0]].first,
+                                  sp.blocks[mine[1]].last));
+  PCHECK_RC(tr_model_init_weights(&mod, 7));
+  make_batch(c.vocab_size, 1, m);
+  cb_t cb = {.m = &mod};
+  tr_pp_exec_t x = {.model = &mod,
+                    .n_micro = m,
+                    .mb_begin = cb_begin,
+                    .arg = &cb,
+                    .n_stages = sp.n_stages,
+                    .stage_blocks = sp.blocks,
+                    .stage_rank = sp.stage_rank,
+                    .pg = g,
+                    .B = B,
+                    .T = T};
+  pthread_mutex_lock(&g_rec_mu);
+  g_nrec = 0;
+  pthread_mutex_unlock(&g_rec_mu);
+  tr_pp_result_t res;
+  PCHECK_RC(tr_pp_exec_step(&x, low.acts[rank], low.len[rank], &res));
+  PCHECK(res.n_valid == g_valid);
+  tr_pg_set_hooks(NULL);
+  pthread_mutex_lock(&g_rec_mu);
+  int64_t uid = tr_pg_uid(g), p2p = 0, k = 0;
+  for (int64_t i = 0; i < low.len[rank]; i++) {
+    const tr_pp_action_t* a = &low.acts[rank][i];
+    int send = a->type == TR_PP_SEND_F || a->type == TR_PP_SEND_B;
+    int recv = a->type == TR_PP_RECV_F || a->type == TR_PP_RECV_B;
+    if (!send && !recv) continue;
+    int fwd = a->type == TR_PP_SEND_F || a->type == TR_PP_RECV_F;
+    int other = send ? (fwd ? a->stage + 1 : a->stage - 1)
+                     : (fwd ? a->stage - 1 : a->stage + 1);
+    int peer = sp.stage_rank[other];
+    while (k < g_nrec && g_recs[k].rec.pg_id != uid) k++;
+    PCHECK(k < g_nrec);
+    const tr_pg_record_t* r = &g_recs[k].rec;
+    char want[64];
+    snprintf(want, sizeof want, send ? "gloo:send %d->%d" : "gloo:recv %d<-%d",
+             rank, peer);
+    PCHECK(!strcmp(g_recs[k].name, want));
+    PCHECK(r->op == (send ? TR_PG_OP_SEND : TR_PG_OP_RECV));
+    PCHECK(r->is_p2p && r->p2p_seq_id == ++p2p && r->collective_seq_id == 0);
+    const tr_pg_tensor_meta_t* t = send ? &r->inputs[0] : &r->outputs[0];
+    PCHECK((send ? r->n_inputs : r->n_outputs) == 1);
+    PCHECK(t->ndim == 3 && t->shape[0] == B && t->shape[1] == T &&
+           t->shape[2] == c.dim && t->dtype == TR_F32);
+    k++;
+  }
+  PCHECK(p2p > 0);
+  while (k < g_nrec && g_recs[k].rec.pg_id != uid) k++;
+  PCHECK(k < g_nrec);
+  PCHECK(g_recs[k].rec.op == TR_PG_OP_BROADCAST && !g_recs[k].rec.is_p2p);
+  PCHECK(g_recs[k].rec.collective_seq_id == 1 &&
+         g_recs[k].rec.p2p_seq_id == p2p);
+  pthread_mutex_unlock(&g_rec_mu);
+  if (rank == 0)
+    fprintf(stderr, "pp %d ZBVZeroBubble m %lld: %lld p2p records on rank 0\n",
+            pp, (long long)m, (long long)p2p);
+  tr_model_release(&mod);
+  tr_pp_schedule_release(&low);
+  tr_pp_schedule_release(&compute);
+  tr_pp_split_release(&sp);
+  tr_pg_free(g);
+}
+
+START_TEST(t_flight_record) {
+  int st[4], n = 2 * _i;
+  ck_assert_int_eq(pg_spawn(n, "gloo", TR_DEV_CPU, 1, 60000, body_fr, 120, st),
+                   0);
+  for (int r = 0; r < n; r++)
+    ck_assert_msg(st[r] == 0, "rank %d of %d exited with %d", r, n, st[r]);
+}
+END_TEST
+
 /* ---- local ---- */
 
 /* A rank's list missing its receive, or its send: refused, nothing held
@@ -525,6 +651,7 @@ int main(void) {
   tcase_set_timeout(tc, 900);
   tcase_add_loop_test(tc, t_gpt2_pp, 1, 3);
   tcase_add_loop_test(tc, t_llama_pp, 1, 3);
+  tcase_add_loop_test(tc, t_flight_record, 1, 3);
   suite_add_tcase(s, tc);
   SRunner* r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
