@@ -418,11 +418,13 @@ typedef struct {
  *  - RECV_F / RECV_B post a receive from the neighbour stage's rank (early:
  *    where the list has them) into a new [B, T, dim] tensor, waited by
  *    the computation that needs it; SEND_F / SEND_B post a send, waited
- *    at the end of the step. Sends and receives between two ranks come in
- *    the same order on both (tr_pp_add_send_recv), tagged by (receiving
- *    stage, micro-batch, direction), so nothing waits on a peer that waits
- *    on it: each wait is for an action that comes earlier in the
- *    lowering's global order;
+ *    at the end of the step. The sends and receives between two ranks,
+ *    both directions together, come in one order on both
+ *    (tr_pp_add_send_recv: each pair is appended to both lists at once),
+ *    tagged by (receiving stage, micro-batch, direction), so nothing
+ *    waits on a peer that waits on it: each wait is for an op that comes
+ *    earlier in the lowering's global order (also where a backend runs a
+ *    pair's or a group's p2p ops in posting order, as NCCL does);
  *  - UNSHARD, RESHARD, REDUCE_GRAD call fsdp_action; an idle slot is
  *    skipped.
  *
