@@ -26,7 +26,10 @@
  * stage's REDUCE_GRAD once a step. The flight recorder's hooks see each
  * send and receive of a ZBVZeroBubble step as PyTorch records p2p
  * (is_p2p, p2p_seq_id 1, 2, ..., "gloo:send 0->1"), then the loss
- * broadcast as the group's first collective. Locally: the executor's refusals of a
+ * broadcast as the group's first collective. Stage 0's activation peak
+ * (allocator counters) under 1F1B holds at most p micro-batches' forward
+ * records (plus one micro-batch's worth of a backward's transients), under
+ * GPipe all m, as the simulator's peak in-flight counts say. Locally: the executor's refusals of a
  * computation before its input arrived and of a list that never sends,
  * and the bad input that stops a pipeline before it starts (too few
  * micro-batches, layers that do not split, an unknown action in a CSV). */
@@ -539,6 +542,94 @@ START_TEST(t_flight_record) {
 }
 END_TEST
 
+/* ---- stage 0's activation peak ---- */
+
+/* GPipe and 1F1B with m = 8 on pp ranks: the most bytes stage 0 holds
+ * during a step (allocator counters, from before the step) against what
+ * one micro-batch's forward keeps there: 1F1B holds at most pp
+ * micro-batches, GPipe all m (the simulator's peak in-flight counts). */
+static void body_peak(tr_pg_t* world, pg_ctx_t* ctx) {
+  int pp = ctx->size, rank = ctx->rank;
+  tr_model_config_t c;
+  PCHECK_RC(small_config(1, &c));
+  int64_t m = 8;
+  double held[2] = {0, 0}, one = 0;
+  int64_t want[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    tr_pp_kind_t kind = k ? TR_PP_1F1B : TR_PP_GPIPE;
+    tr_pp_split_t sp;
+    PCHECK_RC(tr_pp_split_init(&sp, LAYERS, pp, kind, 0, 1, 1, NULL, 0));
+    tr_pp_schedule_t compute, low;
+    PCHECK_RC(tr_pp_generate(&compute, kind, pp, m, 1, NULL, 0));
+    tr_pp_sim_t sim;
+    PCHECK_RC(tr_pp_simulate(&compute, sp.n_stages, &sim, NULL, NULL, 0));
+    want[k] = sim.peak_inflight[0];
+    tr_pp_sim_release(&sim);
+    PCHECK_RC(tr_pp_lower(&compute, pp, sp.n_stages, m, 0, &low, NULL, NULL, 0));
+    tr_model_t mod;
+    PCHECK_RC(tr_model_init(&mod, &c));
+    PCHECK_RC(tr_model_alloc_blocks(&mod, TR_DEVICE_CPU, sp.blocks[rank].first,
+                                    sp.blocks[rank].last));
+    PCHECK_RC(tr_model_init_weights(&mod, 3));
+    make_batch(c.vocab_size, 1, m);
+    cb_t cb = {.m = &mod};
+    tr_pp_exec_t x = {.model = &mod,
+                      .n_micro = m,
+                      .mb_begin = cb_begin,
+                      .arg = &cb,
+                      .n_stages = sp.n_stages,
+                      .stage_blocks = sp.blocks,
+                      .stage_rank = sp.stage_rank,
+                      .pg = world,
+                      .B = B,
+                      .T = T};
+    tr_mem_stats_t st0, st1;
+    for (int rep = 0; rep < 2; rep++) { /* the first grows the RoPE tables */
+      tr_mem_stats(TR_MEM_HOST, 0, &st0);
+      tr_mem_reset_peak(TR_MEM_HOST, 0);
+      PCHECK_RC(tr_pp_exec_step(&x, low.acts[rank], low.len[rank], NULL));
+      tr_mem_stats(TR_MEM_HOST, 0, &st1);
+    }
+    held[k] = (double)(st1.peak_bytes - st0.current_bytes);
+    if (k == 0 && rank == 0) { /* one micro-batch's forward on stage 0 */
+      tr_model_mb_t mb;
+      tr_mem_stats(TR_MEM_HOST, 0, &st0);
+      PCHECK_RC(cb_begin(&cb, 0, &mb));
+      PCHECK_RC(tr_model_forward(&mod, &mb, sp.blocks[0].first,
+                                 sp.blocks[0].last));
+      tr_mem_stats(TR_MEM_HOST, 0, &st1);
+      one = (double)(st1.current_bytes - st0.current_bytes);
+      tr_model_mb_release(&mod, &mb);
+    }
+    tr_model_release(&mod);
+    tr_pp_schedule_release(&low);
+    tr_pp_schedule_release(&compute);
+    tr_pp_split_release(&sp);
+  }
+  if (rank == 0) {
+    fprintf(stderr,
+            "pp %d m %lld stage 0: one micro-batch %.0f bytes; peak GPipe "
+            "%.0f (%.2f micro-batches, simulator %lld), 1F1B %.0f (%.2f, "
+            "simulator %lld)\n",
+            pp, (long long)m, one, held[0], held[0] / one, (long long)want[0],
+            held[1], held[1] / one, (long long)want[1]);
+    PCHECK(want[0] == m && want[1] == pp);
+    /* the in-flight micro-batches, and at most one more's worth of a
+     * backward's transients */
+    PCHECK(held[1] <= (double)(pp + 1) * one);
+    PCHECK(held[0] >= (double)(m - 1) * one && held[0] <= (double)(m + 1) * one);
+  }
+}
+
+START_TEST(t_activation_peak) {
+  int st[4], n = 2 * _i;
+  ck_assert_int_eq(
+      pg_spawn(n, "gloo", TR_DEV_CPU, 1, 60000, body_peak, 120, st), 0);
+  for (int r = 0; r < n; r++)
+    ck_assert_msg(st[r] == 0, "rank %d of %d exited with %d", r, n, st[r]);
+}
+END_TEST
+
 /* ---- local ---- */
 
 /* A rank's list missing its receive, or its send: refused, nothing held
@@ -652,6 +743,7 @@ int main(void) {
   tcase_add_loop_test(tc, t_gpt2_pp, 1, 3);
   tcase_add_loop_test(tc, t_llama_pp, 1, 3);
   tcase_add_loop_test(tc, t_flight_record, 1, 3);
+  tcase_add_loop_test(tc, t_activation_peak, 1, 3);
   suite_add_tcase(s, tc);
   SRunner* r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
