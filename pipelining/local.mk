@@ -12,6 +12,7 @@ libtrainrun_la_SOURCES += \
 	pipelining/split.c \
 	pipelining/lower.c \
 	pipelining/trace.c \
+	pipelining/build.c \
 	pipelining/executor.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 

@@ -32,7 +32,9 @@
  * GPipe all m, as the simulator's peak in-flight counts say. Locally: the executor's refusals of a
  * computation before its input arrived and of a list that never sends,
  * and the bad input that stops a pipeline before it starts (too few
- * micro-batches, layers that do not split, an unknown action in a CSV). */
+ * micro-batches, layers that do not split, an unknown action in a CSV),
+ * and tr_pp_build_init: the generator's or a CSV's schedule lowered, and
+ * each thing a CSV can get wrong in words naming the file. */
 #include "config.h"
 
 #include <check.h>
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/pg_suite.h"
 #include "trainrun/error.h"
@@ -732,11 +735,134 @@ START_TEST(t_bad_input) {
 }
 END_TEST
 
+/* The set-up from the job's settings: the generator's or a CSV's
+ * schedule, lowered; what does not fit, in words. */
+static int build_csv(const char* text, tr_pp_kind_t kind, int pp, int64_t m,
+                     tr_pp_build_t* b, char* path, char* err, size_t n) {
+  strcpy(path, "/tmp/check_pp_exec_XXXXXX");
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  tr_pp_build_opts_t o = {.n_layers = LAYERS,
+                          .pp = pp,
+                          .kind = kind,
+                          .n_micro = m,
+                          .first_less = 1,
+                          .last_less = 1,
+                          .schedule_csv = path};
+  int rc = tr_pp_build_init(b, &o, err, n);
+  unlink(path);
+  return rc;
+}
+
+START_TEST(t_build) {
+  char err[4096], path[64], want[512];
+  tr_pp_build_t b;
+  tr_pp_build_opts_t o = {.n_layers = LAYERS,
+                          .pp = 2,
+                          .kind = TR_PP_INTERLEAVED_1F1B,
+                          .n_micro = 4,
+                          .first_less = 1,
+                          .last_less = 1,
+                          .unshard_reshard = 1};
+  ck_assert_int_eq(tr_pp_build_init(&b, &o, err, sizeof err), 0);
+  ck_assert_int_eq(b.split.n_stages, 4);
+  /* the lowering of the generator's lists */
+  tr_pp_schedule_t g, low;
+  ck_assert_int_eq(
+      tr_pp_generate(&g, TR_PP_INTERLEAVED_1F1B, 2, 4, 2, NULL, 0), 0);
+  ck_assert_int_eq(tr_pp_lower(&g, 2, 4, 4, 1, &low, NULL, NULL, 0), 0);
+  char *x = tr_pp_csv_format(&low), *y = tr_pp_csv_format(&b.lowered);
+  ck_assert_str_eq(x, y);
+  free(x);
+  free(y);
+  tr_pp_exec_t e = {0};
+  tr_pp_build_exec(&b, &e);
+  ck_assert(e.n_micro == 4 && e.n_stages == 4 &&
+            e.stage_blocks == b.split.blocks && e.stage_rank == b.split.stage_rank);
+  tr_pp_schedule_release(&g);
+  tr_pp_build_release(&b);
+  /* too few micro-batches for the class */
+  o.kind = TR_PP_1F1B;
+  o.n_micro = 1;
+  ck_assert_int_eq(tr_pp_build_init(&b, &o, err, sizeof err), TR_ECONFIG);
+  ck_assert_str_eq(err,
+                   "Number of microbatches (1) must be greater than or equal "
+                   "to the number of stages (2).");
+  /* a CSV: the same lists as 1F1B's, lowered alike */
+  ck_assert_int_eq(build_csv("0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n",
+                             TR_PP_1F1B, 2, 2, &b, path, err, sizeof err),
+                   0);
+  ck_assert_int_eq(tr_pp_generate(&g, TR_PP_1F1B, 2, 2, 1, NULL, 0), 0);
+  tr_pp_schedule_release(&low);
+  ck_assert_int_eq(tr_pp_lower(&g, 2, 2, 2, 0, &low, NULL, NULL, 0), 0);
+  x = tr_pp_csv_format(&low);
+  y = tr_pp_csv_format(&b.lowered);
+  ck_assert_str_eq(x, y);
+  free(x);
+  free(y);
+  tr_pp_schedule_release(&g);
+  tr_pp_schedule_release(&low);
+  tr_pp_build_release(&b);
+  /* what a CSV can get wrong */
+  ck_assert_int_eq(build_csv("0F0,0B0\n1F0,1B0\n2F0,2B0\n", TR_PP_1F1B, 2, 1,
+                             &b, path, err, sizeof err),
+                   TR_ECONFIG);
+  snprintf(want, sizeof want,
+           "%s: 3 rows (ranks), but pipeline_parallel_degree is 2", path);
+  ck_assert_str_eq(err, want);
+  ck_assert_int_eq(build_csv("1F0,1B0\n0F0,0B0\n", TR_PP_1F1B, 2, 1, &b, path,
+                             err, sizeof err),
+                   TR_ECONFIG);
+  snprintf(want, sizeof want,
+           "%s: stage 0 runs on rank 1, but schedule 1F1B places it on rank "
+           "0",
+           path);
+  ck_assert_str_eq(err, want);
+  ck_assert_int_eq(build_csv("0B0,0F0\n1F0,1B0\n", TR_PP_1F1B, 2, 1, &b, path,
+                             err, sizeof err),
+                   TR_ECONFIG);
+  snprintf(want, sizeof want,
+           "%s: Rank 0, step 0: Running Full Backward for stage 0, "
+           "microbatch 0 without first running Forward",
+           path);
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "%s", err);
+  ck_assert_int_eq(build_csv("0F0,0SEND_F0,0B0\n1F0,1B0\n", TR_PP_1F1B, 2, 1,
+                             &b, path, err, sizeof err),
+                   TR_EPARSE);
+  snprintf(want, sizeof want,
+           "%s:1: cell 2: expected a compute-only schedule but found "
+           "communication action '0SEND_F0' at rank 0, position 1",
+           path);
+  ck_assert_str_eq(err, want);
+  ck_assert_int_eq(build_csv("0F0,0B0\n1F0,1Z0\n", TR_PP_1F1B, 2, 1, &b, path,
+                             err, sizeof err),
+                   TR_EPARSE);
+  snprintf(want, sizeof want, "%s:2:5: bad action '1Z0'", path);
+  ck_assert_str_eq(err, want);
+  o.schedule_csv = "/nonexistent/pp.csv";
+  o.n_micro = 2;
+  ck_assert_int_eq(tr_pp_build_init(&b, &o, err, sizeof err), TR_ENOENT);
+  ck_assert_msg(strncmp(err, "/nonexistent/pp.csv: ", 21) == 0, "%s", err);
+  /* layers that do not split */
+  o.schedule_csv = NULL;
+  o.n_layers = 1;
+  o.pp = 4;
+  ck_assert_int_eq(tr_pp_build_init(&b, &o, err, sizeof err), TR_ECONFIG);
+  ck_assert_str_eq(err,
+                   "pipeline split: 4 stages (pipeline_parallel_degree 4 x 1 "
+                   "per rank) but only 3 effective layers (1 layers + "
+                   "first_stage_less_layers 1 + last_stage_less_layers 1)");
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("pp_exec");
   TCase* tc = tcase_create("local");
   tcase_add_test(tc, t_exec_refuses);
   tcase_add_test(tc, t_bad_input);
+  tcase_add_test(tc, t_build);
   suite_add_tcase(s, tc);
   tc = tcase_create("ranks");
   tcase_set_timeout(tc, 900);

@@ -444,6 +444,51 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
 int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
                    int64_t n);
 
+/* ---- a pipeline's set-up (pipelining/build.c) ---- */
+
+typedef struct {
+  int n_layers;         /* the model's layers */
+  int pp;               /* pipeline_parallel_degree */
+  tr_pp_kind_t kind;    /* pipeline_parallel_schedule */
+  int64_t n_micro;      /* micro-batches a step */
+  int layers_per_stage; /* pipeline_parallel_layers_per_stage; 0: unset */
+  int first_less;       /* pipeline_parallel_first_stage_less_layers (1) */
+  int last_less;        /* pipeline_parallel_last_stage_less_layers (1) */
+  /* pipeline_parallel_schedule_csv: a compute_only CSV used instead of
+   * kind's generator (kind still sets the stages per rank and their
+   * placement, as in torchtitan); NULL or "": none */
+  const char* schedule_csv;
+  int unshard_reshard; /* lower with UNSHARD / RESHARD (FSDP stages) */
+} tr_pp_build_opts_t;
+
+typedef struct {
+  tr_pp_split_t split;      /* the stages' blocks and ranks */
+  tr_pp_schedule_t compute; /* every rank's compute-only list */
+  tr_pp_schedule_t lowered; /* every rank's list to run (tr_pp_lower) */
+  int64_t n_micro;
+} tr_pp_build_t;
+
+/* The set-up every rank computes alike: tr_pp_split_init, then the
+ * compute-only schedule — tr_pp_generate of kind with the split's stages
+ * per rank, or the CSV (tr_pp_csv_load, compute_only format, pp rows,
+ * tr_pp_validate against the split's stages, each stage on the rank the
+ * split places it) — then tr_pp_lower. TR_ECONFIG with the message in err
+ * for settings that do not fit (the split's, the generator's in PyTorch's
+ * words: "Number of microbatches (2) must be greater than or equal to the
+ * number of stages (4)."; the CSV's "FILE: 3 rows (ranks), but
+ * pipeline_parallel_degree is 2", its validator fault, "FILE: stage 1
+ * runs on rank 0, but schedule 1F1B places it on rank 1"), TR_EPARSE
+ * for a CSV cell that is no action ("FILE:row:col: bad action 'X'") or a
+ * communication action in it, the file's errno code when it cannot be
+ * read; the lowering's errors. Release *b with tr_pp_build_release. */
+int tr_pp_build_init(tr_pp_build_t* b, const tr_pp_build_opts_t* o, char* err,
+                     size_t errlen);
+void tr_pp_build_release(tr_pp_build_t* b);
+/* Fill x's n_micro, n_stages, stage_blocks and stage_rank from b (the
+ * caller sets model, pg, B, T and the callbacks; rank r runs
+ * b->lowered.acts[r], b->lowered.len[r]). */
+void tr_pp_build_exec(const tr_pp_build_t* b, tr_pp_exec_t* x);
+
 #ifdef __cplusplus
 }
 #endif
