@@ -9,6 +9,10 @@ libtrainrun_la_SOURCES += \
 	pipelining/validate.c \
 	pipelining/simulate.c \
 	pipelining/csv.c \
+	pipelining/split.c \
+	pipelining/lower.c \
+	pipelining/trace.c \
+	pipelining/build.c \
 	pipelining/executor.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 
@@ -22,3 +26,13 @@ tests_check_pipelining_SOURCES = tests/check_pipelining.c
 tests_check_pipelining_CFLAGS = $(TEST_CFLAGS)
 tests_check_pipelining_LDADD = $(TEST_LIBS)
 EXTRA_DIST += tests/pipelining
+
+# Pipeline parallelism end to end: every generator's schedule lowered and
+# run by the executor on 2 and 4 forked Gloo ranks, both families, against
+# one rank (losses, gradient norms, 20 AdamW steps); the bad input that
+# stops a pipeline.
+check_PROGRAMS += tests/check_pp_exec
+TESTS += tests/check_pp_exec
+tests_check_pp_exec_SOURCES = tests/check_pp_exec.c $(PG_TEST_SOURCES)
+tests_check_pp_exec_CFLAGS = $(TEST_CFLAGS)
+tests_check_pp_exec_LDADD = $(TEST_LIBS) -lm

@@ -10,7 +10,13 @@
  * its Step x Rank grid; the simulator's bubble ((p-1)/(m+p-1), and
  * (p-1)/(vm+p-1) interleaved, the zero-bubble ones below), peak in-flight
  * micro-batches and deadlock;
- * PyTorch's compute_only CSV both ways, a bad cell as file:row:col; the
+ * PyTorch's compute_only CSV both ways, a bad cell as file:row:col;
+ * torchtitan's stage split and the loop/V placement, and the layers that
+ * do not split; the lowering (PyTorch's _add_unshard_reshard,
+ * _add_reduce_grad, _add_send_recv, worked by hand on small cases; for
+ * every generator the sends between two ranks in the receiver's order),
+ * its deadlock and format errors; the Chrome trace of a simulated
+ * timeline as PyTorch's _dump_chrometrace writes it; the
  * executor running the one-stage schedule equals the plain loop of
  * forward and backward per micro-batch bit for bit (gradients and losses,
  * both families), also with the split backward (I, and every W deferred
@@ -691,6 +697,349 @@ START_TEST(t_csv) {
 }
 END_TEST
 
+/* ---- the split over stages ---- */
+
+static void check_split(int L, int pp, tr_pp_kind_t k, int lps, int fl, int ll,
+                        const char* want_blocks, const char* want_ranks) {
+  tr_pp_split_t sp;
+  char err[512], got[256] = "", rk[256] = "";
+  ck_assert_int_eq(tr_pp_split_init(&sp, L, pp, k, lps, fl, ll, err, sizeof err),
+                   0);
+  for (int s = 0; s < sp.n_stages; s++) {
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s[%d,%d)",
+             s ? " " : "", sp.blocks[s].first, sp.blocks[s].last);
+    snprintf(rk + strlen(rk), sizeof rk - strlen(rk), "%d", sp.stage_rank[s]);
+  }
+  ck_assert_str_eq(got, want_blocks);
+  ck_assert_str_eq(rk, want_ranks);
+  int st[8];
+  for (int r = 0; r < pp; r++) {
+    ck_assert_int_eq(tr_pp_split_rank_stages(&sp, r, st), sp.v);
+    for (int i = 0; i < sp.v; i++) ck_assert_int_eq(sp.stage_rank[st[i]], r);
+  }
+  ck_assert_int_eq(tr_pp_split_rank_stages(&sp, pp, st), TR_EINVAL);
+  tr_pp_split_release(&sp);
+}
+
+static void check_split_fails(int L, int pp, tr_pp_kind_t k, int lps, int fl,
+                              int ll, const char* want) {
+  tr_pp_split_t sp;
+  char err[512];
+  ck_assert_int_eq(tr_pp_split_init(&sp, L, pp, k, lps, fl, ll, err, sizeof err),
+                   TR_ECONFIG);
+  ck_assert_str_eq(err, want);
+}
+
+START_TEST(t_split) {
+  /* torchtitan's defaults: embedding and output weigh a layer each */
+  check_split(8, 2, TR_PP_1F1B, 0, 1, 1, "[0,5) [5,10)", "01");
+  check_split(8, 4, TR_PP_GPIPE, 0, 1, 1, "[0,3) [3,6) [6,8) [8,10)", "0123");
+  /* 10 effective layers over 8 stages: the first two get 2, the last only
+   * the head */
+  check_split(8, 4, TR_PP_INTERLEAVED_1F1B, 0, 1, 1,
+              "[0,2) [2,4) [4,5) [5,6) [6,7) [7,8) [8,9) [9,10)", "01230123");
+  check_split(8, 4, TR_PP_ZBV, 0, 1, 1,
+              "[0,2) [2,4) [4,5) [5,6) [6,7) [7,8) [8,9) [9,10)", "01233210");
+  check_split(8, 2, TR_PP_DUALPIPEV, 0, 1, 1, "[0,3) [3,6) [6,8) [8,10)",
+              "0110");
+  /* weights 0: every stage the same number of layers */
+  check_split(8, 2, TR_PP_LOOPED_BFS, 0, 0, 0, "[0,3) [3,5) [5,7) [7,10)",
+              "0101");
+  check_split(6, 1, TR_PP_1F1B, 0, 1, 1, "[0,8)", "0");
+  /* layers_per_stage: ceil(10 / 3) = 4 stages on 2 ranks */
+  check_split(8, 2, TR_PP_INTERLEAVED_ZB, 3, 1, 1, "[0,3) [3,6) [6,8) [8,10)",
+              "0101");
+  check_split(8, 2, TR_PP_1F1B, 5, 1, 1, "[0,5) [5,10)", "01");
+  /* what does not split */
+  check_split_fails(
+      8, 2, TR_PP_INTERLEAVED_1F1B, 2, 1, 1,
+      "pipeline_parallel_layers_per_stage: 8 layers (+ 1 + 1 for the "
+      "embedding and the output) at 2 per stage make 5 stages, not a "
+      "multiple of pipeline_parallel_degree 2");
+  check_split_fails(8, 2, TR_PP_1F1B, 3, 1, 1,
+                    "pipeline_parallel_layers_per_stage: schedule 1F1B runs "
+                    "one stage per rank, but 8 layers at 3 per stage make 4 "
+                    "stages on 2 ranks (2 per rank); use 4 or more");
+  check_split_fails(8, 2, TR_PP_INTERLEAVED_1F1B, 5, 1, 1,
+                    "pipeline_parallel_layers_per_stage: schedule "
+                    "Interleaved1F1B runs at least 2 stages per rank, but 8 "
+                    "layers at 5 per stage make 2 stages on 2 ranks; use a "
+                    "smaller value");
+  check_split_fails(8, 2, TR_PP_ZBV, 1, 0, 0,
+                    "schedule ZBVZeroBubble places 2 stages per rank (the V), "
+                    "not 4");
+  check_split_fails(2, 4, TR_PP_INTERLEAVED_1F1B, 0, 1, 1,
+                    "pipeline split: 8 stages (pipeline_parallel_degree 4 x 2 "
+                    "per rank) but only 4 effective layers (2 layers + "
+                    "first_stage_less_layers 1 + last_stage_less_layers 1)");
+  check_split_fails(8, 4, TR_PP_1F1B, 0, 4, 1,
+                    "pipeline_parallel_first_stage_less_layers (4) exceeds "
+                    "the fewest layers of a stage (3: 13 effective layers "
+                    "over 4 stages)");
+  check_split_fails(8, 4, TR_PP_1F1B, 0, 1, 4,
+                    "pipeline_parallel_last_stage_less_layers (4) exceeds "
+                    "the fewest layers of a stage (3: 13 effective layers "
+                    "over 4 stages)");
+  check_split_fails(8, 2, TR_PP_1F1B, 0, -1, 1,
+                    "pipeline_parallel_first_stage_less_layers (-1) and "
+                    "pipeline_parallel_last_stage_less_layers (1) must be >= "
+                    "0");
+  /* placement alone: V over 3 groups alternates */
+  ck_assert_int_eq(tr_pp_stage_rank(5, 2, TR_PP_PLACE_V), 1);
+  ck_assert_int_eq(tr_pp_stage_rank(6, 3, TR_PP_PLACE_V), 0);
+  ck_assert_int_eq(tr_pp_stage_rank(7, 4, TR_PP_PLACE_LOOP), 3);
+}
+END_TEST
+
+/* ---- lowering ---- */
+
+static void check_lowered(const char* compute, int pp, int n_stages,
+                          int64_t m, int fsdp, const char* want) {
+  tr_pp_schedule_t s, o;
+  char err[2048];
+  from_csv(compute, &s);
+  int rc = tr_pp_lower(&s, pp, n_stages, m, fsdp, &o, NULL, err, sizeof err);
+  ck_assert_msg(rc == 0, "%s", err);
+  char* text = tr_pp_csv_format(&o);
+  ck_assert_str_eq(text, want);
+  free(text);
+  tr_pp_schedule_release(&o);
+  tr_pp_schedule_release(&s);
+}
+
+/* the rank a communication action talks to, -1 for other actions */
+static int peer_of(const tr_pp_action_t* a, const int* map) {
+  switch (a->type) {
+    case TR_PP_SEND_F:
+      return map[a->stage + 1];
+    case TR_PP_RECV_F:
+      return map[a->stage - 1];
+    case TR_PP_SEND_B:
+      return map[a->stage - 1];
+    case TR_PP_RECV_B:
+      return map[a->stage + 1];
+    default:
+      return -1;
+  }
+}
+
+START_TEST(t_lower) {
+  /* GPipe p 2, m 2: the sender places the receive in the receiver's list
+   * (worked by hand through PyTorch's _add_send_recv) */
+  check_lowered("0F0,0F1,,,0B0,0B1\n,1F0,1F1,1B0,1B1\n", 2, 2, 2, 1,
+                "0UNSHARD,0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,"
+                "0B1,0REDUCE_GRAD,0RESHARD\r\n"
+                "1UNSHARD,1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,"
+                "1SEND_B1,1REDUCE_GRAD,1RESHARD\r\n");
+  check_lowered("0F0,0F1,,0B0,,0B1\n,1F0,1B0,1F1,1B1\n", 2, 2, 2, 0,
+                "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,"
+                "0REDUCE_GRAD\r\n"
+                "1RECV_F0,1F0,1RECV_F1,1B0,1SEND_B0,1F1,1B1,1SEND_B1,"
+                "1REDUCE_GRAD\r\n");
+  /* the V's turn (stages 1 and 2 on rank 1) passes nothing between ranks;
+   * UNSHARD prefetches at most 3 stages, RESHARD what leaves the window */
+  check_lowered("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n", 2, 4, 1, 1,
+                "0UNSHARD,3UNSHARD,0F0,0SEND_F0,3RECV_F0,3F0,3B0,3SEND_B0,"
+                "3REDUCE_GRAD,3RESHARD,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\r\n"
+                "1UNSHARD,2UNSHARD,1RECV_F0,1F0,2F0,2SEND_F0,2RECV_B0,2B0,"
+                "2REDUCE_GRAD,2RESHARD,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\r\n");
+  /* eviction: before 1F0, stage 0 leaves the window of the next 3 stages
+   * (1, 2, 3) and 3 comes in; before 2F0 1 leaves and 0 comes back */
+  tr_pp_action_t in[5], *out;
+  int64_t n;
+  const char* ids[] = {"0F0", "1F0", "2F0", "3F0", "0B0"};
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(tr_pp_action_parse(ids[i], &in[i]), 0);
+  ck_assert_int_eq(tr_pp_add_unshard_reshard(in, 5, 3, &out, &n), 0);
+  char got[512] = "", b[TR_PP_ACTION_STRLEN];
+  for (int64_t i = 0; i < n; i++)
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s ",
+             tr_pp_action_str(&out[i], b, sizeof b));
+  ck_assert_str_eq(got,
+                   "0UNSHARD 1UNSHARD 2UNSHARD 0F0 0RESHARD 3UNSHARD 1F0 "
+                   "1RESHARD 0UNSHARD 2F0 2RESHARD 3F0 3RESHARD 0B0 "
+                   "0RESHARD ");
+  free(out);
+  /* every generator: between two ranks, the sends and receives of both
+   * directions come in one order on both, each with its pair, and the
+   * lowered lists are a compute_comms schedule */
+  for (int k = 0; k <= TR_PP_DUALPIPEV; k++)
+    for (int p = 2; p <= 4; p += 2)
+      for (int mi = 0; mi < 3; mi++) {
+        int64_t m = mi == 0 ? p : mi == 1 ? 2 * p : 8;
+        int v = tr_pp_kind_single_stage((tr_pp_kind_t)k) ? 1 : 2;
+        tr_pp_schedule_t s, o;
+        if (tr_pp_generate(&s, (tr_pp_kind_t)k, p, m, v, NULL, 0) != 0)
+          continue; /* DualPipeV m < 2p */
+        int map[8];
+        char err[2048];
+        int rc = tr_pp_lower(&s, p, p * v, m, 1, &o, map, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s p %d m %lld: %s",
+                      tr_pp_kind_name((tr_pp_kind_t)k), p, (long long)m, err);
+        ck_assert_int_eq(
+            tr_pp_schedule_check_format(&o, TR_PP_COMPUTE_COMMS, "x", err,
+                                        sizeof err),
+            0);
+        /* the compute_comms CSV (_dump_csv) reads back the same */
+        char* text = tr_pp_csv_format(&o);
+        tr_pp_schedule_t back;
+        ck_assert_int_eq(
+            tr_pp_csv_parse(text, strlen(text), "x", &back, err, sizeof err),
+            0);
+        ck_assert_int_eq(back.n_ranks, o.n_ranks);
+        for (int r = 0; r < o.n_ranks; r++) {
+          ck_assert_int_eq(back.len[r], o.len[r]);
+          for (int64_t t = 0; t < o.len[r]; t++)
+            ck_assert(act_eq(&back.acts[r][t], &o.acts[r][t]));
+        }
+        tr_pp_schedule_release(&back);
+        free(text);
+        for (int a = 0; a < p; a++)
+          for (int c = a + 1; c < p; c++) {
+            /* the ops between a and c, both directions, in each list's
+             * order: the k-th of a's matches the k-th of c's (one stream
+             * per pair, as NCCL runs them, cannot deadlock) */
+            int64_t i = 0, j = 0;
+            for (;;) {
+              while (i < o.len[a] && peer_of(&o.acts[a][i], map) != c) i++;
+              while (j < o.len[c] && peer_of(&o.acts[c][j], map) != a) j++;
+              if (i == o.len[a] || j == o.len[c]) {
+                ck_assert(i == o.len[a] && j == o.len[c]);
+                break;
+              }
+              const tr_pp_action_t *x = &o.acts[a][i], *y = &o.acts[c][j];
+              const tr_pp_action_t *snd = x, *rcv = y;
+              if (x->type == TR_PP_RECV_F || x->type == TR_PP_RECV_B)
+                snd = y, rcv = x;
+              int fwd = snd->type == TR_PP_SEND_F;
+              ck_assert(snd->type == TR_PP_SEND_F || snd->type == TR_PP_SEND_B);
+              ck_assert_int_eq(rcv->type, fwd ? TR_PP_RECV_F : TR_PP_RECV_B);
+              ck_assert_int_eq(rcv->stage, snd->stage + (fwd ? 1 : -1));
+              ck_assert_int_eq(rcv->micro, snd->micro);
+              i++, j++;
+            }
+          }
+        tr_pp_schedule_release(&o);
+        tr_pp_schedule_release(&s);
+      }
+}
+END_TEST
+
+START_TEST(t_lower_refuses) {
+  tr_pp_schedule_t s, o;
+  char err[2048];
+  /* a deadlock: each rank's first backward waits on the other */
+  from_csv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", &s);
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 2, 0, &o, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "malformed compute schedule, can't schedule sends/recvs: "
+                   "rank 0 waits at 0B0; rank 1 waits at 1F1;");
+  tr_pp_schedule_release(&s);
+  /* communication actions are not compute-only */
+  from_csv("0F0,0SEND_F0,0B0\n1F0,1B0\n", &s);
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 1, 0, &o, NULL, err, sizeof err),
+                   TR_EPARSE);
+  ck_assert_str_eq(err,
+                   "schedule:1: cell 2: expected a compute-only schedule but "
+                   "found communication action '0SEND_F0' at rank 0, "
+                   "position 1");
+  ck_assert_int_eq(tr_pp_schedule_check_format(&s, TR_PP_COMPUTE_COMMS,
+                                               "s.csv", err, sizeof err),
+                   0);
+  tr_pp_schedule_release(&s);
+  from_csv("0F0,,0B0\n", &s);
+  ck_assert_int_eq(tr_pp_schedule_check_format(&s, TR_PP_COMPUTE_COMMS,
+                                               "s.csv", err, sizeof err),
+                   TR_EPARSE);
+  ck_assert_str_eq(err,
+                   "s.csv:1: cell 2: an idle slot at rank 0, position 1: a "
+                   "compute_comms schedule lists only actions");
+  /* the validator's fault comes through */
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 1, 0, &o, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_str_eq(err,
+                   "schedule has incorrect number of ranks - expected 2, "
+                   "actual 1");
+  tr_pp_schedule_release(&s);
+  from_csv("0B0,0F0\n1F0,1B0\n", &s);
+  ck_assert_int_eq(tr_pp_lower(&s, 2, 2, 1, 0, &o, NULL, err, sizeof err),
+                   TR_EINVAL);
+  ck_assert_msg(strncmp(err,
+                        "Rank 0, step 0: Running Full Backward for stage 0, "
+                        "microbatch 0 without first running Forward",
+                        80) == 0,
+                "%s", err);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
+/* ---- Chrome trace ---- */
+
+START_TEST(t_trace) {
+  tr_pp_schedule_t s, tl;
+  from_csv("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", &s);
+  tr_pp_sim_t sim;
+  char err[256];
+  ck_assert_int_eq(tr_pp_simulate(&s, 2, &sim, &tl, err, sizeof err), 0);
+  char* text = tr_pp_trace_format(&tl);
+  /* the simulated timeline: rank 1 starts a step late, rank 0 waits for
+   * 1B0 */
+  ck_assert_str_eq(
+      text,
+      "{\"traceEvents\": ["
+      "{\"name\": \"0F0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 0, \"dur\": 1}, "
+      "{\"name\": \"0F1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 1, \"dur\": 1}, "
+      "{\"name\": \"0B0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 4, \"dur\": 1}, "
+      "{\"name\": \"0B1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "0, \"tid\": 0, \"ts\": 5, \"dur\": 1}, "
+      "{\"name\": \"1F0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 1, \"dur\": 1}, "
+      "{\"name\": \"1F1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 2, \"dur\": 1}, "
+      "{\"name\": \"1B0\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 3, \"dur\": 1}, "
+      "{\"name\": \"1B1\", \"cat\": \"computation\", \"ph\": \"X\", \"pid\": "
+      "1, \"tid\": 1, \"ts\": 4, \"dur\": 1}]}");
+  free(text);
+  tr_pp_sim_release(&sim);
+  tr_pp_schedule_release(&tl);
+  tr_pp_schedule_release(&s);
+  /* PyTorch's categories: I, OVERLAP_F_B and the comms are
+   * "communication" */
+  from_csv("0I0,(0F1;1B0)OVERLAP_F_B,0SEND_F1,\n", &s);
+  text = tr_pp_trace_format(&s);
+  ck_assert_str_eq(
+      text,
+      "{\"traceEvents\": ["
+      "{\"name\": \"0I0\", \"cat\": \"communication\", \"ph\": \"X\", "
+      "\"pid\": 0, \"tid\": 0, \"ts\": 0, \"dur\": 1}, "
+      "{\"name\": \"(0F1;1B0)OVERLAP_F_B\", \"cat\": \"communication\", "
+      "\"ph\": \"X\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 1}, "
+      "{\"name\": \"0SEND_F1\", \"cat\": \"communication\", \"ph\": \"X\", "
+      "\"pid\": 0, \"tid\": 0, \"ts\": 2, \"dur\": 1}]}");
+  /* to a file */
+  char path[] = "/tmp/check_pipelining_trace_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_int_eq(tr_pp_trace_write(&s, path), 0);
+  FILE* f = fopen(path, "rb");
+  ck_assert_ptr_nonnull(f);
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  ck_assert_str_eq(buf, text);
+  unlink(path);
+  ck_assert_int_eq(tr_pp_trace_write(&s, "/nonexistent/dir/t.json"), TR_ENOENT);
+  free(text);
+  tr_pp_schedule_release(&s);
+}
+END_TEST
+
 int main(void) {
   Suite* s = suite_create("pipelining");
   TCase* tc = tcase_create("ir");
@@ -706,6 +1055,10 @@ int main(void) {
   tcase_add_test(tc, t_simulate_bubble);
   tcase_add_test(tc, t_simulate_deadlock);
   tcase_add_test(tc, t_csv);
+  tcase_add_test(tc, t_split);
+  tcase_add_test(tc, t_lower);
+  tcase_add_test(tc, t_lower_refuses);
+  tcase_add_test(tc, t_trace);
   suite_add_tcase(s, tc);
   tc = tcase_create("executor");
   tcase_set_timeout(tc, 60);

@@ -20,11 +20,16 @@
  * caller to fill one before its first forward (mb_begin: data, loss
  * scale), runs the stage's blocks forward and backward on it, and hands it
  * back after its last backward (mb_end: the losses) before freeing it.
- * This version runs one-stage lists: F, B, and the split backward I then
- * W (model.h: tr_model_backward_input / _weight, the same bits as B; a
- * micro-batch is handed back after its W). The communication and FSDP
- * actions belong to multi-stage schedules and are refused
- * (TR_EUNSUPPORTED). */
+ * It runs F, B, and the split backward I then W (model.h:
+ * tr_model_backward_input / _weight, the same bits as B; a micro-batch is
+ * handed back after its W), for one stage or for the several stages a
+ * pipeline rank holds, with the activations and gradients between ranks
+ * over the pipeline group's send / receive (tr_pp_exec_step).
+ *
+ * A pipeline step: tr_pp_split_init (the stages' blocks and ranks),
+ * tr_pp_generate or tr_pp_csv_load (every rank's compute-only list),
+ * tr_pp_lower (the lists with comms), then on each rank tr_pp_exec_step
+ * with its own list. */
 #ifndef TRAINRUN_PIPELINING_H
 #define TRAINRUN_PIPELINING_H
 
@@ -32,6 +37,7 @@
 #include <stdint.h>
 
 #include "trainrun/model.h"
+#include "trainrun/pg.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -166,6 +172,131 @@ int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
 int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
                           tr_pp_action_t* out, int64_t* n_out);
 
+/* ---- Chrome trace (pipelining/trace.c) ---- */
+
+/* PyTorch's _dump_chrometrace of a schedule (a simulated timeline from
+ * tr_pp_simulate, or any schedule): {"traceEvents": [...]} with one
+ * complete event per action (idle slots skipped), rank by rank — name its
+ * text form, cat "computation" for F, B and W and "communication" for
+ * every other type (PyTorch's split, I and OVERLAP_F_B included), ph "X",
+ * pid and tid the rank, ts its step, dur 1 — written as Python's
+ * json.dump writes it (", " and ": " separators). A malloc'd string, NULL
+ * when out of memory. */
+char* tr_pp_trace_format(const tr_pp_schedule_t* s);
+/* tr_pp_trace_format into a file (created or truncated). */
+int tr_pp_trace_write(const tr_pp_schedule_t* s, const char* path);
+
+/* ---- lowering (pipelining/lower.c) ----
+ *
+ * PyTorch's _prepare_schedule_with_comms: a compute-only schedule becomes
+ * what each rank runs, with FSDP's and the communication actions. */
+
+/* PyTorch's _add_unshard_reshard on one rank's list (idle slots dropped):
+ * before each action, RESHARD the active stages not among the next
+ * max_active distinct stages the list computes (ascending, as Python
+ * iterates a set of small ints), then UNSHARD those of them not active
+ * (in the order they come); at the end RESHARD what is still active.
+ * *out is malloc'd (the caller frees it), *n_out its length. */
+int tr_pp_add_unshard_reshard(const tr_pp_action_t* in, int64_t n,
+                              int max_active, tr_pp_action_t** out,
+                              int64_t* n_out);
+
+/* PyTorch's _add_send_recv over every rank's list (no idle slots; an
+ * idle slot is skipped): in lock-step passes over the ranks in order,
+ * a rank's next action is appended when it is ready — F of stage s > 0
+ * after its RECV_F or F of s-1 on this rank, I or B below the last stage
+ * after its RECV_B or I/B of s+1 on this rank, anything else at once (an
+ * OVERLAP_F_B when both halves are) — followed, when its result goes to
+ * a stage on another rank (F: to s+1, I or B: to s-1), by `<s>SEND_F<m>`
+ * / `<s>SEND_B<m>`, and the matching `<s+1>RECV_F<m>` / `<s-1>RECV_B<m>`
+ * is appended to the receiver's list at that moment: the sender places
+ * the receives, so the sends and receives between two ranks come in the
+ * same order on both. Stages next to each other on one rank exchange
+ * nothing. TR_EINVAL with "malformed compute schedule, can't schedule
+ * sends/recvs:" and each stuck rank's next action in err when no rank
+ * can move (a deadlock), or for a stage or micro-batch out of range. */
+int tr_pp_add_send_recv(const tr_pp_schedule_t* in, const int* stage_rank,
+                        int n_stages, int64_t n_micro, tr_pp_schedule_t* out,
+                        char* err, size_t errlen);
+
+/* The whole lowering of a compute-only schedule for pp ranks: the
+ * validator (tr_pp_validate, its stage -> rank map into stage_rank when
+ * not NULL, n_stages entries), then per rank tr_pp_add_unshard_reshard
+ * (max_active 3; only with unshard_reshard != 0 — PyTorch always adds
+ * them, its runtime ignores them without FSDP) and tr_pp_add_reduce_grad,
+ * then tr_pp_add_send_recv. Into *out (initialised here; release it).
+ * Errors as the three passes, with their message in err; a
+ * communication or FSDP action in the input: TR_EPARSE. */
+int tr_pp_lower(const tr_pp_schedule_t* compute, int pp, int n_stages,
+                int64_t n_micro, int unshard_reshard, tr_pp_schedule_t* out,
+                int* stage_rank, char* err, size_t errlen);
+
+/* PyTorch's two CSV formats (_load_csv's format): compute_only (F, I, W,
+ * B, OVERLAP_F_B and idle cells) and compute_comms (the lowered lists:
+ * every action type, no idle cell). */
+typedef enum { TR_PP_COMPUTE_ONLY = 0, TR_PP_COMPUTE_COMMS = 1 } tr_pp_format_t;
+
+/* Check a parsed schedule against a format: TR_EPARSE with "name:row:
+ * cell N: expected a compute-only schedule but found communication
+ * action '0SEND_F1' at rank 0, position 3" (PyTorch's words) or "...: an
+ * idle slot at rank R, position P: a compute_comms schedule lists only
+ * actions" in err (may be NULL). */
+int tr_pp_schedule_check_format(const tr_pp_schedule_t* s, tr_pp_format_t fmt,
+                                const char* name, char* err, size_t errlen);
+
+/* ---- the model over the stages (pipelining/split.c) ---- */
+
+/* 1 for the classes that run one stage per rank (GPipe, 1F1B). */
+int tr_pp_kind_single_stage(tr_pp_kind_t k);
+/* 1 for the V-placed classes (ZBVZeroBubble, DualPipeV). */
+int tr_pp_kind_v(tr_pp_kind_t k);
+
+typedef enum {
+  TR_PP_PLACE_LOOP = 0, /* stage s on rank s % pp */
+  TR_PP_PLACE_V = 1     /* rank r holds stages r and 2pp - 1 - r */
+} tr_pp_placement_t;
+
+typedef struct {
+  int first, last; /* the model's blocks [first, last) */
+} tr_pp_range_t;
+
+typedef struct {
+  int pp;                      /* pipeline ranks */
+  int v;                       /* stages per rank */
+  int n_stages;                /* pp * v */
+  tr_pp_placement_t placement; /* V for ZBVZeroBubble and DualPipeV */
+  tr_pp_range_t* blocks;       /* each stage's blocks (n_stages) */
+  int* stage_rank;             /* each stage's pipeline rank (n_stages) */
+} tr_pp_split_t;
+
+/* torchtitan's split of n_layers layers (blocks: 0 the embedding,
+ * 1..n_layers the layers, n_layers+1 final norm + output + loss) for
+ * schedule kind on pp ranks. Stages per rank: with layers_per_stage > 0
+ * (pipeline_parallel_layers_per_stage), ceil((n_layers + first_less +
+ * last_less) / layers_per_stage) / pp, which must divide, be 1 for
+ * GPipe and 1F1B and at least 2 for the others; without (0), 1 for GPipe
+ * and 1F1B, 2 for the others; the V classes need exactly 2. Then
+ * generate_llm_fqn_per_model_part: the embedding weighs first_less
+ * layers (pipeline_parallel_first_stage_less_layers, torchtitan's default
+ * 1) and the output last_less; the n_layers + first_less + last_less
+ * effective layers go evenly over the stages, the first `remainder`
+ * stages one more; stage 0 gets the embedding and its share less
+ * first_less layers, the last stage its share less last_less and the
+ * head. TR_ECONFIG with a message naming the key and the numbers in err
+ * (may be NULL) for layers that do not split: more stages than effective
+ * layers, first_less or last_less above the smallest share, a stage count
+ * not a multiple of pp or not what the schedule runs. Release *out. */
+int tr_pp_split_init(tr_pp_split_t* out, int n_layers, int pp,
+                     tr_pp_kind_t kind, int layers_per_stage, int first_less,
+                     int last_less, char* err, size_t errlen);
+void tr_pp_split_release(tr_pp_split_t* sp);
+/* The rank of a stage (PyTorch's generate_stage_to_rank_mapping): loop
+ * s % pp; V ranks 0..pp-1 then pp-1..0, alternating per group of pp. */
+int tr_pp_stage_rank(int stage, int pp, tr_pp_placement_t placement);
+/* The stages of rank (ascending) into out (room for sp->v); returns
+ * their number, TR_EINVAL for a rank out of range. */
+int tr_pp_split_rank_stages(const tr_pp_split_t* sp, int rank, int* out);
+
 /* ---- the validator (pipelining/validate.c) ---- */
 
 /* PyTorch's _validate_schedule on a compute-only schedule: pp ranks
@@ -228,31 +359,135 @@ char* tr_pp_csv_format(const tr_pp_schedule_t* s);
 /* tr_pp_csv_format into a file (created or truncated). */
 int tr_pp_csv_save(const tr_pp_schedule_t* s, const char* path);
 
-/* ---- the executor ---- */
+/* ---- the executor (pipelining/executor.c) ---- */
 
 typedef struct {
   tr_model_t* model;
-  int first_block, last_block; /* the stage's blocks [first, last) */
-  int64_t n_micro;             /* micro-batches of the step */
-  /* Before micro-batch `micro`'s first forward: fill *mb
-   * (tr_model_mb_init, loss scale, ...). A negative return stops the
-   * step; mb must then hold nothing. */
+  /* One stage (n_stages 0): the stage's blocks [first, last), its list
+   * stage 0's, no process group. */
+  int first_block, last_block;
+  int64_t n_micro; /* micro-batches of the step */
+  /* Before micro-batch `micro`'s forward on the first stage and on the
+   * last stage (the stages that read data; once when one stage is both):
+   * fill *mb (tr_model_mb_init with tokens and targets, loss scale, ...).
+   * A negative return stops the step; mb must then hold nothing. The
+   * middle stages' micro-batches are made here (tokens of zeros, which
+   * no block of theirs reads). */
   int (*mb_begin)(void* arg, int64_t micro, tr_model_mb_t* mb);
-  /* After micro-batch `micro`'s last backward, before the executor
-   * releases it (its losses). NULL: nothing. */
+  /* After micro-batch `micro`'s last backward on the last stage, before
+   * the executor releases it (its losses). NULL: nothing. */
   int (*mb_end)(void* arg, int64_t micro, tr_model_mb_t* mb);
   void* arg;
+  /* Several stages (n_stages >= 1): the whole pipeline's stages, this
+   * rank (tr_pg_rank(pg), 0 without pg) running those whose stage_rank
+   * is its own; stage_blocks[s] is stage s's blocks (tr_pp_split_t's
+   * blocks and stage_rank fit). */
+  int n_stages;
+  const tr_pp_range_t* stage_blocks;
+  const int* stage_rank;
+  /* the pipeline's group (pp ranks); NULL when every stage is here */
+  tr_pg_t* pg;
+  /* the micro-batch's shape: received activations and gradients are
+   * [B, T, dim] in the model's compute dtype on its device */
+  int B, T;
+  /* UNSHARD, RESHARD and REDUCE_GRAD of a stage (FSDP; PyTorch's runtime
+   * unshards, reshards, reduce-scatters): called with the action; NULL:
+   * they do nothing, as PyTorch's runtime does for a stage without FSDP. */
+  int (*fsdp_action)(void* arg, const tr_pp_action_t* a);
 } tr_pp_exec_t;
 
-/* Run one rank's actions in order. Micro-batches still held when an
- * action fails are released. Returns 0, TR_EINVAL for a malformed list
- * (a backward before its forward, a W before its I, a B after an I, a
- * micro-batch out of range, a stage other than 0, a micro-batch the list
- * leaves unfinished), TR_EUNSUPPORTED for
- * actions this executor does not run, or the first error of a block or a
- * callback. */
+/* The step's loss as every pipeline rank learns it. */
+typedef struct {
+  double loss_sum; /* the last stage's mb->loss_sum over the micro-batches
+                      (as the head left it, before mb_end; 0 under
+                      defer_loss) */
+  int64_t n_valid; /* its mb->n_valid summed */
+} tr_pp_result_t;
+
+/* Run one rank's lowered list (tr_pp_lower's, or a compute-only list of a
+ * rank whose stages exchange nothing with another rank) in order:
+ *
+ *  - F runs the stage's blocks on the micro-batch: the first stage's input
+ *    comes from mb_begin's tokens, another stage's from its RECV_F (waited
+ *    here) or, when stage s-1 is on this rank, from s-1's output handed
+ *    over in place; the output goes to stage s+1 here in place, or waits
+ *    for its SEND_F;
+ *  - B, or I then W (the zero-bubble split), the same way backwards: the
+ *    output gradient from RECV_B or stage s+1 here, the input gradient to
+ *    stage s-1 here or to SEND_B; OVERLAP_F_B runs its F then its B;
+ *  - RECV_F / RECV_B post a receive from the neighbour stage's rank (early:
+ *    where the list has them) into a new [B, T, dim] tensor, waited by
+ *    the computation that needs it; SEND_F / SEND_B post a send, waited
+ *    at the end of the step. The sends and receives between two ranks,
+ *    both directions together, come in one order on both
+ *    (tr_pp_add_send_recv: each pair is appended to both lists at once),
+ *    tagged by (receiving stage, micro-batch, direction), so nothing
+ *    waits on a peer that waits on it: each wait is for an op that comes
+ *    earlier in the lowering's global order (also where a backend runs a
+ *    pair's or a group's p2p ops in posting order, as NCCL does);
+ *  - UNSHARD, RESHARD, REDUCE_GRAD call fsdp_action; an idle slot is
+ *    skipped.
+ *
+ * Then, with a group of several ranks, the last stage's loss_sum and
+ * n_valid are broadcast from its rank to every rank of pg, into *out (may
+ * be NULL). Micro-batches and tensors still held when an action fails are
+ * released. Returns 0, TR_EINVAL for a malformed list (a computation
+ * before its input arrived, a backward before its forward, a W before its
+ * I, a B after an I, a stage this rank does not hold, a micro-batch out
+ * of range, a micro-batch the list leaves unfinished, a tensor it
+ * receives or makes and never uses or sends), TR_EUNSUPPORTED for a
+ * communication action without pg, or the first error of a block, a
+ * callback or the group. */
+int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
+                    int64_t n, tr_pp_result_t* out);
+/* tr_pp_exec_step without the result (the one-stage trainer's call). */
 int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
                    int64_t n);
+
+/* ---- a pipeline's set-up (pipelining/build.c) ---- */
+
+typedef struct {
+  int n_layers;         /* the model's layers */
+  int pp;               /* pipeline_parallel_degree */
+  tr_pp_kind_t kind;    /* pipeline_parallel_schedule */
+  int64_t n_micro;      /* micro-batches a step */
+  int layers_per_stage; /* pipeline_parallel_layers_per_stage; 0: unset */
+  int first_less;       /* pipeline_parallel_first_stage_less_layers (1) */
+  int last_less;        /* pipeline_parallel_last_stage_less_layers (1) */
+  /* pipeline_parallel_schedule_csv: a compute_only CSV used instead of
+   * kind's generator (kind still sets the stages per rank and their
+   * placement, as in torchtitan); NULL or "": none */
+  const char* schedule_csv;
+  int unshard_reshard; /* lower with UNSHARD / RESHARD (FSDP stages) */
+} tr_pp_build_opts_t;
+
+typedef struct {
+  tr_pp_split_t split;      /* the stages' blocks and ranks */
+  tr_pp_schedule_t compute; /* every rank's compute-only list */
+  tr_pp_schedule_t lowered; /* every rank's list to run (tr_pp_lower) */
+  int64_t n_micro;
+} tr_pp_build_t;
+
+/* The set-up every rank computes alike: tr_pp_split_init, then the
+ * compute-only schedule — tr_pp_generate of kind with the split's stages
+ * per rank, or the CSV (tr_pp_csv_load, compute_only format, pp rows,
+ * tr_pp_validate against the split's stages, each stage on the rank the
+ * split places it) — then tr_pp_lower. TR_ECONFIG with the message in err
+ * for settings that do not fit (the split's, the generator's in PyTorch's
+ * words: "Number of microbatches (2) must be greater than or equal to the
+ * number of stages (4)."; the CSV's "FILE: 3 rows (ranks), but
+ * pipeline_parallel_degree is 2", its validator fault, "FILE: stage 1
+ * runs on rank 0, but schedule 1F1B places it on rank 1"), TR_EPARSE
+ * for a CSV cell that is no action ("FILE:row:col: bad action 'X'") or a
+ * communication action in it, the file's errno code when it cannot be
+ * read; the lowering's errors. Release *b with tr_pp_build_release. */
+int tr_pp_build_init(tr_pp_build_t* b, const tr_pp_build_opts_t* o, char* err,
+                     size_t errlen);
+void tr_pp_build_release(tr_pp_build_t* b);
+/* Fill x's n_micro, n_stages, stage_blocks and stage_rank from b (the
+ * caller sets model, pg, B, T and the callbacks; rank r runs
+ * b->lowered.acts[r], b->lowered.len[r]). */
+void tr_pp_build_exec(const tr_pp_build_t* b, tr_pp_exec_t* x);
 
 #ifdef __cplusplus
 }
