@@ -248,23 +248,26 @@ done:
 /* The sum of squares of the grads of the parameters whose tp-shardedness
  * is `sharded`, added into *sq: one multi-tensor launch (one
  * synchronisation on CUDA). */
-static int sum_squares_of(const tr_model_t* m, int sharded, double* sq) {
+static int sum_squares_of(const tr_model_t* m, int sharded,
+                          const unsigned char* skip, double* sq) {
   const tr_tensor_t** gs = calloc((size_t)m->n_params + 1, sizeof *gs);
   if (!gs) return TR_ENOMEM;
   int n = 0;
   for (int i = 0; i < m->n_params; i++) {
     const tr_param_t* p = &m->params[i];
-    if (p->grad.storage && tr_tp_sharded(p) == sharded) gs[n++] = &p->grad;
+    if (p->grad.storage && !(skip && skip[i]) && tr_tp_sharded(p) == sharded)
+      gs[n++] = &p->grad;
   }
   int rc = n ? tr_kern_sum_squares_multi(gs, n, sq) : 0;
   free(gs);
   return rc;
 }
 
-int tr_tp_grad_sq_norm(const tr_model_t* m, tr_pg_t* tp, double* out) {
+int tr_tp_grad_sq_norm(const tr_model_t* m, tr_pg_t* tp,
+                       const unsigned char* skip, double* out) {
   double rep = 0, shard = 0;
-  TR_CHECK(sum_squares_of(m, 0, &rep));
-  TR_CHECK(sum_squares_of(m, 1, &shard));
+  TR_CHECK(sum_squares_of(m, 0, skip, &rep));
+  TR_CHECK(sum_squares_of(m, 1, skip, &shard));
   int k = tp ? tr_pg_size(tp) : 1;
   if (k > 1) { /* every rank's sharded sum, added in rank order */
     int64_t one[1] = {sizeof(double)}, all[1] = {(int64_t)sizeof(double) * k};

@@ -18,12 +18,14 @@
 #include "trainrun/dtensor.h" /* the tensor-parallel plan */
 #include "trainrun/error.h"
 #include "trainrun/fsdp2.h" /* shard arithmetic and the memory plan */
-#include "trainrun/model.h" /* the parameter table */
+#include "trainrun/model.h"       /* the parameter table */
+#include "trainrun/pipelining.h"  /* the pipeline's stages and schedule */
 
 static void plan_usage(FILE* out) {
   fprintf(out,
           "usage: trainrun plan JOB.toml [--section.key value ...] "
           "[--world-size N | --nnodes N --nproc-per-node M]\n"
+          "       [--schedule-csv FILE]\n"
           "\n"
           "Print the device mesh the job's [parallelism] degrees make for a "
           "world of N\n"
@@ -31,7 +33,11 @@ static void plan_usage(FILE* out) {
           "the memory\n"
           "each rank holds for parameters, gradients, optimizer state and "
           "the largest\n"
-          "unsharded group. Nothing runs.\n");
+          "unsharded group; with pipeline parallelism the stages, each "
+          "rank's actions\n"
+          "and the simulated bubble (--schedule-csv FILE writes the schedule "
+          "as PyTorch's\n"
+          "CSV). Nothing runs.\n");
 }
 
 static int parse_pos(const char* text, long long* out) {
@@ -98,7 +104,112 @@ static void print_mesh(FILE* out, const tr_config_t* cfg, int64_t world) {
     }
 }
 
-static int plan_print(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
+/* The block range's content: "embedding, layers 0-2", "layers 3-5, head". */
+static void blocks_str(const tr_model_t* m, tr_pp_range_t r, char* buf,
+                       size_t n) {
+  int L = m->cfg.n_layers, lo = r.first < 1 ? 1 : r.first,
+      hi = r.last > L + 1 ? L + 1 : r.last; /* layer blocks 1..L */
+  snprintf(buf, n, "%s", r.first == 0 ? "embedding" : "");
+  size_t w = strlen(buf);
+  if (hi > lo)
+    snprintf(buf + w, n - w, "%slayer%s %d%s%.0d", w ? ", " : "",
+             hi - lo > 1 ? "s" : "", lo - 1, hi - lo > 1 ? "-" : "",
+             hi - lo > 1 ? hi - 2 : 0);
+  w = strlen(buf);
+  if (r.last == L + 2) snprintf(buf + w, n - w, "%shead", w ? ", " : "");
+}
+
+/* Pipeline parallelism: the stages, each rank's compute actions (the
+ * first 24), the simulated bubble and in-flight micro-batches; the
+ * schedule as PyTorch's compute_only CSV into csv_path when given. */
+static int print_pp(const tr_config_t* cfg, const tr_model_t* m,
+                    const char* csv_path, FILE* out, int64_t* most,
+                    tr_errmsg_t* err) {
+  tr_pp_build_opts_t o;
+  if (tr_compose_pp_build(cfg, &m->cfg, &o) < 0)
+    return tr_errmsg_set(err, TR_ECONFIG, "unknown pipeline schedule");
+  tr_pp_build_t b;
+  char msg[sizeof err->message];
+  int rc = tr_pp_build_init(&b, &o, msg, sizeof msg);
+  if (rc < 0) return tr_errmsg_set(err, rc, "%s", msg);
+  const tr_pp_split_t* sp = &b.split;
+  fprintf(out,
+          "pipeline parallel: %d ranks, schedule %s, %d stage%s (%d a rank, "
+          "%s placement), %" PRId64 " micro-batches of %lld sequences a step\n",
+          sp->pp, tr_pp_kind_name(o.kind), sp->n_stages,
+          sp->n_stages == 1 ? "" : "s", sp->v,
+          sp->placement == TR_PP_PLACE_V ? "V" : "loop", b.n_micro,
+          (long long)cfg->parallelism.pipeline_parallel_microbatch_size);
+  for (int s = 0; s < sp->n_stages; s++) {
+    char what[96];
+    blocks_str(m, sp->blocks[s], what, sizeof what);
+    fprintf(out, "  stage %d on pp rank %d: blocks [%d, %d) (%s)\n", s,
+            sp->stage_rank[s], sp->blocks[s].first, sp->blocks[s].last, what);
+  }
+  /* the parameter elements of each rank's stages (a tied table on both
+   * end stages' ranks; tp pieces as the plan cut them) */
+  *most = 0;
+  for (int r = 0; r < sp->pp; r++) {
+    int64_t n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+      int held = 0;
+      for (int s = 0; s < sp->n_stages && !held; s++)
+        held = sp->stage_rank[s] == r &&
+               tr_model_param_in_blocks(m, i, sp->blocks[s].first,
+                                        sp->blocks[s].last);
+      if (!held) continue;
+      int64_t k = 1;
+      for (int d = 0; d < m->params[i].ndim; d++)
+        k *= m->params[i].layout.shape[d];
+      n += k;
+    }
+    if (n > *most) *most = n;
+  }
+  fprintf(out, "  actions a rank (compute only; PyTorch's text form):\n");
+  for (int r = 0; r < b.compute.n_ranks; r++) {
+    fprintf(out, "    rank %d:", r);
+    int64_t shown = 0;
+    for (int64_t k = 0; k < b.compute.len[r] && shown < 24; k++) {
+      char a[TR_PP_ACTION_STRLEN];
+      if (b.compute.acts[r][k].type == TR_PP_NONE) continue;
+      fprintf(out, " %s", tr_pp_action_str(&b.compute.acts[r][k], a, sizeof a));
+      shown++;
+    }
+    int64_t n = 0;
+    for (int64_t k = 0; k < b.compute.len[r]; k++)
+      n += b.compute.acts[r][k].type != TR_PP_NONE;
+    if (n > shown) fprintf(out, " ... (%" PRId64 " in all)", n);
+    fprintf(out, "\n");
+  }
+  tr_pp_sim_t sim;
+  rc = tr_pp_simulate(&b.compute, sp->n_stages, &sim, NULL, msg, sizeof msg);
+  if (rc == 0) {
+    fprintf(out,
+            "  simulated in lock step (each action one time step): %" PRId64
+            " steps, bubble %.1f%%; peak in-flight micro-batches per stage:",
+            sim.steps, 100.0 * sim.bubble);
+    for (int s = 0; s < sim.n_stages; s++)
+      fprintf(out, " %" PRId64, sim.peak_inflight[s]);
+    fprintf(out, "\n");
+    tr_pp_sim_release(&sim);
+  }
+  if (rc == 0 && csv_path) {
+    rc = tr_pp_csv_save(&b.compute, csv_path);
+    if (rc < 0)
+      tr_errmsg_set(err, rc, "--schedule-csv: cannot write '%s': %s", csv_path,
+                    tr_strerror(rc));
+    else
+      fprintf(out, "  wrote the schedule to %s (PyTorch's compute_only CSV)\n",
+              csv_path);
+  } else if (rc < 0) {
+    tr_errmsg_set(err, rc, "%s", msg);
+  }
+  tr_pp_build_release(&b);
+  return rc;
+}
+
+static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
+                      tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
   int64_t world = cfg->derived.world_size;
   int rep = (int)p->data_parallel_replicate_degree;
@@ -175,7 +286,20 @@ static int plan_print(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
                            tr_strerror(rc));
     }
   }
-  fprintf(out, "memory per rank (rank 0 holds the largest shards):\n");
+  int64_t pp_most = 0;
+  if (p->pipeline_parallel_degree > 1) {
+    rc = print_pp(cfg, &m, csv_path, out, &pp_most, err);
+    if (rc < 0) {
+      tr_model_release(&m);
+      return rc;
+    }
+    /* no FSDP under pp: the pipeline rank holding the most stages */
+    pl.param_bytes = pl.grad_bytes = pp_most * (int64_t)tr_dtype_size(master);
+    pl.optim_bytes = 2 * pl.param_bytes;
+  }
+  fprintf(out, "memory per rank (%s):\n",
+          pp_most ? "the pipeline rank holding the most parameters"
+                  : "rank 0 holds the largest shards");
   fprintf(out, "  %-34s %16s  %12s\n", "", "bytes", "");
   row(out, "parameters", pl.param_bytes);
   row(out, "gradients", pl.grad_bytes);
@@ -194,7 +318,7 @@ static int plan_print(const tr_config_t* cfg, FILE* out, tr_errmsg_t* err) {
 }
 
 int tr_cmd_plan(int argc, char** argv) {
-  const char* path = NULL;
+  const char* path = NULL, *csv_path = NULL;
   long long world = 0, nnodes = 1, nproc = 1;
   int rc;
   char** overrides = calloc((size_t)argc + 1, sizeof *overrides);
@@ -221,6 +345,16 @@ int tr_cmd_plan(int argc, char** argv) {
         which = k;
         break;
       }
+    }
+    if (strncmp(a, "--schedule-csv", 14) == 0 && (a[14] == 0 || a[14] == '=')) {
+      csv_path = a[14] == '=' ? a + 15 : i + 1 < argc ? argv[++i] : NULL;
+      if (!csv_path || !csv_path[0]) {
+        fprintf(stderr, "trainrun: --schedule-csv: expected a file name\n");
+        rc = 2;
+        goto out;
+      }
+      i++;
+      continue;
     }
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       plan_usage(stdout);
@@ -261,7 +395,7 @@ int tr_cmd_plan(int argc, char** argv) {
     rc = 2;
   } else {
     tr_errmsg_t perr;
-    int prc = plan_print(&cfg, stdout, &perr);
+    int prc = plan_print(&cfg, csv_path, stdout, &perr);
     if (prc < 0) {
       fprintf(stderr, "trainrun: %s\n", perr.message);
       rc = tr__cmd_exit_code(prc);

@@ -233,6 +233,40 @@ int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   return 1;
 }
 
+int tr_compose_pp_build(const tr_config_t* cfg, const tr_model_config_t* mc,
+                        tr_pp_build_opts_t* o) {
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  memset(o, 0, sizeof *o);
+  if (tr_pp_kind_parse(p->pipeline_parallel_schedule, &o->kind) < 0)
+    return TR_ECONFIG; /* the schema's choices are the generators' */
+  o->n_layers = mc->n_layers;
+  o->pp = (int)p->pipeline_parallel_degree;
+  int64_t accum = cfg->derived.grad_accum_steps;
+  o->n_micro = (accum > 0 ? accum : 1) * (cfg->training.local_batch_size /
+                                          p->pipeline_parallel_microbatch_size);
+  o->layers_per_stage = p->pipeline_parallel_layers_per_stage.set
+                            ? (int)p->pipeline_parallel_layers_per_stage.value
+                            : 0;
+  o->first_less = (int)p->pipeline_parallel_first_stage_less_layers;
+  o->last_less = (int)p->pipeline_parallel_last_stage_less_layers;
+  o->schedule_csv = p->pipeline_parallel_schedule_csv;
+  return 0;
+}
+
+int tr_compose_pp(const tr_config_t* cfg, const tr_mesh_t* mesh,
+                  tr_trainer_pp_t* out) {
+  memset(out, 0, sizeof *out);
+  tr_pg_t* pg = tr_mesh_dim_pg(mesh, "pp");
+  if (!pg || tr_pg_size(pg) < 2) return 0;
+  tr_model_config_t mc;
+  TR_CHECK(tr_compose_model_config(cfg, &mc, NULL));
+  TR_CHECK(tr_compose_pp_build(cfg, &mc, &out->build));
+  out->pg = pg;
+  out->microbatch_size = cfg->parallelism.pipeline_parallel_microbatch_size;
+  out->train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
+  return 1;
+}
+
 void tr_compose_ddp_opts(const tr_config_t* cfg, tr_pg_t* pg,
                          tr_ddp_opts_t* o) {
   tr_ddp_opts_init(o);

@@ -77,6 +77,19 @@ int tr_compose_fsdp(const tr_config_t* cfg, const tr_mesh_t* mesh,
 int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
                   tr_trainer_tp_t* out);
 
+/* The pipeline's settings for a run of cfg and model mc: the schedule
+ * kind, the split keys, the CSV, the micro-batch count (gradient
+ * accumulation steps x local_batch_size / pipeline_parallel_microbatch_
+ * size). TR_ECONFIG for a schedule name the generators do not know. */
+int tr_compose_pp_build(const tr_config_t* cfg, const tr_model_config_t* mc,
+                        tr_pp_build_opts_t* o);
+
+/* Pipeline parallelism over mesh's dim "pp": its group and the settings
+ * above, the train timeout. Returns 1 and fills *out when the dim has
+ * more than one rank, else 0 (*out zeroed); a negative error. */
+int tr_compose_pp(const tr_config_t* cfg, const tr_mesh_t* mesh,
+                  tr_trainer_pp_t* out);
+
 /* DDP's options over pg (tr_ddp_opts_init's defaults, then): the [comm]
  * train timeout and comm_timing from [metrics] comm_overlap. */
 void tr_compose_ddp_opts(const tr_config_t* cfg, tr_pg_t* pg, tr_ddp_opts_t* o);

@@ -157,11 +157,9 @@ static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
     tr_config_key_id_t id;
     const char* what;
   } degrees[] = {
-      {TR_CFG_K_parallelism_pipeline_parallel_degree, "pipeline"},
       {TR_CFG_K_parallelism_context_parallel_degree, "context"},
   };
-  const int64_t vals[] = {p->pipeline_parallel_degree,
-                          p->context_parallel_degree};
+  const int64_t vals[] = {p->context_parallel_degree};
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
     if (vals[i] > 1)
       return key_fail(cfg, err, degrees[i].id,
@@ -262,6 +260,56 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
   return 0;
 }
 
+/* Pipeline parallelism: what is not built with it, and the schedule the
+ * workers will build (split, generator or CSV, lowering), built here the
+ * same way so its errors come before any worker starts. */
+static int check_pp(const tr_config_t* cfg, const tr_model_config_t* mc,
+                    tr_errmsg_t* err) {
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  if (p->pipeline_parallel_degree <= 1) return 0;
+  if (p->data_parallel_shard_degree > 1 || p->data_parallel_replicate_degree > 1)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_pipeline_parallel_degree,
+                    "%lld with data parallelism (data_parallel_replicate_"
+                    "degree %lld x data_parallel_shard_degree %lld) is not "
+                    "built yet; combine pipeline with tensor parallelism "
+                    "only",
+                    (long long)p->pipeline_parallel_degree,
+                    (long long)p->data_parallel_replicate_degree,
+                    (long long)p->data_parallel_shard_degree);
+  if (cfg->validation.enable)
+    return key_fail(cfg, err, TR_CFG_K_validation_enable,
+                    "validation under pipeline parallelism is not built "
+                    "yet; set validation.enable = false");
+  tr_pp_build_opts_t o;
+  if (tr_compose_pp_build(cfg, mc, &o) < 0)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_pipeline_parallel_schedule,
+                    "unknown schedule '%s'", p->pipeline_parallel_schedule);
+  tr_pp_build_t b;
+  char msg[sizeof err->message - 64];
+  int rc = tr_pp_build_init(&b, &o, msg, sizeof msg);
+  if (rc == 0) {
+    tr_pp_build_release(&b);
+    return 0;
+  }
+  const char* csv = p->pipeline_parallel_schedule_csv;
+  if (csv && csv[0] && strncmp(msg, csv, strlen(csv)) == 0)
+    return tr_errmsg_set(err, TR_ECONFIG, "%s", msg); /* FILE:row:col */
+  /* the key it starts with ("pipeline_parallel_layers_per_stage: ..."),
+   * else the first it names */
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < tr_config_nkeys(); i++) {
+      const char* name = tr_config_key(i)->name;
+      const char* dot = strchr(name, '.');
+      if (strncmp(name, "parallelism.pipeline", 20) != 0 || !dot) continue;
+      size_t n = strlen(dot + 1);
+      if (pass ? strstr(msg, dot + 1) != NULL
+               : strncmp(msg, dot + 1, n) == 0 && msg[n] == ':')
+        return key_fail(cfg, err, (tr_config_key_id_t)i, "%s", msg);
+    }
+  return key_fail(cfg, err, TR_CFG_K_parallelism_pipeline_parallel_schedule,
+                  "%s", msg);
+}
+
 /* Keys that only make sense together, and the model the job names. */
 static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
   tr_model_config_t mc;
@@ -269,6 +317,7 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
   if (tr_compose_model_config(cfg, &mc, &merr) < 0) /* flavor, seq_len */
     return fail_named(cfg, err, merr.message);
   TR_CHECK(check_tp(cfg, &mc, err));
+  TR_CHECK(check_pp(cfg, &mc, err));
   const typeof(cfg->checkpoint)* ck = &cfg->checkpoint;
   if (ck->enable && ck->last_save_in_hf && !ck->last_save_model_only)
     return key_fail(cfg, err, TR_CFG_K_checkpoint_last_save_in_hf,
@@ -304,9 +353,6 @@ int tr__job_uses_mpi(const tr_config_t* cfg) {
 #define UNDER_TP                                                        \
   "it applies under tensor parallelism, which trainrun does not build " \
   "yet"
-#define UNDER_PP                                                          \
-  "it applies under pipeline parallelism, which trainrun does not build " \
-  "yet"
 #define UNDER_CP                                                         \
   "it applies under context parallelism, which trainrun does not build " \
   "yet"
@@ -324,12 +370,6 @@ static const struct {
      "the model config"},
     {TR_CFG_K_training_gc_freq, "trainrun has no garbage collector to pace"},
     {TR_CFG_K_parallelism_disable_loss_parallel, UNDER_TP},
-    {TR_CFG_K_parallelism_pipeline_parallel_schedule, UNDER_PP},
-    {TR_CFG_K_parallelism_pipeline_parallel_schedule_csv, UNDER_PP},
-    {TR_CFG_K_parallelism_pipeline_parallel_microbatch_size, UNDER_PP},
-    {TR_CFG_K_parallelism_pipeline_parallel_layers_per_stage, UNDER_PP},
-    {TR_CFG_K_parallelism_pipeline_parallel_first_stage_less_layers, UNDER_PP},
-    {TR_CFG_K_parallelism_pipeline_parallel_last_stage_less_layers, UNDER_PP},
     {TR_CFG_K_parallelism_context_parallel_load_balancer, UNDER_CP},
     {TR_CFG_K_parallelism_context_parallel_rotate_method, UNDER_CP},
     {TR_CFG_K_parallelism_expert_tensor_parallel_degree, UNDER_EP},

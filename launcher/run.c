@@ -78,6 +78,7 @@ typedef struct {
   tr_fr_t* fr;     /* the flight recorder's ring (trainrun/flight_recorder.h) */
   tr_dp_t dist;
   tr_trainer_tp_t tp; /* pg NULL: no tensor parallelism */
+  tr_trainer_pp_t pp; /* pg NULL: no pipeline parallelism */
 } worker_dist_t;
 
 static void worker_dist_release(worker_dist_t* w) {
@@ -184,10 +185,12 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
     fprintf(stderr, "trainrun: rank %d: no flight recorder: %s\n", l->rank,
             tr_strerror(rc));
   tr_errmsg_t err;
-  int tp = p->tensor_parallel_degree > 1;
-  if (p->data_parallel_shard_degree > 1 || tp) { /* the job's mesh */
+  int tp = p->tensor_parallel_degree > 1, pp = p->pipeline_parallel_degree > 1;
+  if (p->data_parallel_shard_degree > 1 || tp || pp) { /* the job's mesh */
     rc = tr_compose_mesh(cfg, w->pg, &w->mesh, &err);
     if (rc == 0 && tp) tr_compose_tp(cfg, w->mesh, &w->tp);
+    if (rc == 0 && pp && (rc = tr_compose_pp(cfg, w->mesh, &w->pp)) < 0)
+      tr_errmsg_set(&err, rc, "pipeline: %s", tr_strerror(rc));
     if (rc == 0 && p->data_parallel_shard_degree > 1) /* FSDP, HSDP */
       rc = tr_compose_fsdp(cfg, w->mesh, &w->fsdp, &err);
     if (rc < 0) {
@@ -200,9 +203,10 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
       return 0;
     }
   }
-  /* DDP over the replicas: the world, or under TP the dp_replicate dim */
-  tr_pg_t* dp = tp ? tr_mesh_dim_pg(w->mesh, "dp_replicate") : w->pg;
-  if (!dp) { /* tensor parallel only: one replica */
+  /* DDP over the replicas: the world, or under TP / PP the dp_replicate
+   * dim */
+  tr_pg_t* dp = w->mesh ? tr_mesh_dim_pg(w->mesh, "dp_replicate") : w->pg;
+  if (!dp) { /* tensor / pipeline parallel only: one replica */
     w->dist.dp_size = 1;
     return 0;
   }
@@ -390,6 +394,7 @@ int tr_launch_job(int argc, char** argv) {
       trc = worker_dist_init(&wd, &launch, &cfg);
       topts.dist = &wd.dist;
       if (wd.tp.pg) topts.tp = &wd.tp;
+      if (wd.pp.pg) topts.pp = &wd.pp;
     }
     if (trc < 0) {
       rc = tr__cmd_exit_code(trc);

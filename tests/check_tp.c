@@ -546,8 +546,8 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
     }
     PCHECK(gmax < 1e-5);
     double sr = 0, st = 0;
-    PCHECK_RC(tr_tp_grad_sq_norm(&ref, NULL, &sr));
-    PCHECK_RC(tr_tp_grad_sq_norm(&m, tp, &st));
+    PCHECK_RC(tr_tp_grad_sq_norm(&ref, NULL, NULL, &sr));
+    PCHECK_RC(tr_tp_grad_sq_norm(&m, tp, NULL, &st));
     PCHECK(sr > 0 && rel(st, sr) < 1e-5);
     if (ctx->rank == 0)
       fprintf(stderr,

@@ -109,14 +109,16 @@ static int items_add(tr_trainer_t* t, int which, items_t* l) {
   }
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
+    if (!p->data.storage) continue; /* another pipeline stage's */
     tr_tensor_t* src = which == 0   ? &p->data
                        : which == 1 ? &t->adam_m[i]
                                     : &t->adam_v[i];
     int P = p->layout.parts > 1 ? p->layout.parts : 1;
     /* a rank holding the whole tensor in a world of several holds a
      * replica (DDP, a tp-replicated parameter); a sharded layout (FSDP,
-     * TP) holds its own chunk */
-    int whole = 1;
+     * TP) holds its own chunk. Under pipeline parallelism not every rank
+     * holds it: each holder writes its copy (the metadata keeps one). */
+    int whole = !t->pp.pg;
     for (int d = 0; d < p->ndim; d++)
       whole &= p->layout.offset[d] == 0 && p->layout.shape[d] == p->shape[d];
     for (int j = 0; j < P; j++) {
@@ -574,6 +576,7 @@ static int resume_latest(tr_trainer_t* t, int64_t* step, tr_errmsg_t* err) {
           c->folder, newest, why);
     /* a failed try may have loaded part of the moments: none is stale */
     for (int i = 0; i < t->model.n_params; i++) {
+      if (!t->adam_m[i].storage) continue; /* another pipeline stage's */
       TR_CHECK(tr_kern_zero(&t->adam_m[i]));
       TR_CHECK(tr_kern_zero(&t->adam_v[i]));
     }

@@ -96,20 +96,13 @@ int tr__trainer_loss_take(tr_trainer_t* t, double* sum) {
 /* ---- gradient norm ---- */
 
 int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq) {
-  tr_model_t* m = &t->model;
-  if (t->tp.pg) { /* tp-sharded grads summed over tp, replicated ones once */
-    double v = 0;
-    TR_CHECK(tr_tp_grad_sq_norm(m, t->tp.pg, &v));
-    *sq += v;
-    return 0;
-  }
-  const tr_tensor_t** gs = calloc((size_t)m->n_params + 1, sizeof *gs);
-  if (!gs) return TR_ENOMEM;
-  for (int i = 0; i < m->n_params; i++) gs[i] = &m->params[i].grad;
-  /* one launch on CUDA (one synchronisation), tensor by tensor on the CPU */
-  int rc = tr_kern_sum_squares_multi(gs, m->n_params, sq);
-  free(gs);
-  return rc;
+  /* tp-sharded grads summed over tp, replicated ones once; this rank's
+   * stages only, a tied table's second copy left out. One multi-tensor
+   * launch a kind on CUDA (one synchronisation each). */
+  double v = 0;
+  TR_CHECK(tr_tp_grad_sq_norm(&t->model, t->tp.pg, t->norm_skip, &v));
+  *sq += v;
+  return 0;
 }
 
 /* ---- AdamW ---- */
@@ -138,13 +131,14 @@ int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
   tr_model_t* m = &t->model;
   tr_kern_adamw_set_t* sets = calloc((size_t)m->n_params + 1, sizeof *sets);
   if (!sets) return TR_ENOMEM;
-  int rc = 0;
+  int rc = 0, n = 0;
   for (int i = 0; i < m->n_params && rc == 0; i++) {
     tr_param_t* p = &m->params[i];
+    if (!p->data.storage) continue; /* another pipeline stage's */
     /* decay: matrices and embeddings (ndim >= 2) */
     if (adam_l2 && p->decay && o->weight_decay != 0)
       rc = add_l2(p, (float)o->weight_decay, (float)clip);
-    sets[i] = (tr_kern_adamw_set_t){
+    sets[n++] = (tr_kern_adamw_set_t){
         .param = &p->data,
         .grad = &p->grad,
         .m = &t->adam_m[i],
@@ -156,7 +150,7 @@ int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
   }
   /* one fused launch on CUDA, which refreshes the bf16 compute copies
    * too; tensor by tensor on the CPU (no compute copies there) */
-  if (rc == 0) rc = tr_kern_adamw_multi(sets, m->n_params, &a);
+  if (rc == 0) rc = tr_kern_adamw_multi(sets, n, &a);
   free(sets);
   return rc;
 }

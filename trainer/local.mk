@@ -9,6 +9,7 @@ libtrainrun_la_SOURCES += \
 	trainer/metrics.c \
 	trainer/train.c \
 	trainer/device.c \
+	trainer/pipeline.c \
 	trainer/checkpointing.c \
 	trainer/fault.c \
 	trainer/heartbeat.c

@@ -101,14 +101,22 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     t->opts.tp = NULL;
     if (!t->tp.pg || tr_pg_size(t->tp.pg) < 2) memset(&t->tp, 0, sizeof t->tp);
   }
+  if (t->opts.pp) {
+    t->pp = *t->opts.pp;
+    t->opts.pp = NULL;
+    if (!t->pp.pg || tr_pg_size(t->pp.pg) < 2) memset(&t->pp, 0, sizeof t->pp);
+  }
   if (t->dist.dp_size < 1 || t->dist.dp_rank < 0 ||
       t->dist.dp_rank >= t->dist.dp_size)
     return tr_errmsg_set(err, TR_EINVAL, "bad data-parallel rank %d of %d",
                          t->dist.dp_rank, t->dist.dp_size);
   int dp = t->dist.dp_size;
   int tp = t->tp.pg ? tr_pg_size(t->tp.pg) : 1;
-  t->rank = t->dist.dp_rank * tp + (t->tp.pg ? tr_pg_rank(t->tp.pg) : 0);
-  t->world = dp * tp;
+  int pp = t->pp.pg ? tr_pg_size(t->pp.pg) : 1;
+  int pp_rank = t->pp.pg ? tr_pg_rank(t->pp.pg) : 0;
+  t->rank = (pp_rank * dp + t->dist.dp_rank) * tp +
+            (t->tp.pg ? tr_pg_rank(t->tp.pg) : 0);
+  t->world = pp * dp * tp;
   int rc = 0;
   t->B = s->training.local_batch_size;
   t->T = s->training.seq_len;
@@ -120,12 +128,14 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
                          "data-parallel degree (%" PRId64 " x %d)",
                          t->G, t->B, dp);
   t->grad_accum = t->G / (t->B * dp);
-  t->actions = calloc((size_t)(2 * t->grad_accum), sizeof *t->actions);
-  if (!t->actions) return TR_ENOMEM;
-  TR_CHECK_GOTO(tr_pp_schedule_one_stage(t->grad_accum, t->actions), rc,
-                out_release);
   if (t->B * t->T > INT32_MAX)
     return tr_errmsg_set(err, TR_ECONFIG, "training: batch too large");
+  if (!t->pp.pg) { /* the step: one stage, 1F1B over the micro-batches */
+    t->actions = calloc((size_t)(2 * t->grad_accum), sizeof *t->actions);
+    if (!t->actions) return TR_ENOMEM;
+    TR_CHECK_GOTO(tr_pp_schedule_one_stage(t->grad_accum, t->actions), rc,
+                  out_release);
+  }
 
   TR_CHECK(tr__trainer_device_pick(t, err));
 
@@ -149,6 +159,7 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     if (rc < 0) goto out_release;
     tr_tp_install(&t->model, t->tp.pg);
   }
+  if (t->pp.pg && (rc = tr__trainer_pp_init(t, err)) < 0) goto out_release;
   if (t->dist.setup_model) /* FSDP: shard placements and hooks */
     TR_CHECK_GOTO(t->dist.setup_model(t->dist.arg, &t->model, &t->dist), rc,
                   out_fail);
@@ -158,7 +169,9 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
                        "held by the same number of data-parallel ranks");
     goto out_release;
   }
-  TR_CHECK_GOTO(tr_model_alloc(&t->model, t->device), rc, out_fail);
+  TR_CHECK_GOTO(t->pp.pg ? tr__trainer_pp_alloc(t)
+                         : tr_model_alloc(&t->model, t->device),
+                rc, out_fail);
   TR_CHECK_GOTO(tr_model_init_weights(&t->model, t->seed), rc, out_fail);
   TR_CHECK_GOTO(tr__trainer_device_setup(t), rc, out_fail);
   if ((rc = tr_model_set_activation_checkpoint_config(
@@ -177,6 +190,7 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
   }
   for (int i = 0; i < np; i++) {
     const tr_tensor_t* g = &t->model.params[i].grad;
+    if (!g->storage) continue; /* another pipeline stage's */
     TR_CHECK_GOTO(
         tr_tensor_zeros(&t->adam_m[i], TR_F32, g->device, g->ndim, g->shape),
         rc, out_fail);
@@ -252,11 +266,13 @@ out_release:
 int tr__trainer_sum_all(tr_trainer_t* t, double* vals, int n) {
   if (t->dist.dp_size > 1 && t->dist.all_reduce_sum)
     TR_CHECK(t->dist.all_reduce_sum(t->dist.arg, vals, n));
-  return t->tp.pg ? tr_dp_sum_over(t->tp.pg, vals, n) : 0;
+  if (t->tp.pg) TR_CHECK(tr_dp_sum_over(t->tp.pg, vals, n));
+  return t->pp.pg ? tr_dp_sum_over(t->pp.pg, vals, n) : 0;
 }
 
 void tr_trainer_release(tr_trainer_t* t) {
   tr__trainer_checkpoint_release(t); /* joins a background write first */
+  tr__trainer_pp_release(t);
   tr__trainer_device_release(t);
   if (t->adam_m || t->adam_v)
     for (int i = 0; i < t->model.n_params; i++) {
@@ -335,7 +351,10 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
                     .mb_begin = step_mb_begin,
                     .mb_end = step_mb_end,
                     .arg = &ctx};
-  rc = tr_pp_exec_run(&x, t->actions, 2 * t->grad_accum);
+  if (t->pp.pg) /* the pipeline's schedule over its group */
+    rc = tr__trainer_pp_run(t, ctx.scale, step_mb_end, &ctx, err);
+  else
+    rc = tr_pp_exec_run(&x, t->actions, 2 * t->grad_accum);
   if (rc < 0)
     return err && err->code
                ? err->code
@@ -355,6 +374,13 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   double sq = 0;
   rc = tr__trainer_grad_sumsq(t, &sq);
   if (rc == 0) rc = tr__trainer_loss_take(t, &sums[0]);
+  if (rc == 0 && t->pp.pg) { /* the stages' squares; the last one's loss */
+    double v[3] = {sums[0], sums[1], sq};
+    rc = tr_dp_sum_over(t->pp.pg, v, 3);
+    sums[0] = v[0];
+    sums[1] = v[1];
+    sq = v[2];
+  }
   /* FSDP: --debug.fault skip_collective / mismatch act on this one */
   int fs = t->dist.grads_sharded ? tr_fault_sharded_sync(t->step + 1)
                                  : TR_FAULT_SYNC_NONE;
@@ -395,6 +421,8 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   t->step++;
   if (t->step == 1 && t->tp.pg && t->tp.train_timeout_ms > 0)
     tr_pg_set_timeout_all(t->tp.pg, t->tp.train_timeout_ms);
+  if (t->step == 1 && t->pp.pg && t->pp.train_timeout_ms > 0)
+    tr_pg_set_timeout_all(t->pp.pg, t->pp.train_timeout_ms);
   if (st) {
     st->step = t->step;
     st->loss = loss;
@@ -528,7 +556,7 @@ static int tp_gather_weights(tr_trainer_t* t, tr_errmsg_t* err) {
   tr_model_t* m = &t->model;
   for (int i = 0; i < m->n_params; i++) {
     tr_param_t* p = &m->params[i];
-    if (!tr_tp_sharded(p)) continue;
+    if (!tr_tp_sharded(p) || !p->data.storage) continue; /* or not here */
     tr_tensor_t whole = {0}; /* on the host, where the export reads it */
     int rc = tr_tp_gather(p, &p->data, t->tp.pg, &whole);
     if (rc == 0) rc = tr_dtensor_param_unshard(p, "tp");
@@ -748,6 +776,7 @@ int tr_train(const tr_trainer_settings_t* settings,
       tr_errmsg_set(err, rc, "gathering the weights: %s", tr_strerror(rc));
   }
   if (rc == 0 && t.tp.pg) rc = tp_gather_weights(&t, err);
+  if (rc == 0 && t.pp.pg) rc = tr__trainer_pp_gather(&t, err);
   if (rc == 0 && t.rank == 0) rc = write_weights(&t, con, err);
 out:
   tr_metrics_close(ml);

@@ -171,37 +171,49 @@
     "Overlap tensor-parallel communication with the matmuls, in chunks on "    \
     "CUDA streams: not built, true is refused.")                               \
   X(parallelism, pipeline_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,    \
-    "Pipeline stages the layers are split into: not built yet, above 1 is "    \
-    "refused.")                                                                \
+    "Pipeline ranks the layers are split over (the outermost mesh dim): "      \
+    "stages of consecutive blocks (torchtitan's split: the embedding on "      \
+    "the first stage, the final norm, output and loss on the last), "          \
+    "activations and their gradients sent between ranks, each rank "           \
+    "holding only its stages' parameters; a table tied between the "           \
+    "embedding and the output lives on both end stages. Composes with "        \
+    "tensor_parallel_degree; with data parallelism "                           \
+    "(data_parallel_shard_degree or data_parallel_replicate_degree above "     \
+    "1) and with validation it is not built yet and refused.")                 \
   X(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", 0, 0,               \
     "1F1B|GPipe|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble|"              \
-    "ZBVZeroBubble",                                                           \
-    "Pipeline schedule (pipeline parallelism is not built). Another value "    \
-    "than the default logs a note that it changes nothing.")                   \
+    "ZBVZeroBubble|DualPipeV",                                                 \
+    "Pipeline schedule, PyTorch's classes: GPipe and 1F1B run one stage a "    \
+    "rank; Interleaved1F1B, LoopedBFS and InterleavedZeroBubble several, "     \
+    "looped (stage s on rank s % pp); ZBVZeroBubble and DualPipeV two, in "    \
+    "a V (rank r holds stages r and 2pp - 1 - r). The zero-bubble ones "       \
+    "split the backward into input and weight gradients. Their action "        \
+    "lists equal PyTorch 2.11's.")                                             \
   X(parallelism, pipeline_parallel_schedule_csv, STR, "", 0, 0, NULL,          \
-    "A CSV file with an explicit pipeline schedule (pipeline parallelism is "  \
-    "not built). Another value than the default logs a note that it changes "  \
-    "nothing.")                                                                \
+    "A CSV file with an explicit compute-only pipeline schedule in "           \
+    "PyTorch's format (a row per rank, a cell per action like 0F1, empty "     \
+    "cells idle), used instead of the schedule's generator; "                  \
+    "pipeline_parallel_schedule still sets the stages per rank and their "     \
+    "placement. Checked (actions, each stage on one rank, forwards before "    \
+    "backwards, deadlocks) before any worker starts.")                         \
   X(parallelism, pipeline_parallel_microbatch_size, INT, "1", 1,               \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Sequences per pipeline microbatch; must divide local_batch_size "         \
-    "(pipeline parallelism is not built). Another value than the default "     \
-    "logs a note that it changes nothing.")                                    \
+    "Sequences per pipeline micro-batch; must divide local_batch_size. A "     \
+    "step runs local_batch_size / this micro-batches times the gradient "      \
+    "accumulation steps through one schedule.")                                \
   X(parallelism, pipeline_parallel_layers_per_stage, OPT_INT, NULL, 1,         \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Transformer blocks per stage; unset splits the blocks evenly (pipeline "  \
-    "parallelism is not built). Another value than the default logs a note "   \
-    "that it changes nothing.")                                                \
+    "Transformer blocks per stage (the embedding and the output each "         \
+    "weigh first_stage_less_layers and last_stage_less_layers blocks); "       \
+    "sets the stages per rank. Unset: one stage a rank for GPipe and "         \
+    "1F1B, two for the others, the blocks split evenly.")                      \
   X(parallelism, pipeline_parallel_first_stage_less_layers, INT, "1", 0,       \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Blocks fewer on the first stage, which also holds the embeddings "        \
-    "(pipeline parallelism is not built). Another value than the default "     \
-    "logs a note that it changes nothing.")                                    \
+    "Blocks fewer on the first stage, which also holds the embedding.")        \
   X(parallelism, pipeline_parallel_last_stage_less_layers, INT, "1", 0,        \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Blocks fewer on the last stage, which also holds the output layer "       \
-    "(pipeline parallelism is not built). Another value than the default "     \
-    "logs a note that it changes nothing.")                                    \
+    "Blocks fewer on the last stage, which also holds the final norm, the "    \
+    "output projection and the loss.")                                         \
   X(parallelism, context_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,     \
     "Ranks each sequence is split over (context parallel): not built yet, "    \
     "above 1 is refused.")                                                     \

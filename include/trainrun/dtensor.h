@@ -620,9 +620,12 @@ int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
 /* The squared norm of m's gradients (float32, on any device: one
  * multi-tensor sum for each kind) over the tp group: the
  * tp-sharded parameters' squares summed over tp (all-gathered and added in
- * rank order, so every rank gets the same double), the others' once.
+ * rank order, so every rank gets the same double), the others' once;
+ * gradients without memory (another pipeline stage's) and those with
+ * skip[i] set (skip may be NULL: a table a pipeline holds twice) left out.
  * Collective over tp (NULL or size 1: local). */
-int tr_tp_grad_sq_norm(const tr_model_t* m, tr_pg_t* tp, double* out);
+int tr_tp_grad_sq_norm(const tr_model_t* m, tr_pg_t* tp,
+                       const unsigned char* skip, double* out);
 
 #ifdef __cplusplus
 }

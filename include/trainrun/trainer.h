@@ -234,12 +234,30 @@ typedef struct {
   int64_t train_timeout_ms;
 } tr_trainer_tp_t;
 
+/* Pipeline parallelism: the pipeline group (the mesh dim "pp") and the
+ * schedule's settings (trainrun/pipelining.h: tr_pp_build_init; the
+ * trainer fills n_layers and n_micro). A step's micro-batches are the
+ * local batch cut into microbatch_size sequences, times the gradient
+ * accumulation steps, all run by one schedule; every rank reads the step's
+ * samples (the first stage uses the tokens, the last the targets). Each
+ * rank allocates only its stages' parameters; a table tied between the
+ * embedding and the output (GPT-2) lives on both end stages, its gradient
+ * summed between them and counted once in the norm. */
+typedef struct {
+  tr_pg_t* pg;                /* size > 1 */
+  tr_pp_build_opts_t build;   /* kind, split keys, CSV */
+  int64_t microbatch_size;    /* sequences a micro-batch; divides B */
+  int64_t train_timeout_ms;   /* as tr_trainer_tp_t's */
+} tr_trainer_pp_t;
+
 typedef struct {
   /* Data parallelism (trainrun/dp.h: tr_ddp_dp, tr_fsdp_dp); NULL: one
    * rank. Copied. */
   const tr_dp_t* dist;
   /* Tensor parallelism; NULL: none. Copied. */
   const tr_trainer_tp_t* tp;
+  /* Pipeline parallelism; NULL: none. Copied. */
+  const tr_trainer_pp_t* pp;
   /* Where the metric lines go; NULL: stdout. */
   FILE* console;
   /* 1: no console lines (files are still written). */
@@ -263,9 +281,18 @@ typedef struct tr_trainer {
   tr_model_t model;
   tr_dp_t dist;
   tr_trainer_tp_t tp; /* pg NULL: no tensor parallelism */
-  /* this rank among the run's ranks (data parallel x tensor parallel):
-   * rank = dp_rank x tp + its tp coordinate; who prints, writes files and
-   * the final weights (rank 0), and the checkpoint's writers */
+  tr_trainer_pp_t pp; /* pg NULL: no pipeline parallelism */
+  tr_pp_build_t* ppb; /* the pipeline's stages and lists (pp.pg) */
+  int pp_rank;
+  /* under pp: parameters left out of this rank's gradient norm (a tied
+   * table's second copy), n_params entries; NULL otherwise */
+  unsigned char* norm_skip;
+  int32_t* pp_tokens; /* under pp: the step's samples, micro-batch-major */
+  int32_t* pp_targets;
+  /* this rank among the run's ranks (pipeline x data parallel x tensor
+   * parallel): rank = (pp_rank x dp + dp_rank) x tp + its tp coordinate;
+   * who prints, writes files and the final weights (rank 0), and the
+   * checkpoint's writers */
   int rank, world;
   /* AdamW moments, one pair per parameter (like its grad) */
   tr_tensor_t* adam_m;

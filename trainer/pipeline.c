@@ -1,0 +1,222 @@
+/* trainer/pipeline.c: the trainer under pipeline parallelism -- the
+ * schedule built from the settings (trainrun/pipelining.h), this rank's
+ * stages allocated, a step's micro-batches read and run by the executor
+ * over the pipeline group, the gradient of a table tied between the end
+ * stages summed between them, and the weights gathered to rank 0 at the
+ * end (trainer/internal.h). */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/internal.h"
+#include "trainrun/error.h"
+#include "trainrun/kernels.h" /* tr_kern_zero */
+#include "trainrun/trainer.h"
+
+/* 1 when parameter i is used by the embedding and by the head (a tied
+ * table: both end stages hold it). */
+static int tied(const tr_model_t* m, int i) {
+  return tr_model_param_in_blocks(m, i, 0, 1) &&
+         tr_model_param_in_blocks(m, i, m->n_blocks - 1, m->n_blocks);
+}
+
+/* The rank of the first stage whose blocks use parameter i. */
+static int owner(const tr_trainer_t* t, int i) {
+  const tr_pp_split_t* sp = &t->ppb->split;
+  for (int s = 0; s < sp->n_stages; s++)
+    if (tr_model_param_in_blocks(&t->model, i, sp->blocks[s].first,
+                                 sp->blocks[s].last))
+      return sp->stage_rank[s];
+  return 0;
+}
+
+int tr__trainer_pp_init(tr_trainer_t* t, tr_errmsg_t* err) {
+  tr_trainer_pp_t* pp = &t->pp;
+  if (pp->microbatch_size < 1 || t->B % pp->microbatch_size)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "training.local_batch_size %" PRId64
+                         " is not a multiple of "
+                         "parallelism.pipeline_parallel_microbatch_size %" PRId64,
+                         t->B, pp->microbatch_size);
+  if (t->dist.dp_size > 1)
+    return tr_errmsg_set(err, TR_EUNSUPPORTED,
+                         "pipeline parallelism with data parallelism "
+                         "(data-parallel degree %d) is not built; use "
+                         "pipeline and tensor parallelism only",
+                         t->dist.dp_size);
+  if (t->settings.validation.enable)
+    return tr_errmsg_set(err, TR_EUNSUPPORTED,
+                         "validation under pipeline parallelism is not "
+                         "built; set validation.enable = false");
+  t->ppb = calloc(1, sizeof *t->ppb);
+  if (!t->ppb) return TR_ENOMEM;
+  tr_pp_build_opts_t o = pp->build;
+  o.n_layers = t->model.cfg.n_layers;
+  o.pp = tr_pg_size(pp->pg);
+  o.n_micro = t->grad_accum * (t->B / pp->microbatch_size);
+  char msg[sizeof err->message];
+  int rc = tr_pp_build_init(t->ppb, &o, msg, sizeof msg);
+  if (rc < 0) {
+    free(t->ppb);
+    t->ppb = NULL;
+    return tr_errmsg_set(err, rc, "%s", msg);
+  }
+  t->pp_rank = tr_pg_rank(pp->pg);
+  /* a tied table's gradient counts once: on the first stage's rank */
+  tr_model_t* m = &t->model;
+  t->norm_skip = calloc((size_t)m->n_params + 1, 1);
+  if (!t->norm_skip) return TR_ENOMEM;
+  for (int i = 0; i < m->n_params; i++)
+    t->norm_skip[i] = tied(m, i) && owner(t, i) != t->pp_rank;
+  return 0;
+}
+
+int tr__trainer_pp_alloc(tr_trainer_t* t) {
+  const tr_pp_split_t* sp = &t->ppb->split;
+  for (int s = 0; s < sp->n_stages; s++)
+    if (sp->stage_rank[s] == t->pp_rank)
+      TR_CHECK(tr_model_alloc_blocks(&t->model, t->device, sp->blocks[s].first,
+                                     sp->blocks[s].last));
+  return 0;
+}
+
+void tr__trainer_pp_release(tr_trainer_t* t) {
+  if (t->ppb) tr_pp_build_release(t->ppb);
+  free(t->ppb);
+  free(t->norm_skip);
+  free(t->pp_tokens);
+  free(t->pp_targets);
+  t->ppb = NULL;
+  t->norm_skip = NULL;
+  t->pp_tokens = t->pp_targets = NULL;
+}
+
+/* The step's micro-batches to the executor, from the samples read at the
+ * step's start. */
+typedef struct {
+  tr_trainer_t* t;
+  float scale;
+  int (*mb_end)(void* arg, int64_t micro, tr_model_mb_t* mb);
+  void* end_arg;
+  tr_errmsg_t* err;
+} pp_ctx_t;
+
+static int pp_mb_begin(void* arg, int64_t micro, tr_model_mb_t* mb) {
+  pp_ctx_t* c = arg;
+  tr_trainer_t* t = c->t;
+  int64_t n = t->pp.microbatch_size * t->T;
+  int rc = tr_model_mb_init(&t->model, mb, (int)t->pp.microbatch_size,
+                            (int)t->T, t->pp_tokens + micro * n,
+                            t->pp_targets + micro * n);
+  if (rc < 0)
+    return tr_errmsg_set(c->err, rc, "step %" PRId64 ": bad batch: %s",
+                         t->step + 1, tr_strerror(rc));
+  mb->loss_scale = c->scale;
+  mb->defer_loss = t->model.device.type != TR_DEV_CPU;
+  return 0;
+}
+
+static int pp_mb_end(void* arg, int64_t micro, tr_model_mb_t* mb) {
+  pp_ctx_t* c = arg;
+  return c->mb_end(c->end_arg, micro, mb);
+}
+
+/* Sum the gradient of every tied table between the end stages' ranks (an
+ * all-reduce over the pipeline group, the other ranks adding zeros), so
+ * both copies hold the whole gradient. Nothing when one rank holds both
+ * end stages. */
+static int sum_tied(tr_trainer_t* t) {
+  const tr_pp_split_t* sp = &t->ppb->split;
+  if (sp->stage_rank[0] == sp->stage_rank[sp->n_stages - 1]) return 0;
+  tr_model_t* m = &t->model;
+  for (int i = 0; i < m->n_params; i++) {
+    if (!tied(m, i)) continue;
+    tr_param_t* p = &m->params[i];
+    if (p->grad.storage) {
+      TR_CHECK(tr_pg_all_reduce(t->pp.pg, &p->grad, TR_PG_SUM, NULL));
+      continue;
+    }
+    tr_tensor_t z = {0};
+    int rc = tr_tensor_zeros(&z, TR_F32, t->device, p->ndim, p->layout.shape);
+    if (rc == 0) rc = tr_pg_all_reduce(t->pp.pg, &z, TR_PG_SUM, NULL);
+    tr_tensor_release(&z);
+    TR_CHECK(rc);
+  }
+  return 0;
+}
+
+int tr__trainer_pp_run(tr_trainer_t* t, float scale,
+                       int (*mb_end)(void* arg, int64_t micro,
+                                     tr_model_mb_t* mb),
+                       void* end_arg, tr_errmsg_t* err) {
+  tr_pp_build_t* b = t->ppb;
+  int64_t mbs = t->pp.microbatch_size, n = mbs * t->T;
+  if (!t->pp_tokens) {
+    t->pp_tokens = malloc((size_t)(b->n_micro * n) * sizeof *t->pp_tokens);
+    t->pp_targets = malloc((size_t)(b->n_micro * n) * sizeof *t->pp_targets);
+    if (!t->pp_tokens || !t->pp_targets) return TR_ENOMEM;
+  }
+  /* every rank reads the step's samples, so every loader is at the same
+   * place (checkpoints); the end stages use them */
+  for (int64_t k = 0; k < b->n_micro; k++)
+    TR_CHECK(tr_loader_next(&t->train, mbs, t->dist.dp_rank, t->dist.dp_size,
+                            t->pp_tokens + k * n, t->pp_targets + k * n,
+                            err));
+  pp_ctx_t c = {
+      .t = t, .scale = scale, .mb_end = mb_end, .end_arg = end_arg, .err = err};
+  tr_pp_exec_t x;
+  memset(&x, 0, sizeof x);
+  tr_pp_build_exec(b, &x);
+  x.model = &t->model;
+  x.pg = t->pp.pg;
+  x.B = (int)mbs;
+  x.T = (int)t->T;
+  x.mb_begin = pp_mb_begin;
+  x.mb_end = pp_mb_end;
+  x.arg = &c;
+  int r = t->pp_rank;
+  int rc = tr_pp_exec_step(&x, b->lowered.acts[r], b->lowered.len[r], NULL);
+  if (rc < 0)
+    return err && err->code ? err->code
+                            : tr_errmsg_set(err, rc,
+                                            "step %" PRId64 ": pipeline: %s",
+                                            t->step + 1, tr_strerror(rc));
+  rc = sum_tied(t);
+  if (rc < 0)
+    return tr_errmsg_set(err, rc,
+                         "step %" PRId64 ": the tied table's gradient: %s",
+                         t->step + 1, tr_strerror(rc));
+  return 0;
+}
+
+int tr__trainer_pp_gather(tr_trainer_t* t, tr_errmsg_t* err) {
+  tr_model_t* m = &t->model;
+  for (int i = 0; i < m->n_params; i++) {
+    tr_param_t* p = &m->params[i];
+    int from = owner(t, i);
+    if (from == 0) continue; /* rank 0 holds it */
+    int rc = 0;
+    tr_tensor_t h = {0}; /* through the host (the CPU backend) */
+    if (t->pp_rank == from) {
+      rc = tr_tensor_empty(&h, TR_F32, TR_DEVICE_CPU, p->ndim, p->data.shape);
+      if (rc == 0) rc = tr_tensor_copy(&h, &p->data);
+      if (rc == 0) rc = tr_pg_send(t->pp.pg, &h, 0, i, NULL);
+    } else if (t->pp_rank == 0) {
+      rc = tr_tensor_empty(&h, TR_F32, TR_DEVICE_CPU, p->ndim, p->shape);
+      if (rc == 0) rc = tr_pg_recv(t->pp.pg, &h, from, i, NULL);
+      if (rc == 0) { /* whole: the sender gathered it over tp */
+        tr_tensor_release(&p->data);
+        p->data = h;
+        memset(&h, 0, sizeof h);
+        tr_dtensor_param_clear_layout(p);
+      }
+    }
+    tr_tensor_release(&h);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "gathering '%s' over pp: %s", p->name,
+                           tr_strerror(rc));
+  }
+  return 0;
+}
