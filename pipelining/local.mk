@@ -13,6 +13,7 @@ libtrainrun_la_SOURCES += \
 	pipelining/lower.c \
 	pipelining/trace.c \
 	pipelining/build.c \
+	pipelining/params.c \
 	pipelining/executor.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 

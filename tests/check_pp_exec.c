@@ -246,9 +246,7 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
   unsigned char* own = calloc((size_t)mod.n_params, 1);
   PCHECK(own);
   for (int i = 0; i < mod.n_params; i++)
-    for (int k = 0; k < nmine; k++)
-      own[i] |= (unsigned char)tr_model_param_in_blocks(
-          &mod, i, sp.blocks[mine[k]].first, sp.blocks[mine[k]].last);
+    own[i] = (unsigned char)tr_pp_param_used(&mod, &sp, rank, i);
   int tied = -1;
   for (int i = 0; i < mod.n_params; i++)
     if (tr_model_param_in_blocks(&mod, i, 0, 1) &&
@@ -301,18 +299,7 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
     PCHECK(dl < 1e-6);
     if (dl > g_worst_loss) g_worst_loss = dl;
     /* the tied table's gradient summed between the end stages */
-    if (tied >= 0) {
-      tr_param_t* p = &mod.params[tied];
-      tr_tensor_t g = {0};
-      if (own[tied]) {
-        tr_tensor_view(&g, &p->grad);
-      } else {
-        PCHECK_RC(tr_tensor_zeros(&g, TR_F32, TR_DEVICE_CPU, p->ndim,
-                                  p->layout.shape));
-      }
-      PCHECK_RC(tr_pg_all_reduce(pg, &g, TR_PG_SUM, NULL));
-      tr_tensor_release(&g);
-    }
+    PCHECK_RC(tr_pp_sum_tied_grads(&mod, &sp, pg, rank));
     /* gradients: byte-identical but for the tied table */
     for (int i = 0; i < mod.n_params; i++) {
       if (!own[i]) continue;
@@ -330,9 +317,8 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
     double mine_sq = 0, ref_sq = 0;
     for (int i = 0; i < mod.n_params; i++) {
       ref_sq += sq(&ref.params[i].grad);
-      if (!own[i]) continue;
-      if (i == tied && sp.stage_rank[0] != rank) continue;
-      mine_sq += sq(&mod.params[i].grad);
+      if (tr_pp_param_counted(&mod, &sp, rank, i))
+        mine_sq += sq(&mod.params[i].grad);
     }
     double tot = sum_ranks(pg, mine_sq);
     double dn = rel(tot, ref_sq);

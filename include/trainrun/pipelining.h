@@ -444,6 +444,25 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
 int tr_pp_exec_run(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
                    int64_t n);
 
+/* ---- the parameters over the ranks (pipelining/params.c) ---- */
+
+/* 1 when a stage of rank uses parameter idx (it holds data and grad). */
+int tr_pp_param_used(const tr_model_t* m, const tr_pp_split_t* sp, int rank,
+                     int idx);
+/* 1 when rank counts parameter idx in a whole-model sum (gradient norm,
+ * clipping): the rank of the first stage that uses it, so a table tied
+ * between the end stages counts once, on stage 0's rank. */
+int tr_pp_param_counted(const tr_model_t* m, const tr_pp_split_t* sp, int rank,
+                        int idx);
+/* After the step's backward: the gradient of each parameter used by both
+ * the first and the last stage (GPT-2's tied wte) summed between their
+ * ranks, so both end stages step it alike (nothing when one rank holds
+ * both). Called by every rank of pg (rank: its pipeline rank), a group
+ * that holds both end ranks — the pp group, where the ranks between join
+ * with zeros, or a group of the two. The first error of the group. */
+int tr_pp_sum_tied_grads(tr_model_t* m, const tr_pp_split_t* sp, tr_pg_t* pg,
+                         int rank);
+
 /* ---- a pipeline's set-up (pipelining/build.c) ---- */
 
 typedef struct {
