@@ -15,20 +15,10 @@
 #include "trainrun/kernels.h" /* tr_kern_zero */
 #include "trainrun/trainer.h"
 
-/* 1 when parameter i is used by the embedding and by the head (a tied
- * table: both end stages hold it). */
-static int tied(const tr_model_t* m, int i) {
-  return tr_model_param_in_blocks(m, i, 0, 1) &&
-         tr_model_param_in_blocks(m, i, m->n_blocks - 1, m->n_blocks);
-}
-
-/* The rank of the first stage whose blocks use parameter i. */
+/* The pipeline rank of the first stage that uses parameter i. */
 static int owner(const tr_trainer_t* t, int i) {
-  const tr_pp_split_t* sp = &t->ppb->split;
-  for (int s = 0; s < sp->n_stages; s++)
-    if (tr_model_param_in_blocks(&t->model, i, sp->blocks[s].first,
-                                 sp->blocks[s].last))
-      return sp->stage_rank[s];
+  for (int r = 0; r < t->ppb->split.pp; r++)
+    if (tr_pp_param_counted(&t->model, &t->ppb->split, r, i)) return r;
   return 0;
 }
 
@@ -69,7 +59,7 @@ int tr__trainer_pp_init(tr_trainer_t* t, tr_errmsg_t* err) {
   t->norm_skip = calloc((size_t)m->n_params + 1, 1);
   if (!t->norm_skip) return TR_ENOMEM;
   for (int i = 0; i < m->n_params; i++)
-    t->norm_skip[i] = tied(m, i) && owner(t, i) != t->pp_rank;
+    t->norm_skip[i] = !tr_pp_param_counted(m, &t->ppb->split, t->pp_rank, i);
   return 0;
 }
 
@@ -123,30 +113,6 @@ static int pp_mb_end(void* arg, int64_t micro, tr_model_mb_t* mb) {
   return c->mb_end(c->end_arg, micro, mb);
 }
 
-/* Sum the gradient of every tied table between the end stages' ranks (an
- * all-reduce over the pipeline group, the other ranks adding zeros), so
- * both copies hold the whole gradient. Nothing when one rank holds both
- * end stages. */
-static int sum_tied(tr_trainer_t* t) {
-  const tr_pp_split_t* sp = &t->ppb->split;
-  if (sp->stage_rank[0] == sp->stage_rank[sp->n_stages - 1]) return 0;
-  tr_model_t* m = &t->model;
-  for (int i = 0; i < m->n_params; i++) {
-    if (!tied(m, i)) continue;
-    tr_param_t* p = &m->params[i];
-    if (p->grad.storage) {
-      TR_CHECK(tr_pg_all_reduce(t->pp.pg, &p->grad, TR_PG_SUM, NULL));
-      continue;
-    }
-    tr_tensor_t z = {0};
-    int rc = tr_tensor_zeros(&z, TR_F32, t->device, p->ndim, p->layout.shape);
-    if (rc == 0) rc = tr_pg_all_reduce(t->pp.pg, &z, TR_PG_SUM, NULL);
-    tr_tensor_release(&z);
-    TR_CHECK(rc);
-  }
-  return 0;
-}
-
 int tr__trainer_pp_run(tr_trainer_t* t, float scale,
                        int (*mb_end)(void* arg, int64_t micro,
                                      tr_model_mb_t* mb),
@@ -183,7 +149,7 @@ int tr__trainer_pp_run(tr_trainer_t* t, float scale,
                             : tr_errmsg_set(err, rc,
                                             "step %" PRId64 ": pipeline: %s",
                                             t->step + 1, tr_strerror(rc));
-  rc = sum_tied(t);
+  rc = tr_pp_sum_tied_grads(&t->model, &b->split, t->pp.pg, t->pp_rank);
   if (rc < 0)
     return tr_errmsg_set(err, rc,
                          "step %" PRId64 ": the tied table's gradient: %s",
