@@ -626,6 +626,7 @@ int tr_fsdp_gather_full(tr_fsdp_t* f) {
   for (int gi = 0; gi < f->plan.ngroups; gi++) {
     fsdp_group_t* g = &f->groups[gi];
     grads_off(f, gi);
+    if (g->def.n == 0) continue; /* a pipeline stage without it */
     if (g->state == TR_FSDP_SHARDED) TR_CHECK(issue_gather(f, gi, 0));
     if (g->state == TR_FSDP_GATHERING) TR_CHECK(finish_gather(f, gi));
   }

@@ -89,6 +89,10 @@ int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m,
   for (int b = 0; b < nb; b++) {
     const tr_model_block_t* bl = &m->blocks[b];
     int g = 0;
+    if (!tr_model_block_held(m, b)) { /* another pipeline stage's */
+      pl->block_group[b] = -1;
+      continue;
+    }
     if (bl->kind == TR_BLOCK_LAYER) {
       g = pl->ngroups++;
       snprintf(pl->groups[g].name, sizeof pl->groups[g].name, "%s", bl->name);
@@ -103,6 +107,7 @@ int tr__fsdp_plan_build(tr__fsdp_plan_t* pl, const tr_model_t* m,
   for (int i = 0; i < np; i++) pl->param_group[i] = -1;
   for (int b = 0; b < nb; b++) {
     const tr_model_block_t* bl = &m->blocks[b];
+    if (pl->block_group[b] < 0) continue;
     for (int k = 0; k < bl->n_params; k++) {
       int i = bl->params[k];
       if (pl->param_group[i] >= 0 && pl->param_group[i] != pl->block_group[b]) {

@@ -267,15 +267,14 @@ static int check_pp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
   if (p->pipeline_parallel_degree <= 1) return 0;
-  if (p->data_parallel_shard_degree > 1 || p->data_parallel_replicate_degree > 1)
+  if (p->data_parallel_shard_degree == 1 && p->data_parallel_replicate_degree > 1)
     return key_fail(cfg, err, TR_CFG_K_parallelism_pipeline_parallel_degree,
-                    "%lld with data parallelism (data_parallel_replicate_"
-                    "degree %lld x data_parallel_shard_degree %lld) is not "
-                    "built yet; combine pipeline with tensor parallelism "
-                    "only",
+                    "%lld with DDP (data_parallel_replicate_degree %lld, "
+                    "data_parallel_shard_degree 1) is not built yet; shard "
+                    "the replicas with data_parallel_shard_degree (FSDP, "
+                    "HSDP)",
                     (long long)p->pipeline_parallel_degree,
-                    (long long)p->data_parallel_replicate_degree,
-                    (long long)p->data_parallel_shard_degree);
+                    (long long)p->data_parallel_replicate_degree);
   if (cfg->validation.enable)
     return key_fail(cfg, err, TR_CFG_K_validation_enable,
                     "validation under pipeline parallelism is not built "

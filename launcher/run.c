@@ -189,8 +189,10 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
   if (p->data_parallel_shard_degree > 1 || tp || pp) { /* the job's mesh */
     rc = tr_compose_mesh(cfg, w->pg, &w->mesh, &err);
     if (rc == 0 && tp) tr_compose_tp(cfg, w->mesh, &w->tp);
-    if (rc == 0 && pp && (rc = tr_compose_pp(cfg, w->mesh, &w->pp)) < 0)
-      tr_errmsg_set(&err, rc, "pipeline: %s", tr_strerror(rc));
+    if (rc == 0 && pp) {
+      int prc = tr_compose_pp(cfg, w->mesh, &w->pp);
+      if (prc < 0) rc = tr_errmsg_set(&err, prc, "pipeline: %s", tr_strerror(prc));
+    }
     if (rc == 0 && p->data_parallel_shard_degree > 1) /* FSDP, HSDP */
       rc = tr_compose_fsdp(cfg, w->mesh, &w->fsdp, &err);
     if (rc < 0) {

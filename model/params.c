@@ -57,8 +57,20 @@ int tr_model_param_in_blocks(const tr_model_t* m, int idx, int first,
   return 0;
 }
 
+int tr_model_hold_blocks(tr_model_t* m, int first, int last) {
+  if (first < 0 || last > m->n_blocks || first >= last) return TR_EINVAL;
+  if (!m->held && !(m->held = calloc((size_t)m->n_blocks, 1))) return TR_ENOMEM;
+  for (int b = first; b < last; b++) m->held[b] = 1;
+  return 0;
+}
+
+int tr_model_block_held(const tr_model_t* m, int b) {
+  return b >= 0 && b < m->n_blocks && (!m->held || m->held[b]);
+}
+
 int tr_model_alloc_blocks(tr_model_t* m, tr_device_t dev, int first, int last) {
   if (first < 0 || last > m->n_blocks || first >= last) return TR_EINVAL;
+  if (first > 0 || last < m->n_blocks) TR_CHECK(tr_model_hold_blocks(m, first, last));
   if (m->n_alloc_calls && (dev.type != m->device.type ||
                            dev.index != m->device.index)) {
     TR_LOG_ERROR(MODEL, "blocks [%d, %d) on another device than before",
@@ -122,6 +134,7 @@ void tr_model_release(tr_model_t* m) {
   }
   free(m->params);
   free(m->blocks);
+  free(m->held);
   tr_model_clear_hooks(m);
   tr_tensor_release(&m->rope_cos);
   tr_tensor_release(&m->rope_sin);

@@ -25,8 +25,7 @@ int tr__trainer_sum_all(tr_trainer_t* t, double* vals, int n);
  * init (after the model's table is built and before its memory): the
  * schedule (split, lists) and the norm's skip mask; alloc: this rank's
  * stages' parameters; run: a step's micro-batches through the executor
- * (mb_end on the last stage's rank), then a tied table's gradient summed
- * between the end stages; gather: every parameter onto rank 0 (host
+ * (mb_end on the last stage's rank); gather: every parameter onto rank 0 (host
  * tensors) for the final weights; release. */
 int tr__trainer_pp_init(tr_trainer_t* t, tr_errmsg_t* err);
 int tr__trainer_pp_alloc(tr_trainer_t* t);
@@ -34,6 +33,9 @@ int tr__trainer_pp_run(tr_trainer_t* t, float scale,
                        int (*mb_end)(void* arg, int64_t micro,
                                      tr_model_mb_t* mb),
                        void* end_arg, tr_errmsg_t* err);
+/* After the data-parallel gradient sync (FSDP's reduce-scatters have
+ * landed): a tied table's gradient summed between the end stages. */
+int tr__trainer_pp_sum_tied(tr_trainer_t* t, tr_errmsg_t* err);
 int tr__trainer_pp_gather(tr_trainer_t* t, tr_errmsg_t* err);
 void tr__trainer_pp_release(tr_trainer_t* t);
 

@@ -30,11 +30,11 @@ int tr__trainer_pp_init(tr_trainer_t* t, tr_errmsg_t* err) {
                          " is not a multiple of "
                          "parallelism.pipeline_parallel_microbatch_size %" PRId64,
                          t->B, pp->microbatch_size);
-  if (t->dist.dp_size > 1)
+  if (t->dist.dp_size > 1 && t->dist.pre_micro_step)
     return tr_errmsg_set(err, TR_EUNSUPPORTED,
-                         "pipeline parallelism with data parallelism "
-                         "(data-parallel degree %d) is not built; use "
-                         "pipeline and tensor parallelism only",
+                         "pipeline parallelism with DDP (data-parallel "
+                         "degree %d) is not built; shard the replicas with "
+                         "data_parallel_shard_degree (FSDP, HSDP)",
                          t->dist.dp_size);
   if (t->settings.validation.enable)
     return tr_errmsg_set(err, TR_EUNSUPPORTED,
@@ -54,6 +54,12 @@ int tr__trainer_pp_init(tr_trainer_t* t, tr_errmsg_t* err) {
     return tr_errmsg_set(err, rc, "%s", msg);
   }
   t->pp_rank = tr_pg_rank(pp->pg);
+  /* this rank's stages, before FSDP groups the blocks it runs */
+  const tr_pp_split_t* sp = &t->ppb->split;
+  for (int s = 0; s < sp->n_stages; s++)
+    if (sp->stage_rank[s] == t->pp_rank)
+      TR_CHECK(tr_model_hold_blocks(&t->model, sp->blocks[s].first,
+                                    sp->blocks[s].last));
   /* a tied table's gradient counts once: on the first stage's rank */
   tr_model_t* m = &t->model;
   t->norm_skip = calloc((size_t)m->n_params + 1, 1);
@@ -149,7 +155,12 @@ int tr__trainer_pp_run(tr_trainer_t* t, float scale,
                             : tr_errmsg_set(err, rc,
                                             "step %" PRId64 ": pipeline: %s",
                                             t->step + 1, tr_strerror(rc));
-  rc = tr_pp_sum_tied_grads(&t->model, &b->split, t->pp.pg, t->pp_rank);
+  return 0;
+}
+
+int tr__trainer_pp_sum_tied(tr_trainer_t* t, tr_errmsg_t* err) {
+  int rc = tr_pp_sum_tied_grads(&t->model, &t->ppb->split, t->pp.pg,
+                                t->pp_rank);
   if (rc < 0)
     return tr_errmsg_set(err, rc,
                          "step %" PRId64 ": the tied table's gradient: %s",

@@ -370,6 +370,7 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
       return tr_errmsg_set(err, rc, "step %" PRId64 ": gradient sync: %s",
                            t->step + 1, tr_strerror(rc));
   }
+  if (t->pp.pg && (rc = tr__trainer_pp_sum_tied(t, err)) < 0) return rc;
   /* the global gradient norm, before clipping; the device's losses */
   double sq = 0;
   rc = tr__trainer_grad_sumsq(t, &sq);

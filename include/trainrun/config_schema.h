@@ -177,9 +177,10 @@
     "activations and their gradients sent between ranks, each rank "           \
     "holding only its stages' parameters; a table tied between the "           \
     "embedding and the output lives on both end stages. Composes with "        \
-    "tensor_parallel_degree; with data parallelism "                           \
-    "(data_parallel_shard_degree or data_parallel_replicate_degree above "     \
-    "1) and with validation it is not built yet and refused.")                 \
+    "tensor_parallel_degree and with data_parallel_shard_degree (FSDP, "       \
+    "HSDP: each stage's blocks sharded over its dp_shard ranks); with DDP "    \
+    "alone (data_parallel_shard_degree 1) and with validation it is not "      \
+    "built yet and refused.")                                                  \
   X(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", 0, 0,               \
     "1F1B|GPipe|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble|"              \
     "ZBVZeroBubble|DualPipeV",                                                 \

@@ -340,6 +340,9 @@ typedef struct tr_model {
    * every block (a pipeline rank: parameters without memory are not its) */
   int n_alloc_calls;
   int partial;
+  /* the blocks this rank runs (tr_model_hold_blocks), n_blocks flags;
+   * NULL: every block */
+  unsigned char* held;
 } tr_model_t;
 
 /* Build the parameter table and the blocks for cfg (checked with
@@ -359,6 +362,14 @@ int tr_model_alloc(tr_model_t* m, tr_device_t dev);
  * blocks work as with the whole model. TR_EINVAL for an empty or
  * out-of-range range, or another device than an earlier call's. */
 int tr_model_alloc_blocks(tr_model_t* m, tr_device_t dev, int first, int last);
+/* Declare, before the layers above compose their shards, that this rank
+ * runs blocks [first, last) (a pipeline stage; once per stage it holds):
+ * FSDP then groups only these blocks' parameters. tr_model_alloc_blocks
+ * declares its range too. TR_EINVAL for an empty or out-of-range range,
+ * TR_ENOMEM. */
+int tr_model_hold_blocks(tr_model_t* m, int first, int last);
+/* 1 when this rank runs block b: every block until a range is declared. */
+int tr_model_block_held(const tr_model_t* m, int b);
 /* 1 when parameter idx is used by a block in [first, last), else 0. */
 int tr_model_param_in_blocks(const tr_model_t* m, int idx, int first, int last);
 /* Fill every parameter from its init rule. Element values depend only on
