@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# bench/tp_gpu.sh: tensor parallelism on 2 GPUs of one host (issue 18), in
-# one call: correctness (fp32, no TF32: TP 2 against 1 GPU) and speed
-# (Llama 3.2 1B, bf16, B8 x T2048: trainrun on 1 GPU, trainrun TP 2, and
-# PyTorch TP 2 (bench/peers/llama_tp.py, the same plan) with and without
-# torch.compile), the speed programs alternating order over REPS rounds;
-# a markdown table in OUT/summary.md with medians and spreads.
+# bench/parallel_gpu.sh: tensor and pipeline parallelism on 2 GPUs of one
+# host (issues 18 and 19), in one call: correctness (fp32, no TF32: TP 2
+# and PP 2 against 1 GPU) and speed (Llama 3.2 1B, bf16, B8 x T2048:
+# trainrun on 1 GPU, trainrun TP 2 and PyTorch TP 2 (bench/peers/
+# llama_tp.py, the same plan) with and without torch.compile; trainrun PP
+# 2 and PyTorch's pipelining (bench/peers/llama_pp.py) with 1F1B and
+# ZBVZeroBubble, 8 micro-batches of 1), the speed programs alternating
+# order over REPS rounds; a markdown table in OUT/summary.md with medians.
 #
-#   . .gpu/env.sh && bench/tp_gpu.sh [--reps N] [--runs check,speed]
+#   . .gpu/env.sh && bench/parallel_gpu.sh [--reps N] [--runs LIST]
+#
+# LIST: comma-separated of check, pp_check, tp, pp (default all).
 #
 # Run from the repository root of a staged tree: .gpu/trainrun (or
 # TRAINRUN), python3 with PyTorch for the peer (PYTHON). Each program's
 # output is OUT/NAME.log (trainrun: OUT/NAME.metrics.jsonl too).
 #
-#   check_1gpu, check_tp2   examples/debug.toml's Llama on cuda in float32
+#   check_1gpu, check_tp2, check_pp2   examples/debug.toml's Llama on cuda in float32
 #                (mixed_precision_param float32), 20 steps, the same seed
 #                and global batch; the losses and gradient norms compared
 #                step by step (max relative difference; the issue asks
@@ -27,12 +31,12 @@
 # PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run").
 set -u
 reps=3
-runs=check,speed
+runs=check,pp_check,tp,pp
 while [ $# -gt 0 ]; do
   case $1 in
     --reps) reps=$2; shift ;;
     --runs) runs=$2; shift ;;
-    *) echo "usage: bench/tp_gpu.sh [--reps N] [--runs check,speed]" >&2; exit 2 ;;
+    *) echo "usage: bench/parallel_gpu.sh [--reps N] [--runs LIST]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -47,8 +51,8 @@ SCRATCH=${SCRATCH:-/tmp/trainrun-tp}
 STEPS=${TP_STEPS:-20}
 mkdir -p "$OUT" "$SCRATCH"
 
-# tr NAME NPROC ARGS...: a trainrun job, its metrics kept, its dump removed
-tr() {
+# trj NAME NPROC ARGS...: a trainrun job, its metrics kept, its dump removed
+trj() {
   name=$1 np=$2
   shift 2
   rm -rf "${SCRATCH:?}/$name"
@@ -60,12 +64,12 @@ tr() {
   rm -rf "${SCRATCH:?}/$name"
 }
 
-# pt NAME ARGS...: the PyTorch peer on 2 GPUs
+# pt NAME PEER ARGS...: a PyTorch peer on 2 GPUs
 pt() {
-  name=$1
-  shift
+  name=$1 peer=$2
+  shift 2
   timeout 300 "${TORCHRUN_CMD[@]}" --nproc-per-node 2 \
-    bench/peers/llama_tp.py --data "$SCRATCH/llama.bin" -B 8 -T 2048 \
+    "bench/peers/$peer" --data "$SCRATCH/llama.bin" -B 8 -T 2048 \
     --steps "$STEPS" "$@" >"$OUT/$name.log" 2>&1
   echo "$name rc=$?" >>"$OUT/runs.txt"
 }
@@ -78,37 +82,48 @@ pt() {
   git rev-parse HEAD 2>/dev/null
 } >"$OUT/versions.txt"
 
-if want check; then
-  for np in 1 2; do
-    name=check_1gpu
-    extra=()
-    if [ "$np" = 2 ]; then
-      name=check_tp2
-      extra=(--parallelism.tensor_parallel_degree 2)
-    fi
-    tr "$name" "$np" examples/debug.toml --training.device cuda \
-      --training.mixed_precision_param float32 --training.steps 20 \
-      --metrics.log_freq 1 --validation.no_enable --debug.seed 7 \
-      --training.dataset_path examples/data/tinytales.txt "${extra[@]}"
-  done
+# check NAME NPROC ARGS...: examples/debug.toml on cuda in float32
+check() {
+  name=$1 np=$2
+  shift 2
+  trj "$name" "$np" examples/debug.toml --training.device cuda \
+    --training.mixed_precision_param float32 --training.steps 20 \
+    --metrics.log_freq 1 --validation.no_enable --debug.seed 7 \
+    --training.local_batch_size 8 \
+    --training.dataset_path examples/data/tinytales.txt "$@"
+}
+if want check || want pp_check; then check check_1gpu 1; fi
+if want check; then check check_tp2 2 --parallelism.tensor_parallel_degree 2; fi
+if want pp_check; then
+  check check_pp2 2 --parallelism.pipeline_parallel_degree 2
+  check check_pp2_zbv 2 --parallelism.pipeline_parallel_degree 2 \
+    --parallelism.pipeline_parallel_schedule ZBVZeroBubble
 fi
 
-if want speed; then
+if want tp || want pp; then
   [ -s "$SCRATCH/llama.bin" ] ||
     "$PY" bench/gpu/make_shard.py --out "$SCRATCH/llama.bin" \
       --tokens 20000000 --vocab 128256 --width 4 >"$OUT/shard.log" 2>&1
+  order=tr1
+  want tp && order="$order tr2 pt pc"
+  want pp && order="$order trp1 ptp1 trpz ptpz"
   for r in $(seq 1 "$reps"); do
-    order="tr1 tr2 pt pc"
-    [ $((r % 2)) = 0 ] && order="pc pt tr2 tr1"
-    for p in $order; do
+    list=$order
+    [ $((r % 2)) = 0 ] && list=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for p in $list; do
+      L=(bench/gpu/llama3_1b.toml --training.dataset_path "$SCRATCH/llama.bin"
+        --training.steps "$STEPS")
       case $p in
-        tr1) tr "tr_1gpu_r$r" 1 bench/gpu/llama3_1b.toml \
-               --training.dataset_path "$SCRATCH/llama.bin" --training.steps "$STEPS" ;;
-        tr2) tr "tr_tp2_r$r" 2 bench/gpu/llama3_1b.toml \
-               --training.dataset_path "$SCRATCH/llama.bin" --training.steps "$STEPS" \
-               --parallelism.tensor_parallel_degree 2 ;;
-        pt) pt "pt_tp2_r$r" ;;
-        pc) pt "pt_tp2c_r$r" --compile ;;
+        tr1) trj "tr_1gpu_r$r" 1 "${L[@]}" ;;
+        tr2) trj "tr_tp2_r$r" 2 "${L[@]}" --parallelism.tensor_parallel_degree 2 ;;
+        pt) pt "pt_tp2_r$r" llama_tp.py ;;
+        pc) pt "pt_tp2c_r$r" llama_tp.py --compile ;;
+        trp1) trj "tr_pp2_1F1B_r$r" 2 "${L[@]}" --parallelism.pipeline_parallel_degree 2 ;;
+        trpz) trj "tr_pp2_ZBVZeroBubble_r$r" 2 "${L[@]}" \
+                --parallelism.pipeline_parallel_degree 2 \
+                --parallelism.pipeline_parallel_schedule ZBVZeroBubble ;;
+        ptp1) pt "pt_pp2_1F1B_r$r" llama_pp.py --schedule 1F1B --compile ;;
+        ptpz) pt "pt_pp2_ZBVZeroBubble_r$r" llama_pp.py --schedule ZBVZeroBubble --compile ;;
       esac
     done
   done
@@ -125,10 +140,13 @@ def jl(p):
         except ValueError:
             pass
     return rows
-print("# tensor parallel on 2 GPUs\n")
+print("# tensor and pipeline parallel on 2 GPUs\n")
 print("```\n" + open(os.path.join(out, "versions.txt")).read() + "```\n")
-a, b = (os.path.join(out, n + ".metrics.jsonl") for n in ("check_1gpu", "check_tp2"))
-if os.path.exists(a) and os.path.exists(b):
+a = os.path.join(out, "check_1gpu.metrics.jsonl")
+for n in ("check_tp2", "check_pp2", "check_pp2_zbv"):
+    b = os.path.join(out, n + ".metrics.jsonl")
+    if not (os.path.exists(a) and os.path.exists(b)):
+        continue
     x = {r["step"]: r for r in jl(a) if "loss" in r}
     y = {r["step"]: r for r in jl(b) if "loss" in r}
     worst = {"loss": 0.0, "grad_norm": 0.0}
@@ -136,16 +154,20 @@ if os.path.exists(a) and os.path.exists(b):
         if s in y:
             for k in worst:
                 worst[k] = max(worst[k], abs(y[s][k] - x[s][k]) / abs(x[s][k]))
-    print("correctness, fp32 (no TF32), 20 steps: %d steps compared, max "
-          "relative difference loss %.3g, grad_norm %.3g (want <= 1e-5)\n"
-          % (len(set(x) & set(y)), worst["loss"], worst["grad_norm"]))
+    print("correctness %s against 1 GPU, fp32 (no TF32): %d steps compared, "
+          "max relative difference loss %.3g, grad_norm %.3g (want <= 1e-5)\n"
+          % (n, len(set(x) & set(y)), worst["loss"], worst["grad_norm"]))
 def med(vals):
     return statistics.median(vals) if vals else float("nan")
 rows = []
 for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
                          ("trainrun TP 2", "tr_tp2_r*", "tr"),
                          ("PyTorch TP 2", "pt_tp2_r*", "pt"),
-                         ("PyTorch TP 2 + compile", "pt_tp2c_r*", "pt")):
+                         ("PyTorch TP 2 + compile", "pt_tp2c_r*", "pt"),
+                         ("trainrun PP 2 1F1B", "tr_pp2_1F1B_r*", "tr"),
+                         ("PyTorch pipelining 1F1B + compile", "pt_pp2_1F1B_r*", "pt"),
+                         ("trainrun PP 2 ZBVZeroBubble", "tr_pp2_ZBVZeroBubble_r*", "tr"),
+                         ("PyTorch pipelining ZBVZeroBubble + compile", "pt_pp2_ZBVZeroBubble_r*", "pt")):
     runs = []
     for p in sorted(glob.glob(os.path.join(out, pat + (".metrics.jsonl" if kind == "tr" else ".log")))):
         r = jl(p)
@@ -161,6 +183,8 @@ for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
 print("| program (Llama 3.2 1B, bf16, B8 x T2048) | tokens/s per GPU, median | runs |")
 print("|---|---|---|")
 for label, runs in rows:
+    if not runs and not glob.glob(os.path.join(out, "*")):
+        continue
     print("| %s | %s | %s |" % (label, "%.0f" % med(runs) if runs else "failed",
                               ", ".join("%.0f" % v for v in runs)))
 EOF
