@@ -154,9 +154,12 @@
     "Ranks each layer's matrices are split over (tensor parallel): not "       \
     "built yet, above 1 is refused.")                                          \
   X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
-    "Gather the logits before the loss instead of computing it on vocab "      \
-    "shards under tensor parallelism (not built). Another value than the "     \
-    "default logs a note that it changes nothing.")                            \
+    "Under tensor parallelism, gather the logit slices of the tp ranks and "   \
+    "compute the ordinary cross-entropy, instead of the vocabulary-sharded "   \
+    "one (loss parallel: max, sum of exponentials and target logit reduced "   \
+    "over tp, no [B, T, V] logits on any rank). The losses are the same. It "  \
+    "acts where tensor_parallel_degree divides the vocabulary (else the "      \
+    "output projection stays whole on every rank).")                           \
   X(parallelism, enable_async_tensor_parallel, BOOL, "false", 0, 0, NULL,      \
     "Overlap tensor-parallel communication with the matmuls (tensor "          \
     "parallelism is not built). Another value than the default logs a note "   \
