@@ -20,7 +20,8 @@ tr_init_rule_t tr__rule(tr_init_kind_t k, float std, float lo, float hi) {
 int tr__table_add(tr__table_t* t, int blk, tr__pdecl_t d, int ndim, int64_t d0,
                   int64_t d1, const char* fmt, ...) {
   tr_model_t* m = t->m;
-  if (TR_GROW(m->params, (size_t)m->n_params + 1, t->cap) < 0) return TR_ENOMEM;
+  if (TR_GROW(m->params, (size_t)m->n_params + 1, t->cap) < 0)
+    return TR_ENOMEM;
   tr_param_t* p = &m->params[m->n_params];
   memset(p, 0, sizeof *p);
   va_list ap;
