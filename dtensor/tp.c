@@ -16,6 +16,7 @@
 #include "trainrun/dtensor.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h" /* tr_kern_sum_squares */
+#include "trainrun/log.h"
 
 /* ---- the plan ---- */
 
@@ -240,6 +241,13 @@ static int gather_last(tr_pg_t* pg, tr_tensor_t* t) {
   out_shape[d] = Wl * k;
   tr_tensor_t src = {0}, flat = {0}, out = {0}, out2 = {0};
   int rc;
+  if (t->device.type != TR_DEV_CPU) {
+    TR_LOG_ERROR(DT,
+                 "disable_loss_parallel: gathering the logits over tp needs "
+                 "host tensors (a strided column copy); loss parallel works "
+                 "on devices");
+    return TR_EUNSUPPORTED;
+  }
   TR_CHECK_GOTO(tr_tensor_contiguous(&src, t), rc, done);
   TR_CHECK_GOTO(tr_tensor_empty(&flat, t->dtype, t->device, 1, flat_shape), rc,
                 done);
@@ -252,7 +260,7 @@ static int gather_last(tr_pg_t* pg, tr_tensor_t* t) {
     rc = tr_tensor_narrow(&f, &flat, 0, r * n, n);
     if (rc == 0) rc = tr_tensor_reshape(&f, &f, 2, piece);
     if (rc == 0) rc = tr_tensor_narrow(&v, &out2, 1, r * Wl, Wl);
-    if (rc == 0) rc = tr_tensor_copy(&v, &f); /* strided: host only */
+    if (rc == 0) rc = tr_tensor_copy(&v, &f); /* strided */
     tr_tensor_release(&f);
     tr_tensor_release(&v);
     if (rc < 0) goto done;

@@ -635,7 +635,8 @@ void tr_tp_opts_init(tr_tp_opts_t* o);
 /* The hook (tr_model_tp_t.fn) over the tp group arg (a tr_pg_t*): the op
  * as trainrun/model.h defines it (all-reduce SUM or MAX; all-gather or
  * reduce-scatter along dim 1 with the [tp][B][T/tp] <-> [B][T] reorder;
- * all-gather along the last dim). */
+ * all-gather along the last dim: host tensors only, TR_EUNSUPPORTED on a
+ * device, where the column reorder would need a strided device copy). */
 int tr_tp_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
                      tr_tensor_t* t);
 /* Set m's tp hook to tr_tp_collective over tp with opts (NULL: the
