@@ -1,9 +1,10 @@
-/* dtensor/tp.c: tensor parallelism (Megatron-style, torchtitan's plan
- * without sequence or loss parallel) -- the plan that turns each
- * parameter's declared tp style into placements on the mesh dim "tp", the
- * model's tp hook (all-reduce of the partial row-parallel outputs and of
- * the column-parallel input gradients), the gather of a tp-sharded tensor,
- * and the squared gradient norm that counts a tp-replicated parameter once
+/* dtensor/tp.c: tensor parallelism (Megatron-style, torchtitan's plan with
+ * vocabulary-parallel embedding, loss parallel and sequence parallel) --
+ * the plan that turns each parameter's declared tp style into placements
+ * on the mesh dim "tp", the model's tp hook (the seam's sums, max,
+ * all-gathers and reduce-scatters over the tp group, with the reorders that
+ * batch-major [B, T, C] needs), the gather of a tp-sharded tensor, and the
+ * squared gradient norm that counts a tp-replicated parameter once
  * (trainrun/dtensor.h). */
 #include "config.h"
 
@@ -15,10 +16,11 @@
 #include "trainrun/dtensor.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h" /* tr_kern_sum_squares_multi */
+#include "trainrun/log.h"
 
 /* ---- the plan ---- */
 
-int tr_tp_placement(const tr_param_t* p, tr_placement_t* out) {
+int tr_tp_placement(const tr_param_t* p, int tp, tr_placement_t* out) {
   switch (p->tp_style) {
     case TR_TP_COLWISE:
       *out = tr_placement_shard_parts(0, p->tp_parts > 1 ? p->tp_parts : 1);
@@ -26,10 +28,18 @@ int tr_tp_placement(const tr_param_t* p, tr_placement_t* out) {
     case TR_TP_ROWWISE:
       *out = tr_placement_shard(1);
       return 1;
-    default: /* norms, row-parallel biases, embedding and output tables */
-      *out = tr_placement_replicate();
-      return 0;
+    case TR_TP_VOCAB: /* vocabulary rows, where tp divides them */
+    case TR_TP_OUTPUT:
+      if (tp > 1 && p->shape[0] % tp == 0) {
+        *out = tr_placement_shard(0);
+        return 1;
+      }
+      break;
+    case TR_TP_REPLICATE: /* norms, row-parallel biases, positions */
+      break;
   }
+  *out = tr_placement_replicate();
+  return 0;
 }
 
 /* TR_ECONFIG when tp does not divide what it splits. */
@@ -48,7 +58,7 @@ static int check_divides(const tr_model_t* m, int tp, tr_errmsg_t* err) {
   for (int i = 0; i < m->n_params; i++) {
     const tr_param_t* p = &m->params[i];
     tr_placement_t pl;
-    if (!tr_tp_placement(p, &pl)) continue;
+    if (!tr_tp_placement(p, tp, &pl)) continue;
     int parts = pl.parts > 1 ? pl.parts : 1;
     int64_t n = p->shape[pl.dim];
     if (n % parts || (n / parts) % tp)
@@ -78,7 +88,7 @@ int tr_tp_plan_apply(tr_model_t* m, const tr_mesh_shape_t* mesh,
     tr_param_t* p = &m->params[i];
     tr_placement_t pl[TR_MESH_MAX_DIMS];
     for (int d = 0; d < mesh->ndim; d++) pl[d] = tr_placement_replicate();
-    if (!tr_tp_placement(p, &pl[t])) continue;
+    if (!tr_tp_placement(p, mesh->sizes[t], &pl[t])) continue;
     rc = tr_dtensor_param_place(p, mesh, pl, NULL);
     if (rc < 0)
       return tr_errmsg_set(err, rc, "tensor parallel plan: cannot place '%s'",
@@ -93,16 +103,22 @@ static int64_t numel(int ndim, const int64_t* shape) {
   return n;
 }
 
-static const char* style_name(tr_tp_style_t s) {
+/* The style, and for the vocabulary tables whether the plan split them
+ * (split) or could not (tp: another parameter is split, so tp > 1). */
+static const char* style_name(tr_tp_style_t s, int split, int tp) {
   switch (s) {
     case TR_TP_COLWISE:
       return "colwise";
     case TR_TP_ROWWISE:
       return "rowwise";
     case TR_TP_VOCAB:
-      return "vocab (replicated)";
+      return split ? "vocab (rows split)"
+             : tp  ? "vocab (replicated: V % tp != 0)"
+                   : "vocab (replicated)";
     case TR_TP_OUTPUT:
-      return "output (replicated)";
+      return split ? "output (rows split)"
+             : tp  ? "output (replicated: V % tp != 0)"
+                   : "output (replicated)";
     default:
       return "replicate";
   }
@@ -110,6 +126,8 @@ static const char* style_name(tr_tp_style_t s) {
 
 int tr_tp_plan_describe(const tr_model_t* m, FILE* f) {
   int64_t whole = 0, held = 0;
+  int tp = 0;
+  for (int i = 0; i < m->n_params; i++) tp |= tr_tp_sharded(&m->params[i]);
   for (int i = 0; i < m->n_params; i++) {
     const tr_param_t* p = &m->params[i];
     const tr_param_placement_t* pp = tr_dtensor_param_placement(p);
@@ -129,7 +147,8 @@ int tr_tp_plan_describe(const tr_model_t* m, FILE* f) {
       snprintf(local, sizeof local, "[%" PRId64 "]", p->layout.shape[0]);
     }
     if (fprintf(f, "  %-44s %-20s %-18s %-14s local %s\n", p->name,
-                style_name(p->tp_style), buf, shape, local) < 0)
+                style_name(p->tp_style, tr_tp_sharded(p), tp), buf, shape,
+                local) < 0)
       return TR_EIO;
     whole += numel(p->ndim, p->shape);
     held += numel(p->ndim, p->layout.shape);
@@ -145,14 +164,162 @@ int tr_tp_plan_describe(const tr_model_t* m, FILE* f) {
 
 /* ---- the hook ---- */
 
-int tr_tp_reduce(void* arg, tr_tp_point_t point, tr_tensor_t* t) {
-  (void)point; /* both points sum over the group (no sequence parallel) */
-  return tr_pg_all_reduce(arg, t, TR_PG_SUM, NULL);
+void tr_tp_opts_init(tr_tp_opts_t* o) {
+  o->sequence_parallel = 1;
+  o->loss_parallel = 1;
 }
 
-void tr_tp_install(tr_model_t* m, tr_pg_t* tp) {
-  m->tp.reduce = tp && tr_pg_size(tp) > 1 ? tr_tp_reduce : NULL;
-  m->tp.arg = m->tp.reduce ? tp : NULL;
+/* *t becomes out (its reference moved), the old one released. */
+static void take(tr_tensor_t* t, tr_tensor_t* out) {
+  tr_tensor_release(t);
+  *t = *out;
+  *out = (tr_tensor_t){0};
+}
+
+/* Block b of the rows [r Tl, (r+1) Tl) of seq [B, T, W], a contiguous
+ * [1, Tl, W] view, in *v; and the matching run (r B + b) of a flat
+ * [k B Tl W] buffer, in *f. */
+static int seq_views(const tr_tensor_t* seq, const tr_tensor_t* flat, int r,
+                     int b, int64_t Tl, tr_tensor_t* v, tr_tensor_t* f) {
+  int64_t B = seq->shape[0], W = seq->shape[2], run = Tl * W;
+  int64_t shape[3] = {1, Tl, W};
+  TR_CHECK(tr_tensor_narrow(v, seq, 0, b, 1));
+  TR_CHECK(tr_tensor_narrow(v, v, 1, (int64_t)r * Tl, Tl));
+  TR_CHECK(tr_tensor_narrow(f, flat, 0, ((int64_t)r * B + b) * run, run));
+  return tr_tensor_reshape(f, f, 3, shape);
+}
+
+/* [B, Tl, W] -> [B, k Tl, W]: the all-gather's [k][B][Tl][W] reordered
+ * (dir 0), or [B, k Tl, W] -> its reduce-scatter's [B, Tl, W] through the
+ * reorder the other way (dir 1). */
+static int seq_collective(tr_pg_t* pg, tr_tensor_t* t, int scatter) {
+  int k = tr_pg_size(pg);
+  int64_t B = t->shape[0], W = t->shape[2];
+  int64_t Tl = scatter ? t->shape[1] / k : t->shape[1];
+  int64_t n = B * Tl * W, flat_shape[1] = {n * k};
+  int64_t out_shape[3] = {B, scatter ? Tl : Tl * k, W};
+  if (t->ndim != 3 || (scatter && t->shape[1] % k)) return TR_ESHAPE;
+  tr_tensor_t src = {0}, flat = {0}, out = {0};
+  int rc;
+  TR_CHECK_GOTO(tr_tensor_contiguous(&src, t), rc, done);
+  TR_CHECK_GOTO(tr_tensor_empty(&flat, t->dtype, t->device, 1, flat_shape), rc,
+                done);
+  TR_CHECK_GOTO(tr_tensor_empty(&out, t->dtype, t->device, 3, out_shape), rc,
+                done);
+  if (!scatter)
+    TR_CHECK_GOTO(tr_pg_all_gather(pg, &flat, &src, NULL), rc, done);
+  for (int r = 0; r < k; r++)
+    for (int64_t b = 0; b < B; b++) {
+      tr_tensor_t v = {0}, f = {0};
+      rc = seq_views(scatter ? &src : &out, &flat, r, (int)b, Tl, &v, &f);
+      if (rc == 0)
+        rc = scatter ? tr_tensor_copy(&f, &v) : tr_tensor_copy(&v, &f);
+      tr_tensor_release(&v);
+      tr_tensor_release(&f);
+      if (rc < 0) goto done;
+    }
+  if (scatter)
+    TR_CHECK_GOTO(tr_pg_reduce_scatter(pg, &out, &flat, TR_PG_SUM, NULL), rc,
+                  done);
+  take(t, &out);
+  rc = 0;
+done:
+  tr_tensor_release(&src);
+  tr_tensor_release(&flat);
+  tr_tensor_release(&out);
+  return rc;
+}
+
+/* [..., Wl] -> [..., k Wl], rank r's columns at [r Wl, (r+1) Wl). */
+static int gather_last(tr_pg_t* pg, tr_tensor_t* t) {
+  int k = tr_pg_size(pg), d = t->ndim - 1;
+  int64_t Wl = t->shape[d], n = tr_tensor_numel(t), rows = n / Wl;
+  int64_t flat_shape[1] = {n * k}, piece[2] = {rows, Wl},
+          wide[2] = {rows, Wl * k};
+  int64_t out_shape[TR_MAX_DIMS];
+  memcpy(out_shape, t->shape, sizeof out_shape);
+  out_shape[d] = Wl * k;
+  tr_tensor_t src = {0}, flat = {0}, out = {0}, out2 = {0};
+  int rc;
+  if (t->device.type != TR_DEV_CPU) {
+    TR_LOG_ERROR(DT,
+                 "disable_loss_parallel: gathering the logits over tp needs "
+                 "host tensors (a strided column copy); loss parallel works "
+                 "on devices");
+    return TR_EUNSUPPORTED;
+  }
+  TR_CHECK_GOTO(tr_tensor_contiguous(&src, t), rc, done);
+  TR_CHECK_GOTO(tr_tensor_empty(&flat, t->dtype, t->device, 1, flat_shape), rc,
+                done);
+  TR_CHECK_GOTO(tr_tensor_empty(&out, t->dtype, t->device, t->ndim, out_shape),
+                rc, done);
+  TR_CHECK_GOTO(tr_pg_all_gather(pg, &flat, &src, NULL), rc, done);
+  TR_CHECK_GOTO(tr_tensor_reshape(&out2, &out, 2, wide), rc, done);
+  for (int r = 0; r < k; r++) {
+    tr_tensor_t f = {0}, v = {0};
+    rc = tr_tensor_narrow(&f, &flat, 0, r * n, n);
+    if (rc == 0) rc = tr_tensor_reshape(&f, &f, 2, piece);
+    if (rc == 0) rc = tr_tensor_narrow(&v, &out2, 1, r * Wl, Wl);
+    if (rc == 0) rc = tr_tensor_copy(&v, &f); /* strided */
+    tr_tensor_release(&f);
+    tr_tensor_release(&v);
+    if (rc < 0) goto done;
+  }
+  take(t, &out);
+  rc = 0;
+done:
+  tr_tensor_release(&src);
+  tr_tensor_release(&flat);
+  tr_tensor_release(&out);
+  tr_tensor_release(&out2);
+  return rc;
+}
+
+int tr_tp_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
+                     tr_tensor_t* t) {
+  (void)point; /* what to do is the op; the point says where */
+  tr_pg_t* pg = arg;
+  switch (op) {
+    case TR_TP_SUM:
+      return tr_pg_all_reduce(pg, t, TR_PG_SUM, NULL);
+    case TR_TP_MAX:
+      return tr_pg_all_reduce(pg, t, TR_PG_MAX, NULL);
+    case TR_TP_GATHER:
+      return seq_collective(pg, t, 0);
+    case TR_TP_SCATTER:
+      return seq_collective(pg, t, 1);
+    case TR_TP_GATHER_LAST:
+      return gather_last(pg, t);
+    default:
+      return TR_EINVAL;
+  }
+}
+
+void tr_tp_install(tr_model_t* m, tr_pg_t* tp, const tr_tp_opts_t* opts) {
+  tr_tp_opts_t o;
+  tr_tp_opts_init(&o);
+  if (opts) o = *opts;
+  memset(&m->tp, 0, sizeof m->tp);
+  if (!tp || tr_pg_size(tp) < 2) return; /* the bits of no seam */
+  m->tp.fn = tr_tp_collective;
+  m->tp.arg = tp;
+  m->tp.size = tr_pg_size(tp);
+  m->tp.rank = tr_pg_rank(tp);
+  m->tp.sequence_parallel = o.sequence_parallel != 0;
+  m->tp.loss_parallel = o.loss_parallel != 0;
+}
+
+int tr_tp_check_seq_len(int tp, int seq_len, const tr_tp_opts_t* opts,
+                        tr_errmsg_t* err) {
+  tr_tp_opts_t o;
+  tr_tp_opts_init(&o);
+  if (opts) o = *opts;
+  if (tp > 1 && o.sequence_parallel && seq_len % tp)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "tensor_parallel_degree %d does not divide the "
+                         "sequence length %d (sequence parallel)",
+                         tp, seq_len);
+  return 0;
 }
 
 /* ---- gather and norm ---- */

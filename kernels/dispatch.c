@@ -180,6 +180,20 @@ static int row_ld(const chk_t* c, const tr_tensor_t* t, const char* what,
 
 /* ---- embedding ---- */
 
+/* Tokens outside [0, vocab) on the host: TR_EINVAL naming the first. */
+static int check_tokens(const chk_t* c, const tr_tensor_t* tokens,
+                        int64_t vocab) {
+  if (c->dev.type != TR_DEV_CPU) return 0;
+  const int32_t* tok = I(tokens);
+  for (int64_t i = 0; i < tr_tensor_numel(tokens); i++)
+    if (tok[i] < 0 || tok[i] >= vocab) {
+      TR_LOG_ERROR(KERN, "token %d at position %lld is outside [0, %lld)",
+                   tok[i], (long long)i, (long long)vocab);
+      return TR_EINVAL;
+    }
+  return 0;
+}
+
 int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
                           const tr_tensor_t* wte, const tr_tensor_t* wpe) {
   chk_t c = {.op = "embedding_fwd"};
@@ -198,15 +212,7 @@ int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
   if (wpe && (wpe->ndim != 2 || wpe->shape[0] < T || wpe->shape[1] != C))
     return bad(c.op, "wpe", wpe, "expected [>= T, C]");
   if (!fits_int(B) || !fits_int(T) || !fits_int(C)) return TR_EINVAL;
-  if (c.dev.type == TR_DEV_CPU) {
-    const int32_t* tok = I(tokens);
-    for (int64_t i = 0; i < B * T; i++)
-      if (tok[i] < 0 || tok[i] >= V) {
-        TR_LOG_ERROR(KERN, "token %d at position %lld is outside [0, %lld)",
-                     tok[i], (long long)i, (long long)V);
-        return TR_EINVAL;
-      }
-  }
+  TR_CHECK(check_tokens(&c, tokens, V));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->embedding_fwd(F(out), I(tokens), CF(wte), wpe ? CF(wpe) : NULL,
@@ -239,6 +245,66 @@ int tr_kern_embedding_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
   if (!ops) return rc;
   return ops->embedding_bwd(F(dwte), OF(dwpe), CF(dout), I(tokens), (int)B,
                             (int)T, (int)C);
+}
+
+/* An entry a table may lack: TR_EUNSUPPORTED naming the op. */
+static int have(const chk_t* c, const void* fn) {
+  if (fn) return 0;
+  TR_LOG_ERROR(KERN, "%s: not in the %s kernels", c->op,
+               c->dev.type == TR_DEV_CPU ? "cpu" : "device");
+  return TR_EUNSUPPORTED;
+}
+
+int tr_kern_embedding_rows_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
+                               const tr_tensor_t* wte, int64_t row0,
+                               int64_t vocab) {
+  chk_t c = {.op = "embedding_rows_fwd"};
+  int rc = 0;
+  TR_CHECK(act(&c, out, "out", 1));
+  TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
+  TR_CHECK(act(&c, wte, "wte", 1));
+  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
+  int64_t B = tokens->shape[0], T = tokens->shape[1];
+  if (wte->ndim != 2) return bad(c.op, "wte", wte, "expected [Vl, C]");
+  int64_t Vl = wte->shape[0], C = wte->shape[1];
+  if (out->ndim != 3 || out->shape[0] != B || out->shape[1] != T ||
+      out->shape[2] != C)
+    return bad(c.op, "out", out, "expected [B, T, C]");
+  if (row0 < 0 || row0 + Vl > vocab || !fits_int(B) || !fits_int(T) ||
+      !fits_int(C))
+    return TR_EINVAL;
+  TR_CHECK(check_tokens(&c, tokens, vocab));
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  TR_CHECK(have(&c, ops->embedding_rows_fwd));
+  return ops->embedding_rows_fwd(F(out), I(tokens), CF(wte), row0, Vl, (int)B,
+                                 (int)T, (int)C);
+}
+
+int tr_kern_embedding_rows_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
+                               const tr_tensor_t* dout,
+                               const tr_tensor_t* tokens, int64_t row0) {
+  chk_t c = {.op = "embedding_rows_bwd"};
+  int rc = 0;
+  TR_CHECK(arg(&c, dwte, "dwte", TR_F32, 1));
+  TR_CHECK(opt(&c, dwpe, "dwpe", TR_F32));
+  TR_CHECK(act(&c, dout, "dout", 1));
+  TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
+  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
+  int64_t B = tokens->shape[0], T = tokens->shape[1];
+  if (dwte->ndim != 2) return bad(c.op, "dwte", dwte, "expected [Vl, C]");
+  int64_t Vl = dwte->shape[0], C = dwte->shape[1];
+  if (dout->ndim != 3 || dout->shape[0] != B || dout->shape[1] != T ||
+      dout->shape[2] != C)
+    return bad(c.op, "dout", dout, "expected [B, T, C]");
+  if (dwpe && (dwpe->ndim != 2 || dwpe->shape[0] < T || dwpe->shape[1] != C))
+    return bad(c.op, "dwpe", dwpe, "expected [>= T, C]");
+  if (row0 < 0) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  TR_CHECK(have(&c, ops->embedding_rows_bwd));
+  return ops->embedding_rows_bwd(F(dwte), OF(dwpe), CF(dout), I(tokens), row0,
+                                 Vl, (int)B, (int)T, (int)C);
 }
 
 /* ---- norms ---- */
@@ -831,6 +897,109 @@ int tr_kern_xent_fused(tr_tensor_t* losses, tr_tensor_t* lse,
   if (!ops) return rc;
   return ops->xent_fused(F(losses), F(lse), F(logits), I(targets), N, (int)V,
                          ld, scale);
+}
+
+/* [N] fp32 vectors of the shard steps */
+static int vec_args(chk_t* c, int64_t N, const tr_tensor_t* const* ts,
+                    const char* const* names, int n) {
+  for (int i = 0; i < n; i++) {
+    TR_CHECK(arg(c, ts[i], names[i], TR_F32, 1));
+    if (tr_tensor_numel(ts[i]) != N)
+      return bad(c->op, names[i], ts[i], "expected one per logits row");
+  }
+  return 0;
+}
+
+int tr_kern_xent_shard_stats(tr_tensor_t* max, tr_tensor_t* tgt,
+                             const tr_tensor_t* logits,
+                             const tr_tensor_t* targets, int64_t voff,
+                             int64_t vocab) {
+  chk_t c = {.op = "xent_shard_stats"};
+  int rc = 0;
+  int64_t ld;
+  TR_CHECK(act(&c, logits, "logits", 0));
+  TR_CHECK(row_ld(&c, logits, "logits", &ld));
+  int64_t N = rows(logits), V = last_dim(logits);
+  const tr_tensor_t* v[] = {max, tgt};
+  const char* nm[] = {"max", "tgt"};
+  TR_CHECK(vec_args(&c, N, v, nm, 2));
+  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  if (tr_tensor_numel(targets) != N)
+    return bad(c.op, "targets", targets, "expected one per logits row");
+  if (!fits_int(V) || V == 0 || voff < 0 || voff + V > vocab) return TR_EINVAL;
+  if (c.dev.type == TR_DEV_CPU) {
+    const int32_t* t = I(targets);
+    for (int64_t i = 0; i < N; i++)
+      if (t[i] != TR_IGNORE_INDEX && (t[i] < 0 || t[i] >= vocab)) {
+        TR_LOG_ERROR(KERN, "target %d at position %lld is outside [0, %lld)",
+                     t[i], (long long)i, (long long)vocab);
+        return TR_EINVAL;
+      }
+  }
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  TR_CHECK(have(&c, ops->xent_shard_stats));
+  return ops->xent_shard_stats(F(max), F(tgt), CF(logits), I(targets), N,
+                               (int)V, ld, voff);
+}
+
+int tr_kern_xent_shard_sumexp(tr_tensor_t* sum, const tr_tensor_t* logits,
+                              const tr_tensor_t* max) {
+  chk_t c = {.op = "xent_shard_sumexp"};
+  int rc = 0;
+  int64_t ld;
+  TR_CHECK(act(&c, logits, "logits", 0));
+  TR_CHECK(row_ld(&c, logits, "logits", &ld));
+  int64_t N = rows(logits), V = last_dim(logits);
+  const tr_tensor_t* v[] = {sum, max};
+  const char* nm[] = {"sum", "max"};
+  TR_CHECK(vec_args(&c, N, v, nm, 2));
+  if (!fits_int(V) || V == 0) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  TR_CHECK(have(&c, ops->xent_shard_sumexp));
+  return ops->xent_shard_sumexp(F(sum), CF(logits), CF(max), N, (int)V, ld);
+}
+
+int tr_kern_xent_shard_loss(tr_tensor_t* losses, tr_tensor_t* lse,
+                            const tr_tensor_t* max, const tr_tensor_t* sum,
+                            const tr_tensor_t* tgt,
+                            const tr_tensor_t* targets) {
+  chk_t c = {.op = "xent_shard_loss"};
+  int rc = 0;
+  int64_t N = tr_tensor_numel(targets);
+  const tr_tensor_t* v[] = {losses, lse, max, sum, tgt};
+  const char* nm[] = {"losses", "lse", "max", "sum", "tgt"};
+  TR_CHECK(vec_args(&c, N, v, nm, 5));
+  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  TR_CHECK(have(&c, ops->xent_shard_loss));
+  return ops->xent_shard_loss(F(losses), F(lse), CF(max), CF(sum), CF(tgt),
+                              I(targets), N);
+}
+
+int tr_kern_xent_shard_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
+                           const tr_tensor_t* targets, int64_t voff,
+                           float scale) {
+  chk_t c = {.op = "xent_shard_bwd"};
+  int rc = 0;
+  int64_t ld;
+  TR_CHECK(act(&c, logits, "logits", 0));
+  TR_CHECK(row_ld(&c, logits, "logits", &ld));
+  int64_t N = rows(logits), V = last_dim(logits);
+  const tr_tensor_t* v[] = {lse};
+  const char* nm[] = {"lse"};
+  TR_CHECK(vec_args(&c, N, v, nm, 1));
+  TR_CHECK(arg(&c, targets, "targets", TR_I32, 1));
+  if (tr_tensor_numel(targets) != N)
+    return bad(c.op, "targets", targets, "expected one per logits row");
+  if (!fits_int(V) || V == 0 || voff < 0) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  TR_CHECK(have(&c, ops->xent_shard_bwd));
+  return ops->xent_shard_bwd(F(logits), CF(lse), I(targets), N, (int)V, ld,
+                             voff, scale);
 }
 
 /* ---- optimizer, norms, elementwise ---- */

@@ -275,10 +275,12 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
   if (tp > 1) {
     fprintf(out,
             "tensor parallel: %d ranks (the innermost mesh dim); heads %d "
-            "and KV heads %d split to %d and %d a rank; two all-reduces per "
-            "layer forward, two backward; rank 0's pieces:\n",
-            tp, mc.n_heads, mc.n_kv_heads, mc.n_heads / tp,
-            mc.n_kv_heads / tp);
+            "and KV heads %d split to %d and %d a rank; sequence parallel "
+            "(two all-gathers and two reduce-scatters per layer forward, "
+            "the mirrors and the norms' gradient sums backward), loss "
+            "parallel %s; rank 0's pieces:\n",
+            tp, mc.n_heads, mc.n_kv_heads, mc.n_heads / tp, mc.n_kv_heads / tp,
+            p->disable_loss_parallel ? "off (the logits gathered)" : "on");
     rc = tr_tp_plan_describe(&m, out);
     if (rc < 0) {
       tr_model_release(&m);

@@ -228,7 +228,7 @@ int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   out->pg = pg;
   tr_mesh_get_shape(mesh, &out->mesh);
   out->loss_parallel = !cfg->parallelism.disable_loss_parallel;
-  out->sequence_parallel = 0; /* not built: the plan all-reduces */
+  out->sequence_parallel = 1; /* torchtitan's TP always runs it */
   out->train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
   return 1;
 }

@@ -248,6 +248,13 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
   if (rc < 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
                     "%s", rc == TR_ECONFIG ? perr.message : tr_strerror(rc));
+  if (p->disable_loss_parallel && job_on_cuda(cfg) &&
+      mc->vocab_size % p->tensor_parallel_degree == 0)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_disable_loss_parallel,
+                    "gathering the logits of a vocabulary split over %lld "
+                    "ranks is built for CPU tensors only; leave it false "
+                    "on cuda (loss parallel gives the same losses)",
+                    (long long)p->tensor_parallel_degree);
   if (strided && p->data_parallel_shard_degree > 1)
     return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
                     "%lld with data_parallel_shard_degree %lld: FSDP cannot "
@@ -349,9 +356,6 @@ int tr__job_uses_mpi(const tr_config_t* cfg) {
 
 /* ---- keys that change nothing ---- */
 
-#define UNDER_TP                                                        \
-  "it applies under tensor parallelism, which trainrun does not build " \
-  "yet"
 #define UNDER_CP                                                         \
   "it applies under context parallelism, which trainrun does not build " \
   "yet"
@@ -368,7 +372,6 @@ static const struct {
      "(token shards are tokenized already) and config.json is written from "
      "the model config"},
     {TR_CFG_K_training_gc_freq, "trainrun has no garbage collector to pace"},
-    {TR_CFG_K_parallelism_disable_loss_parallel, UNDER_TP},
     {TR_CFG_K_parallelism_context_parallel_load_balancer, UNDER_CP},
     {TR_CFG_K_parallelism_context_parallel_rotate_method, UNDER_CP},
     {TR_CFG_K_parallelism_expert_tensor_parallel_degree, UNDER_EP},

@@ -3,8 +3,11 @@
  * the row-parallel linear forward that both families run). */
 #include "config.h"
 
+#include <string.h>
+
 #include "model/internal.h"
 #include "trainrun/error.h"
+#include "trainrun/log.h"
 
 int tr__act(tr_model_t* m, tr_tensor_t* t, int B, int T, int64_t w) {
   int64_t shape[3] = {B, T, w};
@@ -74,8 +77,132 @@ out:
 
 /* ---- the tensor-parallel seam ---- */
 
-int tr__tp(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t) {
-  return m->tp.reduce ? m->tp.reduce(m->tp.arg, pt, t) : 0;
+int tr__tp(tr_model_t* m, tr_tp_point_t pt, tr_tp_op_t op, tr_tensor_t* t) {
+  return m->tp.fn ? m->tp.fn(m->tp.arg, pt, op, t) : 0;
+}
+
+int tr__tp_sp(const tr_model_t* m) {
+  return m->tp.fn && m->tp.sequence_parallel && m->tp.size > 1;
+}
+
+int tr__tp_rows(const tr_model_t* m, int T) {
+  return tr__tp_sp(m) ? T / m->tp.size : T;
+}
+
+int tr__tp_reduce(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t) {
+  return tr__tp(m, pt, tr__tp_sp(m) ? TR_TP_SCATTER : TR_TP_SUM, t);
+}
+
+int tr__tp_gather(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t) {
+  return tr__tp_sp(m) ? tr__tp(m, pt, TR_TP_GATHER, t) : 0;
+}
+
+int tr__tp_out_grad(tr_model_t* m, const tr_tensor_t* d, tr_tensor_t* out) {
+  tr_tensor_view(out, d);
+  int rc = tr__tp_gather(m, TR_TP_BWD_OUT, out);
+  if (rc < 0) tr_tensor_release(out);
+  return rc;
+}
+
+int tr__tp_grads_begin(tr_model_t* m, tr__tp_grads_t* g, int n, tr_tensor_t* g0,
+                       tr_tensor_t* g1) {
+  memset(g, 0, sizeof *g);
+  g->n = n;
+  g->dst[0] = g0;
+  g->dst[1] = g1;
+  if (!tr__tp_sp(m)) {
+    for (int i = 0; i < n; i++) tr_tensor_view(&g->part[i], g->dst[i]);
+    return 0;
+  }
+  int64_t C = g0->shape[0], shape[1] = {n * C};
+  int rc = tr_tensor_zeros(&g->buf, TR_F32, m->device, 1, shape);
+  for (int i = 0; rc == 0 && i < n; i++)
+    rc = tr_tensor_narrow(&g->part[i], &g->buf, 0, i * C, C);
+  return rc < 0 ? tr__tp_grads_end(m, g, rc) : 0;
+}
+
+int tr__tp_grads_end(tr_model_t* m, tr__tp_grads_t* g, int rc) {
+  if (rc == 0 && g->buf.storage) {
+    rc = tr__tp(m, TR_TP_GRAD, TR_TP_SUM, &g->buf);
+    for (int i = 0; rc == 0 && i < g->n; i++)
+      rc = tr_kern_accumulate(g->dst[i], &g->part[i]);
+  }
+  tr__release_all(g->part, 2);
+  tr_tensor_release(&g->buf);
+  g->n = 0;
+  return rc;
+}
+
+int tr__tp_keep_rows(tr_model_t* m, tr_tensor_t* t) {
+  if (!tr__tp_sp(m)) return 0;
+  int B = (int)t->shape[0], T = (int)t->shape[1], Tl = tr__tp_rows(m, T);
+  int64_t t0 = (int64_t)m->tp.rank * Tl;
+  tr_tensor_t out = {0};
+  int rc;
+  TR_CHECK(tr__act(m, &out, B, Tl, t->shape[2]));
+  for (int b = 0; b < B; b++) { /* one contiguous run per batch row */
+    tr_tensor_t src = {0}, dst = {0};
+    rc = tr_tensor_narrow(&src, t, 0, b, 1);
+    if (rc == 0) rc = tr_tensor_narrow(&src, &src, 1, t0, Tl);
+    if (rc == 0) rc = tr_tensor_narrow(&dst, &out, 0, b, 1);
+    if (rc == 0) rc = tr_tensor_copy(&dst, &src);
+    tr_tensor_release(&src);
+    tr_tensor_release(&dst);
+    if (rc < 0) {
+      tr_tensor_release(&out);
+      return rc;
+    }
+  }
+  tr_tensor_release(t);
+  *t = out;
+  return 0;
+}
+
+/* out [B, Tl, C] += the position rows [t0, t0 + Tl) of wpe, per batch row */
+static int add_positions(tr_tensor_t* out, const tr_tensor_t* wpe, int64_t t0) {
+  int64_t B = out->shape[0], Tl = out->shape[1], C = out->shape[2];
+  int64_t rows[2] = {Tl, C};
+  tr_tensor_t pos = {0};
+  int rc = tr_tensor_narrow(&pos, wpe, 0, t0, Tl);
+  for (int64_t b = 0; rc == 0 && b < B; b++) {
+    tr_tensor_t o = {0};
+    rc = tr_tensor_narrow(&o, out, 0, b, 1);
+    if (rc == 0) rc = tr_tensor_reshape(&o, &o, 2, rows);
+    if (rc == 0) rc = tr_kern_add(&o, &o, &pos);
+    tr_tensor_release(&o);
+  }
+  tr_tensor_release(&pos);
+  return rc;
+}
+
+int tr__tp_embed(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
+                 const tr_tensor_t* wte, const tr_tensor_t* wpe) {
+  int64_t V = m->cfg.vocab_size, Vl = wte->shape[0];
+  if (tr__tp_sp(m) && out->shape[1] % m->tp.size) {
+    TR_LOG_ERROR(MODEL,
+                 "sequence parallel: tensor_parallel_degree %d does not "
+                 "divide the sequence length %lld",
+                 m->tp.size, (long long)out->shape[1]);
+    return TR_ECONFIG;
+  }
+  if (Vl == V) { /* whole: the one-rank lookup, then this rank's rows */
+    TR_CHECK(tr_kern_embedding_fwd(out, tokens, wte, wpe));
+    return tr__tp_keep_rows(m, out);
+  }
+  TR_CHECK(tr_kern_embedding_rows_fwd(out, tokens, wte, m->tp.rank * Vl, V));
+  TR_CHECK(tr__tp_reduce(m, TR_TP_EMBED_OUT, out));
+  /* x + 0 is x: the sum is the one-rank lookup's bits, then the positions
+   * are added once as the one-rank kernel adds them */
+  if (!wpe) return 0;
+  return add_positions(out, wpe, tr__tp_sp(m) ? m->tp.rank * out->shape[1] : 0);
+}
+
+int tr__tp_embed_bwd(tr_model_t* m, tr_tensor_t* dwte, tr_tensor_t* dwpe,
+                     const tr_tensor_t* dout, const tr_tensor_t* tokens) {
+  int64_t Vl = dwte->shape[0];
+  if (Vl == m->cfg.vocab_size)
+    return tr_kern_embedding_bwd(dwte, dwpe, dout, tokens);
+  return tr_kern_embedding_rows_bwd(dwte, dwpe, dout, tokens, m->tp.rank * Vl);
 }
 
 /* out [N, C] += bias broadcast over the rows: a rank-1 GEMM, ones [N, 1]
@@ -101,8 +228,8 @@ out:
 
 int tr__row_linear_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* w, const tr_tensor_t* bias) {
-  if (!m->tp.reduce) return tr_kern_linear_fwd(out, inp, w, bias);
+  if (!m->tp.fn) return tr_kern_linear_fwd(out, inp, w, bias);
   TR_CHECK(tr_kern_linear_fwd(out, inp, w, NULL));
-  TR_CHECK(tr__tp(m, TR_TP_FWD_OUT, out));
+  TR_CHECK(tr__tp_reduce(m, TR_TP_FWD_OUT, out));
   return bias ? add_bias_rows(out, bias) : 0;
 }

@@ -187,11 +187,16 @@ static int build(tr__table_t* t) {
 
 static int embed_fwd(tr_model_t* m, tr_tensor_t* out,
                      const tr_tensor_t* tokens) {
+  if (m->tp.fn)
+    return tr__tp_embed(m, out, tokens, W(m, 0, EMB_WTE), W(m, 0, EMB_WPE));
   return tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE), W(m, 0, EMB_WPE));
 }
 
 static int embed_bwd(tr_model_t* m, const tr_tensor_t* dout,
                      const tr_tensor_t* tokens) {
+  if (m->tp.fn)
+    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
+                            tokens);
   return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
                                tokens);
 }
@@ -203,12 +208,12 @@ static int norm_fwd(tr_model_t* m, int blk, tr_tensor_t* out, tr_tensor_t* mean,
                                W(m, blk, HEAD_NORM_B), m->cfg.norm_eps);
 }
 
-static int norm_bwd(tr_model_t* m, int blk, tr_tensor_t* dx,
-                    const tr_tensor_t* dout, const tr_tensor_t* x,
-                    const tr_tensor_t* mean, const tr_tensor_t* rstd) {
-  return tr_kern_layernorm_bwd(dx, G(m, blk, HEAD_NORM_W),
-                               G(m, blk, HEAD_NORM_B), dout, x,
-                               W(m, blk, HEAD_NORM_W), mean, rstd);
+static int norm_bwd(tr_model_t* m, int blk, tr_tensor_t* dx, tr_tensor_t* dw,
+                    tr_tensor_t* db, const tr_tensor_t* dout,
+                    const tr_tensor_t* x, const tr_tensor_t* mean,
+                    const tr_tensor_t* rstd) {
+  return tr_kern_layernorm_bwd(dx, dw, db, dout, x, W(m, blk, HEAD_NORM_W),
+                               mean, rstd);
 }
 
 /* ---- the layer ---- */
@@ -265,7 +270,8 @@ static int qkv_views(tr_tensor_t* qkv, int64_t Cl, tr_tensor_t* q,
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
-  int64_t N = (int64_t)B * T;
+  int Tl = tr__tp_rows(m, T); /* the residual stream's rows */
+  int64_t N = (int64_t)B * Tl;
   dims_t d;
   TR_CHECK(local_dims(m, blk, &d));
   gpt2_saved_t* s = calloc(1, sizeof *s);
@@ -275,13 +281,14 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   tr_tensor_view(&s->x, &mb->hidden);
   tr_tensor_release(&mb->hidden);
   /* attention branch */
-  TR_CHECK_GOTO(tr__act(m, &s->ln1, B, T, C), rc, fail);
+  TR_CHECK_GOTO(tr__act(m, &s->ln1, B, Tl, C), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->ln1_mean, N), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->ln1_rstd, N), rc, fail);
   TR_CHECK_GOTO(tr_kern_layernorm_fwd(&s->ln1, &s->ln1_mean, &s->ln1_rstd,
                                       &s->x, W(m, blk, G_LN1_W),
                                       W(m, blk, G_LN1_B), c->norm_eps),
                 rc, fail);
+  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->ln1), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->qkv, B, T, 3 * d.Cl), rc, fail);
   TR_CHECK_GOTO(tr_kern_linear_fwd(&s->qkv, &s->ln1, W(m, blk, G_QKV_W),
                                    W(m, blk, G_QKV_B)),
@@ -298,7 +305,7 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   /* MLP branch: x2 = proj + x (in place in proj) and ln2(x2) in one pass;
    * the bits of tr_kern_add then tr_kern_layernorm_fwd, which the
    * recomputations (layer_refill, recompute.c) run */
-  TR_CHECK_GOTO(tr__act(m, &s->ln2, B, T, C), rc, fail);
+  TR_CHECK_GOTO(tr__act(m, &s->ln2, B, Tl, C), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->ln2_mean, N), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->ln2_rstd, N), rc, fail);
   TR_CHECK_GOTO(tr_kern_residual_layernorm_fwd(
@@ -306,6 +313,7 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
                     W(m, blk, G_LN2_W), W(m, blk, G_LN2_B), c->norm_eps),
                 rc, fail);
   tr_tensor_view(&s->x2, &proj);
+  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->ln2), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->fc, B, T, d.F), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->gelu, B, T, d.F), rc, fail);
   if (m->ac_mode == TR_AC_OPS) {
@@ -347,6 +355,18 @@ out:
   return rc;
 }
 
+/* A layer norm's backward, dres += LN'(dout), its weight (slot) and bias
+ * (slot + 1) gradients through tr__tp_grads_t (under SP summed over tp). */
+static int ln_bwd(tr_model_t* m, int blk, int slot, tr_tensor_t* dres,
+                  const tr_tensor_t* dout, const tr_tensor_t* x,
+                  const tr_tensor_t* mean, const tr_tensor_t* rstd) {
+  tr__tp_grads_t ng;
+  TR_CHECK(tr__tp_grads_begin(m, &ng, 2, G(m, blk, slot), G(m, blk, slot + 1)));
+  int rc = tr_kern_layernorm_bwd(dres, &ng.part[0], &ng.part[1], dout, x,
+                                 W(m, blk, slot), mean, rstd);
+  return tr__tp_grads_end(m, &ng, rc);
+}
+
 /* The backward. split 0: every gradient, the record freed (the combined
  * pass). split 1: the I pass — the input and norm gradients; the linear
  * layers' weight and bias gradients are left for layer_bwd_weight, whose
@@ -356,20 +376,25 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
   tr_tensor_t* dres = &mb->dhidden; /* d(output), becomes d(input) */
-  tr_tensor_t dfc = {0}, dsmall = {0}, datty = {0}, dqkv = {0};
+  tr_tensor_t dfc = {0}, dsmall = {0}, datty = {0}, dqkv = {0}, dout = {0};
   tr_tensor_t q = {0}, k = {0}, v = {0}, dq = {0}, dk = {0}, dv = {0};
+  int sp = tr__tp_sp(m);
   /* the weight and bias gradients of the combined pass, NULL in the I pass */
 #define GW(slot) (split ? NULL : G(m, blk, (slot)))
   dims_t d;
   int rc;
   TR_CHECK_GOTO(local_dims(m, blk, &d), rc, out);
   /* MLP branch: x3 = x2 + fcproj(gelu(fc(ln2(x2)))) */
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_fcp, dres), rc, out);
+  /* the row-parallel outputs' gradients: dres, under SP gathered (so the
+   * row-parallel biases' gradients are whole on every rank) */
+  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_fcp, &dout), rc, out);
   /* d(fc) = (dres fcproj_w) * gelu'(fc), written whole by one call */
   TR_CHECK_GOTO(tr__act(m, &dfc, B, T, d.F), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_dgelu_bwd(&dfc, GW(G_FCP_W), GW(G_FCP_B), dres,
+  TR_CHECK_GOTO(tr_kern_linear_dgelu_bwd(&dfc, GW(G_FCP_W), GW(G_FCP_B), &dout,
                                          &s->gelu, W(m, blk, G_FCP_W), &s->fc),
                 rc, out);
+  tr_tensor_release(&dout);
   /* d(ln2), d(atty), d(ln1) in turn: each written whole by the first
    * GEMM into it (linear_bwd_write), no zeroing pass */
   TR_CHECK_GOTO(tr__act(m, &dsmall, B, T, C), rc, out);
@@ -378,20 +403,25 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
                 rc, out);
   if (split) tr_tensor_view(&s->d_fc, &dfc);
   tr_tensor_release(&dfc);
-  TR_CHECK_GOTO(tr__tp(m, TR_TP_BWD_IN, &dsmall), rc, out);
-  TR_CHECK_GOTO(tr_kern_layernorm_bwd(
-                    dres, G(m, blk, G_LN2_W), G(m, blk, G_LN2_B), &dsmall,
-                    &s->x2, W(m, blk, G_LN2_W), &s->ln2_mean, &s->ln2_rstd),
+  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dsmall), rc, out);
+  TR_CHECK_GOTO(ln_bwd(m, blk, G_LN2_W, dres, &dsmall, &s->x2, &s->ln2_mean,
+                       &s->ln2_rstd),
                 rc, out);
   /* attention branch: x2 = x + proj(attn(qkv(ln1(x)))) */
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_proj, dres), rc, out);
+  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_proj, &dout), rc, out);
+  if (sp) { /* dsmall holds this rank's rows: whole ones again */
+    tr_tensor_release(&dsmall);
+    TR_CHECK_GOTO(tr__act(m, &dsmall, B, T, C), rc, out);
+  }
   if (d.Cl == C) /* dsmall is now d(atty) */
     tr_tensor_view(&datty, &dsmall);
   else
     TR_CHECK_GOTO(tr__act(m, &datty, B, T, d.Cl), rc, out);
   TR_CHECK_GOTO(tr_kern_linear_bwd_write(&datty, GW(G_PROJ_W), GW(G_PROJ_B),
-                                         dres, &s->atty, W(m, blk, G_PROJ_W)),
+                                         &dout, &s->atty, W(m, blk, G_PROJ_W)),
                 rc, out);
+  tr_tensor_release(&dout);
   TR_CHECK_GOTO(tr__act(m, &dqkv, B, T, 3 * d.Cl), rc, out); /* set */
   TR_CHECK_GOTO(qkv_views(&s->qkv, d.Cl, &q, &k, &v), rc, out);
   TR_CHECK_GOTO(qkv_views(&dqkv, d.Cl, &dq, &dk, &dv), rc, out);
@@ -403,15 +433,15 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
                                          &dqkv, &s->ln1, W(m, blk, G_QKV_W)),
                 rc, out);
   if (split) tr_tensor_view(&s->d_qkv, &dqkv);
-  TR_CHECK_GOTO(tr__tp(m, TR_TP_BWD_IN, &dsmall), rc, out);
-  TR_CHECK_GOTO(tr_kern_layernorm_bwd(
-                    dres, G(m, blk, G_LN1_W), G(m, blk, G_LN1_B), &dsmall,
-                    &s->x, W(m, blk, G_LN1_W), &s->ln1_mean, &s->ln1_rstd),
-                rc, out);
+  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dsmall), rc, out);
+  TR_CHECK_GOTO(
+      ln_bwd(m, blk, G_LN1_W, dres, &dsmall, &s->x, &s->ln1_mean, &s->ln1_rstd),
+      rc, out);
   rc = 0;
 #undef GW
 out:;
-  tr_tensor_t* ts[] = {&dfc, &dsmall, &datty, &dqkv, &q, &k, &v, &dq, &dk, &dv};
+  tr_tensor_t* ts[] = {&dfc, &dsmall, &datty, &dqkv, &q,   &k,
+                       &v,   &dq,     &dk,    &dv,   &dout};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
     tr_tensor_release(ts[i]);
   if (!split) {
@@ -469,20 +499,22 @@ static int layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
                         void* saved) {
   gpt2_saved_t* s = saved;
   const tr_model_config_t* c = &m->cfg;
-  int B = mb->B, T = mb->T, C = c->dim;
+  int B = mb->B, T = mb->T, Tl = tr__tp_rows(m, T), C = c->dim;
   /* the same kernels on the same inputs as the forward: the statistics
-   * are rewritten with the values they hold */
+   * are rewritten with the values they hold; under SP its gathers */
   if (!s->ln1.storage) {
-    TR_CHECK(tr__act(m, &s->ln1, B, T, C));
+    TR_CHECK(tr__act(m, &s->ln1, B, Tl, C));
     TR_CHECK(tr_kern_layernorm_fwd(&s->ln1, &s->ln1_mean, &s->ln1_rstd, &s->x,
                                    W(m, blk, G_LN1_W), W(m, blk, G_LN1_B),
                                    c->norm_eps));
+    TR_CHECK(tr__tp_gather(m, TR_TP_FWD_IN, &s->ln1));
   }
   if (!s->ln2.storage) {
-    TR_CHECK(tr__act(m, &s->ln2, B, T, C));
+    TR_CHECK(tr__act(m, &s->ln2, B, Tl, C));
     TR_CHECK(tr_kern_layernorm_fwd(&s->ln2, &s->ln2_mean, &s->ln2_rstd, &s->x2,
                                    W(m, blk, G_LN2_W), W(m, blk, G_LN2_B),
                                    c->norm_eps));
+    TR_CHECK(tr__tp_gather(m, TR_TP_FWD_IN, &s->ln2));
   }
   if (!s->gelu.storage) {
     /* in this mode the forward ran gelu_fwd on fc too (not the fused
@@ -510,6 +542,7 @@ const tr__family_t tr__gpt2_family = {
     .head_out_slot = HEAD_OUT,
     .norm_fwd = norm_fwd,
     .norm_bwd = norm_bwd,
+    .head_norm_params = 2,
     .layer_fwd = layer_fwd,
     .layer_bwd = layer_bwd,
     .layer_bwd_input = layer_bwd_input,

@@ -81,11 +81,57 @@ int tr__rope_ensure(tr_model_t* m, int T);
 void tr__release_all(tr_tensor_t* ts, int n);
 
 /* The tensor-parallel seam (tr_model_tp_t): a no-op without a hook. */
-int tr__tp(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t);
+int tr__tp(tr_model_t* m, tr_tp_point_t pt, tr_tp_op_t op, tr_tensor_t* t);
+/* 1 under sequence parallel (a hook, its flag, more than one rank). */
+int tr__tp_sp(const tr_model_t* m);
+/* The rows of the sequence a rank's residual stream holds: T / tp under
+ * sequence parallel, else T. */
+int tr__tp_rows(const tr_model_t* m, int T);
+/* A partial sum at point pt: TR_TP_SUM, under SP TR_TP_SCATTER (t becomes
+ * this rank's rows of the sequence). */
+int tr__tp_reduce(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t);
+/* Under SP only: t, this rank's rows of the sequence, becomes the whole
+ * sequence (TR_TP_GATHER at pt). */
+int tr__tp_gather(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t);
+/* The gradient of a row-parallel (or vocabulary-parallel) output for its
+ * backward: a view of d, under SP d gathered over the sequence
+ * (TR_TP_BWD_OUT), in *out. */
+int tr__tp_out_grad(tr_model_t* m, const tr_tensor_t* d, tr_tensor_t* out);
+/* The gradients of a norm of the residual stream (n = 1 or 2 tensors of
+ * [C]: weight, bias): part[i] is what the norm's backward accumulates
+ * into — the grads themselves, or under SP zeroed temporaries (partial
+ * sums over this rank's rows) that _end sums over tp (TR_TP_GRAD, one
+ * call) and adds to the grads. _end releases; rc is the backward's so
+ * far (nothing is reduced after an error), its result returned. _begin
+ * releases what it made when it fails. */
+typedef struct {
+  int n;
+  tr_tensor_t* dst[2];
+  tr_tensor_t buf, part[2];
+} tr__tp_grads_t;
+int tr__tp_grads_begin(tr_model_t* m, tr__tp_grads_t* g, int n, tr_tensor_t* g0,
+                       tr_tensor_t* g1);
+int tr__tp_grads_end(tr_model_t* m, tr__tp_grads_t* g, int rc);
+/* Under SP only: t [B, T, W], the same on every tp rank, becomes this
+ * rank's rows of the sequence [B, T/tp, W] (a copy, no communication). */
+int tr__tp_keep_rows(tr_model_t* m, tr_tensor_t* t);
+/* The token embedding under a tp hook (the families' embed_fwd and
+ * embed_bwd). out [B, T, C]: a vocabulary-split wte (fewer rows than the
+ * vocabulary: rows [rank Vl, (rank+1) Vl)) looks up the tokens it holds,
+ * the sum over tp (TR_TP_EMBED_OUT; under SP a reduce-scatter) completes
+ * it, and the positions (wpe, or NULL) of this rank's rows are added once;
+ * a whole wte runs the one-rank lookup and under SP keeps its rows. T % tp
+ * under SP: TR_ECONFIG. The backward takes the whole sequence's dout and
+ * adds to the rows of wte it holds (and to every position's). */
+int tr__tp_embed(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
+                 const tr_tensor_t* wte, const tr_tensor_t* wpe);
+int tr__tp_embed_bwd(tr_model_t* m, tr_tensor_t* dwte, tr_tensor_t* dwpe,
+                     const tr_tensor_t* dout, const tr_tensor_t* tokens);
 /* A row-parallel linear layer's forward, out = inp w^T (+ bias), with the
- * TR_TP_FWD_OUT hook on its output. Without a tp hook the bias goes into
- * the GEMM (the bits of tr_kern_linear_fwd); with one it is added after
- * the reduction, so once and not once per rank. */
+ * TR_TP_FWD_OUT reduction on its output (under SP out becomes this rank's
+ * rows of the sequence). Without a tp hook the bias goes into the GEMM
+ * (the bits of tr_kern_linear_fwd); with one it is added after the
+ * reduction, so once and not once per rank. */
 int tr__row_linear_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* w, const tr_tensor_t* bias);
 
@@ -121,9 +167,11 @@ struct tr_model_family {
   int (*build)(tr__table_t* t);
 
   /* ---- embedding block ---- */
+  /* out [B,T,C] allocated; under TP (tr__tp_embed) it may become this
+   * rank's rows of the sequence */
   int (*embed_fwd)(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens);
-  /* the table gradients from the block's output gradient (weights only:
-   * tokens have no gradient) */
+  /* the table gradients from the block's output gradient, the whole
+   * sequence's (weights only: tokens have no gradient) */
   int (*embed_bwd)(tr_model_t* m, const tr_tensor_t* dout,
                    const tr_tensor_t* tokens);
 
@@ -134,10 +182,14 @@ struct tr_model_family {
    * when its norm has one */
   int (*norm_fwd)(tr_model_t* m, int blk, tr_tensor_t* out, tr_tensor_t* mean,
                   tr_tensor_t* rstd, const tr_tensor_t* x);
-  /* dx += norm'(dout); the norm's parameter gradients accumulate */
-  int (*norm_bwd)(tr_model_t* m, int blk, tr_tensor_t* dx,
-                  const tr_tensor_t* dout, const tr_tensor_t* x,
-                  const tr_tensor_t* mean, const tr_tensor_t* rstd);
+  /* dx += norm'(dout); the norm's parameter gradients accumulate into dw
+   * and db (the head's slots 0 and 1 or temporaries, tr__tp_grads_t; db
+   * unused by a norm without bias) */
+  int (*norm_bwd)(tr_model_t* m, int blk, tr_tensor_t* dx, tr_tensor_t* dw,
+                  tr_tensor_t* db, const tr_tensor_t* dout,
+                  const tr_tensor_t* x, const tr_tensor_t* mean,
+                  const tr_tensor_t* rstd);
+  int head_norm_params; /* the final norm's parameters: slots 0 .. n-1 */
 
   /* ---- transformer layers: mb->hidden in, mb->hidden out; backward
    * mb->dhidden (output gradient) in, the input gradient out ---- */

@@ -220,11 +220,14 @@ static int build(tr__table_t* t) {
 
 static int embed_fwd(tr_model_t* m, tr_tensor_t* out,
                      const tr_tensor_t* tokens) {
+  if (m->tp.fn) return tr__tp_embed(m, out, tokens, W(m, 0, EMB_WTE), NULL);
   return tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE), NULL);
 }
 
 static int embed_bwd(tr_model_t* m, const tr_tensor_t* dout,
                      const tr_tensor_t* tokens) {
+  if (m->tp.fn)
+    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), NULL, dout, tokens);
   return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), NULL, dout, tokens);
 }
 
@@ -235,12 +238,13 @@ static int norm_fwd(tr_model_t* m, int blk, tr_tensor_t* out, tr_tensor_t* mean,
                              m->cfg.norm_eps);
 }
 
-static int norm_bwd(tr_model_t* m, int blk, tr_tensor_t* dx,
-                    const tr_tensor_t* dout, const tr_tensor_t* x,
-                    const tr_tensor_t* mean, const tr_tensor_t* rstd) {
-  (void)mean;
-  return tr_kern_rmsnorm_bwd(dx, G(m, blk, HEAD_NORM_W), dout, x,
-                             W(m, blk, HEAD_NORM_W), rstd);
+static int norm_bwd(tr_model_t* m, int blk, tr_tensor_t* dx, tr_tensor_t* dw,
+                    tr_tensor_t* db, const tr_tensor_t* dout,
+                    const tr_tensor_t* x, const tr_tensor_t* mean,
+                    const tr_tensor_t* rstd) {
+  (void)mean; /* RMSNorm has neither */
+  (void)db;
+  return tr_kern_rmsnorm_bwd(dx, dw, dout, x, W(m, blk, HEAD_NORM_W), rstd);
 }
 
 /* ---- the layer ---- */
@@ -288,7 +292,8 @@ static int local_dims(tr_model_t* m, int blk, dims_t* d) {
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
-  int64_t N = (int64_t)B * T;
+  int Tl = tr__tp_rows(m, T); /* the residual stream's rows */
+  int64_t N = (int64_t)B * Tl;
   dims_t d;
   TR_CHECK(local_dims(m, blk, &d));
   TR_CHECK(tr__rope_ensure(m, T));
@@ -299,11 +304,12 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   tr_tensor_view(&s->x, &mb->hidden);
   tr_tensor_release(&mb->hidden);
   /* attention branch */
-  TR_CHECK_GOTO(tr__act(m, &s->h, B, T, C), rc, fail);
+  TR_CHECK_GOTO(tr__act(m, &s->h, B, Tl, C), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->rstd1, N), rc, fail);
   TR_CHECK_GOTO(tr_kern_rmsnorm_fwd(&s->h, &s->rstd1, &s->x,
                                     W(m, blk, L_ATTN_NORM), c->norm_eps),
                 rc, fail);
+  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->h), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->q, B, T, (int64_t)d.H * d.D), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->k, B, T, (int64_t)d.KVH * d.D), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->v, B, T, (int64_t)d.KVH * d.D), rc, fail);
@@ -328,13 +334,14 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   /* MLP branch: x2 = o + x (in place in o) and ffn_norm(x2) in one pass;
    * the bits of tr_kern_add then tr_kern_rmsnorm_fwd, which the
    * recomputations (layer_refill, recompute.c) run */
-  TR_CHECK_GOTO(tr__act(m, &s->h2, B, T, C), rc, fail);
+  TR_CHECK_GOTO(tr__act(m, &s->h2, B, Tl, C), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->rstd2, N), rc, fail);
   TR_CHECK_GOTO(
       tr_kern_residual_rmsnorm_fwd(&o, &s->h2, &s->rstd2, &o, &s->x,
                                    W(m, blk, L_FFN_NORM), c->norm_eps),
       rc, fail);
   tr_tensor_view(&s->x2, &o);
+  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->h2), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->g, B, T, d.F), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->u, B, T, d.F), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->sw, B, T, d.F), rc, fail);
@@ -364,6 +371,18 @@ out:
   return rc;
 }
 
+/* An RMSNorm's backward, dres += norm'(dout), its weight (slot) gradient
+ * through tr__tp_grads_t (under SP summed over tp). */
+static int rms_bwd(tr_model_t* m, int blk, int slot, tr_tensor_t* dres,
+                   const tr_tensor_t* dout, const tr_tensor_t* x,
+                   const tr_tensor_t* rstd) {
+  tr__tp_grads_t ng;
+  TR_CHECK(tr__tp_grads_begin(m, &ng, 1, G(m, blk, slot), NULL));
+  int rc =
+      tr_kern_rmsnorm_bwd(dres, &ng.part[0], dout, x, W(m, blk, slot), rstd);
+  return tr__tp_grads_end(m, &ng, rc);
+}
+
 /* The backward. split 0: every gradient, the record freed (the combined
  * pass). split 1: the I pass — the input and norm gradients; the weight
  * gradients are left for layer_bwd_weight, whose operands the record keeps
@@ -372,9 +391,9 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
                           llama_saved_t* s, int split) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
-  tr_tensor_t* dres = &mb->dhidden;
+  tr_tensor_t* dres = &mb->dhidden; /* [B, Tl, C] */
   tr_tensor_t dsw = {0}, dg = {0}, du = {0}, dh = {0}, datty = {0};
-  tr_tensor_t dq = {0}, dk = {0}, dv = {0};
+  tr_tensor_t dq = {0}, dk = {0}, dv = {0}, dout = {0};
   /* the weight gradients of the combined pass, NULL in the I pass */
 #define GW(slot) (split ? NULL : G(m, blk, (slot)))
   dims_t d;
@@ -383,11 +402,14 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   /* MLP branch: x3 = x2 + w2(silu(w1 h2) * w3 h2), h2 = ffn_norm(x2) */
   /* each input gradient is written whole by its first writer
    * (linear_bwd_write, swiglu_bwd_write): no zeroing pass */
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_w2, dres), rc, out);
+  /* the row-parallel outputs' gradients: dres, under SP gathered */
+  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_w2, &dout), rc, out);
   TR_CHECK_GOTO(tr__act(m, &dsw, B, T, d.F), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dsw, GW(L_W2), NULL, dres, &s->sw,
+  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dsw, GW(L_W2), NULL, &dout, &s->sw,
                                          W(m, blk, L_W2)),
                 rc, out);
+  tr_tensor_release(&dout);
   TR_CHECK_GOTO(tr__act(m, &dg, B, T, d.F), rc, out);
   TR_CHECK_GOTO(tr__act(m, &du, B, T, d.F), rc, out);
   TR_CHECK_GOTO(tr_kern_swiglu_bwd_write(&dg, &du, &dsw, &s->g, &s->u), rc,
@@ -406,16 +428,17 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   }
   tr_tensor_release(&dg);
   tr_tensor_release(&du);
-  TR_CHECK_GOTO(tr__tp(m, TR_TP_BWD_IN, &dh), rc, out);
-  TR_CHECK_GOTO(tr_kern_rmsnorm_bwd(dres, G(m, blk, L_FFN_NORM), &dh, &s->x2,
-                                    W(m, blk, L_FFN_NORM), &s->rstd2),
-                rc, out);
+  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dh), rc, out);
+  TR_CHECK_GOTO(rms_bwd(m, blk, L_FFN_NORM, dres, &dh, &s->x2, &s->rstd2), rc,
+                out);
   /* attention branch: x2 = x + wo(attn(rope(wq h), rope(wk h), wv h)) */
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_wo, dres), rc, out);
+  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_wo, &dout), rc, out);
   TR_CHECK_GOTO(tr__act(m, &datty, B, T, (int64_t)d.H * d.D), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&datty, GW(L_WO), NULL, dres, &s->atty,
-                                         W(m, blk, L_WO)),
+  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&datty, GW(L_WO), NULL, &dout,
+                                         &s->atty, W(m, blk, L_WO)),
                 rc, out);
+  tr_tensor_release(&dout);
   /* written whole by the attention backward */
   TR_CHECK_GOTO(tr__act(m, &dq, B, T, (int64_t)d.H * d.D), rc, out);
   TR_CHECK_GOTO(tr__act(m, &dk, B, T, (int64_t)d.KVH * d.D), rc, out);
@@ -427,6 +450,10 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr_kern_rope(&dq, d.H, &m->rope_cos, &m->rope_sin, 1), rc, out);
   TR_CHECK_GOTO(tr_kern_rope(&dk, d.KVH, &m->rope_cos, &m->rope_sin, 1), rc,
                 out);
+  if (tr__tp_sp(m)) { /* dh holds this rank's rows: a whole one again */
+    tr_tensor_release(&dh);
+    TR_CHECK_GOTO(tr__act(m, &dh, B, T, C), rc, out);
+  }
   TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dh, GW(L_WQ), NULL, &dq, &s->h,
                                          W(m, blk, L_WQ)),
                 rc, out);
@@ -441,14 +468,13 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
     tr_tensor_view(&s->d_k, &dk);
     tr_tensor_view(&s->d_v, &dv);
   }
-  TR_CHECK_GOTO(tr__tp(m, TR_TP_BWD_IN, &dh), rc, out);
-  TR_CHECK_GOTO(tr_kern_rmsnorm_bwd(dres, G(m, blk, L_ATTN_NORM), &dh, &s->x,
-                                    W(m, blk, L_ATTN_NORM), &s->rstd1),
-                rc, out);
+  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dh), rc, out);
+  TR_CHECK_GOTO(rms_bwd(m, blk, L_ATTN_NORM, dres, &dh, &s->x, &s->rstd1), rc,
+                out);
   rc = 0;
 #undef GW
 out:;
-  tr_tensor_t* ts[] = {&dsw, &dg, &du, &dh, &datty, &dq, &dk, &dv};
+  tr_tensor_t* ts[] = {&dsw, &dg, &du, &dh, &datty, &dq, &dk, &dv, &dout};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
     tr_tensor_release(ts[i]);
   if (!split) {
@@ -503,18 +529,20 @@ static int layer_refill(tr_model_t* m, tr_model_mb_t* mb, int blk,
                         void* saved) {
   llama_saved_t* s = saved;
   const tr_model_config_t* c = &m->cfg;
-  int B = mb->B, T = mb->T, C = c->dim;
+  int B = mb->B, T = mb->T, Tl = tr__tp_rows(m, T), C = c->dim;
   /* the forward's kernels on the forward's inputs (rstd is rewritten with
-   * the values it holds) */
+   * the values it holds), and under SP its gathers */
   if (!s->h.storage) {
-    TR_CHECK(tr__act(m, &s->h, B, T, C));
+    TR_CHECK(tr__act(m, &s->h, B, Tl, C));
     TR_CHECK(tr_kern_rmsnorm_fwd(&s->h, &s->rstd1, &s->x,
                                  W(m, blk, L_ATTN_NORM), c->norm_eps));
+    TR_CHECK(tr__tp_gather(m, TR_TP_FWD_IN, &s->h));
   }
   if (!s->h2.storage) {
-    TR_CHECK(tr__act(m, &s->h2, B, T, C));
+    TR_CHECK(tr__act(m, &s->h2, B, Tl, C));
     TR_CHECK(tr_kern_rmsnorm_fwd(&s->h2, &s->rstd2, &s->x2,
                                  W(m, blk, L_FFN_NORM), c->norm_eps));
+    TR_CHECK(tr__tp_gather(m, TR_TP_FWD_IN, &s->h2));
   }
   if (!s->sw.storage) {
     TR_CHECK(tr__act(m, &s->sw, B, T, s->g.shape[2]));
@@ -540,6 +568,7 @@ const tr__family_t tr__llama3_family = {
     .head_out_slot = HEAD_OUT,
     .norm_fwd = norm_fwd,
     .norm_bwd = norm_bwd,
+    .head_norm_params = 1,
     .layer_fwd = layer_fwd,
     .layer_bwd = layer_bwd,
     .layer_bwd_input = layer_bwd_input,

@@ -146,29 +146,36 @@ static int embed_fwd(tr_model_t* m, tr_model_mb_t* mb) {
 }
 
 static int embed_bwd(tr_model_t* m, tr_model_mb_t* mb) {
-  int rc = m->family->embed_bwd(m, &mb->dhidden, &mb->tokens);
+  tr_tensor_t d = {0}; /* under SP gathered over the sequence */
+  int rc = tr__tp_out_grad(m, &mb->dhidden, &d);
+  if (rc == 0) rc = m->family->embed_bwd(m, &d, &mb->tokens);
+  tr_tensor_release(&d);
   tr_tensor_release(&mb->dhidden);
   return rc;
 }
 
-/* I: no input gradient (tokens); the output gradient moves to W's record */
+/* I: no input gradient (tokens); the output gradient (under SP gathered)
+ * moves to W's record */
 static int embed_bwd_input(tr_model_t* m, tr_model_mb_t* mb, void** w) {
-  (void)m;
   embed_w_t* e = calloc(1, sizeof *e);
   if (!e) return TR_ENOMEM;
-  e->d = mb->dhidden;
-  memset(&mb->dhidden, 0, sizeof mb->dhidden);
+  int rc = tr__tp_out_grad(m, &mb->dhidden, &e->d);
+  tr_tensor_release(&mb->dhidden);
+  if (rc < 0) {
+    free(e);
+    return rc;
+  }
   *w = e;
   return 0;
 }
 
 /* ---- head block: final norm, output projection, cross-entropy ---- */
 
-/* mb->logits [B,T,V]: on a device, rows padded to a multiple of 64
+/* mb->logits [B,T,V] (V: the output projection's local rows, V/tp when
+ * tp splits the vocabulary): on a device, rows padded to a multiple of 64
  * elements (a column slice of [B,T,Vp]) so the output projection's GEMMs
  * and the classifier work on aligned rows (GPT-2's 50257 is odd). */
-static int logits_buffer(tr_model_t* m, tr_model_mb_t* mb) {
-  int64_t V = m->cfg.vocab_size;
+static int logits_buffer(tr_model_t* m, tr_model_mb_t* mb, int64_t V) {
   if (m->device.type == TR_DEV_CPU || V % 64 == 0)
     return tr__act(m, &mb->logits, mb->B, mb->T, V);
   tr_tensor_t wide = {0};
@@ -208,30 +215,108 @@ static float loss_scale(const tr_model_mb_t* mb) {
   return mb->n_valid ? 1.0f / (float)mb->n_valid : 0.0f;
 }
 
+/* The first vocabulary row of this rank's output projection, or -1 when
+ * it holds the whole vocabulary. */
+static int64_t vocab_offset(tr_model_t* m, int blk) {
+  int64_t Vl = W(m, blk, m->family->head_out_slot)->shape[0];
+  return m->tp.fn && Vl < m->cfg.vocab_size ? m->tp.rank * Vl : -1;
+}
+
+/* Loss parallel: losses and lse [N] of the whole vocabulary from this
+ * rank's logit columns [voff, voff + Vl), through the seam (TR_TP_LOSS: the
+ * rows' max, then their sums of exponentials and target logits in one
+ * sum); with grad, the columns become their part of the dlogits. */
+static int shard_xent(tr_model_t* m, tr_model_mb_t* mb, head_saved_t* s,
+                      int64_t voff, int grad) {
+  int64_t N = (int64_t)mb->B * mb->T;
+  tr_tensor_t max = {0}, st = {0}, sum = {0}, tgt = {0};
+  int rc;
+  TR_CHECK_GOTO(tr__vec(m, &max, N), rc, out);
+  TR_CHECK_GOTO(tr__vec(m, &st, 2 * N), rc, out); /* sum | tgt */
+  TR_CHECK_GOTO(tr_tensor_narrow(&sum, &st, 0, 0, N), rc, out);
+  TR_CHECK_GOTO(tr_tensor_narrow(&tgt, &st, 0, N, N), rc, out);
+  TR_CHECK_GOTO(tr_kern_xent_shard_stats(&max, &tgt, &mb->logits, &mb->targets,
+                                         voff, m->cfg.vocab_size),
+                rc, out);
+  TR_CHECK_GOTO(tr__tp(m, TR_TP_LOSS, TR_TP_MAX, &max), rc, out);
+  TR_CHECK_GOTO(tr_kern_xent_shard_sumexp(&sum, &mb->logits, &max), rc, out);
+  TR_CHECK_GOTO(tr__tp(m, TR_TP_LOSS, TR_TP_SUM, &st), rc, out);
+  TR_CHECK_GOTO(tr_kern_xent_shard_loss(&mb->losses, &s->lse, &max, &sum, &tgt,
+                                        &mb->targets),
+                rc, out);
+  if (grad)
+    rc = tr_kern_xent_shard_bwd(&mb->logits, &s->lse, &mb->targets, voff,
+                                loss_scale(mb));
+out:
+  tr_tensor_release(&max);
+  tr_tensor_release(&st);
+  tr_tensor_release(&sum);
+  tr_tensor_release(&tgt);
+  return rc;
+}
+
+/* disable_loss_parallel: the logits gathered over tp (TR_TP_LOSS), the
+ * ordinary cross-entropy on them; with grad this rank keeps its columns
+ * [voff, voff + Vl) of the dlogits in mb->logits. */
+static int gathered_xent(tr_model_t* m, tr_model_mb_t* mb, head_saved_t* s,
+                         int64_t voff, int grad) {
+  tr_tensor_t all = {0}, mine = {0};
+  int rc;
+  tr_tensor_view(&all, &mb->logits);
+  TR_CHECK_GOTO(tr__tp(m, TR_TP_LOSS, TR_TP_GATHER_LAST, &all), rc, out);
+  if (!grad) {
+    rc = tr_kern_xent_fwd(&mb->losses, &s->lse, &all, &mb->targets);
+    goto out;
+  }
+  TR_CHECK_GOTO(tr_kern_xent_fused(&mb->losses, &s->lse, &all, &mb->targets,
+                                   loss_scale(mb)),
+                rc, out);
+  TR_CHECK_GOTO(tr_tensor_narrow(&mine, &all, 2, voff, mb->logits.shape[2]), rc,
+                out);
+  rc = tr_tensor_copy(&mb->logits, &mine);
+out:
+  tr_tensor_release(&all);
+  tr_tensor_release(&mine);
+  return rc;
+}
+
 static int head_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** out) {
   const tr_model_config_t* c = &m->cfg;
   int64_t N = (int64_t)mb->B * mb->T;
+  int Tl = tr__tp_rows(m, mb->T); /* the residual stream's rows */
   head_saved_t* s = calloc(1, sizeof *s);
   if (!s) return TR_ENOMEM;
   int rc;
   tr_tensor_view(&s->x, &mb->hidden);
   tr_tensor_release(&mb->hidden);
-  TR_CHECK_GOTO(tr__act(m, &s->hn, mb->B, mb->T, c->dim), rc, fail);
-  TR_CHECK_GOTO(tr__vec(m, &s->rstd, N), rc, fail);
+  TR_CHECK_GOTO(tr__act(m, &s->hn, mb->B, Tl, c->dim), rc, fail);
+  TR_CHECK_GOTO(tr__vec(m, &s->rstd, (int64_t)mb->B * Tl), rc, fail);
   TR_CHECK_GOTO(m->family->norm_fwd(m, blk, &s->hn, &s->mean, &s->rstd, &s->x),
                 rc, fail);
+  /* the output projection is column-parallel: under SP its input gathered */
+  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->hn), rc, fail);
   tr_tensor_t* wout = W(m, blk, m->family->head_out_slot);
+  int64_t voff = vocab_offset(m, blk);
   tr_tensor_release(&mb->logits);
-  TR_CHECK_GOTO(logits_buffer(m, mb), rc, fail);
+  TR_CHECK_GOTO(logits_buffer(m, mb, wout->shape[0]), rc, fail);
   TR_CHECK_GOTO(tr_kern_linear_fwd(&mb->logits, &s->hn, wout, NULL), rc, fail);
   mb->loss_sum = 0.0;
+  if (!mb->targets.storage && voff >= 0) /* the caller's logits: whole */
+    TR_CHECK_GOTO(tr__tp(m, TR_TP_LOSS, TR_TP_GATHER_LAST, &mb->logits), rc,
+                  fail);
   if (mb->targets.storage) {
     int64_t shape[2] = {mb->B, mb->T};
     tr_tensor_release(&mb->losses);
     TR_CHECK_GOTO(tr_tensor_empty(&mb->losses, TR_F32, m->device, 2, shape), rc,
                   fail);
     TR_CHECK_GOTO(tr__vec(m, &s->lse, N), rc, fail);
-    if (mb->no_grad) {
+    if (voff >= 0) { /* the vocabulary split over tp */
+      TR_CHECK_GOTO(m->tp.loss_parallel
+                        ? shard_xent(m, mb, s, voff, !mb->no_grad)
+                        : gathered_xent(m, mb, s, voff, !mb->no_grad),
+                    rc, fail);
+      s->dlogits = !mb->no_grad;
+    } else if (mb->no_grad) {
       TR_CHECK_GOTO(
           tr_kern_xent_fwd(&mb->losses, &s->lse, &mb->logits, &mb->targets), rc,
           fail);
@@ -263,6 +348,8 @@ static int head_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   int slot = m->family->head_out_slot;
   int rc;
   tr_tensor_t dhn = {0};
+  tr__tp_grads_t ng = {0};
+  int nn = m->family->head_norm_params;
   if (!s->dlogits)
     TR_CHECK_GOTO(
         tr_kern_xent_bwd(&mb->logits, &s->lse, &mb->targets, loss_scale(mb)),
@@ -273,15 +360,28 @@ static int head_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
                                          NULL, &mb->logits, &s->hn,
                                          W(m, blk, slot)),
                 rc, out);
+  /* a vocabulary-split projection's input gradient is a partial sum; a
+   * whole one's is the same on every rank, which under SP keeps its rows */
+  if (vocab_offset(m, blk) >= 0)
+    TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dhn), rc, out);
+  else
+    TR_CHECK_GOTO(tr__tp_keep_rows(m, &dhn), rc, out);
   if (split) { /* the dlogits go to W */
     s->dl = mb->logits;
     memset(&mb->logits, 0, sizeof mb->logits);
   }
   tr_tensor_release(&mb->logits); /* dlogits are spent */
   tr_tensor_release(&mb->dhidden);
-  TR_CHECK_GOTO(tr__act_zeros(m, &mb->dhidden, mb->B, mb->T, c->dim), rc, out);
-  rc = m->family->norm_bwd(m, blk, &mb->dhidden, &dhn, &s->x, &s->mean,
+  TR_CHECK_GOTO(
+      tr__act_zeros(m, &mb->dhidden, mb->B, tr__tp_rows(m, mb->T), c->dim), rc,
+      out);
+  TR_CHECK_GOTO(tr__tp_grads_begin(m, &ng, nn, G(m, blk, 0),
+                                   nn > 1 ? G(m, blk, 1) : NULL),
+                rc, out);
+  rc = m->family->norm_bwd(m, blk, &mb->dhidden, &ng.part[0],
+                           nn > 1 ? &ng.part[1] : NULL, &dhn, &s->x, &s->mean,
                            &s->rstd);
+  rc = tr__tp_grads_end(m, &ng, rc);
   if (split && rc == 0) { /* W needs hn and dl */
     tr_tensor_release(&s->x);
     tr_tensor_release(&s->mean);

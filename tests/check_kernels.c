@@ -355,6 +355,67 @@ START_TEST(test_embedding) {
 }
 END_TEST
 
+/* The vocabulary-parallel lookup: three slices of a 12-row table; the sum
+ * of their outputs is the whole table's lookup bit for bit (each token in
+ * one slice, 0 elsewhere), their gradients are the whole table's rows. */
+START_TEST(test_embedding_rows) {
+  int32_t tok[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 11, 0};
+  int64_t tshape[2] = {2, 6}, C = 20;
+  tr_tensor_t tt, wte, wpe, dy, y, part, sum, dwte, dwpe, sdw, sdp, w, g;
+  double *dw, *dp, *dd;
+  ck_assert_int_eq(tr_tensor_wrap(&tt, tok, TR_I32, TR_DEVICE_CPU, 2, tshape),
+                   0);
+  rnd(&wte, &dw, 1.0, 2, (int64_t)12, C);
+  rnd(&wpe, &dp, 1.0, 2, (int64_t)6, C);
+  rnd(&dy, &dd, 1.0, 3, (int64_t)2, (int64_t)6, C);
+  zeros(&y, 3, (int64_t)2, (int64_t)6, C);
+  zeros(&part, 3, (int64_t)2, (int64_t)6, C);
+  zeros(&sum, 3, (int64_t)2, (int64_t)6, C);
+  ck_assert_int_eq(tr_kern_embedding_fwd(&y, &tt, &wte, NULL), 0);
+  zeros(&dwte, 2, (int64_t)12, C);
+  zeros(&dwpe, 2, (int64_t)6, C);
+  zeros(&sdw, 2, (int64_t)12, C);
+  zeros(&sdp, 2, (int64_t)6, C);
+  ck_assert_int_eq(tr_kern_embedding_bwd(&dwte, &dwpe, &dy, &tt), 0);
+  for (int r = 0; r < 3; r++) {
+    memset(&w, 0, sizeof w);
+    memset(&g, 0, sizeof g);
+    ck_assert_int_eq(tr_tensor_narrow(&w, &wte, 0, 4 * r, 4), 0);
+    ck_assert_int_eq(tr_tensor_narrow(&g, &sdw, 0, 4 * r, 4), 0);
+    ck_assert_int_eq(tr_kern_embedding_rows_fwd(&part, &tt, &w, 4 * r, 12), 0);
+    for (int64_t i = 0; i < 12; i++) { /* 0 where the slice lacks it */
+      int mine = tok[i] >= 4 * r && tok[i] < 4 * r + 4;
+      for (int64_t k = 0; k < C; k++)
+        if (!mine) ck_assert(fp(&part)[i * C + k] == 0.0f);
+    }
+    ck_assert_int_eq(tr_kern_add(&sum, &sum, &part), 0);
+    /* positions once: from the first slice only */
+    ck_assert_int_eq(
+        tr_kern_embedding_rows_bwd(&g, r ? NULL : &sdp, &dy, &tt, 4 * r), 0);
+    tr_tensor_release(&w);
+    tr_tensor_release(&g);
+  }
+  ck_assert(memcmp(fp(&sum), fp(&y), tr_tensor_nbytes(&y)) == 0);
+  ck_assert(memcmp(fp(&sdw), fp(&dwte), tr_tensor_nbytes(&dwte)) == 0);
+  ck_assert(memcmp(fp(&sdp), fp(&dwpe), tr_tensor_nbytes(&dwpe)) == 0);
+  /* a token outside the whole vocabulary, or a slice past it: refused */
+  ck_assert_int_eq(tr_tensor_narrow(&w, &wte, 0, 8, 4), 0);
+  ck_assert_int_eq(tr_kern_embedding_rows_fwd(&part, &tt, &w, 8, 11),
+                   TR_EINVAL);
+  tok[2] = 12;
+  ck_assert_int_eq(tr_kern_embedding_rows_fwd(&part, &tt, &w, 8, 12),
+                   TR_EINVAL);
+  tr_tensor_release(&w);
+  tr_tensor_t* ts[] = {&tt,  &wte,  &wpe,  &dy,  &y,  &part,
+                       &sum, &dwte, &dwpe, &sdw, &sdp};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+  free(dw);
+  free(dp);
+  free(dd);
+}
+END_TEST
+
 /* ---- LayerNorm and RMSNorm ---- */
 
 typedef struct {
@@ -953,6 +1014,88 @@ START_TEST(test_cross_entropy) {
 }
 END_TEST
 
+/* The vocabulary-parallel cross-entropy over slices of 12, 12 and 6
+ * columns, with the reductions done here as the tp seam does them, gives
+ * the whole-vocabulary losses and lse (1e-6) and, slice by slice, its
+ * dlogits (1e-7); the columns may be padded rows. */
+START_TEST(test_cross_entropy_shards) {
+  int32_t t[6] = {3, TR_IGNORE_INDEX, 0, 29, 14, 12};
+  int64_t n6 = 6, cut[4] = {0, 12, 24, 30};
+  tr_tensor_t x, tt, losses, lse, dl;
+  double* xd;
+  rnd(&x, &xd, 3.0, 2, (int64_t)6, (int64_t)30);
+  ck_assert_int_eq(tr_tensor_wrap(&tt, t, TR_I32, TR_DEVICE_CPU, 1, &n6), 0);
+  zeros(&losses, 1, n6);
+  zeros(&lse, 1, n6);
+  zeros(&dl, 2, n6, (int64_t)30);
+  ck_assert_int_eq(tr_tensor_copy(&dl, &x), 0);
+  ck_assert_int_eq(tr_kern_xent_fused(&losses, &lse, &dl, &tt, 0.25f), 0);
+  tr_tensor_t sx[3], mx[3], tg[3], sm[3];
+  float gmax[6], gsum[6], gtgt[6];
+  for (int r = 0; r < 3; r++) { /* slice r, its rows padded to 16 */
+    int64_t w = cut[r + 1] - cut[r];
+    tr_tensor_t wide;
+    zeros(&wide, 2, n6, (int64_t)16);
+    memset(&sx[r], 0, sizeof sx[r]);
+    ck_assert_int_eq(tr_tensor_narrow(&sx[r], &wide, 1, 0, w), 0);
+    for (int64_t i = 0; i < 6; i++)
+      for (int64_t j = 0; j < w; j++)
+        fp(&wide)[i * 16 + j] = fp(&x)[i * 30 + cut[r] + j];
+    tr_tensor_release(&wide);
+    zeros(&mx[r], 1, n6);
+    zeros(&tg[r], 1, n6);
+    zeros(&sm[r], 1, n6);
+    ck_assert_int_eq(
+        tr_kern_xent_shard_stats(&mx[r], &tg[r], &sx[r], &tt, cut[r], 30), 0);
+  }
+  for (int i = 0; i < 6; i++) { /* all-reduce max */
+    gmax[i] = fmaxf(fp(&mx[0])[i], fmaxf(fp(&mx[1])[i], fp(&mx[2])[i]));
+    gtgt[i] = fp(&tg[0])[i] + fp(&tg[1])[i] + fp(&tg[2])[i];
+  }
+  for (int r = 0; r < 3; r++) {
+    memcpy(fp(&mx[r]), gmax, sizeof gmax);
+    ck_assert_int_eq(tr_kern_xent_shard_sumexp(&sm[r], &sx[r], &mx[r]), 0);
+  }
+  for (int i = 0; i < 6; i++) /* all-reduce sum */
+    gsum[i] = fp(&sm[0])[i] + fp(&sm[1])[i] + fp(&sm[2])[i];
+  for (int r = 0; r < 3; r++) {
+    tr_tensor_t l, e;
+    zeros(&l, 1, n6);
+    zeros(&e, 1, n6);
+    memcpy(fp(&sm[r]), gsum, sizeof gsum);
+    memcpy(fp(&tg[r]), gtgt, sizeof gtgt);
+    ck_assert_int_eq(
+        tr_kern_xent_shard_loss(&l, &e, &mx[r], &sm[r], &tg[r], &tt), 0);
+    for (int i = 0; i < 6; i++) {
+      ck_assert(fabsf(fp(&l)[i] - fp(&losses)[i]) < 1e-6f);
+      ck_assert(fabsf(fp(&e)[i] - fp(&lse)[i]) < 1e-6f);
+    }
+    ck_assert(fp(&l)[1] == 0.0f); /* ignored */
+    ck_assert_int_eq(tr_kern_xent_shard_bwd(&sx[r], &e, &tt, cut[r], 0.25f), 0);
+    for (int64_t i = 0; i < 6; i++)
+      for (int64_t j = 0; j < cut[r + 1] - cut[r]; j++)
+        ck_assert(fabsf(((float*)tr_tensor_data(&sx[r]))[i * 16 + j] -
+                        fp(&dl)[i * 30 + cut[r] + j]) < 1e-7f);
+    tr_tensor_release(&l);
+    tr_tensor_release(&e);
+  }
+  /* a target outside the vocabulary */
+  t[0] = 30;
+  ck_assert_int_eq(tr_kern_xent_shard_stats(&mx[0], &tg[0], &sx[0], &tt, 0, 30),
+                   TR_EINVAL);
+  for (int r = 0; r < 3; r++) {
+    tr_tensor_release(&sx[r]);
+    tr_tensor_release(&mx[r]);
+    tr_tensor_release(&tg[r]);
+    tr_tensor_release(&sm[r]);
+  }
+  tr_tensor_t* ts[] = {&x, &tt, &losses, &lse, &dl};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+  free(xd);
+}
+END_TEST
+
 /* ---- AdamW, norms, elementwise ---- */
 
 START_TEST(test_adamw_hand_computed) {
@@ -1450,6 +1593,7 @@ static Suite* kernels_suite(void) {
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_embedding);
+  tcase_add_test(tc, test_embedding_rows);
   tcase_add_test(tc, test_layernorm);
   tcase_add_test(tc, test_rmsnorm);
   tcase_add_test(tc, test_residual_norms_fused);
@@ -1461,6 +1605,7 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_swiglu);
   tcase_add_test(tc, test_cross_entropy);
+  tcase_add_test(tc, test_cross_entropy_shards);
   tcase_add_test(tc, test_adamw_hand_computed);
   tcase_add_test(tc, test_grad_norm_and_clip);
   tcase_add_test(tc, test_add_accumulate_zero);

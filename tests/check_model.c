@@ -1045,10 +1045,12 @@ END_TEST
 
 /* ---- the tensor-parallel seam ---- */
 
-static int tp_counts[2];
+static int tp_counts[TR_TP__POINTS];
 static int tp_width; /* the residual width the hook must see */
-static int tp_reduce(void* arg, tr_tp_point_t pt, tr_tensor_t* t) {
+static int tp_reduce(void* arg, tr_tp_point_t pt, tr_tp_op_t op,
+                     tr_tensor_t* t) {
   (void)arg;
+  ck_assert_int_eq(op, TR_TP_SUM); /* no sequence parallel */
   ck_assert_int_eq(t->shape[2], tp_width);
   tp_counts[pt]++;
   return 0;
@@ -1058,7 +1060,7 @@ static int tp_reduce(void* arg, tr_tp_point_t pt, tr_tensor_t* t) {
 static void tp_points(const tr_model_config_t* c) {
   tr_model_t m;
   make_model(&m, c, 6);
-  m.tp.reduce = tp_reduce;
+  m.tp.fn = tp_reduce;
   tp_width = c->dim;
   int32_t tok[18], tgt[18];
   make_batch(c->vocab_size, 2, 9, tok, tgt, 0);
@@ -1067,14 +1069,14 @@ static void tp_points(const tr_model_config_t* c) {
     ck_assert_int_eq(tr_model_mb_init(&m, &mb, 2, 9, tok, tgt), 0);
     for (int b = 0; b < m.n_blocks; b++) {
       int layer = m.blocks[b].kind == TR_BLOCK_LAYER;
-      tp_counts[0] = tp_counts[1] = 0;
+      memset(tp_counts, 0, sizeof tp_counts);
       ck_assert_int_eq(tr_model_block_forward(&m, &mb, b), 0);
       ck_assert_int_eq(tp_counts[TR_TP_FWD_OUT], layer ? 2 : 0);
       ck_assert_int_eq(tp_counts[TR_TP_BWD_IN], 0);
     }
     for (int b = m.n_blocks - 1; b >= 0; b--) {
       int layer = m.blocks[b].kind == TR_BLOCK_LAYER;
-      tp_counts[0] = tp_counts[1] = 0;
+      memset(tp_counts, 0, sizeof tp_counts);
       if (split) {
         ck_assert_int_eq(tr_model_block_backward_input(&m, &mb, b), 0);
         ck_assert_int_eq(tp_counts[TR_TP_BWD_IN], layer ? 2 : 0);
@@ -1120,7 +1122,7 @@ START_TEST(test_tp_identity_hook_keeps_results) {
       for (int64_t k = 0; k < b.params[i].shape[0]; k++)
         x[k] = y[k] = 0.5f + 0.01f * (float)k;
     }
-    b.tp.reduce = tp_reduce;
+    b.tp.fn = tp_reduce;
     tp_width = c.dim;
     int32_t tok[18], tgt[18];
     make_batch(c.vocab_size, 2, 9, tok, tgt, 0);

@@ -143,8 +143,9 @@ int tr__trainer_pp_run(tr_trainer_t* t, float scale,
   tr_pp_build_exec(b, &x);
   x.model = &t->model;
   x.pg = t->pp.pg;
-  x.B = (int)mbs;
-  x.T = (int)t->T;
+  x.B = (int)mbs; /* what a stage sends: [B, T, C], T/tp under SP */
+  x.T = (int)(t->tp.pg && t->tp.sequence_parallel ? t->T / tr_pg_size(t->tp.pg)
+                                                    : t->T);
   x.mb_begin = pp_mb_begin;
   x.mb_end = pp_mb_end;
   x.arg = &c;

@@ -155,9 +155,14 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
                          msg[0] ? msg : tr_strerror(rc));
   }
   if (t->tp.pg) { /* TP first: FSDP composes its shards onto the plan's */
-    rc = tr_tp_plan_apply(&t->model, &t->tp.mesh, err);
+    tr_tp_opts_t o;
+    tr_tp_opts_init(&o);
+    o.sequence_parallel = t->tp.sequence_parallel;
+    o.loss_parallel = t->tp.loss_parallel;
+    rc = tr_tp_check_seq_len(tr_pg_size(t->tp.pg), (int)t->T, &o, err);
+    if (rc == 0) rc = tr_tp_plan_apply(&t->model, &t->tp.mesh, err);
     if (rc < 0) goto out_release;
-    tr_tp_install(&t->model, t->tp.pg);
+    tr_tp_install(&t->model, t->tp.pg, &o);
   }
   if (t->pp.pg && (rc = tr__trainer_pp_init(t, err)) < 0) goto out_release;
   if (t->dist.setup_model) /* FSDP: shard placements and hooks */

@@ -156,17 +156,26 @@
     "ranks): q, k, v and the MLP's first matrices (GPT-2: c_attn, c_fc) "      \
     "split by output rows, the attention output and MLP projections "          \
     "(c_proj) by input columns, heads and KV heads split across the "          \
-    "ranks, two all-reduces per layer forward and two backward. It must "      \
-    "divide the attention heads, the KV heads and the FFN width. The tp "      \
+    "ranks; the token embedding and the output projection split over the "     \
+    "vocabulary when the degree divides it (loss parallel); sequence "         \
+    "parallel: the residual stream, norms and residual adds on sequence "      \
+    "shards, an all-gather before each column-parallel input and a "           \
+    "reduce-scatter after each row-parallel output. It must divide the "       \
+    "attention heads, the KV heads, the FFN width and seq_len. The tp "        \
     "ranks of a replica read the same samples. Composes with "                 \
-    "data_parallel_replicate_degree (DDP) and data_parallel_shard_degree "     \
+    "data_parallel_replicate_degree (DDP), data_parallel_shard_degree "        \
     "(FSDP, HSDP: llama3 only, as GPT-2's fused c_attn is cut in 3 parts "     \
-    "per rank). Its checkpoints load into any other layout.")                  \
+    "per rank) and pipeline_parallel_degree. Its checkpoints load into "       \
+    "any other layout.")                                                       \
   X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
-    "Gather the logits before the loss instead of computing it on vocab "      \
-    "shards under tensor parallelism. The output projection is replicated "    \
-    "on every tp rank today (whole logits), so another value than the "        \
-    "default logs a note that it changes nothing.")                            \
+    "Under tensor parallelism, gather the logit slices of the tp ranks "       \
+    "and compute the ordinary cross-entropy, instead of the "                  \
+    "vocabulary-sharded one (loss parallel: max, sum of exponentials and "     \
+    "target logit reduced over tp, no [B, T, V] logits on any rank). The "     \
+    "losses are the same. It acts where tensor_parallel_degree divides "       \
+    "the vocabulary (else the output projection stays whole on every "         \
+    "rank); on CUDA devices it is refused (the logit gather is built for "     \
+    "the CPU only).")                                                          \
   X(parallelism, enable_async_tensor_parallel, BOOL, "false", 0, 0, NULL,      \
     "Overlap tensor-parallel communication with the matmuls, in chunks on "    \
     "CUDA streams: not built, true is refused.")                               \

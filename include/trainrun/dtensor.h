@@ -526,9 +526,10 @@ void tr_dtensor_param_clear_layout(tr_param_t* p);
 /* ===================================================================== */
 /* ---- tensor parallelism (dtensor/tp.c) ----
  *
- * Megatron-style TP as torchtitan plans it, without sequence parallel or
- * loss parallel (later steps). The plan reads each parameter's declared
- * tp style (trainrun/model.h) and places it on the mesh dim "tp":
+ * Megatron-style TP as torchtitan plans it (parallelize_module with
+ * ColwiseParallel / RowwiseParallel / SequenceParallel and loss_parallel).
+ * The plan reads each parameter's declared tp style (trainrun/model.h) and
+ * places it on the mesh dim "tp":
  *
  *   colwise    Shard(0): output features split (q, k, v by heads, w1, w3,
  *              GPT-2's c_fc and its bias); GPT-2's fused c_attn weight and
@@ -539,42 +540,67 @@ void tr_dtensor_param_clear_layout(tr_param_t* p);
  *   replicate  norms, GPT-2's position table, the biases of row-parallel
  *              layers (the families add them once, after the reduction)
  *   vocab, output
- *              replicated in this step: the token embedding and the output
- *              projection (GPT-2's tied table is one tensor) are whole on
- *              every tp rank, so the embedding and the head compute the
- *              same full logits and loss everywhere, exactly; their
- *              vocabulary split comes with loss parallel
+ *              Shard(0) over the vocabulary rows where tp divides the
+ *              vocabulary ("vocab (rows split)" in the plan), else whole
+ *              on every rank ("vocab (replicated: V % tp != 0)"), the
+ *              one-rank behaviour. GPT-2's tied table is one tensor with
+ *              one placement, read by the embedding and the head alike.
  *
- * The model's tp hook (tr_tp_install) then all-reduces (sum over the tp
- * group) the partial output of every row-parallel linear before the
- * residual add (TR_TP_FWD_OUT) and the input gradient of every
- * column-parallel linear (TR_TP_BWD_IN): two all-reduces per layer in
- * forward, two in backward. Every tp rank runs the same batch.
+ * The model's tp hook (tr_tp_install) then runs the seam's collectives
+ * over the tp group (trainrun/model.h, tr_model_tp_t, has the points):
+ *
+ *   - without sequence parallel: an all-reduce of every row-parallel
+ *     output before the residual add and of every column-parallel input
+ *     gradient (two per layer forward, two backward);
+ *   - with sequence parallel (the default, torchtitan's): the residual
+ *     stream, norms and residual adds hold [B, T/tp, C]; an all-gather
+ *     along T before each column-parallel input and a reduce-scatter after
+ *     each row-parallel output, the mirrors in backward, and an all-reduce
+ *     of each norm's weight (and bias) gradient of the rank's tokens;
+ *   - a vocabulary-split embedding looks up the tokens of its rows (0 for
+ *     the others) and sums over tp (reduce-scatters under SP), its
+ *     backward adds to its rows only; a whole one under SP keeps its rows
+ *     of T;
+ *   - loss parallel (the default) with a vocabulary-split output: logits
+ *     [B, T, V/tp] and a vocabulary-sharded cross-entropy (all-reduce max,
+ *     then one all-reduce sum of the sums of exponentials and the target
+ *     logits), the head's input gradient then a partial sum (all-reduced,
+ *     reduce-scattered under SP); disable_loss_parallel gathers the
+ *     logits instead (host tensors only: the column reorder is a strided
+ *     copy) and keeps the rank's columns of the dlogits. Losses are the
+ *     same on every tp rank.
+ *
+ * Every tp rank runs the same batch.
  *
  *   tr_mesh_shape_t s;
  *   tr_mesh_get_shape(mesh, &s);             // a mesh with a "tp" dim
  *   tr_tp_plan_apply(&m, &s, &err);          // after tr_model_init,
  *   tr_model_alloc(&m, dev);                 // before the allocation
  *   tr_model_init_weights(&m, seed);         // the 1-rank values, sliced
- *   tr_tp_install(&m, tr_mesh_dim_pg(mesh, "tp"));
+ *   tr_tp_opts_t o;
+ *   tr_tp_opts_init(&o);                     // SP and loss parallel on
+ *   o.loss_parallel = !disable_loss_parallel;
+ *   tr_tp_check_seq_len(tp, seq_len, &o, &err);   // before any worker
+ *   tr_tp_install(&m, tr_mesh_dim_pg(mesh, "tp"), &o);
  *   ... forward / backward as on one rank ...
- *   tr_tp_grad_sq_norm(&m, tp_pg, &sq);      // the global squared norm
+ *   tr_tp_grad_sq_norm(&m, tp_pg, NULL, &sq); // the global squared norm
  *
  * Gradient norm: the gradient of a tp-sharded parameter is that rank's
- * piece, of a tp-replicated one the whole (the same on every tp rank), so
- * the squared norm is sum over tp of the sharded squares plus the
- * replicated squares once; a trainer reduces the sharded part over tp (and
- * over the data-parallel dims as it does today) and the replicated part
- * over the data-parallel dims only. FSDP over a TP layout (2-D) composes
- * Shard(0) on dp_shard (tr_dtensor_param_shard), except over GPT-2's
- * strided c_attn (refused: TR_EINVAL). A safetensors import
- * (tr_st_import_model) fills TP pieces, strided ones included; the
+ * piece, of a tp-replicated one the whole (the same on every tp rank, SP's
+ * norm gradients included), so the squared norm is sum over tp of the
+ * sharded squares plus the replicated squares once; a trainer reduces the
+ * sharded part over tp (and over the data-parallel dims as it does today)
+ * and the replicated part over the data-parallel dims only. FSDP over a TP
+ * layout (2-D) composes Shard(0) on dp_shard (tr_dtensor_param_shard),
+ * except over GPT-2's strided c_attn (refused: TR_EINVAL). A safetensors
+ * import (tr_st_import_model) fills TP pieces, strided ones included; the
  * distributed checkpoint records a box per piece and cannot save a strided
  * one yet: the launcher refuses tensor_parallel_degree. */
 
-/* The placement on "tp" that p's style asks for in *out: 1 when it is a
- * Shard (colwise, rowwise), 0 for Replicate. */
-int tr_tp_placement(const tr_param_t* p, tr_placement_t* out);
+/* The placement on "tp" that p's style asks for under a tp degree in
+ * *out: 1 when it is a Shard (colwise, rowwise, and vocab / output where
+ * tp > 1 divides the vocabulary), 0 for Replicate. */
+int tr_tp_placement(const tr_param_t* p, int tp, tr_placement_t* out);
 
 /* Place every parameter of m on the mesh dim "tp" of mesh as above
  * (Replicate on the other dims; FSDP composes onto it after). No-op
@@ -590,18 +616,38 @@ int tr_tp_plan_apply(tr_model_t* m, const tr_mesh_shape_t* mesh,
  * shape, e.g.
  *   transformer.h.0.attn.c_attn.weight  colwise  Shard(0, parts=3)
  *   [384, 128]     local [192, 128]
- * (one line in the output), then what a rank holds:
+ *   transformer.wte.weight  vocab (rows split)  Shard(0)  [256, 128]
+ *   local [128, 128]
+ * (one line each in the output), then what a rank holds:
  *   per rank: 180736 of 296192 parameter elements, 2.8 MiB of fp32
  *   weights, gradients and AdamW moments
  * (16 bytes an element). TR_EIO when f fails. */
 int tr_tp_plan_describe(const tr_model_t* m, FILE* f);
 
-/* The hook: all-reduce SUM of t over the tp group arg (a tr_pg_t*), at
- * both points. */
-int tr_tp_reduce(void* arg, tr_tp_point_t point, tr_tensor_t* t);
-/* Set m's tp hook to tr_tp_reduce over tp; tp NULL or of size 1 clears it
- * (the bits of a model without the seam). tp must outlive its use. */
-void tr_tp_install(tr_model_t* m, tr_pg_t* tp);
+/* What the hook does besides the plan. */
+typedef struct {
+  int sequence_parallel; /* residual stream sharded along T (default 1) */
+  int loss_parallel;     /* vocabulary-sharded cross-entropy (default 1);
+                            0 = [parallelism] disable_loss_parallel */
+} tr_tp_opts_t;
+void tr_tp_opts_init(tr_tp_opts_t* o);
+
+/* The hook (tr_model_tp_t.fn) over the tp group arg (a tr_pg_t*): the op
+ * as trainrun/model.h defines it (all-reduce SUM or MAX; all-gather or
+ * reduce-scatter along dim 1 with the [tp][B][T/tp] <-> [B][T] reorder;
+ * all-gather along the last dim: host tensors only, TR_EUNSUPPORTED on a
+ * device, where the column reorder would need a strided device copy). */
+int tr_tp_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
+                     tr_tensor_t* t);
+/* Set m's tp hook to tr_tp_collective over tp with opts (NULL: the
+ * defaults); tp NULL or of size 1 clears it (the bits of a model without
+ * the seam). tp must outlive its use. */
+void tr_tp_install(tr_model_t* m, tr_pg_t* tp, const tr_tp_opts_t* opts);
+/* TR_ECONFIG, with "tensor_parallel_degree 4 does not divide the sequence
+ * length 10 (sequence parallel)" in err, when sequence parallel is on and
+ * tp does not divide seq_len (what a forward would refuse); else 0. */
+int tr_tp_check_seq_len(int tp, int seq_len, const tr_tp_opts_t* opts,
+                        tr_errmsg_t* err);
 
 /* 1 when p is sharded on the mesh dim "tp", else 0. */
 int tr_tp_sharded(const tr_param_t* p);

@@ -117,6 +117,15 @@ typedef struct tr_kern_ops {
   /* dwte[tok] += dout, dwpe[t] += dout (dwpe may be NULL). */
   int (*embedding_bwd)(float* dwte, float* dwpe, const float* dout,
                        const int32_t* tok, int B, int T, int C);
+  /* A vocabulary-parallel slice wte[rows, C] holding the table's rows
+   * [row0, row0 + rows): out = wte[tok - row0] for the tokens it holds, 0
+   * for the others (no positions). The backward adds to the rows it holds
+   * only; dwpe[t] += dout for every row (dwpe may be NULL, dwte too). */
+  int (*embedding_rows_fwd)(float* out, const int32_t* tok, const float* wte,
+                            int64_t row0, int64_t rows, int B, int T, int C);
+  int (*embedding_rows_bwd)(float* dwte, float* dwpe, const float* dout,
+                            const int32_t* tok, int64_t row0, int64_t rows,
+                            int B, int T, int C);
 
   /* LayerNorm over C with saved mean[N] and rstd[N]; b may be NULL. */
   int (*layernorm_fwd)(float* out, float* mean, float* rstd, const float* inp,
@@ -233,6 +242,26 @@ typedef struct tr_kern_ops {
   int (*xent_fused)(float* losses, float* lse, float* logits,
                     const int32_t* targets, int64_t N, int V, int64_t ld,
                     float scale);
+  /* Vocabulary-parallel cross-entropy (loss parallel): logits[N,V] are
+   * the columns [voff, voff + V) of the whole vocabulary's, and the caller
+   * reduces over the slices between the steps. stats: max[N] = the row's
+   * max, tgt[N] = the target's logit where this slice holds it, else 0
+   * (and for ignored targets); sumexp: sum[N] = sum_j exp(x - max[r]) for
+   * the global max (summed in double); loss: lse = max + log(sum), losses
+   * = lse - tgt (0 where ignored), from the reduced values; bwd: in place,
+   * scale * (exp(x - lse) - onehot), the onehot where this slice holds the
+   * target (ignored rows 0). Targets are not range-checked here. */
+  int (*xent_shard_stats)(float* max, float* tgt, const float* logits,
+                          const int32_t* targets, int64_t N, int V, int64_t ld,
+                          int64_t voff);
+  int (*xent_shard_sumexp)(float* sum, const float* logits, const float* max,
+                           int64_t N, int V, int64_t ld);
+  int (*xent_shard_loss)(float* losses, float* lse, const float* max,
+                         const float* sum, const float* tgt,
+                         const int32_t* targets, int64_t N);
+  int (*xent_shard_bwd)(float* logits, const float* lse, const int32_t* targets,
+                        int64_t N, int V, int64_t ld, int64_t voff,
+                        float scale);
 
   int (*adamw)(float* p, const float* g, float* m, float* v, int64_t n,
                const tr_adamw_args_t* args);
@@ -289,6 +318,18 @@ int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
                           const tr_tensor_t* wte, const tr_tensor_t* wpe);
 int tr_kern_embedding_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
                           const tr_tensor_t* dout, const tr_tensor_t* tokens);
+/* Vocabulary-parallel lookup: wte [Vl, C] holds rows [row0, row0 + Vl) of
+ * a vocab-row table; out [B,T,C] = the rows of the tokens it holds, 0 for
+ * the others (a sum over the slices gives the whole lookup; positions are
+ * added after it). TR_EINVAL names the first token outside [0, vocab). The
+ * backward adds dout to the rows held (dwte [Vl, C]) and, with dwpe
+ * [>= T, C], to every position's row. */
+int tr_kern_embedding_rows_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
+                               const tr_tensor_t* wte, int64_t row0,
+                               int64_t vocab);
+int tr_kern_embedding_rows_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
+                               const tr_tensor_t* dout,
+                               const tr_tensor_t* tokens, int64_t row0);
 
 /* out [N,C], mean and rstd [N]; weight [C]; bias [C] or NULL. */
 int tr_kern_layernorm_fwd(tr_tensor_t* out, tr_tensor_t* mean,
@@ -418,6 +459,26 @@ int tr_kern_xent_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
 int tr_kern_xent_fused(tr_tensor_t* losses, tr_tensor_t* lse,
                        tr_tensor_t* logits, const tr_tensor_t* targets,
                        float scale);
+/* The vocabulary-parallel steps (tr_kern_ops_t.xent_shard_*): logits
+ * [N, Vl] (rows may be padded) are the columns [voff, voff + Vl) of a
+ * vocab-column whole; max, tgt, sum, losses, lse [N] fp32. A caller runs
+ * stats, all-reduces max (MAX) over the slices, runs sumexp, all-reduces
+ * sum and tgt (SUM), runs loss: losses and lse are then those of
+ * tr_kern_xent_fwd on the whole logits, on every slice's rank. bwd turns
+ * the slice into its part of the dlogits. TR_EINVAL names the first
+ * target outside [0, vocab) (checked by stats on host tensors). */
+int tr_kern_xent_shard_stats(tr_tensor_t* max, tr_tensor_t* tgt,
+                             const tr_tensor_t* logits,
+                             const tr_tensor_t* targets, int64_t voff,
+                             int64_t vocab);
+int tr_kern_xent_shard_sumexp(tr_tensor_t* sum, const tr_tensor_t* logits,
+                              const tr_tensor_t* max);
+int tr_kern_xent_shard_loss(tr_tensor_t* losses, tr_tensor_t* lse,
+                            const tr_tensor_t* max, const tr_tensor_t* sum,
+                            const tr_tensor_t* tgt, const tr_tensor_t* targets);
+int tr_kern_xent_shard_bwd(tr_tensor_t* logits, const tr_tensor_t* lse,
+                           const tr_tensor_t* targets, int64_t voff,
+                           float scale);
 
 /* One AdamW step on a parameter; grad, m, v have its shape. */
 int tr_kern_adamw(tr_tensor_t* param, const tr_tensor_t* grad, tr_tensor_t* m,

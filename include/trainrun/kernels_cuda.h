@@ -76,6 +76,17 @@ int tr_kern_cuda_embedding_fwd(tr_dtype_t dt, void* out, const int32_t* tok,
 int tr_kern_cuda_embedding_bwd(tr_dtype_t dt, float* dwte, float* dwpe,
                                const void* dout, const int32_t* tok, int B,
                                int T, int C, int V, tr_cuda_stream_t s);
+/* The vocabulary-parallel slice: wte holds the table's rows [row0, row0 +
+ * rows); a token outside them gives a row of zeros (no positions), and no
+ * gradient (dwpe still gets every row's). */
+int tr_kern_cuda_embedding_rows_fwd(tr_dtype_t dt, void* out,
+                                    const int32_t* tok, const void* wte,
+                                    int64_t row0, int rows, int B, int T, int C,
+                                    tr_cuda_stream_t s);
+int tr_kern_cuda_embedding_rows_bwd(tr_dtype_t dt, float* dwte, float* dwpe,
+                                    const void* dout, const int32_t* tok,
+                                    int64_t row0, int rows, int B, int T, int C,
+                                    tr_cuda_stream_t s);
 
 /* ---- norms ---- */
 
@@ -227,6 +238,25 @@ int tr_kern_cuda_xent_fwd(tr_dtype_t dt, float* losses, float* lse,
 int tr_kern_cuda_xent_bwd(tr_dtype_t dt, void* logits, int64_t ld,
                           const float* lse, const int32_t* targets, int64_t N,
                           int V, float scale, tr_cuda_stream_t s);
+/* Vocabulary-parallel cross-entropy over the columns [voff, voff + V) of
+ * the vocabulary (tr_kern_ops_t.xent_shard_*; one block per row, no
+ * target range check). */
+int tr_kern_cuda_xent_shard_stats(tr_dtype_t dt, float* max, float* tgt,
+                                  const void* logits, int64_t ld,
+                                  const int32_t* targets, int64_t N, int V,
+                                  int64_t voff, tr_cuda_stream_t s);
+int tr_kern_cuda_xent_shard_sumexp(tr_dtype_t dt, float* sum,
+                                   const void* logits, int64_t ld,
+                                   const float* max, int64_t N, int V,
+                                   tr_cuda_stream_t s);
+int tr_kern_cuda_xent_shard_loss(float* losses, float* lse, const float* max,
+                                 const float* sum, const float* tgt,
+                                 const int32_t* targets, int64_t N,
+                                 tr_cuda_stream_t s);
+int tr_kern_cuda_xent_shard_bwd(tr_dtype_t dt, void* logits, int64_t ld,
+                                const float* lse, const int32_t* targets,
+                                int64_t N, int V, int64_t voff, float scale,
+                                tr_cuda_stream_t s);
 
 /* ---- attention ---- */
 

@@ -198,8 +198,8 @@ typedef enum {
                           table tied to the output is split so for both) */
   TR_TP_OUTPUT = 4     /* the output projection, Shard(0) over the vocab
                           (loss parallel) */
-} tr_tp_style_t; /* dtensor's plan (tr_tp_plan_apply) keeps VOCAB and OUTPUT
-                    replicated until loss parallel is built */
+} tr_tp_style_t;       /* dtensor's plan (tr_tp_plan_apply) splits VOCAB and
+                    OUTPUT only where tp divides the vocabulary */
 
 /* Which part of the global tensor this rank holds. tr_model_init sets the
  * whole tensor (offset 0, shape = global shape, placement NULL). Only
@@ -296,22 +296,90 @@ typedef struct {
   void* arg;
 } tr_model_hook_t;
 
-/* Tensor-parallel seam. Called (when set) at the same fixed points of
- * every layer of both families: TR_TP_FWD_OUT after each row-parallel
- * linear output (Llama o_proj, down_proj; GPT-2 attn.c_proj, mlp.c_proj)
- * before the residual add — all-reduce (or reduce-scatter under sequence
- * parallel); a row-parallel bias (GPT-2) is added after it, once;
- * TR_TP_BWD_IN after the gradient w.r.t. the input of the column-parallel
- * linears (q/k/v or c_attn, gate/up or c_fc) is complete — all-reduce.
- * So two calls per layer forward (again in a recomputed forward) and two
- * per layer backward (in the I pass when split); none in the embedding and
- * head blocks. NULL (tp = 1): nothing happens and the bits are those of a
- * model without the seam. Local head counts and widths are taken from the
- * local weight shapes, so TP-sharded weights just work. */
-typedef enum { TR_TP_FWD_OUT = 0, TR_TP_BWD_IN = 1 } tr_tp_point_t;
+/* Tensor-parallel seam: the one place where the blocks talk to the other
+ * ranks of their tensor-parallel group. When fn is set (dtensor's
+ * tr_tp_install), the blocks call it at fixed points with an op saying
+ * what to do to t; NULL (tp = 1): nothing happens and the bits are those of
+ * a model without the seam. Local head counts, widths and vocabulary rows
+ * are taken from the local weight shapes, so TP-sharded weights just work.
+ *
+ * Ops (the hook does exactly this over the group):
+ *   TR_TP_SUM      all-reduce sum of t, in place
+ *   TR_TP_MAX      all-reduce max of t, in place
+ *   TR_TP_GATHER   all-gather along dim 1 (the sequence): t [B, T/tp, W]
+ *                  becomes [B, T, W], rank r's rows at [r T/tp, (r+1) T/tp)
+ *   TR_TP_SCATTER  reduce-scatter (sum) along dim 1: t [B, T, W] becomes
+ *                  this rank's [B, T/tp, W] of the sum
+ *   TR_TP_GATHER_LAST  all-gather along the last dim: [..., W/tp] becomes
+ *                  [..., W], rank r's columns at [r W/tp, (r+1) W/tp)
+ * For the three gathers and scatters the hook replaces *t by a new tensor
+ * (releasing its reference to the old one).
+ *
+ * Points, per layer of both families (sequence_parallel 0 / 1):
+ *   TR_TP_FWD_OUT  each row-parallel linear's output (Llama o_proj,
+ *                  down_proj; GPT-2 attn.c_proj, mlp.c_proj), a partial
+ *                  sum, before the residual add: SUM / SCATTER; a
+ *                  row-parallel bias (GPT-2) is added after it, once
+ *   TR_TP_FWD_IN   SP only: the norm output (a sequence shard) before the
+ *                  column-parallel linears (q/k/v or c_attn, gate/up or
+ *                  c_fc): GATHER
+ *   TR_TP_BWD_IN   the gradient w.r.t. the input of the column-parallel
+ *                  linears, a partial sum: SUM / SCATTER
+ *   TR_TP_BWD_OUT  SP only: the gradient of a row-parallel output (a
+ *                  sequence shard) before its backward: GATHER
+ *   TR_TP_GRAD     SP only: the norms' weight (and bias) gradients of this
+ *                  rank's tokens, summed in a temporary: SUM (one call per
+ *                  norm), then added to the grads, so every tp rank holds
+ *                  the whole gradient
+ * So per layer: without SP two SUMs forward (again in a recomputed forward)
+ * and two backward (in the I pass when split); with SP two GATHERs and two
+ * SCATTERs forward, two GATHERs, two SCATTERs and two TR_TP_GRAD SUMs
+ * backward. The embedding and the head:
+ *   TR_TP_EMBED_OUT  a vocabulary-parallel embedding's output (each rank
+ *                  looked up the tokens of its rows, 0 elsewhere): SUM /
+ *                  SCATTER, then GPT-2's positions are added once; a
+ *                  replicated table under SP just keeps its rows of T. Its
+ *                  backward under SP gathers the output gradient
+ *                  (TR_TP_BWD_OUT) and adds to the rows it holds only
+ *   TR_TP_FWD_IN / TR_TP_BWD_IN / TR_TP_GRAD  the head under SP: the final
+ *                  norm's output gathered before the output projection;
+ *                  with a vocabulary-split output its input gradient is a
+ *                  partial sum (SUM / SCATTER), with a replicated one each
+ *                  rank keeps its rows
+ *   TR_TP_LOSS     a vocabulary-split output projection (logits [B, T,
+ *                  V/tp]): loss parallel — the rows' max (MAX), then their
+ *                  sums of exponentials and target logits (one SUM of
+ *                  both); or, with loss_parallel 0, the logits gathered
+ *                  (GATHER_LAST) for the ordinary cross-entropy
+ * Losses and log-sum-exps come out identical on every tp rank. */
+typedef enum {
+  TR_TP_FWD_OUT = 0,
+  TR_TP_BWD_IN = 1,
+  TR_TP_FWD_IN = 2,
+  TR_TP_BWD_OUT = 3,
+  TR_TP_GRAD = 4,
+  TR_TP_EMBED_OUT = 5,
+  TR_TP_LOSS = 6,
+  TR_TP__POINTS
+} tr_tp_point_t;
+typedef enum {
+  TR_TP_SUM = 0,
+  TR_TP_MAX = 1,
+  TR_TP_GATHER = 2,
+  TR_TP_SCATTER = 3,
+  TR_TP_GATHER_LAST = 4,
+  TR_TP__OPS
+} tr_tp_op_t;
 typedef struct {
-  int (*reduce)(void* arg, tr_tp_point_t point, tr_tensor_t* t);
+  int (*fn)(void* arg, tr_tp_point_t point, tr_tp_op_t op, tr_tensor_t* t);
   void* arg;
+  int size, rank;        /* the tp group's size and this rank's index */
+  int sequence_parallel; /* 1: the residual stream between blocks is this
+                            rank's T/tp rows of the sequence [B, T/tp, C]
+                            (mb->hidden, mb->dhidden); T % size must be 0
+                            (TR_ECONFIG at the embedding otherwise) */
+  int loss_parallel;     /* 1: vocabulary-sharded cross-entropy; 0: gather
+                            the logits (disable_loss_parallel) */
 } tr_model_tp_t;
 
 struct tr_model_family; /* model/internal.h */
@@ -420,14 +488,17 @@ typedef struct tr_model_mb {
    * (block i's input) and leaves its output there; backward of block i
    * reads `dhidden` (gradient of its output) and leaves the gradient of its
    * input there. A pipeline stage receives into / sends from these. */
-  tr_tensor_t hidden;  /* [B,T,C] */
-  tr_tensor_t dhidden; /* [B,T,C] */
+  tr_tensor_t hidden;  /* [B,T,C]; under sequence parallel [B,T/tp,C] */
+  tr_tensor_t dhidden; /* [B,T,C]; under sequence parallel [B,T/tp,C] */
   /* After the head block's forward: logits [B,T,V] and per-token losses
    * [B,T]. A forward that will be followed by a backward (targets given,
    * not no_grad) leaves dlogits there already (one fused pass, with the
    * loss_scale below); its backward frees them. Under no_grad (eval,
-   * sampling) they stay logits for the caller. The head consumes
-   * `hidden`, which is then empty. */
+   * sampling) they stay logits for the caller. Under tensor parallelism
+   * with the vocabulary split over tp, logits (and dlogits) are this
+   * rank's columns [B,T,V/tp], except after a forward without targets,
+   * which gathers them whole; losses are whole on every rank. The head
+   * consumes `hidden`, which is then empty. */
   tr_tensor_t logits;
   tr_tensor_t losses;
   double loss_sum; /* sum of the losses of non-ignored targets */

@@ -38,6 +38,11 @@ extern const tr_kern_ops_t tr__cpu_ops;
 /* Raw CPU entry points (contracts in trainrun/kernels.h, tr_kern_ops_t). */
 int tr__cpu_embedding_fwd(float* out, const int32_t* tok, const float* wte,
                           const float* wpe, int B, int T, int C);
+int tr__cpu_embedding_rows_fwd(float* out, const int32_t* tok, const float* wte,
+                               int64_t row0, int64_t rows, int B, int T, int C);
+int tr__cpu_embedding_rows_bwd(float* dwte, float* dwpe, const float* dout,
+                               const int32_t* tok, int64_t row0, int64_t rows,
+                               int B, int T, int C);
 int tr__cpu_embedding_bwd(float* dwte, float* dwpe, const float* dout,
                           const int32_t* tok, int B, int T, int C);
 int tr__cpu_layernorm_fwd(float* out, float* mean, float* rstd,
@@ -97,6 +102,17 @@ int tr__cpu_swiglu_bwd(float* dgate, float* dup, const float* dout,
                        const float* gate, const float* up, int64_t n);
 int tr__cpu_swiglu_bwd_write(float* dgate, float* dup, const float* dout,
                              const float* gate, const float* up, int64_t n);
+int tr__cpu_xent_shard_stats(float* max, float* tgt, const float* logits,
+                             const int32_t* targets, int64_t N, int V,
+                             int64_t ld, int64_t voff);
+int tr__cpu_xent_shard_sumexp(float* sum, const float* logits, const float* max,
+                              int64_t N, int V, int64_t ld);
+int tr__cpu_xent_shard_loss(float* losses, float* lse, const float* max,
+                            const float* sum, const float* tgt,
+                            const int32_t* targets, int64_t N);
+int tr__cpu_xent_shard_bwd(float* logits, const float* lse,
+                           const int32_t* targets, int64_t N, int V, int64_t ld,
+                           int64_t voff, float scale);
 int tr__cpu_xent_fwd(float* losses, float* lse, const float* logits,
                      const int32_t* targets, int64_t N, int V, int64_t ld);
 int tr__cpu_xent_bwd(float* logits, const float* lse, const int32_t* targets,

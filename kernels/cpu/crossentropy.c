@@ -1,7 +1,11 @@
 /* kernels/cpu/crossentropy.c: fused softmax + cross-entropy with an ignore
  * index. The forward gives each row's loss and log-sum-exp (summed in
  * double); the backward turns the logits into dlogits in place, so the
- * probabilities never need a buffer of their own. */
+ * probabilities never need a buffer of their own. The vocabulary-parallel
+ * variant (loss parallel) works on a slice of the vocabulary's columns in
+ * three local steps between which the caller reduces over the slices: row
+ * max and owned target logit, sum of exponentials, loss; its backward is
+ * the whole table's with the slice's column offset. */
 #include "config.h"
 
 #include <math.h>
@@ -21,6 +25,13 @@ typedef struct {
   int V;
   int64_t ld; /* row stride of the logits */
   float scale;
+  int64_t voff; /* the slice's first column in the vocabulary (0: whole) */
+  float* max;   /* shard steps: per-row max, target logit, sum of exp */
+  float* tgt;
+  float* sum;
+  const float* cmax;
+  const float* csum;
+  const float* ctgt;
 } xent_t;
 
 static int check_targets(const int32_t* targets, int64_t N, int V) {
@@ -71,7 +82,8 @@ static void xent_bwd_task(void* ctx, int64_t r) {
   }
   float lse = a->clse[r];
   for (int j = 0; j < a->V; j++) x[j] = a->scale * expf(x[j] - lse);
-  x[t] -= a->scale;
+  int64_t j = (int64_t)t - a->voff; /* the onehot, where this slice has it */
+  if (j >= 0 && j < a->V) x[j] -= a->scale;
 }
 
 int tr__cpu_xent_fused(float* losses, float* lse, float* logits,
@@ -90,6 +102,73 @@ int tr__cpu_xent_bwd(float* logits, const float* lse, const int32_t* targets,
               .V = V,
               .ld = ld,
               .scale = scale};
+  tr__cpu_parallel(N, xent_bwd_task, &a);
+  return 0;
+}
+
+/* ---- vocabulary-parallel (a slice of the columns) ---- */
+
+static void shard_stats_task(void* ctx, int64_t r) {
+  const xent_t* a = ctx;
+  const float* x = a->clogits + r * a->ld;
+  float m = -INFINITY;
+  for (int j = 0; j < a->V; j++) m = x[j] > m ? x[j] : m;
+  a->max[r] = m;
+  int64_t j = (int64_t)a->targets[r] - a->voff;
+  a->tgt[r] =
+      a->targets[r] != TR_IGNORE_INDEX && j >= 0 && j < a->V ? x[j] : 0.0f;
+}
+
+int tr__cpu_xent_shard_stats(float* max, float* tgt, const float* logits,
+                             const int32_t* targets, int64_t N, int V,
+                             int64_t ld, int64_t voff) {
+  xent_t a = {.max = max,
+              .tgt = tgt,
+              .clogits = logits,
+              .targets = targets,
+              .V = V,
+              .ld = ld,
+              .voff = voff};
+  tr__cpu_parallel(N, shard_stats_task, &a);
+  return 0;
+}
+
+static void shard_sumexp_task(void* ctx, int64_t r) {
+  const xent_t* a = ctx;
+  const float* x = a->clogits + r * a->ld;
+  float m = a->cmax[r];
+  double s = 0.0;
+  for (int j = 0; j < a->V; j++) s += expf(x[j] - m);
+  a->sum[r] = (float)s;
+}
+
+int tr__cpu_xent_shard_sumexp(float* sum, const float* logits, const float* max,
+                              int64_t N, int V, int64_t ld) {
+  xent_t a = {.sum = sum, .clogits = logits, .cmax = max, .V = V, .ld = ld};
+  tr__cpu_parallel(N, shard_sumexp_task, &a);
+  return 0;
+}
+
+int tr__cpu_xent_shard_loss(float* losses, float* lse, const float* max,
+                            const float* sum, const float* tgt,
+                            const int32_t* targets, int64_t N) {
+  for (int64_t r = 0; r < N; r++) {
+    lse[r] = max[r] + logf(sum[r]);
+    losses[r] = targets[r] == TR_IGNORE_INDEX ? 0.0f : lse[r] - tgt[r];
+  }
+  return 0;
+}
+
+int tr__cpu_xent_shard_bwd(float* logits, const float* lse,
+                           const int32_t* targets, int64_t N, int V, int64_t ld,
+                           int64_t voff, float scale) {
+  xent_t a = {.logits = logits,
+              .clse = lse,
+              .targets = targets,
+              .V = V,
+              .ld = ld,
+              .scale = scale,
+              .voff = voff};
   tr__cpu_parallel(N, xent_bwd_task, &a);
   return 0;
 }

@@ -1,5 +1,6 @@
 // kernels/cuda/encoder.cu: token (+ learned position) embedding, forward
-// and deterministic backward.
+// and deterministic backward, of the whole table or of a vocabulary-parallel
+// slice of its rows (tokens the slice does not hold give 0 and no gradient).
 //
 // The backward cannot scatter-add rows (tokens repeat, and float atomics
 // would make the sum depend on scheduling). It sorts (token, position)
@@ -14,23 +15,25 @@
 
 namespace {
 
-// thread per (row, pack of V channels)
+// thread per (row, pack of V channels); the table holds rows [row0, row0 +
+// Vocab); a token outside them gives NaNs, or zeros for a slice
 template <typename T, int V>
 __global__ void embedding_fwd_kernel(T* out, const int32_t* tok, const T* wte,
                                      const T* wpe, int64_t N, int T_, int C,
-                                     int Vocab) {
+                                     int Vocab, int64_t row0, bool slice) {
   int cv = C / V;
   int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= N * cv) return;
   int64_t r = idx / cv;
   int c = (int)(idx % cv) * V;
-  int32_t t = tok[r];
+  int64_t t = (int64_t)tok[r] - row0;
   float e[V];
   if (t < 0 || t >= Vocab) {
+    float f = slice ? 0.0f : __int_as_float(0x7fc00000);  // NaN
 #pragma unroll
-    for (int j = 0; j < V; j++) e[j] = __int_as_float(0x7fc00000);  // NaN
+    for (int j = 0; j < V; j++) e[j] = f;
   } else {
-    tr_load<T, V>(e, wte + (int64_t)t * C + c);
+    tr_load<T, V>(e, wte + t * C + c);
     if (wpe) {
       float p[V];
       tr_load<T, V>(p, wpe + (r % T_) * C + c);
@@ -41,14 +44,15 @@ __global__ void embedding_fwd_kernel(T* out, const int32_t* tok, const T* wte,
   tr_store<T, V>(out + r * C + c, e);
 }
 
-// keys: the token, or Vocab for one out of range (sorted last, skipped);
-// unsigned, so the radix sort's bit range covers them as they are
+// keys: the token's row in the table (rows [row0, row0 + Vocab)), or
+// Vocab for one out of range (sorted last, skipped); unsigned, so the radix
+// sort's bit range covers them as they are
 __global__ void embedding_keys_kernel(uint32_t* keys, int32_t* vals,
-                                      const int32_t* tok, int64_t N,
-                                      int Vocab) {
+                                      const int32_t* tok, int64_t N, int Vocab,
+                                      int64_t row0) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= N) return;
-  int32_t t = tok[i];
+  int64_t t = (int64_t)tok[i] - row0;
   keys[i] = (uint32_t)((t < 0 || t >= Vocab) ? Vocab : t);
   vals[i] = (int32_t)i;
 }
@@ -105,10 +109,11 @@ __global__ void embedding_dwpe_kernel(float* dwpe, const T* dout, int B, int T_,
 
 template <typename T, int V>
 int fwd_launch(void* out, const int32_t* tok, const void* wte, const void* wpe,
-               int64_t N, int T_, int C, int Vocab, cudaStream_t s) {
+               int64_t N, int T_, int C, int Vocab, int64_t row0, bool slice,
+               cudaStream_t s) {
   int64_t n = N * (C / V);
   embedding_fwd_kernel<T, V><<<tr__blocks(n, 256), 256, 0, s>>>(
-      (T*)out, tok, (const T*)wte, (const T*)wpe, N, T_, C, Vocab);
+      (T*)out, tok, (const T*)wte, (const T*)wpe, N, T_, C, Vocab, row0, slice);
   return TR_CUDA_LAUNCHED("embedding_fwd_kernel");
 }
 
@@ -145,10 +150,11 @@ int check(const char* op, int B, int T_, int C, int Vocab) {
 
 // ---- launchers ----
 
-extern "C" int tr_kern_cuda_embedding_fwd(tr_dtype_t dt, void* out,
-                                          const int32_t* tok, const void* wte,
-                                          const void* wpe, int B, int T_, int C,
-                                          int Vocab, tr_cuda_stream_t s) {
+namespace {
+
+int fwd(tr_dtype_t dt, void* out, const int32_t* tok, const void* wte,
+        const void* wpe, int B, int T_, int C, int Vocab, int64_t row0,
+        bool slice, cudaStream_t s) {
   TR_CHECK(check("embedding_fwd", B, T_, C, Vocab));
   int64_t N = (int64_t)B * T_;
   if (N == 0) return 0;
@@ -157,16 +163,34 @@ extern "C" int tr_kern_cuda_embedding_fwd(tr_dtype_t dt, void* out,
   TR_CUDA_DISPATCH(dt, T, {
     if (vec && C % tr_vec<T>::n == 0)
       return fwd_launch<T, tr_vec<T>::n>(out, tok, wte, wpe, N, T_, C, Vocab,
-                                         s);
-    return fwd_launch<T, 1>(out, tok, wte, wpe, N, T_, C, Vocab, s);
+                                         row0, slice, s);
+    return fwd_launch<T, 1>(out, tok, wte, wpe, N, T_, C, Vocab, row0, slice,
+                            s);
   });
 }
 
-extern "C" int tr_kern_cuda_embedding_bwd(tr_dtype_t dt, float* dwte,
-                                          float* dwpe, const void* dout,
-                                          const int32_t* tok, int B, int T_,
-                                          int C, int Vocab,
-                                          tr_cuda_stream_t s) {
+}  // namespace
+
+extern "C" int tr_kern_cuda_embedding_fwd(tr_dtype_t dt, void* out,
+                                          const int32_t* tok, const void* wte,
+                                          const void* wpe, int B, int T_, int C,
+                                          int Vocab, tr_cuda_stream_t s) {
+  return fwd(dt, out, tok, wte, wpe, B, T_, C, Vocab, 0, false, s);
+}
+
+extern "C" int tr_kern_cuda_embedding_rows_fwd(tr_dtype_t dt, void* out,
+                                               const int32_t* tok,
+                                               const void* wte, int64_t row0,
+                                               int rows, int B, int T_, int C,
+                                               tr_cuda_stream_t s) {
+  return fwd(dt, out, tok, wte, NULL, B, T_, C, rows, row0, true, s);
+}
+
+namespace {
+
+int bwd(tr_dtype_t dt, float* dwte, float* dwpe, const void* dout,
+        const int32_t* tok, int B, int T_, int C, int Vocab, int64_t row0,
+        cudaStream_t s) {
   TR_CHECK(check("embedding_bwd", B, T_, C, Vocab));
   if (dt != TR_F32 && dt != TR_BF16) {
     TR_LOG_ERROR(KERN, "embedding_bwd: %s is not supported", tr_dtype_name(dt));
@@ -190,8 +214,8 @@ extern "C" int tr_kern_cuda_embedding_bwd(tr_dtype_t dt, float* dwte,
   int32_t* rows = (int32_t*)(tmp + 3 * arr);
   int rc = 0;
   if (dwte) {
-    embedding_keys_kernel<<<tr__blocks(N, 256), 256, 0, s>>>(keys_in, rows_in,
-                                                             tok, N, Vocab);
+    embedding_keys_kernel<<<tr__blocks(N, 256), 256, 0, s>>>(
+        keys_in, rows_in, tok, N, Vocab, row0);
     rc = TR_CUDA_LAUNCHED("embedding_keys_kernel");
     if (rc == 0)
       rc = TR_CUDA_CALL(cub::DeviceRadixSort::SortPairs(
@@ -211,4 +235,22 @@ extern "C" int tr_kern_cuda_embedding_bwd(tr_dtype_t dt, float* dwte,
   }
   tr__cuda_tmp_free(tmp, s);
   return rc;
+}
+
+}  // namespace
+
+extern "C" int tr_kern_cuda_embedding_bwd(tr_dtype_t dt, float* dwte,
+                                          float* dwpe, const void* dout,
+                                          const int32_t* tok, int B, int T_,
+                                          int C, int Vocab,
+                                          tr_cuda_stream_t s) {
+  return bwd(dt, dwte, dwpe, dout, tok, B, T_, C, Vocab, 0, s);
+}
+
+extern "C" int tr_kern_cuda_embedding_rows_bwd(tr_dtype_t dt, float* dwte,
+                                               float* dwpe, const void* dout,
+                                               const int32_t* tok, int64_t row0,
+                                               int rows, int B, int T_, int C,
+                                               tr_cuda_stream_t s) {
+  return bwd(dt, dwte, dwpe, dout, tok, B, T_, C, rows, row0, s);
 }

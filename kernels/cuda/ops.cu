@@ -38,6 +38,25 @@ int cu_embedding_bwd(float* dwte, float* dwpe, const float* dout,
 }
 
 template <tr_dtype_t DT>
+int cu_embedding_rows_fwd(float* out, const int32_t* tok, const float* wte,
+                          int64_t row0, int64_t rows, int B, int T, int C) {
+  TR_CUDA_REQUIRE(rows <= INT_MAX, "embedding_rows_fwd: %lld rows",
+                  (long long)rows);
+  return tr_kern_cuda_embedding_rows_fwd(DT, out, tok, wte, row0, (int)rows, B,
+                                         T, C, cur());
+}
+
+template <tr_dtype_t DT>
+int cu_embedding_rows_bwd(float* dwte, float* dwpe, const float* dout,
+                          const int32_t* tok, int64_t row0, int64_t rows, int B,
+                          int T, int C) {
+  TR_CUDA_REQUIRE(rows <= INT_MAX, "embedding_rows_bwd: %lld rows",
+                  (long long)rows);
+  return tr_kern_cuda_embedding_rows_bwd(DT, dwte, dwpe, dout, tok, row0,
+                                         (int)rows, B, T, C, cur());
+}
+
+template <tr_dtype_t DT>
 int cu_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp,
                      const float* w, const float* b, int64_t N, int C,
                      float eps) {
@@ -356,6 +375,34 @@ int cu_xent_bwd(float* logits, const float* lse, const int32_t* targets,
                                cur());
 }
 
+template <tr_dtype_t DT>
+int cu_xent_shard_stats(float* max, float* tgt, const float* logits,
+                        const int32_t* targets, int64_t N, int V, int64_t ld,
+                        int64_t voff) {
+  return tr_kern_cuda_xent_shard_stats(DT, max, tgt, logits, ld, targets, N, V,
+                                       voff, cur());
+}
+
+template <tr_dtype_t DT>
+int cu_xent_shard_sumexp(float* sum, const float* logits, const float* max,
+                         int64_t N, int V, int64_t ld) {
+  return tr_kern_cuda_xent_shard_sumexp(DT, sum, logits, ld, max, N, V, cur());
+}
+
+int cu_xent_shard_loss(float* losses, float* lse, const float* max,
+                       const float* sum, const float* tgt,
+                       const int32_t* targets, int64_t N) {
+  return tr_kern_cuda_xent_shard_loss(losses, lse, max, sum, tgt, targets, N,
+                                      cur());
+}
+
+template <tr_dtype_t DT>
+int cu_xent_shard_bwd(float* logits, const float* lse, const int32_t* targets,
+                      int64_t N, int V, int64_t ld, int64_t voff, float scale) {
+  return tr_kern_cuda_xent_shard_bwd(DT, logits, ld, lse, targets, N, V, voff,
+                                     scale, cur());
+}
+
 int cu_adamw(float* p, const float* g, float* m, float* v, int64_t n,
              const tr_adamw_args_t* args) {
   tr_cuda_adamw_tensor_t t;
@@ -426,6 +473,8 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->name = name;
   t->embedding_fwd = cu_embedding_fwd<DT>;
   t->embedding_bwd = cu_embedding_bwd<DT>;
+  t->embedding_rows_fwd = cu_embedding_rows_fwd<DT>;
+  t->embedding_rows_bwd = cu_embedding_rows_bwd<DT>;
   t->layernorm_fwd = cu_layernorm_fwd<DT>;
   t->residual_layernorm_fwd = cu_residual_layernorm_fwd<DT>;
   t->layernorm_bwd = cu_layernorm_bwd<DT>;
@@ -449,6 +498,10 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->xent_fwd = cu_xent_fwd<DT>;
   t->xent_bwd = cu_xent_bwd<DT>;
   t->xent_fused = cu_xent_fused<DT>;
+  t->xent_shard_stats = cu_xent_shard_stats<DT>;
+  t->xent_shard_sumexp = cu_xent_shard_sumexp<DT>;
+  t->xent_shard_loss = cu_xent_shard_loss;
+  t->xent_shard_bwd = cu_xent_shard_bwd<DT>;
   t->adamw = cu_adamw;
   t->adamw_multi = cu_adamw_multi;
   t->sum_squares = cu_sum_squares<DT>;
