@@ -28,6 +28,8 @@
 #                with per-block torch.compile
 #
 # Environment: OUT (./out), SCRATCH (/tmp/trainrun-tp), TP_STEPS (20),
+# FIRST_REP (1: the first round's number; even rounds run the programs in
+# reverse order, so a second call with FIRST_REP=2 alternates),
 # PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run").
 set -u
 reps=3
@@ -107,7 +109,8 @@ if want tp || want pp; then
   order=tr1
   want tp && order="$order tr2 pt pc"
   want pp && order="$order trp1 ptp1 trpz ptpz"
-  for r in $(seq 1 "$reps"); do
+  first=${FIRST_REP:-1} # a later call goes on with round FIRST_REP
+  for r in $(seq "$first" $((first + reps - 1))); do
     list=$order
     [ $((r % 2)) = 0 ] && list=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
     for p in $list; do

@@ -370,9 +370,11 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
   }
   int rc = 0;
   for (int64_t k = 0; k < n && rc == 0; k++) rc = run_one(&r, &acts[k]);
-  /* sends are waited last */
+  /* sends are waited last; after a failure they are left to their op
+   * (a peer that never receives would hold this rank until the op's
+   * timeout: the error goes up at once, and the job stops the peers) */
   for (int64_t k = 0; k < r.n_sends; k++) {
-    int w = tr_pg_work_wait(r.sends[k], 0);
+    int w = rc == 0 ? tr_pg_work_wait(r.sends[k], 0) : 0;
     if (rc == 0 && w < 0) rc = w;
     tr_pg_work_free(r.sends[k]);
   }
