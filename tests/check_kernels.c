@@ -699,7 +699,8 @@ static void masked_ref(const att_ctx* c, const unsigned char* keep, double* y,
   int T = c->T, D = c->D;
   double scale = 1.0 / sqrt((double)D);
   double* P = malloc(sizeof(double) * (size_t)T * T);
-  int64_t nq = (int64_t)c->B * T * c->H * D, nk = (int64_t)c->B * T * c->KVH * D;
+  int64_t nq = (int64_t)c->B * T * c->H * D;
+  int64_t nk = (int64_t)c->B * T * c->KVH * D;
   memset(gq, 0, sizeof(double) * (size_t)nq);
   memset(gk, 0, sizeof(double) * (size_t)nk);
   memset(gv, 0, sizeof(double) * (size_t)nk);

@@ -1353,7 +1353,8 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
   } else {
     ck_assert_int_eq(
         tr_kern_cuda_attention_fwd(dt, D(&d_out), D(&d_lse), base, base + ko,
-                                   base + vo, B, T, H, KVH, Dh, W, W, maskp, NULL),
+                                   base + vo, B, T, H, KVH, Dh, W, W, maskp,
+                                   NULL),
         0);
     tr_kern_cuda_set_attention(impl_bwd);
     ck_assert_int_eq(tr_kern_cuda_attention_bwd(

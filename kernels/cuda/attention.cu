@@ -64,7 +64,8 @@ __device__ int tile_lo(int* lo_s, const attn_args& a, int b, int q0) {
     int lo = qi < a.T ? row_lo(a, b, qi) : a.T;
     lo_s[threadIdx.x] = lo;
     int m = lo;
-    for (int o = 16; o > 0; o /= 2) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = 16; o > 0; o /= 2)
+      m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
     if (threadIdx.x == 0) min_s = m;
   }
   __syncthreads();

@@ -69,11 +69,13 @@ __device__ int fa_rows_end(const fa_args& a, int b, int key) {
 }
 
 __device__ __forceinline__ int warp_min(int x) {
-  for (int o = 16; o > 0; o /= 2) x = min(x, __shfl_xor_sync(0xffffffffu, x, o));
+  for (int o = 16; o > 0; o /= 2)
+    x = min(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
 __device__ __forceinline__ int warp_max(int x) {
-  for (int o = 16; o > 0; o /= 2) x = max(x, __shfl_xor_sync(0xffffffffu, x, o));
+  for (int o = 16; o > 0; o /= 2)
+    x = max(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
 
