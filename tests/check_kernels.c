@@ -802,12 +802,13 @@ static void masked_case(int B, int T, int H, int KVH, int D, int eos,
   }
   tr_tensor_t* dsp = eos >= 0 ? &ds : NULL;
   ck_assert_int_eq(tr_kern_attention_masked_fwd(&y, &lse, &q, &k, &v, H, KVH,
-                                                dsp, window),
+                                                dsp, window, 0),
                    0);
   ck_assert_int_eq(tr_tensor_fill(&dq, 7.0), 0);
   ck_assert_int_eq(tr_tensor_fill(&dk, -3.0), 0);
   ck_assert_int_eq(tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dy, &q, &k, &v,
-                                                &y, &lse, H, KVH, dsp, window),
+                                                &y, &lse, H, KVH, dsp, window,
+                                                0),
                    0);
   double* ry = malloc(sizeof(double) * (size_t)nq);
   double* rl = malloc(sizeof(double) * (size_t)B * H * T);
@@ -878,15 +879,15 @@ START_TEST(test_attention_mask_noop_and_refused) {
   ck_assert_int_eq(tr_tensor_zeros(&ds, TR_I32, TR_DEVICE_CPU, 2, sh), 0);
   ck_assert_int_eq(tr_kern_attention_fwd(&y0, &l0, &q, &k, &v, H, H), 0);
   ck_assert_int_eq(
-      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, &ds, T), 0);
+      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, &ds, T, 0), 0);
   ck_assert_mem_eq(fp(&y0), fp(&y1), sizeof(float) * (size_t)(B * T * HD));
   ck_assert_mem_eq(fp(&l0), fp(&l1), sizeof(float) * (size_t)(B * H * T));
   ((int32_t*)tr_tensor_data(&ds))[T + 3] = 4; /* row 3 of batch 1 */
   ck_assert_int_eq(
-      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, &ds, 0),
+      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, &ds, 0, 0),
       TR_EINVAL);
   ck_assert_int_eq(
-      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, NULL, -1),
+      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, NULL, -1, 0),
       TR_EINVAL);
   tr_tensor_t* ts[] = {&q, &k, &v, &y0, &y1, &l0, &l1, &ds};
   for (int i = 0; i < 8; i++) tr_tensor_release(ts[i]);

@@ -1292,14 +1292,14 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
                                     (int64_t)KVH * Dh),
                    0);
   ck_assert_int_eq(tr_kern_attention_masked_fwd(&out, &lse, &q, &k, &v, H, KVH,
-                                                dsp, window),
+                                                dsp, window, 0),
                    0);
   if (dt == TR_BF16) /* the GPU keeps out in bf16: the backward reads it */
     for (int64_t i = 0; i < tr_tensor_numel(&out); i++)
       F(&out)[i] = rb(F(&out)[i]);
   ck_assert_int_eq(tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dout, &q, &k,
                                                 &v, &out, &lse, H, KVH, dsp,
-                                                window),
+                                                window, 0),
                    0);
   if (accumulate) /* the CPU backward overwrites: add what was there */
     for (int64_t i = 0; i < tr_tensor_numel(&rdqkv); i++)
@@ -1343,11 +1343,11 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
                                       (int64_t)KVH * Dh),
                      0);
     ck_assert_int_eq(tr_kern_attention_masked_fwd(&d_out, &d_lse, &gq, &gk, &gv,
-                                                  H, KVH, d_dsp, window),
+                                                  H, KVH, d_dsp, window, 0),
                      0);
     ck_assert_int_eq(tr_kern_attention_masked_bwd(&gdq, &gdk, &gdv, &d_dout,
                                                   &gq, &gk, &gv, &d_out, &d_lse,
-                                                  H, KVH, d_dsp, window),
+                                                  H, KVH, d_dsp, window, 0),
                      0);
     REL(&gq, &gk, &gv, &gdq, &gdk, &gdv);
   } else {

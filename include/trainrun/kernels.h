@@ -76,11 +76,20 @@ extern "C" {
  *    itself included (torchtitan's get_sliding_window_mask_mod:
  *    q - k < window; window 1 sees only itself); 0: no window.
  *
- * A NULL mask, or doc_start NULL and window 0, is plain causal attention
- * with the same bits as before masks existed. */
+ *  - q_shift: query row i stands at key position i + q_shift (the
+ *    query and key rows are two chunks of one sequence, q_shift = the
+ *    query chunk's start minus the key chunk's: context parallelism).
+ *    Row i then sees keys 0..min(i + q_shift, T - 1); a row that sees no
+ *    key gets out = 0 and lse = -inf. Not with doc_start or a window
+ *    (TR_EINVAL); CPU only so far (the CUDA kernels refuse it with
+ *    TR_EUNSUPPORTED). 0: the same positions.
+ *
+ * A NULL mask, or doc_start NULL and window and q_shift 0, is plain causal
+ * attention with the same bits as before masks existed. */
 typedef struct {
   const int32_t* doc_start;
   int window;
+  int q_shift;
 } tr_kern_attn_mask_t;
 
 /* Llama 3.1 RoPE frequency scaling. factor <= 0 (or 1 with equal low/high
@@ -418,21 +427,23 @@ int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
                           const tr_tensor_t* k, const tr_tensor_t* v,
                           const tr_tensor_t* out, const tr_tensor_t* lse,
                           int n_heads, int n_kv_heads);
-/* The same with a mask: doc_start [B, T] int32 on q's device, or NULL;
- * window >= 0 (0: none). On the CPU every doc_start[b, i] is checked to
- * lie in [doc_start[b, i - 1], i] (TR_EINVAL). */
+/* The same with a mask (tr_kern_attn_mask_t): doc_start [B, T] int32 on
+ * q's device, or NULL; window >= 0 (0: none); q_shift (0: q and k at the
+ * same positions; not with doc_start or window). On the CPU every
+ * doc_start[b, i] is checked to lie in [doc_start[b, i - 1], i]
+ * (TR_EINVAL). */
 int tr_kern_attention_masked_fwd(tr_tensor_t* out, tr_tensor_t* lse,
                                  const tr_tensor_t* q, const tr_tensor_t* k,
                                  const tr_tensor_t* v, int n_heads,
                                  int n_kv_heads, const tr_tensor_t* doc_start,
-                                 int window);
+                                 int window, int q_shift);
 int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
                                  tr_tensor_t* dv, const tr_tensor_t* dout,
                                  const tr_tensor_t* q, const tr_tensor_t* k,
                                  const tr_tensor_t* v, const tr_tensor_t* out,
                                  const tr_tensor_t* lse, int n_heads,
                                  int n_kv_heads, const tr_tensor_t* doc_start,
-                                 int window);
+                                 int window, int q_shift);
 /* Host helper: doc_start [B*T] from tokens [B*T] for torchtitan's
  * block_causal mask (get_document_mask_mod): a document ends with (and
  * includes) each token equal to eos_id, and the next one begins after it,

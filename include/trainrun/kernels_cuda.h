@@ -270,7 +270,8 @@ void tr_kern_cuda_set_deterministic(int on, int warn_only);
  * kernels skip the key tiles no row of a query tile sees; cuDNN is not
  * used for a masked call (AUTO takes the flash or SIMT kernel, an explicit
  * cuDNN choice is TR_EUNSUPPORTED): its graph here has no per-row
- * document bounds. */
+ * document bounds. A mask with q_shift != 0 (context-parallel chunks) is
+ * TR_EUNSUPPORTED: the CPU kernel alone does it so far. */
 int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                                const void* q, const void* k, const void* v,
                                int B, int T, int H, int KVH, int D, int64_t qs,

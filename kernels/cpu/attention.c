@@ -15,7 +15,9 @@
  * rows needs only the keys from the smallest lo of its rows up to its last
  * row; the GEMMs start there and the keys before it (earlier documents,
  * keys out of the window) cost nothing. Without a mask lo is 0 and the
- * arithmetic is the unmasked kernel's, bit for bit. */
+ * arithmetic is the unmasked kernel's, bit for bit. With a query shift
+ * (context-parallel chunks) row i's last key is i + shift, and a row
+ * that sees no key gets out 0 and lse -inf. */
 #include "config.h"
 
 #include <math.h>
@@ -43,18 +45,25 @@ typedef struct {
   float scale;
   const int32_t* doc_start; /* [B*T] or NULL */
   int window;               /* 0: none */
+  int shift;                /* query row i is at key position i + shift */
 } attn_t;
 
 /* first key row i of batch b sees */
 static int row_lo(const attn_t* a, int b, int i) {
   int lo = a->doc_start ? a->doc_start[(int64_t)b * a->T + i] : 0;
-  if (a->window > 0 && i - a->window + 1 > lo) lo = i - a->window + 1;
+  int w = i + a->shift - a->window + 1;
+  if (a->window > 0 && w > lo) lo = w;
   return lo;
+}
+
+/* last key row i sees (lo > last: none) */
+static int row_last(const attn_t* a, int i) {
+  return i + a->shift < a->T - 1 ? i + a->shift : a->T - 1;
 }
 
 /* first key any row of i0..i1-1 sees */
 static int tile_lo(const attn_t* a, int b, int i0, int i1) {
-  int lo = i0;
+  int lo = a->T;
   for (int i = i0; i < i1; i++) {
     int l = row_lo(a, b, i);
     lo = l < lo ? l : lo;
@@ -69,15 +78,23 @@ static void attn_fwd_task(void* ctx, int64_t task) {
   int b = (int)(task / a->ntiles / a->H);
   int kvh = h / (a->H / a->KVH);
   int i0 = tile * TILE, i1 = i0 + TILE < a->T ? i0 + TILE : a->T;
-  int klo = tile_lo(a, b, i0, i1); /* keys klo..i1-1 */
-  int rows = i1 - i0, nk = i1 - klo;
+  int klo = tile_lo(a, b, i0, i1);
+  int khi = row_last(a, i1 - 1) + 1; /* keys klo..khi-1 */
+  int rows = i1 - i0, nk = khi - klo;
   const float* q = a->q + ((int64_t)b * a->T + i0) * a->qs + (int64_t)h * a->D;
-  int64_t kvoff = ((int64_t)b * a->T + klo) * a->kvs + (int64_t)kvh * a->D;
-  const float* k = a->k + kvoff;
-  const float* v = a->v + kvoff;
   int64_t HD = (int64_t)a->H * a->D;
   float* out = a->out + ((int64_t)b * a->T + i0) * HD + (int64_t)h * a->D;
   float* lse = a->lse + ((int64_t)b * a->H + h) * a->T + i0;
+  if (nk <= 0) { /* no row sees a key (a shifted chunk) */
+    for (int r = 0; r < rows; r++) {
+      memset(out + (int64_t)r * HD, 0, sizeof(float) * (size_t)a->D);
+      lse[r] = -INFINITY;
+    }
+    return;
+  }
+  int64_t kvoff = ((int64_t)b * a->T + klo) * a->kvs + (int64_t)kvh * a->D;
+  const float* k = a->k + kvoff;
+  const float* v = a->v + kvoff;
   float* S = tr__cpu_scratch(2, sizeof(float) * (size_t)rows * nk);
 
   tr__cpu_gemm(0, 1, rows, nk, a->D, a->scale, q, a->qs, k, a->kvs, 0.0f, S,
@@ -85,7 +102,12 @@ static void attn_fwd_task(void* ctx, int64_t task) {
   for (int r = 0; r < rows; r++) {
     float* s = S + (int64_t)r * nk;
     /* keys first..last (relative to klo) are visible */
-    int first = row_lo(a, b, i0 + r) - klo, last = i0 + r - klo;
+    int first = row_lo(a, b, i0 + r) - klo, last = row_last(a, i0 + r) - klo;
+    if (last < first) { /* none: out 0 (the zero row of P), lse -inf */
+      memset(s, 0, sizeof(float) * (size_t)nk);
+      lse[r] = -INFINITY;
+      continue;
+    }
     float m = -INFINITY;
     for (int j = first; j <= last; j++) m = s[j] > m ? s[j] : m;
     float l = 0.0f;
@@ -121,7 +143,8 @@ int tr__cpu_attention_fwd(float* out, float* lse, const float* q,
               .ntiles = (T + TILE - 1) / TILE,
               .scale = 1.0f / sqrtf((float)D),
               .doc_start = mask ? mask->doc_start : NULL,
-              .window = mask ? mask->window : 0};
+              .window = mask ? mask->window : 0,
+              .shift = mask ? mask->q_shift : 0};
   tr__cpu_parallel((int64_t)B * H * a.ntiles, attn_fwd_task, &a);
   return 0;
 }
@@ -150,8 +173,10 @@ static void attn_bwd_task(void* ctx, int64_t task) {
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
     for (int i0 = 0; i0 < a->T; i0 += TILE) {
       int i1 = i0 + TILE < a->T ? i0 + TILE : a->T;
-      int klo = tile_lo(a, b, i0, i1); /* keys klo..i1-1 */
-      int rows = i1 - i0, nk = i1 - klo;
+      int klo = tile_lo(a, b, i0, i1);
+      int khi = row_last(a, i1 - 1) + 1; /* keys klo..khi-1 */
+      int rows = i1 - i0, nk = khi - klo;
+      if (nk <= 0) continue; /* no row sees a key (a shifted chunk) */
       int64_t qoff = ((int64_t)b * a->T + i0) * a->qs + (int64_t)h * a->D;
       int64_t ooff = ((int64_t)b * a->T + i0) * HD + (int64_t)h * a->D;
       int64_t koff = (int64_t)klo * a->kvs;
@@ -169,7 +194,13 @@ static void attn_bwd_task(void* ctx, int64_t task) {
       for (int r = 0; r < rows; r++) {
         float* p = P + (int64_t)r * nk;
         float* dp = dP + (int64_t)r * nk;
-        int first = row_lo(a, b, i0 + r) - klo, last = i0 + r - klo;
+        int first = row_lo(a, b, i0 + r) - klo;
+        int last = row_last(a, i0 + r) - klo;
+        if (last < first) { /* sees no key */
+          memset(p, 0, sizeof(float) * (size_t)nk);
+          memset(dp, 0, sizeof(float) * (size_t)nk);
+          continue;
+        }
         const float* orow = o + (int64_t)r * HD;
         const float* drow = dout + (int64_t)r * HD;
         float Dr = 0.0f;
@@ -216,7 +247,8 @@ int tr__cpu_attention_bwd(float* dq, float* dk, float* dv, const float* dout,
               .ntiles = (T + TILE - 1) / TILE,
               .scale = 1.0f / sqrtf((float)D),
               .doc_start = mask ? mask->doc_start : NULL,
-              .window = mask ? mask->window : 0};
+              .window = mask ? mask->window : 0,
+              .shift = mask ? mask->q_shift : 0};
   tr__cpu_parallel((int64_t)B * KVH, attn_bwd_task, &a);
   return 0;
 }

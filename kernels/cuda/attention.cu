@@ -473,6 +473,16 @@ int check_args(const char* op, int B, int T, int H, int KVH, int D, int64_t qs,
   return 0;
 }
 
+// Query-shifted chunks (context parallelism) run on the CPU kernel only.
+int check_shift(const char* op, const tr_kern_attn_mask_t* mask) {
+  if (!mask || mask->q_shift == 0) return 0;
+  TR_LOG_ERROR(KERN,
+               "%s: shifted query chunks (q_shift %d) are not supported by "
+               "the CUDA kernels yet",
+               op, mask->q_shift);
+  return TR_EUNSUPPORTED;
+}
+
 tr_cuda_attn_impl_t g_impl = TR_CUDA_ATTN_AUTO;
 int g_deterministic = 0;  // tr_kern_cuda_set_deterministic
 pthread_once_t g_impl_once = PTHREAD_ONCE_INIT;
@@ -576,6 +586,7 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                                           const tr_kern_attn_mask_t* mask,
                                           tr_cuda_stream_t s) {
   TR_CHECK(check_args("attention_fwd", B, T, H, KVH, D, qs, kvs));
+  TR_CHECK(check_shift("attention_fwd", mask));
   if ((int64_t)B * T == 0) return 0;
   bool masked = mask && (mask->doc_start || mask->window > 0);
   int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out), masked);
@@ -621,6 +632,7 @@ extern "C" int tr_kern_cuda_attention_bwd(
     int64_t kvs, const tr_kern_attn_mask_t* mask, int accumulate,
     tr_cuda_stream_t s) {
   TR_CHECK(check_args("attention_bwd", B, T, H, KVH, D, qs, kvs));
+  TR_CHECK(check_shift("attention_bwd", mask));
   if ((int64_t)B * T == 0) return 0;
   if (dt != TR_F32 && dt != TR_BF16) {
     TR_LOG_ERROR(KERN, "attention_bwd: %s is not supported", tr_dtype_name(dt));
