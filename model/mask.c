@@ -10,7 +10,7 @@
 #include "model/internal.h"
 #include "trainrun/error.h"
 
-/* cos/sin [B*T, D/2] of each token's document position (Llama) */
+/* cos/sin [B*T, D/2] of each token's document position (RoPE) */
 static int doc_rope_tables(tr_model_t* m, tr_model_mb_t* mb,
                            const int32_t* pos) {
   int B = mb->B, T = mb->T, half = m->cfg.head_dim / 2;
@@ -57,9 +57,9 @@ int tr__mask_mb_init(tr_model_t* m, tr_model_mb_t* mb, const int32_t* tokens) {
   int rc;
   TR_CHECK_GOTO(tr__act_i32(m, &mb->doc_start, ds, B, T), rc, out);
   if (c->document_positions) {
-    if (c->family == TR_MODEL_LLAMA3)
+    if (c->rope_theta > 0) /* RoPE (Llama) */
       TR_CHECK_GOTO(doc_rope_tables(m, mb, pos), rc, out);
-    else
+    else /* a position table (GPT-2) */
       TR_CHECK_GOTO(tr__act_i32(m, &mb->pos, pos, B, T), rc, out);
   }
   rc = 0;
