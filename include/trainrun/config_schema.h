@@ -96,7 +96,8 @@
     "earlier tokens of its row. block_causal: documents packed in a row are "  \
     "kept apart -- a document ends with (and includes) each eos_id token, "    \
     "and a token sees only the earlier tokens of its own document "            \
-    "(torchtitan's get_document_mask_mod).")                                   \
+    "(torchtitan's get_document_mask_mod). On GPUs masked attention runs on "  \
+    "the flash or SIMT kernel (TRAINRUN_ATTENTION=cudnn is refused).")        \
   X(model, eos_id, OPT_INT, NULL, 0, 2147483647, NULL,                         \
     "trainrun: the end-of-text token that ends a document under "              \
     "block_causal. Unset: the model's -- gpt2 50256 (<|endoftext|>), llama3 "  \
