@@ -446,7 +446,7 @@ static void run_att_fwd(void* p) {
   size_t ko = (size_t)c->H * c->D * 2, vo = (size_t)(c->H + c->KVH) * c->D * 2;
   OK(tr_kern_cuda_attention_fwd(TR_BF16, c->out, c->lse, c->qkv, c->qkv + ko,
                                 c->qkv + vo, c->B, c->T, c->H, c->KVH, c->D,
-                                c->W, c->W, 0));
+                                c->W, c->W, NULL, 0));
 }
 static void run_att_bwd(void* p) {
   att_ctx* c = p;
@@ -454,7 +454,7 @@ static void run_att_bwd(void* p) {
   OK(tr_kern_cuda_attention_bwd(TR_BF16, c->dqkv, c->dqkv + ko, c->dqkv + vo,
                                 c->dout, c->qkv, c->qkv + ko, c->qkv + vo,
                                 c->out, c->lse, c->B, c->T, c->H, c->KVH, c->D,
-                                c->W, c->W, 0, 0));
+                                c->W, c->W, NULL, 0, 0));
 }
 
 static void bench_attention(const char* tag, int B, int T, int H, int KVH,
@@ -493,12 +493,12 @@ static void bench_attention(const char* tag, int B, int T, int H, int KVH,
       size_t ko = (size_t)H * D * 2, vo = (size_t)(H + KVH) * D * 2;
       int rc = tr_kern_cuda_attention_fwd(TR_BF16, c.out, c.lse, c.qkv,
                                           c.qkv + ko, c.qkv + vo, B, T, H,
-                                          KVH, D, c.W, c.W, 0);
+                                          KVH, D, c.W, c.W, NULL, 0);
       if (rc == 0)
         rc = tr_kern_cuda_attention_bwd(
             TR_BF16, c.dqkv, c.dqkv + ko, c.dqkv + vo, c.dout, c.qkv,
             c.qkv + ko, c.qkv + vo, c.out, c.lse, B, T, H, KVH, D, c.W, c.W,
-            0, 0);
+            NULL, 0, 0);
       if (rc != 0) {
         printf("attention %s cudnn: not available (%s)\n", tag,
                tr_strerror(rc));

@@ -6,9 +6,10 @@ libtrainrun_la_SOURCES += \
 	dtensor/dtensor.c \
 	dtensor/redistribute.c \
 	dtensor/param.c \
-	dtensor/tp.c
+	dtensor/tp.c \
+	dtensor/cp.c
 noinst_HEADERS += dtensor/internal.h
-trainruninclude_HEADERS += include/trainrun/dtensor.h
+trainruninclude_HEADERS += include/trainrun/dtensor.h include/trainrun/cp.h
 
 # Check suite: meshes and placement math in one process (fake backend),
 # then every redistribute transition on 2 and 4 forked Gloo ranks.

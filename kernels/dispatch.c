@@ -3,6 +3,7 @@
  * tensors' device type. */
 #include "config.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -696,9 +697,59 @@ static int attn_args(chk_t* c, const tr_tensor_t* q, const tr_tensor_t* k,
   return 0;
 }
 
+/* The mask of a masked attention call: doc_start [B, T] int32 on the
+ * device of the tensors checked before it (or NULL), window >= 0; a CPU
+ * doc_start has every row's start in [doc_start[i - 1], i]. */
+static int attn_mask(chk_t* c, const tr_tensor_t* doc_start, int window,
+                     int q_shift, int64_t B, int64_t T,
+                     tr_kern_attn_mask_t* mask) {
+  *mask = (tr_kern_attn_mask_t){
+      .doc_start = NULL, .window = window, .q_shift = q_shift};
+  if (window < 0) {
+    TR_LOG_ERROR(KERN, "%s: sliding window %d is negative", c->op, window);
+    return TR_EINVAL;
+  }
+  if (q_shift && window) {
+    TR_LOG_ERROR(KERN, "%s: sliding windows of shifted query chunks are not "
+                 "supported", c->op);
+    return TR_EINVAL;
+  }
+  if (!doc_start) return 0;
+  if (q_shift) {
+    TR_LOG_ERROR(KERN, "%s: document masks of shifted query chunks are not "
+                 "supported", c->op);
+    return TR_EINVAL;
+  }
+  TR_CHECK(arg(c, doc_start, "doc_start", TR_I32, 1));
+  if (tr_tensor_numel(doc_start) != B * T)
+    return bad(c->op, "doc_start", doc_start, "expected [B, T]");
+  mask->doc_start = tr_tensor_data(doc_start);
+  if (doc_start->device.type != TR_DEV_CPU) return 0;
+  for (int64_t i = 0; i < B * T; i++) {
+    int32_t lo = i % T ? mask->doc_start[i - 1] : 0;
+    if (mask->doc_start[i] < lo || mask->doc_start[i] > i % T) {
+      TR_LOG_ERROR(KERN,
+                   "%s: doc_start[%" PRId64 ", %" PRId64 "] = %" PRId32
+                   " is not a position in [%" PRId32 ", %" PRId64 "]",
+                   c->op, i / T, i % T, mask->doc_start[i], lo, i % T);
+      return TR_EINVAL;
+    }
+  }
+  return 0;
+}
+
 int tr_kern_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
                           const tr_tensor_t* q, const tr_tensor_t* k,
                           const tr_tensor_t* v, int n_heads, int n_kv_heads) {
+  return tr_kern_attention_masked_fwd(out, lse, q, k, v, n_heads, n_kv_heads,
+                                      NULL, 0, 0);
+}
+
+int tr_kern_attention_masked_fwd(tr_tensor_t* out, tr_tensor_t* lse,
+                                 const tr_tensor_t* q, const tr_tensor_t* k,
+                                 const tr_tensor_t* v, int n_heads,
+                                 int n_kv_heads, const tr_tensor_t* doc_start,
+                                 int window, int q_shift) {
   chk_t c = {.op = "attention_fwd"};
   int rc = 0;
   TR_CHECK(act(&c, out, "out", 1));
@@ -713,10 +764,13 @@ int tr_kern_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
     return bad(c.op, "out", out, "expected [B, T, H*D]");
   if (tr_tensor_numel(lse) != B * n_heads * T)
     return bad(c.op, "lse", lse, "expected [B, H, T]");
+  tr_kern_attn_mask_t mask;
+  TR_CHECK(attn_mask(&c, doc_start, window, q_shift, B, T, &mask));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->attention_fwd(F(out), F(lse), CF(q), CF(k), CF(v), (int)B, (int)T,
-                            n_heads, n_kv_heads, (int)D, qs, kvs);
+                            n_heads, n_kv_heads, (int)D, qs, kvs,
+                            doc_start || window || q_shift ? &mask : NULL);
 }
 
 int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
@@ -724,6 +778,17 @@ int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
                           const tr_tensor_t* k, const tr_tensor_t* v,
                           const tr_tensor_t* out, const tr_tensor_t* lse,
                           int n_heads, int n_kv_heads) {
+  return tr_kern_attention_masked_bwd(dq, dk, dv, dout, q, k, v, out, lse,
+                                      n_heads, n_kv_heads, NULL, 0, 0);
+}
+
+int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
+                                 tr_tensor_t* dv, const tr_tensor_t* dout,
+                                 const tr_tensor_t* q, const tr_tensor_t* k,
+                                 const tr_tensor_t* v, const tr_tensor_t* out,
+                                 const tr_tensor_t* lse, int n_heads,
+                                 int n_kv_heads, const tr_tensor_t* doc_start,
+                                 int window, int q_shift) {
   chk_t c = {.op = "attention_bwd"};
   int rc = 0;
   TR_CHECK(act(&c, dq, "dq", 0));
@@ -746,11 +811,14 @@ int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
     return bad(c.op, "out", out, "expected [B, T, H*D] like dout");
   if (tr_tensor_numel(lse) != B * n_heads * T)
     return bad(c.op, "lse", lse, "expected [B, H, T]");
+  tr_kern_attn_mask_t mask;
+  TR_CHECK(attn_mask(&c, doc_start, window, q_shift, B, T, &mask));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->attention_bwd(F(dq), F(dk), F(dv), CF(dout), CF(q), CF(k), CF(v),
                             CF(out), CF(lse), (int)B, (int)T, n_heads,
-                            n_kv_heads, (int)D, qs, kvs);
+                            n_kv_heads, (int)D, qs, kvs,
+                            doc_start || window || q_shift ? &mask : NULL);
 }
 
 /* ---- activations ---- */

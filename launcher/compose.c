@@ -13,6 +13,45 @@
 #include "trainrun/fault.h" /* DDP's --debug.fault hook */
 #include "trainrun/param.h" /* LOCAL_RANK */
 
+/* [model] attn_mask_type, eos_id, sliding_window, document_positions
+ * into the model config; the messages name the key (jobcheck.c puts
+ * where it was set in front) */
+static int compose_mask(const tr_config_t* cfg, tr_model_config_t* out,
+                        tr_errmsg_t* err) {
+  const typeof(cfg->model)* mo = &cfg->model;
+  int block = strcmp(mo->attn_mask_type, "block_causal") == 0;
+  out->attn_mask = block ? TR_ATTN_BLOCK_CAUSAL : TR_ATTN_CAUSAL;
+  if (mo->eos_id.set && !block)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "model.eos_id: only block_causal masks use an "
+                         "end-of-text token; set model.attn_mask_type = "
+                         "\"block_causal\" or leave eos_id unset");
+  if (mo->eos_id.set) out->eos_id = (int32_t)mo->eos_id.value;
+  if (block && out->eos_id >= out->vocab_size)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "model.eos_id: %d is not a token of %s %s's "
+                         "%d-token vocabulary",
+                         (int)out->eos_id, mo->name, mo->flavor,
+                         out->vocab_size);
+  if (mo->document_positions && !block)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "model.document_positions: positions restart at "
+                         "document starts, which only block_causal masks "
+                         "have; set model.attn_mask_type = \"block_causal\"");
+  out->document_positions = mo->document_positions;
+  int64_t T = cfg->training.seq_len;
+  if (cfg->validation.enable && cfg->validation.seq_len > T)
+    T = cfg->validation.seq_len;
+  if (mo->sliding_window > T)
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "model.sliding_window: %" PRId64 " is longer than "
+                         "the %" PRId64 "-token sequences (every token would "
+                         "see all earlier ones: use 0 for no window)",
+                         mo->sliding_window, T);
+  out->sliding_window = (int)mo->sliding_window;
+  return 0;
+}
+
 int tr_compose_model_config(const tr_config_t* cfg, tr_model_config_t* out,
                             tr_errmsg_t* err) {
   int rc = tr_model_config_get(cfg->model.name, cfg->model.flavor, out);
@@ -31,6 +70,7 @@ int tr_compose_model_config(const tr_config_t* cfg, tr_model_config_t* out,
   int64_t T = cfg->training.seq_len;
   if (cfg->validation.enable && cfg->validation.seq_len > T)
     T = cfg->validation.seq_len;
+  TR_CHECK(compose_mask(cfg, out, err));
   if (tr_model_fixed_context(out)) { /* a position table (GPT-2) */
     if (T > out->max_seq_len)
       return tr_errmsg_set(

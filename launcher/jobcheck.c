@@ -26,6 +26,7 @@
 #include "trainrun/config.h"
 #include "trainrun/error.h"
 #include "trainrun/fault.h" /* the fault-spec grammar */
+#include "trainrun/param.h" /* TRAINRUN_ATTENTION */
 #include "trainrun/pg.h"    /* the backend grammar */
 #include "trainrun/tensor.h"
 #include "launcher/compose.h" /* the model config of a job */
@@ -248,6 +249,12 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
   if (rc < 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
                     "%s", rc == TR_ECONFIG ? perr.message : tr_strerror(rc));
+  if (mc->document_positions && mc->family == TR_MODEL_GPT2)
+    return key_fail(cfg, err, TR_CFG_K_model_document_positions,
+                    "gpt2's position rows per document are not built under "
+                    "tensor_parallel_degree %lld (its vocabulary-parallel "
+                    "embedding adds the rows 0..T-1); leave it false or tp 1",
+                    (long long)p->tensor_parallel_degree);
   if (p->disable_loss_parallel && job_on_cuda(cfg) &&
       mc->vocab_size % p->tensor_parallel_degree == 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_disable_loss_parallel,
@@ -330,6 +337,18 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
                     "checkpoint.last_save_in_hf needs "
                     "checkpoint.last_save_model_only = true (only the model "
                     "is saved as Hugging Face safetensors)");
+  /* cuDNN's attention graph has no per-row document bounds or window */
+  int masked = mc.attn_mask != TR_ATTN_CAUSAL || mc.sliding_window > 0;
+  if (masked && job_on_cuda(cfg) &&
+      strcmp(tr_param_str(TR_PARAM_ATTENTION), "cudnn") == 0)
+    return key_fail(cfg, err,
+                    mc.attn_mask != TR_ATTN_CAUSAL
+                        ? TR_CFG_K_model_attn_mask_type
+                        : TR_CFG_K_model_sliding_window,
+                    "TRAINRUN_ATTENTION=cudnn: cuDNN's attention takes no "
+                    "document or sliding-window masks; leave "
+                    "TRAINRUN_ATTENTION unset (auto runs masked attention on "
+                    "the flash or SIMT kernel) or set it to flash or simt");
   if (job_on_cuda(cfg) && strcmp(cfg->optimizer.name, "Adam") == 0 &&
       cfg->optimizer.weight_decay != 0)
     return key_fail(cfg, err, TR_CFG_K_optimizer_name,

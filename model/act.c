@@ -38,6 +38,18 @@ void tr__release_all(tr_tensor_t* ts, int n) {
   for (int i = 0; i < n; i++) tr_tensor_release(&ts[i]);
 }
 
+int tr__act_i32(tr_model_t* m, tr_tensor_t* dst, const int32_t* src, int B,
+                int T) {
+  int64_t shape[2] = {B, T};
+  tr_tensor_t host = {0};
+  TR_CHECK(tr_tensor_empty(dst, TR_I32, m->device, 2, shape));
+  int rc = tr_tensor_wrap(&host, (void*)src, TR_I32, TR_DEVICE_CPU, 2, shape);
+  if (rc == 0) rc = tr_tensor_copy(dst, &host);
+  tr_tensor_release(&host);
+  if (rc < 0) tr_tensor_release(dst);
+  return rc;
+}
+
 int tr__rope_ensure(tr_model_t* m, int T) {
   if (m->rope_T >= T) return 0;
   int half = m->cfg.head_dim / 2;

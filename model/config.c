@@ -91,6 +91,19 @@ int tr_model_config_check(const tr_model_config_t* c, char* err,
     /* the family's message is in buf */
   } else if (!(c->norm_eps > 0))
     snprintf(buf, sizeof buf, "norm_eps must be positive");
+  else if (c->attn_mask != TR_ATTN_CAUSAL &&
+           c->attn_mask != TR_ATTN_BLOCK_CAUSAL)
+    snprintf(buf, sizeof buf, "unknown attention mask %d", (int)c->attn_mask);
+  else if (c->attn_mask == TR_ATTN_BLOCK_CAUSAL &&
+           (c->eos_id < 0 || c->eos_id >= c->vocab_size))
+    snprintf(buf, sizeof buf,
+             "eos_id %d is not a token of the %d-token vocabulary",
+             (int)c->eos_id, c->vocab_size);
+  else if (c->sliding_window < 0)
+    snprintf(buf, sizeof buf, "sliding_window must be >= 0, not %d",
+             c->sliding_window);
+  else if (c->document_positions && c->attn_mask != TR_ATTN_BLOCK_CAUSAL)
+    snprintf(buf, sizeof buf, "document_positions needs block_causal masks");
   if (!buf[0]) return 0;
   if (err && errlen) snprintf(err, errlen, "%s", buf);
   return TR_ECONFIG;

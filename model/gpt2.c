@@ -80,6 +80,9 @@ static int flavor(const char* name, tr_model_config_t* out) {
   out->tie_embeddings = 1;
   out->ffn_dim = 4 * f->dim;
   out->bias = 1;
+  /* <|endoftext|> of the GPT-2 BPE; the byte tokenizer's EOT for the
+   * 256-token debug model */
+  out->eos_id = f->vocab == 256 ? 0 : 50256;
   return 0;
 }
 
@@ -185,20 +188,45 @@ static int build(tr__table_t* t) {
 
 /* ---- embedding and final norm ---- */
 
-static int embed_fwd(tr_model_t* m, tr_tensor_t* out,
-                     const tr_tensor_t* tokens) {
+/* out = wte[tok] + wpe[t], or wpe[pos] with document positions (the
+ * position rows looked up like tokens in a table of max_seq_len rows);
+ * under tensor parallelism the tp seam's vocabulary-parallel lookup
+ * (document positions are not built there) */
+static int embed_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
+                     const tr_tensor_t* pos) {
   if (m->tp.fn)
-    return tr__tp_embed(m, out, tokens, W(m, 0, EMB_WTE), W(m, 0, EMB_WPE));
-  return tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE), W(m, 0, EMB_WPE));
+    return pos ? TR_EUNSUPPORTED
+               : tr__tp_embed(m, out, tokens, W(m, 0, EMB_WTE),
+                              W(m, 0, EMB_WPE));
+  if (!pos)
+    return tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE),
+                                 W(m, 0, EMB_WPE));
+  tr_tensor_t pe = {0};
+  int rc;
+  TR_CHECK_GOTO(tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE), NULL), rc,
+                out);
+  TR_CHECK_GOTO(tr__act(m, &pe, (int)out->shape[0], (int)out->shape[1],
+                        out->shape[2]),
+                rc, out);
+  TR_CHECK_GOTO(tr_kern_embedding_fwd(&pe, pos, W(m, 0, EMB_WPE), NULL), rc,
+                out);
+  rc = tr_kern_add(out, out, &pe);
+out:
+  tr_tensor_release(&pe);
+  return rc;
 }
 
 static int embed_bwd(tr_model_t* m, const tr_tensor_t* dout,
-                     const tr_tensor_t* tokens) {
+                     const tr_tensor_t* tokens, const tr_tensor_t* pos) {
   if (m->tp.fn)
-    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
-                            tokens);
-  return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
-                               tokens);
+    return pos ? TR_EUNSUPPORTED
+               : tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
+                                  tokens);
+  if (!pos)
+    return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
+                                 tokens);
+  TR_CHECK(tr_kern_embedding_bwd(G(m, 0, EMB_WTE), NULL, dout, tokens));
+  return tr_kern_embedding_bwd(G(m, 0, EMB_WPE), NULL, dout, pos);
 }
 
 static int norm_fwd(tr_model_t* m, int blk, tr_tensor_t* out, tr_tensor_t* mean,
@@ -296,7 +324,9 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   TR_CHECK_GOTO(qkv_views(&s->qkv, d.Cl, &q, &k, &v), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->atty, B, T, d.Cl), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->lse, (int64_t)B * d.H * T), rc, fail);
-  TR_CHECK_GOTO(tr_kern_attention_fwd(&s->atty, &s->lse, &q, &k, &v, d.H, d.H),
+  TR_CHECK_GOTO(tr_kern_attention_masked_fwd(&s->atty, &s->lse, &q, &k, &v, d.H,
+                                             d.H, tr__mask_doc_start(mb),
+                                             c->sliding_window, 0),
                 rc, fail);
   TR_CHECK_GOTO(tr__act(m, &proj, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &proj, &s->atty, W(m, blk, G_PROJ_W),
@@ -425,8 +455,9 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr__act(m, &dqkv, B, T, 3 * d.Cl), rc, out); /* set */
   TR_CHECK_GOTO(qkv_views(&s->qkv, d.Cl, &q, &k, &v), rc, out);
   TR_CHECK_GOTO(qkv_views(&dqkv, d.Cl, &dq, &dk, &dv), rc, out);
-  TR_CHECK_GOTO(tr_kern_attention_bwd(&dq, &dk, &dv, &datty, &q, &k, &v,
-                                      &s->atty, &s->lse, d.H, d.H),
+  TR_CHECK_GOTO(tr_kern_attention_masked_bwd(
+                    &dq, &dk, &dv, &datty, &q, &k, &v, &s->atty, &s->lse, d.H,
+                    d.H, tr__mask_doc_start(mb), m->cfg.sliding_window, 0),
                 rc, out);
   TR_CHECK_GOTO(/* dsmall is now d(ln1) */
                 tr_kern_linear_bwd_write(&dsmall, GW(G_QKV_W), GW(G_QKV_B),

@@ -77,6 +77,24 @@ int tr__act_copy(tr_model_t* m, tr_tensor_t* dst, const tr_tensor_t* src);
 int tr__vec(tr_model_t* m, tr_tensor_t* t, int64_t n);
 /* Make sure the RoPE tables cover T positions. */
 int tr__rope_ensure(tr_model_t* m, int T);
+/* dst [B, T] int32 on the model's device from a host array (tokens,
+ * targets, the mask's doc_start and positions) */
+int tr__act_i32(tr_model_t* m, tr_tensor_t* dst, const int32_t* src, int B,
+                int T);
+
+/* model/mask.c: a micro-batch's attention mask (block_causal: doc_start,
+ * and with document_positions the positions, or for Llama their RoPE
+ * tables), built from the host tokens by tr_model_mb_init. */
+int tr__mask_mb_init(tr_model_t* m, tr_model_mb_t* mb, const int32_t* tokens);
+void tr__mask_mb_release(tr_model_mb_t* mb);
+/* mb's doc_start / document positions, NULL when it has none */
+const tr_tensor_t* tr__mask_doc_start(const tr_model_mb_t* mb);
+const tr_tensor_t* tr__mask_pos(const tr_model_mb_t* mb);
+/* RoPE of x [B,T,heads*D] at the micro-batch's positions: 0..T-1 from the
+ * model's tables (tr__rope_ensure first), or each token's document
+ * position */
+int tr__mask_rope(tr_model_t* m, const tr_model_mb_t* mb, tr_tensor_t* x,
+                  int heads, int inverse);
 /* Release a list of tensors. */
 void tr__release_all(tr_tensor_t* ts, int n);
 
@@ -168,12 +186,15 @@ struct tr_model_family {
 
   /* ---- embedding block ---- */
   /* out [B,T,C] allocated; under TP (tr__tp_embed) it may become this
-   * rank's rows of the sequence */
-  int (*embed_fwd)(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens);
+   * rank's rows of the sequence. pos: each token's position
+   * (document_positions), or NULL for 0..T-1; families without a position
+   * table ignore it */
+  int (*embed_fwd)(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
+                   const tr_tensor_t* pos);
   /* the table gradients from the block's output gradient, the whole
    * sequence's (weights only: tokens have no gradient) */
   int (*embed_bwd)(tr_model_t* m, const tr_tensor_t* dout,
-                   const tr_tensor_t* tokens);
+                   const tr_tensor_t* tokens, const tr_tensor_t* pos);
 
   /* ---- head block: the final norm (the output projection and the loss
    * are model.c's) ---- */

@@ -88,6 +88,9 @@ static int flavor(const char* name, tr_model_config_t* out) {
   out->rope_scaling.low_freq_factor = 1.0f;
   out->rope_scaling.high_freq_factor = 4.0f;
   out->rope_scaling.original_max_pos = 8192;
+  /* <|end_of_text|> of the Llama 3 tokenizer (torchtitan's eos_id); the
+   * byte tokenizer's EOT for the 256-token debug model */
+  out->eos_id = f->vocab == 256 ? 0 : 128001;
   return 0;
 }
 
@@ -219,13 +222,15 @@ static int build(tr__table_t* t) {
 /* ---- embedding and final norm ---- */
 
 static int embed_fwd(tr_model_t* m, tr_tensor_t* out,
-                     const tr_tensor_t* tokens) {
+                     const tr_tensor_t* tokens, const tr_tensor_t* pos) {
+  (void)pos; /* positions are RoPE's (tr__mask_rope) */
   if (m->tp.fn) return tr__tp_embed(m, out, tokens, W(m, 0, EMB_WTE), NULL);
   return tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE), NULL);
 }
 
 static int embed_bwd(tr_model_t* m, const tr_tensor_t* dout,
-                     const tr_tensor_t* tokens) {
+                     const tr_tensor_t* tokens, const tr_tensor_t* pos) {
+  (void)pos;
   if (m->tp.fn)
     return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), NULL, dout, tokens);
   return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), NULL, dout, tokens);
@@ -319,14 +324,14 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
                 fail);
   TR_CHECK_GOTO(tr_kern_linear_fwd(&s->v, &s->h, W(m, blk, L_WV), NULL), rc,
                 fail);
-  TR_CHECK_GOTO(tr_kern_rope(&s->q, d.H, &m->rope_cos, &m->rope_sin, 0), rc,
-                fail);
-  TR_CHECK_GOTO(tr_kern_rope(&s->k, d.KVH, &m->rope_cos, &m->rope_sin, 0), rc,
-                fail);
+  TR_CHECK_GOTO(tr__mask_rope(m, mb, &s->q, d.H, 0), rc, fail);
+  TR_CHECK_GOTO(tr__mask_rope(m, mb, &s->k, d.KVH, 0), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->atty, B, T, (int64_t)d.H * d.D), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->lse, (int64_t)B * d.H * T), rc, fail);
   TR_CHECK_GOTO(
-      tr_kern_attention_fwd(&s->atty, &s->lse, &s->q, &s->k, &s->v, d.H, d.KVH),
+      tr_kern_attention_masked_fwd(&s->atty, &s->lse, &s->q, &s->k, &s->v, d.H,
+                                   d.KVH, tr__mask_doc_start(mb),
+                                   c->sliding_window, 0),
       rc, fail);
   TR_CHECK_GOTO(tr__act(m, &o, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &o, &s->atty, W(m, blk, L_WO), NULL), rc,
@@ -443,13 +448,14 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr__act(m, &dq, B, T, (int64_t)d.H * d.D), rc, out);
   TR_CHECK_GOTO(tr__act(m, &dk, B, T, (int64_t)d.KVH * d.D), rc, out);
   TR_CHECK_GOTO(tr__act(m, &dv, B, T, (int64_t)d.KVH * d.D), rc, out);
-  TR_CHECK_GOTO(tr_kern_attention_bwd(&dq, &dk, &dv, &datty, &s->q, &s->k,
-                                      &s->v, &s->atty, &s->lse, d.H, d.KVH),
+  TR_CHECK_GOTO(tr_kern_attention_masked_bwd(
+                    &dq, &dk, &dv, &datty, &s->q, &s->k, &s->v, &s->atty,
+                    &s->lse, d.H, d.KVH, tr__mask_doc_start(mb),
+                    c->sliding_window, 0),
                 rc, out);
   tr_tensor_release(&datty);
-  TR_CHECK_GOTO(tr_kern_rope(&dq, d.H, &m->rope_cos, &m->rope_sin, 1), rc, out);
-  TR_CHECK_GOTO(tr_kern_rope(&dk, d.KVH, &m->rope_cos, &m->rope_sin, 1), rc,
-                out);
+  TR_CHECK_GOTO(tr__mask_rope(m, mb, &dq, d.H, 1), rc, out);
+  TR_CHECK_GOTO(tr__mask_rope(m, mb, &dk, d.KVH, 1), rc, out);
   if (tr__tp_sp(m)) { /* dh holds this rank's rows: a whole one again */
     tr_tensor_release(&dh);
     TR_CHECK_GOTO(tr__act(m, &dh, B, T, C), rc, out);

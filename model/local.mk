@@ -8,6 +8,7 @@ libtrainrun_la_SOURCES += \
 	model/model.c \
 	model/gpt2.c \
 	model/llama3.c \
+	model/mask.c \
 	model/recompute.c
 noinst_HEADERS += model/internal.h
 trainruninclude_HEADERS += include/trainrun/model.h

@@ -17,18 +17,6 @@
 
 /* ---- micro-batches ---- */
 
-static int to_device(tr_model_t* m, tr_tensor_t* dst, const int32_t* src, int B,
-                     int T) {
-  int64_t shape[2] = {B, T};
-  tr_tensor_t host = {0};
-  TR_CHECK(tr_tensor_empty(dst, TR_I32, m->device, 2, shape));
-  int rc = tr_tensor_wrap(&host, (void*)src, TR_I32, TR_DEVICE_CPU, 2, shape);
-  if (rc == 0) rc = tr_tensor_copy(dst, &host);
-  tr_tensor_release(&host);
-  if (rc < 0) tr_tensor_release(dst);
-  return rc;
-}
-
 int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
                      const int32_t* tokens, const int32_t* targets) {
   memset(mb, 0, sizeof *mb);
@@ -50,8 +38,9 @@ int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
   if (targets)
     for (int64_t i = 0; i < (int64_t)B * T; i++)
       mb->n_valid += targets[i] != TR_IGNORE_INDEX;
-  int rc = to_device(m, &mb->tokens, tokens, B, T);
-  if (rc == 0 && targets) rc = to_device(m, &mb->targets, targets, B, T);
+  int rc = tr__act_i32(m, &mb->tokens, tokens, B, T);
+  if (rc == 0 && targets) rc = tr__act_i32(m, &mb->targets, targets, B, T);
+  if (rc == 0) rc = tr__mask_mb_init(m, mb, tokens); /* model/mask.c */
   if (rc < 0) tr_model_mb_release(m, mb);
   return rc;
 }
@@ -130,6 +119,7 @@ void tr_model_mb_release(tr_model_t* m, tr_model_mb_t* mb) {
   tr_tensor_release(&mb->dhidden);
   tr_tensor_release(&mb->logits);
   tr_tensor_release(&mb->losses);
+  tr__mask_mb_release(mb);
   memset(mb, 0, sizeof *mb);
 }
 
@@ -142,13 +132,14 @@ double tr_model_mb_loss(const tr_model_mb_t* mb) {
 static int embed_fwd(tr_model_t* m, tr_model_mb_t* mb) {
   tr_tensor_release(&mb->hidden);
   TR_CHECK(tr__act(m, &mb->hidden, mb->B, mb->T, m->cfg.dim));
-  return m->family->embed_fwd(m, &mb->hidden, &mb->tokens);
+  return m->family->embed_fwd(m, &mb->hidden, &mb->tokens, tr__mask_pos(mb));
 }
 
 static int embed_bwd(tr_model_t* m, tr_model_mb_t* mb) {
   tr_tensor_t d = {0}; /* under SP gathered over the sequence */
   int rc = tr__tp_out_grad(m, &mb->dhidden, &d);
-  if (rc == 0) rc = m->family->embed_bwd(m, &d, &mb->tokens);
+  if (rc == 0)
+    rc = m->family->embed_bwd(m, &d, &mb->tokens, tr__mask_pos(mb));
   tr_tensor_release(&d);
   tr_tensor_release(&mb->dhidden);
   return rc;
@@ -531,7 +522,7 @@ int tr_model_block_backward_weight(tr_model_t* m, tr_model_mb_t* mb, int blk) {
   switch (m->blocks[blk].kind) {
     case TR_BLOCK_EMBED: {
       embed_w_t* e = w;
-      rc = m->family->embed_bwd(m, &e->d, &mb->tokens);
+      rc = m->family->embed_bwd(m, &e->d, &mb->tokens, tr__mask_pos(mb));
       embed_w_free(e);
       break;
     }

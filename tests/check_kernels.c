@@ -727,6 +727,247 @@ END_TEST
 START_TEST(test_attention_fused_strided) { attention_case(1, 9, 3, 1, 6, 1); }
 END_TEST
 
+/* ---- masked attention against explicit [T, T] masks ---- */
+
+/* The mask as torchtitan builds it, written out whole: document ids from
+ * the EOS positions (get_document_mask_mod: a token's id counts the EOS
+ * tokens before it, so an EOS belongs to the document it ends), then
+ * keep[b][i][j] = causal && same document (when eos >= 0) && i - j <
+ * window (when window > 0; get_sliding_window_mask_mod). */
+static unsigned char* explicit_mask(const int32_t* tok, int B, int T, int eos,
+                                    int window) {
+  unsigned char* keep = malloc((size_t)B * T * T);
+  int* id = malloc(sizeof(int) * (size_t)T);
+  for (int b = 0; b < B; b++) {
+    int n = 0;
+    for (int i = 0; i < T; i++) {
+      id[i] = n;
+      n += eos >= 0 && tok[(int64_t)b * T + i] == eos;
+    }
+    for (int i = 0; i < T; i++)
+      for (int j = 0; j < T; j++)
+        keep[((int64_t)b * T + i) * T + j] =
+            j <= i && id[i] == id[j] && (window <= 0 || i - j < window);
+  }
+  free(id);
+  return keep;
+}
+
+/* Naive attention in double with a full mask: y, lse and, for dy, the
+ * gradients dq, dk, dv (contiguous [B,T,H|KVH,D]). */
+static void masked_ref(const att_ctx* c, const unsigned char* keep, double* y,
+                       double* lse, double* gq, double* gk, double* gv) {
+  int T = c->T, D = c->D;
+  double scale = 1.0 / sqrt((double)D);
+  double* P = malloc(sizeof(double) * (size_t)T * T);
+  int64_t nq = (int64_t)c->B * T * c->H * D;
+  int64_t nk = (int64_t)c->B * T * c->KVH * D;
+  memset(gq, 0, sizeof(double) * (size_t)nq);
+  memset(gk, 0, sizeof(double) * (size_t)nk);
+  memset(gv, 0, sizeof(double) * (size_t)nk);
+#define QI(b, t, h) ((((int64_t)(b) * T + (t)) * c->H + (h)) * D)
+#define KI(b, t, h) ((((int64_t)(b) * T + (t)) * c->KVH + (h)) * D)
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->H; h++) {
+      int kh = h / (c->H / c->KVH);
+      for (int i = 0; i < T; i++) {
+        const unsigned char* km = keep + ((int64_t)b * T + i) * T;
+        double m = -INFINITY, l = 0;
+        for (int j = 0; j < T; j++) {
+          double sc = 0;
+          for (int d = 0; d < D; d++)
+            sc += c->q[QI(b, i, h) + d] * c->k[KI(b, j, kh) + d];
+          P[(int64_t)i * T + j] = km[j] ? sc * scale : -INFINITY;
+          if (km[j]) m = fmax(m, sc * scale);
+        }
+        for (int j = 0; j < T; j++)
+          l += (P[(int64_t)i * T + j] =
+                    km[j] ? exp(P[(int64_t)i * T + j] - m) : 0.0);
+        for (int j = 0; j < T; j++) P[(int64_t)i * T + j] /= l;
+        lse[((int64_t)b * c->H + h) * T + i] = m + log(l);
+        double* o = y + QI(b, i, h);
+        for (int d = 0; d < D; d++) {
+          o[d] = 0;
+          for (int j = 0; j < T; j++)
+            o[d] += P[(int64_t)i * T + j] * c->v[KI(b, j, kh) + d];
+        }
+      }
+      for (int i = 0; i < T; i++) {
+        const double* dyi = c->dy + QI(b, i, h);
+        double Di = 0;
+        for (int d = 0; d < D; d++) Di += dyi[d] * y[QI(b, i, h) + d];
+        for (int j = 0; j < T; j++) {
+          double p = P[(int64_t)i * T + j];
+          if (p == 0) continue;
+          double dp = 0;
+          for (int d = 0; d < D; d++) dp += dyi[d] * c->v[KI(b, j, kh) + d];
+          double ds = p * (dp - Di) * scale;
+          for (int d = 0; d < D; d++) {
+            gv[KI(b, j, kh) + d] += p * dyi[d];
+            gq[QI(b, i, h) + d] += ds * c->k[KI(b, j, kh) + d];
+            gk[KI(b, j, kh) + d] += ds * c->q[QI(b, i, h) + d];
+          }
+        }
+      }
+    }
+#undef QI
+#undef KI
+  free(P);
+}
+
+static double max_diff(const tr_tensor_t* t, const double* ref, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++)
+    m = fmax(m, fabs(tr_tensor_get(t, i) - ref[i]));
+  return m;
+}
+
+/* tokens: eos (>= 0) at a few positions per row (none when eos < 0); the
+ * kernel gets doc_start from tr_kern_attn_doc_start and the window; out,
+ * lse, dq, dk, dv must match the explicit-mask reference within 1e-6. */
+static void masked_case(int B, int T, int H, int KVH, int D, int eos,
+                        int window) {
+  att_ctx c = {.B = B, .T = T, .H = H, .KVH = KVH, .D = D};
+  int64_t HD = (int64_t)H * D, KD = (int64_t)KVH * D;
+  int64_t nq = (int64_t)B * T * HD, nk = (int64_t)B * T * KD;
+  int32_t* tok = malloc(sizeof(int32_t) * (size_t)B * T);
+  for (int64_t i = 0; i < (int64_t)B * T; i++) {
+    int t = (int)(i % T), b = (int)(i / T);
+    /* documents of 1, 2, 17, 40, 70 ... tokens; an EOS first and last */
+    int is_eos = t == 0 || t == 1 || t == 3 || t == 20 + b || t == 60 ||
+                 t == 130 || t == T - 1;
+    tok[i] = eos >= 0 && is_eos ? eos : 5 + (int)(i % 7);
+  }
+  unsigned char* keep = explicit_mask(tok, B, T, eos, window);
+  tr_tensor_t q, k, v, dy, y, lse, dq, dk, dv, ds = {0};
+  rnd(&q, &c.q, 1.5, 3, (int64_t)B, (int64_t)T, HD);
+  rnd(&k, &c.k, 1.5, 3, (int64_t)B, (int64_t)T, KD);
+  rnd(&v, &c.v, 1.5, 3, (int64_t)B, (int64_t)T, KD);
+  rnd(&dy, &c.dy, 1.0, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&y, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&lse, 3, (int64_t)B, (int64_t)H, (int64_t)T);
+  zeros(&dq, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&dk, 3, (int64_t)B, (int64_t)T, KD);
+  zeros(&dv, 3, (int64_t)B, (int64_t)T, KD);
+  if (eos >= 0) {
+    int64_t sh[2] = {B, T};
+    ck_assert_int_eq(tr_tensor_empty(&ds, TR_I32, TR_DEVICE_CPU, 2, sh), 0);
+    tr_kern_attn_doc_start(tr_tensor_data(&ds), NULL, tok, B, T, eos);
+    /* doc_start agrees with the explicit mask: the first kept key */
+    const int32_t* st = tr_tensor_data(&ds);
+    for (int64_t i = 0; i < (int64_t)B * T; i++) {
+      int j = 0;
+      while (!keep[i * T + j]) j++;
+      if (window <= 0) ck_assert_int_eq(st[i], j);
+    }
+  }
+  tr_tensor_t* dsp = eos >= 0 ? &ds : NULL;
+  ck_assert_int_eq(tr_kern_attention_masked_fwd(&y, &lse, &q, &k, &v, H, KVH,
+                                                dsp, window, 0),
+                   0);
+  ck_assert_int_eq(tr_tensor_fill(&dq, 7.0), 0);
+  ck_assert_int_eq(tr_tensor_fill(&dk, -3.0), 0);
+  ck_assert_int_eq(tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dy, &q, &k, &v,
+                                                &y, &lse, H, KVH, dsp, window,
+                                                0),
+                   0);
+  double* ry = malloc(sizeof(double) * (size_t)nq);
+  double* rl = malloc(sizeof(double) * (size_t)B * H * T);
+  double* gq = malloc(sizeof(double) * (size_t)nq);
+  double* gk = malloc(sizeof(double) * (size_t)nk);
+  double* gv = malloc(sizeof(double) * (size_t)nk);
+  masked_ref(&c, keep, ry, rl, gq, gk, gv);
+  double e[5] = {max_diff(&y, ry, nq), max_diff(&lse, rl, (int64_t)B * H * T),
+                 max_diff(&dq, gq, nq), max_diff(&dk, gk, nk),
+                 max_diff(&dv, gv, nk)};
+  const char* names[5] = {"out", "lse", "dq", "dk", "dv"};
+  for (int i = 0; i < 5; i++)
+    ck_assert_msg(e[i] <= 1e-6, "masked attention (eos %d, window %d) %s: "
+                  "max |kernel - explicit mask| = %.3g > 1e-6",
+                  eos, window, names[i], e[i]);
+  fprintf(stderr,
+          "masked attention B%d T%d H%d KVH%d eos %d window %d: max error "
+          "out %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n",
+          B, T, H, KVH, eos, window, e[0], e[1], e[2], e[3], e[4]);
+  free(ry);
+  free(rl);
+  free(gq);
+  free(gk);
+  free(gv);
+  free(keep);
+  free(tok);
+  free(c.q);
+  free(c.k);
+  free(c.v);
+  free(c.dy);
+  tr_tensor_t* ts[] = {&q, &k, &v, &dq, &dk, &dv, &dy, &y, &lse, &ds};
+  for (int i = 0; i < 10; i++) tr_tensor_release(ts[i]);
+}
+
+START_TEST(test_attention_block_causal) {
+  /* T = 150: three query tiles, documents crossing tile edges; GQA */
+  masked_case(2, 150, 4, 2, 8, 0, 0);
+}
+END_TEST
+
+START_TEST(test_attention_sliding_window) {
+  masked_case(2, 150, 4, 2, 8, -1, 1);  /* itself only */
+  masked_case(2, 150, 4, 2, 8, -1, 5);  /* inside one tile */
+  masked_case(1, 150, 2, 2, 8, -1, 70); /* wider than a tile */
+}
+END_TEST
+
+START_TEST(test_attention_block_causal_window) {
+  masked_case(2, 150, 4, 1, 8, 3, 9);
+  masked_case(1, 150, 2, 2, 8, 3, 100);
+}
+END_TEST
+
+/* A mask that masks nothing beyond causality (one document, a window as
+ * long as the sequence) gives the unmasked kernel's bits; a doc_start past
+ * its row is refused. */
+START_TEST(test_attention_mask_noop_and_refused) {
+  int B = 2, T = 70, H = 2, D = 8;
+  int64_t HD = (int64_t)H * D, sh[2] = {B, T};
+  tr_tensor_t q, k, v, y0, y1, l0, l1, ds;
+  rnd(&q, NULL, 1.5, 3, (int64_t)B, (int64_t)T, HD);
+  rnd(&k, NULL, 1.5, 3, (int64_t)B, (int64_t)T, HD);
+  rnd(&v, NULL, 1.5, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&y0, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&y1, 3, (int64_t)B, (int64_t)T, HD);
+  zeros(&l0, 3, (int64_t)B, (int64_t)H, (int64_t)T);
+  zeros(&l1, 3, (int64_t)B, (int64_t)H, (int64_t)T);
+  ck_assert_int_eq(tr_tensor_zeros(&ds, TR_I32, TR_DEVICE_CPU, 2, sh), 0);
+  ck_assert_int_eq(tr_kern_attention_fwd(&y0, &l0, &q, &k, &v, H, H), 0);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, &ds, T, 0), 0);
+  ck_assert_mem_eq(fp(&y0), fp(&y1), sizeof(float) * (size_t)(B * T * HD));
+  ck_assert_mem_eq(fp(&l0), fp(&l1), sizeof(float) * (size_t)(B * H * T));
+  ((int32_t*)tr_tensor_data(&ds))[T + 3] = 4; /* row 3 of batch 1 */
+  ck_assert_int_eq(
+      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, &ds, 0, 0),
+      TR_EINVAL);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_fwd(&y1, &l1, &q, &k, &v, H, H, NULL, -1, 0),
+      TR_EINVAL);
+  tr_tensor_t* ts[] = {&q, &k, &v, &y0, &y1, &l0, &l1, &ds};
+  for (int i = 0; i < 8; i++) tr_tensor_release(ts[i]);
+}
+END_TEST
+
+/* tr_kern_attn_doc_start: an EOS closes its document; positions restart
+ * after it; each row starts a document at 0. */
+START_TEST(test_attn_doc_start) {
+  const int32_t tok[2 * 6] = {4, 9, 4, 4, 1, 2, /* row 1 */ 9, 9, 1, 1, 1, 9};
+  int32_t ds[12], pos[12];
+  tr_kern_attn_doc_start(ds, pos, tok, 2, 6, 9);
+  const int32_t want_ds[12] = {0, 0, 2, 2, 2, 2, 0, 1, 2, 2, 2, 2};
+  const int32_t want_pos[12] = {0, 1, 0, 1, 2, 3, 0, 0, 0, 1, 2, 3};
+  ck_assert_mem_eq(ds, want_ds, sizeof ds);
+  ck_assert_mem_eq(pos, want_pos, sizeof pos);
+}
+END_TEST
+
 /* ---- GELU and SwiGLU ---- */
 
 typedef struct {
@@ -1602,6 +1843,11 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_attention_small);
   tcase_add_test(tc, test_attention_gqa_across_tiles);
   tcase_add_test(tc, test_attention_fused_strided);
+  tcase_add_test(tc, test_attention_block_causal);
+  tcase_add_test(tc, test_attention_sliding_window);
+  tcase_add_test(tc, test_attention_block_causal_window);
+  tcase_add_test(tc, test_attention_mask_noop_and_refused);
+  tcase_add_test(tc, test_attn_doc_start);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_swiglu);
   tcase_add_test(tc, test_cross_entropy);

@@ -1236,11 +1236,33 @@ static const char* impl_name(tr_cuda_attn_impl_t impl) {
 
 /* qkv: one fused buffer [B, T, (H + 2 KVH) D], as GPT-2's c_attn writes.
  * The forward runs impl, the backward impl_bwd (its lse from impl's
- * forward). */
-static void run_attention_mixed(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
-                                tr_cuda_attn_impl_t impl_bwd, int B, int T,
-                                int H, int KVH, int Dh, int accumulate) {
+ * forward). docs: documents of 1 to 90 tokens (block_causal's doc_start),
+ * window: a sliding window (0: none); both against the CPU kernel with
+ * the same mask. */
+static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
+                                 tr_cuda_attn_impl_t impl_bwd, int B, int T,
+                                 int H, int KVH, int Dh, int accumulate,
+                                 int docs, int window) {
   int64_t W = (int64_t)(H + 2 * KVH) * Dh;
+  tr_tensor_t ds = {0}, d_ds = {0}, *dsp = NULL, *d_dsp = NULL;
+  if (docs) {
+    int32_t* tok = malloc(sizeof(int32_t) * (size_t)B * T);
+    for (int64_t i = 0; i < (int64_t)B * T; i++) {
+      int t = (int)(i % T);
+      tok[i] = t == 0 || t == 2 || t == 40 + (int)(i / T) || t == 130 ? 1 : 7;
+    }
+    ck_assert_int_eq(tr_tensor_empty(&ds, TR_I32, TR_DEVICE_CPU, 2, SH(B, T)),
+                     0);
+    tr_kern_attn_doc_start(tr_tensor_data(&ds), NULL, tok, B, T, 1);
+    ck_assert_int_eq(tr_tensor_empty(&d_ds, TR_I32, GPU, 2, SH(B, T)), 0);
+    ck_assert_int_eq(tr_tensor_copy(&d_ds, &ds), 0);
+    free(tok);
+    dsp = &ds;
+    d_dsp = &d_ds;
+  }
+  tr_kern_attn_mask_t mask = {.doc_start = docs ? tr_tensor_data(&d_ds) : NULL,
+                              .window = window};
+  const tr_kern_attn_mask_t* maskp = docs || window ? &mask : NULL;
   tr_tensor_t qkv, dqkv, rdqkv, dout, out, lse;
   hrand(&qkv, dt, 1.5, 3, SH(B, T, W));
   hrand(&dout, dt, 1.0, 3, SH(B, T, (int64_t)H * Dh));
@@ -1269,12 +1291,15 @@ static void run_attention_mixed(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
   ck_assert_int_eq(tr_tensor_narrow(&dv, &rdqkv, 2, (int64_t)(H + KVH) * Dh,
                                     (int64_t)KVH * Dh),
                    0);
-  ck_assert_int_eq(tr_kern_attention_fwd(&out, &lse, &q, &k, &v, H, KVH), 0);
+  ck_assert_int_eq(tr_kern_attention_masked_fwd(&out, &lse, &q, &k, &v, H, KVH,
+                                                dsp, window, 0),
+                   0);
   if (dt == TR_BF16) /* the GPU keeps out in bf16: the backward reads it */
     for (int64_t i = 0; i < tr_tensor_numel(&out); i++)
       F(&out)[i] = rb(F(&out)[i]);
-  ck_assert_int_eq(tr_kern_attention_bwd(&dq, &dk, &dv, &dout, &q, &k, &v, &out,
-                                         &lse, H, KVH),
+  ck_assert_int_eq(tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dout, &q, &k,
+                                                &v, &out, &lse, H, KVH, dsp,
+                                                window, 0),
                    0);
   if (accumulate) /* the CPU backward overwrites: add what was there */
     for (int64_t i = 0; i < tr_tensor_numel(&rdqkv); i++)
@@ -1317,28 +1342,31 @@ static void run_attention_mixed(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
     ck_assert_int_eq(tr_tensor_narrow(&gdv, &d_dqkv, 2, (int64_t)(H + KVH) * Dh,
                                       (int64_t)KVH * Dh),
                      0);
-    ck_assert_int_eq(
-        tr_kern_attention_fwd(&d_out, &d_lse, &gq, &gk, &gv, H, KVH), 0);
-    ck_assert_int_eq(tr_kern_attention_bwd(&gdq, &gdk, &gdv, &d_dout, &gq, &gk,
-                                           &gv, &d_out, &d_lse, H, KVH),
+    ck_assert_int_eq(tr_kern_attention_masked_fwd(&d_out, &d_lse, &gq, &gk, &gv,
+                                                  H, KVH, d_dsp, window, 0),
+                     0);
+    ck_assert_int_eq(tr_kern_attention_masked_bwd(&gdq, &gdk, &gdv, &d_dout,
+                                                  &gq, &gk, &gv, &d_out, &d_lse,
+                                                  H, KVH, d_dsp, window, 0),
                      0);
     REL(&gq, &gk, &gv, &gdq, &gdk, &gdv);
   } else {
     ck_assert_int_eq(
         tr_kern_cuda_attention_fwd(dt, D(&d_out), D(&d_lse), base, base + ko,
-                                   base + vo, B, T, H, KVH, Dh, W, W, NULL),
+                                   base + vo, B, T, H, KVH, Dh, W, W, maskp,
+                                   NULL),
         0);
     tr_kern_cuda_set_attention(impl_bwd);
     ck_assert_int_eq(tr_kern_cuda_attention_bwd(
                          dt, dbase, dbase + ko, dbase + vo, D(&d_dout), base,
                          base + ko, base + vo, D(&d_out), D(&d_lse), B, T, H,
-                         KVH, Dh, W, W, accumulate, NULL),
+                         KVH, Dh, W, W, maskp, accumulate, NULL),
                      0);
   }
   ck_assert_int_eq(tr_kern_cuda_attention_bwd(
                        dt, dbase2, dbase2 + ko, dbase2 + vo, D(&d_dout), base,
                        base + ko, base + vo, D(&d_out), D(&d_lse), B, T, H, KVH,
-                       Dh, W, W, accumulate, NULL),
+                       Dh, W, W, maskp, accumulate, NULL),
                    0);
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
   char iname[32];
@@ -1379,7 +1407,13 @@ static void run_attention_mixed(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
   ck_assert_msg(bits_equal(&d_dqkv, &d_dqkv2),
                 "attention backward differs between runs");
   REL(&qkv, &dqkv, &rdqkv, &dout, &out, &lse, &q, &k, &v, &dq, &dk, &dv, &d_qkv,
-      &d_dqkv, &d_dout, &d_out, &d_lse, &d_dqkv2, &h_d);
+      &d_dqkv, &d_dout, &d_out, &d_lse, &d_dqkv2, &h_d, &ds, &d_ds);
+}
+
+static void run_attention_mixed(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
+                                tr_cuda_attn_impl_t impl_bwd, int B, int T,
+                                int H, int KVH, int Dh, int accumulate) {
+  run_attention_masked(dt, impl, impl_bwd, B, T, H, KVH, Dh, accumulate, 0, 0);
 }
 
 static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
@@ -1392,6 +1426,33 @@ START_TEST(test_attention_simt) {
   run_attention(TR_F32, TR_CUDA_ATTN_SIMT, 1, 70, 2, 1, 16, 0);
   run_attention(TR_BF16, TR_CUDA_ATTN_SIMT, 2, 96, 4, 4, 64, 1);
   run_attention(TR_BF16, TR_CUDA_ATTN_SIMT, 1, 45, 4, 1, 128, 0);
+}
+END_TEST
+
+/* document and sliding-window masks: SIMT (fp32, bf16) and flash (D 64,
+ * 128), the tile skipping across 32- and 64-row tiles, each against the
+ * CPU kernel with the same mask; cuDNN declines a mask */
+START_TEST(test_attention_masked) {
+  tr_cuda_attn_impl_t S = TR_CUDA_ATTN_SIMT, F = TR_CUDA_ATTN_FLASH;
+  run_attention_masked(TR_F32, S, S, 2, 150, 4, 2, 32, 0, 1, 0);
+  run_attention_masked(TR_F32, S, S, 1, 150, 2, 2, 16, 1, 0, 40);
+  run_attention_masked(TR_BF16, S, S, 2, 150, 4, 1, 64, 0, 1, 17);
+  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 2, 64, 0, 1, 0);
+  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 4, 64, 1, 0, 70);
+  run_attention_masked(TR_BF16, F, F, 1, 200, 4, 2, 128, 0, 1, 33);
+  run_attention_masked(TR_BF16, F, S, 1, 130, 2, 1, 64, 0, 1, 5);
+  tr_kern_attn_mask_t win = {.doc_start = NULL, .window = 8};
+  tr_tensor_t d_x, d_o, d_l;
+  ck_assert_int_eq(tr_tensor_zeros(&d_x, TR_BF16, GPU, 1, SH(2 * 16 * 64)), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&d_o, TR_BF16, GPU, 1, SH(2 * 16 * 64)), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&d_l, TR_F32, GPU, 1, SH(2 * 16)), 0);
+  tr_kern_cuda_set_attention(TR_CUDA_ATTN_CUDNN);
+  ck_assert_int_eq(
+      tr_kern_cuda_attention_fwd(TR_BF16, D(&d_o), D(&d_l), D(&d_x), D(&d_x),
+                                 D(&d_x), 2, 16, 1, 1, 64, 64, 64, &win, NULL),
+      TR_EUNSUPPORTED);
+  tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
+  REL(&d_x, &d_o, &d_l);
 }
 END_TEST
 
@@ -1442,12 +1503,12 @@ START_TEST(test_attention_cudnn_unsupported) {
   ck_assert_int_eq(tr_kern_cuda_get_attention(), TR_CUDA_ATTN_CUDNN);
   ck_assert_int_eq(
       tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l), D(&d_x), D(&d_x),
-                                 D(&d_x), 2, 16, 1, 1, 64, 64, 64, NULL),
+                                 D(&d_x), 2, 16, 1, 1, 64, 64, 64, NULL, NULL),
       TR_EUNSUPPORTED);
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
   ck_assert_int_eq(
       tr_kern_cuda_attention_fwd(TR_F32, D(&d_o), D(&d_l), D(&d_x), D(&d_x),
-                                 D(&d_x), 2, 16, 1, 1, 64, 64, 64, NULL),
+                                 D(&d_x), 2, 16, 1, 1, 64, 64, 64, NULL, NULL),
       0);
   REL(&d_x, &d_o, &d_l);
 }
@@ -1608,6 +1669,7 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_classifier);
   tcase_add_test(tc, test_attention_simt);
   tcase_add_test(tc, test_attention_flash);
+  tcase_add_test(tc, test_attention_masked);
 #ifdef HAVE_CUDNN
   tcase_add_test(tc, test_attention_cudnn);
   tcase_add_test(tc, test_attention_cudnn_mixed);

@@ -836,6 +836,167 @@ END_TEST
 
 /* ---- losses, ignore index, no_grad ---- */
 
+/* ---- attention masks ---- */
+
+#define EOS 3
+
+/* Two rows of T tokens packed from documents of the lengths in len[] (0
+ * ends a row); every document but a row's last ends with EOS. Targets
+ * are the next token inside a document, ignored at its last token (the
+ * next document is not predicted from this one). */
+static int pack_docs(int V, int T, const int* len, int32_t* tok, int32_t* tgt) {
+  int row = 0, t = 0, ndocs = 0;
+  for (int d = 0; len[d] || row == 0; d++) {
+    if (!len[d]) { /* next row */
+      ck_assert_int_eq(t, T);
+      row++, t = 0;
+      continue;
+    }
+    int last_of_row = len[d + 1] == 0;
+    for (int i = 0; i < len[d]; i++, t++) {
+      int32_t x = (int32_t)((urand() + 1) / 2 * (V - 4)) % (V - 4) + 4;
+      tok[row * T + t] = i == len[d] - 1 && !last_of_row ? EOS : x;
+    }
+    ndocs++;
+  }
+  ck_assert_int_eq(row, 1);
+  ck_assert_int_eq(t, T);
+  for (int r = 0, d = 0; r < 2; r++, d++)
+    for (int t0 = 0; len[d]; t0 += len[d++])
+      for (int i = 0; i < len[d]; i++)
+        tgt[r * T + t0 + i] =
+            i + 1 < len[d] ? tok[r * T + t0 + i + 1] : TR_IGNORE_INDEX;
+  return ndocs;
+}
+
+/* block_causal with positions restarting per document: the packed
+ * batch's mean loss is the token-weighted mean of each document's loss
+ * computed alone (within 1e-6). */
+static void packed_equals_separate(tr_model_config_t* c, int T,
+                                   const int* len) {
+  c->attn_mask = TR_ATTN_BLOCK_CAUSAL;
+  c->eos_id = EOS;
+  c->document_positions = 1;
+  tr_model_t m;
+  make_model(&m, c, 11);
+  int32_t tok[64], tgt[64];
+  pack_docs(c->vocab_size, T, len, tok, tgt);
+  double packed = loss_of(&m, 2, T, tok, tgt);
+  double sum = 0;
+  int64_t n = 0;
+  for (int r = 0, d = 0; r < 2; r++, d++)
+    for (int t0 = 0; len[d]; t0 += len[d++]) {
+      if (len[d] < 2) continue; /* no target */
+      double l = loss_of(&m, 1, len[d], tok + r * T + t0, tgt + r * T + t0);
+      sum += l * (len[d] - 1);
+      n += len[d] - 1;
+    }
+  double sep = sum / (double)n;
+  fprintf(stderr, "%s packed %.9f separate %.9f |diff| %.2g\n",
+          tr_model_family_name(c->family), packed, sep, fabs(packed - sep));
+  ck_assert_msg(fabs(packed - sep) <= 1e-6,
+                "packed loss %.9f vs documents alone %.9f", packed, sep);
+  tr_model_release(&m);
+}
+
+START_TEST(test_block_causal_packed_equals_separate) {
+  /* rows of 12: documents of 4, 5, 3 and 1, 6, 5 tokens */
+  const int len[] = {4, 5, 3, 0, 1, 6, 5, 0};
+  tr_model_config_t c;
+  tiny_gpt2(&c);
+  packed_equals_separate(&c, 12, len);
+  tiny_llama(&c);
+  packed_equals_separate(&c, 12, len);
+}
+END_TEST
+
+/* The gradient of one document's loss with respect to the embeddings of
+ * the other documents' tokens (the first layer's input) is exactly 0. */
+static void doc_grad_isolated(tr_model_config_t* c, int positions) {
+  c->attn_mask = TR_ATTN_BLOCK_CAUSAL;
+  c->eos_id = EOS;
+  c->document_positions = positions;
+  c->sliding_window = positions ? 0 : 5; /* and with a window */
+  tr_model_t m;
+  make_model(&m, c, 5);
+  const int T = 12, len[] = {4, 5, 3, 0, 7, 5, 0};
+  int32_t tok[24], tgt[24];
+  pack_docs(c->vocab_size, T, len, tok, tgt);
+  /* only document 1 of row 0 (positions 4..8) has targets */
+  for (int i = 0; i < 2 * T; i++)
+    if (i < 4 || i > 8) tgt[i] = TR_IGNORE_INDEX;
+  tr_model_mb_t mb;
+  ck_assert_int_eq(tr_model_zero_grad(&m), 0);
+  ck_assert_int_eq(tr_model_mb_init(&m, &mb, 2, T, tok, tgt), 0);
+  ck_assert_int_eq(tr_model_forward(&m, &mb, 0, m.n_blocks), 0);
+  ck_assert_int_eq(tr_model_backward(&m, &mb, 1, m.n_blocks), 0);
+  const float* g = tr_tensor_data(&mb.dhidden);
+  int C = c->dim;
+  for (int i = 0; i < 2 * T; i++) {
+    double a = 0;
+    for (int j = 0; j < C; j++) a += fabs(g[(int64_t)i * C + j]);
+    if (i >= 4 && i < 8) /* (its last token predicts nothing) */
+      ck_assert_msg(a > 0, "token %d of the document: no gradient", i);
+    else if (i > 8 || i < 4)
+      ck_assert_msg(a == 0, "token %d of another document: |grad| %g", i, a);
+  }
+  tr_model_mb_release(&m, &mb);
+  tr_model_release(&m);
+}
+
+START_TEST(test_block_causal_gradient_isolated) {
+  tr_model_config_t c;
+  for (int p = 0; p < 2; p++) {
+    tiny_gpt2(&c);
+    doc_grad_isolated(&c, p);
+    tiny_llama(&c);
+    doc_grad_isolated(&c, p);
+  }
+}
+END_TEST
+
+/* A window as long as the sequence, or block_causal over tokens without
+ * an EOS, is causal attention: the same bits; a shorter window is not. */
+START_TEST(test_masks_that_mask_nothing) {
+  tr_model_config_t c;
+  tiny_llama(&c);
+  int32_t tok[24], tgt[24];
+  make_batch(c.vocab_size, 2, 12, tok, tgt, 0);
+  for (int i = 0; i < 24; i++) tok[i] = tok[i] == EOS ? EOS + 1 : tok[i];
+  tr_model_t m;
+  make_model(&m, &c, 4);
+  double base = loss_of(&m, 2, 12, tok, tgt);
+  m.cfg.sliding_window = 12;
+  ck_assert(loss_of(&m, 2, 12, tok, tgt) == base);
+  m.cfg.sliding_window = 0;
+  m.cfg.attn_mask = TR_ATTN_BLOCK_CAUSAL;
+  m.cfg.eos_id = EOS;
+  ck_assert(loss_of(&m, 2, 12, tok, tgt) == base);
+  m.cfg.sliding_window = 3;
+  ck_assert(loss_of(&m, 2, 12, tok, tgt) != base);
+  tr_model_release(&m);
+  /* the config checks */
+  char err[160];
+  tiny_gpt2(&c);
+  c.attn_mask = TR_ATTN_BLOCK_CAUSAL;
+  c.eos_id = c.vocab_size;
+  ck_assert_int_eq(tr_model_config_check(&c, err, sizeof err), TR_ECONFIG);
+  ck_assert_str_eq(err, "eos_id 29 is not a token of the 29-token vocabulary");
+  c.attn_mask = TR_ATTN_CAUSAL;
+  c.document_positions = 1;
+  ck_assert_int_eq(tr_model_config_check(&c, err, sizeof err), TR_ECONFIG);
+  ck_assert_str_eq(err, "document_positions needs block_causal masks");
+  /* the flavors' end-of-text tokens */
+  ck_assert_int_eq(tr_model_config_get("gpt2", "124M", &c), 0);
+  ck_assert_int_eq(c.eos_id, 50256);
+  ck_assert_int_eq(tr_model_config_get("llama3", "8B", &c), 0);
+  ck_assert_int_eq(c.eos_id, 128001);
+  ck_assert_int_eq(tr_model_config_get("llama3", "debugmodel", &c), 0);
+  ck_assert_int_eq(c.eos_id, 0);
+  ck_assert_int_eq(c.attn_mask, TR_ATTN_CAUSAL);
+}
+END_TEST
+
 START_TEST(test_ignore_index_and_eval) {
   tr_model_config_t c;
   tiny_gpt2(&c);
@@ -1528,6 +1689,9 @@ static Suite* model_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_bit_identical_1_vs_2_threads);
   tcase_add_test(tc, test_ignore_index_and_eval);
+  tcase_add_test(tc, test_block_causal_packed_equals_separate);
+  tcase_add_test(tc, test_block_causal_gradient_isolated);
+  tcase_add_test(tc, test_masks_that_mask_nothing);
   tcase_add_test(tc, test_hooks_order_and_memory);
   tcase_add_test(tc, test_block_ranges_like_pipeline_stages);
   tcase_add_test(tc, test_tp_seam_points);

@@ -90,7 +90,32 @@
     "float8, mx); none are implemented by trainrun yet.")                      \
   X(model, print_after_conversion, BOOL, "false", 0, 0, NULL,                  \
     "Print the parameter table (name, shape, elements) at start; trainrun "    \
-    "has no converters, so it is the model as built.")
+    "has no converters, so it is the model as built.")                         \
+  X(model, attn_mask_type, ENUM, "causal", 0, 0, "causal|block_causal",        \
+    "Attention mask (torchtitan's name). causal: every token sees all "        \
+    "earlier tokens of its row. block_causal: documents packed in a row are "  \
+    "kept apart -- a document ends with (and includes) each eos_id token, "    \
+    "and a token sees only the earlier tokens of its own document "            \
+    "(torchtitan's get_document_mask_mod). On GPUs masked attention runs on "  \
+    "the flash or SIMT kernel (TRAINRUN_ATTENTION=cudnn is refused).")        \
+  X(model, eos_id, OPT_INT, NULL, 0, 2147483647, NULL,                         \
+    "trainrun: the end-of-text token that ends a document under "              \
+    "block_causal. Unset: the model's -- gpt2 50256 (<|endoftext|>), llama3 "  \
+    "128001 (<|end_of_text|>), the debugmodel flavors 0 (the byte "            \
+    "tokenizer's EOT, which trainrun's data put before every text file). "     \
+    "Must be below the vocabulary size; refused with causal masks.")           \
+  X(model, sliding_window, INT, "0", 0, TR_CFG_NOMAX, NULL,                    \
+    "trainrun: sliding-window attention (Hugging Face's name): each token "    \
+    "sees at most this many most recent tokens, itself included "              \
+    "(torchtitan's get_sliding_window_mask_mod, q - k < W); combines with "    \
+    "block_causal. 0: no window. A window longer than training.seq_len is "    \
+    "refused.")                                                                \
+  X(model, document_positions, BOOL, "false", 0, 0, NULL,                      \
+    "trainrun: positions restart at 0 at each document start (GPT-2's "        \
+    "position embedding row, Llama's RoPE angle), so a packed document is "    \
+    "computed as if it stood alone. Needs attn_mask_type = "                   \
+    "\"block_causal\". RoPE depends only on the distance between positions, "  \
+    "so for llama3 it changes the rounding only.")
 
 #define TR_CONFIG_KEYS_training(X)                                             \
   X(training, dataset, STR, "c4_test", 0, 0, NULL,                             \

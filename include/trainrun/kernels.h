@@ -59,6 +59,39 @@ extern "C" {
 
 #define TR_IGNORE_INDEX (-100) /* targets equal to this add no loss */
 
+/* An attention mask beyond causality, as the attention entries take it
+ * (FlexAttention's document and sliding-window masks, and both at once).
+ * Query row i of batch b sees the keys j with
+ *
+ *     lo(b, i) <= j <= i,  lo = max(doc_start[b*T + i], i - window + 1)
+ *
+ * so each row sees one contiguous run of keys ending at itself.
+ *
+ *  - doc_start [B*T] int32 (device memory of the table's device), or NULL
+ *    for one document per row: the position where row i's document
+ *    begins, doc_start[i - 1] <= doc_start[i] <= i (documents are
+ *    contiguous runs of positions). tr_kern_attn_doc_start derives it
+ *    from the tokens (torchtitan's block_causal mask).
+ *  - window > 0: each query sees at most the `window` most recent keys,
+ *    itself included (torchtitan's get_sliding_window_mask_mod:
+ *    q - k < window; window 1 sees only itself); 0: no window.
+ *
+ *  - q_shift: query row i stands at key position i + q_shift (the
+ *    query and key rows are two chunks of one sequence, q_shift = the
+ *    query chunk's start minus the key chunk's: context parallelism).
+ *    Row i then sees keys 0..min(i + q_shift, T - 1); a row that sees no
+ *    key gets out = 0 and lse = -inf. Not with doc_start or a window
+ *    (TR_EINVAL); CPU only so far (the CUDA kernels refuse it with
+ *    TR_EUNSUPPORTED). 0: the same positions.
+ *
+ * A NULL mask, or doc_start NULL and window and q_shift 0, is plain causal
+ * attention with the same bits as before masks existed. */
+typedef struct {
+  const int32_t* doc_start;
+  int window;
+  int q_shift;
+} tr_kern_attn_mask_t;
+
 /* Llama 3.1 RoPE frequency scaling. factor <= 0 (or 1 with equal low/high
  * factors) turns it off. Published values for Llama 3.1: factor 8,
  * low_freq_factor 1, high_freq_factor 4, original_max_pos 8192 (3.2: 32). */
@@ -202,17 +235,22 @@ typedef struct tr_kern_ops {
   /* Causal attention, softmax(q k^T / sqrt(D)) v. q[B,T,H,D], k and v
    * [B,T,KVH,D] (query head h reads kv head h / (H/KVH)); out[B,T,H*D]
    * contiguous; lse[B,H,T] (log-sum-exp of each score row) is saved for the
-   * backward, which recomputes the scores: O(B H T) memory, not O(T^2). */
+   * backward, which recomputes the scores: O(B H T) memory, not O(T^2).
+   * mask (NULL: plain causal) narrows each row further (see
+   * tr_kern_attn_mask_t); key blocks no row of a tile sees are skipped. */
   int (*attention_fwd)(float* out, float* lse, const float* q, const float* k,
                        const float* v, int B, int T, int H, int KVH, int D,
-                       int64_t q_stride, int64_t kv_stride);
+                       int64_t q_stride, int64_t kv_stride,
+                       const tr_kern_attn_mask_t* mask);
   /* dq, dk, dv = gradients (overwritten, unlike the other backward
    * entries: every element is written, and a fused dq|dk|dv buffer needs
-   * no zeroing); they use the same strides as q, k, v. */
+   * no zeroing); they use the same strides as q, k, v. mask: the
+   * forward's. */
   int (*attention_bwd)(float* dq, float* dk, float* dv, const float* dout,
                        const float* q, const float* k, const float* v,
                        const float* out, const float* lse, int B, int T, int H,
-                       int KVH, int D, int64_t q_stride, int64_t kv_stride);
+                       int KVH, int D, int64_t q_stride, int64_t kv_stride,
+                       const tr_kern_attn_mask_t* mask);
 
   /* GELU, tanh approximation (GPT-2's "gelu_new"). */
   int (*gelu_fwd)(float* out, const float* inp, int64_t n);
@@ -430,6 +468,33 @@ int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
                           const tr_tensor_t* k, const tr_tensor_t* v,
                           const tr_tensor_t* out, const tr_tensor_t* lse,
                           int n_heads, int n_kv_heads);
+/* The same with a mask (tr_kern_attn_mask_t): doc_start [B, T] int32 on
+ * q's device, or NULL; window >= 0 (0: none); q_shift (0: q and k at the
+ * same positions; not with doc_start or window). On the CPU every
+ * doc_start[b, i] is checked to lie in [doc_start[b, i - 1], i]
+ * (TR_EINVAL). */
+int tr_kern_attention_masked_fwd(tr_tensor_t* out, tr_tensor_t* lse,
+                                 const tr_tensor_t* q, const tr_tensor_t* k,
+                                 const tr_tensor_t* v, int n_heads,
+                                 int n_kv_heads, const tr_tensor_t* doc_start,
+                                 int window, int q_shift);
+int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
+                                 tr_tensor_t* dv, const tr_tensor_t* dout,
+                                 const tr_tensor_t* q, const tr_tensor_t* k,
+                                 const tr_tensor_t* v, const tr_tensor_t* out,
+                                 const tr_tensor_t* lse, int n_heads,
+                                 int n_kv_heads, const tr_tensor_t* doc_start,
+                                 int window, int q_shift);
+/* Host helper: doc_start [B*T] from tokens [B*T] for torchtitan's
+ * block_causal mask (get_document_mask_mod): a document ends with (and
+ * includes) each token equal to eos_id, and the next one begins after it,
+ * so doc_start[b, i] = 1 + the last position p < i with tokens[b, p] ==
+ * eos_id, else 0. Each row b starts a document at position 0. When pos is
+ * not NULL it also receives each token's position inside its document,
+ * i - doc_start[b, i] (positions restarting per document). */
+void tr_kern_attn_doc_start(int32_t* doc_start, int32_t* pos,
+                            const int32_t* tokens, int B, int T,
+                            int32_t eos_id);
 
 int tr_kern_gelu_fwd(tr_tensor_t* out, const tr_tensor_t* inp);
 int tr_kern_gelu_bwd(tr_tensor_t* dinp, const tr_tensor_t* dout,

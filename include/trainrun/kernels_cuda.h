@@ -294,18 +294,28 @@ void tr_kern_cuda_set_deterministic(int on, int warn_only);
 /* Causal attention, softmax(q k^T / sqrt(D)) v, grouped-query heads
  * (query head h reads kv head h / (H / KVH)). q [B,T,H*D] with row stride
  * qs; k and v [B,T,KVH*D] with row stride kvs (column slices of a fused
- * qkv buffer are fine); out [B,T,H*D] contiguous; lse [B,H,T] fp32. */
+ * qkv buffer are fine); out [B,T,H*D] contiguous; lse [B,H,T] fp32.
+ * mask: NULL (causal) or a document / sliding-window mask
+ * (tr_kern_attn_mask_t; doc_start in device memory). The SIMT and flash
+ * kernels skip the key tiles no row of a query tile sees; cuDNN is not
+ * used for a masked call (AUTO takes the flash or SIMT kernel, an explicit
+ * cuDNN choice is TR_EUNSUPPORTED): its graph here has no per-row
+ * document bounds. A mask with q_shift != 0 (context-parallel chunks) is
+ * TR_EUNSUPPORTED: the CPU kernel alone does it so far. */
 int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                                const void* q, const void* k, const void* v,
                                int B, int T, int H, int KVH, int D, int64_t qs,
-                               int64_t kvs, tr_cuda_stream_t s);
+                               int64_t kvs, const tr_kern_attn_mask_t* mask,
+                               tr_cuda_stream_t s);
 /* dq, dk, dv (strides of q, k, v): accumulate != 0 adds (+=), else
- * overwrites. Recomputes the scores from lse (no T x T buffer). */
+ * overwrites. Recomputes the scores from lse (no T x T buffer). mask: the
+ * forward's. */
 int tr_kern_cuda_attention_bwd(tr_dtype_t dt, void* dq, void* dk, void* dv,
                                const void* dout, const void* q, const void* k,
                                const void* v, const void* out, const float* lse,
                                int B, int T, int H, int KVH, int D, int64_t qs,
-                               int64_t kvs, int accumulate, tr_cuda_stream_t s);
+                               int64_t kvs, const tr_kern_attn_mask_t* mask,
+                               int accumulate, tr_cuda_stream_t s);
 
 /* ---- optimizer and gradient norm ---- */
 

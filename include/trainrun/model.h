@@ -67,6 +67,12 @@ extern "C" {
 
 typedef enum { TR_MODEL_GPT2 = 0, TR_MODEL_LLAMA3 = 1 } tr_model_family_t;
 
+typedef enum {
+  TR_ATTN_CAUSAL = 0,      /* one document per row */
+  TR_ATTN_BLOCK_CAUSAL = 1 /* a document ends at each eos_id token (which
+                              belongs to it), as torchtitan's block_causal */
+} tr_attn_mask_type_t;
+
 typedef struct {
   tr_model_family_t family;
   char flavor[32]; /* "124M", "debugmodel", ... (informational) */
@@ -85,6 +91,17 @@ typedef struct {
   tr_rope_scaling_t rope_scaling; /* llama3 only; factor 0 = none */
   int tie_embeddings; /* output projection reuses the token embedding */
   int bias;           /* linear and LayerNorm biases (gpt2) */
+  /* Attention masks ([model] attn_mask_type, sliding_window,
+   * document_positions; the kernels' tr_kern_attn_mask_t). A flavor sets
+   * causal attention, no window, and its tokenizer's end-of-text id. */
+  tr_attn_mask_type_t attn_mask;
+  int32_t eos_id;         /* ends a document (block_causal): gpt2 50256,
+                             llama3 128001 <|end_of_text|>, debugmodel 0
+                             (the byte tokenizer's TR_BYTE_EOT) */
+  int sliding_window;     /* W > 0: a query sees its W most recent keys */
+  int document_positions; /* positions (GPT-2's wpe row, Llama's RoPE
+                             angle) restart at 0 at each document start;
+                             needs block_causal */
 } tr_model_config_t;
 
 /* Fill *out with a published flavor. name: "gpt2" or "llama3". Flavors:
@@ -514,6 +531,12 @@ typedef struct tr_model_mb {
    * 1/(valid tokens in the global batch) for accumulation or DP. */
   float loss_scale;
   int no_grad; /* 1: forward keeps no activations (eval, sampling) */
+  /* The attention mask, made from the tokens by tr_model_mb_init when the
+   * config asks for block_causal (empty otherwise): doc_start [B,T] int32
+   * (tr_kern_attn_doc_start); with document_positions each token's
+   * position in its document, as pos [B,T] int32 (gpt2's wpe rows) or as
+   * RoPE tables rope_cos/rope_sin [B*T, head_dim/2] (llama3). */
+  tr_tensor_t doc_start, pos, rope_cos, rope_sin;
   /* private: per-block saved activations, freed by that block's backward
    * (or turned by the I pass into what the W pass needs, in wsaved) */
   void** saved;

@@ -87,12 +87,13 @@ int tr__cpu_rope(float* x, const float* cos_t, const float* sin_t, int B, int T,
                  int H, int D, int64_t stride, int inverse);
 int tr__cpu_attention_fwd(float* out, float* lse, const float* q,
                           const float* k, const float* v, int B, int T, int H,
-                          int KVH, int D, int64_t q_stride, int64_t kv_stride);
+                          int KVH, int D, int64_t q_stride, int64_t kv_stride,
+                          const tr_kern_attn_mask_t* mask);
 int tr__cpu_attention_bwd(float* dq, float* dk, float* dv, const float* dout,
                           const float* q, const float* k, const float* v,
                           const float* out, const float* lse, int B, int T,
                           int H, int KVH, int D, int64_t q_stride,
-                          int64_t kv_stride);
+                          int64_t kv_stride, const tr_kern_attn_mask_t* mask);
 int tr__cpu_gelu_fwd(float* out, const float* inp, int64_t n);
 int tr__cpu_gelu_bwd(float* dinp, const float* dout, const float* inp,
                      int64_t n);

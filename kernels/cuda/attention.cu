@@ -20,6 +20,12 @@
 //    and summing dK and dV in registers; a second kernel, a block per
 //    (batch, head, 32 queries), rebuilds them again for dQ. Every gradient
 //    element is summed by one thread in a fixed order: no atomics.
+//
+// Masks (tr_kern_attn_mask_t): row i sees keys lo(i)..i. The forward and
+// dQ blocks start at the key tile of the smallest lo of their rows; the
+// dK/dV blocks skip the query tiles none of whose rows reach their keys;
+// inside a tile the keys before a row's lo are masked like future keys.
+// Masked calls never go to cuDNN (its graph has no per-row bounds).
 #include "kernels/cuda/common.cuh"
 
 #include <pthread.h>
@@ -38,7 +44,33 @@ struct attn_args {
   int B, T, H, KVH, D;
   int64_t qs, kvs;
   float scale;
+  const int32_t* doc_start;  // [B*T] or NULL
+  int window;                // 0: none
 };
+
+// first key row i (< T) of batch b sees
+__device__ inline int row_lo(const attn_args& a, int b, int i) {
+  int lo = a.doc_start ? a.doc_start[(int64_t)b * a.T + i] : 0;
+  if (a.window > 0 && i - a.window + 1 > lo) lo = i - a.window + 1;
+  return lo;
+}
+
+// lo_s[r] = row_lo of row q0 + r (T for rows past the end, which see
+// nothing); returns the smallest over the tile. Called by the whole block.
+__device__ int tile_lo(int* lo_s, const attn_args& a, int b, int q0) {
+  __shared__ int min_s;
+  if (threadIdx.x < 32) {
+    int qi = q0 + threadIdx.x;
+    int lo = qi < a.T ? row_lo(a, b, qi) : a.T;
+    lo_s[threadIdx.x] = lo;
+    int m = lo;
+    for (int o = 16; o > 0; o /= 2)
+      m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) min_s = m;
+  }
+  __syncthreads();
+  return min_s;
+}
 
 // Shared-memory layout (floats): tiles of TILE rows with stride LD = D + 1.
 __host__ __device__ inline int tile_floats(int D) { return TILE * (D + 1); }
@@ -83,6 +115,7 @@ __global__ void __launch_bounds__(THREADS)
   float* mrow = S + TILE * (TILE + 1);
   float* lrow = mrow + TILE;
   float* corr = lrow + TILE;
+  int* lo_s = (int*)(corr + TILE);
   int nq = gridDim.x;
   int qt = nq - 1 - blockIdx.x;  // heaviest tiles first
   int h = blockIdx.y, b = blockIdx.z;
@@ -101,7 +134,9 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
   for (int m = 0; m < MAXM; m++) acc[m] = 0.0f;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int kt = 0; kt <= qt; kt++) {
+  int kt0 = tile_lo(lo_s, a, b, q0) / TILE;
+  int lo_i = lo_s[i];
+  for (int kt = kt0; kt <= qt; kt++) {
     int k0 = kt * TILE;
     __syncthreads();  // previous tile's readers are done
     load_tile(Ks, kb, k0, a.T, a.kvs, D);
@@ -112,7 +147,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
       int j = threadIdx.x % 8 + 8 * kk;
-      bool ok = k0 + j <= q0 + i && k0 + j < a.T;
+      bool ok = k0 + j <= q0 + i && k0 + j < a.T && k0 + j >= lo_i;
       S[i * (TILE + 1) + j] = ok ? sc[kk] * a.scale : -INFINITY;
     }
     __syncthreads();
@@ -183,8 +218,9 @@ __global__ void attn_dsum_kernel(float* dsum, const T* dout, const T* out,
 // P and dS of one (query tile, key tile) pair into Ps / dSs
 __device__ void p_ds_tile(float* Ps, float* dSs, const float* Qs,
                           const float* Ks, const float* dOs, const float* Vs,
-                          const float* lse_s, const float* dsum_s, int q0,
-                          int k0, int T, int D, float scale) {
+                          const float* lse_s, const float* dsum_s,
+                          const int* lo_s, int q0, int k0, int T, int D,
+                          float scale) {
   float sc[4], dp[4];
   dot_tile(sc, Qs, Ks, D);
   dot_tile(dp, dOs, Vs, D);
@@ -192,7 +228,8 @@ __device__ void p_ds_tile(float* Ps, float* dSs, const float* Qs,
 #pragma unroll
   for (int kk = 0; kk < 4; kk++) {
     int j = threadIdx.x % 8 + 8 * kk;
-    bool ok = k0 + j <= q0 + i && k0 + j < T && q0 + i < T;
+    bool ok = k0 + j <= q0 + i && k0 + j < T && q0 + i < T &&
+              k0 + j >= lo_s[i];
     float p = ok ? expf(sc[kk] * scale - lse_s[i]) : 0.0f;
     Ps[i * (TILE + 1) + j] = p;
     dSs[i * (TILE + 1) + j] = p * (dp[kk] - dsum_s[i]);
@@ -214,6 +251,7 @@ __global__ void __launch_bounds__(THREADS)
   float* dSs = Ps + TILE * (TILE + 1);
   float* lse_s = dSs + TILE * (TILE + 1);
   float* dsum_s = lse_s + TILE;
+  int* lo_s = (int*)(dsum_s + TILE);
   int nt = gridDim.x;
   int kt = blockIdx.x;
   int kvh = blockIdx.y, b = blockIdx.z;
@@ -235,6 +273,8 @@ __global__ void __launch_bounds__(THREADS)
     for (int qt = kt; qt < nt; qt++) {
       int q0 = qt * TILE;
       __syncthreads();
+      // no row of this query tile reaches these keys
+      if (tile_lo(lo_s, a, b, q0) > k0 + TILE - 1) continue;
       load_tile(Qs, qb, q0, a.T, a.qs, D);
       load_tile(dOs, gb, q0, a.T, HD, D);
       if (threadIdx.x < TILE) {
@@ -243,7 +283,7 @@ __global__ void __launch_bounds__(THREADS)
         dsum_s[threadIdx.x] = qi < a.T ? db[qi] : 0.0f;
       }
       __syncthreads();
-      p_ds_tile(Ps, dSs, Qs, Ks, dOs, Vs, lse_s, dsum_s, q0, k0, a.T, D,
+      p_ds_tile(Ps, dSs, Qs, Ks, dOs, Vs, lse_s, dsum_s, lo_s, q0, k0, a.T, D,
                 a.scale);
       __syncthreads();
 #pragma unroll
@@ -296,6 +336,7 @@ __global__ void __launch_bounds__(THREADS)
   float* dSs = Ps + TILE * (TILE + 1);
   float* lse_s = dSs + TILE * (TILE + 1);
   float* dsum_s = lse_s + TILE;
+  int* lo_s = (int*)(dsum_s + TILE);
   int nq = gridDim.x;
   int qt = nq - 1 - blockIdx.x;
   int h = blockIdx.y, b = blockIdx.z;
@@ -317,13 +358,15 @@ __global__ void __launch_bounds__(THREADS)
   float aq[MAXM];
 #pragma unroll
   for (int m = 0; m < MAXM; m++) aq[m] = 0.0f;
-  for (int kt = 0; kt <= qt; kt++) {
+  int kt0 = tile_lo(lo_s, a, b, q0) / TILE;
+  for (int kt = kt0; kt <= qt; kt++) {
     int k0 = kt * TILE;
     __syncthreads();
     load_tile(Ks, k + kvoff, k0, a.T, a.kvs, D);
     load_tile(Vs, v + kvoff, k0, a.T, a.kvs, D);
     __syncthreads();
-    p_ds_tile(Ps, dSs, Qs, Ks, dOs, Vs, lse_s, dsum_s, q0, k0, a.T, D, a.scale);
+    p_ds_tile(Ps, dSs, Qs, Ks, dOs, Vs, lse_s, dsum_s, lo_s, q0, k0, a.T, D,
+              a.scale);
     __syncthreads();
 #pragma unroll
     for (int m = 0; m < MAXM; m++) {
@@ -353,11 +396,11 @@ __global__ void __launch_bounds__(THREADS)
 
 size_t fwd_smem(int D) {
   return sizeof(float) *
-         (3 * (size_t)tile_floats(D) + TILE * (TILE + 1) + 3 * TILE);
+         (3 * (size_t)tile_floats(D) + TILE * (TILE + 1) + 4 * TILE);
 }
 size_t bwd_smem(int D) {
   return sizeof(float) *
-         (4 * (size_t)tile_floats(D) + 2 * TILE * (TILE + 1) + 2 * TILE);
+         (4 * (size_t)tile_floats(D) + 2 * TILE * (TILE + 1) + 3 * TILE);
 }
 
 // Raise a kernel's dynamic shared-memory limit to what it needs.
@@ -430,6 +473,16 @@ int check_args(const char* op, int B, int T, int H, int KVH, int D, int64_t qs,
   return 0;
 }
 
+// Query-shifted chunks (context parallelism) run on the CPU kernel only.
+int check_shift(const char* op, const tr_kern_attn_mask_t* mask) {
+  if (!mask || mask->q_shift == 0) return 0;
+  TR_LOG_ERROR(KERN,
+               "%s: shifted query chunks (q_shift %d) are not supported by "
+               "the CUDA kernels yet",
+               op, mask->q_shift);
+  return TR_EUNSUPPORTED;
+}
+
 tr_cuda_attn_impl_t g_impl = TR_CUDA_ATTN_AUTO;
 int g_deterministic = 0;  // tr_kern_cuda_set_deterministic
 pthread_once_t g_impl_once = PTHREAD_ONCE_INIT;
@@ -477,11 +530,21 @@ extern "C" tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void) {
 }
 
 // cuDNN for this call? 1: try it (AUTO may still fall back when cuDNN
-// declines), 0: no, < 0: error (CUDNN requested, not usable).
+// declines), 0: no, < 0: error (CUDNN requested, not usable). A masked
+// call never uses it.
 static int use_cudnn(tr_dtype_t dt, int D, const void* q, const void* k,
-                     const void* v, int64_t qs, int64_t kvs, bool others_ok) {
+                     const void* v, int64_t qs, int64_t kvs, bool others_ok,
+                     bool masked) {
   tr_cuda_attn_impl_t impl = tr_kern_cuda_get_attention();
   if (impl != TR_CUDA_ATTN_AUTO && impl != TR_CUDA_ATTN_CUDNN) return 0;
+  if (masked) {
+    if (impl == TR_CUDA_ATTN_AUTO) return 0;
+    TR_LOG_ERROR(KERN,
+                 "attention: cuDNN attention does not take document or "
+                 "sliding-window masks (TRAINRUN_ATTENTION=flash or simt "
+                 "does)");
+    return TR_EUNSUPPORTED;
+  }
 #ifdef HAVE_CUDNN
   int ok = others_ok && tr__cudnn_attn_applies(dt, D, q, k, v, qs, kvs);
 #else
@@ -519,10 +582,14 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                                           const void* q, const void* k,
                                           const void* v, int B, int T, int H,
                                           int KVH, int D, int64_t qs,
-                                          int64_t kvs, tr_cuda_stream_t s) {
+                                          int64_t kvs,
+                                          const tr_kern_attn_mask_t* mask,
+                                          tr_cuda_stream_t s) {
   TR_CHECK(check_args("attention_fwd", B, T, H, KVH, D, qs, kvs));
+  TR_CHECK(check_shift("attention_fwd", mask));
   if ((int64_t)B * T == 0) return 0;
-  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out));
+  bool masked = mask && (mask->doc_start || mask->window > 0);
+  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out), masked);
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
   if (cu) {
@@ -541,8 +608,18 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
   if (fl < 0) return fl;
   if (fl)
     return tr__flash_fwd((bf16*)out, lse, (const bf16*)q, (const bf16*)k,
-                         (const bf16*)v, B, T, H, KVH, D, qs, kvs, s);
-  attn_args a = {B, T, H, KVH, D, qs, kvs, 1.0f / sqrtf((float)D)};
+                         (const bf16*)v, B, T, H, KVH, D, qs, kvs,
+                         masked ? mask : NULL, s);
+  attn_args a = {B,
+                 T,
+                 H,
+                 KVH,
+                 D,
+                 qs,
+                 kvs,
+                 1.0f / sqrtf((float)D),
+                 masked ? mask->doc_start : NULL,
+                 masked ? mask->window : 0};
   TR_CUDA_DISPATCH(dt, TT, {
     TR__MAXM_DISPATCH(D, M, return (simt_fwd<TT, M>(out, lse, q, k, v, a, s)));
   });
@@ -552,8 +629,10 @@ extern "C" int tr_kern_cuda_attention_bwd(
     tr_dtype_t dt, void* dq, void* dk, void* dv, const void* dout,
     const void* q, const void* k, const void* v, const void* out,
     const float* lse, int B, int T, int H, int KVH, int D, int64_t qs,
-    int64_t kvs, int accumulate, tr_cuda_stream_t s) {
+    int64_t kvs, const tr_kern_attn_mask_t* mask, int accumulate,
+    tr_cuda_stream_t s) {
   TR_CHECK(check_args("attention_bwd", B, T, H, KVH, D, qs, kvs));
+  TR_CHECK(check_shift("attention_bwd", mask));
   if ((int64_t)B * T == 0) return 0;
   if (dt != TR_F32 && dt != TR_BF16) {
     TR_LOG_ERROR(KERN, "attention_bwd: %s is not supported", tr_dtype_name(dt));
@@ -561,7 +640,9 @@ extern "C" int tr_kern_cuda_attention_bwd(
   }
   bool others = tr__aligned16(dout) && tr__aligned16(dq) && tr__aligned16(dk) &&
                 tr__aligned16(dv);
-  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, others && tr__aligned16(out));
+  bool masked = mask && (mask->doc_start || mask->window > 0);
+  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, others && tr__aligned16(out),
+                     masked);
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
   if (cu) {
@@ -581,7 +662,16 @@ extern "C" int tr_kern_cuda_attention_bwd(
   float* dsum = NULL;
   int64_t rows = (int64_t)B * T * H;
   TR_CHECK(tr__cuda_tmp_alloc((void**)&dsum, sizeof(float) * (size_t)rows, s));
-  attn_args a = {B, T, H, KVH, D, qs, kvs, 1.0f / sqrtf((float)D)};
+  attn_args a = {B,
+                 T,
+                 H,
+                 KVH,
+                 D,
+                 qs,
+                 kvs,
+                 1.0f / sqrtf((float)D),
+                 masked ? mask->doc_start : NULL,
+                 masked ? mask->window : 0};
   int rc = 0;
   TR_CUDA_DISPATCH(dt, TT, {
     attn_dsum_kernel<TT><<<tr__blocks(rows, 8), 256, 0, s>>>(
@@ -590,7 +680,8 @@ extern "C" int tr_kern_cuda_attention_bwd(
     if (rc == 0 && fl)
       rc = tr__flash_bwd((bf16*)dq, (bf16*)dk, (bf16*)dv, (const bf16*)dout,
                          (const bf16*)q, (const bf16*)k, (const bf16*)v, dsum,
-                         lse, B, T, H, KVH, D, qs, kvs, accumulate, s);
+                         lse, B, T, H, KVH, D, qs, kvs, masked ? mask : NULL,
+                         accumulate, s);
     else if (rc == 0)
       TR__MAXM_DISPATCH(D, M,
                         rc = (simt_bwd<TT, M>(dq, dk, dv, dout, q, k, v, dsum,

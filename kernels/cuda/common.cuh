@@ -282,11 +282,13 @@ int tr__flash_applies(tr_dtype_t dt, int D, const void* q, const void* k,
                       const void* v, int64_t qs, int64_t kvs);
 int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                   const bf16* v, int B, int T, int H, int KVH, int D,
-                  int64_t qs, int64_t kvs, cudaStream_t s);
+                  int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
+                  cudaStream_t s);
 int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                   const bf16* k, const bf16* v, const float* dsum,
                   const float* lse, int B, int T, int H, int KVH, int D,
-                  int64_t qs, int64_t kvs, int accumulate, cudaStream_t s);
+                  int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
+                  int accumulate, cudaStream_t s);
 
 // cuDNN fused attention (cudnn_attention.cu, builds with HAVE_CUDNN): 1
 // when the arguments are of a kind cuDNN may take (bf16, D % 8 == 0,

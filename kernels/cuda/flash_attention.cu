@@ -21,6 +21,13 @@
 // backward 114 TFLOP/s (bench/kernels_bench). Nsight Compute finds both
 // latency-bound (8-12 warps per SM, 37-46% issue slots busy), not limited
 // by any pipe; cuDNN's fused SDPA or a wgmma kernel is the next step.
+//
+// Masks (tr_kern_attn_mask_t, row i sees keys lo(i)..i, lo non-decreasing
+// in i): the forward and dQ blocks start at the key tile of their first
+// row's lo and a warp skips the tiles before its own rows' lo; the dK/dV
+// block walks only the query tiles up to the last row whose lo reaches
+// its keys (a binary search over the rows); inside a tile the keys before
+// a row's lo are masked like future keys.
 #include "kernels/cuda/common.cuh"
 
 #define FA_THREADS 128
@@ -35,7 +42,42 @@ struct fa_args {
   int B, T, H, KVH;
   int64_t qs, kvs;
   float scale;
+  const int32_t* doc_start;  // [B*T] or NULL
+  int window;                // 0: none
 };
+
+// first key row i of batch b sees; a.T (nothing) for rows past the end
+__device__ __forceinline__ int fa_lo(const fa_args& a, int b, int i) {
+  if (i >= a.T) return a.T;
+  int lo = a.doc_start ? a.doc_start[(int64_t)b * a.T + i] : 0;
+  if (a.window > 0 && i - a.window + 1 > lo) lo = i - a.window + 1;
+  return lo;
+}
+
+// one past the last query row whose keys reach key `key` (lo(i) <= key;
+// lo is non-decreasing, so these rows are key..end-1)
+__device__ int fa_rows_end(const fa_args& a, int b, int key) {
+  int l = key, r = a.T;  // lo(l) <= key; find the first row past it
+  while (l + 1 < r) {
+    int m = l + (r - l) / 2;
+    if (fa_lo(a, b, m) <= key)
+      l = m;
+    else
+      r = m;
+  }
+  return l + 1;
+}
+
+__device__ __forceinline__ int warp_min(int x) {
+  for (int o = 16; o > 0; o /= 2)
+    x = min(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ int warp_max(int x) {
+  for (int o = 16; o > 0; o /= 2)
+    x = max(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return (uint32_t)__cvta_generic_to_shared(p);
@@ -157,23 +199,32 @@ __global__ void __launch_bounds__(NW * 32)
   const bf16* vb = v + (int64_t)b * a.T * a.kvs + (int64_t)kvh * D;
   int qlast = q0 + BQ - 1 < a.T - 1 ? q0 + BQ - 1 : a.T - 1;
   int last = qlast / BK;  // last key tile any row of the block sees
+  int first = fa_lo(a, b, q0) / BK;  // first one (lo is non-decreasing)
   load_tile<BQ, D, NT_>(Qs, qb, q0, a.T, a.qs);
-  load_tile<BK, D, NT_>(Ks, kb, 0, a.T, a.kvs);
-  load_tile<BK, D, NT_>(Vs, vb, 0, a.T, a.kvs);
+  load_tile<BK, D, NT_>(Ks, kb, first * BK, a.T, a.kvs);
+  load_tile<BK, D, NT_>(Vs, vb, first * BK, a.T, a.kvs);
   cp_async_commit();
   float o[MT][DT][4];
   float mrow[MT][2], lrow[MT][2];
+  int lo[MT][2];  // first key of this thread's rows
 #pragma unroll
   for (int m = 0; m < MT; m++) {
 #pragma unroll
     for (int i = 0; i < DT; i++) zero(o[m][i]);
     mrow[m][0] = mrow[m][1] = -INFINITY;
     lrow[m][0] = lrow[m][1] = 0.0f;
+    lo[m][0] = fa_lo(a, b, wr0 + m * 16 + g);
+    lo[m][1] = fa_lo(a, b, wr0 + m * 16 + g + 8);
   }
+  // the warp's smallest and largest lo: tiles before the first are
+  // skipped, tiles from the second on need no lo test
+  int wlo = warp_min(min(lo[0][0], lo[MT - 1][1]));
+  int whi = warp_max(max(lo[0][0], lo[MT - 1][1]));
+  bool masked = a.doc_start || a.window > 0;
   uint32_t qf[MT][KD][4];
   const float sl2 = a.scale * FA_LOG2E;
-  for (int kt = 0; kt <= last; kt++) {
-    int k0 = kt * BK, buf = kt & 1;
+  for (int kt = first; kt <= last; kt++) {
+    int k0 = kt * BK, buf = (kt - first) & 1;
     if (kt < last) {
       load_tile<BK, D, NT_>(Ks + (buf ^ 1) * BK * LDS, kb, k0 + BK, a.T, a.kvs);
       load_tile<BK, D, NT_>(Vs + (buf ^ 1) * BK * LDS, vb, k0 + BK, a.T, a.kvs);
@@ -183,15 +234,16 @@ __global__ void __launch_bounds__(NW * 32)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (kt == 0) {
+    if (kt == first) {
 #pragma unroll
       for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int kk = 0; kk < KD; kk++)
           ldsm_x4(qf[m][kk], addr_a(Qs, LDS, (w * MT + m) * 16, kk * 16));
     }
-    // a warp whose rows all precede this tile's keys has nothing to add
-    if (k0 <= wr0 + 16 * MT - 1) {
+    // a warp whose rows all precede this tile's keys, or all start after
+    // them, has nothing to add
+    if (k0 <= wr0 + 16 * MT - 1 && k0 + BK - 1 >= wlo) {
       const bf16* Kt = Ks + buf * BK * LDS;
       const bf16* Vt = Vs + buf * BK * LDS;
       float s[MT][NT][4];
@@ -212,7 +264,7 @@ __global__ void __launch_bounds__(NW * 32)
           }
         }
       }
-      bool mask = k0 + BK - 1 > wr0 || k0 + BK > a.T;
+      bool mask = k0 + BK - 1 > wr0 || k0 + BK > a.T || (masked && k0 < whi);
 #pragma unroll
       for (int m = 0; m < MT; m++) {
         float mx[2] = {-INFINITY, -INFINITY};
@@ -224,7 +276,8 @@ __global__ void __launch_bounds__(NW * 32)
             if (mask) {
               int row = wr0 + m * 16 + g + (e >> 1) * 8;
               int col = k0 + nt * 8 + t4 * 2 + (e & 1);
-              if (col > row || col >= a.T) x = -INFINITY;
+              if (col > row || col >= a.T || col < lo[m][e >> 1])
+                x = -INFINITY;
             }
             s[m][nt][e] = x;
             mx[e >> 1] = fmaxf(mx[e >> 1], x);
@@ -325,6 +378,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   bf16* dOs = Qs + 2 * BQ * LDS;                // [2][BQ][LDS]
   float* lse_s = (float*)(dOs + 2 * BQ * LDS);  // [2][BQ]
   float* dsum_s = lse_s + 2 * BQ;               // [2][BQ]
+  int* lo_s = (int*)(dsum_s + 2 * BQ);          // [2][BQ]
   int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   int k0 = kt * BK;
   int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -333,7 +387,10 @@ __global__ void __launch_bounds__(FA_THREADS)
   int64_t HD = (int64_t)a.H * D;
   int64_t kvoff = (int64_t)b * a.T * a.kvs + (int64_t)kvh * D;
   int qstart = (k0 / BQ) * BQ;
-  int nq = (a.T - qstart + BQ - 1) / BQ;  // query tiles per head
+  // the rows that see any of these keys end before qend
+  int klast = k0 + BK - 1 < a.T - 1 ? k0 + BK - 1 : a.T - 1;
+  int qend = a.doc_start || a.window > 0 ? fa_rows_end(a, b, klast) : a.T;
+  int nq = (qend - qstart + BQ - 1) / BQ;  // query tiles per head
   int nsteps = group * nq;
   // step i: head kvh * group + i / nq, query tile qstart + (i % nq) * BQ
   auto issue = [&](int i, int bb) {
@@ -351,6 +408,7 @@ __global__ void __launch_bounds__(FA_THREADS)
       bool ok = q0 + j < a.T;
       lse_s[bb * BQ + j] = ok ? lb[q0 + j] * FA_LOG2E : 0.0f;
       dsum_s[bb * BQ + j] = ok ? db[q0 + j] : 0.0f;
+      lo_s[bb * BQ + j] = fa_lo(a, b, q0 + j);
     }
   };
   load_tile<BK, D, FA_THREADS>(Ks, k + kvoff, k0, a.T, a.kvs);
@@ -382,6 +440,7 @@ __global__ void __launch_bounds__(FA_THREADS)
       const bf16* dOt = dOs + bb * BQ * LDS;
       const float* ls = lse_s + bb * BQ;
       const float* ds = dsum_s + bb * BQ;
+      const int* los = lo_s + bb * BQ;
       float st[QT][4], dpt[QT][4];
 #pragma unroll
       for (int j = 0; j < QT; j++) {
@@ -412,7 +471,7 @@ __global__ void __launch_bounds__(FA_THREADS)
           int key = kr0 + (e >> 1) * 8;
           int qc = nt * 8 + t4 * 2 + (e & 1);
           int qi = q0 + qc;
-          bool ok = key <= qi && qi < a.T && key < a.T;
+          bool ok = key <= qi && qi < a.T && key < a.T && key >= los[qc];
           float p = ok ? exp2f(fmaf(st[nt][e], sl2, -ls[qc])) : 0.0f;
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - ds[qc]);
@@ -480,8 +539,9 @@ __global__ void __launch_bounds__(FA_THREADS)
   load_tile<BQ, D, FA_THREADS>(Qs, q + qoff, q0, a.T, a.qs);
   load_tile<BQ, D, FA_THREADS>(
       dOs, dout + (int64_t)b * a.T * HD + (int64_t)h * D, q0, a.T, HD);
-  load_tile<BK, D, FA_THREADS>(Ks, k + kvoff, 0, a.T, a.kvs);
-  load_tile<BK, D, FA_THREADS>(Vs, v + kvoff, 0, a.T, a.kvs);
+  int first = fa_lo(a, b, q0) / BK;  // first key tile (lo non-decreasing)
+  load_tile<BK, D, FA_THREADS>(Ks, k + kvoff, first * BK, a.T, a.kvs);
+  load_tile<BK, D, FA_THREADS>(Vs, v + kvoff, first * BK, a.T, a.kvs);
   cp_async_commit();
   for (int i = threadIdx.x; i < BQ; i += FA_THREADS) {
     bool ok = q0 + i < a.T;
@@ -497,8 +557,10 @@ __global__ void __launch_bounds__(FA_THREADS)
   int wr0 = q0 + w * 16;
   int qlast = q0 + BQ - 1 < a.T - 1 ? q0 + BQ - 1 : a.T - 1;
   int last = qlast / BK;
-  for (int kt = 0; kt <= last; kt++) {
-    int k0 = kt * BK, buf = kt & 1;
+  int lo[2] = {fa_lo(a, b, q0 + lr0), fa_lo(a, b, q0 + lr0 + 8)};
+  int wlo = warp_min(lo[0]);
+  for (int kt = first; kt <= last; kt++) {
+    int k0 = kt * BK, buf = (kt - first) & 1;
     if (kt < last) {
       load_tile<BK, D, FA_THREADS>(Ks + (buf ^ 1) * BK * LDS, k + kvoff,
                                    k0 + BK, a.T, a.kvs);
@@ -510,7 +572,7 @@ __global__ void __launch_bounds__(FA_THREADS)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (k0 <= wr0 + 15) {
+    if (k0 <= wr0 + 15 && k0 + BK - 1 >= wlo) {
       const bf16* Kt = Ks + buf * BK * LDS;
       const bf16* Vt = Vs + buf * BK * LDS;
       float s[NT][4], dp[NT][4];
@@ -542,7 +604,7 @@ __global__ void __launch_bounds__(FA_THREADS)
           int lr = lr0 + (e >> 1) * 8;
           int qi = q0 + lr;
           int key = k0 + nt * 8 + t4 * 2 + (e & 1);
-          bool ok = key <= qi && key < a.T && qi < a.T;
+          bool ok = key <= qi && key < a.T && qi < a.T && key >= lo[e >> 1];
           float p = ok ? exp2f(fmaf(s[nt][e], sl2, -lse_s[lr])) : 0.0f;
           dp[nt][e] = p * (dp[nt][e] - dsum_s[lr]);
         }
@@ -600,7 +662,7 @@ int bwd_launch(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
   // 32 query rows a step at D = 128 keep dK, dV, S^T and dP^T in registers
   constexpr int BQ = D == 128 ? 32 : 64;
   size_t sm = (size_t)(2 * 64 + 4 * BQ) * (D + 8) * sizeof(bf16) +
-              4 * BQ * sizeof(float);
+              4 * BQ * sizeof(float) + 2 * BQ * sizeof(int);
   size_t sm_dq = (size_t)(2 * 64 + 4 * 64) * (D + 8) * sizeof(bf16) +
                  2 * 64 * sizeof(float);
   TR_CHECK(raise_smem(flash_bwd_dkdv_kernel<D, BQ>, sm));
@@ -639,8 +701,10 @@ int tr__flash_applies(tr_dtype_t dt, int D, const void* q, const void* k,
 
 int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                   const bf16* v, int B, int T, int H, int KVH, int D,
-                  int64_t qs, int64_t kvs, cudaStream_t s) {
-  fa_args a = {B, T, H, KVH, qs, kvs, 1.0f / sqrtf((float)D)};
+                  int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
+                  cudaStream_t s) {
+  fa_args a = {B,   T,   H, KVH, qs, kvs, 1.0f / sqrtf((float)D),
+               mask ? mask->doc_start : NULL, mask ? mask->window : 0};
   if (D == 64) {
     if (__atomic_load_n(&g_fwd_variant64, __ATOMIC_RELAXED) == 1)
       return fwd_launch<64, 4, 1>(out, lse, q, k, v, a, s);
@@ -652,8 +716,10 @@ int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
 int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                   const bf16* k, const bf16* v, const float* dsum,
                   const float* lse, int B, int T, int H, int KVH, int D,
-                  int64_t qs, int64_t kvs, int accumulate, cudaStream_t s) {
-  fa_args a = {B, T, H, KVH, qs, kvs, 1.0f / sqrtf((float)D)};
+                  int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
+                  int accumulate, cudaStream_t s) {
+  fa_args a = {B,   T,   H, KVH, qs, kvs, 1.0f / sqrtf((float)D),
+               mask ? mask->doc_start : NULL, mask ? mask->window : 0};
   if (D == 64)
     return bwd_launch<64>(dq, dk, dv, dout, q, k, v, dsum, lse, a, accumulate,
                           s);

@@ -278,19 +278,21 @@ int cu_rope(float* x, const float* cos_t, const float* sin_t, int B, int T,
 template <tr_dtype_t DT>
 int cu_attention_fwd(float* out, float* lse, const float* q, const float* k,
                      const float* v, int B, int T, int H, int KVH, int D,
-                     int64_t q_stride, int64_t kv_stride) {
+                     int64_t q_stride, int64_t kv_stride,
+                     const tr_kern_attn_mask_t* mask) {
   return tr_kern_cuda_attention_fwd(DT, out, lse, q, k, v, B, T, H, KVH, D,
-                                    q_stride, kv_stride, cur());
+                                    q_stride, kv_stride, mask, cur());
 }
 
 template <tr_dtype_t DT>
 int cu_attention_bwd(float* dq, float* dk, float* dv, const float* dout,
                      const float* q, const float* k, const float* v,
                      const float* out, const float* lse, int B, int T, int H,
-                     int KVH, int D, int64_t q_stride, int64_t kv_stride) {
+                     int KVH, int D, int64_t q_stride, int64_t kv_stride,
+                     const tr_kern_attn_mask_t* mask) {
   return tr_kern_cuda_attention_bwd(DT, dq, dk, dv, dout, q, k, v, out, lse,
-                                    B, T, H, KVH, D, q_stride, kv_stride, 0,
-                                    cur());
+                                    B, T, H, KVH, D, q_stride, kv_stride, mask,
+                                    0, cur());
 }
 
 template <tr_dtype_t DT>
