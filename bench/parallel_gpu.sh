@@ -26,6 +26,14 @@
 #                share it, as torchtitan counts)
 #   pt_tp2_rN, pt_tp2c_rN   the PyTorch peer over torchrun, without and
 #                with per-block torch.compile
+#   tr_pp2_S_rN, pt_pp2_S_rN   PP 2, schedule S (1F1B, ZBVZeroBubble), 8
+#                micro-batches of 1, trainrun and PyTorch's pipelining
+#                (1F1B with and without per-block compile, pt_pp2_1F1Bc_rN;
+#                ZBVZeroBubble without: PyTorch 2.11 refuses compiled stages
+#                there)
+#
+# PROGRAMS (a subset of the round's programs: tr1 tr2 pt pc trp1 ptp1
+# ptp1n trpz ptpz) splits the rounds over calls.
 #
 # Environment: OUT (./out), SCRATCH (/tmp/trainrun-tp), TP_STEPS (20),
 # FIRST_REP (1: the first round's number; even rounds run the programs in
@@ -108,7 +116,8 @@ if want tp || want pp; then
       --tokens 20000000 --vocab 128256 --width 4 >"$OUT/shard.log" 2>&1
   order=tr1
   want tp && order="$order tr2 pt pc"
-  want pp && order="$order trp1 ptp1 trpz ptpz"
+  want pp && order="$order trp1 ptp1 ptp1n trpz ptpz"
+  order=${PROGRAMS:-$order} # a subset, e.g. "pt pc" (one call's share)
   first=${FIRST_REP:-1} # a later call goes on with round FIRST_REP
   for r in $(seq "$first" $((first + reps - 1))); do
     list=$order
@@ -125,8 +134,10 @@ if want tp || want pp; then
         trpz) trj "tr_pp2_ZBVZeroBubble_r$r" 2 "${L[@]}" \
                 --parallelism.pipeline_parallel_degree 2 \
                 --parallelism.pipeline_parallel_schedule ZBVZeroBubble ;;
-        ptp1) pt "pt_pp2_1F1B_r$r" llama_pp.py --schedule 1F1B --compile ;;
-        ptpz) pt "pt_pp2_ZBVZeroBubble_r$r" llama_pp.py --schedule ZBVZeroBubble --compile ;;
+        ptp1) pt "pt_pp2_1F1Bc_r$r" llama_pp.py --schedule 1F1B --compile ;;
+        ptp1n) pt "pt_pp2_1F1B_r$r" llama_pp.py --schedule 1F1B ;;
+        # PyTorch 2.11 refuses compiled stage modules under ZBVZeroBubble
+        ptpz) pt "pt_pp2_ZBVZeroBubble_r$r" llama_pp.py --schedule ZBVZeroBubble ;;
       esac
     done
   done
@@ -168,9 +179,10 @@ for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
                          ("PyTorch TP 2", "pt_tp2_r*", "pt"),
                          ("PyTorch TP 2 + compile", "pt_tp2c_r*", "pt"),
                          ("trainrun PP 2 1F1B", "tr_pp2_1F1B_r*", "tr"),
-                         ("PyTorch pipelining 1F1B + compile", "pt_pp2_1F1B_r*", "pt"),
+                         ("PyTorch pipelining 1F1B", "pt_pp2_1F1B_r*", "pt"),
+                         ("PyTorch pipelining 1F1B + compile", "pt_pp2_1F1Bc_r*", "pt"),
                          ("trainrun PP 2 ZBVZeroBubble", "tr_pp2_ZBVZeroBubble_r*", "tr"),
-                         ("PyTorch pipelining ZBVZeroBubble + compile", "pt_pp2_ZBVZeroBubble_r*", "pt")):
+                         ("PyTorch pipelining ZBVZeroBubble (compile refused)", "pt_pp2_ZBVZeroBubble_r*", "pt")):
     runs = []
     for p in sorted(glob.glob(os.path.join(out, pat + (".metrics.jsonl" if kind == "tr" else ".log")))):
         r = jl(p)

@@ -460,7 +460,10 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
     eps = getattr(args, "eps", 1e-8)
     want_fused = getattr(args, "fused", "auto")
     opt = None
-    if want_fused != "no":
+    if dgrads and not sharded:  # a TP plan: DTensor and plain parameters
+        return_opt = _split_adamw(torch, groups, args.lr, betas, eps)
+        opt, want_fused = return_opt, "done"
+    if want_fused not in ("no", "done"):
         try:
             opt = torch.optim.AdamW(groups, lr=args.lr, betas=betas,
                                     eps=eps, fused=True)
@@ -562,6 +565,36 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
             summ.update(token_share=share)
     out(summ)
     return 0
+
+
+class _Adams:
+    """Fused AdamW over the DTensor parameters of a tensor-parallel plan and
+    another over the plain ones (one fused step refuses the mix)."""
+
+    def __init__(self, opts):
+        self.opts = opts
+        self.param_groups = [g for o in opts for g in o.param_groups]
+
+    def step(self):
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)
+
+
+def _split_adamw(torch, groups, lr, betas, eps):
+    opts = []
+    for want in (True, False):
+        gs = [{"params": [p for p in g["params"]
+                          if hasattr(p, "full_tensor") == want],
+               "weight_decay": g["weight_decay"]} for g in groups]
+        gs = [g for g in gs if g["params"]]
+        if gs:
+            opts.append(torch.optim.AdamW(gs, lr=lr, betas=betas, eps=eps,
+                                          fused=True))
+    return _Adams(opts)
 
 
 def _clip_grad_norm(torch, params, max_norm, sharded):
