@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h" /* the executed actions' times */
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/pg.h"
@@ -369,7 +370,11 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
     return TR_ENOMEM;
   }
   int rc = 0;
-  for (int64_t k = 0; k < n && rc == 0; k++) rc = run_one(&r, &acts[k]);
+  for (int64_t k = 0; k < n && rc == 0; k++) {
+    if (x->times) x->times[2 * k] = tr__now();
+    rc = run_one(&r, &acts[k]);
+    if (x->times) x->times[2 * k + 1] = tr__now();
+  }
   /* sends are waited last; after a failure they are left to their op
    * (a peer that never receives would hold this rank until the op's
    * timeout: the error goes up at once, and the job stops the peers) */

@@ -12,7 +12,7 @@
 
 #include "trainer/internal.h"
 #include "trainrun/error.h"
-#include "trainrun/kernels.h" /* tr_kern_zero */
+#include "trainrun/param.h" /* TRAINRUN_PP_TRACE */
 #include "trainrun/trainer.h"
 
 /* The pipeline rank of the first stage that uses parameter i. */
@@ -119,6 +119,41 @@ static int pp_mb_end(void* arg, int64_t micro, tr_model_mb_t* mb) {
   return c->mb_end(c->end_arg, micro, mb);
 }
 
+/* TRAINRUN_PP_TRACE: every pipeline rank's action times of this step
+ * (n doubles each, padded to the longest list) gathered over the pp
+ * group; the run's rank 0 writes them as a Chrome trace. */
+static int write_trace(tr_trainer_t* t, const double* times, int64_t n,
+                       const char* path, tr_errmsg_t* err) {
+  tr_pp_build_t* b = t->ppb;
+  int pp = tr_pg_size(t->pp.pg);
+  int64_t one[1] = {n * (int64_t)sizeof(double)}, all[1] = {one[0] * pp};
+  tr_tensor_t a = {0}, g = {0};
+  int rc = tr_tensor_empty(&a, TR_U8, TR_DEVICE_CPU, 1, one);
+  if (rc == 0) rc = tr_tensor_empty(&g, TR_U8, TR_DEVICE_CPU, 1, all);
+  if (rc == 0) {
+    memcpy(tr_tensor_data(&a), times, (size_t)one[0]);
+    rc = tr_pg_all_gather(t->pp.pg, &g, &a, NULL);
+  }
+  const double** per = calloc((size_t)pp, sizeof *per);
+  if (rc == 0 && !per) rc = TR_ENOMEM;
+  if (rc == 0 && t->rank == 0) {
+    const double* d = tr_tensor_data(&g);
+    for (int r = 0; r < pp; r++) per[r] = d + (size_t)r * (size_t)n;
+    rc = tr_pp_trace_write_timed(&b->lowered, per, path);
+    FILE* con = t->opts.console ? t->opts.console : stdout;
+    if (rc == 0 && !t->opts.quiet)
+      fprintf(con, "wrote the pipeline's step %" PRId64 " as a Chrome trace to %s\n",
+              t->step + 1, path);
+  }
+  free(per);
+  tr_tensor_release(&a);
+  tr_tensor_release(&g);
+  if (rc < 0)
+    return tr_errmsg_set(err, rc, "TRAINRUN_PP_TRACE '%s': %s", path,
+                         tr_strerror(rc));
+  return 0;
+}
+
 int tr__trainer_pp_run(tr_trainer_t* t, float scale,
                        int (*mb_end)(void* arg, int64_t micro,
                                      tr_model_mb_t* mb),
@@ -149,14 +184,26 @@ int tr__trainer_pp_run(tr_trainer_t* t, float scale,
   x.mb_begin = pp_mb_begin;
   x.mb_end = pp_mb_end;
   x.arg = &c;
+  const char* trace = tr_param_str(TR_PARAM_PP_TRACE);
+  int64_t longest = 0;
+  for (int q = 0; q < b->lowered.n_ranks; q++)
+    if (b->lowered.len[q] > longest) longest = b->lowered.len[q];
+  if (trace[0] && t->step + 1 == tr_param_int(TR_PARAM_PP_TRACE_STEP)) {
+    x.times = calloc((size_t)(2 * longest + 1), sizeof *x.times);
+    if (!x.times) return TR_ENOMEM;
+  }
   int r = t->pp_rank;
   int rc = tr_pp_exec_step(&x, b->lowered.acts[r], b->lowered.len[r], NULL);
-  if (rc < 0)
+  if (rc < 0) {
+    free(x.times);
     return err && err->code ? err->code
                             : tr_errmsg_set(err, rc,
                                             "step %" PRId64 ": pipeline: %s",
                                             t->step + 1, tr_strerror(rc));
-  return 0;
+  }
+  if (x.times) rc = write_trace(t, x.times, 2 * longest, trace, err);
+  free(x.times);
+  return rc;
 }
 
 int tr__trainer_pp_sum_tied(tr_trainer_t* t, tr_errmsg_t* err) {

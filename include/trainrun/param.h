@@ -38,6 +38,11 @@ typedef enum {
      "CPU kernel threads per rank; 0 = OMP_NUM_THREADS, else the cores")       \
   XX(OMP_NUM_THREADS, "OMP_NUM_THREADS", INT, "0", 0, 4096,                  \
      "read when TRAINRUN_NUM_THREADS is 0: CPU kernel threads; 0 = cores")     \
+  XX(PP_TRACE, "TRAINRUN_PP_TRACE", STRING, "", 0, 0,                         \
+     "pipeline parallelism: write step TRAINRUN_PP_TRACE_STEP's executed "    \
+     "actions of every pipeline rank as a Chrome trace to this file")         \
+  XX(PP_TRACE_STEP, "TRAINRUN_PP_TRACE_STEP", INT, "2", 1, INT64_MAX,         \
+     "the step TRAINRUN_PP_TRACE records")                                    \
   XX(ATTENTION, "TRAINRUN_ATTENTION", STRING, "auto", 0, 0,                    \
      "CUDA attention kernels: auto (cuDNN, else flash, else simt), cudnn, "    \
      "flash or simt")                                                          \

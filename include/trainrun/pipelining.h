@@ -183,6 +183,17 @@ int tr_pp_add_reduce_grad(const tr_pp_action_t* in, int64_t n, int64_t n_micro,
  * json.dump writes it (", " and ": " separators). A malloc'd string, NULL
  * when out of memory. */
 char* tr_pp_trace_format(const tr_pp_schedule_t* s);
+/* An executed schedule as a Chrome trace: as tr_pp_trace_format, but each
+ * action at its measured time: times[r] holds rank r's 2 doubles per
+ * action of s's list (tr_pp_exec_t.times: start, end, in seconds), and ts
+ * and dur are microseconds from the earliest start (idle slots skipped,
+ * an action without times left out). The ranks' clocks must be one clock
+ * (one host's monotonic clock). */
+char* tr_pp_trace_format_timed(const tr_pp_schedule_t* s,
+                               const double* const* times);
+/* tr_pp_trace_format_timed into a file (created or truncated). */
+int tr_pp_trace_write_timed(const tr_pp_schedule_t* s,
+                            const double* const* times, const char* path);
 /* tr_pp_trace_format into a file (created or truncated). */
 int tr_pp_trace_write(const tr_pp_schedule_t* s, const char* path);
 
@@ -394,6 +405,11 @@ typedef struct {
    * unshards, reshards, reduce-scatters): called with the action; NULL:
    * they do nothing, as PyTorch's runtime does for a stage without FSDP. */
   int (*fsdp_action)(void* arg, const tr_pp_action_t* a);
+  /* NULL, or 2 doubles per action of the list: each action's start and
+   * end on the host's monotonic clock, in seconds (a posted receive or
+   * send: its posting; a computation: its wait for its input included;
+   * on CUDA the host's view: enqueue times unless the kernels block) */
+  double* times;
 } tr_pp_exec_t;
 
 /* The step's loss as every pipeline rank learns it. */
