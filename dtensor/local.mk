@@ -24,6 +24,7 @@ tests_check_dtensor_LDADD = $(TEST_LIBS) -lm
 # against one rank (init, loss, gradients, AdamW steps).
 check_PROGRAMS += tests/check_tp
 TESTS += tests/check_tp
-tests_check_tp_SOURCES = tests/check_tp.c $(PG_TEST_SOURCES)
+tests_check_tp_SOURCES = tests/check_tp.c $(PG_TEST_SOURCES) \
+	tests/train_steps.c tests/train_steps.h
 tests_check_tp_CFLAGS = $(TEST_CFLAGS)
 tests_check_tp_LDADD = $(TEST_LIBS) -lm

@@ -269,7 +269,6 @@ int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   tr_mesh_get_shape(mesh, &out->mesh);
   out->loss_parallel = !cfg->parallelism.disable_loss_parallel;
   out->sequence_parallel = 1; /* torchtitan's TP always runs it */
-  out->train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
   return 1;
 }
 
@@ -303,7 +302,6 @@ int tr_compose_pp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   TR_CHECK(tr_compose_pp_build(cfg, &mc, &out->build));
   out->pg = pg;
   out->microbatch_size = cfg->parallelism.pipeline_parallel_microbatch_size;
-  out->train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
   return 1;
 }
 

@@ -85,7 +85,7 @@ int tr_compose_pp_build(const tr_config_t* cfg, const tr_model_config_t* mc,
                         tr_pp_build_opts_t* o);
 
 /* Pipeline parallelism over mesh's dim "pp": its group and the settings
- * above, the train timeout. Returns 1 and fills *out when the dim has
+ * above. Returns 1 and fills *out when the dim has
  * more than one rank, else 0 (*out zeroed); a negative error. */
 int tr_compose_pp(const tr_config_t* cfg, const tr_mesh_t* mesh,
                   tr_trainer_pp_t* out);

@@ -397,6 +397,7 @@ int tr_launch_job(int argc, char** argv) {
       topts.dist = &wd.dist;
       if (wd.tp.pg) topts.tp = &wd.tp;
       if (wd.pp.pg) topts.pp = &wd.pp;
+      topts.train_timeout_ms = cfg.comm.train_timeout_seconds * 1000;
     }
     if (trc < 0) {
       rc = tr__cmd_exit_code(trc);

@@ -412,9 +412,10 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
       slot_clear(&c->gout);
     }
   }
-  /* the last stage's loss on every rank (after a failure the step is
-   * lost: the other ranks' receives and this broadcast time out) */
-  if (rc == 0 && x->pg && x->n_stages > 1 && tr_pg_size(x->pg) > 1)
+  /* the last stage's loss on every rank, when asked for (after a failure
+   * the step is lost: the other ranks' receives and this broadcast time
+   * out) */
+  if (rc == 0 && out && x->pg && x->n_stages > 1 && tr_pg_size(x->pg) > 1)
     rc = share_loss(&r);
   if (out) {
     out->loss_sum = r.loss_sum;

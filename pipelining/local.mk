@@ -34,6 +34,7 @@ EXTRA_DIST += tests/pipelining
 # stops a pipeline.
 check_PROGRAMS += tests/check_pp_exec
 TESTS += tests/check_pp_exec
-tests_check_pp_exec_SOURCES = tests/check_pp_exec.c $(PG_TEST_SOURCES)
+tests_check_pp_exec_SOURCES = tests/check_pp_exec.c $(PG_TEST_SOURCES) \
+	tests/train_steps.c tests/train_steps.h
 tests_check_pp_exec_CFLAGS = $(TEST_CFLAGS)
 tests_check_pp_exec_LDADD = $(TEST_LIBS) -lm

@@ -46,6 +46,8 @@
 #include <unistd.h>
 
 #include "tests/pg_suite.h"
+#include "tests/train_steps.h"
+#include "trainrun/dp.h" /* tr_dp_sum_over */
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/model.h"
@@ -110,71 +112,10 @@ static int cb_fsdp(void* arg, const tr_pp_action_t* a) {
   return 0;
 }
 
-static void adamw(tr_model_t* m, tr_tensor_t* mom, tr_tensor_t* var,
-                  const unsigned char* own, int64_t step) {
-  tr_adamw_args_t a = {.lr = 1e-3f,
-                       .beta1 = 0.9f,
-                       .beta2 = 0.95f,
-                       .eps = 1e-8f,
-                       .grad_scale = 1.0f,
-                       .step = step};
-  for (int i = 0; i < m->n_params; i++) {
-    if (own && !own[i]) continue;
-    tr_param_t* p = &m->params[i];
-    a.weight_decay = p->decay ? 0.1f : 0.0f;
-    PCHECK_RC(tr_kern_adamw(&p->data, &p->grad, &mom[i], &var[i], &a));
-  }
-}
-
-static void moments(tr_model_t* m, const unsigned char* own, tr_tensor_t** mom,
-                    tr_tensor_t** var) {
-  *mom = calloc((size_t)m->n_params, sizeof **mom);
-  *var = calloc((size_t)m->n_params, sizeof **var);
-  PCHECK(*mom && *var);
-  for (int i = 0; i < m->n_params; i++) {
-    if (own && !own[i]) continue;
-    tr_param_t* p = &m->params[i];
-    PCHECK_RC(tr_tensor_zeros(&(*mom)[i], TR_F32, TR_DEVICE_CPU, p->ndim,
-                              p->layout.shape));
-    PCHECK_RC(tr_tensor_zeros(&(*var)[i], TR_F32, TR_DEVICE_CPU, p->ndim,
-                              p->layout.shape));
-  }
-}
-
-static void free_moments(tr_model_t* m, tr_tensor_t* mom, tr_tensor_t* var) {
-  for (int i = 0; i < m->n_params; i++) {
-    tr_tensor_release(&mom[i]);
-    tr_tensor_release(&var[i]);
-  }
-  free(mom);
-  free(var);
-}
-
 static double sq(const tr_tensor_t* t) {
   const float* g = tr_tensor_data(t);
   double s = 0;
   for (int64_t k = 0; k < tr_tensor_numel(t); k++) s += (double)g[k] * g[k];
-  return s;
-}
-
-/* sum of every rank's x, in rank order, on every rank (bits of doubles
- * through an int64 all-gather) */
-static double sum_ranks(tr_pg_t* pg, double x) {
-  int n = tr_pg_size(pg);
-  int64_t one = 1, all = n, in, got[8];
-  memcpy(&in, &x, sizeof in);
-  tr_tensor_t ti, to;
-  PCHECK_RC(tr_tensor_wrap(&ti, &in, TR_I64, TR_DEVICE_CPU, 1, &one));
-  PCHECK_RC(tr_tensor_wrap(&to, got, TR_I64, TR_DEVICE_CPU, 1, &all));
-  PCHECK_RC(tr_pg_all_gather(pg, &to, &ti, NULL));
-  tr_tensor_release(&ti);
-  tr_tensor_release(&to);
-  double s = 0;
-  for (int r = 0; r < n; r++) {
-    double v;
-    memcpy(&v, &got[r], sizeof v);
-    s += v;
-  }
   return s;
 }
 
@@ -254,8 +195,8 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
       tied = i;
   PCHECK((tied >= 0) == (c.tie_embeddings != 0));
   tr_tensor_t *rm, *rv, *pm, *pv;
-  moments(&ref, NULL, &rm, &rv);
-  moments(&mod, own, &pm, &pv);
+  ts_moments(&ref, NULL, &rm, &rv);
+  ts_moments(&mod, own, &pm, &pv);
   cb_t cb = {.m = &mod};
   tr_pp_exec_t x = {.model = &mod,
                     .n_micro = m,
@@ -320,7 +261,8 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
       if (tr_pp_param_counted(&mod, &sp, rank, i))
         mine_sq += sq(&mod.params[i].grad);
     }
-    double tot = sum_ranks(pg, mine_sq);
+    double tot = mine_sq; /* every rank's, in rank order */
+    PCHECK_RC(tr_dp_sum_over(pg, &tot, 1));
     double dn = rel(tot, ref_sq);
     if (dn >= 1e-6)
       fprintf(stderr, "rank %d: %s m %lld step %d: grad sq norm %.9g vs %.9g\n",
@@ -328,8 +270,8 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
     PCHECK(dn < 1e-6);
     if (dn > g_worst_norm) g_worst_norm = dn;
     if (step == STEPS) break;
-    adamw(&ref, rm, rv, NULL, step);
-    adamw(&mod, pm, pv, own, step);
+    ts_adamw(&ref, rm, rv, NULL, step);
+    ts_adamw(&mod, pm, pv, own, step);
     /* the one rank takes the pipeline's weights that were summed in
      * another order: the tied table, or all where the stages' backwards
      * run in another order (LoopedBFS) */
@@ -358,8 +300,8 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
    * stage's backwards in micro-batch order (the tied table aside) */
   if (ordered) PCHECK(identical);
   g_identical = identical;
-  free_moments(&ref, rm, rv);
-  free_moments(&mod, pm, pv);
+  ts_free_moments(&ref, rm, rv);
+  ts_free_moments(&mod, pm, pv);
   free(own);
   tr_model_release(&ref);
   tr_model_release(&mod);

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "tests/pg_suite.h"
+#include "tests/train_steps.h"
 #include "trainrun/dtensor.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
@@ -598,44 +599,6 @@ static double gathered_diff(const tr_param_t* p, const tr_tensor_t* local,
   return d;
 }
 
-static void adamw(tr_model_t* m, tr_tensor_t* mom, tr_tensor_t* var,
-                  int64_t step) {
-  tr_adamw_args_t a = {.lr = 1e-3f,
-                       .beta1 = 0.9f,
-                       .beta2 = 0.95f,
-                       .eps = 1e-8f,
-                       .weight_decay = 0.1f,
-                       .grad_scale = 1.0f,
-                       .step = step};
-  for (int i = 0; i < m->n_params; i++) {
-    tr_param_t* p = &m->params[i];
-    a.weight_decay = p->decay ? 0.1f : 0.0f;
-    PCHECK_RC(tr_kern_adamw(&p->data, &p->grad, &mom[i], &var[i], &a));
-  }
-}
-
-static void moments(tr_model_t* m, tr_tensor_t** mom, tr_tensor_t** var) {
-  *mom = calloc((size_t)m->n_params, sizeof **mom);
-  *var = calloc((size_t)m->n_params, sizeof **var);
-  PCHECK(*mom && *var);
-  for (int i = 0; i < m->n_params; i++) {
-    tr_param_t* p = &m->params[i];
-    PCHECK_RC(tr_tensor_zeros(&(*mom)[i], TR_F32, TR_DEVICE_CPU, p->ndim,
-                              p->layout.shape));
-    PCHECK_RC(tr_tensor_zeros(&(*var)[i], TR_F32, TR_DEVICE_CPU, p->ndim,
-                              p->layout.shape));
-  }
-}
-
-static void free_moments(tr_model_t* m, tr_tensor_t* mom, tr_tensor_t* var) {
-  for (int i = 0; i < m->n_params; i++) {
-    tr_tensor_release(&mom[i]);
-    tr_tensor_release(&var[i]);
-  }
-  free(mom);
-  free(var);
-}
-
 static double rel(double a, double b) { return fabs(a - b) / fabs(b); }
 
 /* Host bytes a training forward of 8 x T tokens holds at its peak above
@@ -765,8 +728,8 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
     tr_tensor_release(&lr);
   }
   tr_tensor_t *rm, *rv, *tm[MODES], *tv[MODES];
-  moments(&ref, &rm, &rv);
-  for (int i = 0; i < MODES; i++) moments(&m[i], &tm[i], &tv[i]);
+  ts_moments(&ref, NULL, &rm, &rv);
+  for (int i = 0; i < MODES; i++) ts_moments(&m[i], NULL, &tm[i], &tv[i]);
   double worst = 0, worst_pair = 0;
   for (int step = 1; step <= STEPS; step++) {
     double lr = fwd_bwd(&ref, step, NULL), sr = 0, lt[MODES], st[MODES];
@@ -804,8 +767,8 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
               "%.3g\n",
               fam, c.vocab_size, k, step, lr, worst, worst_pair);
     if (step == STEPS) break; /* the last one only compares */
-    adamw(&ref, rm, rv, step);
-    for (int i = 0; i < MODES; i++) adamw(&m[i], tm[i], tv[i], step);
+    ts_adamw(&ref, rm, rv, NULL, step);
+    for (int i = 0; i < MODES; i++) ts_adamw(&m[i], tm[i], tv[i], NULL, step);
   }
   /* the weights after 19 steps. GPT-2's key bias has an exact gradient of
    * 0 (softmax ignores a shift of every score of a row): AdamW's
@@ -838,9 +801,9 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
     fprintf(stderr, "%s V %d tp %d: forward peak %lld bytes, %lld with SP\n",
             fam, c.vocab_size, k, (long long)off, (long long)on);
   PCHECK(on < off);
-  free_moments(&ref, rm, rv);
+  ts_free_moments(&ref, rm, rv);
   for (int i = 0; i < MODES; i++) {
-    free_moments(&m[i], tm[i], tv[i]);
+    ts_free_moments(&m[i], tm[i], tv[i]);
     tr_model_release(&m[i]);
   }
   tr_model_release(&ref);

@@ -425,10 +425,9 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
     return tr_errmsg_set(err, rc, "step %" PRId64 ": optimizer: %s",
                          t->step + 1, tr_strerror(rc));
   t->step++;
-  if (t->step == 1 && t->tp.pg && t->tp.train_timeout_ms > 0)
-    tr_pg_set_timeout_all(t->tp.pg, t->tp.train_timeout_ms);
-  if (t->step == 1 && t->pp.pg && t->pp.train_timeout_ms > 0)
-    tr_pg_set_timeout_all(t->pp.pg, t->pp.train_timeout_ms);
+  tr_pg_t* any = t->tp.pg ? t->tp.pg : t->pp.pg; /* _all: the world's */
+  if (t->step == 1 && any && t->opts.train_timeout_ms > 0)
+    tr_pg_set_timeout_all(any, t->opts.train_timeout_ms);
   if (st) {
     st->step = t->step;
     st->loss = loss;

@@ -639,6 +639,32 @@ def _sdpa_context(backend):
                         "math": SDPBackend.MATH}[backend])
 
 
+def init_torchrun(program, device):
+    """The rank set-up of a peer under torchrun: RANK, WORLD_SIZE and
+    LOCAL_RANK, this rank's device (cuda:LOCAL_RANK, or the CPU), the
+    default process group over NCCL (Gloo on the CPU). Returns (rank, world,
+    device), or None after a message when torchrun's variables are
+    missing."""
+    import torch
+    import torch.distributed as dist
+    try:
+        rank = int(os.environ["RANK"])
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ["LOCAL_RANK"])
+    except KeyError as e:
+        print(f"{program}: {e.args[0]} is not set: run under torchrun "
+              f"(or trainrun --exec)", file=sys.stderr)
+        return None
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", local)
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", device_id=dev)
+    else:
+        dist.init_process_group("gloo")
+    return rank, world, dev
+
+
 def seed_all(seed):
     import numpy as np
     import torch

@@ -155,21 +155,10 @@ def main():
     args = p.parse_args()
     if args.ac is None:
         args.ac = "op" if args.model == "8B" else "none"
-    try:
-        rank = int(os.environ["RANK"])
-        world = int(os.environ["WORLD_SIZE"])
-        local = int(os.environ["LOCAL_RANK"])
-    except KeyError as e:
-        print(f"llama_fsdp2: {e.args[0]} is not set: run under torchrun "
-              f"(or trainrun --exec)", file=sys.stderr)
+    ranks = benchlib.init_torchrun("llama_fsdp2", args.device)
+    if ranks is None:
         return 2
-    dev = torch.device(args.device)
-    if dev.type == "cuda":
-        dev = torch.device("cuda", local)
-        torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", device_id=dev)
-    else:
-        dist.init_process_group("gloo")
+    rank, world, dev = ranks
     mesh = init_device_mesh(dev.type, (world,), mesh_dim_names=("dp_shard",))
 
     torch.set_float32_matmul_precision("high")

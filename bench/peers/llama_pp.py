@@ -96,16 +96,10 @@ def main():
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import (
         Schedule1F1B, ScheduleZBVZeroBubble)
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ["LOCAL_RANK"])
-    dev = torch.device(args.device)
-    if dev.type == "cuda":
-        dev = torch.device("cuda", local)
-        torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", device_id=dev)
-    else:
-        dist.init_process_group("gloo")
+    ranks = benchlib.init_torchrun("llama_pp", args.device)
+    if ranks is None:
+        return 2
+    rank, world, dev = ranks
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)  # the same initial weights on every rank
     cfg = dict(benchlib.LLAMA3_1B)

@@ -39,21 +39,10 @@ def main():
     benchlib.common_args(p, 8, 2048, 30)
     p.set_defaults(lr=3e-4)
     args = p.parse_args()
-    try:
-        rank = int(os.environ["RANK"])
-        world = int(os.environ["WORLD_SIZE"])
-        local = int(os.environ["LOCAL_RANK"])
-    except KeyError as e:
-        print(f"llama_tp: {e.args[0]} is not set: run under torchrun",
-              file=sys.stderr)
+    ranks = benchlib.init_torchrun("llama_tp", args.device)
+    if ranks is None:
         return 2
-    dev = torch.device(args.device)
-    if dev.type == "cuda":
-        dev = torch.device("cuda", local)
-        torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", device_id=dev)
-    else:
-        dist.init_process_group("gloo")
+    rank, world, dev = ranks
     mesh = init_device_mesh(dev.type, (world,), mesh_dim_names=("tp",))
 
     torch.set_float32_matmul_precision("high")

@@ -444,9 +444,10 @@ typedef struct {
  *  - UNSHARD, RESHARD, REDUCE_GRAD call fsdp_action; an idle slot is
  *    skipped.
  *
- * Then, with a group of several ranks, the last stage's loss_sum and
- * n_valid are broadcast from its rank to every rank of pg, into *out (may
- * be NULL). Micro-batches and tensors still held when an action fails are
+ * Then, when out is given and the group has several ranks, the last
+ * stage's loss_sum and n_valid are broadcast from its rank to every rank
+ * of pg, into *out (NULL: no broadcast; a caller that sums its own
+ * figures over the group, as the trainer does, needs none). Micro-batches and tensors still held when an action fails are
  * released. Returns 0, TR_EINVAL for a malformed list (a computation
  * before its input arrived, a backward before its forward, a W before its
  * I, a B after an I, a stage this rank does not hold, a micro-batch out

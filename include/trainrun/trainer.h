@@ -228,10 +228,6 @@ typedef struct {
   tr_mesh_shape_t mesh;  /* with a dim "tp" of pg's size */
   int loss_parallel;     /* 1: vocabulary-sharded cross-entropy */
   int sequence_parallel; /* 1: norms and residuals on sequence shards */
-  /* > 0: every group's op timeout after the first step ([comm]
-   * train_timeout_seconds; the data-parallel layer sets it too when there
-   * is one) */
-  int64_t train_timeout_ms;
 } tr_trainer_tp_t;
 
 /* Pipeline parallelism: the pipeline group (the mesh dim "pp") and the
@@ -247,7 +243,6 @@ typedef struct {
   tr_pg_t* pg;                /* size > 1 */
   tr_pp_build_opts_t build;   /* kind, split keys, CSV */
   int64_t microbatch_size;    /* sequences a micro-batch; divides B */
-  int64_t train_timeout_ms;   /* as tr_trainer_tp_t's */
 } tr_trainer_pp_t;
 
 typedef struct {
@@ -258,6 +253,10 @@ typedef struct {
   const tr_trainer_tp_t* tp;
   /* Pipeline parallelism; NULL: none. Copied. */
   const tr_trainer_pp_t* pp;
+  /* > 0: with tp or pp, every group's op timeout after the first step
+   * ([comm] train_timeout_seconds, tr_pg_set_timeout_all; the
+   * data-parallel layer sets it too when there is one) */
+  int64_t train_timeout_ms;
   /* Where the metric lines go; NULL: stdout. */
   FILE* console;
   /* 1: no console lines (files are still written). */
