@@ -6,6 +6,7 @@
 
 #include "tests/pg_suite.h"
 #include "tests/train_steps.h"
+#include "trainrun/error.h"
 #include "trainrun/kernels.h"
 
 void ts_moments(tr_model_t* m, const unsigned char* own, tr_tensor_t** mom,
