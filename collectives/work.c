@@ -39,13 +39,22 @@ void tr__work_ref(tr_pg_work_t* w) {
   __atomic_add_fetch(&w->refs, 1, __ATOMIC_RELAXED);
 }
 
-void tr__work_unref(tr_pg_work_t* w) {
-  if (!w || __atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+/* The work's references to its tensors (staged copies and the caller's
+ * own), dropped. */
+static void drop_tensors(tr_pg_work_t* w) {
   for (int i = 0; i < w->n_ops; i++) {
     tr__pg_op_t* op = &w->ops[i];
     tr_tensor_release(&op->in);
     tr_tensor_release(&op->out);
     tr_tensor_release(&op->user);
+  }
+}
+
+void tr__work_unref(tr_pg_work_t* w) {
+  if (!w || __atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  drop_tensors(w);
+  for (int i = 0; i < w->n_ops; i++) {
+    tr__pg_op_t* op = &w->ops[i];
     free(op->in_counts);
     free(op->out_counts);
   }
@@ -173,6 +182,11 @@ int tr__work_finish(tr_pg_work_t* w, int status, const char* detail_fmt, ...) {
     int remote = status == TR_EABORTED && strstr(msg, " reported: ") != NULL;
     tr__pg_break(w->pg, status, msg, remote);
   }
+  /* A work that succeeded is done with its buffers: they are freed before
+   * a waiter can see it done, so that the memory a caller releases after
+   * its wait is free then, not whenever this thread retires the work (a
+   * failed one keeps them: a backend may still be writing). */
+  if (status == 0) drop_tensors(w);
   w->status = status;
   w->err = msg;
   if (w->timed && !w->dur_set) {
