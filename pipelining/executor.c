@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h" /* the executed actions' times */
+#include "pipelining/stamps.h" /* the executed actions' times */
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/pg.h"
@@ -54,6 +54,8 @@ typedef struct {
   int64_t n_sends, cap_sends;
   double loss_sum;
   int64_t n_valid;
+  tr__pp_stamps_t* stamps; /* NULL unless x->times */
+  int64_t k;               /* the action running: its index in the list */
 } run_t;
 
 static cell_t* cell(run_t* r, int stage, int64_t micro) {
@@ -125,6 +127,13 @@ static int finish(run_t* r, int s, int64_t i, int rc) {
   return rc;
 }
 
+/* The running action's computation starts now (after its wait for its
+ * input; the first half of an OVERLAP_F_B marks the pair's start). */
+static void computing(run_t* r) {
+  if (!tr__pp_stamps_is_marked(r->stamps, r->k, 0))
+    tr__pp_stamps_mark(r->stamps, r->k, 0);
+}
+
 static int stage_local(const run_t* r, int s) {
   return r->stage_rank[s] == r->rank;
 }
@@ -150,6 +159,7 @@ static int forward(run_t* r, const tr_pp_action_t* a) {
   if (rc < 0) return rc;
   c->state = MB_FORWARD_DONE;
   if (!first) TR_CHECK(slot_take(&c->in, &c->mb.hidden));
+  computing(r);
   const tr_pp_range_t* b = &r->blocks[s];
   TR_CHECK(tr_model_forward(r->m, &c->mb, b->first, b->last));
   if (last) return 0;
@@ -176,6 +186,7 @@ static int backward(run_t* r, const tr_pp_action_t* a) {
                       ? "backward before its output stage's"
                       : "backward before receiving its output gradient");
   if (!last) TR_CHECK(slot_take(&c->gin, &c->mb.dhidden));
+  computing(r);
   const tr_pp_range_t* b = &r->blocks[s];
   int rc;
   if (a->type == TR_PP_B) {
@@ -242,6 +253,11 @@ static int post_send(run_t* r, const tr_pp_action_t* a) {
   return 0;
 }
 
+static int is_computation(tr_pp_type_t t) {
+  return t == TR_PP_F || t == TR_PP_B || t == TR_PP_I || t == TR_PP_W ||
+         t == TR_PP_OVERLAP_F_B;
+}
+
 static int run_one(run_t* r, const tr_pp_action_t* a) {
   const tr_pp_exec_t* x = r->x;
   if (a->type == TR_PP_NONE) return 0;
@@ -280,6 +296,7 @@ static int run_one(run_t* r, const tr_pp_action_t* a) {
     case TR_PP_W: {
       if (c->state != MB_INPUT_DONE)
         return bad(a, "a weight gradient without its input gradient");
+      computing(r);
       const tr_pp_range_t* b = &r->blocks[a->stage];
       int rc = tr_model_backward_weight(r->m, &c->mb, b->first, b->last);
       return finish(r, a->stage, a->micro, rc);
@@ -370,10 +387,15 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
     return TR_ENOMEM;
   }
   int rc = 0;
+  if (x->times)
+    rc = tr__pp_stamps_new(&r.stamps, x->times, n,
+                           r.m->device.type == TR_DEV_CUDA);
   for (int64_t k = 0; k < n && rc == 0; k++) {
-    if (x->times) x->times[2 * k] = tr__now();
+    r.k = k;
+    /* a computation marks its start after its input's wait */
+    if (!is_computation(acts[k].type)) tr__pp_stamps_mark(r.stamps, k, 0);
     rc = run_one(&r, &acts[k]);
-    if (x->times) x->times[2 * k + 1] = tr__now();
+    tr__pp_stamps_mark(r.stamps, k, 1);
   }
   /* sends are waited last; after a failure they are left to their op
    * (a peer that never receives would hold this rank until the op's
@@ -383,6 +405,8 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
     if (rc == 0 && w < 0) rc = w;
     tr_pg_work_free(r.sends[k]);
   }
+  int src = tr__pp_stamps_free(r.stamps);
+  if (rc == 0) rc = src;
   /* what the list left behind: every local stage's micro-batches must be
    * done, every received or produced tensor used */
   for (int s = 0; s < r.n_stages; s++) {

@@ -14,7 +14,9 @@ libtrainrun_la_SOURCES += \
 	pipelining/trace.c \
 	pipelining/build.c \
 	pipelining/params.c \
-	pipelining/executor.c
+	pipelining/executor.c \
+	pipelining/stamps.c pipelining/stamps.h \
+	pipelining/idle.c
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 
 # The IR's text form, the one-stage schedule, the generators against

@@ -631,6 +631,110 @@ START_TEST(t_simulate_deadlock) {
 }
 END_TEST
 
+/* Times for every rank's computations of s: back to back from t0 (rank r
+ * starting r * lag later), F f seconds, B b, I and W b / 2; an
+ * OVERLAP_F_B f + b. Idle slots and comms get none. */
+static double** back_to_back(const tr_pp_schedule_t* s, double f, double b,
+                             double lag) {
+  double** t = calloc((size_t)s->n_ranks, sizeof *t);
+  for (int r = 0; r < s->n_ranks; r++) {
+    t[r] = calloc((size_t)(2 * s->len[r] + 1), sizeof **t);
+    double now = 100 + r * lag;
+    for (int64_t i = 0; i < s->len[r]; i++) {
+      tr_pp_type_t ty = s->acts[r][i].type;
+      double d = ty == TR_PP_F               ? f
+                 : ty == TR_PP_B             ? b
+                 : ty == TR_PP_I || ty == TR_PP_W ? b / 2
+                 : ty == TR_PP_OVERLAP_F_B   ? f + b
+                                             : -1;
+      if (d < 0) continue;
+      t[r][2 * i] = now;
+      t[r][2 * i + 1] = now += d;
+    }
+  }
+  return t;
+}
+
+static void free_times(double** t, int n) {
+  for (int r = 0; r < n; r++) free(t[r]);
+  free(t);
+}
+
+START_TEST(t_idle_measure) {
+  /* GPipe and 1F1B, p = 2, m = 4, F 1 s, B 2 s: the simulated step is
+   * (m + p - 1)(F + B) = 15 s, each rank busy 12 s: 20% idle, the
+   * bubble; measured back to back with rank 1 starting 0.5 s late: a
+   * 12.5 s step, 4% idle on rank 0 and 0% on rank 1 */
+  for (int k = 0; k < 2; k++) {
+    tr_pp_schedule_t s;
+    ck_assert_int_eq(
+        tr_pp_generate(&s, k ? TR_PP_1F1B : TR_PP_GPIPE, 2, 4, 1, NULL, 0), 0);
+    double** t = back_to_back(&s, 1, 2, 0.5);
+    tr_pp_idle_t st;
+    ck_assert_int_eq(tr_pp_idle_measure(&s, 2, (const double* const*)t, &st,
+                                        NULL, 0),
+                     0);
+    ck_assert_int_eq(st.n_ranks, 2);
+    ck_assert_double_eq_tol(st.sim_span, 15, 1e-9);
+    ck_assert_double_eq_tol(st.span, 12.5, 1e-9);
+    for (int r = 0; r < 2; r++) {
+      ck_assert_double_eq_tol(st.busy[r], 12, 1e-9);
+      ck_assert_double_eq_tol(st.sim_idle[r], 0.2, 1e-9);
+    }
+    ck_assert_double_eq_tol(st.idle[0], 0.5 / 12.5, 1e-9);
+    ck_assert_double_eq_tol(st.idle[1], 0.5 / 12.5, 1e-9);
+    tr_pp_idle_release(&st);
+    free_times(t, 2);
+    tr_pp_schedule_release(&s);
+  }
+  /* ZBVZeroBubble with unit costs (F 1, I 1, W 1): the lock-step
+   * simulator's timeline, so the same idle fraction */
+  {
+    tr_pp_schedule_t s;
+    tr_pp_sim_t sim;
+    ck_assert_int_eq(tr_pp_generate(&s, TR_PP_ZBV, 4, 8, 2, NULL, 0), 0);
+    ck_assert_int_eq(tr_pp_simulate(&s, 8, &sim, NULL, NULL, 0), 0);
+    double** t = back_to_back(&s, 1, 2, 0);
+    tr_pp_idle_t st;
+    ck_assert_int_eq(tr_pp_idle_measure(&s, 8, (const double* const*)t, &st,
+                                        NULL, 0),
+                     0);
+    ck_assert_double_eq_tol(st.sim_span, (double)sim.steps, 1e-9);
+    double idle = 0;
+    for (int r = 0; r < 4; r++) idle += st.sim_idle[r] / 4;
+    ck_assert_double_eq_tol(idle, sim.bubble, 1e-9);
+    tr_pp_idle_release(&st);
+    free_times(t, 4);
+    tr_pp_sim_release(&sim);
+    tr_pp_schedule_release(&s);
+  }
+  /* a computation without a time, and a list that cannot progress */
+  {
+    tr_pp_schedule_t s;
+    from_csv("0F0,0B0\n1F0,1B0\n", &s);
+    double** t = back_to_back(&s, 1, 2, 0);
+    t[1][2] = 0;
+    tr_pp_idle_t st;
+    char err[128];
+    ck_assert_int_eq(tr_pp_idle_measure(&s, 2, (const double* const*)t, &st,
+                                        err, sizeof err),
+                     TR_EINVAL);
+    ck_assert_str_eq(err, "rank 1: 1B0 has no measured time");
+    free_times(t, 2);
+    tr_pp_schedule_release(&s);
+    from_csv("0F0,0B0\n1B0,1F0\n", &s);
+    t = back_to_back(&s, 1, 2, 0);
+    ck_assert_int_eq(tr_pp_idle_measure(&s, 2, (const double* const*)t, &st,
+                                        err, sizeof err),
+                     TR_EINVAL);
+    ck_assert_str_eq(err,
+                     "the schedule does not progress: rank 0 waits at 0B0");
+    free_times(t, 2);
+    tr_pp_schedule_release(&s);
+  }
+}
+END_TEST
+
 /* ---- PyTorch's CSV ---- */
 
 START_TEST(t_csv) {
@@ -1054,6 +1158,7 @@ int main(void) {
   tcase_add_test(tc, t_validate_faults);
   tcase_add_test(tc, t_simulate_bubble);
   tcase_add_test(tc, t_simulate_deadlock);
+  tcase_add_test(tc, t_idle_measure);
   tcase_add_test(tc, t_csv);
   tcase_add_test(tc, t_split);
   tcase_add_test(tc, t_lower);

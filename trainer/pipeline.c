@@ -119,6 +119,28 @@ static int pp_mb_end(void* arg, int64_t micro, tr_model_mb_t* mb) {
   return c->mb_end(c->end_arg, micro, mb);
 }
 
+/* The traced step's idle fraction per pipeline rank, measured and as the
+ * simulator predicts it with the step's own costs. */
+static void report_idle(tr_trainer_t* t, const double* const* per, FILE* con) {
+  tr_pp_idle_t st;
+  char why[256];
+  int rc = tr_pp_idle_measure(&t->ppb->lowered, t->ppb->split.n_stages, per,
+                              &st, why, sizeof why);
+  if (rc < 0) {
+    fprintf(con, "the pipeline's idle time: %s\n", why[0] ? why : tr_strerror(rc));
+    return;
+  }
+  fprintf(con,
+          "pipeline step %" PRId64 ": %.1f ms, simulated with its costs %.1f "
+          "ms; idle per rank, measured / simulated:",
+          t->step + 1, st.span * 1e3, st.sim_span * 1e3);
+  for (int r = 0; r < st.n_ranks; r++)
+    fprintf(con, " %d: %.1f%% / %.1f%%", r, 100 * st.idle[r],
+            100 * st.sim_idle[r]);
+  fprintf(con, "\n");
+  tr_pp_idle_release(&st);
+}
+
 /* TRAINRUN_PP_TRACE: every pipeline rank's action times of this step
  * (n doubles each, padded to the longest list) gathered over the pp
  * group; the run's rank 0 writes them as a Chrome trace. */
@@ -144,6 +166,7 @@ static int write_trace(tr_trainer_t* t, const double* times, int64_t n,
     if (rc == 0 && !t->opts.quiet)
       fprintf(con, "wrote the pipeline's step %" PRId64 " as a Chrome trace to %s\n",
               t->step + 1, path);
+    if (rc == 0 && !t->opts.quiet) report_idle(t, per, con);
   }
   free(per);
   tr_tensor_release(&a);

@@ -352,6 +352,33 @@ int tr_pp_simulate(const tr_pp_schedule_t* s, int n_stages, tr_pp_sim_t* out,
                    tr_pp_schedule_t* timeline, char* err, size_t errlen);
 void tr_pp_sim_release(tr_pp_sim_t* sim);
 
+/* ---- idle time of an executed step (pipelining/idle.c) ---- */
+
+typedef struct {
+  int n_ranks;
+  double span;    /* seconds from the step's first computation's start to
+                     its last one's end, over every rank */
+  double* busy;   /* per rank: seconds its computations ran */
+  double* idle;   /* per rank: 1 - busy / span, measured */
+  double sim_span;  /* the simulated step with the measured costs */
+  double* sim_idle; /* per rank: 1 - busy / sim_span, predicted */
+} tr_pp_idle_t;
+
+/* The measured idle fraction of each rank in an executed step of s (every
+ * rank's list, as run; times[r] as tr_pp_exec_t.times left it, on one
+ * clock) and the simulator's prediction with the costs measured there:
+ * every computation in its rank's order, as soon as the rank is free and
+ * its inputs exist (tr_pp_simulate's dependencies), F, B, I and W each
+ * taking the mean measured time of its kind on its stage, an OVERLAP_F_B
+ * its own; communication free. The difference is what the executor loses
+ * to communication, host overhead and waits the schedule does not imply.
+ * TR_EINVAL with err when a computation has no time or the list does not
+ * progress. Release *out with tr_pp_idle_release. */
+int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
+                       const double* const* times, tr_pp_idle_t* out,
+                       char* err, size_t errlen);
+void tr_pp_idle_release(tr_pp_idle_t* st);
+
 /* ---- PyTorch's CSV, compute_only (pipelining/csv.c) ---- */
 
 /* Parse _dump_csv's text: row r (\n or \r\n ended) is rank r's list, its
@@ -407,8 +434,11 @@ typedef struct {
   int (*fsdp_action)(void* arg, const tr_pp_action_t* a);
   /* NULL, or 2 doubles per action of the list: each action's start and
    * end on the host's monotonic clock, in seconds (a posted receive or
-   * send: its posting; a computation: its wait for its input included;
-   * on CUDA the host's view: enqueue times unless the kernels block) */
+   * send: its posting; a computation: from the end of its wait for its
+   * input). On CUDA a computation's span is the compute stream's,
+   * measured with events (the step then synchronizes the device at its
+   * start and end); the host's posting of sends and receives stays the
+   * host's. Never-run actions keep 0. */
   double* times;
 } tr_pp_exec_t;
 
