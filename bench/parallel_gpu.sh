@@ -10,7 +10,7 @@
 #
 #   . .gpu/env.sh && bench/parallel_gpu.sh [--reps N] [--runs LIST]
 #
-# LIST: comma-separated of check, pp_check, tp, pp (default all).
+# LIST: comma-separated of check, pp_check, tp, pp, idle (default all).
 #
 # Run from the repository root of a staged tree: .gpu/trainrun (or
 # TRAINRUN), python3 with PyTorch for the peer (PYTHON). Each program's
@@ -26,6 +26,10 @@
 #                share it, as torchtitan counts)
 #   pt_tp2_rN, pt_tp2c_rN   the PyTorch peer over torchrun, without and
 #                with per-block torch.compile
+#   idle_S     trainrun PP 2, schedule S (1F1B, ZBVZeroBubble), step 10
+#                traced (TRAINRUN_PP_TRACE: OUT/idle_S.trace.json): each
+#                GPU's idle fraction measured (compute-stream events) next
+#                to the simulator's with that step's F/B/I/W costs
 #   tr_pp2_S_rN, pt_pp2_S_rN   PP 2, schedule S (1F1B, ZBVZeroBubble), 8
 #                micro-batches of 1, trainrun and PyTorch's pipelining
 #                (1F1B with and without per-block compile, pt_pp2_1F1Bc_rN;
@@ -41,7 +45,7 @@
 # PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run").
 set -u
 reps=3
-runs=check,pp_check,tp,pp
+runs=check,pp_check,tp,pp,idle
 while [ $# -gt 0 ]; do
   case $1 in
     --reps) reps=$2; shift ;;
@@ -110,13 +114,23 @@ if want pp_check; then
     --parallelism.pipeline_parallel_schedule ZBVZeroBubble
 fi
 
-if want tp || want pp; then
+if want tp || want pp || want idle; then
   [ -s "$SCRATCH/llama.bin" ] ||
     "$PY" bench/gpu/make_shard.py --out "$SCRATCH/llama.bin" \
       --tokens 20000000 --vocab 128256 --width 4 >"$OUT/shard.log" 2>&1
+  if want idle; then
+    for sch in 1F1B ZBVZeroBubble; do
+      TRAINRUN_PP_TRACE="$OUT/idle_$sch.trace.json" TRAINRUN_PP_TRACE_STEP=10 \
+        trj "idle_$sch" 2 bench/gpu/llama3_1b.toml \
+        --training.dataset_path "$SCRATCH/llama.bin" --training.steps 12 \
+        --parallelism.pipeline_parallel_degree 2 \
+        --parallelism.pipeline_parallel_schedule "$sch"
+    done
+  fi
   order=tr1
   want tp && order="$order tr2 pt pc"
   want pp && order="$order trp1 ptp1 ptp1n trpz ptpz"
+  want tp || want pp || order=""
   order=${PROGRAMS:-$order} # a subset, e.g. "pt pc" (one call's share)
   first=${FIRST_REP:-1} # a later call goes on with round FIRST_REP
   for r in $(seq "$first" $((first + reps - 1))); do
@@ -203,4 +217,8 @@ for label, runs in rows:
     print("| %s | %s | %s |" % (label, "%.0f" % med(runs) if runs else "failed",
                               ", ".join("%.0f" % v for v in runs)))
 EOF
+for f in "$OUT"/idle_*.log; do
+  [ -e "$f" ] || continue
+  { echo; echo "$(basename "$f" .log): $(grep -o 'pipeline step 10: .*' "$f")"; } >>"$OUT/summary.md"
+done
 cat "$OUT/summary.md"
