@@ -119,6 +119,63 @@ static void blocks_str(const tr_model_t* m, tr_pp_range_t r, char* buf,
   if (r.last == L + 2) snprintf(buf + w, n - w, "%shead", w ? ", " : "");
 }
 
+/* FLOPs a token of the training step costs in blocks r (forward and
+ * backward: 6 per matrix element, the attention's 12 H D T a layer, as
+ * tr_model_flops_per_token counts): the embedding block's tables are
+ * lookups; a table tied to the output counts in the head. */
+static double range_flops(const tr_model_t* m, tr_pp_range_t r, int64_t T) {
+  double f = 0;
+  int L = m->cfg.n_layers;
+  for (int b = r.first; b < r.last; b++) {
+    if (b == 0) continue;
+    for (int i = 0; i < m->n_params; i++) {
+      const tr_param_t* p = &m->params[i];
+      if (p->ndim != 2 || !tr_model_param_in_blocks(m, i, b, b + 1)) continue;
+      f += 6.0 * (double)p->shape[0] * (double)p->shape[1];
+    }
+    if (b <= L)
+      f += 12.0 * m->cfg.n_heads * m->cfg.head_dim * (double)T;
+  }
+  return f;
+}
+
+/* The schedule simulated with each stage's FLOPs as its cost (F one part,
+ * B two, I and W one each: a matrix's forward, input gradient and weight
+ * gradient cost the same), and the bubble and idle time per rank that
+ * gives. */
+static void print_flops_sim(const tr_pp_build_t* b, const double* stage,
+                            FILE* out) {
+  const tr_pp_split_t* sp = &b->split;
+  double* cost = calloc((size_t)sp->n_stages * 4, sizeof *cost);
+  double* busy = calloc((size_t)b->compute.n_ranks, sizeof *busy);
+  double span = 0;
+  char msg[256];
+  if (cost && busy) {
+    for (int s = 0; s < sp->n_stages; s++) {
+      double f = stage[s] / 3; /* a forward's share of 6 per element */
+      cost[4 * s + 0] = f;
+      cost[4 * s + 1] = 2 * f;
+      cost[4 * s + 2] = f;
+      cost[4 * s + 3] = f;
+    }
+    if (tr_pp_simulate_costs(&b->compute, sp->n_stages, cost, &span, busy, msg,
+                             sizeof msg) == 0 &&
+        span > 0) {
+      double all = 0;
+      for (int r = 0; r < b->compute.n_ranks; r++) all += busy[r];
+      fprintf(out,
+              "  simulated with each stage's FLOPs as its cost (B twice F, I "
+              "and W each F): bubble %.1f%%; idle per rank:",
+              100.0 * (1 - all / (span * b->compute.n_ranks)));
+      for (int r = 0; r < b->compute.n_ranks; r++)
+        fprintf(out, " %d: %.1f%%", r, 100.0 * (1 - busy[r] / span));
+      fprintf(out, "\n");
+    }
+  }
+  free(cost);
+  free(busy);
+}
+
 /* Pipeline parallelism: the stages, each rank's compute actions (the
  * first 24), the simulated bubble and in-flight micro-batches; the
  * schedule as PyTorch's compute_only CSV into csv_path when given. */
@@ -140,11 +197,22 @@ static int print_pp(const tr_config_t* cfg, const tr_model_t* m,
           sp->n_stages == 1 ? "" : "s", sp->v,
           sp->placement == TR_PP_PLACE_V ? "V" : "loop", b.n_micro,
           (long long)cfg->parallelism.pipeline_parallel_microbatch_size);
+  double* flops = calloc((size_t)sp->n_stages, sizeof *flops);
+  if (!flops) {
+    tr_pp_build_release(&b);
+    return TR_ENOMEM;
+  }
+  double total = 0;
+  for (int s = 0; s < sp->n_stages; s++)
+    total += flops[s] = range_flops(m, sp->blocks[s], cfg->training.seq_len);
   for (int s = 0; s < sp->n_stages; s++) {
     char what[96];
     blocks_str(m, sp->blocks[s], what, sizeof what);
-    fprintf(out, "  stage %d on pp rank %d: blocks [%d, %d) (%s)\n", s,
-            sp->stage_rank[s], sp->blocks[s].first, sp->blocks[s].last, what);
+    fprintf(out,
+            "  stage %d on pp rank %d: blocks [%d, %d) (%s): %.3g GFLOP a "
+            "token, %.1f%%\n",
+            s, sp->stage_rank[s], sp->blocks[s].first, sp->blocks[s].last,
+            what, flops[s] / 1e9, total > 0 ? 100.0 * flops[s] / total : 0.0);
   }
   /* the parameter elements of each rank's stages (a tied table on both
    * end stages' ranks; tp pieces as the plan cut them) */
@@ -192,7 +260,9 @@ static int print_pp(const tr_config_t* cfg, const tr_model_t* m,
       fprintf(out, " %" PRId64, sim.peak_inflight[s]);
     fprintf(out, "\n");
     tr_pp_sim_release(&sim);
+    print_flops_sim(&b, flops, out);
   }
+  free(flops);
   if (rc == 0 && csv_path) {
     rc = tr_pp_csv_save(&b.compute, csv_path);
     if (rc < 0)

@@ -85,28 +85,17 @@ static int halves(const tr_pp_action_t* a, tr_pp_action_t h[2]) {
   return 2;
 }
 
-int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
-                       const double* const* times, tr_pp_idle_t* out,
-                       char* err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  if (err && errlen) err[0] = 0;
-  if (!s || n_stages < 1 || !times) return TR_EINVAL;
+/* The timed simulation: every computation of s in its rank's order, as
+ * soon as its rank is free and its inputs exist. */
+static int simulate(const tr_pp_schedule_t* s, int n_stages,
+                    const double* cost, const double* const* own, double* span,
+                    double* busy, char* err, size_t errlen) {
   int R = s->n_ranks;
   deps_t d = {.n_stages = n_stages};
-  /* the measured step: its span over every rank, the costs */
-  double t0 = 0, t1 = 0;
-  int have = 0;
   for (int r = 0; r < R; r++)
     for (int64_t i = 0; i < s->len[r]; i++) {
       const tr_pp_action_t* a = &s->acts[r][i];
       if (!is_compute(a->type)) continue;
-      if (!times[r] || !(times[r][2 * i] > 0) ||
-          !(times[r][2 * i + 1] >= times[r][2 * i])) {
-        char name[TR_PP_ACTION_STRLEN];
-        say(err, errlen, "rank %d: %s has no measured time", r,
-            tr_pp_action_str(a, name, sizeof name));
-        return TR_EINVAL;
-      }
       tr_pp_action_t h[2];
       for (int k = halves(a, h) - 1; k >= 0; k--) {
         if (h[k].stage < 0 || h[k].stage >= n_stages || h[k].micro < 0) {
@@ -117,50 +106,21 @@ int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
         }
         if (h[k].micro + 1 > d.n_micro) d.n_micro = h[k].micro + 1;
       }
-      if (!have || times[r][2 * i] < t0) t0 = times[r][2 * i];
-      if (!have || times[r][2 * i + 1] > t1) t1 = times[r][2 * i + 1];
-      have = 1;
     }
-  if (!have) {
-    say(err, errlen, "the step ran no computation");
-    return TR_EINVAL;
-  }
-  size_t cells = (size_t)n_stages * (size_t)d.n_micro;
-  double* cost = calloc((size_t)n_stages * 4, sizeof *cost);
-  int64_t* count = calloc((size_t)n_stages * 4, sizeof *count);
+  size_t cells = (size_t)n_stages * (size_t)(d.n_micro ? d.n_micro : 1);
   d.f_end = malloc(cells * sizeof *d.f_end);
   d.b_end = malloc(cells * sizeof *d.b_end);
   int64_t* pos = calloc((size_t)R, sizeof *pos);
   double* free_at = calloc((size_t)R, sizeof *free_at);
-  out->busy = calloc((size_t)R, sizeof *out->busy);
-  out->idle = calloc((size_t)R, sizeof *out->idle);
-  out->sim_idle = calloc((size_t)R, sizeof *out->sim_idle);
-  out->n_ranks = R;
   int rc = 0;
-  if (!cost || !count || !d.f_end || !d.b_end || !pos || !free_at ||
-      !out->busy || !out->idle || !out->sim_idle) {
+  *span = 0;
+  if (!d.f_end || !d.b_end || !pos || !free_at) {
     rc = TR_ENOMEM;
     goto out;
   }
-  for (int r = 0; r < R; r++)
-    for (int64_t i = 0; i < s->len[r]; i++) {
-      const tr_pp_action_t* a = &s->acts[r][i];
-      if (!is_compute(a->type)) continue;
-      double dur = times[r][2 * i + 1] - times[r][2 * i];
-      out->busy[r] += dur;
-      int k = kind_of(a->type);
-      if (k < 0) continue; /* an overlapped pair keeps its own time */
-      cost[a->stage * 4 + k] += dur;
-      count[a->stage * 4 + k]++;
-    }
-  for (int c = 0; c < n_stages * 4; c++)
-    if (count[c]) cost[c] /= (double)count[c];
-  out->span = t1 - t0;
-  for (int r = 0; r < R; r++)
-    out->idle[r] = out->span > 0 ? 1.0 - out->busy[r] / out->span : 0;
-
-  /* the prediction */
   for (size_t c = 0; c < cells; c++) d.f_end[c] = d.b_end[c] = -1;
+  if (busy)
+    for (int r = 0; r < R; r++) busy[r] = 0;
   for (int left = 1; left;) {
     left = 0;
     int moved = 0;
@@ -172,7 +132,7 @@ int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
         const tr_pp_action_t* a = &s->acts[r][pos[r]];
         tr_pp_action_t h[2];
         int nh = halves(a, h);
-        double start = free_at[r];
+        double start = free_at[r], dur = 0;
         int ok = 1;
         for (int k = 0; k < nh && ok; k++) {
           double in = inputs_at(&d, &h[k]);
@@ -180,10 +140,11 @@ int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
             ok = 0;
           else if (in > start)
             start = in;
+          dur += cost[h[k].stage * 4 + kind_of(h[k].type)];
         }
         if (!ok) break;
-        double dur = nh == 2 ? times[r][2 * pos[r] + 1] - times[r][2 * pos[r]]
-                             : cost[h[0].stage * 4 + kind_of(h[0].type)];
+        if (nh == 2 && own && own[r])
+          dur = own[r][2 * pos[r] + 1] - own[r][2 * pos[r]];
         double end = start + dur;
         for (int k = 0; k < nh; k++) {
           if (h[k].type == TR_PP_F)
@@ -192,7 +153,8 @@ int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
             *at(d.b_end, &d, h[k].stage, h[k].micro) = end;
         }
         free_at[r] = end;
-        if (end > out->sim_span) out->sim_span = end;
+        if (busy) busy[r] += dur;
+        if (end > *span) *span = end;
         pos[r]++;
         moved = 1;
       }
@@ -207,19 +169,90 @@ int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
           break;
         }
       rc = TR_EINVAL;
-      goto out;
+      break;
     }
   }
-  for (int r = 0; r < R; r++)
-    out->sim_idle[r] =
-        out->sim_span > 0 ? 1.0 - out->busy[r] / out->sim_span : 0;
 out:
-  free(cost);
-  free(count);
   free(d.f_end);
   free(d.b_end);
   free(pos);
   free(free_at);
+  return rc;
+}
+
+int tr_pp_simulate_costs(const tr_pp_schedule_t* s, int n_stages,
+                         const double* cost, double* span, double* busy,
+                         char* err, size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  if (!s || n_stages < 1 || !cost || !span) return TR_EINVAL;
+  return simulate(s, n_stages, cost, NULL, span, busy, err, errlen);
+}
+
+int tr_pp_idle_measure(const tr_pp_schedule_t* s, int n_stages,
+                       const double* const* times, tr_pp_idle_t* out,
+                       char* err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (err && errlen) err[0] = 0;
+  if (!s || n_stages < 1 || !times) return TR_EINVAL;
+  int R = s->n_ranks;
+  /* the measured step: its span over every rank, the costs */
+  double t0 = 0, t1 = 0;
+  int have = 0;
+  for (int r = 0; r < R; r++)
+    for (int64_t i = 0; i < s->len[r]; i++) {
+      const tr_pp_action_t* a = &s->acts[r][i];
+      if (!is_compute(a->type)) continue;
+      if (!times[r] || !(times[r][2 * i] > 0) ||
+          !(times[r][2 * i + 1] >= times[r][2 * i])) {
+        char name[TR_PP_ACTION_STRLEN];
+        say(err, errlen, "rank %d: %s has no measured time", r,
+            tr_pp_action_str(a, name, sizeof name));
+        return TR_EINVAL;
+      }
+      if (!have || times[r][2 * i] < t0) t0 = times[r][2 * i];
+      if (!have || times[r][2 * i + 1] > t1) t1 = times[r][2 * i + 1];
+      have = 1;
+    }
+  if (!have) {
+    say(err, errlen, "the step ran no computation");
+    return TR_EINVAL;
+  }
+  double* cost = calloc((size_t)n_stages * 4, sizeof *cost);
+  int64_t* count = calloc((size_t)n_stages * 4, sizeof *count);
+  out->busy = calloc((size_t)R, sizeof *out->busy);
+  out->idle = calloc((size_t)R, sizeof *out->idle);
+  out->sim_idle = calloc((size_t)R, sizeof *out->sim_idle);
+  out->n_ranks = R;
+  int rc = 0;
+  if (!cost || !count || !out->busy || !out->idle || !out->sim_idle) {
+    rc = TR_ENOMEM;
+    goto out;
+  }
+  for (int r = 0; r < R; r++)
+    for (int64_t i = 0; i < s->len[r]; i++) {
+      const tr_pp_action_t* a = &s->acts[r][i];
+      int k = kind_of(a->type);
+      /* an overlapped pair keeps its own time */
+      if (k < 0 || a->stage < 0 || a->stage >= n_stages) continue;
+      cost[a->stage * 4 + k] += times[r][2 * i + 1] - times[r][2 * i];
+      count[a->stage * 4 + k]++;
+    }
+  for (int c = 0; c < n_stages * 4; c++)
+    if (count[c]) cost[c] /= (double)count[c];
+  /* the simulated busy time is the measured one: each kind's mean times
+   * its count on its rank, each overlapped pair its own */
+  rc = simulate(s, n_stages, cost, times, &out->sim_span, out->busy, err,
+                errlen);
+  if (rc < 0) goto out;
+  out->span = t1 - t0;
+  for (int r = 0; r < R; r++) {
+    out->idle[r] = out->span > 0 ? 1.0 - out->busy[r] / out->span : 0;
+    out->sim_idle[r] =
+        out->sim_span > 0 ? 1.0 - out->busy[r] / out->sim_span : 0;
+  }
+out:
+  free(cost);
+  free(count);
   if (rc < 0) tr_pp_idle_release(out);
   return rc;
 }

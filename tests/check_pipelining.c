@@ -708,6 +708,22 @@ START_TEST(t_idle_measure) {
     tr_pp_sim_release(&sim);
     tr_pp_schedule_release(&s);
   }
+  /* tr_pp_simulate_costs, unequal stages: 1F1B, p = 2, m = 4, stage 0 F 1
+   * B 2, stage 1 F 2 B 4: rank 1 runs F0 [1, 3) B0 [3, 7) F1 [7, 9) B1
+   * [9, 13) F2 [13, 15) B2 [15, 19) F3 [19, 21) B3 [21, 25); rank 0's B3
+   * waits for it: [25, 27) */
+  {
+    tr_pp_schedule_t s;
+    ck_assert_int_eq(tr_pp_generate(&s, TR_PP_1F1B, 2, 4, 1, NULL, 0), 0);
+    const double cost[8] = {1, 2, 1, 1, 2, 4, 2, 2};
+    double span = 0, busy[2];
+    ck_assert_int_eq(
+        tr_pp_simulate_costs(&s, 2, cost, &span, busy, NULL, 0), 0);
+    ck_assert_double_eq_tol(span, 27, 1e-12);
+    ck_assert_double_eq_tol(busy[0], 12, 1e-12);
+    ck_assert_double_eq_tol(busy[1], 24, 1e-12);
+    tr_pp_schedule_release(&s);
+  }
   /* a computation without a time, and a list that cannot progress */
   {
     tr_pp_schedule_t s;

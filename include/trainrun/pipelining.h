@@ -352,7 +352,19 @@ int tr_pp_simulate(const tr_pp_schedule_t* s, int n_stages, tr_pp_sim_t* out,
                    tr_pp_schedule_t* timeline, char* err, size_t errlen);
 void tr_pp_sim_release(tr_pp_sim_t* sim);
 
-/* ---- idle time of an executed step (pipelining/idle.c) ---- */
+/* ---- timed simulation and the idle time of an executed step
+ * (pipelining/idle.c) ---- */
+
+/* s's step when every computation runs in its rank's order as soon as
+ * the rank is free and its inputs exist (tr_pp_simulate's dependencies),
+ * each taking cost[stage * 4 + kind], kind 0 F, 1 B, 2 I, 3 W (an
+ * OVERLAP_F_B the sum of its halves'), communication free: *span its
+ * length, busy[r] (NULL: not wanted) each rank's computing time in it.
+ * TR_EINVAL with err when an action is outside n_stages or the list does
+ * not progress. */
+int tr_pp_simulate_costs(const tr_pp_schedule_t* s, int n_stages,
+                         const double* cost, double* span, double* busy,
+                         char* err, size_t errlen);
 
 typedef struct {
   int n_ranks;
