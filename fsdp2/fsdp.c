@@ -26,8 +26,9 @@ typedef struct {
   tr_tensor_t full;   /* [n*S] param_dtype: unsharded params, param-major */
   tr_tensor_t gfull;  /* [n*S] fp32: unsharded grads, param-major */
   /* pipelined: the group's blocks on this rank, and those whose stage's
-   * REDUCE_GRAD has not come yet this step */
-  int n_held, reduce_left;
+   * REDUCE_GRAD has not come yet this step; its block backwards begun
+   * (pre_backward: B, or I) and not ended (post_backward: B, or W) */
+  int n_held, reduce_left, bwd_open;
 } fsdp_group_t;
 
 /* A gradient reduction in flight: its reduce-scatter (stage 0), then
@@ -497,6 +498,7 @@ int tr_fsdp_sync_grads(tr_fsdp_t* f) {
       fsdp_group_t* g = &f->groups[gi];
       if (g->grads_live && rc == 0) rc = reduce_group(f, gi);
       g->reduce_left = g->n_held;
+      g->bwd_open = 0;
     }
   while (f->npend > 0) {
     int r2 = advance_oldest(f);
@@ -536,8 +538,12 @@ static int hook_post_forward(void* arg, tr_model_t* m, int b,
   if (f->whole || gi < 0 || f->groups[gi].def.last_block != b) return 0;
   const fsdp_group_t* g = &f->groups[gi];
   int free_it = mb->no_grad;
-  if (f->pipelined) { /* held for the step's other micro-batches */
-    if (free_it && !g->grads_live) reshard(f, gi);
+  if (f->pipelined) { /* held for the step's other micro-batches, unless
+                         "always": gathered again by the backward (and
+                         not while a backward of the group is open: a W
+                         to come reads the parameters' shapes) */
+    free_it |= f->o.reshard_after_forward == TR_FSDP_RESHARD_ALWAYS;
+    if (free_it && g->bwd_open == 0) reshard(f, gi);
     return 0;
   }
   switch (f->o.reshard_after_forward) {
@@ -562,6 +568,7 @@ static int hook_pre_backward(void* arg, tr_model_t* m, int b,
   int gi = f->plan.block_group[b];
   f->measure = 1;
   if (f->whole || gi < 0) return 0;
+  if (f->pipelined) f->groups[gi].bwd_open++;
   TR_CHECK(use_group(f, b, -1));
   return grads_on(f, gi);
 }
@@ -572,9 +579,14 @@ static int hook_post_backward(void* arg, tr_model_t* m, int b,
   (void)mb;
   tr_fsdp_t* f = arg;
   int gi = f->plan.block_group[b];
-  if (f->whole || gi < 0 || f->groups[gi].def.first_block != b) return 0;
-  /* pipelined: the grads accumulate until the stage's REDUCE_GRAD */
-  return f->pipelined ? 0 : reduce_group(f, gi);
+  if (f->whole || gi < 0) return 0;
+  if (f->pipelined) { /* the grads accumulate until the stage's
+                         REDUCE_GRAD; the parameters stay gathered */
+    f->groups[gi].bwd_open--;
+    return 0;
+  }
+  if (f->groups[gi].def.first_block != b) return 0;
+  return reduce_group(f, gi);
 }
 
 /* ---- pipeline stages (tr_dp_t.stage_op) ----
@@ -587,9 +599,12 @@ static int hook_post_backward(void* arg, tr_model_t* m, int b,
  * accumulating (set_requires_gradient_sync(False)); REDUCE_GRAD, after the
  * stage's last backward, reduce-scatters each group once (and under HSDP
  * all-reduces it over the replicas), freeing its gathered parameters and
- * grads; RESHARD frees what is still gathered. A group used by two stages
+ * grads; RESHARD frees gathered parameters. A group used by two stages
  * of this rank (the root's embedding and head on the V placement) is
- * reduced at the later of their REDUCE_GRADs. */
+ * reduced at the later of their REDUCE_GRADs. With reshard_after_forward
+ * "always" (set explicitly: torchtitan's "always" under pp) each forward
+ * frees its groups' parameters and the backward gathers them again, the
+ * grads still reduced once. */
 
 static int stage_unshard(tr_fsdp_t* f, int gi) {
   if (f->groups[gi].state != TR_FSDP_SHARDED || f->groups[gi].def.n == 0)
@@ -618,7 +633,7 @@ static int stage_op(void* arg, tr_model_t* m, tr_dp_stage_op_t op, int first,
         rc = stage_unshard(f, gi);
         break;
       case TR_DP_RESHARD:
-        if (!f->groups[gi].grads_live) reshard(f, gi);
+        if (f->groups[gi].bwd_open == 0) reshard(f, gi);
         break;
       case TR_DP_REDUCE_GRAD:
         rc = stage_reduce(f, gi);
@@ -761,12 +776,6 @@ int tr_fsdp_all_reduce_sum(tr_fsdp_t* f, double* vals, int n) {
 
 static int dist_setup(void* arg, tr_model_t* m, tr_dp_t* dp) {
   tr_fsdp_t* f = arg;
-  if (dp->pipelined && f->o.reshard_after_forward == TR_FSDP_RESHARD_ALWAYS) {
-    TR_LOG_ERROR(FSDP,
-                 "reshard_after_forward always under pipeline parallelism is "
-                 "not built: a stage's groups stay gathered for the step");
-    return TR_EUNSUPPORTED;
-  }
   f->pipelined = dp->pipelined;
   TR_CHECK(tr_fsdp_shard_model(f, m));
   /* how the squared norm is reduced, as the placements say */

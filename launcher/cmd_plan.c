@@ -261,11 +261,14 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
   if (shard > 1 && piped)
     fprintf(out,
             " (each parameter sharded on dim 0 over %d ranks%s; under "
-            "pipeline parallelism a stage's groups are gathered once a "
-            "step and held through its micro-batches, their gradients "
-            "reduce-scattered once after its last backward; all-gather "
-            "%s, reduce-scatter %s)",
+            "pipeline parallelism a stage's groups are %s, their "
+            "gradients reduce-scattered once after its last backward; "
+            "all-gather %s, reduce-scatter %s)",
             shard, rep > 1 ? ", gradients all-reduced across replicas" : "",
+            strcmp(p->fsdp_reshard_after_forward, "always") == 0
+                ? "freed after each forward and gathered again in the "
+                  "backward (reshard_after_forward always)"
+                : "gathered once a step and held through its micro-batches",
             tr_dtype_name(param), cfg->training.mixed_precision_reduce);
   else if (shard > 1)
     fprintf(out,

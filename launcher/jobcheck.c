@@ -281,14 +281,6 @@ static int check_pp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
   if (p->pipeline_parallel_degree <= 1) return 0;
-  /* FSDP's groups stay gathered for a step's micro-batches (fsdp2/fsdp.c) */
-  if (p->data_parallel_shard_degree > 1 &&
-      strcmp(p->fsdp_reshard_after_forward, "always") == 0)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_fsdp_reshard_after_forward,
-                    "'always' under pipeline parallelism is not built: a "
-                    "stage's FSDP groups are gathered once a step and stay "
-                    "gathered through its micro-batches (torchtitan's "
-                    "default there); use \"default\" or \"never\"");
   /* validation runs its batches through the stages in micro-batches */
   if (cfg->validation.enable &&
       cfg->validation.local_batch_size % p->pipeline_parallel_microbatch_size)

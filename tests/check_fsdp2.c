@@ -16,7 +16,10 @@
  * micro-batches, a REDUCE_GRAD of the later blocks leaves the root group
  * (tied table: embedding and head) to the earlier blocks' REDUCE_GRAD, so
  * each group is one all-gather and one reduce-scatter (and under HSDP one
- * all-reduce) for the step, with the same gradients. Memory: the
+ * all-reduce) for the step, with the same gradients; with
+ * reshard_after_forward always, each forward frees the groups and each
+ * backward gathers them again, the reduce-scatters still one a group.
+ * Memory: the
  * trainer's per-rank peak under FSDP on 4 ranks against the unsharded
  * size, from the host allocator's counters. [parallelism]
  * fsdp_prefetch_depth 0, 1, 2 through the trainer: the same losses bit for
@@ -330,10 +333,13 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
   if (job.pipelined) /* the stage's UNSHARD: every group's all-gather */
     PCHECK_RC(dist.stage_op(dist.arg, &m, TR_DP_UNSHARD, 0, nb));
   for (int a = 0; a < 2; a++) {
-    if (job.pipelined && a == 1) { /* no reduction, nothing freed yet */
+    if (job.pipelined && a == 1) { /* no reduction, nothing freed yet
+                                      (always: the backward gathered the
+                                      groups again) */
+      int again = job.reshard == TR_FSDP_RESHARD_ALWAYS;
       tr_fsdp_stats(f, &st1);
       PCHECK(st1.reduce_scatters == st0.reduce_scatters &&
-             st1.all_gathers - st0.all_gathers == L + 1);
+             st1.all_gathers - st0.all_gathers == (1 + again) * (L + 1));
       for (int g = 0; g <= L; g++) {
         tr_fsdp_group_info_t gi;
         PCHECK_RC(tr_fsdp_group_info(f, g, &gi));
@@ -350,9 +356,10 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
     /* reshard_after_forward: who is still whole after the forward */
     for (int g = 0; g <= L; g++) {
       int whole = seen.head_states[g] == TR_FSDP_UNSHARDED;
-      int want = job.pipelined || job.reshard == TR_FSDP_RESHARD_NEVER ? 1
-                 : job.reshard == TR_FSDP_RESHARD_ALWAYS              ? 0
-                                                                      : g == 0;
+      int want = job.reshard == TR_FSDP_RESHARD_ALWAYS ? 0
+                 : job.pipelined || job.reshard == TR_FSDP_RESHARD_NEVER
+                     ? 1
+                     : g == 0;
       PCHECK(whole == want);
     }
     /* prefetch: the next layer's all-gather was issued before this one
@@ -381,8 +388,12 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
   tr_fsdp_stats(f, &st1);
   /* communication per forward + backward (pipelined: per step) */
   int64_t ag = st1.all_gathers - st0.all_gathers;
-  if (job.pipelined) { /* one all-gather and one reduction a group */
-    PCHECK(ag == L + 1 && st1.prefetches - st0.prefetches == L + 1);
+  if (job.pipelined) { /* one all-gather and one reduction a group
+                          (always: again in each backward, the layers'
+                          prefetched) */
+    int again = job.reshard == TR_FSDP_RESHARD_ALWAYS;
+    PCHECK(ag == (L + 1) * (1 + 2 * again));
+    PCHECK(st1.prefetches - st0.prefetches == L + 1 + again * 2 * L);
     PCHECK(st1.reduce_scatters - st0.reduce_scatters == L + 1);
     PCHECK(st1.all_reduces - st0.all_reduces == (R > 1 ? L + 1 : 0));
   } else {
@@ -603,11 +614,14 @@ START_TEST(test_hsdp_2x2) {
 END_TEST
 
 /* as a pipeline stage's step: gathered once, reduced once (the tied
- * table's root group at the embedding's REDUCE_GRAD); HSDP too */
+ * table's root group at the embedding's REDUCE_GRAD); HSDP too; with
+ * reshard_after_forward always, freed after each forward and gathered
+ * again by the backward, still reduced once */
 START_TEST(test_pipelined) {
-  set_job(_i, TR_FSDP_RESHARD_DEFAULT, 1, TR_F32, !_i);
+  set_job(_i == 1, _i == 2 ? TR_FSDP_RESHARD_ALWAYS : TR_FSDP_RESHARD_DEFAULT,
+          1, TR_F32, _i != 1);
   job.pipelined = 1;
-  spawn(_i ? 4 : 2, body_grads);
+  spawn(_i == 1 ? 4 : 2, body_grads);
 }
 END_TEST
 
@@ -916,7 +930,7 @@ static Suite* fsdp2_suite(void) {
   tcase_add_test(tc, test_fsdp2_default);
   tcase_add_loop_test(tc, test_fsdp4_policies, 0, 3);
   tcase_add_test(tc, test_hsdp_2x2);
-  tcase_add_loop_test(tc, test_pipelined, 0, 2);
+  tcase_add_loop_test(tc, test_pipelined, 0, 3);
   tcase_add_test(tc, test_bf16_copy_in);
   tcase_add_test(tc, test_bf16_reduce_tied);
   tcase_add_test(tc, test_memory_fsdp4);

@@ -168,10 +168,12 @@
     "Free gathered parameters after forward (always), keep them for "          \
     "backward (never), or always except under pipeline parallelism "           \
     "(default). Under pipeline parallelism a stage's groups are gathered "     \
-    "once a step and held through its micro-batches, their gradients "         \
-    "accumulated unsharded and reduce-scattered once after the stage's "       \
-    "last backward (the rank's stages' parameters and fp32 gradients held "    \
-    "unsharded for the step); always is refused there.")                       \
+    "at their first use in a step and, with default or never, held through "   \
+    "its micro-batches (the rank's stages' parameters and fp32 gradients "     \
+    "held unsharded for the step); always frees them after each forward "      \
+    "and gathers them again in the backward. Either way their gradients "      \
+    "accumulate unsharded and are reduce-scattered once, after the stage's "   \
+    "last backward.")                                                          \
   X(parallelism, fsdp_prefetch_depth, INT, "1", 0, 64, NULL,                   \
     "trainrun: FSDP groups whose all-gathers are issued ahead of the one "     \
     "about to compute, forward and backward: 1 is FSDP2's implicit "           \

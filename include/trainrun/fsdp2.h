@@ -59,8 +59,10 @@
  * parameters; tr_fsdp_sync_grads reduces what is left and frees every
  * group for the optimizer. One all-gather and one reduce-scatter a group
  * a step, the rank's stages' parameters and fp32 grads held unsharded
- * for the step. reshard_after_forward "always" is refused there
- * (setup_model: TR_EUNSUPPORTED).
+ * for the step. With reshard_after_forward "always" (torchtitan's
+ * explicit "always" under pp) each forward frees its groups (not while a
+ * backward of the group is open: a zero-bubble W still to come) and the
+ * backward gathers them again; the reductions stay one a step.
  *
  * Typical use (what a worker of `trainrun --nproc-per-node 4` does):
  *
