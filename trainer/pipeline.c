@@ -293,6 +293,7 @@ int tr__trainer_pp_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
                             tr_errmsg_t* err) {
   int64_t B = t->val_B, T = t->val_T, mbs = t->pp.microbatch_size;
   int rank = t->dist.dp_rank, dp = t->dist.dp_size;
+  tr_errmsg_clear(err); /* a callback's message, if one fails, is news */
   if (!t->pp_eval) { /* the lists of a batch, once */
     char msg[sizeof err->message];
     t->pp_eval = calloc(1, sizeof *t->pp_eval);
