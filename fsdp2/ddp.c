@@ -177,7 +177,8 @@ static int same_kind(const tr_tensor_t* a, const tr_tensor_t* b) {
  * device. A parameter's grad is final after the backward of the first
  * block that uses it (backward runs the blocks last to first; a tied table
  * is used by the embedding and the head); a bucket's, after the smallest
- * such block of its parameters. */
+ * such block of its parameters. Grads without memory (another pipeline
+ * stage's parameters) are left out. */
 static int layout(tr_ddp_t* d, const tr_model_t* m) {
   int n = m->n_params;
   int* final_block = malloc((size_t)(n > 0 ? n : 1) * sizeof *final_block);
@@ -191,7 +192,11 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
       int p = m->blocks[b].params[j];
       if (p >= 0 && p < n && b < final_block[p]) final_block[p] = b;
     }
-  for (int i = 0; i < n; i++) d->order[i] = n - 1 - i;
+  /* the grads this rank holds (under pipeline parallelism, its stages') */
+  int held = 0;
+  for (int i = n - 1; i >= 0; i--)
+    if (m->params[i].grad.storage) d->order[held++] = i;
+  n = held;
   int64_t used = 0;
   for (int i = 0; i < n; i++) {
     int p = d->order[i];
@@ -232,7 +237,7 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
   d->works =
       calloc((size_t)(d->nbuckets > 0 ? d->nbuckets : 1), sizeof *d->works);
   if (!d->works) goto out_nomem;
-  d->nparams = n;
+  d->nparams = m->n_params; /* the table laid out */
   d->laid = m;
   TR_LOG_INFO(TRAIN, "ddp: %d gradients in %d bucket%s of up to %lld bytes%s",
               n, d->nbuckets, d->nbuckets == 1 ? "" : "s",

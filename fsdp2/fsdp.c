@@ -25,6 +25,10 @@ typedef struct {
   tr_pg_work_t* ag;   /* the all-gather in flight */
   tr_tensor_t full;   /* [n*S] param_dtype: unsharded params, param-major */
   tr_tensor_t gfull;  /* [n*S] fp32: unsharded grads, param-major */
+  /* pipelined: the group's blocks on this rank, and those whose stage's
+   * REDUCE_GRAD has not come yet this step; its block backwards begun
+   * (pre_backward: B, or I) and not ended (post_backward: B, or W) */
+  int n_held, reduce_left, bwd_open;
 } fsdp_group_t;
 
 /* A gradient reduction in flight: its reduce-scatter (stage 0), then
@@ -49,6 +53,9 @@ struct tr_fsdp {
   fsdp_pending_t pend[2];
   int npend;
   int whole; /* tr_fsdp_gather_full ran: hooks do nothing */
+  /* the step is a pipeline schedule (tr_dp_t.pipelined): gathered once,
+   * reduced once per step */
+  int pipelined;
   int64_t syncs;
   tr_fsdp_stats_t stats;
   /* how the compute waits for the collectives (fsdp2/overlap.c) */
@@ -485,10 +492,19 @@ static int reduce_group(tr_fsdp_t* f, int gi) {
 
 int tr_fsdp_sync_grads(tr_fsdp_t* f) {
   int rc = 0;
+  if (f->pipelined) /* what no REDUCE_GRAD reduced; every group sharded for
+                       the optimizer; the countdowns for the next step */
+    for (int gi = f->plan.ngroups - 1; gi >= 0 && f->groups; gi--) {
+      fsdp_group_t* g = &f->groups[gi];
+      if (g->grads_live && rc == 0) rc = reduce_group(f, gi);
+      g->reduce_left = g->n_held;
+      g->bwd_open = 0;
+    }
   while (f->npend > 0) {
     int r2 = advance_oldest(f);
     if (rc == 0) rc = r2;
   }
+  for (int gi = 0; f->pipelined && gi < f->plan.ngroups; gi++) reshard(f, gi);
   if (rc == 0 && f->syncs++ == 0 && f->o.train_timeout_ms > 0)
     tr_pg_set_timeout_all(f->o.shard_pg, f->o.train_timeout_ms);
   return rc;
@@ -522,6 +538,14 @@ static int hook_post_forward(void* arg, tr_model_t* m, int b,
   if (f->whole || gi < 0 || f->groups[gi].def.last_block != b) return 0;
   const fsdp_group_t* g = &f->groups[gi];
   int free_it = mb->no_grad;
+  if (f->pipelined) { /* held for the step's other micro-batches, unless
+                         "always": gathered again by the backward (and
+                         not while a backward of the group is open: a W
+                         to come reads the parameters' shapes) */
+    free_it |= f->o.reshard_after_forward == TR_FSDP_RESHARD_ALWAYS;
+    if (free_it && g->bwd_open == 0) reshard(f, gi);
+    return 0;
+  }
   switch (f->o.reshard_after_forward) {
     case TR_FSDP_RESHARD_ALWAYS:
       free_it = 1;
@@ -544,6 +568,7 @@ static int hook_pre_backward(void* arg, tr_model_t* m, int b,
   int gi = f->plan.block_group[b];
   f->measure = 1;
   if (f->whole || gi < 0) return 0;
+  if (f->pipelined) f->groups[gi].bwd_open++;
   TR_CHECK(use_group(f, b, -1));
   return grads_on(f, gi);
 }
@@ -554,8 +579,69 @@ static int hook_post_backward(void* arg, tr_model_t* m, int b,
   (void)mb;
   tr_fsdp_t* f = arg;
   int gi = f->plan.block_group[b];
-  if (f->whole || gi < 0 || f->groups[gi].def.first_block != b) return 0;
+  if (f->whole || gi < 0) return 0;
+  if (f->pipelined) { /* the grads accumulate until the stage's
+                         REDUCE_GRAD; the parameters stay gathered */
+    f->groups[gi].bwd_open--;
+    return 0;
+  }
+  if (f->groups[gi].def.first_block != b) return 0;
   return reduce_group(f, gi);
+}
+
+/* ---- pipeline stages (tr_dp_t.stage_op) ----
+ *
+ * PyTorch's pipeline runtime with FSDP stages: UNSHARD starts a stage's
+ * all-gathers (unshard(async_op=True)); the groups then stay gathered
+ * through every micro-batch's forward and backward (no reshard after
+ * forward: torchtitan's default under pipeline parallelism, nor after a
+ * backward: set_reshard_after_backward(False)), their unsharded grads
+ * accumulating (set_requires_gradient_sync(False)); REDUCE_GRAD, after the
+ * stage's last backward, reduce-scatters each group once (and under HSDP
+ * all-reduces it over the replicas), freeing its gathered parameters and
+ * grads; RESHARD frees gathered parameters. A group used by two stages
+ * of this rank (the root's embedding and head on the V placement) is
+ * reduced at the later of their REDUCE_GRADs. With reshard_after_forward
+ * "always" (set explicitly: torchtitan's "always" under pp) each forward
+ * frees its groups' parameters and the backward gathers them again, the
+ * grads still reduced once. */
+
+static int stage_unshard(tr_fsdp_t* f, int gi) {
+  if (f->groups[gi].state != TR_FSDP_SHARDED || f->groups[gi].def.n == 0)
+    return 0;
+  return issue_gather(f, gi, 1);
+}
+
+static int stage_reduce(tr_fsdp_t* f, int gi) {
+  fsdp_group_t* g = &f->groups[gi];
+  if (g->reduce_left > 0 && --g->reduce_left > 0) return 0;
+  return g->grads_live ? reduce_group(f, gi) : 0;
+}
+
+static int stage_op(void* arg, tr_model_t* m, tr_dp_stage_op_t op, int first,
+                    int last) {
+  tr_fsdp_t* f = arg;
+  if (f->whole || m != f->m || first < 0 || last > m->n_blocks) return 0;
+  /* blocks in backward order for the reductions, as the hooks run them */
+  for (int k = 0; k < last - first; k++) {
+    int b = op == TR_DP_REDUCE_GRAD ? last - 1 - k : first + k;
+    int gi = f->plan.block_group[b];
+    if (gi < 0) continue;
+    int rc = 0;
+    switch (op) {
+      case TR_DP_UNSHARD:
+        rc = stage_unshard(f, gi);
+        break;
+      case TR_DP_RESHARD:
+        if (f->groups[gi].bwd_open == 0) reshard(f, gi);
+        break;
+      case TR_DP_REDUCE_GRAD:
+        rc = stage_reduce(f, gi);
+        break;
+    }
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 /* ---- set-up ---- */
@@ -601,6 +687,9 @@ int tr_fsdp_shard_model(tr_fsdp_t* f, tr_model_t* m) {
     return TR_ENOMEM;
   }
   for (int g = 0; g < ng; g++) f->groups[g].def = f->plan.groups[g];
+  for (int b = 0; b < m->n_blocks; b++)
+    if (f->plan.block_group[b] >= 0) f->groups[f->plan.block_group[b]].n_held++;
+  for (int g = 0; g < ng; g++) f->groups[g].reduce_left = f->groups[g].n_held;
   static const struct {
     tr_hook_point_t pt;
     tr_model_hook_fn fn;
@@ -687,6 +776,7 @@ int tr_fsdp_all_reduce_sum(tr_fsdp_t* f, double* vals, int n) {
 
 static int dist_setup(void* arg, tr_model_t* m, tr_dp_t* dp) {
   tr_fsdp_t* f = arg;
+  f->pipelined = dp->pipelined;
   TR_CHECK(tr_fsdp_shard_model(f, m));
   /* how the squared norm is reduced, as the placements say */
   dp->grads_sharded = f->norm_replicas;
@@ -725,6 +815,7 @@ void tr_fsdp_dp(tr_fsdp_t* f, tr_dp_t* dist) {
   dist->gather_model = dist_gather;
   dist->step_end = dist_step_end;
   dist->comm_take = dist_comm_take;
+  dist->stage_op = stage_op;
   dist->arg = f;
 }
 

@@ -326,8 +326,21 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
   const char* mode = shard > 1 ? (rep > 1 ? "HSDP" : "FSDP")
                      : rep > 1 ? "DDP"
                                : "one replica";
+  int piped = p->pipeline_parallel_degree > 1;
   fprintf(out, "data parallel: %s", mode);
-  if (shard > 1)
+  if (shard > 1 && piped)
+    fprintf(out,
+            " (each parameter sharded on dim 0 over %d ranks%s; under "
+            "pipeline parallelism a stage's groups are %s, their "
+            "gradients reduce-scattered once after its last backward; "
+            "all-gather %s, reduce-scatter %s)",
+            shard, rep > 1 ? ", gradients all-reduced across replicas" : "",
+            strcmp(p->fsdp_reshard_after_forward, "always") == 0
+                ? "freed after each forward and gathered again in the "
+                  "backward (reshard_after_forward always)"
+                : "gathered once a step and held through its micro-batches",
+            tr_dtype_name(param), cfg->training.mixed_precision_reduce);
+  else if (shard > 1)
     fprintf(out,
             " (each parameter sharded on dim 0 over %d ranks%s; "
             "reshard_after_forward %s; all-gather %s, reduce-scatter %s)",
@@ -335,7 +348,8 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
             p->fsdp_reshard_after_forward, tr_dtype_name(param),
             cfg->training.mixed_precision_reduce);
   else if (rep > 1)
-    fprintf(out, " (gradients all-reduced over %d ranks)", rep);
+    fprintf(out, " (gradients all-reduced over %d ranks%s)", rep,
+            piped ? " once a step, after the pipeline's schedule" : "");
   fprintf(out, "\n");
   if (shard > 1)
     fprintf(out,
@@ -365,9 +379,13 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
       tr_model_release(&m);
       return rc;
     }
-    /* no FSDP under pp: the pipeline rank holding the most stages */
-    pl.param_bytes = pl.grad_bytes = pp_most * (int64_t)tr_dtype_size(master);
+    /* the pipeline rank holding the most stages, its elements sharded
+     * over dp_shard (padding aside); under FSDP its stages' parameters
+     * (param_dtype) and fp32 gradients are held unsharded for the step */
+    int64_t sharded = (pp_most + shard - 1) / shard;
+    pl.param_bytes = pl.grad_bytes = sharded * (int64_t)tr_dtype_size(master);
     pl.optim_bytes = 2 * pl.param_bytes;
+    pl.group_bytes = pp_most * (int64_t)(tr_dtype_size(param) + 4);
   }
   fprintf(out, "memory per rank (%s):\n",
           pp_most ? "the pipeline rank holding the most parameters"
@@ -378,7 +396,11 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
   row(out, "optimizer state (AdamW m, v)", pl.optim_bytes);
   char what[96];
   if (shard > 1) {
-    snprintf(what, sizeof what, "largest unsharded group (%s)", pl.group_name);
+    if (pp_most)
+      snprintf(what, sizeof what, "held unsharded a step (stages)");
+    else
+      snprintf(what, sizeof what, "largest unsharded group (%s)",
+               pl.group_name);
     row(out, what, pl.group_bytes);
   }
   int64_t total = pl.param_bytes + pl.grad_bytes + pl.optim_bytes +

@@ -281,18 +281,16 @@ static int check_pp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
   if (p->pipeline_parallel_degree <= 1) return 0;
-  if (p->data_parallel_shard_degree == 1 && p->data_parallel_replicate_degree > 1)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_pipeline_parallel_degree,
-                    "%lld with DDP (data_parallel_replicate_degree %lld, "
-                    "data_parallel_shard_degree 1) is not built yet; shard "
-                    "the replicas with data_parallel_shard_degree (FSDP, "
-                    "HSDP)",
-                    (long long)p->pipeline_parallel_degree,
-                    (long long)p->data_parallel_replicate_degree);
-  if (cfg->validation.enable)
-    return key_fail(cfg, err, TR_CFG_K_validation_enable,
-                    "validation under pipeline parallelism is not built "
-                    "yet; set validation.enable = false");
+  /* validation runs its batches through the stages in micro-batches */
+  if (cfg->validation.enable &&
+      cfg->validation.local_batch_size % p->pipeline_parallel_microbatch_size)
+    return key_fail(cfg, err, TR_CFG_K_validation_local_batch_size,
+                    "%lld is not a multiple of "
+                    "parallelism.pipeline_parallel_microbatch_size %lld "
+                    "(validation batches run through the pipeline in "
+                    "micro-batches)",
+                    (long long)cfg->validation.local_batch_size,
+                    (long long)p->pipeline_parallel_microbatch_size);
   tr_pp_build_opts_t o;
   if (tr_compose_pp_build(cfg, mc, &o) < 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_pipeline_parallel_schedule,

@@ -87,6 +87,27 @@ void tr_pp_build_release(tr_pp_build_t* b) {
   memset(b, 0, sizeof *b);
 }
 
+int tr_pp_build_eval(const tr_pp_build_t* b, int64_t n_micro,
+                     tr_pp_schedule_t* out, char* err, size_t errlen) {
+  const tr_pp_split_t* sp = &b->split;
+  memset(out, 0, sizeof *out);
+  if (n_micro < 1)
+    return fail(err, errlen, TR_EINVAL, "%lld micro-batches",
+                (long long)n_micro);
+  tr_pp_schedule_t fwd;
+  int rc = tr_pp_schedule_init(&fwd, sp->pp);
+  for (int s = 0; s < sp->n_stages && rc == 0; s++)
+    for (int64_t i = 0; i < n_micro && rc == 0; i++) {
+      tr_pp_action_t a = {.stage = s, .type = TR_PP_F, .micro = i};
+      rc = tr_pp_schedule_push(&fwd, sp->stage_rank[s], a);
+    }
+  if (rc == 0)
+    rc = tr_pp_add_send_recv(&fwd, sp->stage_rank, sp->n_stages, n_micro, out,
+                             err, errlen);
+  tr_pp_schedule_release(&fwd);
+  return rc;
+}
+
 void tr_pp_build_exec(const tr_pp_build_t* b, tr_pp_exec_t* x) {
   x->n_micro = b->n_micro;
   x->n_stages = b->split.n_stages;

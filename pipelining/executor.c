@@ -158,17 +158,18 @@ static int forward(run_t* r, const tr_pp_action_t* a) {
   }
   if (rc < 0) return rc;
   c->state = MB_FORWARD_DONE;
+  if (x->forward_only) c->mb.no_grad = 1;
   if (!first) TR_CHECK(slot_take(&c->in, &c->mb.hidden));
   computing(r);
   const tr_pp_range_t* b = &r->blocks[s];
   TR_CHECK(tr_model_forward(r->m, &c->mb, b->first, b->last));
-  if (last) return 0;
-  /* the output: to the next stage here, or kept for SEND_F */
-  if (stage_local(r, s + 1))
-    slot_put(&cell(r, s + 1, i)->in, &c->mb.hidden);
-  else
-    slot_put(&c->out, &c->mb.hidden);
-  return 0;
+  if (!last) { /* the output: to the next stage here, or kept for SEND_F */
+    if (stage_local(r, s + 1))
+      slot_put(&cell(r, s + 1, i)->in, &c->mb.hidden);
+    else
+      slot_put(&c->out, &c->mb.hidden);
+  }
+  return x->forward_only ? finish(r, s, i, 0) : 0;
 }
 
 /* B or I: the output gradient in, the input gradient out. */

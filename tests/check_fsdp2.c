@@ -10,7 +10,16 @@
  * batch, the all-gather / prefetch / reduce-scatter counts and group
  * states of each reshard policy and prefetch depth, HSDP 2 x 2, a bfloat16
  * reduce, a tied table, the full gather for export, and the bfloat16 cast
- * of a mixed-precision copy-in. Memory: the
+ * of a mixed-precision copy-in. As a pipeline stage's step
+ * (tr_dp_t.pipelined, the seam's stage_op): UNSHARD gathers every group
+ * once, the groups stay gathered and reduce nothing between the two
+ * micro-batches, a REDUCE_GRAD of the later blocks leaves the root group
+ * (tied table: embedding and head) to the earlier blocks' REDUCE_GRAD, so
+ * each group is one all-gather and one reduce-scatter (and under HSDP one
+ * all-reduce) for the step, with the same gradients; with
+ * reshard_after_forward always, each forward frees the groups and each
+ * backward gathers them again, the reduce-scatters still one a group.
+ * Memory: the
  * trainer's per-rank peak under FSDP on 4 ranks against the unsharded
  * size, from the host allocator's counters. [parallelism]
  * fsdp_prefetch_depth 0, 1, 2 through the trainer: the same losses bit for
@@ -143,6 +152,9 @@ static struct {
   int prefetch;
   tr_dtype_t reduce;
   int tied;
+  /* the step as a pipeline's (tr_dp_t.pipelined): UNSHARD first,
+   * REDUCE_GRAD of the head's half, then of the rest, then RESHARD */
+  int pipelined;
 } job;
 
 static int64_t nelem(const tr_tensor_t* t) { return tr_tensor_numel(t); }
@@ -230,7 +242,10 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
   PCHECK_RC(tr_model_alloc(&ref, TR_DEVICE_CPU));
   PCHECK_RC(tr_model_init_weights(&ref, 7));
   PCHECK_RC(tr_model_init(&m, &c));
-  PCHECK_RC(tr_fsdp_shard_model(f, &m));
+  tr_dp_t dist;
+  tr_fsdp_dp(f, &dist);
+  dist.pipelined = job.pipelined;
+  PCHECK_RC(dist.setup_model(dist.arg, &m, &dist)); /* shards m */
   PCHECK(tr_fsdp_shard_model(f, &m) == TR_EINVAL); /* once */
   PCHECK_RC(tr_model_alloc(&m, TR_DEVICE_CPU));
   PCHECK_RC(tr_model_init_weights(&m, 7));
@@ -239,8 +254,6 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
       tr_model_add_hook(&m, TR_HOOK_POST_FORWARD, obs_post_forward, NULL));
   int L = c.n_layers;
   PCHECK(tr_fsdp_ngroups(f) == L + 1);
-  tr_dp_t dist;
-  tr_fsdp_dp(f, &dist);
   PCHECK(dist.dp_size == ctx->size && dist.dp_rank == ctx->rank);
   PCHECK(dist.grads_sharded == R);
   int r = tr_pg_rank(shard);
@@ -316,7 +329,23 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
   double sums[2] = {0, 0};
   tr_fsdp_stats_t st0, st1;
   tr_fsdp_stats(f, &st0);
+  int nb = m.n_blocks, mid = nb / 2;
+  if (job.pipelined) /* the stage's UNSHARD: every group's all-gather */
+    PCHECK_RC(dist.stage_op(dist.arg, &m, TR_DP_UNSHARD, 0, nb));
   for (int a = 0; a < 2; a++) {
+    if (job.pipelined && a == 1) { /* no reduction, nothing freed yet
+                                      (always: the backward gathered the
+                                      groups again) */
+      int again = job.reshard == TR_FSDP_RESHARD_ALWAYS;
+      tr_fsdp_stats(f, &st1);
+      PCHECK(st1.reduce_scatters == st0.reduce_scatters &&
+             st1.all_gathers - st0.all_gathers == (1 + again) * (L + 1));
+      for (int g = 0; g <= L; g++) {
+        tr_fsdp_group_info_t gi;
+        PCHECK_RC(tr_fsdp_group_info(f, g, &gi));
+        PCHECK(gi.state == TR_FSDP_UNSHARDED);
+      }
+    }
     PCHECK_RC(tr_model_mb_init(&m, &mb, B, T, tok + drank * B * T,
                                tgt + drank * B * T));
     mb.loss_scale = scale;
@@ -327,9 +356,10 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
     /* reshard_after_forward: who is still whole after the forward */
     for (int g = 0; g <= L; g++) {
       int whole = seen.head_states[g] == TR_FSDP_UNSHARDED;
-      int want = job.reshard == TR_FSDP_RESHARD_NEVER    ? 1
-                 : job.reshard == TR_FSDP_RESHARD_ALWAYS ? 0
-                                                         : g == 0;
+      int want = job.reshard == TR_FSDP_RESHARD_ALWAYS ? 0
+                 : job.pipelined || job.reshard == TR_FSDP_RESHARD_NEVER
+                     ? 1
+                     : g == 0;
       PCHECK(whole == want);
     }
     /* prefetch: the next layer's all-gather was issued before this one
@@ -340,10 +370,33 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
     PCHECK_RC(tr_model_backward(&m, &mb, 0, m.n_blocks));
     tr_model_mb_release(&m, &mb);
   }
+  if (job.pipelined) {
+    /* the later stage's REDUCE_GRAD: its layers' groups, not the root's,
+     * which the earlier stage (the embedding) still uses */
+    PCHECK_RC(dist.stage_op(dist.arg, &m, TR_DP_REDUCE_GRAD, mid, nb));
+    tr_fsdp_stats(f, &st1);
+    PCHECK(st1.reduce_scatters - st0.reduce_scatters == nb - 1 - mid);
+    tr_fsdp_group_info_t gi;
+    PCHECK_RC(tr_fsdp_group_info(f, 0, &gi));
+    PCHECK(gi.state == TR_FSDP_UNSHARDED);
+    PCHECK_RC(dist.stage_op(dist.arg, &m, TR_DP_REDUCE_GRAD, 0, mid));
+    PCHECK_RC(dist.stage_op(dist.arg, &m, TR_DP_RESHARD, 0, nb));
+    tr_fsdp_stats(f, &st1);
+    PCHECK(st1.reduce_scatters - st0.reduce_scatters == L + 1);
+  }
   PCHECK_RC(tr_fsdp_sync_grads(f));
   tr_fsdp_stats(f, &st1);
-  /* communication per forward + backward */
+  /* communication per forward + backward (pipelined: per step) */
   int64_t ag = st1.all_gathers - st0.all_gathers;
+  if (job.pipelined) { /* one all-gather and one reduction a group
+                          (always: again in each backward, the layers'
+                          prefetched) */
+    int again = job.reshard == TR_FSDP_RESHARD_ALWAYS;
+    PCHECK(ag == (L + 1) * (1 + 2 * again));
+    PCHECK(st1.prefetches - st0.prefetches == L + 1 + again * 2 * L);
+    PCHECK(st1.reduce_scatters - st0.reduce_scatters == L + 1);
+    PCHECK(st1.all_reduces - st0.all_reduces == (R > 1 ? L + 1 : 0));
+  } else {
   int64_t want_ag = job.reshard == TR_FSDP_RESHARD_NEVER    ? L + 1
                     : job.reshard == TR_FSDP_RESHARD_ALWAYS ? 2 * L + 2
                                                             : 2 * L + 1;
@@ -354,6 +407,7 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
   PCHECK(st1.prefetches - st0.prefetches == 2 * want_pf);
   PCHECK(st1.reduce_scatters - st0.reduce_scatters == 2 * (L + 1));
   PCHECK(st1.all_reduces - st0.all_reduces == (R > 1 ? 2 * (L + 1) : 0));
+  }
   for (int g = 0; g <= L; g++) {
     tr_fsdp_group_info_t gi;
     PCHECK_RC(tr_fsdp_group_info(f, g, &gi));
@@ -390,10 +444,11 @@ static void body_grads(tr_pg_t* world, pg_ctx_t* ctx) {
   }
   if (ctx->rank == 0)
     fprintf(stderr,
-            "fsdp %dx%d reshard %s prefetch %d reduce %s%s: max "
+            "fsdp %dx%d reshard %s prefetch %d reduce %s%s%s: max "
             "grad difference %.3g of the largest\n",
             R, S, tr_fsdp_reshard_name(job.reshard), job.prefetch,
-            tr_dtype_name(job.reduce), job.tied ? " tied" : "", worst);
+            tr_dtype_name(job.reduce), job.tied ? " tied" : "",
+            job.pipelined ? " pipelined" : "", worst);
 
   /* a forward without grads (eval) leaves every group sharded */
   PCHECK_RC(tr_model_mb_init(&m, &mb, B, T, tok, tgt));
@@ -529,6 +584,7 @@ static void spawn(int n, pg_body_fn body) {
 
 static void set_job(int hsdp, tr_fsdp_reshard_t rs, int prefetch,
                     tr_dtype_t reduce, int tied) {
+  memset(&job, 0, sizeof job);
   job.hsdp = hsdp;
   job.reshard = rs;
   job.prefetch = prefetch;
@@ -554,6 +610,18 @@ END_TEST
 START_TEST(test_hsdp_2x2) {
   set_job(1, TR_FSDP_RESHARD_DEFAULT, 1, TR_F32, 0);
   spawn(4, body_grads);
+}
+END_TEST
+
+/* as a pipeline stage's step: gathered once, reduced once (the tied
+ * table's root group at the embedding's REDUCE_GRAD); HSDP too; with
+ * reshard_after_forward always, freed after each forward and gathered
+ * again by the backward, still reduced once */
+START_TEST(test_pipelined) {
+  set_job(_i == 1, _i == 2 ? TR_FSDP_RESHARD_ALWAYS : TR_FSDP_RESHARD_DEFAULT,
+          1, TR_F32, _i != 1);
+  job.pipelined = 1;
+  spawn(_i == 1 ? 4 : 2, body_grads);
 }
 END_TEST
 
@@ -862,6 +930,7 @@ static Suite* fsdp2_suite(void) {
   tcase_add_test(tc, test_fsdp2_default);
   tcase_add_loop_test(tc, test_fsdp4_policies, 0, 3);
   tcase_add_test(tc, test_hsdp_2x2);
+  tcase_add_loop_test(tc, test_pipelined, 0, 3);
   tcase_add_test(tc, test_bf16_copy_in);
   tcase_add_test(tc, test_bf16_reduce_tied);
   tcase_add_test(tc, test_memory_fsdp4);

@@ -34,7 +34,8 @@
  * and the bad input that stops a pipeline before it starts (too few
  * micro-batches, layers that do not split, an unknown action in a CSV),
  * and tr_pp_build_init: the generator's or a CSV's schedule lowered, and
- * each thing a CSV can get wrong in words naming the file. */
+ * each thing a CSV can get wrong in words naming the file;
+ * tr_pp_build_eval's forward-only lists on the loop and the V. */
 #include "config.h"
 
 #include <check.h>
@@ -564,7 +565,8 @@ END_TEST
 /* ---- local ---- */
 
 /* A rank's list missing its receive, or its send: refused, nothing held
- * afterwards (allocator counters). */
+ * afterwards (allocator counters). A forward-only list (validation) gives
+ * the loss the training list's forward gave, and refuses a backward. */
 START_TEST(t_exec_refuses) {
   tr_model_config_t c;
   ck_assert_int_eq(small_config(1, &c), 0);
@@ -591,29 +593,38 @@ START_TEST(t_exec_refuses) {
     const char* acts[4];
     const int* ranks;
     int want;
+    int forward_only;
   } cases[] = {
       /* both stages here: handed over in place, and the loss comes back */
-      {{"0F0", "1F0", "1B0", "0B0"}, one, 0},
+      {{"0F0", "1F0", "1B0", "0B0"}, one, 0, 0},
       /* stage 1 before stage 0 gave it its input */
-      {{"1F0", "0F0", "1B0", "0B0"}, one, TR_EINVAL},
+      {{"1F0", "0F0", "1B0", "0B0"}, one, TR_EINVAL, 0},
       /* stage 0's backward before stage 1's gave it its gradient */
-      {{"0F0", "1F0", "0B0", "1B0"}, one, TR_EINVAL},
+      {{"0F0", "1F0", "0B0", "1B0"}, one, TR_EINVAL, 0},
       /* stage 1 elsewhere and no group: a send is refused */
-      {{"0F0", "0SEND_F0", NULL, NULL}, ranks, TR_EUNSUPPORTED},
+      {{"0F0", "0SEND_F0", NULL, NULL}, ranks, TR_EUNSUPPORTED, 0},
       /* ... and a list that never sends its output ends with it held */
-      {{"0F0", NULL, NULL, NULL}, ranks, TR_EINVAL},
+      {{"0F0", NULL, NULL, NULL}, ranks, TR_EINVAL, 0},
       /* a stage rank 0 does not hold */
-      {{"1F0", NULL, NULL, NULL}, ranks, TR_EINVAL},
+      {{"1F0", NULL, NULL, NULL}, ranks, TR_EINVAL, 0},
+      /* forward only: each micro-batch done at its F, no backward */
+      {{"0F0", "1F0", NULL, NULL}, one, 0, 1},
+      {{"0F0", "1F0", "1B0", NULL}, one, TR_EINVAL, 1},
   };
+  double loss0 = 0;
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     tr_pp_action_t acts[4];
     int n = 0;
     for (; n < 4 && cases[k].acts[n]; n++)
       ck_assert_int_eq(tr_pp_action_parse(cases[k].acts[n], &acts[n]), 0);
     x.stage_rank = cases[k].ranks;
+    x.forward_only = cases[k].forward_only;
     tr_pp_result_t res;
     ck_assert_int_eq(tr_pp_exec_step(&x, acts, n, &res), cases[k].want);
+    if (x.forward_only && cases[k].want == 0)
+      ck_assert(res.loss_sum == loss0);
     if (k == 0) { /* micro-batch 0's valid targets and their loss */
+      loss0 = res.loss_sum;
       int64_t valid = 0;
       for (int j = 0; j < B * T; j++) valid += g_tgt[0][j] != TR_IGNORE_INDEX;
       ck_assert_int_eq(res.n_valid, valid);
@@ -709,6 +720,30 @@ START_TEST(t_build) {
   tr_pp_build_exec(&b, &e);
   ck_assert(e.n_micro == 4 && e.n_stages == 4 &&
             e.stage_blocks == b.split.blocks && e.stage_rank == b.split.stage_rank);
+  /* forward-only lists (validation): each rank's stages in order, every
+   * micro-batch on one before the next, the sends and receives lowered
+   * (the V's turn on rank 1 handed over in place) */
+  tr_pp_schedule_t ev;
+  ck_assert_int_eq(tr_pp_build_eval(&b, 2, &ev, err, sizeof err), 0);
+  x = tr_pp_csv_format(&ev);
+  ck_assert_str_eq(x,
+                   "0F0,0SEND_F0,2RECV_F0,0F1,0SEND_F1,2RECV_F1,2F0,2SEND_F0,"
+                   "2F1,2SEND_F1\r\n"
+                   "1RECV_F0,1F0,1SEND_F0,1RECV_F1,1F1,1SEND_F1,3RECV_F0,3F0,"
+                   "3RECV_F1,3F1\r\n");
+  free(x);
+  tr_pp_schedule_release(&ev);
+  tr_pp_build_release(&b);
+  o.kind = TR_PP_ZBV;
+  ck_assert_int_eq(tr_pp_build_init(&b, &o, err, sizeof err), 0);
+  ck_assert_int_eq(tr_pp_build_eval(&b, 2, &ev, err, sizeof err), 0);
+  x = tr_pp_csv_format(&ev);
+  ck_assert_str_eq(x,
+                   "0F0,0SEND_F0,0F1,0SEND_F1,3RECV_F0,3F0,3RECV_F1,3F1\r\n"
+                   "1RECV_F0,1F0,1RECV_F1,1F1,2F0,2SEND_F0,2F1,2SEND_F1\r\n");
+  free(x);
+  tr_pp_schedule_release(&ev);
+  ck_assert_int_eq(tr_pp_build_eval(&b, 0, &ev, err, sizeof err), TR_EINVAL);
   tr_pp_schedule_release(&g);
   tr_pp_build_release(&b);
   /* too few micro-batches for the class */

@@ -37,6 +37,11 @@ int tr__trainer_pp_run(tr_trainer_t* t, float scale,
  * landed): a tied table's gradient summed between the end stages. */
 int tr__trainer_pp_sum_tied(tr_trainer_t* t, tr_errmsg_t* err);
 int tr__trainer_pp_gather(tr_trainer_t* t, tr_errmsg_t* err);
+/* tr_trainer_validate under pp: each validation batch forward only
+ * through the stages (tr_pp_build_eval's lists); every rank gets the
+ * mean loss and the tokens. */
+int tr__trainer_pp_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
+                            tr_errmsg_t* err);
 void tr__trainer_pp_release(tr_trainer_t* t);
 
 /* trainer/device.c: what depends on the device. pick: t->device,

@@ -1,12 +1,15 @@
 /* trainer/pipeline.c: the trainer under pipeline parallelism -- the
  * schedule built from the settings (trainrun/pipelining.h), this rank's
  * stages allocated, a step's micro-batches read and run by the executor
- * over the pipeline group, the gradient of a table tied between the end
- * stages summed between them, and the weights gathered to rank 0 at the
- * end (trainer/internal.h). */
+ * over the pipeline group (the data-parallel layer's UNSHARD, RESHARD and
+ * REDUCE_GRAD on the stages' blocks), the gradient of a table tied
+ * between the end stages summed between them, validation batches run
+ * forward only through the stages, and the weights gathered to rank 0 at
+ * the end (trainer/internal.h). */
 #include "config.h"
 
 #include <inttypes.h>
+#include <math.h> /* NAN */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,22 +33,23 @@ int tr__trainer_pp_init(tr_trainer_t* t, tr_errmsg_t* err) {
                          " is not a multiple of "
                          "parallelism.pipeline_parallel_microbatch_size %" PRId64,
                          t->B, pp->microbatch_size);
-  if (t->dist.dp_size > 1 && t->dist.pre_micro_step)
-    return tr_errmsg_set(err, TR_EUNSUPPORTED,
-                         "pipeline parallelism with DDP (data-parallel "
-                         "degree %d) is not built; shard the replicas with "
-                         "data_parallel_shard_degree (FSDP, HSDP)",
-                         t->dist.dp_size);
-  if (t->settings.validation.enable)
-    return tr_errmsg_set(err, TR_EUNSUPPORTED,
-                         "validation under pipeline parallelism is not "
-                         "built; set validation.enable = false");
+  if (t->settings.validation.enable &&
+      t->settings.validation.local_batch_size % pp->microbatch_size)
+    return tr_errmsg_set(
+        err, TR_ECONFIG,
+        "validation.local_batch_size %" PRId64
+        " is not a multiple of "
+        "parallelism.pipeline_parallel_microbatch_size %" PRId64,
+        t->settings.validation.local_batch_size, pp->microbatch_size);
   t->ppb = calloc(1, sizeof *t->ppb);
   if (!t->ppb) return TR_ENOMEM;
   tr_pp_build_opts_t o = pp->build;
   o.n_layers = t->model.cfg.n_layers;
   o.pp = tr_pg_size(pp->pg);
   o.n_micro = t->grad_accum * (t->B / pp->microbatch_size);
+  /* FSDP's stages: UNSHARD / RESHARD in the lists (REDUCE_GRAD always) */
+  o.unshard_reshard = t->dist.stage_op != NULL;
+  t->dist.pipelined = 1; /* one reduction a step (trainrun/dp.h) */
   char msg[sizeof err->message];
   int rc = tr_pp_build_init(t->ppb, &o, msg, sizeof msg);
   if (rc < 0) {
@@ -84,15 +88,21 @@ void tr__trainer_pp_release(tr_trainer_t* t) {
   free(t->norm_skip);
   free(t->pp_tokens);
   free(t->pp_targets);
+  if (t->pp_eval) tr_pp_schedule_release(t->pp_eval);
+  free(t->pp_eval);
+  t->pp_eval = NULL;
   t->ppb = NULL;
   t->norm_skip = NULL;
   t->pp_tokens = t->pp_targets = NULL;
 }
 
 /* The step's micro-batches to the executor, from the samples read at the
- * step's start. */
+ * step's start (validation: the batch's, forward only). */
 typedef struct {
   tr_trainer_t* t;
+  const int32_t *tokens, *targets; /* micro-batch-major */
+  int64_t T;
+  int no_grad;
   float scale;
   int (*mb_end)(void* arg, int64_t micro, tr_model_mb_t* mb);
   void* end_arg;
@@ -102,21 +112,40 @@ typedef struct {
 static int pp_mb_begin(void* arg, int64_t micro, tr_model_mb_t* mb) {
   pp_ctx_t* c = arg;
   tr_trainer_t* t = c->t;
-  int64_t n = t->pp.microbatch_size * t->T;
+  int64_t n = t->pp.microbatch_size * c->T;
   int rc = tr_model_mb_init(&t->model, mb, (int)t->pp.microbatch_size,
-                            (int)t->T, t->pp_tokens + micro * n,
-                            t->pp_targets + micro * n);
+                            (int)c->T, c->tokens + micro * n,
+                            c->targets + micro * n);
   if (rc < 0)
-    return tr_errmsg_set(c->err, rc, "step %" PRId64 ": bad batch: %s",
-                         t->step + 1, tr_strerror(rc));
+    return tr_errmsg_set(c->err, rc, "%s%" PRId64 ": bad batch: %s",
+                         c->no_grad ? "validation after step " : "step ",
+                         t->step + (c->no_grad ? 0 : 1), tr_strerror(rc));
+  mb->no_grad = c->no_grad;
   mb->loss_scale = c->scale;
-  mb->defer_loss = t->model.device.type != TR_DEV_CPU;
+  mb->defer_loss = !c->no_grad && t->model.device.type != TR_DEV_CPU;
   return 0;
 }
 
 static int pp_mb_end(void* arg, int64_t micro, tr_model_mb_t* mb) {
   pp_ctx_t* c = arg;
-  return c->mb_end(c->end_arg, micro, mb);
+  return c->mb_end ? c->mb_end(c->end_arg, micro, mb) : 0;
+}
+
+/* UNSHARD, RESHARD, REDUCE_GRAD: the data-parallel layer's stage action
+ * on the stage's blocks. */
+static int pp_fsdp_action(void* arg, const tr_pp_action_t* a) {
+  pp_ctx_t* c = arg;
+  tr_trainer_t* t = c->t;
+  tr_dp_stage_op_t op = a->type == TR_PP_UNSHARD   ? TR_DP_UNSHARD
+                        : a->type == TR_PP_RESHARD ? TR_DP_RESHARD
+                                                   : TR_DP_REDUCE_GRAD;
+  const tr_pp_range_t* r = &t->ppb->split.blocks[a->stage];
+  int rc = t->dist.stage_op(t->dist.arg, &t->model, op, r->first, r->last);
+  if (rc < 0)
+    return tr_errmsg_set(c->err, rc, "step %" PRId64 ": %s of stage %d: %s",
+                         t->step + 1, tr_pp_type_name(a->type), a->stage,
+                         tr_strerror(rc));
+  return 0;
 }
 
 /* The traced step's idle fraction per pipeline rank, measured and as the
@@ -177,6 +206,22 @@ static int write_trace(tr_trainer_t* t, const double* times, int64_t n,
   return 0;
 }
 
+/* The executor over this rank's stages for micro-batches of c. */
+static void exec_init(tr_trainer_t* t, pp_ctx_t* c, tr_pp_exec_t* x) {
+  memset(x, 0, sizeof *x);
+  tr_pp_build_exec(t->ppb, x);
+  x->model = &t->model;
+  x->pg = t->pp.pg;
+  x->B = (int)t->pp.microbatch_size; /* a stage sends [B, T, C], T/tp
+                                        under SP */
+  x->T = (int)(t->tp.pg && t->tp.sequence_parallel
+                   ? c->T / tr_pg_size(t->tp.pg)
+                   : c->T);
+  x->mb_begin = pp_mb_begin;
+  x->mb_end = pp_mb_end;
+  x->arg = c;
+}
+
 int tr__trainer_pp_run(tr_trainer_t* t, float scale,
                        int (*mb_end)(void* arg, int64_t micro,
                                      tr_model_mb_t* mb),
@@ -194,19 +239,17 @@ int tr__trainer_pp_run(tr_trainer_t* t, float scale,
     TR_CHECK(tr_loader_next(&t->train, mbs, t->dist.dp_rank, t->dist.dp_size,
                             t->pp_tokens + k * n, t->pp_targets + k * n,
                             err));
-  pp_ctx_t c = {
-      .t = t, .scale = scale, .mb_end = mb_end, .end_arg = end_arg, .err = err};
+  pp_ctx_t c = {.t = t,
+                .tokens = t->pp_tokens,
+                .targets = t->pp_targets,
+                .T = t->T,
+                .scale = scale,
+                .mb_end = mb_end,
+                .end_arg = end_arg,
+                .err = err};
   tr_pp_exec_t x;
-  memset(&x, 0, sizeof x);
-  tr_pp_build_exec(b, &x);
-  x.model = &t->model;
-  x.pg = t->pp.pg;
-  x.B = (int)mbs; /* what a stage sends: [B, T, C], T/tp under SP */
-  x.T = (int)(t->tp.pg && t->tp.sequence_parallel ? t->T / tr_pg_size(t->tp.pg)
-                                                    : t->T);
-  x.mb_begin = pp_mb_begin;
-  x.mb_end = pp_mb_end;
-  x.arg = &c;
+  exec_init(t, &c, &x);
+  if (t->dist.stage_op) x.fsdp_action = pp_fsdp_action;
   const char* trace = tr_param_str(TR_PARAM_PP_TRACE);
   int64_t longest = 0;
   for (int q = 0; q < b->lowered.n_ranks; q++)
@@ -266,5 +309,63 @@ int tr__trainer_pp_gather(tr_trainer_t* t, tr_errmsg_t* err) {
       return tr_errmsg_set(err, rc, "gathering '%s' over pp: %s", p->name,
                            tr_strerror(rc));
   }
+  return 0;
+}
+
+int tr__trainer_pp_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
+                            tr_errmsg_t* err) {
+  int64_t B = t->val_B, T = t->val_T, mbs = t->pp.microbatch_size;
+  int rank = t->dist.dp_rank, dp = t->dist.dp_size;
+  tr_errmsg_clear(err); /* a callback's message, if one fails, is news */
+  if (!t->pp_eval) { /* the lists of a batch, once */
+    char msg[sizeof err->message];
+    t->pp_eval = calloc(1, sizeof *t->pp_eval);
+    if (!t->pp_eval) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
+    int rc = tr_pp_build_eval(t->ppb, B / mbs, t->pp_eval, msg, sizeof msg);
+    if (rc < 0) {
+      free(t->pp_eval);
+      t->pp_eval = NULL;
+      return tr_errmsg_set(err, rc, "validation: pipeline: %s", msg);
+    }
+  }
+  pp_ctx_t c = {.t = t,
+                .tokens = t->inputs,
+                .targets = t->targets,
+                .T = T,
+                .no_grad = 1,
+                .scale = 1,
+                .err = err};
+  tr_pp_exec_t x;
+  exec_init(t, &c, &x);
+  x.n_micro = B / mbs;
+  x.forward_only = 1;
+  const tr_pp_schedule_t* s = t->pp_eval;
+  double sums[2] = {0, 0};
+  for (int64_t k = 0; k < t->val_steps; k++) {
+    /* every pipeline rank of a replica reads the batch (eval_loop's
+     * samples); the end stages use it */
+    int64_t first = k * B * dp + (int64_t)rank * B;
+    for (int64_t b = 0; b < B; b++)
+      TR_CHECK(tr_loader_sample(&t->val, first + b, t->inputs + b * T,
+                                t->targets + b * T, err));
+    tr_pp_result_t res;
+    int rc = tr_pp_exec_step(&x, s->acts[t->pp_rank], s->len[t->pp_rank],
+                             &res);
+    if (rc < 0)
+      return err && err->code ? err->code
+                              : tr_errmsg_set(err, rc,
+                                              "validation: pipeline: %s",
+                                              tr_strerror(rc));
+    sums[0] += res.loss_sum;
+    sums[1] += (double)res.n_valid;
+  }
+  if (t->dist.dp_size > 1 && t->dist.all_reduce_sum) {
+    int rc = t->dist.all_reduce_sum(t->dist.arg, sums, 2);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "validation: all-reduce: %s",
+                           tr_strerror(rc));
+  }
+  *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  *ntokens = (int64_t)sums[1];
   return 0;
 }

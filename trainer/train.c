@@ -485,6 +485,7 @@ int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
                         tr_errmsg_t* err) {
   if (!t->has_val)
     return tr_errmsg_set(err, TR_EINVAL, "validation is not enabled");
+  if (t->pp.pg) return tr__trainer_pp_validate(t, loss, ntokens, err);
   return eval_loop(&t->model, &t->val, t->val_B, t->val_steps, &t->dist,
                    t->inputs, t->targets, loss, ntokens, err);
 }

@@ -165,9 +165,15 @@
     "ranks the other degrees leave.")                                          \
   X(parallelism, fsdp_reshard_after_forward, ENUM, "default", 0, 0,            \
     "default|always|never",                                                    \
-    "Free gathered parameters after forward (always), keep them for "         \
-    "backward (never), or always except under pipeline parallelism "          \
-    "(default).")                                                              \
+    "Free gathered parameters after forward (always), keep them for "          \
+    "backward (never), or always except under pipeline parallelism "           \
+    "(default). Under pipeline parallelism a stage's groups are gathered "     \
+    "at their first use in a step and, with default or never, held through "   \
+    "its micro-batches (the rank's stages' parameters and fp32 gradients "     \
+    "held unsharded for the step); always frees them after each forward "      \
+    "and gathers them again in the backward. Either way their gradients "      \
+    "accumulate unsharded and are reduce-scattered once, after the stage's "   \
+    "last backward.")                                                          \
   X(parallelism, fsdp_prefetch_depth, INT, "1", 0, 64, NULL,                   \
     "trainrun: FSDP groups whose all-gathers are issued ahead of the one "     \
     "about to compute, forward and backward: 1 is FSDP2's implicit "           \
@@ -208,13 +214,14 @@
     "Pipeline ranks the layers are split over (the outermost mesh dim): "      \
     "stages of consecutive blocks (torchtitan's split: the embedding on "      \
     "the first stage, the final norm, output and loss on the last), "          \
-    "activations and their gradients sent between ranks, each rank "           \
-    "holding only its stages' parameters; a table tied between the "           \
-    "embedding and the output lives on both end stages. Composes with "        \
-    "tensor_parallel_degree and with data_parallel_shard_degree (FSDP, "       \
-    "HSDP: each stage's blocks sharded over its dp_shard ranks); with DDP "    \
-    "alone (data_parallel_shard_degree 1) and with validation it is not "      \
-    "built yet and refused.")                                                  \
+    "activations and their gradients sent between ranks, each rank holding "   \
+    "only its stages' parameters; a table tied between the embedding and "     \
+    "the output lives on both end stages. Composes with "                      \
+    "tensor_parallel_degree, data_parallel_shard_degree (FSDP, HSDP: each "    \
+    "stage's blocks sharded over its dp_shard ranks, gathered once a step "    \
+    "and reduce-scattered once) and data_parallel_replicate_degree alone "     \
+    "(DDP: the gradients all-reduced once after the schedule). Validation "    \
+    "runs its batches forward only through the stages.")                       \
   X(parallelism, pipeline_parallel_schedule, ENUM, "1F1B", 0, 0,               \
     "1F1B|GPipe|Interleaved1F1B|LoopedBFS|InterleavedZeroBubble|"              \
     "ZBVZeroBubble|DualPipeV",                                                 \
@@ -233,9 +240,10 @@
     "backwards, deadlocks) before any worker starts.")                         \
   X(parallelism, pipeline_parallel_microbatch_size, INT, "1", 1,               \
     TR_CFG_NOMAX, NULL,                                                        \
-    "Sequences per pipeline micro-batch; must divide local_batch_size. A "     \
-    "step runs local_batch_size / this micro-batches times the gradient "      \
-    "accumulation steps through one schedule.")                                \
+    "Sequences per pipeline micro-batch; must divide local_batch_size (and "   \
+    "validation.local_batch_size when validation is on). A step runs "         \
+    "local_batch_size / this micro-batches times the gradient accumulation "   \
+    "steps through one schedule.")                                             \
   X(parallelism, pipeline_parallel_layers_per_stage, OPT_INT, NULL, 1,         \
     TR_CFG_NOMAX, NULL,                                                        \
     "Transformer blocks per stage (the embedding and the output each "         \
@@ -471,7 +479,9 @@
     "trainrun: fraction at the end of training.dataset_path held out as "     \
     "validation data when dataset_path is unset; training never reads it.")   \
   X(validation, local_batch_size, INT, "8", 1, TR_CFG_NOMAX, NULL,             \
-    "Sequences per rank per validation step.")                                 \
+    "Sequences per rank per validation step. Under pipeline parallelism "      \
+    "they run forward only through the stages in micro-batches of "            \
+    "pipeline_parallel_microbatch_size, which must divide it.")                \
   X(validation, seq_len, INT, "2048", 1, TR_CFG_NOMAX, NULL,                   \
     "Tokens per validation sequence.")                                         \
   X(validation, freq, INT, "10", 1, TR_CFG_NOMAX, NULL,                        \

@@ -55,6 +55,10 @@
  * them on the step line, in metrics.jsonl and TensorBoard. Timing changes
  * no result: the same bits with it on and off.
  *
+ * Under pipeline parallelism (the trainer calls no pre_micro_step) the
+ * buckets cover the grads this rank holds (its stages' parameters) and
+ * post_backward all-reduces all of them once, after the schedule.
+ *
  * The group's timeout switches to train_timeout_ms once the first
  * gradient sync has completed (set-up and the first step run under the
  * init timeout the group was made with). */

@@ -17,6 +17,12 @@
  *                     comm_take when [metrics] comm_overlap is on
  *   end of the run    gather_model (every parameter whole on every rank)
  *
+ * Under pipeline parallelism the trainer sets `pipelined` before
+ * setup_model, and the executor's UNSHARD / RESHARD / REDUCE_GRAD actions
+ * of a stage call stage_op with the stage's blocks (PyTorch's pipeline
+ * runtime calls the stage's FSDP modules' unshard, reshard and
+ * post-backward reduction there).
+ *
  * This header sits in fsdp2/ (below trainer/), so a data-parallel layer
  * never needs the trainer: the callbacks see the model and the step
  * number only. */
@@ -52,6 +58,15 @@ double tr_dp_comm_hidden(double comm_ms, double exposed_ms);
  * gets the same bits (an all-reduce would not promise that). A group of
  * one rank (or NULL) leaves them. Collective over pg. */
 int tr_dp_sum_over(tr_pg_t* pg, double* vals, int n);
+
+/* A pipeline stage's data-parallel action (the executor's UNSHARD,
+ * RESHARD, REDUCE_GRAD). */
+typedef enum {
+  TR_DP_UNSHARD = 0,    /* start gathering the blocks' parameters */
+  TR_DP_RESHARD = 1,    /* free their gathered parameters */
+  TR_DP_REDUCE_GRAD = 2 /* the step's last backward of the blocks ran:
+                           reduce their accumulated gradients */
+} tr_dp_stage_op_t;
 
 /* The seam. */
 typedef struct tr_dp {
@@ -92,6 +107,18 @@ typedef struct tr_dp {
   /* The communication overlap measured since the last call (steps 0: not
    * measured). NULL: never measured. */
   void (*comm_take)(void* arg, tr_dp_comm_t* out);
+  /* Set by the trainer before setup_model when a step is a pipeline
+   * schedule (several micro-batches over this rank's stages): the layer
+   * then reduces each gradient once per step (FSDP: parameters gathered
+   * at their first use stay gathered, the unsharded gradients accumulate
+   * over the micro-batches, and stage_op's REDUCE_GRAD, or post_backward
+   * for what is left, reduce-scatters them; DDP: post_backward all-reduces
+   * after the schedule). */
+  int pipelined;
+  /* A pipeline stage's action on blocks [first, last) (pipelined only).
+   * NULL: the layer has none (the executor then does nothing there). */
+  int (*stage_op)(void* arg, tr_model_t* m, tr_dp_stage_op_t op, int first,
+                  int last);
   void* arg;
 } tr_dp_t;
 

@@ -47,6 +47,23 @@
  * Gradient accumulation: each backward reduce-scatters and adds into the
  * sharded grads (PyTorch's default).
  *
+ * Under pipeline parallelism (tr_dp_t.pipelined, set by the trainer
+ * before setup_model; the seam's stage_op runs the executor's stage
+ * actions): a group gathered at its first use in the step (the stage's
+ * UNSHARD, or its first forward) stays gathered through every
+ * micro-batch — post_forward frees nothing but no_grad passes, and
+ * post_backward neither frees nor reduces — while the unsharded grads
+ * accumulate; the stage's REDUCE_GRAD reduce-scatters each of its groups
+ * once (HSDP: all-reduces once), at the later REDUCE_GRAD for a group on
+ * two stages of the rank, and frees it; RESHARD frees gathered
+ * parameters; tr_fsdp_sync_grads reduces what is left and frees every
+ * group for the optimizer. One all-gather and one reduce-scatter a group
+ * a step, the rank's stages' parameters and fp32 grads held unsharded
+ * for the step. With reshard_after_forward "always" (torchtitan's
+ * explicit "always" under pp) each forward frees its groups (not while a
+ * backward of the group is open: a zero-bubble W still to come) and the
+ * backward gathers them again; the reductions stay one a step.
+ *
  * Typical use (what a worker of `trainrun --nproc-per-node 4` does):
  *
  *     tr_fsdp_opts_t o;

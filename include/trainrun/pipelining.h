@@ -444,6 +444,11 @@ typedef struct {
    * unshards, reshards, reduce-scatters): called with the action; NULL:
    * they do nothing, as PyTorch's runtime does for a stage without FSDP. */
   int (*fsdp_action)(void* arg, const tr_pp_action_t* a);
+  /* 1: a forward-only list (tr_pp_build_eval's: F, SEND_F, RECV_F), as
+   * PyTorch's schedule.eval() runs: every forward is no_grad (keeps no
+   * activations) and finishes its micro-batch, the last stage's handed
+   * to mb_end after its F. 0: training lists. */
+  int forward_only;
   /* NULL, or 2 doubles per action of the list: each action's start and
    * end on the host's monotonic clock, in seconds (a posted receive or
    * send: its posting; a computation: from the end of its wait for its
@@ -562,6 +567,15 @@ typedef struct {
 int tr_pp_build_init(tr_pp_build_t* b, const tr_pp_build_opts_t* o, char* err,
                      size_t errlen);
 void tr_pp_build_release(tr_pp_build_t* b);
+/* The forward-only lists of n_micro micro-batches over b's split, for
+ * evaluation: each rank runs its stages in ascending order, every
+ * micro-batch's F on one before the next (a deadlock-free order on the
+ * loop and the V placements), lowered with its sends and receives
+ * (tr_pp_add_send_recv). Into *out (initialised here; release it); run
+ * with tr_pp_exec_t.forward_only and n_micro. Errors as
+ * tr_pp_add_send_recv's, the message in err. */
+int tr_pp_build_eval(const tr_pp_build_t* b, int64_t n_micro,
+                     tr_pp_schedule_t* out, char* err, size_t errlen);
 /* Fill x's n_micro, n_stages, stage_blocks and stage_rank from b (the
  * caller sets model, pg, B, T and the callbacks; rank r runs
  * b->lowered.acts[r], b->lowered.len[r]). */

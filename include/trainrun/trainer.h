@@ -288,6 +288,9 @@ typedef struct tr_trainer {
   unsigned char* norm_skip;
   int32_t* pp_tokens; /* under pp: the step's samples, micro-batch-major */
   int32_t* pp_targets;
+  /* under pp with validation: every rank's forward-only lists of a
+   * validation batch (tr_pp_build_eval), made at the first validation */
+  tr_pp_schedule_t* pp_eval;
   /* this rank among the run's ranks (pipeline x data parallel x tensor
    * parallel): rank = (pp_rank x dp + dp_rank) x tp + its tp coordinate;
    * who prints, writes files and the final weights (rank 0), and the
@@ -340,7 +343,10 @@ void tr_trainer_release(tr_trainer_t* t);
 int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err);
 
 /* Mean loss over the validation data (validation.steps batches from its
- * start; -1: every full batch), and the tokens it covered. No gradients. */
+ * start; -1: every full batch), and the tokens it covered. No gradients.
+ * Under pipeline parallelism each batch runs forward only through the
+ * stages, in micro-batches of pipeline_parallel_microbatch_size, and every
+ * rank gets the last stage's loss. */
 int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
                         tr_errmsg_t* err);
 
