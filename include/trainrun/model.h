@@ -399,6 +399,32 @@ typedef struct {
                             the logits (disable_loss_parallel) */
 } tr_model_tp_t;
 
+/* Context-parallel seam (dtensor's tr_cp_install, trainrun/cp.h): when fwd
+ * is set, a micro-batch (tr_model_mb_init) takes whole sequences of T
+ * tokens and keeps this rank's two chunks of T / (2 size) tokens (chunks
+ * rank and 2 size - 1 - rank, head-tail) as its T / size rows; positions
+ * (GPT-2's wpe rows, Llama's RoPE angles) are each token's in the whole
+ * sequence (or in its document, document_positions); the mask's doc_start
+ * stays the whole sequence's [B, T] (every rank sees every token); and
+ * each layer's attention calls fwd / bwd with its q, k, v of the local
+ * rows instead of the attention kernels. Losses and token counts are this
+ * rank's rows': the caller sums them over cp, and the parameter gradients
+ * are partial sums over cp (FSDP over dp_shard x cp sums them). NULL (cp
+ * = 1): nothing changes. */
+typedef struct {
+  int (*fwd)(void* arg, tr_tensor_t* out, tr_tensor_t* lse,
+             const tr_tensor_t* q, const tr_tensor_t* k, const tr_tensor_t* v,
+             int n_heads, int n_kv_heads, const tr_tensor_t* doc_start,
+             int window);
+  int (*bwd)(void* arg, tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
+             const tr_tensor_t* dout, const tr_tensor_t* q,
+             const tr_tensor_t* k, const tr_tensor_t* v,
+             const tr_tensor_t* out, const tr_tensor_t* lse, int n_heads,
+             int n_kv_heads, const tr_tensor_t* doc_start, int window);
+  void* arg;
+  int size, rank; /* the cp group's size and this rank's index */
+} tr_model_cp_t;
+
 struct tr_model_family; /* model/internal.h */
 
 typedef struct tr_model {
@@ -411,6 +437,7 @@ typedef struct tr_model {
   int n_blocks; /* n_layers + 2 */
   tr_model_block_t* blocks;
   tr_model_tp_t tp;
+  tr_model_cp_t cp;
   /* dtype of activations and of the weights the blocks read: TR_F32
    * (default, every device) or TR_BF16 (CUDA) */
   tr_dtype_t compute_dtype;
