@@ -674,12 +674,23 @@ out:
 
 /* ---- the model seam ---- */
 
+/* lse as the [B, H, T] view the ring takes (the model keeps it flat) */
+static int lse_view(tr_tensor_t* view, const tr_tensor_t* lse,
+                    const tr_tensor_t* q, int n_heads) {
+  int64_t shape[3] = {q->shape[0], n_heads, q->shape[1]};
+  return tr_tensor_reshape(view, lse, 3, shape);
+}
+
 static int seam_fwd(void* arg, tr_tensor_t* out, tr_tensor_t* lse,
                     const tr_tensor_t* q, const tr_tensor_t* k,
                     const tr_tensor_t* v, int n_heads, int n_kv_heads,
                     const tr_tensor_t* doc_start, int window) {
-  return tr_cp_ring_fwd(arg, out, lse, q, k, v, n_heads, n_kv_heads,
-                        doc_start, window);
+  tr_tensor_t l = {0};
+  TR_CHECK(lse_view(&l, lse, q, n_heads));
+  int rc = tr_cp_ring_fwd(arg, out, &l, q, k, v, n_heads, n_kv_heads,
+                          doc_start, window);
+  tr_tensor_release(&l);
+  return rc;
 }
 
 static int seam_bwd(void* arg, tr_tensor_t* dq, tr_tensor_t* dk,
@@ -688,8 +699,12 @@ static int seam_bwd(void* arg, tr_tensor_t* dq, tr_tensor_t* dk,
                     const tr_tensor_t* v, const tr_tensor_t* out,
                     const tr_tensor_t* lse, int n_heads, int n_kv_heads,
                     const tr_tensor_t* doc_start, int window) {
-  return tr_cp_ring_bwd(arg, dq, dk, dv, dout, q, k, v, out, lse, n_heads,
-                        n_kv_heads, doc_start, window);
+  tr_tensor_t l = {0};
+  TR_CHECK(lse_view(&l, lse, q, n_heads));
+  int rc = tr_cp_ring_bwd(arg, dq, dk, dv, dout, q, k, v, out, &l, n_heads,
+                          n_kv_heads, doc_start, window);
+  tr_tensor_release(&l);
+  return rc;
 }
 
 void tr_cp_install(tr_model_t* m, const tr_cp_t* cp) {
