@@ -295,6 +295,12 @@ static int qkv_views(tr_tensor_t* qkv, int64_t Cl, tr_tensor_t* q,
   return tr_tensor_narrow(v, qkv, 2, 2 * Cl, Cl);
 }
 
+/* gpt2_saved_t per token: x, ln1, qkv (3C), atty, x2, ln2, fc and gelu
+ * (F each), lse (H), the norms' means and rstds */
+static int64_t layer_act_elems(const tr_model_config_t* c) {
+  return 7 * (int64_t)c->dim + 2 * (int64_t)c->ffn_dim + c->n_heads + 4;
+}
+
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
@@ -564,6 +570,7 @@ const tr__family_t tr__gpt2_family = {
     .check = check,
     .num_params = num_params,
     .lookup_params = lookup_params,
+    .layer_act_elems = layer_act_elems,
     .hf_config = hf_config,
     .build = build,
     .embed_fwd = embed_fwd,

@@ -294,6 +294,15 @@ static int local_dims(tr_model_t* m, int blk, dims_t* d) {
   return 0;
 }
 
+/* llama_saved_t per token: x, h, x2, h2 (C each), q and atty (H D), k
+ * and v (KVH D), gate, up and their product (F each), lse (H), two
+ * rstds */
+static int64_t layer_act_elems(const tr_model_config_t* c) {
+  int64_t C = c->dim, F = c->ffn_dim, D = c->head_dim;
+  return 4 * C + 2 * c->n_heads * D + 2 * c->n_kv_heads * D + 3 * F +
+         c->n_heads + 2;
+}
+
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
@@ -563,6 +572,7 @@ const tr__family_t tr__llama3_family = {
     .check = check,
     .num_params = num_params,
     .lookup_params = lookup_params,
+    .layer_act_elems = layer_act_elems,
     .hf_config = hf_config,
     .build = build,
     .embed_fwd = embed_fwd,

@@ -175,6 +175,13 @@ int64_t tr_model_config_num_params(const tr_model_config_t* cfg);
  * 6 * all params + 6 * L * C * T (it counts the tied table and half the
  * attention, for causality). */
 double tr_model_flops_per_token(const tr_model_config_t* cfg, int seq_len);
+/* The activations a training forward keeps for its backward over `tokens`
+ * tokens (a rank's rows of a micro-batch), in bytes of elem_size: each
+ * layer's saved record and the head's, without activation checkpointing
+ * and with whole (not tensor-parallel) widths; transient buffers not
+ * counted. An estimate for `trainrun plan`. */
+int64_t tr_model_activation_bytes(const tr_model_config_t* cfg, int64_t tokens,
+                                  int elem_size);
 
 /* ---- the parameter table ---- */
 
