@@ -451,6 +451,9 @@ void tr__job_notes(const tr_config_t* cfg, FILE* out) {
   char where[300];
   for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) {
     if (tr_config_is_default(cfg, inert[i].id)) continue;
+    if (inert[i].id == TR_CFG_K_parallelism_context_parallel_rotate_method &&
+        cfg->parallelism.context_parallel_degree > 1)
+      continue; /* the ring's method: it acts */
     const char* at = tr_config_origin(cfg, inert[i].id, where, sizeof where);
     const char* name = tr_config_key(inert[i].id)->name;
     if (at && at[0] == '-') /* the flag names the key */
