@@ -147,9 +147,9 @@ static int pair_bwd(const pair_t* p, tr_tensor_t* tq, tr_tensor_t* tk,
                     const tr_tensor_t* lt, int qc, int kc) {
   tr_tensor_t rel = {0};
   if (p->ds) TR_CHECK(rel_starts(p, &rel, qc, kc));
-  int rc = tr_kern_attention_masked_bwd(
-      tq, tk, tv, gt, qt, kt, vt, ot, lt, p->H, p->KVH, p->ds ? &rel : NULL,
-      p->window, (int)((qc - kc) * p->c));
+  int rc = tr_kern_attention_masked_bwd(tq, tk, tv, gt, qt, kt, vt, ot, lt,
+                                        p->H, p->KVH, p->ds ? &rel : NULL,
+                                        p->window, (int)((qc - kc) * p->c));
   tr_tensor_release(&rel);
   return rc;
 }
@@ -371,8 +371,9 @@ static int bwd_args(const tr_tensor_t* dq, const tr_tensor_t* dk,
   TR_CHECK(cpu_f32(dout, "dout"));
   if (!tr_tensor_same_shape(dq, q) || !tr_tensor_same_shape(dout, q) ||
       !tr_tensor_same_shape(dk, k) || !tr_tensor_same_shape(dv, v)) {
-    TR_LOG_ERROR(DT, "cp attention: gradients of other shapes than "
-                     "their tensors");
+    TR_LOG_ERROR(DT,
+                 "cp attention: gradients of other shapes than "
+                 "their tensors");
     return TR_ESHAPE;
   }
   return 0;
@@ -687,8 +688,8 @@ static int seam_fwd(void* arg, tr_tensor_t* out, tr_tensor_t* lse,
                     const tr_tensor_t* doc_start, int window) {
   tr_tensor_t l = {0};
   TR_CHECK(lse_view(&l, lse, q, n_heads));
-  int rc = tr_cp_ring_fwd(arg, out, &l, q, k, v, n_heads, n_kv_heads,
-                          doc_start, window);
+  int rc = tr_cp_ring_fwd(arg, out, &l, q, k, v, n_heads, n_kv_heads, doc_start,
+                          window);
   tr_tensor_release(&l);
   return rc;
 }

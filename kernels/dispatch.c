@@ -722,8 +722,7 @@ static int attn_mask(chk_t* c, const tr_tensor_t* doc_start, int window,
       TR_LOG_ERROR(KERN,
                    "%s: doc_start[%" PRId64 ", %" PRId64 "] = %" PRId32
                    " is not a position in [%" PRId32 ", %" PRId64 "]",
-                   c->op, i / T, i % T, mask->doc_start[i], lo,
-                   i % T + ahead);
+                   c->op, i / T, i % T, mask->doc_start[i], lo, i % T + ahead);
       return TR_EINVAL;
     }
   }

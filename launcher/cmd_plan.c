@@ -282,9 +282,8 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
             "chunks of every layer %s; FSDP shards over dp_shard x cp = %d "
             "ranks\n",
             cp, p->context_parallel_rotate_method,
-            p->context_parallel_load_balancer,
-            (long long)cfg->training.seq_len, 2 * cp,
-            (long long)(cfg->training.seq_len / (2 * cp)), 2 * cp - 1,
+            p->context_parallel_load_balancer, (long long)cfg->training.seq_len,
+            2 * cp, (long long)(cfg->training.seq_len / (2 * cp)), 2 * cp - 1,
             (long long)(cfg->training.seq_len / cp),
             strcmp(p->context_parallel_rotate_method, "alltoall") == 0
                 ? "rotating around the ring (send/recv)"

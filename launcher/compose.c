@@ -258,7 +258,8 @@ int tr_compose_mesh(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** out,
 static void placement_shape(const tr_mesh_t* mesh, tr_mesh_shape_t* out) {
   tr_mesh_shape_t s;
   tr_mesh_get_shape(mesh, &s);
-  int c = tr_mesh_shape_index(&s, "cp"), d = tr_mesh_shape_index(&s, "dp_shard");
+  int c = tr_mesh_shape_index(&s, "cp"),
+      d = tr_mesh_shape_index(&s, "dp_shard");
   *out = s;
   if (c < 0) return;
   out->ndim = 0;
@@ -276,8 +277,7 @@ static void placement_shape(const tr_mesh_t* mesh, tr_mesh_shape_t* out) {
   }
 }
 
-int tr_compose_cp(const tr_config_t* cfg, const tr_mesh_t* mesh,
-                  tr_cp_t* out) {
+int tr_compose_cp(const tr_config_t* cfg, const tr_mesh_t* mesh, tr_cp_t* out) {
   memset(out, 0, sizeof *out);
   tr_pg_t* pg = tr_mesh_dim_pg(mesh, "cp");
   if (!pg || tr_pg_size(pg) < 2) return 0;

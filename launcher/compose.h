@@ -85,8 +85,7 @@ int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
  * context_parallel_rotate_method. Returns 1 and fills *out when the dim
  * has more than one rank, else 0 and *out zeroed; TR_ECONFIG for an
  * unknown method. */
-int tr_compose_cp(const tr_config_t* cfg, const tr_mesh_t* mesh,
-                  tr_cp_t* out);
+int tr_compose_cp(const tr_config_t* cfg, const tr_mesh_t* mesh, tr_cp_t* out);
 
 /* The pipeline's settings for a run of cfg and model mc: the schedule
  * kind, the split keys, the CSV, the micro-batch count (gradient

@@ -337,8 +337,8 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   TR_CHECK_GOTO(tr__mask_rope(m, mb, &s->k, d.KVH, 0), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->atty, B, T, (int64_t)d.H * d.D), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->lse, (int64_t)B * d.H * T), rc, fail);
-  TR_CHECK_GOTO(tr__attention_fwd(m, mb, &s->atty, &s->lse, &s->q, &s->k,
-                                  &s->v, d.H, d.KVH),
+  TR_CHECK_GOTO(tr__attention_fwd(m, mb, &s->atty, &s->lse, &s->q, &s->k, &s->v,
+                                  d.H, d.KVH),
                 rc, fail);
   TR_CHECK_GOTO(tr__act(m, &o, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &o, &s->atty, W(m, blk, L_WO), NULL), rc,

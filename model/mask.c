@@ -14,8 +14,8 @@
 #include "trainrun/error.h"
 
 /* cos/sin [B*mb->T, D/2] of each token's position pos[i] < T (RoPE) */
-static int doc_rope_tables(tr_model_t* m, tr_model_mb_t* mb,
-                           const int32_t* pos, int T) {
+static int doc_rope_tables(tr_model_t* m, tr_model_mb_t* mb, const int32_t* pos,
+                           int T) {
   int B = mb->B, half = m->cfg.head_dim / 2;
   int64_t N = (int64_t)B * mb->T, shape[2] = {N, half};
   float* tab = malloc(sizeof(float) * (size_t)T * half * 2);

@@ -1369,10 +1369,10 @@ static void cp_case(int N, int H, int KVH) {
     ck_assert_int_eq(tr_cp_attention_fwd(&ol, &ll, &ql, &kall, &v, H, KVH, ch,
                                          2, n_chunks, NULL, 0),
                      0);
-    ck_assert_int_eq(tr_cp_attention_bwd(&dql, &dkr, &dvr, &gl, &ql, &kall, &v,
-                                         &ol, &ll, H, KVH, ch, 2, n_chunks,
-                                         NULL, 0),
-                     0);
+    ck_assert_int_eq(
+        tr_cp_attention_bwd(&dql, &dkr, &dvr, &gl, &ql, &kall, &v, &ol, &ll, H,
+                            KVH, ch, 2, n_chunks, NULL, 0),
+        0);
     for (int i = 0; i < 2; i++) {
       e_out = fmax(e_out, cp_diff(&ol, i * c, &of, ch[i] * c, c, 1));
       e_lse = fmax(e_lse, cp_diff(&ll, i * c, &lf, ch[i] * c, c, 2));
@@ -1533,8 +1533,7 @@ static void cp_ring_case(tr_pg_t* pg, tr_cp_rotate_t rot, int H, int KVH,
     cp_tensor(&dvl, B, 2 * c, KD, 0);
   }
   tr_cp_t cp = {.pg = pg, .rotate = rot};
-  PCHECK_RC(
-      tr_cp_ring_fwd(&cp, &ol, &ll, &ql, &kl, &vl, H, KVH, dsp, window));
+  PCHECK_RC(tr_cp_ring_fwd(&cp, &ol, &ll, &ql, &kl, &vl, H, KVH, dsp, window));
   PCHECK_RC(tr_cp_ring_bwd(&cp, &dql, &dkl, &dvl, &gl, &ql, &kl, &vl, &ol, &ll,
                            H, KVH, dsp, window));
   double e[5] = {0};
@@ -1552,9 +1551,9 @@ static void cp_ring_case(tr_pg_t* pg, tr_cp_rotate_t rot, int H, int KVH,
           masked ? "documents+window" : "causal", r, e[0], e[1], e[2], e[3],
           e[4]);
   for (int i = 0; i < 5; i++) PCHECK(e[i] <= 1e-6);
-  tr_tensor_t* ts[] = {&q,  &k,  &v,  &dout, &of,  &lf,    &dqf,
-                       &dkf, &dvf, &ds, &ql,   &kl,  &vl,    &gl,
-                       &ol,  &ll,  &dql, &dkl, &dvl, &fused, &dfused};
+  tr_tensor_t* ts[] = {&q,   &k,   &v,   &dout, &of,  &lf,    &dqf,
+                       &dkf, &dvf, &ds,  &ql,   &kl,  &vl,    &gl,
+                       &ol,  &ll,  &dql, &dkl,  &dvl, &fused, &dfused};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
     tr_tensor_release(ts[i]);
 }

@@ -448,8 +448,8 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
                          t->step + 1, tr_strerror(rc));
   t->step++;
   tr_pg_t* any = t->tp.pg   ? t->tp.pg
-                : t->cp.pg ? t->cp.pg
-                           : t->pp.pg; /* _all: the world's */
+                 : t->cp.pg ? t->cp.pg
+                            : t->pp.pg; /* _all: the world's */
   if (t->step == 1 && any && t->opts.train_timeout_ms > 0)
     tr_pg_set_timeout_all(any, t->opts.train_timeout_ms);
   if (st) {

@@ -425,9 +425,9 @@ typedef struct {
              int window);
   int (*bwd)(void* arg, tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
              const tr_tensor_t* dout, const tr_tensor_t* q,
-             const tr_tensor_t* k, const tr_tensor_t* v,
-             const tr_tensor_t* out, const tr_tensor_t* lse, int n_heads,
-             int n_kv_heads, const tr_tensor_t* doc_start, int window);
+             const tr_tensor_t* k, const tr_tensor_t* v, const tr_tensor_t* out,
+             const tr_tensor_t* lse, int n_heads, int n_kv_heads,
+             const tr_tensor_t* doc_start, int window);
   void* arg;
   int size, rank; /* the cp group's size and this rank's index */
 } tr_model_cp_t;
