@@ -569,7 +569,10 @@ typedef struct tr_model_mb {
    * config asks for block_causal (empty otherwise): doc_start [B,T] int32
    * (tr_kern_attn_doc_start); with document_positions each token's
    * position in its document, as pos [B,T] int32 (gpt2's wpe rows) or as
-   * RoPE tables rope_cos/rope_sin [B*T, head_dim/2] (llama3). */
+   * RoPE tables rope_cos/rope_sin [B*T, head_dim/2] (llama3). Under
+   * context parallelism doc_start is the whole sequences' [B, cp T] and
+   * the positions (or RoPE tables) are always set: each of this rank's
+   * tokens at its place in the whole sequence (or its document). */
   tr_tensor_t doc_start, pos, rope_cos, rope_sin;
   /* private: per-block saved activations, freed by that block's backward
    * (or turned by the I pass into what the W pass needs, in wsaved) */
@@ -581,7 +584,10 @@ typedef struct tr_model_mb {
 /* Prepare a micro-batch: copies tokens (and targets, may be NULL) from host
  * int32 arrays [B*T] to the model's device. T <= cfg.max_seq_len. Tokens are
  * checked against the vocab at the embedding (TR_EINVAL names the first bad
- * one). */
+ * one). Under a context-parallel seam (tr_model_cp_t) tokens and targets
+ * are the whole sequences and the micro-batch keeps this rank's chunks:
+ * mb->T = T / cp, n_valid counts its targets; T % (2 cp) != 0 is
+ * TR_EINVAL. */
 int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
                      const int32_t* tokens, const int32_t* targets);
 /* Free everything the micro-batch holds. */
