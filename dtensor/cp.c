@@ -1,13 +1,18 @@
-/* dtensor/cp.c: context parallelism's attention core (trainrun/cp.h):
- * head-tail chunk assignment, each query chunk's attention against every
+/* dtensor/cp.c: context parallelism (trainrun/cp.h): head-tail chunk
+ * assignment; the core -- each query chunk's attention against each
  * key/value chunk at or before it through the shifted-chunk attention
- * kernels, the log-sum-exp merge, and the backward of the merged result
- * chunk pair by chunk pair. The chunks are copied out of and back into the
- * [B, T, W] tensors (rows of several batches are not one strided view). */
+ * kernels, with the pair's mask (document starts relative to the key
+ * chunk, the sliding window), the log-sum-exp merge (in double), and the
+ * backward pair by pair; the ring that moves the key/value chunks over the
+ * cp group (all-gather + reduce-scatter, or rotation with send/recv); and
+ * the model seam that runs it. The chunks are copied out of and back into
+ * the [B, T, W] tensors (rows of several batches are not one strided
+ * view). */
 #include "config.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "trainrun/cp.h"
 #include "trainrun/error.h"
@@ -21,7 +26,17 @@ int tr_cp_headtail(int n, int rank, int chunks[2]) {
   return 0;
 }
 
-/* chunk i (c elements of dim) of x as a contiguous copy */
+int tr_cp_rotate_parse(const char* name, tr_cp_rotate_t* out) {
+  if (strcmp(name, "allgather") == 0)
+    *out = TR_CP_ALLGATHER;
+  else if (strcmp(name, "alltoall") == 0)
+    *out = TR_CP_ALLTOALL;
+  else
+    return TR_EINVAL;
+  return 0;
+}
+
+/* chunk i (c elements of dim) of x, contiguous (a view when it is) */
 static int take(tr_tensor_t* dst, const tr_tensor_t* x, int dim, int i,
                 int64_t c) {
   tr_tensor_t view = {0};
@@ -41,16 +56,242 @@ static int put(tr_tensor_t* x, int dim, int i, int64_t c,
   return rc;
 }
 
+/* chunk j of x (dim 1) += add */
+static int add_to(tr_tensor_t* x, int j, int64_t c, const tr_tensor_t* add) {
+  tr_tensor_t cur = {0}, sum = {0};
+  TR_CHECK(take(&cur, x, 1, j, c));
+  int rc = tr_tensor_empty(&sum, TR_F32, TR_DEVICE_CPU, 3, cur.shape);
+  if (rc == 0) rc = tr_kern_add(&sum, &cur, add);
+  if (rc == 0) rc = put(x, 1, j, c, &sum);
+  tr_tensor_release(&cur);
+  tr_tensor_release(&sum);
+  return rc;
+}
+
+static int empty3(tr_tensor_t* t, int64_t a, int64_t b, int64_t c) {
+  int64_t shape[3] = {a, b, c};
+  return tr_tensor_zeros(t, TR_F32, TR_DEVICE_CPU, 3, shape);
+}
+
 static int cpu_f32(const tr_tensor_t* t, const char* what) {
-  if (t && t->device.type == TR_DEV_CPU && t->dtype == TR_F32 && t->ndim == 3 &&
-      tr_tensor_is_contiguous(t))
+  if (t && t->device.type == TR_DEV_CPU && t->dtype == TR_F32 && t->ndim == 3)
     return 0;
-  TR_LOG_ERROR(DT,
-               "cp attention: %s is not a contiguous 3-d float32 "
-               "CPU tensor",
-               what);
+  TR_LOG_ERROR(DT, "cp attention: %s is not a 3-d float32 CPU tensor", what);
   return TR_EUNSUPPORTED;
 }
+
+/* What every pair shares: the mask, the heads, the chunk length. */
+typedef struct {
+  const tr_tensor_t* ds; /* [B, n_chunks*c] int32, or NULL */
+  int window;
+  int H, KVH;
+  int64_t c;
+} pair_t;
+
+static int check_mask(const pair_t* p, int64_t B, int n_chunks) {
+  if (p->window < 0) {
+    TR_LOG_ERROR(DT, "cp attention: sliding window %d is negative", p->window);
+    return TR_EINVAL;
+  }
+  if (!p->ds) return 0;
+  if (p->ds->device.type != TR_DEV_CPU || p->ds->dtype != TR_I32 ||
+      !tr_tensor_is_contiguous(p->ds) ||
+      tr_tensor_numel(p->ds) != B * n_chunks * p->c) {
+    TR_LOG_ERROR(DT,
+                 "cp attention: doc_start is not a [%lld, %lld] int32 CPU "
+                 "tensor of the whole sequence",
+                 (long long)B, (long long)(n_chunks * p->c));
+    return TR_ESHAPE;
+  }
+  return 0;
+}
+
+/* 1 when some row of query chunk qc may see a key of chunk kc */
+static int visible(const pair_t* p, int qc, int kc) {
+  if (kc > qc) return 0;
+  return !(p->window > 0 && kc < qc && (qc - kc - 1) * p->c + 1 >= p->window);
+}
+
+/* The document starts of query chunk qc's rows relative to key chunk kc,
+ * [B, c] int32 (a start before the key chunk is its row 0). */
+static int rel_starts(const pair_t* p, tr_tensor_t* dst, int qc, int kc) {
+  int64_t B = p->ds->shape[0], T = tr_tensor_numel(p->ds) / B, c = p->c;
+  int64_t shape[2] = {B, c};
+  TR_CHECK(tr_tensor_empty(dst, TR_I32, TR_DEVICE_CPU, 2, shape));
+  const int32_t* s = tr_tensor_data(p->ds);
+  int32_t* d = tr_tensor_data(dst);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < c; i++) {
+      int64_t v = s[b * T + qc * c + i] - kc * c;
+      d[b * c + i] = v > 0 ? (int32_t)v : 0;
+    }
+  return 0;
+}
+
+static int pair_fwd(const pair_t* p, tr_tensor_t* po, tr_tensor_t* pl,
+                    const tr_tensor_t* qt, const tr_tensor_t* kt,
+                    const tr_tensor_t* vt, int qc, int kc) {
+  tr_tensor_t rel = {0};
+  if (p->ds) TR_CHECK(rel_starts(p, &rel, qc, kc));
+  int rc = tr_kern_attention_masked_fwd(po, pl, qt, kt, vt, p->H, p->KVH,
+                                        p->ds ? &rel : NULL, p->window,
+                                        (int)((qc - kc) * p->c));
+  tr_tensor_release(&rel);
+  return rc;
+}
+
+static int pair_bwd(const pair_t* p, tr_tensor_t* tq, tr_tensor_t* tk,
+                    tr_tensor_t* tv, const tr_tensor_t* gt,
+                    const tr_tensor_t* qt, const tr_tensor_t* kt,
+                    const tr_tensor_t* vt, const tr_tensor_t* ot,
+                    const tr_tensor_t* lt, int qc, int kc) {
+  tr_tensor_t rel = {0};
+  if (p->ds) TR_CHECK(rel_starts(p, &rel, qc, kc));
+  int rc = tr_kern_attention_masked_bwd(tq, tk, tv, gt, qt, kt, vt, ot, lt,
+                                        p->H, p->KVH, p->ds ? &rel : NULL,
+                                        p->window, (int)((qc - kc) * p->c));
+  tr_tensor_release(&rel);
+  return rc;
+}
+
+/* ---- the merge ---- */
+
+/* One query chunk's merged result so far, in double: out [B, c, H*D],
+ * lse [B, H, c] (-inf: no key seen yet). */
+typedef struct {
+  double* o;
+  double* l;
+  int64_t B, c, D;
+  int H;
+} acc_t;
+
+static int acc_init(acc_t* a, int64_t B, int64_t c, int H, int64_t D) {
+  a->B = B;
+  a->c = c;
+  a->H = H;
+  a->D = D;
+  a->o = calloc((size_t)(B * c * H * D), sizeof *a->o);
+  a->l = malloc(sizeof *a->l * (size_t)(B * H * c));
+  if (!a->o || !a->l) return TR_ENOMEM;
+  for (int64_t i = 0; i < B * H * c; i++) a->l[i] = -INFINITY;
+  return 0;
+}
+
+static void acc_release(acc_t* a) {
+  free(a->o);
+  free(a->l);
+  memset(a, 0, sizeof *a);
+}
+
+/* a merged with a partial result po [B,c,H*D], pl [B,H,c] */
+static void acc_add(acc_t* a, const tr_tensor_t* po, const tr_tensor_t* pl) {
+  const float* o = tr_tensor_data(po);
+  const float* l = tr_tensor_data(pl);
+  int64_t HD = a->H * a->D;
+  for (int64_t b = 0; b < a->B; b++)
+    for (int h = 0; h < a->H; h++)
+      for (int64_t t = 0; t < a->c; t++) {
+        int64_t li = (b * a->H + h) * a->c + t;
+        double x = a->l[li], y = l[li], mx = x > y ? x : y;
+        if (mx == -INFINITY) continue; /* neither has seen a key */
+        double L = mx + log(exp(x - mx) + exp(y - mx));
+        double wx = exp(x - L), wy = exp(y - L);
+        a->l[li] = L;
+        double* ao = a->o + (b * a->c + t) * HD + h * a->D;
+        const float* po_ = o + (b * a->c + t) * HD + h * a->D;
+        for (int64_t d = 0; d < a->D; d++) ao[d] = wx * ao[d] + wy * po_[d];
+      }
+}
+
+/* chunk i of out (dim 1) and lse (dim 2) = a */
+static int acc_put(const acc_t* a, tr_tensor_t* out, tr_tensor_t* lse, int i) {
+  tr_tensor_t mo = {0}, ml = {0};
+  int rc;
+  int64_t n_o = a->B * a->c * a->H * a->D, n_l = a->B * a->H * a->c;
+  TR_CHECK_GOTO(empty3(&mo, a->B, a->c, a->H * a->D), rc, out);
+  TR_CHECK_GOTO(empty3(&ml, a->B, a->H, a->c), rc, out);
+  float* o = tr_tensor_data(&mo);
+  float* l = tr_tensor_data(&ml);
+  for (int64_t j = 0; j < n_o; j++) o[j] = (float)a->o[j];
+  for (int64_t j = 0; j < n_l; j++) l[j] = (float)a->l[j];
+  TR_CHECK_GOTO(put(out, 1, i, a->c, &mo), rc, out);
+  rc = put(lse, 2, i, a->c, &ml);
+out:
+  tr_tensor_release(&mo);
+  tr_tensor_release(&ml);
+  return rc;
+}
+
+/* ---- the pairs of the chunks at hand ---- */
+
+/* The query chunks qcs[0..nq) (rows of q) against the key chunks
+ * kcs[0..nk) held in k, v (their rows in that order), merged into
+ * acc[0..nq). */
+static int fwd_held(const pair_t* p, acc_t* acc, const tr_tensor_t* q,
+                    const int* qcs, int nq, const tr_tensor_t* k,
+                    const tr_tensor_t* v, const int* kcs, int nk) {
+  int64_t B = q->shape[0], HD = q->shape[2], c = p->c;
+  int rc = 0;
+  for (int i = 0; i < nq && rc == 0; i++) {
+    tr_tensor_t qt = {0};
+    TR_CHECK(take(&qt, q, 1, i, c));
+    for (int j = 0; j < nk && rc == 0; j++) {
+      if (!visible(p, qcs[i], kcs[j])) continue;
+      tr_tensor_t kt = {0}, vt = {0}, po = {0}, pl = {0};
+      rc = take(&kt, k, 1, j, c);
+      if (rc == 0) rc = take(&vt, v, 1, j, c);
+      if (rc == 0) rc = empty3(&po, B, c, HD);
+      if (rc == 0) rc = empty3(&pl, B, p->H, c);
+      if (rc == 0) rc = pair_fwd(p, &po, &pl, &qt, &kt, &vt, qcs[i], kcs[j]);
+      if (rc == 0) acc_add(&acc[i], &po, &pl);
+      tr_tensor_t* ts[] = {&kt, &vt, &po, &pl};
+      for (int t = 0; t < 4; t++) tr_tensor_release(ts[t]);
+    }
+    tr_tensor_release(&qt);
+  }
+  return rc;
+}
+
+/* The backward of fwd_held's pairs: dq (like q) += each query chunk's
+ * gradient, dk, dv (like k, v) += each held key chunk's. */
+static int bwd_held(const pair_t* p, tr_tensor_t* dq, tr_tensor_t* dk,
+                    tr_tensor_t* dv, const tr_tensor_t* dout,
+                    const tr_tensor_t* q, const tr_tensor_t* out,
+                    const tr_tensor_t* lse, const int* qcs, int nq,
+                    const tr_tensor_t* k, const tr_tensor_t* v, const int* kcs,
+                    int nk) {
+  int64_t B = q->shape[0], HD = q->shape[2], KD = k->shape[2], c = p->c;
+  int rc = 0;
+  for (int i = 0; i < nq && rc == 0; i++) {
+    tr_tensor_t qt = {0}, ot = {0}, gt = {0}, lt = {0};
+    rc = take(&qt, q, 1, i, c);
+    if (rc == 0) rc = take(&ot, out, 1, i, c);
+    if (rc == 0) rc = take(&gt, dout, 1, i, c);
+    if (rc == 0) rc = take(&lt, lse, 2, i, c);
+    for (int j = 0; j < nk && rc == 0; j++) {
+      if (!visible(p, qcs[i], kcs[j])) continue;
+      tr_tensor_t kt = {0}, vt = {0}, tq = {0}, tk = {0}, tv = {0};
+      rc = take(&kt, k, 1, j, c);
+      if (rc == 0) rc = take(&vt, v, 1, j, c);
+      if (rc == 0) rc = empty3(&tq, B, c, HD);
+      if (rc == 0) rc = empty3(&tk, B, c, KD);
+      if (rc == 0) rc = empty3(&tv, B, c, KD);
+      if (rc == 0)
+        rc = pair_bwd(p, &tq, &tk, &tv, &gt, &qt, &kt, &vt, &ot, &lt, qcs[i],
+                      kcs[j]);
+      if (rc == 0) rc = add_to(dq, i, c, &tq);
+      if (rc == 0) rc = add_to(dk, j, c, &tk);
+      if (rc == 0) rc = add_to(dv, j, c, &tv);
+      tr_tensor_t* ts[] = {&kt, &vt, &tq, &tk, &tv};
+      for (int t = 0; t < 5; t++) tr_tensor_release(ts[t]);
+    }
+    tr_tensor_t* ts[] = {&qt, &ot, &gt, &lt};
+    for (int t = 0; t < 4; t++) tr_tensor_release(ts[t]);
+  }
+  return rc;
+}
+
+/* ---- the core ---- */
 
 /* the shapes of trainrun/cp.h; *c = chunk length */
 static int shapes(const tr_tensor_t* q, const tr_tensor_t* k,
@@ -63,9 +304,7 @@ static int shapes(const tr_tensor_t* q, const tr_tensor_t* k,
   TR_CHECK(cpu_f32(out, "out"));
   TR_CHECK(cpu_f32(lse, "lse"));
   if (n_chunks < 1 || nq < 1 || k->shape[1] % n_chunks) {
-    TR_LOG_ERROR(DT,
-                 "cp attention: %lld keys do not split into %d "
-                 "chunks",
+    TR_LOG_ERROR(DT, "cp attention: %lld keys do not split into %d chunks",
                  (long long)k->shape[1], n_chunks);
     return TR_ESHAPE;
   }
@@ -89,104 +328,43 @@ static int shapes(const tr_tensor_t* q, const tr_tensor_t* k,
   return 0;
 }
 
-static int empty3(tr_tensor_t* t, int64_t a, int64_t b, int64_t c) {
-  int64_t shape[3] = {a, b, c};
-  return tr_tensor_zeros(t, TR_F32, TR_DEVICE_CPU, 3, shape);
-}
-
-/* out, lse of one query chunk from the partial results of key chunks
- * 0..np-1 (po[j] [B,c,H*D], pl[j] [B,H,c]) */
-static void merge(tr_tensor_t* out, tr_tensor_t* lse, const tr_tensor_t* po,
-                  const tr_tensor_t* pl, int np, int64_t B, int H, int64_t c,
-                  int64_t D) {
-  float* o = tr_tensor_data(out);
-  float* l = tr_tensor_data(lse);
-  for (int64_t b = 0; b < B; b++)
-    for (int h = 0; h < H; h++)
-      for (int64_t t = 0; t < c; t++) {
-        int64_t li = (b * H + h) * c + t;
-        double mx = -INFINITY, s = 0;
-        for (int j = 0; j < np; j++) {
-          double x = ((const float*)tr_tensor_data(&pl[j]))[li];
-          mx = x > mx ? x : mx;
-        }
-        for (int j = 0; j < np; j++)
-          s += exp(((const float*)tr_tensor_data(&pl[j]))[li] - mx);
-        double L = mx + log(s);
-        l[li] = (float)L;
-        int64_t oi = (b * c + t) * H * D + h * D;
-        for (int64_t d = 0; d < D; d++) {
-          double acc = 0;
-          for (int j = 0; j < np; j++)
-            acc += exp(((const float*)tr_tensor_data(&pl[j]))[li] - L) *
-                   ((const float*)tr_tensor_data(&po[j]))[oi + d];
-          o[oi + d] = (float)acc;
-        }
-      }
+static int* seq_chunks(int n) {
+  int* kcs = malloc(sizeof *kcs * (size_t)n);
+  for (int j = 0; kcs && j < n; j++) kcs[j] = j;
+  return kcs;
 }
 
 int tr_cp_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
                         const tr_tensor_t* q, const tr_tensor_t* k,
                         const tr_tensor_t* v, int n_heads, int n_kv_heads,
-                        const int* q_chunks, int nq, int n_chunks) {
+                        const int* q_chunks, int nq, int n_chunks,
+                        const tr_tensor_t* doc_start, int window) {
   int64_t c;
   TR_CHECK(shapes(q, k, v, out, lse, n_heads, q_chunks, nq, n_chunks, &c));
-  int64_t B = q->shape[0], HD = q->shape[2], D = HD / n_heads;
-  tr_tensor_t* po = calloc((size_t)n_chunks * 2, sizeof *po);
-  if (!po) return TR_ENOMEM;
-  tr_tensor_t* pl = po + n_chunks;
-  tr_tensor_t qt = {0}, kt = {0}, vt = {0}, mo = {0}, ml = {0};
-  int rc = 0;
-  for (int i = 0; i < nq && rc == 0; i++) {
-    int qc = q_chunks[i];
-    TR_CHECK_GOTO(take(&qt, q, 1, i, c), rc, release);
-    for (int j = 0; j <= qc; j++) { /* the key chunks at or before it */
-      TR_CHECK_GOTO(take(&kt, k, 1, j, c), rc, release);
-      TR_CHECK_GOTO(take(&vt, v, 1, j, c), rc, release);
-      TR_CHECK_GOTO(empty3(&po[j], B, c, HD), rc, release);
-      TR_CHECK_GOTO(empty3(&pl[j], B, n_heads, c), rc, release);
-      TR_CHECK_GOTO(tr_kern_attention_masked_fwd(&po[j], &pl[j], &qt, &kt, &vt,
-                                                 n_heads, n_kv_heads, NULL, 0,
-                                                 (int)((qc - j) * c)),
-                    rc, release);
-      tr_tensor_release(&kt);
-      tr_tensor_release(&vt);
-    }
-    TR_CHECK_GOTO(empty3(&mo, B, c, HD), rc, release);
-    TR_CHECK_GOTO(empty3(&ml, B, n_heads, c), rc, release);
-    merge(&mo, &ml, po, pl, qc + 1, B, n_heads, c, D);
-    TR_CHECK_GOTO(put(out, 1, i, c, &mo), rc, release);
-    TR_CHECK_GOTO(put(lse, 2, i, c, &ml), rc, release);
-  release:
-    tr_tensor_release(&qt);
-    tr_tensor_release(&kt);
-    tr_tensor_release(&vt);
-    tr_tensor_release(&mo);
-    tr_tensor_release(&ml);
-    for (int j = 0; j < 2 * n_chunks; j++) tr_tensor_release(&po[j]);
-  }
-  free(po);
+  pair_t p = {.ds = doc_start,
+              .window = window,
+              .H = n_heads,
+              .KVH = n_kv_heads,
+              .c = c};
+  int64_t B = q->shape[0], D = q->shape[2] / n_heads;
+  TR_CHECK(check_mask(&p, B, n_chunks));
+  acc_t* acc = calloc((size_t)nq, sizeof *acc);
+  int* kcs = seq_chunks(n_chunks);
+  int rc = acc && kcs ? 0 : TR_ENOMEM;
+  for (int i = 0; i < nq && rc == 0; i++)
+    rc = acc_init(&acc[i], B, c, n_heads, D);
+  if (rc == 0) rc = fwd_held(&p, acc, q, q_chunks, nq, k, v, kcs, n_chunks);
+  for (int i = 0; i < nq && rc == 0; i++) rc = acc_put(&acc[i], out, lse, i);
+  for (int i = 0; acc && i < nq; i++) acc_release(&acc[i]);
+  free(acc);
+  free(kcs);
   return rc;
 }
 
-/* chunk j of x (dim 1) += add */
-static int add_to(tr_tensor_t* x, int j, int64_t c, const tr_tensor_t* add) {
-  tr_tensor_t cur = {0};
-  TR_CHECK(take(&cur, x, 1, j, c));
-  int rc = tr_kern_add(&cur, &cur, add);
-  if (rc == 0) rc = put(x, 1, j, c, &cur);
-  tr_tensor_release(&cur);
-  return rc;
-}
-
-int tr_cp_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
-                        const tr_tensor_t* dout, const tr_tensor_t* q,
-                        const tr_tensor_t* k, const tr_tensor_t* v,
-                        const tr_tensor_t* out, const tr_tensor_t* lse,
-                        int n_heads, int n_kv_heads, const int* q_chunks,
-                        int nq, int n_chunks) {
-  int64_t c;
-  TR_CHECK(shapes(q, k, v, out, lse, n_heads, q_chunks, nq, n_chunks, &c));
+static int bwd_args(const tr_tensor_t* dq, const tr_tensor_t* dk,
+                    const tr_tensor_t* dv, const tr_tensor_t* dout,
+                    const tr_tensor_t* q, const tr_tensor_t* k,
+                    const tr_tensor_t* v) {
   TR_CHECK(cpu_f32(dq, "dq"));
   TR_CHECK(cpu_f32(dk, "dk"));
   TR_CHECK(cpu_f32(dv, "dv"));
@@ -198,40 +376,344 @@ int tr_cp_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
                  "their tensors");
     return TR_ESHAPE;
   }
-  int64_t B = q->shape[0], HD = q->shape[2], KD = k->shape[2];
+  return 0;
+}
+
+int tr_cp_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
+                        const tr_tensor_t* dout, const tr_tensor_t* q,
+                        const tr_tensor_t* k, const tr_tensor_t* v,
+                        const tr_tensor_t* out, const tr_tensor_t* lse,
+                        int n_heads, int n_kv_heads, const int* q_chunks,
+                        int nq, int n_chunks, const tr_tensor_t* doc_start,
+                        int window) {
+  int64_t c;
+  TR_CHECK(shapes(q, k, v, out, lse, n_heads, q_chunks, nq, n_chunks, &c));
+  TR_CHECK(bwd_args(dq, dk, dv, dout, q, k, v));
+  pair_t p = {.ds = doc_start,
+              .window = window,
+              .H = n_heads,
+              .KVH = n_kv_heads,
+              .c = c};
+  TR_CHECK(check_mask(&p, q->shape[0], n_chunks));
+  TR_CHECK(tr_tensor_fill(dq, 0.0));
   TR_CHECK(tr_tensor_fill(dk, 0.0));
   TR_CHECK(tr_tensor_fill(dv, 0.0));
-  tr_tensor_t qt = {0}, ot = {0}, gt = {0}, lt = {0}, kt = {0}, vt = {0};
-  tr_tensor_t acc = {0}, tq = {0}, tk = {0}, tv = {0};
-  int rc = 0;
-  for (int i = 0; i < nq && rc == 0; i++) {
-    int qc = q_chunks[i];
-    TR_CHECK_GOTO(take(&qt, q, 1, i, c), rc, release);
-    TR_CHECK_GOTO(take(&ot, out, 1, i, c), rc, release);
-    TR_CHECK_GOTO(take(&gt, dout, 1, i, c), rc, release);
-    TR_CHECK_GOTO(take(&lt, lse, 2, i, c), rc, release);
-    TR_CHECK_GOTO(empty3(&acc, B, c, HD), rc, release);
-    TR_CHECK_GOTO(empty3(&tq, B, c, HD), rc, release);
-    TR_CHECK_GOTO(empty3(&tk, B, c, KD), rc, release);
-    TR_CHECK_GOTO(empty3(&tv, B, c, KD), rc, release);
-    for (int j = 0; j <= qc; j++) {
-      TR_CHECK_GOTO(take(&kt, k, 1, j, c), rc, release);
-      TR_CHECK_GOTO(take(&vt, v, 1, j, c), rc, release);
-      TR_CHECK_GOTO(tr_kern_attention_masked_bwd(
-                        &tq, &tk, &tv, &gt, &qt, &kt, &vt, &ot, &lt, n_heads,
-                        n_kv_heads, NULL, 0, (int)((qc - j) * c)),
-                    rc, release);
-      TR_CHECK_GOTO(tr_kern_add(&acc, &acc, &tq), rc, release);
-      TR_CHECK_GOTO(add_to(dk, j, c, &tk), rc, release);
-      TR_CHECK_GOTO(add_to(dv, j, c, &tv), rc, release);
-      tr_tensor_release(&kt);
-      tr_tensor_release(&vt);
-    }
-    TR_CHECK_GOTO(put(dq, 1, i, c, &acc), rc, release);
-  release:;
-    tr_tensor_t* ts[] = {&qt, &ot, &gt, &lt, &kt, &vt, &acc, &tq, &tk, &tv};
-    for (size_t t = 0; t < sizeof ts / sizeof ts[0]; t++)
-      tr_tensor_release(ts[t]);
-  }
+  int* kcs = seq_chunks(n_chunks);
+  if (!kcs) return TR_ENOMEM;
+  int rc = bwd_held(&p, dq, dk, dv, dout, q, out, lse, q_chunks, nq, k, v, kcs,
+                    n_chunks);
+  free(kcs);
   return rc;
+}
+
+/* ---- the ring ---- */
+
+/* The run of rank rr's local [B, 2c, W] in a flat [n][B][2c][W] buffer,
+ * as a [B, 2c, W] view, narrowed to its chunk i ([B, c, W]). */
+static int flat_chunk(tr_tensor_t* f, const tr_tensor_t* flat, int rr, int i,
+                      int64_t B, int64_t c, int64_t W) {
+  int64_t run = B * 2 * c * W, shape[3] = {B, 2 * c, W};
+  TR_CHECK(tr_tensor_narrow(f, flat, 0, rr * run, run));
+  TR_CHECK(tr_tensor_reshape(f, f, 3, shape));
+  return tr_tensor_narrow(f, f, 1, i * c, c);
+}
+
+/* Every rank's [B, 2c, W] chunk pair in *full [B, 2nc, W], in sequence
+ * order. */
+static int seq_gather(tr_pg_t* pg, const tr_tensor_t* local,
+                      tr_tensor_t* full) {
+  int n = tr_pg_size(pg);
+  int64_t B = local->shape[0], c = local->shape[1] / 2, W = local->shape[2];
+  int64_t flat_shape[1] = {n * B * 2 * c * W};
+  tr_tensor_t src = {0}, flat = {0};
+  int rc;
+  TR_CHECK(tr_tensor_contiguous(&src, local));
+  TR_CHECK_GOTO(tr_tensor_empty(&flat, TR_F32, TR_DEVICE_CPU, 1, flat_shape),
+                rc, out);
+  TR_CHECK_GOTO(empty3(full, B, 2 * n * c, W), rc, out);
+  TR_CHECK_GOTO(tr_pg_all_gather(pg, &flat, &src, NULL), rc, out);
+  for (int rr = 0; rr < n; rr++) {
+    int ch[2];
+    tr_cp_headtail(n, rr, ch);
+    for (int i = 0; i < 2; i++) {
+      tr_tensor_t f = {0};
+      rc = flat_chunk(&f, &flat, rr, i, B, c, W);
+      if (rc == 0) rc = put(full, 1, ch[i], c, &f);
+      tr_tensor_release(&f);
+      if (rc < 0) goto out;
+    }
+  }
+  rc = 0;
+out:
+  tr_tensor_release(&src);
+  tr_tensor_release(&flat);
+  return rc;
+}
+
+/* local [B, 2c, W] = this rank's chunk pair of the sum over ranks of full
+ * [B, 2nc, W] (a reduce-scatter) */
+static int seq_scatter(tr_pg_t* pg, const tr_tensor_t* full,
+                       tr_tensor_t* local) {
+  int n = tr_pg_size(pg);
+  int64_t B = local->shape[0], c = local->shape[1] / 2, W = local->shape[2];
+  int64_t run = B * 2 * c * W, flat_shape[1] = {n * run}, one[1] = {run};
+  int64_t shape[3] = {B, 2 * c, W};
+  tr_tensor_t flat = {0}, mine = {0}, view = {0};
+  int rc;
+  TR_CHECK(tr_tensor_empty(&flat, TR_F32, TR_DEVICE_CPU, 1, flat_shape));
+  TR_CHECK_GOTO(tr_tensor_empty(&mine, TR_F32, TR_DEVICE_CPU, 1, one), rc, out);
+  for (int rr = 0; rr < n; rr++) {
+    int ch[2];
+    tr_cp_headtail(n, rr, ch);
+    for (int i = 0; i < 2; i++) {
+      tr_tensor_t f = {0}, src = {0};
+      rc = flat_chunk(&f, &flat, rr, i, B, c, W);
+      if (rc == 0) rc = tr_tensor_narrow(&src, full, 1, ch[i] * c, c);
+      if (rc == 0) rc = tr_tensor_copy(&f, &src);
+      tr_tensor_release(&f);
+      tr_tensor_release(&src);
+      if (rc < 0) goto out;
+    }
+  }
+  TR_CHECK_GOTO(tr_pg_reduce_scatter(pg, &mine, &flat, TR_PG_SUM, NULL), rc,
+                out);
+  TR_CHECK_GOTO(tr_tensor_reshape(&view, &mine, 3, shape), rc, out);
+  rc = tr_tensor_copy(local, &view);
+out:
+  tr_tensor_release(&flat);
+  tr_tensor_release(&mine);
+  tr_tensor_release(&view);
+  return rc;
+}
+
+/* The ring's shapes: q, out [B, 2c, H*D], k, v [B, 2c, KVH*D], lse [B, H,
+ * 2c]; this rank's chunks in qcs, the chunk length in *c. */
+static int ring_args(const tr_cp_t* cp, const tr_tensor_t* out,
+                     const tr_tensor_t* lse, const tr_tensor_t* q,
+                     const tr_tensor_t* k, const tr_tensor_t* v, int H,
+                     int qcs[2], int64_t* c) {
+  if (!cp || !cp->pg) return TR_EINVAL;
+  int n = tr_pg_size(cp->pg);
+  TR_CHECK(tr_cp_headtail(n, tr_pg_rank(cp->pg), qcs));
+  static const int local[2] = {0, 1}; /* the rows of the two chunks */
+  return shapes(q, k, v, out, lse, H, local, 2, 2, c);
+}
+
+/* The pairs of the ring's next move: what a rank sends to rank + 1 and
+ * receives from rank - 1 (n tensors each), one coalesced group. */
+static int rotate_start(tr_pg_t* pg, tr_tensor_t* const* send,
+                        tr_tensor_t* const* recv, int n, tr_pg_work_t** w) {
+  int size = tr_pg_size(pg), r = tr_pg_rank(pg);
+  int next = (r + 1) % size, prev = (r + size - 1) % size;
+  TR_CHECK(tr_pg_coalesce_begin(pg));
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++)
+    rc = tr_pg_send(pg, send[i], next, i, NULL);
+  for (int i = 0; i < n && rc == 0; i++)
+    rc = tr_pg_recv(pg, recv[i], prev, i, NULL);
+  int rc2 = tr_pg_coalesce_end(pg, w);
+  return rc < 0 ? rc : rc2;
+}
+
+static int rotate_finish(tr_pg_work_t* w) {
+  if (!w) return 0;
+  int rc = tr_pg_work_wait(w, 0);
+  tr_pg_work_free(w);
+  return rc;
+}
+
+/* *a = a fresh zeroed tensor of x's shape */
+static int like(tr_tensor_t* a, const tr_tensor_t* x) {
+  return empty3(a, x->shape[0], x->shape[1], x->shape[2]);
+}
+
+/* contiguous copies of x in a (so that the ring may overwrite them) */
+static int copy_of(tr_tensor_t* a, const tr_tensor_t* x) {
+  TR_CHECK(like(a, x));
+  return tr_tensor_copy(a, x);
+}
+
+static void swap(tr_tensor_t* a, tr_tensor_t* b) {
+  tr_tensor_t t = *a;
+  *a = *b;
+  *b = t;
+}
+
+int tr_cp_ring_fwd(const tr_cp_t* cp, tr_tensor_t* out, tr_tensor_t* lse,
+                   const tr_tensor_t* q, const tr_tensor_t* k,
+                   const tr_tensor_t* v, int n_heads, int n_kv_heads,
+                   const tr_tensor_t* doc_start, int window) {
+  int qcs[2];
+  int64_t c;
+  TR_CHECK(ring_args(cp, out, lse, q, k, v, n_heads, qcs, &c));
+  int n = tr_pg_size(cp->pg), r = tr_pg_rank(cp->pg);
+  pair_t p = {.ds = doc_start,
+              .window = window,
+              .H = n_heads,
+              .KVH = n_kv_heads,
+              .c = c};
+  int64_t B = q->shape[0], D = q->shape[2] / n_heads;
+  TR_CHECK(check_mask(&p, B, 2 * n));
+  acc_t acc[2] = {{0}};
+  tr_tensor_t kk = {0}, vv = {0}, nk = {0}, nv = {0};
+  tr_pg_work_t* w = NULL;
+  int* kcs = NULL;
+  int rc;
+  TR_CHECK_GOTO(acc_init(&acc[0], B, c, n_heads, D), rc, out);
+  TR_CHECK_GOTO(acc_init(&acc[1], B, c, n_heads, D), rc, out);
+  if (cp->rotate == TR_CP_ALLGATHER) {
+    TR_CHECK_GOTO(seq_gather(cp->pg, k, &kk), rc, out);
+    TR_CHECK_GOTO(seq_gather(cp->pg, v, &vv), rc, out);
+    kcs = seq_chunks(2 * n);
+    if (!kcs) {
+      rc = TR_ENOMEM;
+      goto out;
+    }
+    TR_CHECK_GOTO(fwd_held(&p, acc, q, qcs, 2, &kk, &vv, kcs, 2 * n), rc, out);
+  } else { /* the pairs rotate: step s holds rank r - s's */
+    TR_CHECK_GOTO(copy_of(&kk, k), rc, out);
+    TR_CHECK_GOTO(copy_of(&vv, v), rc, out);
+    TR_CHECK_GOTO(like(&nk, k), rc, out);
+    TR_CHECK_GOTO(like(&nv, v), rc, out);
+    for (int s = 0; s < n; s++) {
+      int held[2];
+      tr_cp_headtail(n, (r - s + n) % n, held);
+      if (s < n - 1) { /* the next pair travels while this one computes */
+        tr_tensor_t* send[2] = {&kk, &vv};
+        tr_tensor_t* recv[2] = {&nk, &nv};
+        TR_CHECK_GOTO(rotate_start(cp->pg, send, recv, 2, &w), rc, out);
+      }
+      rc = fwd_held(&p, acc, q, qcs, 2, &kk, &vv, held, 2);
+      int wrc = rotate_finish(w);
+      w = NULL;
+      if (rc < 0 || (rc = wrc) < 0) goto out;
+      swap(&kk, &nk);
+      swap(&vv, &nv);
+    }
+  }
+  TR_CHECK_GOTO(acc_put(&acc[0], out, lse, 0), rc, out);
+  rc = acc_put(&acc[1], out, lse, 1);
+out:
+  acc_release(&acc[0]);
+  acc_release(&acc[1]);
+  free(kcs);
+  tr_tensor_t* ts[] = {&kk, &vv, &nk, &nv};
+  for (int t = 0; t < 4; t++) tr_tensor_release(ts[t]);
+  return rc;
+}
+
+int tr_cp_ring_bwd(const tr_cp_t* cp, tr_tensor_t* dq, tr_tensor_t* dk,
+                   tr_tensor_t* dv, const tr_tensor_t* dout,
+                   const tr_tensor_t* q, const tr_tensor_t* k,
+                   const tr_tensor_t* v, const tr_tensor_t* out,
+                   const tr_tensor_t* lse, int n_heads, int n_kv_heads,
+                   const tr_tensor_t* doc_start, int window) {
+  int qcs[2];
+  int64_t c;
+  TR_CHECK(ring_args(cp, out, lse, q, k, v, n_heads, qcs, &c));
+  TR_CHECK(bwd_args(dq, dk, dv, dout, q, k, v));
+  int n = tr_pg_size(cp->pg), r = tr_pg_rank(cp->pg);
+  pair_t p = {.ds = doc_start,
+              .window = window,
+              .H = n_heads,
+              .KVH = n_kv_heads,
+              .c = c};
+  TR_CHECK(check_mask(&p, q->shape[0], 2 * n));
+  /* [0..3]: the held k, v and their gradients; [4..7]: the next ones */
+  tr_tensor_t b[8] = {{0}}, dqa = {0};
+  int* kcs = NULL;
+  int rc;
+  TR_CHECK_GOTO(like(&dqa, q), rc, out);
+  if (cp->rotate == TR_CP_ALLGATHER) {
+    TR_CHECK_GOTO(seq_gather(cp->pg, k, &b[0]), rc, out);
+    TR_CHECK_GOTO(seq_gather(cp->pg, v, &b[1]), rc, out);
+    TR_CHECK_GOTO(like(&b[2], &b[0]), rc, out);
+    TR_CHECK_GOTO(like(&b[3], &b[1]), rc, out);
+    kcs = seq_chunks(2 * n);
+    if (!kcs) {
+      rc = TR_ENOMEM;
+      goto out;
+    }
+    TR_CHECK_GOTO(bwd_held(&p, &dqa, &b[2], &b[3], dout, q, out, lse, qcs, 2,
+                           &b[0], &b[1], kcs, 2 * n),
+                  rc, out);
+    TR_CHECK_GOTO(seq_scatter(cp->pg, &b[2], dk), rc, out);
+    TR_CHECK_GOTO(seq_scatter(cp->pg, &b[3], dv), rc, out);
+  } else { /* the pairs rotate with their gradients; n moves bring them
+              home */
+    TR_CHECK_GOTO(copy_of(&b[0], k), rc, out);
+    TR_CHECK_GOTO(copy_of(&b[1], v), rc, out);
+    TR_CHECK_GOTO(like(&b[2], k), rc, out);
+    TR_CHECK_GOTO(like(&b[3], v), rc, out);
+    for (int i = 4; i < 8; i++) TR_CHECK_GOTO(like(&b[i], &b[i - 4]), rc, out);
+    for (int s = 0; s < n; s++) {
+      int held[2];
+      tr_cp_headtail(n, (r - s + n) % n, held);
+      TR_CHECK_GOTO(bwd_held(&p, &dqa, &b[2], &b[3], dout, q, out, lse, qcs, 2,
+                             &b[0], &b[1], held, 2),
+                    rc, out);
+      /* the gradients move on; so do the pairs, but for the last move */
+      int last = s == n - 1;
+      tr_tensor_t* send[4] = {&b[2], &b[3], &b[0], &b[1]};
+      tr_tensor_t* recv[4] = {&b[6], &b[7], &b[4], &b[5]};
+      tr_pg_work_t* w = NULL;
+      TR_CHECK_GOTO(rotate_start(cp->pg, send, recv, last ? 2 : 4, &w), rc,
+                    out);
+      TR_CHECK_GOTO(rotate_finish(w), rc, out);
+      for (int i = 0; i < 4; i++) swap(&b[i], &b[i + 4]);
+    }
+    TR_CHECK_GOTO(tr_tensor_copy(dk, &b[2]), rc, out);
+    TR_CHECK_GOTO(tr_tensor_copy(dv, &b[3]), rc, out);
+  }
+  rc = tr_tensor_copy(dq, &dqa);
+out:
+  free(kcs);
+  for (int i = 0; i < 8; i++) tr_tensor_release(&b[i]);
+  tr_tensor_release(&dqa);
+  return rc;
+}
+
+/* ---- the model seam ---- */
+
+/* lse as the [B, H, T] view the ring takes (the model keeps it flat) */
+static int lse_view(tr_tensor_t* view, const tr_tensor_t* lse,
+                    const tr_tensor_t* q, int n_heads) {
+  int64_t shape[3] = {q->shape[0], n_heads, q->shape[1]};
+  return tr_tensor_reshape(view, lse, 3, shape);
+}
+
+static int seam_fwd(void* arg, tr_tensor_t* out, tr_tensor_t* lse,
+                    const tr_tensor_t* q, const tr_tensor_t* k,
+                    const tr_tensor_t* v, int n_heads, int n_kv_heads,
+                    const tr_tensor_t* doc_start, int window) {
+  tr_tensor_t l = {0};
+  TR_CHECK(lse_view(&l, lse, q, n_heads));
+  int rc = tr_cp_ring_fwd(arg, out, &l, q, k, v, n_heads, n_kv_heads, doc_start,
+                          window);
+  tr_tensor_release(&l);
+  return rc;
+}
+
+static int seam_bwd(void* arg, tr_tensor_t* dq, tr_tensor_t* dk,
+                    tr_tensor_t* dv, const tr_tensor_t* dout,
+                    const tr_tensor_t* q, const tr_tensor_t* k,
+                    const tr_tensor_t* v, const tr_tensor_t* out,
+                    const tr_tensor_t* lse, int n_heads, int n_kv_heads,
+                    const tr_tensor_t* doc_start, int window) {
+  tr_tensor_t l = {0};
+  TR_CHECK(lse_view(&l, lse, q, n_heads));
+  int rc = tr_cp_ring_bwd(arg, dq, dk, dv, dout, q, k, v, out, &l, n_heads,
+                          n_kv_heads, doc_start, window);
+  tr_tensor_release(&l);
+  return rc;
+}
+
+void tr_cp_install(tr_model_t* m, const tr_cp_t* cp) {
+  memset(&m->cp, 0, sizeof m->cp);
+  if (!cp || !cp->pg || tr_pg_size(cp->pg) < 2) return;
+  m->cp.fwd = seam_fwd;
+  m->cp.bwd = seam_bwd;
+  m->cp.arg = (void*)cp;
+  m->cp.size = tr_pg_size(cp->pg);
+  m->cp.rank = tr_pg_rank(cp->pg);
 }

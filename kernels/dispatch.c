@@ -709,29 +709,20 @@ static int attn_mask(chk_t* c, const tr_tensor_t* doc_start, int window,
     TR_LOG_ERROR(KERN, "%s: sliding window %d is negative", c->op, window);
     return TR_EINVAL;
   }
-  if (q_shift && window) {
-    TR_LOG_ERROR(KERN, "%s: sliding windows of shifted query chunks are not "
-                 "supported", c->op);
-    return TR_EINVAL;
-  }
   if (!doc_start) return 0;
-  if (q_shift) {
-    TR_LOG_ERROR(KERN, "%s: document masks of shifted query chunks are not "
-                 "supported", c->op);
-    return TR_EINVAL;
-  }
   TR_CHECK(arg(c, doc_start, "doc_start", TR_I32, 1));
   if (tr_tensor_numel(doc_start) != B * T)
     return bad(c->op, "doc_start", doc_start, "expected [B, T]");
   mask->doc_start = tr_tensor_data(doc_start);
   if (doc_start->device.type != TR_DEV_CPU) return 0;
+  int64_t ahead = q_shift > 0 ? q_shift : 0; /* a shifted row's own key */
   for (int64_t i = 0; i < B * T; i++) {
     int32_t lo = i % T ? mask->doc_start[i - 1] : 0;
-    if (mask->doc_start[i] < lo || mask->doc_start[i] > i % T) {
+    if (mask->doc_start[i] < lo || mask->doc_start[i] > i % T + ahead) {
       TR_LOG_ERROR(KERN,
                    "%s: doc_start[%" PRId64 ", %" PRId64 "] = %" PRId32
                    " is not a position in [%" PRId32 ", %" PRId64 "]",
-                   c->op, i / T, i % T, mask->doc_start[i], lo, i % T);
+                   c->op, i / T, i % T, mask->doc_start[i], lo, i % T + ahead);
       return TR_EINVAL;
     }
   }

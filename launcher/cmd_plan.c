@@ -283,7 +283,9 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
   int64_t world = cfg->derived.world_size;
   int rep = (int)p->data_parallel_replicate_degree;
-  int shard = (int)p->data_parallel_shard_degree;
+  int cp = (int)p->context_parallel_degree;
+  /* FSDP shards over dp_shard x cp under context parallelism */
+  int shard = (int)p->data_parallel_shard_degree * cp;
   tr_model_config_t mc;
   TR_CHECK(tr_compose_model_config(cfg, &mc, err));
   tr_model_t m;
@@ -356,6 +358,21 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
             "fsdp groups: %d layers + root (embedding, final norm, "
             "output)\n",
             mc.n_layers);
+  if (cp > 1)
+    fprintf(out,
+            "context parallel: %d ranks (rotate method %s, load balancer "
+            "%s); each sequence of %lld tokens cut into %d chunks of %lld, "
+            "rank r keeps chunks r and %d-r (%lld tokens), the key/value "
+            "chunks of every layer %s; FSDP shards over dp_shard x cp = %d "
+            "ranks\n",
+            cp, p->context_parallel_rotate_method,
+            p->context_parallel_load_balancer, (long long)cfg->training.seq_len,
+            2 * cp, (long long)(cfg->training.seq_len / (2 * cp)), 2 * cp - 1,
+            (long long)(cfg->training.seq_len / cp),
+            strcmp(p->context_parallel_rotate_method, "alltoall") == 0
+                ? "rotating around the ring (send/recv)"
+                : "all-gathered (dK, dV reduce-scattered back)",
+            shard);
   if (tp > 1) {
     fprintf(out,
             "tensor parallel: %d ranks (the innermost mesh dim); heads %d "
@@ -407,6 +424,15 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
                   (shard > 1 ? pl.group_bytes : 0);
   row(out, "total (before activations)", total);
   if (shard > 1) row(out, "unsharded, for comparison", pl.unsharded_bytes);
+  /* a micro-batch's saved activations over this rank's rows (its chunks
+   * under cp) */
+  int64_t mbs = p->pipeline_parallel_degree > 1
+                    ? p->pipeline_parallel_microbatch_size
+                    : cfg->training.local_batch_size;
+  int64_t rows = mbs * cfg->training.seq_len / cp;
+  snprintf(what, sizeof what, "activations (%lld tokens)", (long long)rows);
+  row(out, what,
+      tr_model_activation_bytes(&mc, rows, (int)tr_dtype_size(param)));
   tr_model_release(&m);
   return 0;
 }

@@ -1,6 +1,7 @@
 /* launcher/compose.c: the composition root -- the resolved job config
  * turned into each module's options: the trainer's settings, the mesh
- * degrees, FSDP's and DDP's options, and FSDP over its mesh
+ * degrees, FSDP's and DDP's options, FSDP over its mesh (over dp_shard x
+ * cp under context parallelism), tensor, pipeline and context parallelism
  * (launcher/compose.h). */
 #include "config.h"
 
@@ -238,7 +239,53 @@ int tr_compose_mesh(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** out,
   tr_compose_mesh_degrees(cfg, &d);
   d.keep_size1 = 0; /* no one-rank groups */
   d.flatten = 0;    /* the layers use the plain dims */
-  return tr_mesh_from_degrees(world, &d, out, err);
+  TR_CHECK(tr_mesh_from_degrees(world, &d, out, err));
+  if (d.cp < 2 || d.dp_shard < 2) return 0;
+  /* FSDP's group under context parallelism (torchtitan's dp_shard_cp) */
+  static const char* const parts[2] = {"dp_shard", "cp"};
+  int rc = tr_mesh_flatten(*out, parts, 2, "dp_shard_cp", err);
+  if (rc < 0) {
+    tr_mesh_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+/* The shape the parameters are placed on: the mesh's dims, with dp_shard
+ * and cp as one dim "dp_shard" of dp_shard x cp ranks under context
+ * parallelism (FSDP shards over both, torchtitan's dp_shard_cp; the
+ * parameters are whole on the cp ranks otherwise). */
+static void placement_shape(const tr_mesh_t* mesh, tr_mesh_shape_t* out) {
+  tr_mesh_shape_t s;
+  tr_mesh_get_shape(mesh, &s);
+  int c = tr_mesh_shape_index(&s, "cp"),
+      d = tr_mesh_shape_index(&s, "dp_shard");
+  *out = s;
+  if (c < 0) return;
+  out->ndim = 0;
+  for (int i = 0; i < s.ndim; i++) {
+    if (i == c && d >= 0) continue; /* merged into dp_shard */
+    int j = out->ndim++;
+    snprintf(out->names[j], sizeof out->names[j], "%s",
+             i == c ? "dp_shard" : s.names[i]);
+    out->sizes[j] = s.sizes[i];
+    out->coords[j] = s.coords[i];
+    if (i == d) { /* dp_shard's coordinate major, cp's minor */
+      out->sizes[j] = s.sizes[d] * s.sizes[c];
+      out->coords[j] = s.coords[d] * s.sizes[c] + s.coords[c];
+    }
+  }
+}
+
+int tr_compose_cp(const tr_config_t* cfg, const tr_mesh_t* mesh, tr_cp_t* out) {
+  memset(out, 0, sizeof *out);
+  tr_pg_t* pg = tr_mesh_dim_pg(mesh, "cp");
+  if (!pg || tr_pg_size(pg) < 2) return 0;
+  if (tr_cp_rotate_parse(cfg->parallelism.context_parallel_rotate_method,
+                         &out->rotate) < 0)
+    return TR_ECONFIG; /* the schema's choices are the ring's */
+  out->pg = pg;
+  return 1;
 }
 
 int tr_compose_fsdp(const tr_config_t* cfg, const tr_mesh_t* mesh,
@@ -247,14 +294,18 @@ int tr_compose_fsdp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   tr_fsdp_opts_t o;
   TR_CHECK(tr_compose_fsdp_opts(cfg, (int)tr_param_int(TR_PARAM_LOCAL_RANK), &o,
                                 err));
-  o.shard_pg = tr_mesh_dim_pg(mesh, "dp_shard");
+  /* under context parallelism over dp_shard x cp (or cp alone) */
+  o.shard_pg = tr_mesh_dim_pg(mesh, "dp_shard_cp");
+  if (!o.shard_pg) o.shard_pg = tr_mesh_dim_pg(mesh, "dp_shard");
+  if (!o.shard_pg) o.shard_pg = tr_mesh_dim_pg(mesh, "cp");
   o.replicate_pg = tr_mesh_dim_pg(mesh, "dp_replicate");
   tr_mesh_shape_t shape; /* the placements are on the job's mesh */
-  tr_mesh_get_shape(mesh, &shape);
+  placement_shape(mesh, &shape);
   o.mesh = &shape;
   if (!o.shard_pg)
     return tr_errmsg_set(err, TR_ECONFIG,
-                         "fsdp needs data_parallel_shard_degree > 1");
+                         "fsdp needs data_parallel_shard_degree or "
+                         "context_parallel_degree > 1");
   int rc = tr_fsdp_new(&o, out);
   if (rc < 0) return tr_errmsg_set(err, rc, "fsdp: %s", tr_strerror(rc));
   return 0;
@@ -266,7 +317,7 @@ int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   tr_pg_t* pg = tr_mesh_dim_pg(mesh, "tp");
   if (!pg || tr_pg_size(pg) < 2) return 0;
   out->pg = pg;
-  tr_mesh_get_shape(mesh, &out->mesh);
+  placement_shape(mesh, &out->mesh); /* FSDP composes onto it */
   out->loss_parallel = !cfg->parallelism.disable_loss_parallel;
   out->sequence_parallel = 1; /* torchtitan's TP always runs it */
   return 1;

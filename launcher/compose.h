@@ -58,24 +58,34 @@ int tr_compose_fsdp_opts(const tr_config_t* cfg, int local_rank,
 
 /* The mesh of a worker of a job over world: cfg's resolved degrees in
  * torchtitan's order [pp, dp_replicate, dp_shard, cp, tp], without
- * size-1 or flattened dims (*out, the caller's: tr_mesh_free after
+ * size-1 dims, and with dp_shard and cp both above 1 their flattened dim
+ * "dp_shard_cp" (FSDP's group) (*out, the caller's: tr_mesh_free after
  * the layers built on it). Collective over world. */
 int tr_compose_mesh(const tr_config_t* cfg, tr_pg_t* world, tr_mesh_t** out,
                     tr_errmsg_t* err);
 
 /* FSDP (HSDP when data_parallel_replicate_degree > 1) over mesh (LOCAL_RANK
- * picks its device): its dp_shard and dp_replicate groups, the placements
- * on mesh's shape (so composed onto a TP plan on the same mesh), the
- * options above. TR_ECONFIG (message in err) for bad values or a shard
- * degree of 1; *out is NULL then. */
+ * picks its device): its dp_shard and dp_replicate groups -- under context
+ * parallelism dp_shard x cp (dp_shard_cp, or cp alone), as torchtitan
+ * shards over dp_shard_cp whenever cp > 1 -- the placements on mesh's
+ * shape with dp_shard and cp as one dim "dp_shard" (so composed onto a TP
+ * plan on the same shape), the options above. TR_ECONFIG (message in err)
+ * for bad values or no rank to shard over; *out is NULL then. */
 int tr_compose_fsdp(const tr_config_t* cfg, const tr_mesh_t* mesh,
                     tr_fsdp_t** out, tr_errmsg_t* err);
 
-/* Tensor parallelism over mesh's dim "tp": its group and the mesh's shape,
+/* Tensor parallelism over mesh's dim "tp": its group and the mesh's shape
+ * (dp_shard and cp merged as for FSDP),
  * loss parallel unless [parallelism] disable_loss_parallel. Returns 1 and
  * fills *out when the dim has more than one rank, else 0 and *out zeroed. */
 int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
                   tr_trainer_tp_t* out);
+
+/* Context parallelism over mesh's dim "cp": its group and [parallelism]
+ * context_parallel_rotate_method. Returns 1 and fills *out when the dim
+ * has more than one rank, else 0 and *out zeroed; TR_ECONFIG for an
+ * unknown method. */
+int tr_compose_cp(const tr_config_t* cfg, const tr_mesh_t* mesh, tr_cp_t* out);
 
 /* The pipeline's settings for a run of cfg and model mc: the schedule
  * kind, the split keys, the CSV, the micro-batch count (gradient

@@ -154,20 +154,6 @@ static int check_faults(const tr_config_t* cfg, int64_t world,
 /* Keys whose feature is not built: refused when set to what needs it. */
 static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
-  static const struct {
-    tr_config_key_id_t id;
-    const char* what;
-  } degrees[] = {
-      {TR_CFG_K_parallelism_context_parallel_degree, "context"},
-  };
-  const int64_t vals[] = {p->context_parallel_degree};
-  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
-    if (vals[i] > 1)
-      return key_fail(cfg, err, degrees[i].id,
-                      "%lld: %s parallelism is not built yet; split the "
-                      "ranks with data_parallel_shard_degree (FSDP) and "
-                      "data_parallel_replicate_degree (DDP, HSDP) instead",
-                      (long long)vals[i], degrees[i].what);
   if (p->enable_async_tensor_parallel)
     return key_fail(cfg, err,
                     TR_CFG_K_parallelism_enable_async_tensor_parallel,
@@ -262,6 +248,15 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     "ranks is built for CPU tensors only; leave it false "
                     "on cuda (loss parallel gives the same losses)",
                     (long long)p->tensor_parallel_degree);
+  if (strided && p->context_parallel_degree > 1)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
+                    "%lld with context_parallel_degree %lld: FSDP (which "
+                    "shards over dp_shard x cp under context parallelism) "
+                    "cannot shard %s's fused q/k/v matrix (c_attn) over its "
+                    "tensor-parallel pieces, which are cut in 3 parts; use "
+                    "llama3 for tensor x context parallelism",
+                    (long long)p->tensor_parallel_degree,
+                    (long long)p->context_parallel_degree, cfg->model.name);
   if (strided && p->data_parallel_shard_degree > 1)
     return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
                     "%lld with data_parallel_shard_degree %lld: FSDP cannot "
@@ -271,6 +266,46 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     "parallelism for gpt2, or llama3",
                     (long long)p->tensor_parallel_degree,
                     (long long)p->data_parallel_shard_degree, cfg->model.name);
+  return 0;
+}
+
+/* Context parallelism: what it is not built with. */
+static int check_cp(const tr_config_t* cfg, tr_errmsg_t* err) {
+  const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  int64_t cp = p->context_parallel_degree, tp = p->tensor_parallel_degree;
+  if (strcmp(p->context_parallel_load_balancer, "headtail") != 0)
+    return key_fail(cfg, err,
+                    TR_CFG_K_parallelism_context_parallel_load_balancer,
+                    "'%s' is not built: trainrun's ring balances the causal "
+                    "work with torchtitan's head-tail chunks (rank r holds "
+                    "chunks r and 2N-1-r); ptrr's per-document round robin "
+                    "is FlexAttention's. Use \"headtail\"",
+                    p->context_parallel_load_balancer);
+  if (cp <= 1) return 0;
+  if (job_on_cuda(cfg))
+    return key_fail(cfg, err, TR_CFG_K_parallelism_context_parallel_degree,
+                    "%lld on cuda: the attention of shifted chunk pairs "
+                    "(the ring's kernels) is built for the CPU only; run "
+                    "context parallelism with training.device = \"cpu\"",
+                    (long long)cp);
+  if (p->pipeline_parallel_degree > 1)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_context_parallel_degree,
+                    "%lld with pipeline_parallel_degree %lld is not built "
+                    "yet (the stages' activations would be the cp ranks' "
+                    "chunks); use one of them",
+                    (long long)cp, (long long)p->pipeline_parallel_degree);
+  if (tp > 1 && (cfg->training.seq_len / cp) % tp)
+    return key_fail(cfg, err, TR_CFG_K_training_seq_len,
+                    "training.seq_len %lld: each of the %lld cp ranks keeps "
+                    "%lld tokens, which sequence parallelism cannot split "
+                    "over tensor_parallel_degree %lld",
+                    (long long)cfg->training.seq_len, (long long)cp,
+                    (long long)(cfg->training.seq_len / cp), (long long)tp);
+  if (cfg->validation.enable && cfg->validation.seq_len % (2 * cp))
+    return key_fail(cfg, err, TR_CFG_K_validation_seq_len,
+                    "validation.seq_len %lld must be a multiple of 2 x "
+                    "context_parallel_degree = %lld",
+                    (long long)cfg->validation.seq_len, (long long)(2 * cp));
   return 0;
 }
 
@@ -328,6 +363,7 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
   if (tr_compose_model_config(cfg, &mc, &merr) < 0) /* flavor, seq_len */
     return fail_named(cfg, err, merr.message);
   TR_CHECK(check_tp(cfg, &mc, err));
+  TR_CHECK(check_cp(cfg, err));
   TR_CHECK(check_pp(cfg, &mc, err));
   const typeof(cfg->checkpoint)* ck = &cfg->checkpoint;
   if (ck->enable && ck->last_save_in_hf && !ck->last_save_model_only)
@@ -373,9 +409,7 @@ int tr__job_uses_mpi(const tr_config_t* cfg) {
 
 /* ---- keys that change nothing ---- */
 
-#define UNDER_CP                                                         \
-  "it applies under context parallelism, which trainrun does not build " \
-  "yet"
+#define UNDER_CP "it applies under context_parallel_degree > 1"
 #define UNDER_EP                                                        \
   "it applies under expert parallelism, and trainrun's models have no " \
   "mixture-of-experts layers"
@@ -389,9 +423,8 @@ static const struct {
      "(token shards are tokenized already) and config.json is written from "
      "the model config"},
     {TR_CFG_K_training_gc_freq, "trainrun has no garbage collector to pace"},
-    {TR_CFG_K_parallelism_context_parallel_load_balancer, UNDER_CP},
-    {TR_CFG_K_parallelism_context_parallel_rotate_method, UNDER_CP},
     {TR_CFG_K_parallelism_expert_tensor_parallel_degree, UNDER_EP},
+    {TR_CFG_K_parallelism_context_parallel_rotate_method, UNDER_CP},
     {TR_CFG_K_parallelism_expert_parallel_comm_backend, UNDER_EP},
     {TR_CFG_K_debug_moe_force_load_balance,
      "trainrun's models have no mixture-of-experts layers"},
@@ -416,6 +449,9 @@ void tr__job_notes(const tr_config_t* cfg, FILE* out) {
   char where[300];
   for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) {
     if (tr_config_is_default(cfg, inert[i].id)) continue;
+    if (inert[i].id == TR_CFG_K_parallelism_context_parallel_rotate_method &&
+        cfg->parallelism.context_parallel_degree > 1)
+      continue; /* the ring's method: it acts */
     const char* at = tr_config_origin(cfg, inert[i].id, where, sizeof where);
     const char* name = tr_config_key(inert[i].id)->name;
     if (at && at[0] == '-') /* the flag names the key */

@@ -27,8 +27,8 @@ EXTRA_DIST += tests/cli_keys.test
 
 # tensor_parallel_degree end to end: TP, FSDP x TP, DDP x TP against one
 # rank, checkpoints across layouts, bad degrees.
-TESTS += tests/cli_tp.test
-EXTRA_DIST += tests/cli_tp.test tests/parallel.sh
+TESTS += tests/cli_tp.test tests/cli_cp.test
+EXTRA_DIST += tests/cli_tp.test tests/cli_cp.test tests/parallel.sh
 
 # pipeline_parallel_degree end to end: every schedule at pp 2, pp 4, GPT-2's
 # tied table, pp x tp, accumulation, checkpoints across layouts, bad

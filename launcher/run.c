@@ -4,8 +4,9 @@
  * of several ranks trains data parallel over the default process group,
  * through the daemon's store: FSDP / HSDP (trainrun/fsdp2.h) when
  * [parallelism] data_parallel_shard_degree > 1, else DDP (trainrun/ddp.h),
- * over the mesh's data-parallel dims, and tensor parallelism over its dim
- * "tp" when tensor_parallel_degree > 1.
+ * over the mesh's data-parallel dims (FSDP over dp_shard x cp under
+ * context parallelism), tensor parallelism over its dim "tp" when
+ * tensor_parallel_degree > 1, and context parallelism over "cp".
  * Every module gets its options from the config through
  * launcher/compose.c. */
 #include "config.h"
@@ -79,6 +80,7 @@ typedef struct {
   tr_dp_t dist;
   tr_trainer_tp_t tp; /* pg NULL: no tensor parallelism */
   tr_trainer_pp_t pp; /* pg NULL: no pipeline parallelism */
+  tr_cp_t cp;         /* pg NULL: no context parallelism */
 } worker_dist_t;
 
 static void worker_dist_release(worker_dist_t* w) {
@@ -186,14 +188,22 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
             tr_strerror(rc));
   tr_errmsg_t err;
   int tp = p->tensor_parallel_degree > 1, pp = p->pipeline_parallel_degree > 1;
-  if (p->data_parallel_shard_degree > 1 || tp || pp) { /* the job's mesh */
+  int cp = p->context_parallel_degree > 1;
+  /* FSDP over dp_shard x cp under context parallelism (torchtitan) */
+  int fsdp = p->data_parallel_shard_degree > 1 || cp;
+  if (fsdp || tp || pp) { /* the job's mesh */
     rc = tr_compose_mesh(cfg, w->pg, &w->mesh, &err);
     if (rc == 0 && tp) tr_compose_tp(cfg, w->mesh, &w->tp);
+    if (rc == 0 && cp && tr_compose_cp(cfg, w->mesh, &w->cp) < 0)
+      rc = tr_errmsg_set(&err, TR_ECONFIG,
+                         "parallelism.context_parallel_rotate_method: "
+                         "unknown '%s'",
+                         p->context_parallel_rotate_method);
     if (rc == 0 && pp) {
       int prc = tr_compose_pp(cfg, w->mesh, &w->pp);
       if (prc < 0) rc = tr_errmsg_set(&err, prc, "pipeline: %s", tr_strerror(prc));
     }
-    if (rc == 0 && p->data_parallel_shard_degree > 1) /* FSDP, HSDP */
+    if (rc == 0 && fsdp) /* FSDP, HSDP */
       rc = tr_compose_fsdp(cfg, w->mesh, &w->fsdp, &err);
     if (rc < 0) {
       fprintf(stderr, "trainrun: rank %d: %s\n", l->rank, err.message);
@@ -202,6 +212,12 @@ static int worker_dist_init(worker_dist_t* w, const tr_launch_t* l,
     }
     if (w->fsdp) {
       tr_fsdp_dp(w->fsdp, &w->dist);
+      /* its sums cover dp x cp; the data's replicas are dp alone (the cp
+       * ranks of one replica, consecutive in its shard group, read the
+       * same samples) */
+      int k = (int)p->context_parallel_degree;
+      w->dist.dp_rank /= k;
+      w->dist.dp_size /= k;
       return 0;
     }
   }
@@ -397,6 +413,7 @@ int tr_launch_job(int argc, char** argv) {
       topts.dist = &wd.dist;
       if (wd.tp.pg) topts.tp = &wd.tp;
       if (wd.pp.pg) topts.pp = &wd.pp;
+      if (wd.cp.pg) topts.cp = &wd.cp;
       topts.train_timeout_ms = cfg.comm.train_timeout_seconds * 1000;
     }
     if (trc < 0) {

@@ -114,6 +114,16 @@ int64_t tr_model_config_num_params(const tr_model_config_t* c) {
   return fam ? fam->num_params(c) : 0;
 }
 
+int64_t tr_model_activation_bytes(const tr_model_config_t* c, int64_t tokens,
+                                  int elem_size) {
+  const tr__family_t* fam = tr__family_of(c->family);
+  if (!fam) return 0;
+  /* the head: its input, the norm's output and statistics, the logits
+   * (turned into their gradient in place) and the losses */
+  int64_t head = 2 * (int64_t)c->dim + c->vocab_size + 3;
+  return tokens * (c->n_layers * fam->layer_act_elems(c) + head) * elem_size;
+}
+
 double tr_model_flops_per_token(const tr_model_config_t* c, int seq_len) {
   const tr__family_t* fam = tr__family_of(c->family);
   if (!fam) return 0.0;

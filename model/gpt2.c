@@ -295,6 +295,12 @@ static int qkv_views(tr_tensor_t* qkv, int64_t Cl, tr_tensor_t* q,
   return tr_tensor_narrow(v, qkv, 2, 2 * Cl, Cl);
 }
 
+/* gpt2_saved_t per token: x, ln1, qkv (3C), atty, x2, ln2, fc and gelu
+ * (F each), lse (H), the norms' means and rstds */
+static int64_t layer_act_elems(const tr_model_config_t* c) {
+  return 7 * (int64_t)c->dim + 2 * (int64_t)c->ffn_dim + c->n_heads + 4;
+}
+
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
@@ -324,10 +330,9 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   TR_CHECK_GOTO(qkv_views(&s->qkv, d.Cl, &q, &k, &v), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->atty, B, T, d.Cl), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->lse, (int64_t)B * d.H * T), rc, fail);
-  TR_CHECK_GOTO(tr_kern_attention_masked_fwd(&s->atty, &s->lse, &q, &k, &v, d.H,
-                                             d.H, tr__mask_doc_start(mb),
-                                             c->sliding_window, 0),
-                rc, fail);
+  TR_CHECK_GOTO(
+      tr__attention_fwd(m, mb, &s->atty, &s->lse, &q, &k, &v, d.H, d.H), rc,
+      fail);
   TR_CHECK_GOTO(tr__act(m, &proj, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &proj, &s->atty, W(m, blk, G_PROJ_W),
                                    W(m, blk, G_PROJ_B)),
@@ -455,9 +460,8 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr__act(m, &dqkv, B, T, 3 * d.Cl), rc, out); /* set */
   TR_CHECK_GOTO(qkv_views(&s->qkv, d.Cl, &q, &k, &v), rc, out);
   TR_CHECK_GOTO(qkv_views(&dqkv, d.Cl, &dq, &dk, &dv), rc, out);
-  TR_CHECK_GOTO(tr_kern_attention_masked_bwd(
-                    &dq, &dk, &dv, &datty, &q, &k, &v, &s->atty, &s->lse, d.H,
-                    d.H, tr__mask_doc_start(mb), m->cfg.sliding_window, 0),
+  TR_CHECK_GOTO(tr__attention_bwd(m, mb, &dq, &dk, &dv, &datty, &q, &k, &v,
+                                  &s->atty, &s->lse, d.H, d.H),
                 rc, out);
   TR_CHECK_GOTO(/* dsmall is now d(ln1) */
                 tr_kern_linear_bwd_write(&dsmall, GW(G_QKV_W), GW(G_QKV_B),
@@ -566,6 +570,7 @@ const tr__family_t tr__gpt2_family = {
     .check = check,
     .num_params = num_params,
     .lookup_params = lookup_params,
+    .layer_act_elems = layer_act_elems,
     .hf_config = hf_config,
     .build = build,
     .embed_fwd = embed_fwd,

@@ -84,8 +84,27 @@ int tr__act_i32(tr_model_t* m, tr_tensor_t* dst, const int32_t* src, int B,
 
 /* model/mask.c: a micro-batch's attention mask (block_causal: doc_start,
  * and with document_positions the positions, or for Llama their RoPE
- * tables), built from the host tokens by tr_model_mb_init. */
-int tr__mask_mb_init(tr_model_t* m, tr_model_mb_t* mb, const int32_t* tokens);
+ * tables), built from the host tokens [B, T] (the whole sequences) by
+ * tr_model_mb_init. Under context parallelism doc_start is the whole
+ * sequences' and the positions (always set then) are those of this rank's
+ * rows in the whole sequence (or in their documents). */
+int tr__mask_mb_init(tr_model_t* m, tr_model_mb_t* mb, const int32_t* tokens,
+                     int T);
+/* dst [B, T / cp] = this cp rank's two chunks of each row of src [B, T]
+ * (head-tail: chunks rank and 2 cp - 1 - rank of 2 cp) */
+void tr__mask_cp_rows(const tr_model_t* m, int32_t* dst, const int32_t* src,
+                      int B, int T);
+/* The layers' attention: the context-parallel seam when installed, else
+ * the masked attention kernels with mb's mask and the config's window. */
+int tr__attention_fwd(tr_model_t* m, const tr_model_mb_t* mb, tr_tensor_t* out,
+                      tr_tensor_t* lse, const tr_tensor_t* q,
+                      const tr_tensor_t* k, const tr_tensor_t* v, int H,
+                      int KVH);
+int tr__attention_bwd(tr_model_t* m, const tr_model_mb_t* mb, tr_tensor_t* dq,
+                      tr_tensor_t* dk, tr_tensor_t* dv, const tr_tensor_t* dout,
+                      const tr_tensor_t* q, const tr_tensor_t* k,
+                      const tr_tensor_t* v, const tr_tensor_t* out,
+                      const tr_tensor_t* lse, int H, int KVH);
 void tr__mask_mb_release(tr_model_mb_t* mb);
 /* mb's doc_start / document positions, NULL when it has none */
 const tr_tensor_t* tr__mask_doc_start(const tr_model_mb_t* mb);
@@ -177,6 +196,9 @@ struct tr_model_family {
    * token table (GPT-2's positions), which FLOPs leave out. */
   int64_t (*num_params)(const tr_model_config_t* c);
   int64_t (*lookup_params)(const tr_model_config_t* c);
+  /* Elements a layer's forward keeps for its backward, per token (its
+   * saved record without checkpointing): tr_model_activation_bytes. */
+  int64_t (*layer_act_elems)(const tr_model_config_t* c);
   /* Hugging Face config.json fields (tr_model_hf_config). */
   int (*hf_config)(const tr_model_config_t* c, tr_hf_field_t* out, int cap);
 

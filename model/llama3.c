@@ -294,6 +294,15 @@ static int local_dims(tr_model_t* m, int blk, dims_t* d) {
   return 0;
 }
 
+/* llama_saved_t per token: x, h, x2, h2 (C each), q and atty (H D), k
+ * and v (KVH D), gate, up and their product (F each), lse (H), two
+ * rstds */
+static int64_t layer_act_elems(const tr_model_config_t* c) {
+  int64_t C = c->dim, F = c->ffn_dim, D = c->head_dim;
+  return 4 * C + 2 * c->n_heads * D + 2 * c->n_kv_heads * D + 3 * F +
+         c->n_heads + 2;
+}
+
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   const tr_model_config_t* c = &m->cfg;
   int B = mb->B, T = mb->T, C = c->dim;
@@ -328,11 +337,9 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   TR_CHECK_GOTO(tr__mask_rope(m, mb, &s->k, d.KVH, 0), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->atty, B, T, (int64_t)d.H * d.D), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->lse, (int64_t)B * d.H * T), rc, fail);
-  TR_CHECK_GOTO(
-      tr_kern_attention_masked_fwd(&s->atty, &s->lse, &s->q, &s->k, &s->v, d.H,
-                                   d.KVH, tr__mask_doc_start(mb),
-                                   c->sliding_window, 0),
-      rc, fail);
+  TR_CHECK_GOTO(tr__attention_fwd(m, mb, &s->atty, &s->lse, &s->q, &s->k, &s->v,
+                                  d.H, d.KVH),
+                rc, fail);
   TR_CHECK_GOTO(tr__act(m, &o, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &o, &s->atty, W(m, blk, L_WO), NULL), rc,
                 fail);
@@ -448,10 +455,8 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr__act(m, &dq, B, T, (int64_t)d.H * d.D), rc, out);
   TR_CHECK_GOTO(tr__act(m, &dk, B, T, (int64_t)d.KVH * d.D), rc, out);
   TR_CHECK_GOTO(tr__act(m, &dv, B, T, (int64_t)d.KVH * d.D), rc, out);
-  TR_CHECK_GOTO(tr_kern_attention_masked_bwd(
-                    &dq, &dk, &dv, &datty, &s->q, &s->k, &s->v, &s->atty,
-                    &s->lse, d.H, d.KVH, tr__mask_doc_start(mb),
-                    c->sliding_window, 0),
+  TR_CHECK_GOTO(tr__attention_bwd(m, mb, &dq, &dk, &dv, &datty, &s->q, &s->k,
+                                  &s->v, &s->atty, &s->lse, d.H, d.KVH),
                 rc, out);
   tr_tensor_release(&datty);
   TR_CHECK_GOTO(tr__mask_rope(m, mb, &dq, d.H, 1), rc, out);
@@ -567,6 +572,7 @@ const tr__family_t tr__llama3_family = {
     .check = check,
     .num_params = num_params,
     .lookup_params = lookup_params,
+    .layer_act_elems = layer_act_elems,
     .hf_config = hf_config,
     .build = build,
     .embed_fwd = embed_fwd,

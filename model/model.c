@@ -20,27 +20,49 @@
 int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
                      const int32_t* tokens, const int32_t* targets) {
   memset(mb, 0, sizeof *mb);
+  int cp = m->cp.fwd ? m->cp.size : 1; /* T: the whole sequence's */
   if (B < 1 || T < 1 || T > m->cfg.max_seq_len || !tokens) {
     TR_LOG_ERROR(MODEL, "bad micro-batch %dx%d (max_seq_len %d)", B, T,
                  m->cfg.max_seq_len);
     return TR_EINVAL;
   }
+  if (cp > 1 && T % (2 * cp)) {
+    TR_LOG_ERROR(MODEL,
+                 "context parallel: %d tokens do not split into 2 x %d "
+                 "equal chunks",
+                 T, cp);
+    return TR_EINVAL;
+  }
   mb->B = B;
-  mb->T = T;
+  mb->T = T / cp;
   mb->n_blocks = m->n_blocks;
   mb->saved = calloc((size_t)m->n_blocks, sizeof *mb->saved);
   mb->wsaved = calloc((size_t)m->n_blocks, sizeof *mb->wsaved);
-  if (!mb->saved || !mb->wsaved) {
+  int32_t* rows = NULL; /* this cp rank's tokens and targets */
+  if (cp > 1) rows = malloc(sizeof *rows * (size_t)B * (size_t)mb->T * 2);
+  if (!mb->saved || !mb->wsaved || (cp > 1 && !rows)) {
     free(mb->saved);
     free(mb->wsaved);
+    free(rows);
+    memset(mb, 0, sizeof *mb);
     return TR_ENOMEM;
   }
-  if (targets)
-    for (int64_t i = 0; i < (int64_t)B * T; i++)
-      mb->n_valid += targets[i] != TR_IGNORE_INDEX;
-  int rc = tr__act_i32(m, &mb->tokens, tokens, B, T);
-  if (rc == 0 && targets) rc = tr__act_i32(m, &mb->targets, targets, B, T);
-  if (rc == 0) rc = tr__mask_mb_init(m, mb, tokens); /* model/mask.c */
+  const int32_t* tok = tokens;
+  const int32_t* tgt = targets;
+  if (cp > 1) {
+    size_t n = (size_t)B * mb->T;
+    tr__mask_cp_rows(m, rows, tokens, B, T);
+    tok = rows;
+    if (targets) tr__mask_cp_rows(m, rows + n, targets, B, T);
+    tgt = targets ? rows + n : NULL;
+  }
+  if (tgt)
+    for (int64_t i = 0; i < (int64_t)B * mb->T; i++)
+      mb->n_valid += tgt[i] != TR_IGNORE_INDEX;
+  int rc = tr__act_i32(m, &mb->tokens, tok, B, mb->T);
+  if (rc == 0 && tgt) rc = tr__act_i32(m, &mb->targets, tgt, B, mb->T);
+  if (rc == 0) rc = tr__mask_mb_init(m, mb, tokens, T); /* model/mask.c */
+  free(rows);
   if (rc < 0) tr_model_mb_release(m, mb);
   return rc;
 }

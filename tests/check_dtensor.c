@@ -1367,11 +1367,12 @@ static void cp_case(int N, int H, int KVH) {
     cp_tensor(&dkr, B, T, KD, 0);
     cp_tensor(&dvr, B, T, KD, 0);
     ck_assert_int_eq(tr_cp_attention_fwd(&ol, &ll, &ql, &kall, &v, H, KVH, ch,
-                                         2, n_chunks),
+                                         2, n_chunks, NULL, 0),
                      0);
-    ck_assert_int_eq(tr_cp_attention_bwd(&dql, &dkr, &dvr, &gl, &ql, &kall, &v,
-                                         &ol, &ll, H, KVH, ch, 2, n_chunks),
-                     0);
+    ck_assert_int_eq(
+        tr_cp_attention_bwd(&dql, &dkr, &dvr, &gl, &ql, &kall, &v, &ol, &ll, H,
+                            KVH, ch, 2, n_chunks, NULL, 0),
+        0);
     for (int i = 0; i < 2; i++) {
       e_out = fmax(e_out, cp_diff(&ol, i * c, &of, ch[i] * c, c, 1));
       e_lse = fmax(e_lse, cp_diff(&ll, i * c, &lf, ch[i] * c, c, 2));
@@ -1437,16 +1438,139 @@ START_TEST(test_cp_chunk_shift_edges) {
   }
   for (int j = 0; j < 4; j++) sum += exp(s[j] - mx);
   ck_assert(fabs(tr_tensor_get(&l, 0) - (mx + log(sum))) < 1e-5);
-  /* not with a window or documents */
+  /* a window counts from the row's position: row 0 (at 4) sees key 3 */
   ck_assert_int_eq(
-      tr_kern_attention_masked_fwd(&o, &l, &q, &k, &v, 1, 1, NULL, 2, 4),
-      TR_EINVAL);
+      tr_kern_attention_masked_fwd(&o, &l, &q, &k, &v, 1, 1, NULL, 2, 4), 0);
+  ck_assert(fabs(tr_tensor_get(&l, 0) - s[3]) < 1e-5);
   int ch[2];
   ck_assert_int_eq(tr_cp_headtail(2, 2, ch), TR_EINVAL);
   tr_tensor_t* ts[] = {&q, &k, &v, &o, &l};
   for (int i = 0; i < 5; i++) tr_tensor_release(ts[i]);
 }
 END_TEST
+
+#ifdef HAVE_GLOO
+/* rows of chunks ch[0], ch[1] (c each) of x [B, T, W] into a fresh
+ * [B, 2c, W] */
+static void cp_local(tr_tensor_t* dst, const tr_tensor_t* x, const int ch[2],
+                     int64_t c) {
+  int64_t sh[3] = {x->shape[0], 2 * c, x->shape[2]};
+  PCHECK_RC(tr_tensor_zeros(dst, TR_F32, TR_DEVICE_CPU, 3, sh));
+  for (int i = 0; i < 2; i++) {
+    tr_tensor_t a = {0}, b = {0};
+    PCHECK_RC(tr_tensor_narrow(&a, x, 1, ch[i] * c, c));
+    PCHECK_RC(tr_tensor_narrow(&b, dst, 1, i * c, c));
+    PCHECK_RC(tr_tensor_copy(&b, &a));
+    tr_tensor_release(&a);
+    tr_tensor_release(&b);
+  }
+}
+
+/* One case of the ring over pg against full attention over the whole
+ * sequence: out, lse, dq of this rank's rows and dk, dv of its chunks
+ * (the sum over every rank's queries) within 1e-6. masked: documents
+ * (block_causal starts) and a sliding window that crosses chunks. With
+ * H == KVH q, k, v (and dq, dk, dv) are strided views of one fused
+ * [B, 2c, 3 H D] tensor, as GPT-2's c_attn leaves them. */
+static void cp_ring_case(tr_pg_t* pg, tr_cp_rotate_t rot, int H, int KVH,
+                         int masked) {
+  const int B = 2, D = 8, n = tr_pg_size(pg), r = tr_pg_rank(pg);
+  const int64_t c = 6, T = 2 * n * c, HD = (int64_t)H * D,
+                KD = (int64_t)KVH * D;
+  cp_rng = 17; /* every rank draws the same sequence */
+  tr_tensor_t q, k, v, dout, of, lf, dqf, dkf, dvf;
+  cp_tensor(&q, B, T, HD, 1);
+  cp_tensor(&k, B, T, KD, 1);
+  cp_tensor(&v, B, T, KD, 1);
+  cp_tensor(&dout, B, T, HD, 1);
+  tr_tensor_t ds = {0};
+  int window = masked ? (int)(c + c / 2) : 0;
+  if (masked) { /* documents end at every 7th and 11th token */
+    int64_t sh[2] = {B, T};
+    PCHECK_RC(tr_tensor_empty(&ds, TR_I32, TR_DEVICE_CPU, 2, sh));
+    int32_t* tok = malloc(sizeof *tok * (size_t)(B * T));
+    PCHECK(tok != NULL);
+    for (int64_t i = 0; i < B * T; i++)
+      tok[i] = (i % T) % (i < T ? 7 : 11) == 5 ? 0 : 1;
+    tr_kern_attn_doc_start(tr_tensor_data(&ds), NULL, tok, B, (int)T, 0);
+    free(tok);
+  }
+  const tr_tensor_t* dsp = masked ? &ds : NULL;
+  cp_tensor(&of, B, T, HD, 0);
+  cp_tensor(&lf, B, H, T, 0);
+  cp_tensor(&dqf, B, T, HD, 0);
+  cp_tensor(&dkf, B, T, KD, 0);
+  cp_tensor(&dvf, B, T, KD, 0);
+  PCHECK_RC(tr_kern_attention_masked_fwd(&of, &lf, &q, &k, &v, H, KVH, dsp,
+                                         window, 0));
+  PCHECK_RC(tr_kern_attention_masked_bwd(&dqf, &dkf, &dvf, &dout, &q, &k, &v,
+                                         &of, &lf, H, KVH, dsp, window, 0));
+  int ch[2];
+  PCHECK_RC(tr_cp_headtail(n, r, ch));
+  tr_tensor_t ql, kl, vl, gl, ol, ll, dql, dkl, dvl, fused = {0}, dfused = {0};
+  cp_local(&ql, &q, ch, c);
+  cp_local(&kl, &k, ch, c);
+  cp_local(&vl, &v, ch, c);
+  cp_local(&gl, &dout, ch, c);
+  cp_tensor(&ol, B, 2 * c, HD, 0);
+  cp_tensor(&ll, B, H, 2 * c, 0);
+  if (H == KVH) { /* views of fused [B, 2c, 3HD] tensors */
+    cp_tensor(&fused, B, 2 * c, 3 * HD, 0);
+    cp_tensor(&dfused, B, 2 * c, 3 * HD, 0);
+    tr_tensor_t* src[3] = {&ql, &kl, &vl};
+    tr_tensor_t* dd[3] = {&dql, &dkl, &dvl};
+    for (int i = 0; i < 3; i++) {
+      tr_tensor_t view = {0};
+      PCHECK_RC(tr_tensor_narrow(&view, &fused, 2, i * HD, HD));
+      PCHECK_RC(tr_tensor_copy(&view, src[i]));
+      tr_tensor_release(src[i]);
+      *src[i] = view;
+      PCHECK_RC(tr_tensor_narrow(dd[i], &dfused, 2, i * HD, HD));
+    }
+  } else {
+    cp_tensor(&dql, B, 2 * c, HD, 0);
+    cp_tensor(&dkl, B, 2 * c, KD, 0);
+    cp_tensor(&dvl, B, 2 * c, KD, 0);
+  }
+  tr_cp_t cp = {.pg = pg, .rotate = rot};
+  PCHECK_RC(tr_cp_ring_fwd(&cp, &ol, &ll, &ql, &kl, &vl, H, KVH, dsp, window));
+  PCHECK_RC(tr_cp_ring_bwd(&cp, &dql, &dkl, &dvl, &gl, &ql, &kl, &vl, &ol, &ll,
+                           H, KVH, dsp, window));
+  double e[5] = {0};
+  for (int i = 0; i < 2; i++) {
+    e[0] = fmax(e[0], cp_diff(&ol, i * c, &of, ch[i] * c, c, 1));
+    e[1] = fmax(e[1], cp_diff(&ll, i * c, &lf, ch[i] * c, c, 2));
+    e[2] = fmax(e[2], cp_diff(&dql, i * c, &dqf, ch[i] * c, c, 1));
+    e[3] = fmax(e[3], cp_diff(&dkl, i * c, &dkf, ch[i] * c, c, 1));
+    e[4] = fmax(e[4], cp_diff(&dvl, i * c, &dvf, ch[i] * c, c, 1));
+  }
+  fprintf(stderr,
+          "cp ring %s N=%d H=%d KVH=%d %s rank %d: max |cp - full| out %.2g "
+          "lse %.2g dq %.2g dk %.2g dv %.2g\n",
+          rot == TR_CP_ALLGATHER ? "allgather" : "alltoall", n, H, KVH,
+          masked ? "documents+window" : "causal", r, e[0], e[1], e[2], e[3],
+          e[4]);
+  for (int i = 0; i < 5; i++) PCHECK(e[i] <= 1e-6);
+  tr_tensor_t* ts[] = {&q,   &k,   &v,   &dout, &of,  &lf,    &dqf,
+                       &dkf, &dvf, &ds,  &ql,   &kl,  &vl,    &gl,
+                       &ol,  &ll,  &dql, &dkl,  &dvl, &fused, &dfused};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+
+static void body_cp_ring(tr_pg_t* world, pg_ctx_t* ctx) {
+  (void)ctx;
+  static const int heads[2][2] = {{2, 2}, {4, 2}}; /* GPT-2's, GQA */
+  for (int rot = 0; rot < 2; rot++)
+    for (int h = 0; h < 2; h++)
+      for (int masked = 0; masked < 2; masked++)
+        cp_ring_case(world, (tr_cp_rotate_t)rot, heads[h][0], heads[h][1],
+                     masked);
+}
+
+START_TEST(test_cp_ring) { run(_i ? 4 : 2, body_cp_ring); }
+END_TEST
+#endif
 
 static Suite* dtensor_suite(void) {
   Suite* s = suite_create("dtensor");
@@ -1465,6 +1589,10 @@ static Suite* dtensor_suite(void) {
   tc = tcase_create("cp");
   tcase_add_test(tc, test_cp_attention_headtail);
   tcase_add_test(tc, test_cp_chunk_shift_edges);
+#ifdef HAVE_GLOO
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_cp_ring, 0, 2); /* 2 and 4 ranks */
+#endif
   suite_add_tcase(s, tc);
 #ifdef HAVE_GLOO
   tc = tcase_create("gloo");

@@ -167,6 +167,9 @@ static char* train_state_json(const tr_trainer_t* t) {
   if (root && t->tp.pg)
     json_object_set_new(json_object_get(root, "batch"), "tp",
                         json_integer(tr_pg_size(t->tp.pg)));
+  if (root && t->cp.pg) /* the ranks each sample's chunks went to */
+    json_object_set_new(json_object_get(root, "batch"), "cp",
+                        json_integer(tr_pg_size(t->cp.pg)));
   /* the model config, so `trainrun ckpt export` can rebuild the model */
   char* mc = tr_model_config_to_json(&t->model.cfg);
   json_error_t je;
@@ -628,12 +631,15 @@ int tr_trainer_checkpoint_start(tr_trainer_t* t, FILE* con,
   if (tr_ckpt_mode_parse(ck->async_mode, &o.mode) < 0)
     return tr_errmsg_set(err, TR_ECONFIG, "checkpoint.async_mode: unknown '%s'",
                          ck->async_mode);
-  char layout[160];
+  char layout[192];
+  int cp = t->cp.pg ? tr_pg_size(t->cp.pg) : 1;
   snprintf(layout, sizeof layout,
-           "{\"kind\":\"%s\",\"dp\":%d,\"tp\":%d,\"global_batch\":%" PRId64
-           ",\"local_batch\":%" PRId64 "}",
-           t->tp.pg ? "tensor_parallel" : "data_parallel", t->dist.dp_size,
-           t->world / t->dist.dp_size, t->G, t->B);
+           "{\"kind\":\"%s\",\"dp\":%d,\"tp\":%d,\"cp\":%d,"
+           "\"global_batch\":%" PRId64 ",\"local_batch\":%" PRId64 "}",
+           t->tp.pg   ? "tensor_parallel"
+           : t->cp.pg ? "context_parallel"
+                      : "data_parallel",
+           t->dist.dp_size, t->world / t->dist.dp_size / cp, cp, t->G, t->B);
   o.layout_json = layout;
   if (!ck->load_only) TR_CHECK(tr_ckpt_saver_new(&o, &c->saver, err));
 

@@ -106,6 +106,11 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     t->opts.pp = NULL;
     if (!t->pp.pg || tr_pg_size(t->pp.pg) < 2) memset(&t->pp, 0, sizeof t->pp);
   }
+  if (t->opts.cp) {
+    t->cp = *t->opts.cp;
+    t->opts.cp = NULL;
+    if (!t->cp.pg || tr_pg_size(t->cp.pg) < 2) memset(&t->cp, 0, sizeof t->cp);
+  }
   if (t->dist.dp_size < 1 || t->dist.dp_rank < 0 ||
       t->dist.dp_rank >= t->dist.dp_size)
     return tr_errmsg_set(err, TR_EINVAL, "bad data-parallel rank %d of %d",
@@ -114,9 +119,11 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
   int tp = t->tp.pg ? tr_pg_size(t->tp.pg) : 1;
   int pp = t->pp.pg ? tr_pg_size(t->pp.pg) : 1;
   int pp_rank = t->pp.pg ? tr_pg_rank(t->pp.pg) : 0;
-  t->rank = (pp_rank * dp + t->dist.dp_rank) * tp +
+  int cp = t->cp.pg ? tr_pg_size(t->cp.pg) : 1;
+  int cp_rank = t->cp.pg ? tr_pg_rank(t->cp.pg) : 0;
+  t->rank = ((pp_rank * dp + t->dist.dp_rank) * cp + cp_rank) * tp +
             (t->tp.pg ? tr_pg_rank(t->tp.pg) : 0);
-  t->world = pp * dp * tp;
+  t->world = pp * dp * cp * tp;
   int rc = 0;
   t->B = s->training.local_batch_size;
   t->T = s->training.seq_len;
@@ -130,6 +137,12 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
   t->grad_accum = t->G / (t->B * dp);
   if (t->B * t->T > INT32_MAX)
     return tr_errmsg_set(err, TR_ECONFIG, "training: batch too large");
+  if (t->T % (2 * cp))
+    return tr_errmsg_set(err, TR_ECONFIG,
+                         "training.seq_len %" PRId64
+                         " does not split into 2 x %d equal chunks (context "
+                         "parallel)",
+                         t->T, cp);
   if (!t->pp.pg) { /* the step: one stage, 1F1B over the micro-batches */
     t->actions = calloc((size_t)(2 * t->grad_accum), sizeof *t->actions);
     if (!t->actions) return TR_ENOMEM;
@@ -159,11 +172,13 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     tr_tp_opts_init(&o);
     o.sequence_parallel = t->tp.sequence_parallel;
     o.loss_parallel = t->tp.loss_parallel;
-    rc = tr_tp_check_seq_len(tr_pg_size(t->tp.pg), (int)t->T, &o, err);
+    rc = tr_tp_check_seq_len(tr_pg_size(t->tp.pg), (int)(t->T / cp), &o,
+                             err); /* the rows a cp rank keeps */
     if (rc == 0) rc = tr_tp_plan_apply(&t->model, &t->tp.mesh, err);
     if (rc < 0) goto out_release;
     tr_tp_install(&t->model, t->tp.pg, &o);
   }
+  tr_cp_install(&t->model, t->cp.pg ? &t->cp : NULL);
   if (t->pp.pg && (rc = tr__trainer_pp_init(t, err)) < 0) goto out_release;
   if (t->dist.setup_model) /* FSDP: shard placements and hooks */
     TR_CHECK_GOTO(t->dist.setup_model(t->dist.arg, &t->model, &t->dist), rc,
@@ -245,6 +260,12 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     t->val_T = s->validation.seq_len;
     rc = tr_loader_init(&t->val, own ? t->val_data : t->train_data, vbegin, -1,
                         t->val_T, t->seed, 0, err);
+    if (rc == 0 && t->val_T % (2 * cp))
+      rc = tr_errmsg_set(err, TR_ECONFIG,
+                         "validation.seq_len %" PRId64
+                         " does not split into 2 x %d equal chunks (context "
+                         "parallel)",
+                         t->val_T, cp);
     if (rc == 0)
       rc = val_batches(&t->val, t->val_B, dp, s->validation.steps,
                        &t->val_steps, err);
@@ -269,7 +290,8 @@ out_release:
 }
 
 int tr__trainer_sum_all(tr_trainer_t* t, double* vals, int n) {
-  if (t->dist.dp_size > 1 && t->dist.all_reduce_sum)
+  /* the data-parallel layer's ranks: dp, and cp with it */
+  if ((t->dist.dp_size > 1 || t->cp.pg) && t->dist.all_reduce_sum)
     TR_CHECK(t->dist.all_reduce_sum(t->dist.arg, vals, n));
   if (t->tp.pg) TR_CHECK(tr_dp_sum_over(t->tp.pg, vals, n));
   return t->pp.pg ? tr_dp_sum_over(t->pp.pg, vals, n) : 0;
@@ -425,7 +447,9 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
     return tr_errmsg_set(err, rc, "step %" PRId64 ": optimizer: %s",
                          t->step + 1, tr_strerror(rc));
   t->step++;
-  tr_pg_t* any = t->tp.pg ? t->tp.pg : t->pp.pg; /* _all: the world's */
+  tr_pg_t* any = t->tp.pg   ? t->tp.pg
+                 : t->cp.pg ? t->cp.pg
+                            : t->pp.pg; /* _all: the world's */
   if (t->step == 1 && any && t->opts.train_timeout_ms > 0)
     tr_pg_set_timeout_all(any, t->opts.train_timeout_ms);
   if (st) {
@@ -433,8 +457,8 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
     st->loss = loss;
     st->grad_norm = norm;
     st->lr = lr;
-    /* the replica's tokens over the ranks that share them (tp), as
-     * torchtitan counts tokens per device */
+    /* the replica's tokens over the ranks that share them (tp, cp, pp),
+     * as torchtitan counts tokens per device */
     st->tokens = t->B * t->T * t->grad_accum * t->dist.dp_size / t->world;
     st->seconds = tr__now() - t0;
   }

@@ -258,18 +258,26 @@
     "Blocks fewer on the last stage, which also holds the final norm, the "    \
     "output projection and the loss.")                                         \
   X(parallelism, context_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,     \
-    "Ranks each sequence is split over (context parallel): not built yet, "    \
-    "above 1 is refused.")                                                     \
+    "Ranks each sequence is split over (context parallel): 2N chunks, rank "   \
+    "r keeps chunks r and 2N-1-r of every sequence; attention sees every "     \
+    "key/value chunk through a ring (rotate method), merged with the "        \
+    "log-sum-exp; positions are the whole sequence's; FSDP shards over "      \
+    "data_parallel_shard_degree x this (even when that is 1), losses and "   \
+    "token counts are summed over both. seq_len must be a multiple of 2N. "   \
+    "CPU only (refused on cuda); not with pipeline parallelism.")             \
   X(parallelism, context_parallel_load_balancer, ENUM, "headtail", 0, 0,       \
     "headtail|ptrr",                                                           \
-    "How sequence chunks are assigned to context-parallel ranks (context "     \
-    "parallelism is not built). Another value than the default logs a note "   \
-    "that it changes nothing.")                                                \
+    "How sequence chunks are assigned to context-parallel ranks: headtail "   \
+    "(rank r: chunks r and 2N-1-r, equal causal work). ptrr (FlexAttention's "\
+    "per-document round robin) is refused.")                                  \
   X(parallelism, context_parallel_rotate_method, ENUM, "allgather", 0, 0,      \
     "allgather|alltoall",                                                      \
-    "How context-parallel ranks exchange key/value shards (context "           \
-    "parallelism is not built). Another value than the default logs a note "   \
-    "that it changes nothing.")                                                \
+    "How context-parallel ranks exchange key/value chunks: allgather "        \
+    "(gather every chunk, reduce-scatter their gradients back) or alltoall "  \
+    "(the chunk pairs rotate around the ring with send/recv, their "          \
+    "gradients with them; a rank never holds them all). With "                \
+    "context_parallel_degree 1 another value logs a note that it changes "   \
+    "nothing.")                                                                \
   X(parallelism, expert_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,      \
     "Ranks the experts of mixture-of-experts layers are split over: "          \
     "trainrun's models have none, above 1 is refused.")                        \

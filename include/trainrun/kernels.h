@@ -79,10 +79,12 @@ extern "C" {
  *  - q_shift: query row i stands at key position i + q_shift (the
  *    query and key rows are two chunks of one sequence, q_shift = the
  *    query chunk's start minus the key chunk's: context parallelism).
- *    Row i then sees keys 0..min(i + q_shift, T - 1); a row that sees no
- *    key gets out = 0 and lse = -inf. Not with doc_start or a window
- *    (TR_EINVAL); CPU only so far (the CUDA kernels refuse it with
- *    TR_EUNSUPPORTED). 0: the same positions.
+ *    Row i then sees keys lo(i)..min(i + q_shift, T - 1) with the
+ *    window counted from its position (lo >= i + q_shift - window + 1)
+ *    and doc_start[i] the start of its document in key rows (0 when it
+ *    began before the key chunk, up to i + q_shift); a row that sees no
+ *    key gets out = 0 and lse = -inf. CPU only so far (the CUDA kernels
+ *    refuse it with TR_EUNSUPPORTED). 0: the same positions.
  *
  * A NULL mask, or doc_start NULL and window and q_shift 0, is plain causal
  * attention with the same bits as before masks existed. */
@@ -470,8 +472,8 @@ int tr_kern_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
                           int n_heads, int n_kv_heads);
 /* The same with a mask (tr_kern_attn_mask_t): doc_start [B, T] int32 on
  * q's device, or NULL; window >= 0 (0: none); q_shift (0: q and k at the
- * same positions; not with doc_start or window). On the CPU every
- * doc_start[b, i] is checked to lie in [doc_start[b, i - 1], i]
+ * same positions). On the CPU every doc_start[b, i] is checked to lie
+ * in [doc_start[b, i - 1], i + max(q_shift, 0)]
  * (TR_EINVAL). */
 int tr_kern_attention_masked_fwd(tr_tensor_t* out, tr_tensor_t* lse,
                                  const tr_tensor_t* q, const tr_tensor_t* k,

@@ -175,6 +175,13 @@ int64_t tr_model_config_num_params(const tr_model_config_t* cfg);
  * 6 * all params + 6 * L * C * T (it counts the tied table and half the
  * attention, for causality). */
 double tr_model_flops_per_token(const tr_model_config_t* cfg, int seq_len);
+/* The activations a training forward keeps for its backward over `tokens`
+ * tokens (a rank's rows of a micro-batch), in bytes of elem_size: each
+ * layer's saved record and the head's, without activation checkpointing
+ * and with whole (not tensor-parallel) widths; transient buffers not
+ * counted. An estimate for `trainrun plan`. */
+int64_t tr_model_activation_bytes(const tr_model_config_t* cfg, int64_t tokens,
+                                  int elem_size);
 
 /* ---- the parameter table ---- */
 
@@ -399,6 +406,32 @@ typedef struct {
                             the logits (disable_loss_parallel) */
 } tr_model_tp_t;
 
+/* Context-parallel seam (dtensor's tr_cp_install, trainrun/cp.h): when fwd
+ * is set, a micro-batch (tr_model_mb_init) takes whole sequences of T
+ * tokens and keeps this rank's two chunks of T / (2 size) tokens (chunks
+ * rank and 2 size - 1 - rank, head-tail) as its T / size rows; positions
+ * (GPT-2's wpe rows, Llama's RoPE angles) are each token's in the whole
+ * sequence (or in its document, document_positions); the mask's doc_start
+ * stays the whole sequence's [B, T] (every rank sees every token); and
+ * each layer's attention calls fwd / bwd with its q, k, v of the local
+ * rows instead of the attention kernels. Losses and token counts are this
+ * rank's rows': the caller sums them over cp, and the parameter gradients
+ * are partial sums over cp (FSDP over dp_shard x cp sums them). NULL (cp
+ * = 1): nothing changes. */
+typedef struct {
+  int (*fwd)(void* arg, tr_tensor_t* out, tr_tensor_t* lse,
+             const tr_tensor_t* q, const tr_tensor_t* k, const tr_tensor_t* v,
+             int n_heads, int n_kv_heads, const tr_tensor_t* doc_start,
+             int window);
+  int (*bwd)(void* arg, tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
+             const tr_tensor_t* dout, const tr_tensor_t* q,
+             const tr_tensor_t* k, const tr_tensor_t* v, const tr_tensor_t* out,
+             const tr_tensor_t* lse, int n_heads, int n_kv_heads,
+             const tr_tensor_t* doc_start, int window);
+  void* arg;
+  int size, rank; /* the cp group's size and this rank's index */
+} tr_model_cp_t;
+
 struct tr_model_family; /* model/internal.h */
 
 typedef struct tr_model {
@@ -411,6 +444,7 @@ typedef struct tr_model {
   int n_blocks; /* n_layers + 2 */
   tr_model_block_t* blocks;
   tr_model_tp_t tp;
+  tr_model_cp_t cp;
   /* dtype of activations and of the weights the blocks read: TR_F32
    * (default, every device) or TR_BF16 (CUDA) */
   tr_dtype_t compute_dtype;
@@ -535,7 +569,10 @@ typedef struct tr_model_mb {
    * config asks for block_causal (empty otherwise): doc_start [B,T] int32
    * (tr_kern_attn_doc_start); with document_positions each token's
    * position in its document, as pos [B,T] int32 (gpt2's wpe rows) or as
-   * RoPE tables rope_cos/rope_sin [B*T, head_dim/2] (llama3). */
+   * RoPE tables rope_cos/rope_sin [B*T, head_dim/2] (llama3). Under
+   * context parallelism doc_start is the whole sequences' [B, cp T] and
+   * the positions (or RoPE tables) are always set: each of this rank's
+   * tokens at its place in the whole sequence (or its document). */
   tr_tensor_t doc_start, pos, rope_cos, rope_sin;
   /* private: per-block saved activations, freed by that block's backward
    * (or turned by the I pass into what the W pass needs, in wsaved) */
@@ -547,7 +584,10 @@ typedef struct tr_model_mb {
 /* Prepare a micro-batch: copies tokens (and targets, may be NULL) from host
  * int32 arrays [B*T] to the model's device. T <= cfg.max_seq_len. Tokens are
  * checked against the vocab at the embedding (TR_EINVAL names the first bad
- * one). */
+ * one). Under a context-parallel seam (tr_model_cp_t) tokens and targets
+ * are the whole sequences and the micro-batch keeps this rank's chunks:
+ * mb->T = T / cp, n_valid counts its targets; T % (2 cp) != 0 is
+ * TR_EINVAL. */
 int tr_model_mb_init(tr_model_t* m, tr_model_mb_t* mb, int B, int T,
                      const int32_t* tokens, const int32_t* targets);
 /* Free everything the micro-batch holds. */

@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "trainrun/cp.h" /* context parallelism's ring */
 #include "trainrun/data.h"
 #include "trainrun/dp.h"      /* the data-parallel seam */
 #include "trainrun/dtensor.h" /* the tensor-parallel plan and its mesh */
@@ -253,6 +254,15 @@ typedef struct {
   const tr_trainer_tp_t* tp;
   /* Pipeline parallelism; NULL: none. Copied. */
   const tr_trainer_pp_t* pp;
+  /* Context parallelism (trainrun/cp.h): the cp group (the mesh dim "cp")
+   * and the rotate method; NULL or a group of one rank: none. Copied. The
+   * cp ranks of one replica read the same samples and each keeps its two
+   * head-tail chunks of every sequence (training.seq_len a multiple of 2
+   * x cp); the data-parallel layer (dist) counts replicas for the data
+   * (dp_rank, dp_size without cp) but sums over dp x cp: the losses and
+   * token counts of each rank's rows, and the gradients (FSDP shards over
+   * dp_shard x cp, as torchtitan). */
+  const tr_cp_t* cp;
   /* > 0: with tp or pp, every group's op timeout after the first step
    * ([comm] train_timeout_seconds, tr_pg_set_timeout_all; the
    * data-parallel layer sets it too when there is one) */
@@ -281,6 +291,8 @@ typedef struct tr_trainer {
   tr_dp_t dist;
   tr_trainer_tp_t tp; /* pg NULL: no tensor parallelism */
   tr_trainer_pp_t pp; /* pg NULL: no pipeline parallelism */
+  tr_cp_t cp;         /* pg NULL: no context parallelism (the model's
+                         seam points here) */
   tr_pp_build_t* ppb; /* the pipeline's stages and lists (pp.pg) */
   int pp_rank;
   /* under pp: parameters left out of this rank's gradient norm (a tied
@@ -291,8 +303,9 @@ typedef struct tr_trainer {
   /* under pp with validation: every rank's forward-only lists of a
    * validation batch (tr_pp_build_eval), made at the first validation */
   tr_pp_schedule_t* pp_eval;
-  /* this rank among the run's ranks (pipeline x data parallel x tensor
-   * parallel): rank = (pp_rank x dp + dp_rank) x tp + its tp coordinate;
+  /* this rank among the run's ranks (pipeline x data parallel x context
+   * parallel x tensor parallel): rank = ((pp_rank x dp + dp_rank) x cp +
+   * its cp coordinate) x tp + its tp coordinate;
    * who prints, writes files and the final weights (rank 0), and the
    * checkpoint's writers */
   int rank, world;
