@@ -49,7 +49,6 @@ typedef struct {
   tr_pp_range_t one_block; /* the one-stage form's range */
   int one_rank;
   cell_t* cells; /* [stage][micro] */
-  int32_t* zeros;
   tr_pg_work_t** sends;
   int64_t n_sends, cap_sends;
   double loss_sum;
@@ -148,14 +147,9 @@ static int forward(run_t* r, const tr_pp_action_t* a) {
   if (!first && !c->in.held)
     return bad(a, stage_local(r, s - 1) ? "forward before its input stage's"
                                         : "forward before receiving its input");
-  if (!first && !last && !r->zeros)
-    return bad(a, "a middle stage without the micro-batch shape (B, T)");
-  int rc;
-  if (first || last) { /* the data: tokens, targets, loss scale */
-    rc = x->mb_begin(x->arg, i, &c->mb);
-  } else {
-    rc = tr_model_mb_init(r->m, &c->mb, r->B, r->T, r->zeros, NULL);
-  }
+  /* the data: tokens (a middle stage's blocks read them too: the
+   * attention's document mask and positions), targets, loss scale */
+  int rc = x->mb_begin(x->arg, i, &c->mb);
   if (rc < 0) return rc;
   c->state = MB_FORWARD_DONE;
   if (x->forward_only) c->mb.no_grad = 1;
@@ -380,13 +374,7 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
     }
   }
   r.cells = calloc((size_t)r.n_stages * (size_t)x->n_micro, sizeof *r.cells);
-  if (r.B > 0 && r.T > 0)
-    r.zeros = calloc((size_t)r.B * (size_t)r.T, sizeof *r.zeros);
-  if (!r.cells || (r.B > 0 && r.T > 0 && !r.zeros)) {
-    free(r.cells);
-    free(r.zeros);
-    return TR_ENOMEM;
-  }
+  if (!r.cells) return TR_ENOMEM;
   int rc = 0;
   if (x->times)
     rc = tr__pp_stamps_new(&r.stamps, x->times, n,
@@ -447,7 +435,6 @@ int tr_pp_exec_step(const tr_pp_exec_t* x, const tr_pp_action_t* acts,
     out->n_valid = r.n_valid;
   }
   free(r.cells);
-  free(r.zeros);
   free(r.sends);
   return rc;
 }

@@ -417,12 +417,11 @@ typedef struct {
    * stage 0's, no process group. */
   int first_block, last_block;
   int64_t n_micro; /* micro-batches of the step */
-  /* Before micro-batch `micro`'s forward on the first stage and on the
-   * last stage (the stages that read data; once when one stage is both):
-   * fill *mb (tr_model_mb_init with tokens and targets, loss scale, ...).
-   * A negative return stops the step; mb must then hold nothing. The
-   * middle stages' micro-batches are made here (tokens of zeros, which
-   * no block of theirs reads). */
+  /* Before micro-batch `micro`'s forward on each stage of this rank:
+   * fill *mb (tr_model_mb_init with tokens and targets, loss scale, ...;
+   * every stage gets the micro-batch's tokens: the first embeds them, and
+   * every stage's attention reads them for a document mask and positions).
+   * A negative return stops the step; mb must then hold nothing. */
   int (*mb_begin)(void* arg, int64_t micro, tr_model_mb_t* mb);
   /* After micro-batch `micro`'s last backward on the last stage, before
    * the executor releases it (its losses). NULL: nothing. */
