@@ -365,6 +365,20 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
   TR_CHECK(check_tp(cfg, &mc, err));
   TR_CHECK(check_cp(cfg, err));
   TR_CHECK(check_pp(cfg, &mc, err));
+  /* TRAINRUN_PP_TRACE traces a pipeline step the run takes */
+  if (tr_param_str(TR_PARAM_PP_TRACE)[0]) {
+    if (cfg->parallelism.pipeline_parallel_degree <= 1)
+      return key_fail(cfg, err, TR_CFG_K_parallelism_pipeline_parallel_degree,
+                      "TRAINRUN_PP_TRACE traces a pipeline step, and this "
+                      "job has no pipeline parallelism; unset it or set "
+                      "pipeline_parallel_degree above 1");
+    if (tr_param_int(TR_PARAM_PP_TRACE_STEP) > cfg->training.steps)
+      return key_fail(cfg, err, TR_CFG_K_training_steps,
+                      "TRAINRUN_PP_TRACE_STEP %lld is after the run's last "
+                      "step (%lld): nothing would be traced",
+                      (long long)tr_param_int(TR_PARAM_PP_TRACE_STEP),
+                      (long long)cfg->training.steps);
+  }
   const typeof(cfg->checkpoint)* ck = &cfg->checkpoint;
   if (ck->enable && ck->last_save_in_hf && !ck->last_save_model_only)
     return key_fail(cfg, err, TR_CFG_K_checkpoint_last_save_in_hf,
