@@ -430,9 +430,10 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
                     ? p->pipeline_parallel_microbatch_size
                     : cfg->training.local_batch_size;
   int64_t rows = mbs * cfg->training.seq_len / cp;
-  snprintf(what, sizeof what, "activations (%lld tokens)", (long long)rows);
+  snprintf(what, sizeof what, "activations, a micro-batch (%lld tokens)",
+           (long long)rows);
   row(out, what,
-      tr_model_activation_bytes(&mc, rows, (int)tr_dtype_size(param)));
+      tr_model_activation_bytes(&mc, rows, tp, (int)tr_dtype_size(param)));
   tr_model_release(&m);
   return 0;
 }

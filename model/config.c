@@ -115,13 +115,23 @@ int64_t tr_model_config_num_params(const tr_model_config_t* c) {
 }
 
 int64_t tr_model_activation_bytes(const tr_model_config_t* c, int64_t tokens,
-                                  int elem_size) {
+                                  int tp, int act_size) {
   const tr__family_t* fam = tr__family_of(c->family);
-  if (!fam) return 0;
-  /* the head: its input, the norm's output and statistics, the logits
-   * (turned into their gradient in place) and the losses */
-  int64_t head = 2 * (int64_t)c->dim + c->vocab_size + 3;
-  return tokens * (c->n_layers * fam->layer_act_elems(c) + head) * elem_size;
+  if (!fam || tp < 1) return 0;
+  int64_t C = c->dim, rows = tokens / tp; /* the residual stream's */
+  int64_t V = c->vocab_size % tp == 0 ? c->vocab_size / tp : c->vocab_size;
+  int64_t f32 = 0, layer_f32 = 0;
+  /* the embedding's output */
+  int64_t act = rows * C;
+  act += c->n_layers * fam->layer_act_elems(c, tokens, tp, &layer_f32);
+  f32 += c->n_layers * layer_f32;
+  /* the head: the final norm's output (gathered for the output
+   * projection), its statistics (GPT-2's LayerNorm: mean and rstd), the
+   * logits (turned into their gradient in place), the log-sum-exps and
+   * the losses */
+  act += tokens * C + tokens * V;
+  f32 += rows * (c->family == TR_MODEL_GPT2 ? 2 : 1) + 2 * tokens;
+  return act * act_size + f32 * 4;
 }
 
 double tr_model_flops_per_token(const tr_model_config_t* c, int seq_len) {

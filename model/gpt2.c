@@ -295,10 +295,16 @@ static int qkv_views(tr_tensor_t* qkv, int64_t Cl, tr_tensor_t* q,
   return tr_tensor_narrow(v, qkv, 2, 2 * Cl, Cl);
 }
 
-/* gpt2_saved_t per token: x, ln1, qkv (3C), atty, x2, ln2, fc and gelu
- * (F each), lse (H), the norms' means and rstds */
-static int64_t layer_act_elems(const tr_model_config_t* c) {
-  return 7 * (int64_t)c->dim + 2 * (int64_t)c->ffn_dim + c->n_heads + 4;
+/* gpt2_saved_t over `tokens` tokens: ln1 and ln2 (gathered whole under
+ * SP), qkv (3 C / tp), atty (C / tp), x2 and the output (the residual
+ * stream's rows), fc and gelu (F / tp each); in float32 lse (H / tp) and
+ * the norms' means and rstds (rows). x is the block before's output. */
+static int64_t layer_act_elems(const tr_model_config_t* c, int64_t tokens,
+                               int tp, int64_t* f32) {
+  int64_t C = c->dim, rows = tokens / tp, H = c->n_heads / tp;
+  *f32 = tokens * H + 4 * rows;
+  return 2 * tokens * C + 2 * rows * C + tokens * 4 * H * c->head_dim +
+         tokens * (2 * (int64_t)c->ffn_dim / tp);
 }
 
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {

@@ -196,9 +196,12 @@ struct tr_model_family {
    * token table (GPT-2's positions), which FLOPs leave out. */
   int64_t (*num_params)(const tr_model_config_t* c);
   int64_t (*lookup_params)(const tr_model_config_t* c);
-  /* Elements a layer's forward keeps for its backward, per token (its
-   * saved record without checkpointing): tr_model_activation_bytes. */
-  int64_t (*layer_act_elems)(const tr_model_config_t* c);
+  /* Elements a layer's forward holds for its backward over `tokens`
+   * tokens at tensor-parallel degree tp (sequence parallel above 1): its
+   * saved record without checkpointing and its output, in the compute
+   * dtype (returned) and in float32 (*f32): tr_model_activation_bytes. */
+  int64_t (*layer_act_elems)(const tr_model_config_t* c, int64_t tokens,
+                             int tp, int64_t* f32);
   /* Hugging Face config.json fields (tr_model_hf_config). */
   int (*hf_config)(const tr_model_config_t* c, tr_hf_field_t* out, int cap);
 

@@ -294,13 +294,18 @@ static int local_dims(tr_model_t* m, int blk, dims_t* d) {
   return 0;
 }
 
-/* llama_saved_t per token: x, h, x2, h2 (C each), q and atty (H D), k
- * and v (KVH D), gate, up and their product (F each), lse (H), two
- * rstds */
-static int64_t layer_act_elems(const tr_model_config_t* c) {
-  int64_t C = c->dim, F = c->ffn_dim, D = c->head_dim;
-  return 4 * C + 2 * c->n_heads * D + 2 * c->n_kv_heads * D + 3 * F +
-         c->n_heads + 2;
+/* llama_saved_t over `tokens` tokens: h and h2 (gathered whole under
+ * SP), x2 and the output (the residual stream's rows), q and atty (H / tp
+ * heads), k and v (KVH / tp), gate, up and their product (F / tp each); in
+ * float32 lse (H / tp) and two rstds (rows). x is the block before's
+ * output. */
+static int64_t layer_act_elems(const tr_model_config_t* c, int64_t tokens,
+                               int tp, int64_t* f32) {
+  int64_t C = c->dim, D = c->head_dim, rows = tokens / tp;
+  int64_t H = c->n_heads / tp, KVH = c->n_kv_heads / tp;
+  *f32 = tokens * H + 2 * rows;
+  return 2 * tokens * C + 2 * rows * C +
+         tokens * (2 * H * D + 2 * KVH * D + 3 * (int64_t)c->ffn_dim / tp);
 }
 
 static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {

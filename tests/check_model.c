@@ -1174,6 +1174,38 @@ START_TEST(test_hooks_order_and_memory) {
 }
 END_TEST
 
+/* tr_model_activation_bytes is what a training forward holds when it
+ * ends, byte for byte: both families (GPT-2's LayerNorm statistics and
+ * fused q|k|v, Llama's grouped-query heads), the first forward's RoPE
+ * tables (a model cache) left out by a warm-up */
+START_TEST(test_activation_bytes) {
+  for (int llama = 0; llama < 2; llama++) {
+    tr_model_config_t c;
+    ck_assert_int_eq(
+        tr_model_config_get(llama ? "llama3" : "gpt2", "debugmodel", &c), 0);
+    if (llama) c.n_kv_heads = c.n_heads / 4;
+    tr_model_t m;
+    make_model(&m, &c, 1);
+    int B = 2, T = 64;
+    int32_t tok[128], tgt[128];
+    make_batch(c.vocab_size, B, T, tok, tgt, 0);
+    for (int pass = 0; pass < 2; pass++) {
+      tr_mem_stats_t a, b;
+      tr_model_mb_t mb;
+      ck_assert_int_eq(tr_model_mb_init(&m, &mb, B, T, tok, tgt), 0);
+      tr_mem_stats(TR_MEM_HOST, 0, &a);
+      ck_assert_int_eq(tr_model_forward(&m, &mb, 0, m.n_blocks), 0);
+      tr_mem_stats(TR_MEM_HOST, 0, &b);
+      tr_model_mb_release(&m, &mb);
+      if (pass == 0) continue;
+      ck_assert_int_eq(b.current_bytes - a.current_bytes,
+                       tr_model_activation_bytes(&c, B * T, 1, 4));
+    }
+    tr_model_release(&m);
+  }
+}
+END_TEST
+
 START_TEST(test_block_ranges_like_pipeline_stages) {
   tr_model_config_t c;
   tiny_llama(&c);
@@ -1693,6 +1725,7 @@ static Suite* model_suite(void) {
   tcase_add_test(tc, test_block_causal_gradient_isolated);
   tcase_add_test(tc, test_masks_that_mask_nothing);
   tcase_add_test(tc, test_hooks_order_and_memory);
+  tcase_add_test(tc, test_activation_bytes);
   tcase_add_test(tc, test_block_ranges_like_pipeline_stages);
   tcase_add_test(tc, test_tp_seam_points);
   tcase_add_test(tc, test_tp_identity_hook_keeps_results);

@@ -602,7 +602,9 @@ static double gathered_diff(const tr_param_t* p, const tr_tensor_t* local,
 static double rel(double a, double b) { return fabs(a - b) / fabs(b); }
 
 /* Host bytes a training forward of 8 x T tokens holds at its peak above
- * what was held before it (the activations), the median of three, for c
+ * what was held before it (the activations), the median of three (and,
+ * under SP, what it holds at its end checked against
+ * tr_model_activation_bytes), for c
  * with 8 layers (so that what the layers keep outweighs the collectives'
  * temporaries) under the TP plan of shape, sequence parallel sp. The
  * counters are the process's: the median keeps a background thread's
@@ -625,7 +627,7 @@ static int64_t forward_peak(tr_model_config_t c, const tr_mesh_shape_t* shape,
     tok[i] = (int32_t)((i * 7 + 3) % c.vocab_size);
     tgt[i] = (int32_t)((i * 11 + 1) % c.vocab_size);
   }
-  int64_t peak[3];
+  int64_t peak[3], held = 0;
   for (int r = 0; r < 3; r++) {
     tr_model_mb_t mb;
     tr_mem_stats_t a, b;
@@ -636,6 +638,18 @@ static int64_t forward_peak(tr_model_config_t c, const tr_mesh_shape_t* shape,
     tr_mem_stats(TR_MEM_HOST, 0, &b);
     tr_model_mb_release(&m, &mb);
     peak[r] = b.peak_bytes - a.current_bytes;
+    held = b.current_bytes - a.current_bytes; /* the last: caches made */
+  }
+  /* under SP what the forward holds at its end is, byte for byte, what
+   * tr_model_activation_bytes says for this rank */
+  if (sp) {
+    int64_t want = tr_model_activation_bytes(&c, PB * T, tr_pg_size(tp), 4);
+    if (held != want)
+      fprintf(stderr, "%s tp %d: the forward holds %lld bytes, "
+              "tr_model_activation_bytes says %lld\n",
+              c.family == TR_MODEL_GPT2 ? "gpt2" : "llama3", tr_pg_size(tp),
+              (long long)held, (long long)want);
+    PCHECK(held == want);
   }
   tr_model_release(&m);
   int64_t lo = peak[0] < peak[1] ? peak[0] : peak[1];
