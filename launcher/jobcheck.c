@@ -226,7 +226,7 @@ static int fail_named(const tr_config_t* cfg, tr_errmsg_t* err,
 
 /* Tensor parallelism: the degree divides what the plan splits (heads, KV
  * heads, every split dim: the plan's own check on the model's table), and
- * what FSDP cannot compose onto it. */
+ * what is not built with it. */
 static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
@@ -242,9 +242,6 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
   tr_errmsg_t perr;
   rc = tr_mesh_shape_init(&s, 1, names, &size, &coord);
   if (rc == 0) rc = tr_tp_plan_apply(&m, &s, &perr);
-  int strided = 0; /* a piece cut in parts (GPT-2's fused c_attn) */
-  for (int i = 0; rc == 0 && i < m.n_params; i++)
-    strided |= m.params[i].layout.parts > 1;
   tr_model_release(&m);
   if (rc < 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
@@ -262,15 +259,6 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     "ranks is built for CPU tensors only; leave it false "
                     "on cuda (loss parallel gives the same losses)",
                     (long long)p->tensor_parallel_degree);
-  if (strided && p->data_parallel_shard_degree > 1)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
-                    "%lld with data_parallel_shard_degree %lld: FSDP cannot "
-                    "shard %s's fused q/k/v matrix (c_attn) over its tensor-"
-                    "parallel pieces, which are cut in 3 parts; use "
-                    "data_parallel_replicate_degree (DDP) with tensor "
-                    "parallelism for gpt2, or llama3",
-                    (long long)p->tensor_parallel_degree,
-                    (long long)p->data_parallel_shard_degree, cfg->model.name);
   return 0;
 }
 
