@@ -692,27 +692,28 @@ static int import_param(const tr_st_file_t* f, const tr_st_tensor_t* e,
     tr_tensor_view(&view, &global);
   if (rc == 0) rc = tr_st_read(f, e, &view, err);
   if (rc < 0 || whole_host) goto out;
-  /* a strided layout (tr_param_layout_t.parts) is P runs of rows, each a
+  /* a strided layout (tr_param_layout_t.parts) is runs of rows, each a
    * box of its part; a plain shard is one */
-  int P = p->layout.parts > 1 ? p->layout.parts : 1;
-  int64_t lrows = p->layout.shape[0] / P, grows = p->shape[0] / P;
-  for (int j = 0; j < P && rc == 0; j++) {
+  tr_param_run_t runs[TR_PARAM_MAX_RUNS];
+  int nrun = tr_param_layout_runs(&p->layout, p->shape[0], runs);
+  if (nrun < 0) rc = nrun;
+  int one = nrun == 1 && runs[0].rows == p->layout.shape[0];
+  for (int j = 0; j < nrun && rc == 0; j++) {
     tr_tensor_view(&part, &global);
     for (int d = 0; d < p->ndim && rc == 0; d++) {
-      rc = tr_tensor_narrow(
-          &next, &part, d,
-          d == 0 ? j * grows + p->layout.offset[0] : p->layout.offset[d],
-          d == 0 ? lrows : p->layout.shape[d]);
+      rc = tr_tensor_narrow(&next, &part, d,
+                            d == 0 ? runs[j].global : p->layout.offset[d],
+                            d == 0 ? runs[j].rows : p->layout.shape[d]);
       tr_tensor_release(&part);
       part = next;
       memset(&next, 0, sizeof next);
     }
     /* host->device copies want a contiguous source */
     if (rc == 0) rc = tr_tensor_contiguous(&packed, &part);
-    if (rc == 0 && P == 1) {
+    if (rc == 0 && one) {
       rc = tr_tensor_copy(&p->data, &packed);
     } else if (rc == 0) { /* rows of p->data: contiguous on any device */
-      rc = tr_tensor_narrow(&next, &p->data, 0, j * lrows, lrows);
+      rc = tr_tensor_narrow(&next, &p->data, 0, runs[j].local, runs[j].rows);
       if (rc == 0) rc = tr_tensor_copy(&next, &packed);
       tr_tensor_release(&next);
     }

@@ -88,8 +88,7 @@ int tr_param_placement_compose(const tr_param_placement_t* in,
 
 int tr_param_placement_layout(const tr_param_placement_t* pl, int ndim,
                               const int64_t* gshape, const char* dim, int coord,
-                              int skip, int64_t* local_shape,
-                              int64_t* global_offset) {
+                              int skip, tr_param_layout_t* out) {
   int coords[TR_MESH_MAX_DIMS];
   tr_placement_t place[TR_MESH_MAX_DIMS];
   memcpy(coords, pl->mesh.coords, sizeof coords);
@@ -102,34 +101,21 @@ int tr_param_placement_layout(const tr_param_placement_t* pl, int ndim,
     else
       coords[i] = coord;
   }
-  return tr_placement_local_layout_ordered(pl->mesh.ndim, pl->mesh.sizes,
-                                           coords, place, pl->order, ndim,
-                                           gshape, local_shape, global_offset);
+  return tr_placement_local_piece(pl->mesh.ndim, pl->mesh.sizes, coords, place,
+                                  pl->order, ndim, gshape, out);
 }
 
 /* Set p's placement to a heap copy of *pl and its layout from it; p keeps
  * what it had on error. */
 static int set_placement(tr_param_t* p, const tr_param_placement_t* pl) {
-  int64_t ls[TR_MAX_DIMS], off[TR_MAX_DIMS];
-  TR_CHECK(
-      tr_param_placement_layout(pl, p->ndim, p->shape, NULL, 0, 0, ls, off));
-  int parts = 1; /* a layout holds strided parts on dim 0 only */
-  for (int i = 0; i < pl->mesh.ndim; i++) {
-    const tr_placement_t* q = &pl->placements[i];
-    if (q->kind != TR_PLACEMENT_SHARD || q->parts <= 1) continue;
-    if (q->dim != 0) return TR_EINVAL;
-    parts = q->parts;
-  }
+  tr_param_layout_t l; /* strided parts on dim 0 only */
+  TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, NULL, 0, 0, &l));
   tr_param_placement_t* copy = malloc(sizeof *copy);
   if (!copy) return TR_ENOMEM;
   *copy = *pl;
   tr_dtensor_param_clear_layout(p);
-  for (int d = 0; d < p->ndim; d++) {
-    p->layout.offset[d] = off[d];
-    p->layout.shape[d] = ls[d];
-  }
-  p->layout.parts = parts;
-  p->layout.placement = copy;
+  l.placement = copy;
+  p->layout = l;
   return 0;
 }
 
@@ -203,6 +189,7 @@ void tr_dtensor_param_clear_layout(tr_param_t* p) {
   free(p->layout.placement);
   p->layout.placement = NULL;
   p->layout.parts = 1;
+  p->layout.part_rows = p->layout.skip = 0;
   for (int d = 0; d < p->ndim; d++) {
     p->layout.offset[d] = 0;
     p->layout.shape[d] = p->shape[d];

@@ -160,10 +160,18 @@ int tr_placement_normalize(int mesh_ndim, const tr_placement_t* in, int ndim,
   return 0;
 }
 
-int tr_placement_local_layout_ordered(
-    int mesh_ndim, const int* mesh_sizes, const int* coords,
-    const tr_placement_t* pl, const int* order, int ndim, const int64_t* gshape,
-    int64_t* local_shape, int64_t* global_offset) {
+/* The piece of every tensor dim (see tr_param_layout_t): shape, global
+ * offset, and for a dim cut in parts its parts, rows per part and rows
+ * skipped by the cuts after the one in parts. */
+typedef struct {
+  int64_t shape[TR_MAX_DIMS], offset[TR_MAX_DIMS];
+  int parts[TR_MAX_DIMS];
+  int64_t part_rows[TR_MAX_DIMS], skip[TR_MAX_DIMS];
+} piece_t;
+
+static int cut_piece(int mesh_ndim, const int* mesh_sizes, const int* coords,
+                     const tr_placement_t* pl, const int* order, int ndim,
+                     const int64_t* gshape, piece_t* out) {
   tr_placement_t norm[TR_MESH_MAX_DIMS];
   TR_CHECK(tr_placement_normalize(mesh_ndim, pl, ndim, norm));
   if (order) { /* a permutation of the mesh dims */
@@ -174,39 +182,83 @@ int tr_placement_local_layout_ordered(
       seen |= 1u << order[k];
     }
   }
+  memset(out, 0, sizeof *out);
   for (int d = 0; d < ndim; d++) {
     if (gshape[d] < 0) return TR_EINVAL;
-    local_shape[d] = gshape[d];
-    global_offset[d] = 0;
+    out->shape[d] = gshape[d];
+    out->parts[d] = 1;
   }
-  unsigned cut = 0; /* tensor dims cut so far, and by parts */
-  unsigned cut_parts = 0;
+  unsigned cut = 0; /* tensor dims cut so far */
   for (int k = 0; k < mesh_ndim; k++) {
     int i = order ? order[k] : k;
     if (mesh_sizes[i] < 1 || coords[i] < 0 || coords[i] >= mesh_sizes[i])
       return TR_EINVAL;
     if (norm[i].kind != TR_PLACEMENT_SHARD) continue;
     int d = norm[i].dim, P = parts_of(norm[i]);
-    if ((cut_parts >> d) & 1 || (P > 1 && ((cut >> d) & 1))) {
+    int64_t start, len;
+    if (P > 1 && ((cut >> d) & 1)) {
       TR_LOG_ERROR(DT,
-                   "placement Shard(%d) of parts: mesh dim %d cuts the "
-                   "same tensor dim as another",
-                   d, i);
+                   "placement Shard(%d, parts=%d) on mesh dim %d: another "
+                   "mesh dim cut the tensor dim before",
+                   d, P, i);
       return TR_EINVAL;
     }
     cut |= 1u << d;
-    if (P > 1) cut_parts |= 1u << d;
-    if (P > 1 && (local_shape[d] % P || (local_shape[d] / P) % mesh_sizes[i])) {
+    if (out->parts[d] > 1) { /* rows of the piece in parts, in run order */
+      tr_chunk_range(out->shape[d], mesh_sizes[i], coords[i], &start, &len);
+      out->skip[d] += start;
+      out->shape[d] = len;
+      continue;
+    }
+    if (P > 1 && (out->shape[d] % P || (out->shape[d] / P) % mesh_sizes[i])) {
       TR_LOG_ERROR(DT,
                    "placement Shard(%d, parts=%d): %lld elements do not "
                    "split evenly into %d parts over %d ranks",
-                   d, P, (long long)local_shape[d], P, mesh_sizes[i]);
+                   d, P, (long long)out->shape[d], P, mesh_sizes[i]);
       return TR_EINVAL;
     }
-    int64_t start, len;
-    tr_chunk_range(local_shape[d] / P, mesh_sizes[i], coords[i], &start, &len);
-    global_offset[d] += start;
-    local_shape[d] = len * P;
+    tr_chunk_range(out->shape[d] / P, mesh_sizes[i], coords[i], &start, &len);
+    out->offset[d] += start;
+    out->shape[d] = len * P;
+    if (P > 1) {
+      out->parts[d] = P;
+      out->part_rows[d] = len;
+    }
+  }
+  return 0;
+}
+
+int tr_placement_local_piece(int mesh_ndim, const int* mesh_sizes,
+                             const int* coords, const tr_placement_t* pl,
+                             const int* order, int ndim, const int64_t* gshape,
+                             tr_param_layout_t* out) {
+  piece_t c;
+  TR_CHECK(
+      cut_piece(mesh_ndim, mesh_sizes, coords, pl, order, ndim, gshape, &c));
+  for (int d = 1; d < ndim; d++)
+    if (c.parts[d] > 1) return TR_EINVAL; /* a layout has parts on dim 0 */
+  memset(out, 0, sizeof *out);
+  memcpy(out->offset, c.offset, sizeof out->offset);
+  memcpy(out->shape, c.shape, sizeof out->shape);
+  out->parts = ndim > 0 ? c.parts[0] : 1;
+  out->part_rows = c.part_rows[0];
+  out->skip = c.skip[0];
+  return 0;
+}
+
+int tr_placement_local_layout_ordered(
+    int mesh_ndim, const int* mesh_sizes, const int* coords,
+    const tr_placement_t* pl, const int* order, int ndim, const int64_t* gshape,
+    int64_t* local_shape, int64_t* global_offset) {
+  piece_t c;
+  TR_CHECK(
+      cut_piece(mesh_ndim, mesh_sizes, coords, pl, order, ndim, gshape, &c));
+  for (int d = 0; d < ndim; d++) {
+    if (c.parts[d] > 1 &&
+        (c.skip[d] || c.shape[d] != c.parts[d] * c.part_rows[d]))
+      return TR_EINVAL; /* rows of parts: no shape and offset say them */
+    local_shape[d] = c.shape[d];
+    global_offset[d] = c.offset[d];
   }
   return 0;
 }

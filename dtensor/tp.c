@@ -356,10 +356,10 @@ int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
   int k = pp->mesh.sizes[t];
   int64_t n = tr_tensor_numel(local), all_shape[1] = {n * k};
   for (int r = 0; r < k; r++) { /* an all-gather needs equal pieces */
-    int64_t ls[TR_MAX_DIMS], off[TR_MAX_DIMS], nr = 1;
-    TR_CHECK(
-        tr_param_placement_layout(pp, p->ndim, p->shape, "tp", r, 0, ls, off));
-    for (int d = 0; d < p->ndim; d++) nr *= ls[d];
+    tr_param_layout_t l;
+    int64_t nr = 1;
+    TR_CHECK(tr_param_placement_layout(pp, p->ndim, p->shape, "tp", r, 0, &l));
+    for (int d = 0; d < p->ndim; d++) nr *= l.shape[d];
     if (nr != n) return TR_EUNSUPPORTED;
   }
   tr_tensor_t all = {0}, dev = {0};
@@ -377,26 +377,29 @@ int tr_tp_gather(const tr_param_t* p, const tr_tensor_t* local, tr_pg_t* tp,
     TR_CHECK_GOTO(tr_pg_all_gather(tp, &dev, local, NULL), rc, done);
     TR_CHECK_GOTO(tr_tensor_copy(&all, &dev), rc, done);
   }
-  int P = pp->placements[t].parts > 1 ? pp->placements[t].parts : 1;
+  int64_t row_numel = 1;
+  for (int d = 1; d < p->ndim; d++) row_numel *= p->layout.shape[d];
   for (int r = 0; r < k; r++) {
-    int64_t ls[TR_MAX_DIMS], off[TR_MAX_DIMS];
+    tr_param_layout_t l;
+    tr_param_run_t runs[TR_PARAM_MAX_RUNS];
     TR_CHECK_GOTO(
-        tr_param_placement_layout(pp, p->ndim, p->shape, "tp", r, 0, ls, off),
-        rc, done);
-    /* rank r's piece, P runs along dim 0 */
-    int64_t lrows = ls[0] / P, grows = p->shape[0] / P;
-    for (int j = 0; j < P; j++) {
+        tr_param_placement_layout(pp, p->ndim, p->shape, "tp", r, 0, &l), rc,
+        done);
+    /* rank r's piece: runs of rows (P of them for parts), each a box */
+    int nrun = tr_param_layout_runs(&l, p->shape[0], runs);
+    TR_CHECK_GOTO(nrun, rc, done);
+    for (int j = 0; j < nrun; j++) {
       tr_tensor_t src = {0}, flat = {0}, tmp = {0};
       int64_t rs[TR_MAX_DIMS];
-      memcpy(rs, ls, sizeof rs);
-      rs[0] = lrows;
-      int64_t run = n / P, start = r * n + j * run;
-      rc = tr_tensor_narrow(&flat, &all, 0, start, run);
+      memcpy(rs, l.shape, sizeof rs);
+      rs[0] = runs[j].rows;
+      rc = tr_tensor_narrow(&flat, &all, 0, r * n + runs[j].local * row_numel,
+                            runs[j].rows * row_numel);
       if (rc == 0) rc = tr_tensor_reshape(&src, &flat, p->ndim, rs);
       if (rc == 0)
-        rc = tr_tensor_narrow(&tmp, out, 0, j * grows + off[0], lrows);
+        rc = tr_tensor_narrow(&tmp, out, 0, runs[j].global, runs[j].rows);
       for (int d = 1; rc == 0 && d < p->ndim; d++)
-        rc = tr_tensor_narrow(&tmp, &tmp, d, off[d], ls[d]);
+        rc = tr_tensor_narrow(&tmp, &tmp, d, l.offset[d], l.shape[d]);
       if (rc == 0) rc = tr_tensor_copy(&tmp, &src);
       tr_tensor_release(&src);
       tr_tensor_release(&flat);

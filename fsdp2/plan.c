@@ -28,9 +28,7 @@ void tr_fsdp_shard_rows(int64_t dim0, int n, int r, int64_t* start,
 /* Parameter p's shard as its FSDP placement says. */
 static int param_rows(const tr_param_t* p, const tr_param_placement_t* pl,
                       tr__fsdp_param_t* pp) {
-  int64_t base[TR_MAX_DIMS], base_off[TR_MAX_DIMS];
-  int64_t own[TR_MAX_DIMS], own_off[TR_MAX_DIMS];
-  int64_t first[TR_MAX_DIMS], first_off[TR_MAX_DIMS];
+  tr_param_layout_t base, own, first;
   int i = tr_mesh_shape_index(&pl->mesh, "dp_shard");
   if (i < 0 || pl->placements[i].kind != TR_PLACEMENT_SHARD ||
       pl->placements[i].dim != 0 || pl->order[pl->mesh.ndim - 1] != i)
@@ -38,18 +36,20 @@ static int param_rows(const tr_param_t* p, const tr_param_placement_t* pl,
   /* the piece before dp_shard cuts it, this rank's cut, coordinate 0's
    * (the largest: ceil(rows / n)) */
   TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, "dp_shard", 0, 1,
-                                     base, base_off));
-  TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, NULL, 0, 0, own,
-                                     own_off));
+                                     &base));
+  TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, NULL, 0, 0, &own));
   TR_CHECK(tr_param_placement_layout(pl, p->ndim, p->shape, "dp_shard", 0, 0,
-                                     first, first_off));
+                                     &first));
   pp->row_numel = 1;
-  for (int d = 0; d < p->ndim; d++) pp->shape[d] = base[d];
-  for (int d = 1; d < p->ndim; d++) pp->row_numel *= base[d];
-  pp->numel = base[0] * pp->row_numel;
-  pp->start = own_off[0] - base_off[0];
-  pp->rows = own[0];
-  pp->pad = first[0] * pp->row_numel;
+  for (int d = 0; d < p->ndim; d++) pp->shape[d] = base.shape[d];
+  for (int d = 1; d < p->ndim; d++) pp->row_numel *= base.shape[d];
+  pp->numel = base.shape[0] * pp->row_numel;
+  /* the first row held, in the piece's order: a piece in parts (GPT-2's
+   * q|k|v under tp) is cut in its run order, so its rows are skipped rows */
+  pp->start =
+      own.parts > 1 ? own.skip - base.skip : own.offset[0] - base.offset[0];
+  pp->rows = own.shape[0];
+  pp->pad = first.shape[0] * pp->row_numel;
   return 0;
 }
 

@@ -278,6 +278,45 @@ static int print_pp(const tr_config_t* cfg, const tr_model_t* m,
   return rc;
 }
 
+/* FSDP over a piece in parts (GPT-2's c_attn under TP): the first such
+ * parameter's global rows that tp rank 0 holds at each dp_shard
+ * coordinate, as dp_shard composes onto the tp placement (cutting the
+ * q|k|v piece in its row order, PyTorch's _StridedShard), e.g.
+ *   transformer.h.0.attn.c_attn.weight: dp_shard 0 rows 0-63 128-159;
+ *   dp_shard 1 rows 160-191 256-319 */
+static int print_strided_fsdp(const tr_model_t* m, int shard, FILE* out) {
+  for (int i = 0; i < m->n_params; i++) {
+    const tr_param_t* p = &m->params[i];
+    if (p->layout.parts <= 1) continue;
+    tr_param_placement_t pl;
+    TR_CHECK(tr_param_placement_compose(tr_dtensor_param_placement(p), NULL,
+                                        "dp_shard", 0, p->ndim, &pl));
+    fprintf(out,
+            "fsdp over tensor parallel: dp_shard cuts each tp piece on dim 0 "
+            "after tp (Shard(0) cutting last, PyTorch's _StridedShard); "
+            "%s's piece of %d parts of %" PRId64
+            " rows, tp rank 0's global "
+            "rows:",
+            p->name, p->layout.parts, p->layout.part_rows);
+    for (int c = 0; c < shard; c++) {
+      tr_param_layout_t l;
+      tr_param_run_t runs[TR_PARAM_MAX_RUNS];
+      TR_CHECK(tr_param_placement_layout(&pl, p->ndim, p->shape, "dp_shard", c,
+                                         0, &l));
+      int n = tr_param_layout_runs(&l, p->shape[0], runs);
+      TR_CHECK(n);
+      fprintf(out, "%s dp_shard %d rows", c ? ";" : "", c);
+      for (int j = 0; j < n; j++)
+        if (runs[j].rows > 0)
+          fprintf(out, " %" PRId64 "-%" PRId64, runs[j].global,
+                  runs[j].global + runs[j].rows - 1);
+    }
+    fprintf(out, "\n");
+    return 0;
+  }
+  return 0;
+}
+
 static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
                       tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
@@ -383,6 +422,7 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
             tp, mc.n_heads, mc.n_kv_heads, mc.n_heads / tp, mc.n_kv_heads / tp,
             p->disable_loss_parallel ? "off (the logits gathered)" : "on");
     rc = tr_tp_plan_describe(&m, out);
+    if (rc == 0 && shard > 1) rc = print_strided_fsdp(&m, shard, out);
     if (rc < 0) {
       tr_model_release(&m);
       return tr_errmsg_set(err, rc, "cannot print the plan: %s",

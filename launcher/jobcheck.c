@@ -212,7 +212,7 @@ static int fail_named(const tr_config_t* cfg, tr_errmsg_t* err,
 
 /* Tensor parallelism: the degree divides what the plan splits (heads, KV
  * heads, every split dim: the plan's own check on the model's table), and
- * what FSDP cannot compose onto it. */
+ * what is not built with it. */
 static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
@@ -228,19 +228,10 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
   tr_errmsg_t perr;
   rc = tr_mesh_shape_init(&s, 1, names, &size, &coord);
   if (rc == 0) rc = tr_tp_plan_apply(&m, &s, &perr);
-  int strided = 0; /* a piece cut in parts (GPT-2's fused c_attn) */
-  for (int i = 0; rc == 0 && i < m.n_params; i++)
-    strided |= m.params[i].layout.parts > 1;
   tr_model_release(&m);
   if (rc < 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
                     "%s", rc == TR_ECONFIG ? perr.message : tr_strerror(rc));
-  if (mc->document_positions && mc->family == TR_MODEL_GPT2)
-    return key_fail(cfg, err, TR_CFG_K_model_document_positions,
-                    "gpt2's position rows per document are not built under "
-                    "tensor_parallel_degree %lld (its vocabulary-parallel "
-                    "embedding adds the rows 0..T-1); leave it false or tp 1",
-                    (long long)p->tensor_parallel_degree);
   if (p->disable_loss_parallel && job_on_cuda(cfg) &&
       mc->vocab_size % p->tensor_parallel_degree == 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_disable_loss_parallel,
@@ -248,24 +239,6 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     "ranks is built for CPU tensors only; leave it false "
                     "on cuda (loss parallel gives the same losses)",
                     (long long)p->tensor_parallel_degree);
-  if (strided && p->context_parallel_degree > 1)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
-                    "%lld with context_parallel_degree %lld: FSDP (which "
-                    "shards over dp_shard x cp under context parallelism) "
-                    "cannot shard %s's fused q/k/v matrix (c_attn) over its "
-                    "tensor-parallel pieces, which are cut in 3 parts; use "
-                    "llama3 for tensor x context parallelism",
-                    (long long)p->tensor_parallel_degree,
-                    (long long)p->context_parallel_degree, cfg->model.name);
-  if (strided && p->data_parallel_shard_degree > 1)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
-                    "%lld with data_parallel_shard_degree %lld: FSDP cannot "
-                    "shard %s's fused q/k/v matrix (c_attn) over its tensor-"
-                    "parallel pieces, which are cut in 3 parts; use "
-                    "data_parallel_replicate_degree (DDP) with tensor "
-                    "parallelism for gpt2, or llama3",
-                    (long long)p->tensor_parallel_degree,
-                    (long long)p->data_parallel_shard_degree, cfg->model.name);
   return 0;
 }
 

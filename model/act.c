@@ -187,8 +187,27 @@ static int add_positions(tr_tensor_t* out, const tr_tensor_t* wpe, int64_t t0) {
   return rc;
 }
 
+/* out += wpe[pos[:, t0 : t0 + T']] for out's T' rows of each sequence */
+static int add_positions_at(tr_model_t* m, tr_tensor_t* out,
+                            const tr_tensor_t* wpe, const tr_tensor_t* pos,
+                            int64_t t0) {
+  tr_tensor_t rows = {0}, p = {0}, pe = {0};
+  int rc = tr_tensor_narrow(&rows, pos, 1, t0, out->shape[1]);
+  if (rc == 0) rc = tr_tensor_contiguous(&p, &rows);
+  if (rc == 0)
+    rc = tr__act(m, &pe, (int)out->shape[0], (int)out->shape[1],
+                 out->shape[2]);
+  if (rc == 0) rc = tr_kern_embedding_fwd(&pe, &p, wpe, NULL);
+  if (rc == 0) rc = tr_kern_add(out, out, &pe);
+  tr_tensor_release(&rows);
+  tr_tensor_release(&p);
+  tr_tensor_release(&pe);
+  return rc;
+}
+
 int tr__tp_embed(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
-                 const tr_tensor_t* wte, const tr_tensor_t* wpe) {
+                 const tr_tensor_t* pos, const tr_tensor_t* wte,
+                 const tr_tensor_t* wpe) {
   int64_t V = m->cfg.vocab_size, Vl = wte->shape[0];
   if (tr__tp_sp(m) && out->shape[1] % m->tp.size) {
     TR_LOG_ERROR(MODEL,
@@ -198,7 +217,8 @@ int tr__tp_embed(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
     return TR_ECONFIG;
   }
   if (Vl == V) { /* whole: the one-rank lookup, then this rank's rows */
-    TR_CHECK(tr_kern_embedding_fwd(out, tokens, wte, wpe));
+    TR_CHECK(tr_kern_embedding_fwd(out, tokens, wte, pos ? NULL : wpe));
+    if (pos && wpe) TR_CHECK(add_positions_at(m, out, wpe, pos, 0));
     return tr__tp_keep_rows(m, out);
   }
   TR_CHECK(tr_kern_embedding_rows_fwd(out, tokens, wte, m->tp.rank * Vl, V));
@@ -206,15 +226,22 @@ int tr__tp_embed(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
   /* x + 0 is x: the sum is the one-rank lookup's bits, then the positions
    * are added once as the one-rank kernel adds them */
   if (!wpe) return 0;
-  return add_positions(out, wpe, tr__tp_sp(m) ? m->tp.rank * out->shape[1] : 0);
+  int64_t t0 = tr__tp_sp(m) ? m->tp.rank * out->shape[1] : 0;
+  return pos ? add_positions_at(m, out, wpe, pos, t0)
+             : add_positions(out, wpe, t0);
 }
 
 int tr__tp_embed_bwd(tr_model_t* m, tr_tensor_t* dwte, tr_tensor_t* dwpe,
-                     const tr_tensor_t* dout, const tr_tensor_t* tokens) {
+                     const tr_tensor_t* dout, const tr_tensor_t* tokens,
+                     const tr_tensor_t* pos) {
   int64_t Vl = dwte->shape[0];
+  tr_tensor_t* dp = pos ? NULL : dwpe; /* with pos: its rows below */
   if (Vl == m->cfg.vocab_size)
-    return tr_kern_embedding_bwd(dwte, dwpe, dout, tokens);
-  return tr_kern_embedding_rows_bwd(dwte, dwpe, dout, tokens, m->tp.rank * Vl);
+    TR_CHECK(tr_kern_embedding_bwd(dwte, dp, dout, tokens));
+  else
+    TR_CHECK(
+        tr_kern_embedding_rows_bwd(dwte, dp, dout, tokens, m->tp.rank * Vl));
+  return pos && dwpe ? tr_kern_embedding_bwd(dwpe, NULL, dout, pos) : 0;
 }
 
 /* out [N, C] += bias broadcast over the rows: a rank-1 GEMM, ones [N, 1]

@@ -188,16 +188,15 @@ static int build(tr__table_t* t) {
 
 /* ---- embedding and final norm ---- */
 
-/* out = wte[tok] + wpe[t], or wpe[pos] with document positions (the
- * position rows looked up like tokens in a table of max_seq_len rows);
- * under tensor parallelism the tp seam's vocabulary-parallel lookup
- * (document positions are not built there) */
+/* out = wte[tok] + wpe[t], or wpe[pos] with document positions or a cp
+ * rank's chunks (the position rows looked up like tokens in a table of
+ * max_seq_len rows); under tensor parallelism the tp seam's
+ * vocabulary-parallel lookup */
 static int embed_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
                      const tr_tensor_t* pos) {
   if (m->tp.fn)
-    return pos ? TR_EUNSUPPORTED
-               : tr__tp_embed(m, out, tokens, W(m, 0, EMB_WTE),
-                              W(m, 0, EMB_WPE));
+    return tr__tp_embed(m, out, tokens, pos, W(m, 0, EMB_WTE),
+                        W(m, 0, EMB_WPE));
   if (!pos)
     return tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE),
                                  W(m, 0, EMB_WPE));
@@ -219,9 +218,8 @@ out:
 static int embed_bwd(tr_model_t* m, const tr_tensor_t* dout,
                      const tr_tensor_t* tokens, const tr_tensor_t* pos) {
   if (m->tp.fn)
-    return pos ? TR_EUNSUPPORTED
-               : tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
-                                  tokens);
+    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
+                            tokens, pos);
   if (!pos)
     return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
                                  tokens);

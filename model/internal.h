@@ -156,14 +156,18 @@ int tr__tp_keep_rows(tr_model_t* m, tr_tensor_t* t);
  * embed_bwd). out [B, T, C]: a vocabulary-split wte (fewer rows than the
  * vocabulary: rows [rank Vl, (rank+1) Vl)) looks up the tokens it holds,
  * the sum over tp (TR_TP_EMBED_OUT; under SP a reduce-scatter) completes
- * it, and the positions (wpe, or NULL) of this rank's rows are added once;
- * a whole wte runs the one-rank lookup and under SP keeps its rows. T % tp
- * under SP: TR_ECONFIG. The backward takes the whole sequence's dout and
- * adds to the rows of wte it holds (and to every position's). */
+ * it, and the positions (wpe, or NULL) of this rank's rows are added once:
+ * rows 0..T-1, or those pos [B, T] names (document positions, a cp rank's
+ * chunks; NULL: 0..T-1); a whole wte runs the one-rank lookup and under SP
+ * keeps its rows. T % tp under SP: TR_ECONFIG. The backward takes the
+ * whole sequence's dout and adds to the rows of wte it holds (and to the
+ * positions' rows of dwpe). */
 int tr__tp_embed(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
-                 const tr_tensor_t* wte, const tr_tensor_t* wpe);
+                 const tr_tensor_t* pos, const tr_tensor_t* wte,
+                 const tr_tensor_t* wpe);
 int tr__tp_embed_bwd(tr_model_t* m, tr_tensor_t* dwte, tr_tensor_t* dwpe,
-                     const tr_tensor_t* dout, const tr_tensor_t* tokens);
+                     const tr_tensor_t* dout, const tr_tensor_t* tokens,
+                     const tr_tensor_t* pos);
 /* A row-parallel linear layer's forward, out = inp w^T (+ bias), with the
  * TR_TP_FWD_OUT reduction on its output (under SP out becomes this rank's
  * rows of the sequence). Without a tp hook the bias goes into the GEMM

@@ -224,7 +224,8 @@ static int build(tr__table_t* t) {
 static int embed_fwd(tr_model_t* m, tr_tensor_t* out,
                      const tr_tensor_t* tokens, const tr_tensor_t* pos) {
   (void)pos; /* positions are RoPE's (tr__mask_rope) */
-  if (m->tp.fn) return tr__tp_embed(m, out, tokens, W(m, 0, EMB_WTE), NULL);
+  if (m->tp.fn)
+    return tr__tp_embed(m, out, tokens, NULL, W(m, 0, EMB_WTE), NULL);
   return tr_kern_embedding_fwd(out, tokens, W(m, 0, EMB_WTE), NULL);
 }
 
@@ -232,7 +233,7 @@ static int embed_bwd(tr_model_t* m, const tr_tensor_t* dout,
                      const tr_tensor_t* tokens, const tr_tensor_t* pos) {
   (void)pos;
   if (m->tp.fn)
-    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), NULL, dout, tokens);
+    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), NULL, dout, tokens, NULL);
   return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), NULL, dout, tokens);
 }
 

@@ -388,6 +388,30 @@ typedef struct {
 #define INIT_CLONES
 #endif
 
+int tr_param_layout_runs(const tr_param_layout_t* l, int64_t global_rows,
+                         tr_param_run_t* runs) {
+  int P = l->parts > 1 ? l->parts : 1;
+  if (P == 1) {
+    runs[0] = (tr_param_run_t){0, l->offset[0], l->shape[0]};
+    return 1;
+  }
+  int64_t L = l->part_rows, stride = global_rows / P;
+  if (P > TR_PARAM_MAX_RUNS || L < 0 || l->skip < 0 || l->shape[0] < 0 ||
+      l->skip + l->shape[0] > P * L || global_rows % P ||
+      l->offset[0] + L > stride)
+    return TR_EINVAL;
+  int n = 0;
+  for (int64_t y = l->skip, end = l->skip + l->shape[0]; y < end;) {
+    int64_t j = y / L, in = y % L;
+    int64_t rows = L - in < end - y ? L - in : end - y;
+    runs[n++] =
+        (tr_param_run_t){y - l->skip, j * stride + l->offset[0] + in, rows};
+    y += rows;
+  }
+  if (n == 0) runs[n++] = (tr_param_run_t){0, l->offset[0], 0};
+  return n;
+}
+
 /* Global flat index of local element 0 when the local part is one run of
  * the global flat order (the whole tensor, or whole rows as FSDP shards
  * along dim 0): local i is then global base + i. -1 otherwise. */
@@ -428,12 +452,13 @@ static inline __attribute__((always_inline)) void normal_block(
  * normal keeps draw 0 when it is inside the bounds (nearly always) and
  * otherwise takes init_value's redraws, so every value is init_value's. */
 /* Global index on dim d of local index i (a strided layout's dim 0 is
- * parts runs: tr_param_layout_t). */
+ * rows of parts runs: tr_param_layout_t). */
 static int64_t global_index(const tr_param_t* p, int d, int64_t i) {
-  int P = p->layout.parts;
-  if (d > 0 || P <= 1) return p->layout.offset[d] + i;
-  int64_t lrows = p->layout.shape[0] / P;
-  return i / lrows * (p->shape[0] / P) + p->layout.offset[0] + i % lrows;
+  const tr_param_layout_t* l = &p->layout;
+  if (d > 0 || l->parts <= 1) return l->offset[d] + i;
+  int64_t y = l->skip + i;
+  return y / l->part_rows * (p->shape[0] / l->parts) + l->offset[0] +
+         y % l->part_rows;
 }
 
 INIT_CLONES static void fill_run(const init_job_t* j, float* out, uint64_t g0,
@@ -507,9 +532,9 @@ static void init_task(void* ctx, int64_t task) {
       gstride *= p->shape[d];
     }
     int64_t run = ld - col;
-    if (nd == 1 && p->layout.parts > 1) {
-      int64_t lrows = ld / p->layout.parts;
-      run = lrows - col % lrows;
+    if (nd == 1 && p->layout.parts > 1) { /* to the end of its part */
+      int64_t lrows = p->layout.part_rows;
+      run = lrows - (p->layout.skip + col) % lrows;
     }
     int64_t len = run < i1 - i ? run : i1 - i;
     fill_run(j, j->data + i, (uint64_t)g, len);

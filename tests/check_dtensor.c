@@ -553,16 +553,18 @@ START_TEST(test_param_placement) {
   ck_assert_int_eq(off[0], 3);
   ck_assert_int_eq(ls[0], 2);
   /* the piece before dp_shard's cut; dp_shard coordinate 1's piece */
+  tr_param_layout_t l;
   ck_assert_int_eq(
-      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 0, 1, ls, off), 0);
-  ck_assert_int_eq(off[0], 5);
-  ck_assert_int_eq(ls[0], 5);
+      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 0, 1, &l), 0);
+  ck_assert_int_eq(l.offset[0], 5);
+  ck_assert_int_eq(l.shape[0], 5);
   ck_assert_int_eq(
-      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 1, 0, ls, off), 0);
-  ck_assert_int_eq(off[0], 8);
-  ck_assert_int_eq(ls[0], 2);
+      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 1, 0, &l), 0);
+  ck_assert_int_eq(l.offset[0], 8);
+  ck_assert_int_eq(l.shape[0], 2);
+  ck_assert_int_eq(l.parts, 1);
   ck_assert_int_eq(
-      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 2, 0, ls, off),
+      tr_param_placement_layout(pl, 2, p.shape, "dp_shard", 2, 0, &l),
       TR_EINVAL);
   /* held by the dp_replicate ranks alike: 2 replicas over the dp dims */
   static const char* const dp[2] = {"dp_replicate", "dp_shard"};

@@ -5,7 +5,9 @@
  * debug models (the vocabulary tables split where tp divides the
  * vocabulary, whole and said so where not) and its divisibility errors,
  * the sequence-parallel refusal of a T that tp does not divide, and the
- * strided init of a c_attn piece against the one-rank values; the bytes a
+ * strided init of a c_attn piece against the one-rank values, and of every
+ * parameter under FSDP over TP (dp_shard cutting the q|k|v piece across
+ * part boundaries, the rows as runs of the global tensor); the bytes a
  * rank allocates for parameters and gradients under TP 4 (host
  * allocator); a one-rank safetensors file loaded into TP pieces. On 2 and
  * 4 forked Gloo ranks (tests/pg_suite.h): a small GPT-2 and a small Llama
@@ -98,12 +100,38 @@ START_TEST(test_strided_placement) {
   ck_assert_int_eq(
       tr_placement_local_layout(1, sizes, coords, &pl, 2, g2, ls, off),
       TR_EINVAL);
-  /* another mesh dim cutting the same tensor dim, after or before */
+  /* another mesh dim cutting the same tensor dim, after (no box) or before
+   * (refused) */
   tr_placement_t two[2] = {pl, tr_placement_shard(0)};
   int s2[2] = {2, 2}, c2[2] = {0, 1};
   int64_t g3[2] = {24, 2};
   ck_assert_int_eq(tr_placement_local_layout(2, s2, c2, two, 2, g3, ls, off),
                    TR_EINVAL);
+  /* ... which as a layout is rows 6..11 of the piece of 3 x 4 rows (global
+   * rows 0..3, 8..11, 16..19): rows 2, 3 of part 1 and all of part 2 */
+  tr_param_layout_t l;
+  ck_assert_int_eq(tr_placement_local_piece(2, s2, c2, two, NULL, 2, g3, &l),
+                   0);
+  ck_assert_int_eq(l.parts, 3);
+  ck_assert_int_eq(l.part_rows, 4);
+  ck_assert_int_eq(l.skip, 6);
+  ck_assert_int_eq(l.shape[0], 6);
+  ck_assert_int_eq(l.offset[0], 0);
+  tr_param_run_t runs[TR_PARAM_MAX_RUNS];
+  ck_assert_int_eq(tr_param_layout_runs(&l, 24, runs), 2);
+  ck_assert_int_eq(runs[0].local, 0);
+  ck_assert_int_eq(runs[0].global, 10);
+  ck_assert_int_eq(runs[0].rows, 2);
+  ck_assert_int_eq(runs[1].local, 2);
+  ck_assert_int_eq(runs[1].global, 16);
+  ck_assert_int_eq(runs[1].rows, 4);
+  /* coordinate 0 of a cut in 5: rows 0..2 of part 0 */
+  int s5[2] = {2, 5}, c5[2] = {1, 0};
+  ck_assert_int_eq(tr_placement_local_piece(2, s5, c5, two, NULL, 2, g3, &l),
+                   0);
+  ck_assert_int_eq(tr_param_layout_runs(&l, 24, runs), 1);
+  ck_assert_int_eq(runs[0].global, 4);
+  ck_assert_int_eq(runs[0].rows, 3);
   tr_placement_t rev[2] = {tr_placement_shard(0), pl};
   ck_assert_int_eq(tr_placement_local_layout(2, s2, c2, rev, 2, g3, ls, off),
                    TR_EINVAL);
@@ -255,8 +283,7 @@ START_TEST(test_plan_errors) {
 END_TEST
 
 /* Every rank's piece of c_attn (weight and bias) under the plan, made by
- * tr_model_init_weights, is the one-rank table's rows q_r | k_r | v_r; FSDP
- * cannot compose onto it. */
+ * tr_model_init_weights, is the one-rank table's rows q_r | k_r | v_r. */
 START_TEST(test_strided_init) {
   tr_model_config_t c;
   ck_assert_int_eq(small_config(0, &c), 0);
@@ -291,20 +318,118 @@ START_TEST(test_strided_init) {
       ck_assert(memcmp(lb + part * q, gb + grow, sizeof(float) * (size_t)q) ==
                 0);
     }
-    /* FSDP's Shard(0) on dp_shard cannot cut the strided piece */
-    const char* names[] = {"dp_shard", "tp"};
-    int sz[2] = {2, 4}, co[2] = {0, r};
-    tr_mesh_shape_t s2;
-    ck_assert_int_eq(tr_mesh_shape_init(&s2, 2, names, sz, co), 0);
-    tr_placement_t pl[2] = {tr_placement_replicate(),
-                            tr_placement_shard_parts(0, 3)};
-    tr_param_t p = m.params[w];
-    p.layout.placement = NULL;
-    ck_assert_int_eq(tr_dtensor_param_place(&p, &s2, pl, NULL), 0);
-    ck_assert_int_eq(tr_dtensor_param_shard(&p, &s2, "dp_shard", 0), TR_EINVAL);
-    tr_dtensor_param_clear_layout(&p);
     tr_model_release(&m);
   }
+  tr_model_release(&ref);
+}
+END_TEST
+
+/* The one-rank model of c, every parameter drawn from N(0, 0.02) (no
+ * all-zero biases) with seed. */
+static void one_rank_normal(tr_model_t* ref, const tr_model_config_t* c,
+                            uint64_t seed) {
+  ck_assert_int_eq(tr_model_init(ref, c), 0);
+  ck_assert_int_eq(tr_model_alloc(ref, TR_DEVICE_CPU), 0);
+  for (int i = 0; i < ref->n_params; i++)
+    ref->params[i].init = (tr_init_rule_t){TR_INIT_NORMAL, 0.02f, 0, 0};
+  ck_assert_int_eq(tr_model_init_weights(ref, seed), 0);
+}
+
+/* p's local data holds the rows of ref (a one-rank table's parameter)
+ * its layout's runs say, in the columns of its box; the runs cover the
+ * local rows in order. */
+static void assert_runs_equal(const tr_param_t* p, const tr_param_t* ref,
+                              const char* what) {
+  tr_param_run_t runs[TR_PARAM_MAX_RUNS];
+  int n = tr_param_layout_runs(&p->layout, p->shape[0], runs);
+  ck_assert_int_ge(n, 1);
+  int64_t cols = p->ndim > 1 ? p->layout.shape[1] : 1;
+  int64_t gcols = p->ndim > 1 ? p->shape[1] : 1;
+  int64_t c0 = p->ndim > 1 ? p->layout.offset[1] : 0, next = 0;
+  const float* l = tr_tensor_data(&p->data);
+  const float* g = tr_tensor_data(&ref->data);
+  for (int j = 0; j < n; j++) {
+    ck_assert_int_eq(runs[j].local, next);
+    next += runs[j].rows;
+    for (int64_t r = 0; r < runs[j].rows; r++)
+      ck_assert_msg(memcmp(l + (runs[j].local + r) * cols,
+                           g + (runs[j].global + r) * gcols + c0,
+                           sizeof(float) * (size_t)cols) == 0,
+                    "%s: '%s' local row %lld is not global row %lld", what,
+                    p->name, (long long)(runs[j].local + r),
+                    (long long)(runs[j].global + r));
+  }
+  ck_assert_int_eq(next, p->layout.shape[0]);
+}
+
+/* FSDP over the TP plan (dp_shard composed onto tp, cutting last, as
+ * fsdp2 does): GPT-2's c_attn [384, 128] under tp 2 is a q|k|v piece of 3
+ * x 64 rows a rank; dp_shard 2 cuts it at row 96, so shard 0 holds all of
+ * q and half of k, shard 1 the rest of k and all of v (each straddles a
+ * part boundary); dp_shard 5 cuts at 39, 78, 117, 156. Every parameter's
+ * runs of rows, initialised on the composed layout, are the one-rank
+ * values byte for byte; the rows cut in run order are the ones the
+ * placement arithmetic gives. */
+START_TEST(test_strided_fsdp) {
+  tr_model_config_t c;
+  ck_assert_int_eq(small_config(0, &c), 0);
+  tr_model_t ref;
+  one_rank_normal(&ref, &c, 9);
+  int w = tr_model_find_param(&ref, "transformer.h.1.attn.c_attn.weight");
+  ck_assert_int_ge(w, 0);
+  ck_assert_int_eq(ref.params[w].shape[0], 3 * c.dim);
+  static const int dps[2] = {2, 5};
+  for (int k = 0; k < 2; k++)
+    for (int r = 0; r < 2 * dps[k]; r++) {
+      tr_model_t m;
+      ck_assert_int_eq(tr_model_init(&m, &c), 0);
+      const char* names[] = {"dp_shard", "tp"};
+      int sz[2] = {dps[k], 2}, co[2] = {r / 2, r % 2};
+      tr_mesh_shape_t s;
+      ck_assert_int_eq(tr_mesh_shape_init(&s, 2, names, sz, co), 0);
+      ck_assert_int_eq(tr_tp_plan_apply(&m, &s, NULL), 0);
+      for (int i = 0; i < m.n_params; i++) {
+        m.params[i].init = ref.params[i].init;
+        ck_assert_int_eq(
+            tr_dtensor_param_shard(&m.params[i], &s, "dp_shard", 0), 0);
+      }
+      const tr_param_layout_t* l = &m.params[w].layout;
+      int64_t piece = 3 * (c.dim / 2), start, rows;
+      tr_chunk_range(piece, dps[k], r / 2, &start, &rows);
+      ck_assert_int_eq(l->parts, 3);
+      ck_assert_int_eq(l->part_rows, c.dim / 2);
+      ck_assert_int_eq(l->skip, start);
+      ck_assert_int_eq(l->shape[0], rows);
+      ck_assert_int_eq(l->offset[0], (r % 2) * (c.dim / 2));
+      ck_assert_int_eq(tr_model_alloc(&m, TR_DEVICE_CPU), 0);
+      ck_assert_int_eq(tr_model_init_weights(&m, 9), 0);
+      char what[48];
+      snprintf(what, sizeof what, "dp_shard %d of %d, tp %d", r / 2, dps[k],
+               r % 2);
+      for (int i = 0; i < m.n_params; i++)
+        assert_runs_equal(&m.params[i], &ref.params[i], what);
+      if (dps[k] == 2) { /* the straddling runs, spelled out */
+        tr_param_run_t runs[TR_PARAM_MAX_RUNS];
+        int64_t h = c.dim / 2, o = (r % 2) * h, C = c.dim;
+        ck_assert_int_eq(tr_param_layout_runs(l, 3 * C, runs), 2);
+        if (r / 2 == 0) { /* q, then the first half of k */
+          ck_assert_int_eq(runs[0].global, o);
+          ck_assert_int_eq(runs[0].rows, h);
+          ck_assert_int_eq(runs[1].global, C + o);
+          ck_assert_int_eq(runs[1].rows, h / 2);
+        } else { /* the second half of k, then v */
+          ck_assert_int_eq(runs[0].global, C + o + h / 2);
+          ck_assert_int_eq(runs[0].rows, h / 2);
+          ck_assert_int_eq(runs[1].global, 2 * C + o);
+          ck_assert_int_eq(runs[1].rows, h);
+        }
+      }
+      /* FSDP gives the dp_shard cut back: the tp piece again */
+      ck_assert_int_eq(tr_dtensor_param_unshard(&m.params[w], "dp_shard"), 0);
+      ck_assert_int_eq(l->skip, 0);
+      ck_assert_int_eq(l->shape[0], piece);
+      tr_model_release(&m);
+    }
   tr_model_release(&ref);
 }
 END_TEST
@@ -318,11 +443,7 @@ START_TEST(test_import_pieces) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   tr_model_t ref;
-  ck_assert_int_eq(tr_model_init(&ref, &c), 0);
-  ck_assert_int_eq(tr_model_alloc(&ref, TR_DEVICE_CPU), 0);
-  for (int i = 0; i < ref.n_params; i++) /* no all-zero biases */
-    ref.params[i].init = (tr_init_rule_t){TR_INIT_NORMAL, 0.02f, 0, 0};
-  ck_assert_int_eq(tr_model_init_weights(&ref, 5), 0);
+  one_rank_normal(&ref, &c, 5);
   tr_errmsg_t err;
   ck_assert_int_eq(tr_st_export_model(&ref, path, TR_F32, &err), 0);
   for (int r = 0; r < 4; r++) {
@@ -852,6 +973,7 @@ static Suite* tp_suite(void) {
   tcase_add_loop_test(tc, test_plan_placements, 0, 2);
   tcase_add_test(tc, test_plan_errors);
   tcase_add_test(tc, test_strided_init);
+  tcase_add_test(tc, test_strided_fsdp);
   tcase_add_test(tc, test_spec_refuses_parts);
   tcase_add_test(tc, test_import_pieces);
   tcase_add_loop_test(tc, test_memory, 0, 2);

@@ -70,10 +70,12 @@ static char* item_name(const tr_param_t* p, int which) {
   return s;
 }
 
-/* The checkpoint items of a save or load: one chunk per parameter, or P
- * for a tensor-parallel piece cut in P parts (GPT-2's c_attn: P runs of
- * rows, each a box of the global tensor), each a view of the rank's tensor.
- * Names and views are the list's. */
+/* The checkpoint items of a save or load: one chunk per run of rows of a
+ * parameter's layout (tr_param_layout_runs), each a box of the global
+ * tensor and a view of the rank's tensor: one for most, P for a
+ * tensor-parallel piece cut in P parts (GPT-2's c_attn), up to P for an
+ * FSDP shard of such a piece (its rows may straddle q|k or k|v). Names and
+ * views are the list's. */
 typedef struct {
   tr_ckpt_item_t* items;
   tr_tensor_t* views;
@@ -95,9 +97,7 @@ static void items_release(items_t* l) {
 static int items_add(tr_trainer_t* t, int which, items_t* l) {
   tr_model_t* m = &t->model;
   size_t need = l->n;
-  for (int i = 0; i < m->n_params; i++)
-    need += m->params[i].layout.parts > 1 ? (size_t)m->params[i].layout.parts
-                                          : 1;
+  for (int i = 0; i < m->n_params; i++) need += TR_PARAM_MAX_RUNS;
   if (need > l->cap) {
     tr_ckpt_item_t* it = realloc(l->items, need * sizeof *it);
     if (it) l->items = it;
@@ -113,7 +113,9 @@ static int items_add(tr_trainer_t* t, int which, items_t* l) {
     tr_tensor_t* src = which == 0   ? &p->data
                        : which == 1 ? &t->adam_m[i]
                                     : &t->adam_v[i];
-    int P = p->layout.parts > 1 ? p->layout.parts : 1;
+    tr_param_run_t runs[TR_PARAM_MAX_RUNS];
+    int nrun = tr_param_layout_runs(&p->layout, p->shape[0], runs);
+    TR_CHECK(nrun);
     /* a rank holding the whole tensor in a world of several holds a
      * replica (DDP, a tp-replicated parameter); a sharded layout (FSDP,
      * TP) holds its own chunk. Under pipeline parallelism not every rank
@@ -121,7 +123,7 @@ static int items_add(tr_trainer_t* t, int which, items_t* l) {
     int whole = !t->pp.pg;
     for (int d = 0; d < p->ndim; d++)
       whole &= p->layout.offset[d] == 0 && p->layout.shape[d] == p->shape[d];
-    for (int j = 0; j < P; j++) {
+    for (int j = 0; j < nrun; j++) {
       tr_ckpt_item_t* it = &l->items[l->n];
       tr_tensor_t* v = &l->views[l->n];
       memset(it, 0, sizeof *it);
@@ -133,13 +135,12 @@ static int items_add(tr_trainer_t* t, int which, items_t* l) {
       memcpy(it->shape, p->shape, sizeof it->shape);
       memcpy(it->offset, p->layout.offset, sizeof it->offset);
       it->replicated = whole && t->world > 1;
-      if (P == 1) {
+      if (nrun == 1 && runs[0].rows == p->layout.shape[0]) {
         tr_tensor_view(v, src);
-      } else { /* part j: its rows, at part j's offset of the global rows */
-        int64_t rows = p->layout.shape[0] / P;
-        TR_CHECK(tr_tensor_narrow(v, src, 0, j * rows, rows));
-        it->offset[0] += j * (p->shape[0] / P);
+      } else { /* run j: its rows, at their global rows */
+        TR_CHECK(tr_tensor_narrow(v, src, 0, runs[j].local, runs[j].rows));
       }
+      it->offset[0] = runs[j].global;
       it->tensor = v;
     }
   }

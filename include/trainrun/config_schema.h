@@ -195,9 +195,10 @@
     "attention heads, the KV heads, the FFN width and seq_len. The tp "        \
     "ranks of a replica read the same samples. Composes with "                 \
     "data_parallel_replicate_degree (DDP), data_parallel_shard_degree "        \
-    "(FSDP, HSDP: llama3 only, as GPT-2's fused c_attn is cut in 3 parts "     \
-    "per rank) and pipeline_parallel_degree. Its checkpoints load into "       \
-    "any other layout.")                                                       \
+    "(FSDP, HSDP; GPT-2's FSDP shards of a rank's q|k|v rows of c_attn "       \
+    "may straddle q and k or k and v, as PyTorch's _StridedShard) and "        \
+    "pipeline_parallel_degree. Its checkpoints load into any other "           \
+    "layout.")                                                                 \
   X(parallelism, disable_loss_parallel, BOOL, "false", 0, 0, NULL,             \
     "Under tensor parallelism, gather the logit slices of the tp ranks "       \
     "and compute the ordinary cross-entropy, instead of the "                  \

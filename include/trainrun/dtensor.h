@@ -290,10 +290,11 @@ typedef struct {
    * for fused projections (GPT-2's q|k|v): the dim is P equal parts, each
    * cut in torch.chunk pieces on its own, and a rank holds its piece of
    * every part, in part order (rank r of 2 over q|k|v rows: q_r|k_r|v_r).
-   * Each part must divide evenly over the mesh dim, and no other mesh dim
-   * may cut the same tensor dim (the piece is not a box). Only parameter
-   * layouts take it (tr_dtensor_param_place; a DTensor spec refuses it:
-   * TR_EUNSUPPORTED). */
+   * Each part must divide evenly over the mesh dim, and no mesh dim may
+   * cut the same tensor dim before it; one cutting it after cuts the
+   * rank's piece in run order (FSDP over tensor parallelism; the rows held
+   * may straddle parts: tr_param_layout_t). Only parameter layouts take it
+   * (tr_dtensor_param_place; a DTensor spec refuses it: TR_EUNSUPPORTED). */
   int parts;
 } tr_placement_t;
 
@@ -339,11 +340,25 @@ int tr_placement_local_layout(int mesh_ndim, const int* mesh_sizes,
  * permutation. A Shard of P > 1 parts gives the shape of the whole piece
  * (P pieces of the parts) and the offset of its piece of part 0 (part j's
  * is j x shape[d] / P further); TR_EINVAL when a part does not divide
- * evenly or another mesh dim cuts the same tensor dim. */
+ * evenly, another mesh dim cuts the same tensor dim before it, or one cuts
+ * it after (the rows held are no piece of every part:
+ * tr_placement_local_piece says which they are). */
 int tr_placement_local_layout_ordered(
     int mesh_ndim, const int* mesh_sizes, const int* coords,
     const tr_placement_t* pl, const int* order, int ndim, const int64_t* gshape,
     int64_t* local_shape, int64_t* global_offset);
+/* The same as a parameter layout (trainrun/model.h; placement NULL), which
+ * also says the rows held of a piece in parts that later mesh dims cut
+ * again (parts, part_rows, skip): GPT-2's c_attn [384, 128] as Shard(0,
+ * parts=3) on tp 2 then Shard(0) on dp_shard 2 cutting last gives tp rank
+ * 0, dp_shard rank 1 rows 96..191 of its q0|k0|v0 piece of 3 x 64 rows:
+ * offset 0, shape [96, 128], parts 3, part_rows 64, skip 96 (global rows
+ * 160..191 of k and 256..319 of v). TR_EINVAL as above, and for parts on a
+ * tensor dim other than 0. */
+int tr_placement_local_piece(int mesh_ndim, const int* mesh_sizes,
+                             const int* coords, const tr_placement_t* pl,
+                             const int* order, int ndim, const int64_t* gshape,
+                             tr_param_layout_t* out);
 
 /* ===================================================================== */
 /* ---- distributed tensors ---- */
@@ -485,12 +500,12 @@ int tr_param_placement_compose(const tr_param_placement_t* in,
 /* The piece of a tensor of global shape gshape (ndim dims) that placement
  * pl gives the rank at this rank's coordinates, except on mesh dim `dim`
  * (may be NULL): there the coordinate is `coord`, or, with skip, the dim
- * does not cut at all (the piece before its cut). TR_EINVAL for an unknown
+ * does not cut at all (the piece before its cut), as a layout in *out
+ * (tr_placement_local_piece; its placement NULL). TR_EINVAL for an unknown
  * dim or a coordinate out of range. */
 int tr_param_placement_layout(const tr_param_placement_t* pl, int ndim,
                               const int64_t* gshape, const char* dim, int coord,
-                              int skip, int64_t* local_shape,
-                              int64_t* global_offset);
+                              int skip, tr_param_layout_t* out);
 
 /* Give parameter p (global shape p->shape) a placement over mesh with the
  * dims cutting in `order` (NULL: mesh order): a heap copy goes to
@@ -592,10 +607,12 @@ void tr_dtensor_param_clear_layout(tr_param_t* p);
  * sharded part over tp (and over the data-parallel dims as it does today)
  * and the replicated part over the data-parallel dims only. FSDP over a TP
  * layout (2-D) composes Shard(0) on dp_shard (tr_dtensor_param_shard),
- * except over GPT-2's strided c_attn (refused: TR_EINVAL). A safetensors
- * import (tr_st_import_model) fills TP pieces, strided ones included; the
- * distributed checkpoint records a box per piece and cannot save a strided
- * one yet: the launcher refuses tensor_parallel_degree. */
+ * cutting last: over GPT-2's strided c_attn an FSDP shard holds rows of
+ * the rank's q|k|v piece, which may straddle two parts (PyTorch's
+ * _StridedShard; tr_param_layout_t). A safetensors import
+ * (tr_st_import_model), the initialisation and the distributed checkpoint
+ * take such a layout as its runs of rows (tr_param_layout_runs), each a
+ * box of the global tensor. */
 
 /* The placement on "tp" that p's style asks for under a tp degree in
  * *out: 1 when it is a Shard (colwise, rowwise, and vocab / output where

@@ -242,16 +242,38 @@ typedef struct {
   int64_t shape[TR_MAX_DIMS];  /* local extent, per dim */
   /* 1: the piece is the box [offset, offset + shape). P > 1 (a strided
    * tensor-parallel shard of a fused projection, GPT-2's q|k|v): along dim
-   * 0 the piece is P equal runs of shape[0] / P rows, run j starting at
-   * global row j x shape_global[0] / P + offset[0]; the other dims are as
-   * for a box. */
+   * 0 the tensor-parallel piece is P equal runs of part_rows rows, run j
+   * starting at global row j x shape_global[0] / P + offset[0], and the
+   * rank holds rows [skip, skip + shape[0]) of that piece, taken in run
+   * order: all of it (skip 0, shape[0] = P x part_rows) unless a later
+   * mesh dim cut it again (FSDP over tensor parallelism, PyTorch's
+   * _StridedShard), whose rows may straddle runs (q|k, k|v). The other
+   * dims are as for a box. tr_param_layout_runs lists the rows as boxes. */
   int parts;
+  int64_t part_rows; /* parts > 1: rows of each run of the tp piece */
+  int64_t skip;      /* parts > 1: rows of the tp piece before the first held */
   /* The placement this layout comes from: a tr_param_placement_t
    * (trainrun/dtensor.h, the one truth about sharding), a single heap
    * block that dtensor sets and tr_model_release frees; NULL = the whole
    * tensor on every rank. */
   void* placement;
 } tr_param_layout_t;
+
+/* Rows of a layout along dim 0 that are one box of the global tensor:
+ * local rows [local, local + rows) are global rows [global, global +
+ * rows). */
+typedef struct {
+  int64_t local, global, rows;
+} tr_param_run_t;
+
+/* The dim-0 runs of layout l of a tensor of global_rows rows, in local
+ * order, into runs (room for TR_PARAM_MAX_RUNS): one for a box (empty
+ * when it holds no row), for a strided layout one per tp part it holds
+ * rows of (at least one). Returns the count, or TR_EINVAL for parts above
+ * TR_PARAM_MAX_RUNS or runs that do not fit the layout. */
+#define TR_PARAM_MAX_RUNS 8
+int tr_param_layout_runs(const tr_param_layout_t* l, int64_t global_rows,
+                         tr_param_run_t* runs);
 
 typedef struct {
   char name[96]; /* HF name: "transformer.h.0.attn.c_attn.weight",
