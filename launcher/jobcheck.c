@@ -261,12 +261,6 @@ static int check_cp(const tr_config_t* cfg, tr_errmsg_t* err) {
                     "(the ring's kernels) is built for the CPU only; run "
                     "context parallelism with training.device = \"cpu\"",
                     (long long)cp);
-  if (p->pipeline_parallel_degree > 1)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_context_parallel_degree,
-                    "%lld with pipeline_parallel_degree %lld is not built "
-                    "yet (the stages' activations would be the cp ranks' "
-                    "chunks); use one of them",
-                    (long long)cp, (long long)p->pipeline_parallel_degree);
   if (tp > 1 && (cfg->training.seq_len / cp) % tp)
     return key_fail(cfg, err, TR_CFG_K_training_seq_len,
                     "training.seq_len %lld: each of the %lld cp ranks keeps "

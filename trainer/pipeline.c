@@ -212,11 +212,13 @@ static void exec_init(tr_trainer_t* t, pp_ctx_t* c, tr_pp_exec_t* x) {
   tr_pp_build_exec(t->ppb, x);
   x->model = &t->model;
   x->pg = t->pp.pg;
-  x->B = (int)t->pp.microbatch_size; /* a stage sends [B, T, C], T/tp
-                                        under SP */
+  /* a stage sends [B, T, C] of this rank's rows: T / cp (its chunks
+   * under context parallelism), / tp under SP */
+  x->B = (int)t->pp.microbatch_size;
+  int64_t rows = t->cp.pg ? c->T / tr_pg_size(t->cp.pg) : c->T;
   x->T = (int)(t->tp.pg && t->tp.sequence_parallel
-                   ? c->T / tr_pg_size(t->tp.pg)
-                   : c->T);
+                   ? rows / tr_pg_size(t->tp.pg)
+                   : rows);
   x->mb_begin = pp_mb_begin;
   x->mb_end = pp_mb_end;
   x->arg = c;

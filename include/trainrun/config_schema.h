@@ -265,7 +265,8 @@
     "log-sum-exp; positions are the whole sequence's; FSDP shards over "      \
     "data_parallel_shard_degree x this (even when that is 1), losses and "   \
     "token counts are summed over both. seq_len must be a multiple of 2N. "   \
-    "CPU only (refused on cuda); not with pipeline parallelism.")             \
+    "CPU only (refused on cuda); with pipeline parallelism the stages pass "  \
+    "the chunks on.")                                                        \
   X(parallelism, context_parallel_load_balancer, ENUM, "headtail", 0, 0,       \
     "headtail|ptrr",                                                           \
     "How sequence chunks are assigned to context-parallel ranks: headtail "   \
