@@ -106,6 +106,19 @@ static int check_mask(const pair_t* p, int64_t B, int n_chunks) {
   return 0;
 }
 
+/* The pair kernels' common arguments, the mask checked against B
+ * sequences of n_chunks chunks. */
+static int pair_init(pair_t* p, const tr_tensor_t* doc_start, int window,
+                     int n_heads, int n_kv_heads, int64_t c, int64_t B,
+                     int n_chunks) {
+  *p = (pair_t){.ds = doc_start,
+                .window = window,
+                .H = n_heads,
+                .KVH = n_kv_heads,
+                .c = c};
+  return check_mask(p, B, n_chunks);
+}
+
 /* 1 when some row of query chunk qc may see a key of chunk kc */
 static int visible(const pair_t* p, int qc, int kc) {
   if (kc > qc) return 0;
@@ -341,13 +354,10 @@ int tr_cp_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
                         const tr_tensor_t* doc_start, int window) {
   int64_t c;
   TR_CHECK(shapes(q, k, v, out, lse, n_heads, q_chunks, nq, n_chunks, &c));
-  pair_t p = {.ds = doc_start,
-              .window = window,
-              .H = n_heads,
-              .KVH = n_kv_heads,
-              .c = c};
+  pair_t p;
   int64_t B = q->shape[0], D = q->shape[2] / n_heads;
-  TR_CHECK(check_mask(&p, B, n_chunks));
+  TR_CHECK(
+      pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, B, n_chunks));
   acc_t* acc = calloc((size_t)nq, sizeof *acc);
   int* kcs = seq_chunks(n_chunks);
   int rc = acc && kcs ? 0 : TR_ENOMEM;
@@ -389,12 +399,9 @@ int tr_cp_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
   int64_t c;
   TR_CHECK(shapes(q, k, v, out, lse, n_heads, q_chunks, nq, n_chunks, &c));
   TR_CHECK(bwd_args(dq, dk, dv, dout, q, k, v));
-  pair_t p = {.ds = doc_start,
-              .window = window,
-              .H = n_heads,
-              .KVH = n_kv_heads,
-              .c = c};
-  TR_CHECK(check_mask(&p, q->shape[0], n_chunks));
+  pair_t p;
+  TR_CHECK(pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, q->shape[0],
+                     n_chunks));
   TR_CHECK(tr_tensor_fill(dq, 0.0));
   TR_CHECK(tr_tensor_fill(dk, 0.0));
   TR_CHECK(tr_tensor_fill(dv, 0.0));
@@ -547,13 +554,9 @@ int tr_cp_ring_fwd(const tr_cp_t* cp, tr_tensor_t* out, tr_tensor_t* lse,
   int64_t c;
   TR_CHECK(ring_args(cp, out, lse, q, k, v, n_heads, qcs, &c));
   int n = tr_pg_size(cp->pg), r = tr_pg_rank(cp->pg);
-  pair_t p = {.ds = doc_start,
-              .window = window,
-              .H = n_heads,
-              .KVH = n_kv_heads,
-              .c = c};
+  pair_t p;
   int64_t B = q->shape[0], D = q->shape[2] / n_heads;
-  TR_CHECK(check_mask(&p, B, 2 * n));
+  TR_CHECK(pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, B, 2 * n));
   acc_t acc[2] = {{0}};
   tr_tensor_t kk = {0}, vv = {0}, nk = {0}, nv = {0};
   tr_pg_work_t* w = NULL;
@@ -613,12 +616,9 @@ int tr_cp_ring_bwd(const tr_cp_t* cp, tr_tensor_t* dq, tr_tensor_t* dk,
   TR_CHECK(ring_args(cp, out, lse, q, k, v, n_heads, qcs, &c));
   TR_CHECK(bwd_args(dq, dk, dv, dout, q, k, v));
   int n = tr_pg_size(cp->pg), r = tr_pg_rank(cp->pg);
-  pair_t p = {.ds = doc_start,
-              .window = window,
-              .H = n_heads,
-              .KVH = n_kv_heads,
-              .c = c};
-  TR_CHECK(check_mask(&p, q->shape[0], 2 * n));
+  pair_t p;
+  TR_CHECK(pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, q->shape[0],
+                     2 * n));
   /* [0..3]: the held k, v and their gradients; [4..7]: the next ones */
   tr_tensor_t b[8] = {{0}}, dqa = {0};
   int* kcs = NULL;

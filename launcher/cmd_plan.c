@@ -133,8 +133,7 @@ static double range_flops(const tr_model_t* m, tr_pp_range_t r, int64_t T) {
       if (p->ndim != 2 || !tr_model_param_in_blocks(m, i, b, b + 1)) continue;
       f += 6.0 * (double)p->shape[0] * (double)p->shape[1];
     }
-    if (b <= L)
-      f += 12.0 * m->cfg.n_heads * m->cfg.head_dim * (double)T;
+    if (b <= L) f += 12.0 * m->cfg.n_heads * m->cfg.head_dim * (double)T;
   }
   return f;
 }
@@ -211,8 +210,8 @@ static int print_pp(const tr_config_t* cfg, const tr_model_t* m,
     fprintf(out,
             "  stage %d on pp rank %d: blocks [%d, %d) (%s): %.3g GFLOP a "
             "token, %.1f%%\n",
-            s, sp->stage_rank[s], sp->blocks[s].first, sp->blocks[s].last,
-            what, flops[s] / 1e9, total > 0 ? 100.0 * flops[s] / total : 0.0);
+            s, sp->stage_rank[s], sp->blocks[s].first, sp->blocks[s].last, what,
+            flops[s] / 1e9, total > 0 ? 100.0 * flops[s] / total : 0.0);
   }
   /* the parameter elements of each rank's stages (a tied table on both
    * end stages' ranks; tp pieces as the plan cut them) */

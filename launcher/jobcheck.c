@@ -230,8 +230,8 @@ static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
   if (rc == 0) rc = tr_tp_plan_apply(&m, &s, &perr);
   tr_model_release(&m);
   if (rc < 0)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree,
-                    "%s", rc == TR_ECONFIG ? perr.message : tr_strerror(rc));
+    return key_fail(cfg, err, TR_CFG_K_parallelism_tensor_parallel_degree, "%s",
+                    rc == TR_ECONFIG ? perr.message : tr_strerror(rc));
   if (p->disable_loss_parallel && job_on_cuda(cfg) &&
       mc->vocab_size % p->tensor_parallel_degree == 0)
     return key_fail(cfg, err, TR_CFG_K_parallelism_disable_loss_parallel,

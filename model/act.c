@@ -195,8 +195,7 @@ static int add_positions_at(tr_model_t* m, tr_tensor_t* out,
   int rc = tr_tensor_narrow(&rows, pos, 1, t0, out->shape[1]);
   if (rc == 0) rc = tr_tensor_contiguous(&p, &rows);
   if (rc == 0)
-    rc = tr__act(m, &pe, (int)out->shape[0], (int)out->shape[1],
-                 out->shape[2]);
+    rc = tr__act(m, &pe, (int)out->shape[0], (int)out->shape[1], out->shape[2]);
   if (rc == 0) rc = tr_kern_embedding_fwd(&pe, &p, wpe, NULL);
   if (rc == 0) rc = tr_kern_add(out, out, &pe);
   tr_tensor_release(&rows);

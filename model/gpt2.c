@@ -218,8 +218,8 @@ out:
 static int embed_bwd(tr_model_t* m, const tr_tensor_t* dout,
                      const tr_tensor_t* tokens, const tr_tensor_t* pos) {
   if (m->tp.fn)
-    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
-                            tokens, pos);
+    return tr__tp_embed_bwd(m, G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout, tokens,
+                            pos);
   if (!pos)
     return tr_kern_embedding_bwd(G(m, 0, EMB_WTE), G(m, 0, EMB_WPE), dout,
                                  tokens);

@@ -642,11 +642,11 @@ static double** back_to_back(const tr_pp_schedule_t* s, double f, double b,
     double now = 100 + r * lag;
     for (int64_t i = 0; i < s->len[r]; i++) {
       tr_pp_type_t ty = s->acts[r][i].type;
-      double d = ty == TR_PP_F               ? f
-                 : ty == TR_PP_B             ? b
+      double d = ty == TR_PP_F                    ? f
+                 : ty == TR_PP_B                  ? b
                  : ty == TR_PP_I || ty == TR_PP_W ? b / 2
-                 : ty == TR_PP_OVERLAP_F_B   ? f + b
-                                             : -1;
+                 : ty == TR_PP_OVERLAP_F_B        ? f + b
+                                                  : -1;
       if (d < 0) continue;
       t[r][2 * i] = now;
       t[r][2 * i + 1] = now += d;
@@ -671,9 +671,8 @@ START_TEST(t_idle_measure) {
         tr_pp_generate(&s, k ? TR_PP_1F1B : TR_PP_GPIPE, 2, 4, 1, NULL, 0), 0);
     double** t = back_to_back(&s, 1, 2, 0.5);
     tr_pp_idle_t st;
-    ck_assert_int_eq(tr_pp_idle_measure(&s, 2, (const double* const*)t, &st,
-                                        NULL, 0),
-                     0);
+    ck_assert_int_eq(
+        tr_pp_idle_measure(&s, 2, (const double* const*)t, &st, NULL, 0), 0);
     ck_assert_int_eq(st.n_ranks, 2);
     ck_assert_double_eq_tol(st.sim_span, 15, 1e-9);
     ck_assert_double_eq_tol(st.span, 12.5, 1e-9);
@@ -696,9 +695,8 @@ START_TEST(t_idle_measure) {
     ck_assert_int_eq(tr_pp_simulate(&s, 8, &sim, NULL, NULL, 0), 0);
     double** t = back_to_back(&s, 1, 2, 0);
     tr_pp_idle_t st;
-    ck_assert_int_eq(tr_pp_idle_measure(&s, 8, (const double* const*)t, &st,
-                                        NULL, 0),
-                     0);
+    ck_assert_int_eq(
+        tr_pp_idle_measure(&s, 8, (const double* const*)t, &st, NULL, 0), 0);
     ck_assert_double_eq_tol(st.sim_span, (double)sim.steps, 1e-9);
     double idle = 0;
     for (int r = 0; r < 4; r++) idle += st.sim_idle[r] / 4;
@@ -717,8 +715,8 @@ START_TEST(t_idle_measure) {
     ck_assert_int_eq(tr_pp_generate(&s, TR_PP_1F1B, 2, 4, 1, NULL, 0), 0);
     const double cost[8] = {1, 2, 1, 1, 2, 4, 2, 2};
     double span = 0, busy[2];
-    ck_assert_int_eq(
-        tr_pp_simulate_costs(&s, 2, cost, &span, busy, NULL, 0), 0);
+    ck_assert_int_eq(tr_pp_simulate_costs(&s, 2, cost, &span, busy, NULL, 0),
+                     0);
     ck_assert_double_eq_tol(span, 27, 1e-12);
     ck_assert_double_eq_tol(busy[0], 12, 1e-12);
     ck_assert_double_eq_tol(busy[1], 24, 1e-12);

@@ -766,7 +766,8 @@ static int64_t forward_peak(tr_model_config_t c, const tr_mesh_shape_t* shape,
   if (sp) {
     int64_t want = tr_model_activation_bytes(&c, PB * T, tr_pg_size(tp), 4);
     if (held != want)
-      fprintf(stderr, "%s tp %d: the forward holds %lld bytes, "
+      fprintf(stderr,
+              "%s tp %d: the forward holds %lld bytes, "
               "tr_model_activation_bytes says %lld\n",
               c.family == TR_MODEL_GPT2 ? "gpt2" : "llama3", tr_pg_size(tp),
               (long long)held, (long long)want);

@@ -113,9 +113,9 @@ static int pp_mb_begin(void* arg, int64_t micro, tr_model_mb_t* mb) {
   pp_ctx_t* c = arg;
   tr_trainer_t* t = c->t;
   int64_t n = t->pp.microbatch_size * c->T;
-  int rc = tr_model_mb_init(&t->model, mb, (int)t->pp.microbatch_size,
-                            (int)c->T, c->tokens + micro * n,
-                            c->targets + micro * n);
+  int rc =
+      tr_model_mb_init(&t->model, mb, (int)t->pp.microbatch_size, (int)c->T,
+                       c->tokens + micro * n, c->targets + micro * n);
   if (rc < 0)
     return tr_errmsg_set(c->err, rc, "%s%" PRId64 ": bad batch: %s",
                          c->no_grad ? "validation after step " : "step ",
@@ -156,11 +156,13 @@ static void report_idle(tr_trainer_t* t, const double* const* per, FILE* con) {
   int rc = tr_pp_idle_measure(&t->ppb->lowered, t->ppb->split.n_stages, per,
                               &st, why, sizeof why);
   if (rc < 0) {
-    fprintf(con, "the pipeline's idle time: %s\n", why[0] ? why : tr_strerror(rc));
+    fprintf(con, "the pipeline's idle time: %s\n",
+            why[0] ? why : tr_strerror(rc));
     return;
   }
   fprintf(con,
-          "pipeline step %" PRId64 ": %.1f ms, simulated with its costs %.1f "
+          "pipeline step %" PRId64
+          ": %.1f ms, simulated with its costs %.1f "
           "ms; idle per rank, measured / simulated:",
           t->step + 1, st.span * 1e3, st.sim_span * 1e3);
   for (int r = 0; r < st.n_ranks; r++)
@@ -216,9 +218,8 @@ static void exec_init(tr_trainer_t* t, pp_ctx_t* c, tr_pp_exec_t* x) {
    * under context parallelism), / tp under SP */
   x->B = (int)t->pp.microbatch_size;
   int64_t rows = t->cp.pg ? c->T / tr_pg_size(t->cp.pg) : c->T;
-  x->T = (int)(t->tp.pg && t->tp.sequence_parallel
-                   ? rows / tr_pg_size(t->tp.pg)
-                   : rows);
+  x->T = (int)(t->tp.pg && t->tp.sequence_parallel ? rows / tr_pg_size(t->tp.pg)
+                                                   : rows);
   x->mb_begin = pp_mb_begin;
   x->mb_end = pp_mb_end;
   x->arg = c;
@@ -319,7 +320,7 @@ int tr__trainer_pp_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
   int64_t B = t->val_B, T = t->val_T, mbs = t->pp.microbatch_size;
   int rank = t->dist.dp_rank, dp = t->dist.dp_size;
   tr_errmsg_clear(err); /* a callback's message, if one fails, is news */
-  if (!t->pp_eval) { /* the lists of a batch, once */
+  if (!t->pp_eval) {    /* the lists of a batch, once */
     char msg[sizeof err->message];
     t->pp_eval = calloc(1, sizeof *t->pp_eval);
     if (!t->pp_eval) return tr_errmsg_set(err, TR_ENOMEM, "out of memory");
@@ -351,13 +352,12 @@ int tr__trainer_pp_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
       TR_CHECK(tr_loader_sample(&t->val, first + b, t->inputs + b * T,
                                 t->targets + b * T, err));
     tr_pp_result_t res;
-    int rc = tr_pp_exec_step(&x, s->acts[t->pp_rank], s->len[t->pp_rank],
-                             &res);
+    int rc = tr_pp_exec_step(&x, s->acts[t->pp_rank], s->len[t->pp_rank], &res);
     if (rc < 0)
-      return err && err->code ? err->code
-                              : tr_errmsg_set(err, rc,
-                                              "validation: pipeline: %s",
-                                              tr_strerror(rc));
+      return err && err->code
+                 ? err->code
+                 : tr_errmsg_set(err, rc, "validation: pipeline: %s",
+                                 tr_strerror(rc));
     sums[0] += res.loss_sum;
     sums[1] += (double)res.n_valid;
   }

@@ -353,7 +353,7 @@ int tr_pp_simulate(const tr_pp_schedule_t* s, int n_stages, tr_pp_sim_t* out,
 void tr_pp_sim_release(tr_pp_sim_t* sim);
 
 /* ---- timed simulation and the idle time of an executed step
- * (pipelining/idle.c) ---- */
+ * (pipelining/simulate.c) ---- */
 
 /* s's step when every computation runs in its rank's order as soon as
  * the rank is free and its inputs exist (tr_pp_simulate's dependencies),
