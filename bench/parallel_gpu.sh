@@ -10,7 +10,8 @@
 #
 #   . .gpu/env.sh && bench/parallel_gpu.sh [--reps N] [--runs LIST]
 #
-# LIST: comma-separated of check, pp_check, tp, pp, idle (default all).
+# LIST: comma-separated of check, pp_check, tp, pp, idle, tp8b, pp8b
+# (default all but the 8B ones, which want 2 H200s).
 #
 # Run from the repository root of a staged tree: .gpu/trainrun (or
 # TRAINRUN), python3 with PyTorch for the peer (PYTHON). Each program's
@@ -24,8 +25,14 @@
 #   tr_1gpu_rN, tr_tp2_rN   bench/gpu/llama3_1b.toml, 20 steps, 1 GPU and
 #                TP 2 (tokens/s per GPU: a step's B x T over the GPUs that
 #                share it, as torchtitan counts)
-#   pt_tp2_rN, pt_tp2c_rN   the PyTorch peer over torchrun, without and
-#                with per-block torch.compile
+#   pt_tp2_rN, pt_tp2c_rN   the PyTorch peer over torchrun with torchtitan's
+#                plan (sequence and loss parallel), without and with
+#                per-block torch.compile; pt_tp2l_rN, pt_tp2lc_rN the
+#                layers-only plan (linear layers split, embedding, output
+#                and norms replicated), without and with compile
+#   *_8b_rN      the same for Llama 3.1 8B (bench/gpu/llama3_8b.toml): TP 2
+#                at B8B sequences a step (default 2), PP 2 with 8
+#                micro-batches of 1
 #   idle_S     trainrun PP 2, schedule S (1F1B, ZBVZeroBubble), step 10
 #                traced (TRAINRUN_PP_TRACE: OUT/idle_S.trace.json): each
 #                GPU's idle fraction measured (compute-stream events) next
@@ -114,7 +121,7 @@ if want pp_check; then
     --parallelism.pipeline_parallel_schedule ZBVZeroBubble
 fi
 
-if want tp || want pp || want idle; then
+if want tp || want pp || want idle || want tp8b || want pp8b; then
   [ -s "$SCRATCH/llama.bin" ] ||
     "$PY" bench/gpu/make_shard.py --out "$SCRATCH/llama.bin" \
       --tokens 20000000 --vocab 128256 --width 4 >"$OUT/shard.log" 2>&1
@@ -127,10 +134,12 @@ if want tp || want pp || want idle; then
         --parallelism.pipeline_parallel_schedule "$sch"
     done
   fi
-  order=tr1
-  want tp && order="$order tr2 pt pc"
+  order=""
+  { want tp || want pp; } && order=tr1
+  want tp && order="$order tr2 pt pc ptl ptlc"
   want pp && order="$order trp1 ptp1 ptp1n trpz ptpz"
-  want tp || want pp || order=""
+  want tp8b && order="$order tr2e pte pce"
+  want pp8b && order="$order trp1e ptp1e trpze ptpze"
   order=${PROGRAMS:-$order} # a subset, e.g. "pt pc" (one call's share)
   first=${FIRST_REP:-1} # a later call goes on with round FIRST_REP
   for r in $(seq "$first" $((first + reps - 1))); do
@@ -139,11 +148,28 @@ if want tp || want pp || want idle; then
     for p in $list; do
       L=(bench/gpu/llama3_1b.toml --training.dataset_path "$SCRATCH/llama.bin"
         --training.steps "$STEPS")
+      E=(bench/gpu/llama3_8b.toml --training.dataset_path "$SCRATCH/llama.bin"
+        --training.steps "$STEPS")
+      B8=${B8B:-2}
       case $p in
         tr1) trj "tr_1gpu_r$r" 1 "${L[@]}" ;;
         tr2) trj "tr_tp2_r$r" 2 "${L[@]}" --parallelism.tensor_parallel_degree 2 ;;
         pt) pt "pt_tp2_r$r" llama_tp.py ;;
         pc) pt "pt_tp2c_r$r" llama_tp.py --compile ;;
+        ptl) pt "pt_tp2l_r$r" llama_tp.py --plan layers ;;
+        ptlc) pt "pt_tp2lc_r$r" llama_tp.py --plan layers --compile ;;
+        tr2e) trj "tr_tp2_8b_r$r" 2 "${E[@]}" --training.local_batch_size "$B8" \
+                --parallelism.tensor_parallel_degree 2 ;;
+        pte) pt "pt_tp2_8b_r$r" llama_tp.py --flavor 8B -B "$B8" ;;
+        pce) pt "pt_tp2c_8b_r$r" llama_tp.py --flavor 8B -B "$B8" --compile ;;
+        trp1e) trj "tr_pp2_1F1B_8b_r$r" 2 "${E[@]}" --training.local_batch_size 8 \
+                 --parallelism.pipeline_parallel_degree 2 ;;
+        ptp1e) pt "pt_pp2_1F1Bc_8b_r$r" llama_pp.py --flavor 8B --schedule 1F1B --compile ;;
+        trpze) trj "tr_pp2_ZBVZeroBubble_8b_r$r" 2 "${E[@]}" \
+                 --training.local_batch_size 8 --parallelism.pipeline_parallel_degree 2 \
+                 --parallelism.pipeline_parallel_schedule ZBVZeroBubble ;;
+        ptpze) pt "pt_pp2_ZBVZeroBubble_8b_r$r" llama_pp.py --flavor 8B \
+                 --schedule ZBVZeroBubble ;;
         trp1) trj "tr_pp2_1F1B_r$r" 2 "${L[@]}" --parallelism.pipeline_parallel_degree 2 ;;
         trpz) trj "tr_pp2_ZBVZeroBubble_r$r" 2 "${L[@]}" \
                 --parallelism.pipeline_parallel_degree 2 \
@@ -190,8 +216,17 @@ def med(vals):
 rows = []
 for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
                          ("trainrun TP 2", "tr_tp2_r*", "tr"),
-                         ("PyTorch TP 2", "pt_tp2_r*", "pt"),
-                         ("PyTorch TP 2 + compile", "pt_tp2c_r*", "pt"),
+                         ("PyTorch TP 2, torchtitan's plan", "pt_tp2_r*", "pt"),
+                         ("PyTorch TP 2, torchtitan's plan + compile", "pt_tp2c_r*", "pt"),
+                         ("PyTorch TP 2, layers only", "pt_tp2l_r*", "pt"),
+                         ("PyTorch TP 2, layers only + compile", "pt_tp2lc_r*", "pt"),
+                         ("8B: trainrun TP 2", "tr_tp2_8b_r*", "tr"),
+                         ("8B: PyTorch TP 2, torchtitan's plan", "pt_tp2_8b_r*", "pt"),
+                         ("8B: PyTorch TP 2, torchtitan's plan + compile", "pt_tp2c_8b_r*", "pt"),
+                         ("8B: trainrun PP 2 1F1B", "tr_pp2_1F1B_8b_r*", "tr"),
+                         ("8B: PyTorch pipelining 1F1B + compile", "pt_pp2_1F1Bc_8b_r*", "pt"),
+                         ("8B: trainrun PP 2 ZBVZeroBubble", "tr_pp2_ZBVZeroBubble_8b_r*", "tr"),
+                         ("8B: PyTorch pipelining ZBVZeroBubble", "pt_pp2_ZBVZeroBubble_8b_r*", "pt"),
                          ("trainrun PP 2 1F1B", "tr_pp2_1F1B_r*", "tr"),
                          ("PyTorch pipelining 1F1B", "pt_pp2_1F1B_r*", "pt"),
                          ("PyTorch pipelining 1F1B + compile", "pt_pp2_1F1Bc_r*", "pt"),

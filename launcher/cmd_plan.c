@@ -178,9 +178,21 @@ static void print_flops_sim(const tr_pp_build_t* b, const double* stage,
 /* Pipeline parallelism: the stages, each rank's compute actions (the
  * first 24), the simulated bubble and in-flight micro-batches; the
  * schedule as PyTorch's compute_only CSV into csv_path when given. */
+/* Activations under pipeline parallelism: in, a micro-batch's rows on
+ * this rank, the tp degree and the compute dtype's size; out, the most a
+ * pipeline rank holds at once: over its stages, each stage's micro-batch
+ * (tr_model_activation_bytes of its blocks) times its peak in-flight
+ * micro-batches in the lock-step simulation. */
+typedef struct {
+  int64_t rows;
+  int tp, size;
+  int64_t peak;
+  int peak_rank;
+} pp_act_t;
+
 static int print_pp(const tr_config_t* cfg, const tr_model_t* m,
                     const char* csv_path, FILE* out, int64_t* most,
-                    tr_errmsg_t* err) {
+                    pp_act_t* act, tr_errmsg_t* err) {
   tr_pp_build_opts_t o;
   if (tr_compose_pp_build(cfg, &m->cfg, &o) < 0)
     return tr_errmsg_set(err, TR_ECONFIG, "unknown pipeline schedule");
@@ -258,6 +270,20 @@ static int print_pp(const tr_config_t* cfg, const tr_model_t* m,
     for (int s = 0; s < sim.n_stages; s++)
       fprintf(out, " %" PRId64, sim.peak_inflight[s]);
     fprintf(out, "\n");
+    act->peak = 0;
+    for (int r = 0; r < sp->pp; r++) {
+      int64_t held = 0;
+      for (int s = 0; s < sp->n_stages; s++)
+        if (sp->stage_rank[s] == r)
+          held += sim.peak_inflight[s] *
+                  tr_model_activation_bytes(&m->cfg, sp->blocks[s].first,
+                                            sp->blocks[s].last, act->rows,
+                                            act->tp, act->size);
+      if (held > act->peak) {
+        act->peak = held;
+        act->peak_rank = r;
+      }
+    }
     tr_pp_sim_release(&sim);
     print_flops_sim(&b, flops, out);
   }
@@ -428,9 +454,21 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
                            tr_strerror(rc));
     }
   }
+  /* activations: the compute dtype's elements over this rank's rows (its
+   * chunks under cp) of a micro-batch */
+  tr_dtype_t act_dtype = TR_F32;
+  if (cuda &&
+      tr_dtype_parse(cfg->training.mixed_precision_param, &act_dtype) < 0)
+    act_dtype = TR_F32;
+  int64_t mbs = p->pipeline_parallel_degree > 1
+                    ? p->pipeline_parallel_microbatch_size
+                    : cfg->training.local_batch_size;
+  pp_act_t act = {.rows = mbs * cfg->training.seq_len / cp,
+                  .tp = tp,
+                  .size = (int)tr_dtype_size(act_dtype)};
   int64_t pp_most = 0;
   if (p->pipeline_parallel_degree > 1) {
-    rc = print_pp(cfg, &m, csv_path, out, &pp_most, err);
+    rc = print_pp(cfg, &m, csv_path, out, &pp_most, &act, err);
     if (rc < 0) {
       tr_model_release(&m);
       return rc;
@@ -463,16 +501,17 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
                   (shard > 1 ? pl.group_bytes : 0);
   row(out, "total (before activations)", total);
   if (shard > 1) row(out, "unsharded, for comparison", pl.unsharded_bytes);
-  /* a micro-batch's saved activations over this rank's rows (its chunks
-   * under cp) */
-  int64_t mbs = p->pipeline_parallel_degree > 1
-                    ? p->pipeline_parallel_microbatch_size
-                    : cfg->training.local_batch_size;
-  int64_t rows = mbs * cfg->training.seq_len / cp;
-  snprintf(what, sizeof what, "activations, a micro-batch (%lld tokens)",
-           (long long)rows);
-  row(out, what,
-      tr_model_activation_bytes(&mc, rows, tp, (int)tr_dtype_size(param)));
+  if (p->pipeline_parallel_degree > 1) {
+    snprintf(what, sizeof what,
+             "activations, the schedule's peak (pp rank %d)", act.peak_rank);
+    row(out, what, act.peak);
+  } else {
+    snprintf(what, sizeof what, "activations, a micro-batch (%lld tokens)",
+             (long long)act.rows);
+    row(out, what,
+        tr_model_activation_bytes(&mc, 0, mc.n_layers + 2, act.rows, tp,
+                                  act.size));
+  }
   tr_model_release(&m);
   return 0;
 }

@@ -114,23 +114,31 @@ int64_t tr_model_config_num_params(const tr_model_config_t* c) {
   return fam ? fam->num_params(c) : 0;
 }
 
-int64_t tr_model_activation_bytes(const tr_model_config_t* c, int64_t tokens,
-                                  int tp, int act_size) {
+int64_t tr_model_activation_bytes(const tr_model_config_t* c, int first,
+                                  int last, int64_t tokens, int tp,
+                                  int act_size) {
   const tr__family_t* fam = tr__family_of(c->family);
-  if (!fam || tp < 1) return 0;
+  int L = c->n_layers;
+  if (!fam || tp < 1 || first < 0 || last > L + 2 || first >= last) return 0;
   int64_t C = c->dim, rows = tokens / tp; /* the residual stream's */
   int64_t V = c->vocab_size % tp == 0 ? c->vocab_size / tp : c->vocab_size;
   int64_t f32 = 0, layer_f32 = 0;
-  /* the embedding's output */
+  /* the range's input: the embedding's output, or the activations a
+   * later stage receives */
   int64_t act = rows * C;
-  act += c->n_layers * fam->layer_act_elems(c, tokens, tp, &layer_f32);
-  f32 += c->n_layers * layer_f32;
+  int lo = first > 1 ? first : 1, hi = last < L + 1 ? last : L + 1;
+  if (hi > lo) {
+    act += (hi - lo) * fam->layer_act_elems(c, tokens, tp, &layer_f32);
+    f32 += (hi - lo) * layer_f32;
+  }
   /* the head: the final norm's output (gathered for the output
    * projection), its statistics (GPT-2's LayerNorm: mean and rstd), the
    * logits (turned into their gradient in place), the log-sum-exps and
    * the losses */
-  act += tokens * C + tokens * V;
-  f32 += rows * (c->family == TR_MODEL_GPT2 ? 2 : 1) + 2 * tokens;
+  if (last == L + 2) {
+    act += tokens * C + tokens * V;
+    f32 += rows * (c->family == TR_MODEL_GPT2 ? 2 : 1) + 2 * tokens;
+  }
   return act * act_size + f32 * 4;
 }
 

@@ -1198,9 +1198,26 @@ START_TEST(test_activation_bytes) {
       tr_mem_stats(TR_MEM_HOST, 0, &b);
       tr_model_mb_release(&m, &mb);
       if (pass == 0) continue;
-      ck_assert_int_eq(b.current_bytes - a.current_bytes,
-                       tr_model_activation_bytes(&c, B * T, 1, 4));
+      ck_assert_int_eq(
+          b.current_bytes - a.current_bytes,
+          tr_model_activation_bytes(&c, 0, m.n_blocks, B * T, 1, 4));
     }
+    /* as pipeline stages: blocks [0, 3) and [3, end), the second's input
+     * (the activations a stage receives) held before it starts */
+    tr_mem_stats_t a, b, e;
+    tr_model_mb_t mb;
+    ck_assert_int_eq(tr_model_mb_init(&m, &mb, B, T, tok, tgt), 0);
+    tr_mem_stats(TR_MEM_HOST, 0, &a);
+    ck_assert_int_eq(tr_model_forward(&m, &mb, 0, 3), 0);
+    tr_mem_stats(TR_MEM_HOST, 0, &b);
+    ck_assert_int_eq(tr_model_forward(&m, &mb, 3, m.n_blocks), 0);
+    tr_mem_stats(TR_MEM_HOST, 0, &e);
+    tr_model_mb_release(&m, &mb);
+    ck_assert_int_eq(b.current_bytes - a.current_bytes,
+                     tr_model_activation_bytes(&c, 0, 3, B * T, 1, 4));
+    ck_assert_int_eq(e.current_bytes - b.current_bytes +
+                         (int64_t)B * T * c.dim * 4,
+                     tr_model_activation_bytes(&c, 3, m.n_blocks, B * T, 1, 4));
     tr_model_release(&m);
   }
 }

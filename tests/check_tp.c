@@ -764,7 +764,8 @@ static int64_t forward_peak(tr_model_config_t c, const tr_mesh_shape_t* shape,
   /* under SP what the forward holds at its end is, byte for byte, what
    * tr_model_activation_bytes says for this rank */
   if (sp) {
-    int64_t want = tr_model_activation_bytes(&c, PB * T, tr_pg_size(tp), 4);
+    int64_t want = tr_model_activation_bytes(&c, 0, c.n_layers + 2, PB * T,
+                                             tr_pg_size(tp), 4);
     if (held != want)
       fprintf(stderr,
               "%s tp %d: the forward holds %lld bytes, "

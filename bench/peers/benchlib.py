@@ -38,6 +38,15 @@ LLAMA3_1B = dict(family="llama3", dim=2048, n_layers=16, n_heads=32,
                  rope_factor=32.0, rope_low=1.0, rope_high=4.0,
                  rope_orig=8192)
 
+# Llama 3.1 8B as model/config.c flavor 8B builds it: untied output, RoPE
+# scaling factor 8
+LLAMA3_8B = dict(family="llama3", dim=4096, n_layers=32, n_heads=32,
+                 n_kv_heads=8, ffn_dim=14336, vocab=128256, max_seq_len=131072,
+                 tie=False, norm_eps=1e-5, rope_theta=500000.0,
+                 rope_factor=8.0, rope_low=1.0, rope_high=4.0,
+                 rope_orig=8192)
+LLAMA3 = {"1B": LLAMA3_1B, "8B": LLAMA3_8B}
+
 SHARD_HEADER_BYTES = 1024
 SHARD_FORMATS = {20240520: (1, "<u2"), 20240801: (7, "<u4")}
 
@@ -434,7 +443,9 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
     tp ranks of a replica read the same samples), token_share (the ranks
     sharing a replica's tokens: tps per GPU is B*T/token_share per step),
     dtensor_grads (clip as sharded), autocast (bf16 autocast although the
-    model is distributed) and compiled (the caller compiled the blocks).""" 
+    model is distributed), compiled (the caller compiled the blocks) and
+    loss_context (a context manager the forward and backward run in:
+    loss_parallel).""" 
     import torch
     import torch.nn.functional as F  # noqa: F401  (the models use it)
 
@@ -511,7 +522,7 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
         head.update(world_size=world, global_B=dworld * args.B)
         head.update({k: v for k, v in dist.items()
                      if k not in ("rank", "world", "device", "sharded",
-                                  "data_rank")})
+                                  "data_rank", "loss_context")})
     out(head)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -520,12 +531,16 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
     amp = (contextlib.nullcontext()
            if (sharded and not dist.get("autocast")) or precision == "fp32" else
            torch.autocast(device_type=dev.type, dtype=torch.bfloat16))
+    lctx = dist.get("loss_context") or contextlib.nullcontext
     with ctx:
         for step in range(1, args.steps + 1):
             x, y = batches.next()
-            with amp:
-                loss = step_model(x, y)
-            loss.backward()
+            with lctx():
+                with amp:
+                    loss = step_model(x, y)
+                loss.backward()
+            if hasattr(loss, "full_tensor"):  # a DTensor (loss_parallel)
+                loss = loss.full_tensor()
             norm = _clip_grad_norm(torch, params, max_norm, dgrads)
             lr = sched(step) if sched else args.lr
             if sched:

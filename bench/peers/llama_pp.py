@@ -65,8 +65,10 @@ class Stage(nn.Module):
         if last:
             self.norm = nn.Parameter(full.norm.detach().clone())
             self.out = nn.Linear(cfg["dim"], cfg["vocab"], bias=False)
-            with torch.no_grad():
-                self.out.weight.copy_(full.tok_embeddings.weight)
+            with torch.no_grad():  # the tied table's copy, or the output
+                self.out.weight.copy_(full.tok_embeddings.weight
+                                      if full.output is None else
+                                      full.output.weight)
         self.register_buffer("cos", full.cos, persistent=False)
         self.register_buffer("sin", full.sin, persistent=False)
 
@@ -91,6 +93,7 @@ def main():
                    default="1F1B")
     p.add_argument("--microbatch", type=int, default=1,
                    help="sequences a micro-batch (divides -B)")
+    p.add_argument("--flavor", choices=sorted(benchlib.LLAMA3), default="1B")
     p.set_defaults(lr=3e-4)
     args = p.parse_args()
     from torch.distributed.pipelining import PipelineStage
@@ -102,7 +105,7 @@ def main():
     rank, world, dev = ranks
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)  # the same initial weights on every rank
-    cfg = dict(benchlib.LLAMA3_1B)
+    cfg = dict(benchlib.LLAMA3[args.flavor])
     if args.tiny:
         cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
     full = llama_torch.Llama(cfg, args.T).to(dev)
@@ -152,7 +155,9 @@ def main():
          "B": args.B, "T": args.T, "microbatch": args.microbatch,
          "n_micro": n_micro, "pp": world, "stages": n_stages,
          "split": ranges, "compile": bool(args.compile),
-         "tied_output": "copied (one tensor per end stage)"})
+         "model": "Llama 3 " + args.flavor,
+         "tied_output": ("copied (one tensor per end stage)" if cfg["tie"]
+                         else "untied")})
     skip = args.skip if args.skip is not None else max(3, args.steps // 5)
     ntok = args.B * args.T / world
     dts = []

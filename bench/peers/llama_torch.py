@@ -102,6 +102,8 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(Block(c) for _ in range(c["n_layers"]))
         self.norm = nn.Parameter(torch.ones(c["dim"]))
         self.eps = c["norm_eps"]
+        self.output = (None if c["tie"] else
+                       nn.Linear(c["dim"], c["vocab"], bias=False))
         cos, sin = rope_tables(c, T)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -121,7 +123,8 @@ class Llama(nn.Module):
         for b in self.layers:
             x = b(x, cos, sin)
         x = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
-        logits = F.linear(x, self.tok_embeddings.weight)  # tied output
+        logits = (F.linear(x, self.tok_embeddings.weight)  # tied output
+                  if self.output is None else self.output(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(),
                                targets.reshape(-1))
 
@@ -129,11 +132,12 @@ class Llama(nn.Module):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchlib.common_args(p, 8, 2048, 30)
+    p.add_argument("--flavor", choices=sorted(benchlib.LLAMA3), default="1B")
     p.set_defaults(lr=3e-4)
     args = p.parse_args()
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)
-    cfg = dict(benchlib.LLAMA3_1B)
+    cfg = dict(benchlib.LLAMA3[args.flavor])
     if args.tiny:
         cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
     model = Llama(cfg, args.T).to(args.device)

@@ -175,20 +175,24 @@ int64_t tr_model_config_num_params(const tr_model_config_t* cfg);
  * 6 * all params + 6 * L * C * T (it counts the tied table and half the
  * attention, for causality). */
 double tr_model_flops_per_token(const tr_model_config_t* cfg, int seq_len);
-/* The bytes a training forward holds for its backward over a micro-batch
- * of `tokens` tokens (a rank's rows: its chunks under context
+/* The bytes a training forward of blocks [first, last) (0, n_layers + 2:
+ * the whole model; a pipeline stage's range) holds for its backward over a
+ * micro-batch of `tokens` tokens (a rank's rows: its chunks under context
  * parallelism) on a rank of tensor-parallel degree tp (1: none; above 1
  * with sequence parallelism, as trainrun always runs it: the residual
  * stream's rows split over tp, the gathered inputs of the column-parallel
  * layers whole, heads, FFN width and a vocabulary that tp divides split):
- * the embedding's output, each layer's saved record and output, the head's
+ * the range's input (the embedding's output, or the activations a later
+ * stage receives), each layer's saved record and output, the head's
  * record, logits and losses, without activation checkpointing; act_size
  * bytes per compute-dtype element, 4 per float32 statistic (norms, the
  * attention's log-sum-exp, losses). Transient buffers are not counted.
  * What the CPU forward holds, byte for byte (tests/check_model,
- * tests/check_tp); on CUDA the logits' rows are padded to 64 columns. */
-int64_t tr_model_activation_bytes(const tr_model_config_t* cfg, int64_t tokens,
-                                  int tp, int act_size);
+ * tests/check_tp); on CUDA the logits' rows are padded to 64 columns. 0
+ * for an empty or out-of-range range. */
+int64_t tr_model_activation_bytes(const tr_model_config_t* cfg, int first,
+                                  int last, int64_t tokens, int tp,
+                                  int act_size);
 
 /* ---- the parameter table ---- */
 
