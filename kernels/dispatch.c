@@ -823,8 +823,7 @@ int tr_kern_attn_merge(tr_tensor_t* acc, tr_tensor_t* lse,
   TR_CHECK(arg(&c, plse, "plse", TR_F32, 1));
   if (n_heads < 1 || pout->ndim != 3 || pout->shape[2] % n_heads)
     return bad(c.op, "pout", pout, "expected [B, T, H*D]");
-  int64_t B = pout->shape[0], T = pout->shape[1],
-          D = pout->shape[2] / n_heads;
+  int64_t B = pout->shape[0], T = pout->shape[1], D = pout->shape[2] / n_heads;
   if (!tr_tensor_same_shape(acc, pout))
     return bad(c.op, "acc", acc, "expected pout's shape");
   if (tr_tensor_numel(lse) != B * n_heads * T ||

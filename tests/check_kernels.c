@@ -993,9 +993,9 @@ START_TEST(test_attn_merge) {
   ck_assert_int_eq(tr_kern_attention_masked_fwd(&pa, &la, &q1, &k0, &v0, H, KVH,
                                                 NULL, 0, (int)c),
                    0);
-  ck_assert_int_eq(tr_kern_attention_masked_fwd(&pb, &lb, &q1, &k1, &v1, H, KVH,
-                                                NULL, 0, 0),
-                   0);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_fwd(&pb, &lb, &q1, &k1, &v1, H, KVH, NULL, 0, 0),
+      0);
   size_t no = sizeof(float) * (size_t)(B * c * HD),
          nl = sizeof(float) * (size_t)(B * H * c);
   ck_assert_int_eq(tr_kern_attn_merge(&acc, &al, &pa, &la, H), 0);
@@ -1010,8 +1010,9 @@ START_TEST(test_attn_merge) {
   for (int64_t r = 0; r < (int64_t)B * H; r++)
     memcpy(Lc + r * c, L + r * T + c, sizeof(float) * (size_t)c);
   for (int64_t i = 0; i < (int64_t)B * c * HD; i++)
-    ck_assert_msg(fabsf(fp(&acc)[i] - fp(&yc)[i]) <= 1e-5f * (1 + fabsf(fp(&yc)[i])),
-                  "out[%lld] %g vs %g", (long long)i, fp(&acc)[i], fp(&yc)[i]);
+    ck_assert_msg(
+        fabsf(fp(&acc)[i] - fp(&yc)[i]) <= 1e-5f * (1 + fabsf(fp(&yc)[i])),
+        "out[%lld] %g vs %g", (long long)i, fp(&acc)[i], fp(&yc)[i]);
   for (int64_t i = 0; i < (int64_t)B * H * c; i++)
     ck_assert_msg(fabsf(fp(&al)[i] - Lc[i]) <= 1e-5f * (1 + fabsf(Lc[i])),
                   "lse[%lld] %g vs %g", (long long)i, fp(&al)[i], Lc[i]);
@@ -1028,7 +1029,7 @@ START_TEST(test_attn_merge) {
   free(keep_l);
   /* pout of another shape is refused */
   ck_assert_int_eq(tr_kern_attn_merge(&acc, &al, &q1, &lb, 2 * H), TR_ESHAPE);
-  tr_tensor_t* ts[] = {&q,  &k,  &v,  &y,  &l,  &q1, &k0,  &k1, &v0,
+  tr_tensor_t* ts[] = {&q,  &k,  &v,  &y,  &l,  &q1,  &k0, &k1, &v0,
                        &v1, &pa, &la, &pb, &lb, &acc, &al, &yc, &lc};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
     tr_tensor_release(ts[i]);

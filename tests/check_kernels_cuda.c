@@ -1247,8 +1247,8 @@ static void expect_lse_close(const char* what, const tr_tensor_t* d,
   for (int64_t i = 0; i < n; i++) {
     float a = F(&h)[i], b = F(ref)[i];
     if (isinf(b) && b < 0) {
-      ck_assert_msg(isinf(a) && a < 0, "%s: row %lld sees no key: lse %g",
-                    what, (long long)i, a);
+      ck_assert_msg(isinf(a) && a < 0, "%s: row %lld sees no key: lse %g", what,
+                    (long long)i, a);
       empty++;
       continue;
     }
@@ -1284,10 +1284,10 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
     int32_t* full = malloc(sizeof(int32_t) * (size_t)B * L);
     for (int64_t i = 0; i < (int64_t)B * L; i++) {
       int t = (int)(i % L);
-      tok[i] = t == 0 || t == 2 || t == 40 + (int)(i / L) || t == 130 ||
-                       t == 250
-                   ? 1
-                   : 7;
+      tok[i] =
+          t == 0 || t == 2 || t == 40 + (int)(i / L) || t == 130 || t == 250
+              ? 1
+              : 7;
     }
     tr_kern_attn_doc_start(full, NULL, tok, B, L, 1);
     ck_assert_int_eq(tr_tensor_empty(&ds, TR_I32, TR_DEVICE_CPU, 2, SH(B, T)),
@@ -1341,10 +1341,10 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
   if (dt == TR_BF16) /* the GPU keeps out in bf16: the backward reads it */
     for (int64_t i = 0; i < tr_tensor_numel(&out); i++)
       F(&out)[i] = rb(F(&out)[i]);
-  ck_assert_int_eq(tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dout, &q, &k,
-                                                &v, &out, &lse, H, KVH, dsp,
-                                                window, shift),
-                   0);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse,
+                                   H, KVH, dsp, window, shift),
+      0);
   if (accumulate) /* the CPU backward overwrites: add what was there */
     for (int64_t i = 0; i < tr_tensor_numel(&rdqkv); i++)
       F(&rdqkv)[i] += F(&dqkv)[i];

@@ -83,8 +83,9 @@ extern "C" {
  *    window counted from its position (lo >= i + q_shift - window + 1)
  *    and doc_start[i] the start of its document in key rows (0 when it
  *    began before the key chunk, up to i + q_shift); a row that sees no
- *    key gets out = 0 and lse = -inf. CPU only so far (the CUDA kernels
- *    refuse it with TR_EUNSUPPORTED). 0: the same positions.
+ *    key gets out = 0 and lse = -inf. The CPU kernel and the CUDA SIMT
+ *    and flash kernels take it (cuDNN does not: a shifted call never goes
+ *    there). 0: the same positions.
  *
  * A NULL mask, or doc_start NULL and window and q_shift 0, is plain causal
  * attention with the same bits as before masks existed. */

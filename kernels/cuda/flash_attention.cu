@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(NW * 32)
           }
         }
       }
-      bool mask = k0 + BK - 1 > wr0 + a.shift || k0 + BK > a.T ||
-                  (masked && k0 < whi);
+      bool mask =
+          k0 + BK - 1 > wr0 + a.shift || k0 + BK > a.T || (masked && k0 < whi);
 #pragma unroll
       for (int m = 0; m < MT; m++) {
         float mx[2] = {-INFINITY, -INFINITY};
@@ -488,8 +488,8 @@ __global__ void __launch_bounds__(FA_THREADS)
           int key = kr0 + (e >> 1) * 8;
           int qc = nt * 8 + t4 * 2 + (e & 1);
           int qi = q0 + qc;
-          bool ok = key <= qi + a.shift && qi < a.T && key < a.T &&
-                    key >= los[qc];
+          bool ok =
+              key <= qi + a.shift && qi < a.T && key < a.T && key >= los[qc];
           float p = ok ? exp2f(fmaf(st[nt][e], sl2, -ls[qc])) : 0.0f;
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - ds[qc]);
@@ -623,8 +623,8 @@ __global__ void __launch_bounds__(FA_THREADS)
           int lr = lr0 + (e >> 1) * 8;
           int qi = q0 + lr;
           int key = k0 + nt * 8 + t4 * 2 + (e & 1);
-          bool ok = key <= qi + a.shift && key < a.T && qi < a.T &&
-                    key >= lo[e >> 1];
+          bool ok =
+              key <= qi + a.shift && key < a.T && qi < a.T && key >= lo[e >> 1];
           float p = ok ? exp2f(fmaf(s[nt][e], sl2, -lse_s[lr])) : 0.0f;
           dp[nt][e] = p * (dp[nt][e] - dsum_s[lr]);
         }
@@ -724,8 +724,15 @@ int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                   const bf16* v, int B, int T, int H, int KVH, int D,
                   int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
                   cudaStream_t s) {
-  fa_args a = {B,   T,   H, KVH, qs, kvs, 1.0f / sqrtf((float)D),
-               mask ? mask->doc_start : NULL, mask ? mask->window : 0,
+  fa_args a = {B,
+               T,
+               H,
+               KVH,
+               qs,
+               kvs,
+               1.0f / sqrtf((float)D),
+               mask ? mask->doc_start : NULL,
+               mask ? mask->window : 0,
                mask ? mask->q_shift : 0};
   if (D == 64) {
     if (__atomic_load_n(&g_fwd_variant64, __ATOMIC_RELAXED) == 1)
@@ -740,8 +747,15 @@ int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                   const float* lse, int B, int T, int H, int KVH, int D,
                   int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
                   int accumulate, cudaStream_t s) {
-  fa_args a = {B,   T,   H, KVH, qs, kvs, 1.0f / sqrtf((float)D),
-               mask ? mask->doc_start : NULL, mask ? mask->window : 0,
+  fa_args a = {B,
+               T,
+               H,
+               KVH,
+               qs,
+               kvs,
+               1.0f / sqrtf((float)D),
+               mask ? mask->doc_start : NULL,
+               mask ? mask->window : 0,
                mask ? mask->q_shift : 0};
   if (D == 64)
     return bwd_launch<64>(dq, dk, dv, dout, q, k, v, dsum, lse, a, accumulate,
