@@ -1525,6 +1525,39 @@ START_TEST(test_attention_shifted) {
 }
 END_TEST
 
+/* attn_merge (context parallelism's log-sum-exp merge) against the CPU
+ * table: fp32 accumulator, pout fp32 or bf16, rows where either side or
+ * both have seen no key (lse -inf) */
+static void run_attn_merge(tr_dtype_t dt) {
+  int B = 2, T = 37, H = 3, Dh = 40;
+  tr_tensor_t acc, lse, po, pl, racc, rlse, d_acc, d_lse, d_po, d_pl;
+  hrand(&acc, TR_F32, 1.0, 3, SH(B, T, (int64_t)H * Dh));
+  hrand(&po, dt, 1.0, 3, SH(B, T, (int64_t)H * Dh));
+  hrand(&lse, TR_F32, 3.0, 3, SH(B, H, T));
+  hrand(&pl, TR_F32, 3.0, 3, SH(B, H, T));
+  for (int64_t i = 0; i < (int64_t)B * H * T; i++) {
+    if (i % 5 == 0) F(&lse)[i] = -INFINITY;
+    if (i % 7 == 0) F(&pl)[i] = -INFINITY;
+  }
+  hdup(&racc, &acc);
+  hdup(&rlse, &lse);
+  ck_assert_int_eq(tr_kern_attn_merge(&racc, &rlse, &po, &pl, H), 0);
+  todev(&d_acc, &acc, TR_F32);
+  todev(&d_lse, &lse, TR_F32);
+  todev(&d_po, &po, dt);
+  todev(&d_pl, &pl, TR_F32);
+  ck_assert_int_eq(tr_kern_attn_merge(&d_acc, &d_lse, &d_po, &d_pl, H), 0);
+  expect_close("attn_merge acc", &d_acc, &racc, TOL_F32);
+  expect_lse_close("attn_merge lse", &d_lse, &rlse, TOL_F32);
+  REL(&acc, &lse, &po, &pl, &racc, &rlse, &d_acc, &d_lse, &d_po, &d_pl);
+}
+
+START_TEST(test_attn_merge) {
+  run_attn_merge(TR_F32);
+  run_attn_merge(TR_BF16);
+}
+END_TEST
+
 START_TEST(test_attention_flash) {
   run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 2, 200, 4, 4, 64, 1);
   run_attention(TR_BF16, TR_CUDA_ATTN_FLASH, 2, 256, 8, 2, 64, 0);
@@ -1739,6 +1772,7 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_attention_simt);
   tcase_add_test(tc, test_attention_flash);
   tcase_add_test(tc, test_attention_shifted);
+  tcase_add_test(tc, test_attn_merge);
   tcase_add_test(tc, test_attention_masked);
 #ifdef HAVE_CUDNN
   tcase_add_test(tc, test_attention_cudnn);
