@@ -2,12 +2,18 @@
  * assignment; the core -- each query chunk's attention against each
  * key/value chunk at or before it through the shifted-chunk attention
  * kernels, with the pair's mask (document starts relative to the key
- * chunk, the sliding window), the log-sum-exp merge (in double), and the
- * backward pair by pair; the ring that moves the key/value chunks over the
- * cp group (all-gather + reduce-scatter, or rotation with send/recv); and
+ * chunk, the sliding window), the log-sum-exp merge, and the backward
+ * pair by pair; the ring that moves the key/value chunks over the cp
+ * group (all-gather + reduce-scatter, or rotation with send/recv); and
  * the model seam that runs it. The chunks are copied out of and back into
  * the [B, T, W] tensors (rows of several batches are not one strided
- * view). */
+ * view; on a device, batch by batch).
+ *
+ * Every buffer lives on q's device in q's dtype (lse and the merge's
+ * accumulator in float32). On the CPU the merge keeps the accumulator in
+ * double on the host; on a device it is tr_kern_attn_merge's float32
+ * accumulator, and the document starts of a pair are derived on the host
+ * and copied up. */
 #include "config.h"
 
 #include <math.h>
@@ -36,12 +42,42 @@ int tr_cp_rotate_parse(const char* name, tr_cp_rotate_t* out) {
   return 0;
 }
 
+/* dst = src (same shape). Device copies take contiguous runs only: on a
+ * device, views that are not both contiguous are split along their first
+ * dim of more than one element until they are (a chunk of [B, T, W] is
+ * copied batch by batch). */
+static int copy_views(tr_tensor_t* dst, const tr_tensor_t* src) {
+  if ((dst->device.type == TR_DEV_CPU && src->device.type == TR_DEV_CPU) ||
+      (tr_tensor_is_contiguous(dst) && tr_tensor_is_contiguous(src)))
+    return tr_tensor_copy(dst, src);
+  if (!tr_tensor_same_shape(dst, src)) return TR_ESHAPE;
+  int d = 0;
+  while (d < dst->ndim && dst->shape[d] == 1) d++;
+  if (d == dst->ndim) return tr_tensor_copy(dst, src);
+  int rc = 0;
+  for (int64_t j = 0; j < dst->shape[d] && rc == 0; j++) {
+    tr_tensor_t a = {0}, b = {0};
+    rc = tr_tensor_narrow(&a, dst, d, j, 1);
+    if (rc == 0) rc = tr_tensor_narrow(&b, src, d, j, 1);
+    if (rc == 0) rc = copy_views(&a, &b);
+    tr_tensor_release(&a);
+    tr_tensor_release(&b);
+  }
+  return rc;
+}
+
 /* chunk i (c elements of dim) of x, contiguous (a view when it is) */
 static int take(tr_tensor_t* dst, const tr_tensor_t* x, int dim, int i,
                 int64_t c) {
   tr_tensor_t view = {0};
   TR_CHECK(tr_tensor_narrow(&view, x, dim, i * c, c));
-  int rc = tr_tensor_contiguous(dst, &view);
+  int rc;
+  if (x->device.type == TR_DEV_CPU || tr_tensor_is_contiguous(&view)) {
+    rc = tr_tensor_contiguous(dst, &view);
+  } else {
+    rc = tr_tensor_empty(dst, x->dtype, x->device, view.ndim, view.shape);
+    if (rc == 0) rc = copy_views(dst, &view);
+  }
   tr_tensor_release(&view);
   return rc;
 }
@@ -51,16 +87,23 @@ static int put(tr_tensor_t* x, int dim, int i, int64_t c,
                const tr_tensor_t* src) {
   tr_tensor_t view = {0};
   TR_CHECK(tr_tensor_narrow(&view, x, dim, i * c, c));
-  int rc = tr_tensor_copy(&view, src);
+  int rc = copy_views(&view, src);
   tr_tensor_release(&view);
   return rc;
+}
+
+/* zeros [a, b, c] of dtype dt on dev */
+static int zeros3(tr_tensor_t* t, tr_dtype_t dt, tr_device_t dev, int64_t a,
+                  int64_t b, int64_t c) {
+  int64_t shape[3] = {a, b, c};
+  return tr_tensor_zeros(t, dt, dev, 3, shape);
 }
 
 /* chunk j of x (dim 1) += add */
 static int add_to(tr_tensor_t* x, int j, int64_t c, const tr_tensor_t* add) {
   tr_tensor_t cur = {0}, sum = {0};
   TR_CHECK(take(&cur, x, 1, j, c));
-  int rc = tr_tensor_empty(&sum, TR_F32, TR_DEVICE_CPU, 3, cur.shape);
+  int rc = tr_tensor_empty(&sum, cur.dtype, cur.device, 3, cur.shape);
   if (rc == 0) rc = tr_kern_add(&sum, &cur, add);
   if (rc == 0) rc = put(x, 1, j, c, &sum);
   tr_tensor_release(&cur);
@@ -68,24 +111,26 @@ static int add_to(tr_tensor_t* x, int j, int64_t c, const tr_tensor_t* add) {
   return rc;
 }
 
-static int empty3(tr_tensor_t* t, int64_t a, int64_t b, int64_t c) {
-  int64_t shape[3] = {a, b, c};
-  return tr_tensor_zeros(t, TR_F32, TR_DEVICE_CPU, 3, shape);
-}
-
-static int cpu_f32(const tr_tensor_t* t, const char* what) {
-  if (t && t->device.type == TR_DEV_CPU && t->dtype == TR_F32 && t->ndim == 3)
+/* t is a 3-d tensor of dtype dt on dev */
+static int check3(const tr_tensor_t* t, const char* what, tr_dtype_t dt,
+                  tr_device_t dev) {
+  char buf[32];
+  if (t && t->ndim == 3 && t->dtype == dt && tr_device_eq(t->device, dev))
     return 0;
-  TR_LOG_ERROR(DT, "cp attention: %s is not a 3-d float32 CPU tensor", what);
+  TR_LOG_ERROR(DT, "cp attention: %s is not a 3-d %s tensor on %s", what,
+               tr_dtype_name(dt), tr_device_str(dev, buf, sizeof buf));
   return TR_EUNSUPPORTED;
 }
 
-/* What every pair shares: the mask, the heads, the chunk length. */
+/* What every pair shares: the mask, the heads, the chunk length, where
+ * the buffers live. */
 typedef struct {
   const tr_tensor_t* ds; /* [B, n_chunks*c] int32, or NULL */
   int window;
   int H, KVH;
   int64_t c;
+  tr_dtype_t dt;   /* q's: the pairs' out and gradients */
+  tr_device_t dev; /* q's */
 } pair_t;
 
 static int check_mask(const pair_t* p, int64_t B, int n_chunks) {
@@ -94,28 +139,30 @@ static int check_mask(const pair_t* p, int64_t B, int n_chunks) {
     return TR_EINVAL;
   }
   if (!p->ds) return 0;
-  if (p->ds->device.type != TR_DEV_CPU || p->ds->dtype != TR_I32 ||
+  if (!tr_device_eq(p->ds->device, p->dev) || p->ds->dtype != TR_I32 ||
       !tr_tensor_is_contiguous(p->ds) ||
       tr_tensor_numel(p->ds) != B * n_chunks * p->c) {
     TR_LOG_ERROR(DT,
-                 "cp attention: doc_start is not a [%lld, %lld] int32 CPU "
-                 "tensor of the whole sequence",
+                 "cp attention: doc_start is not a [%lld, %lld] int32 "
+                 "tensor of the whole sequence on q's device",
                  (long long)B, (long long)(n_chunks * p->c));
     return TR_ESHAPE;
   }
   return 0;
 }
 
-/* The pair kernels' common arguments, the mask checked against B
- * sequences of n_chunks chunks. */
-static int pair_init(pair_t* p, const tr_tensor_t* doc_start, int window,
-                     int n_heads, int n_kv_heads, int64_t c, int64_t B,
-                     int n_chunks) {
+/* The pair kernels' common arguments (q's dtype and device), the mask
+ * checked against B sequences of n_chunks chunks. */
+static int pair_init(pair_t* p, const tr_tensor_t* q,
+                     const tr_tensor_t* doc_start, int window, int n_heads,
+                     int n_kv_heads, int64_t c, int64_t B, int n_chunks) {
   *p = (pair_t){.ds = doc_start,
                 .window = window,
                 .H = n_heads,
                 .KVH = n_kv_heads,
-                .c = c};
+                .c = c,
+                .dt = q->dtype,
+                .dev = q->device};
   return check_mask(p, B, n_chunks);
 }
 
@@ -126,19 +173,40 @@ static int visible(const pair_t* p, int qc, int kc) {
 }
 
 /* The document starts of query chunk qc's rows relative to key chunk kc,
- * [B, c] int32 (a start before the key chunk is its row 0). */
+ * [B, c] int32 on the pair's device (a start before the key chunk is its
+ * row 0); derived on the host. */
 static int rel_starts(const pair_t* p, tr_tensor_t* dst, int qc, int kc) {
   int64_t B = p->ds->shape[0], T = tr_tensor_numel(p->ds) / B, c = p->c;
   int64_t shape[2] = {B, c};
-  TR_CHECK(tr_tensor_empty(dst, TR_I32, TR_DEVICE_CPU, 2, shape));
-  const int32_t* s = tr_tensor_data(p->ds);
-  int32_t* d = tr_tensor_data(dst);
+  int on_cpu = p->dev.type == TR_DEV_CPU;
+  tr_tensor_t hs = {0}, hd = {0};
+  int rc = 0;
+  if (on_cpu) {
+    tr_tensor_view(&hs, p->ds);
+  } else {
+    TR_CHECK(
+        tr_tensor_empty(&hs, TR_I32, TR_DEVICE_CPU, p->ds->ndim, p->ds->shape));
+    TR_CHECK_GOTO(tr_tensor_copy(&hs, p->ds), rc, out);
+  }
+  TR_CHECK_GOTO(tr_tensor_empty(&hd, TR_I32, TR_DEVICE_CPU, 2, shape), rc, out);
+  const int32_t* s = tr_tensor_data(&hs);
+  int32_t* d = tr_tensor_data(&hd);
   for (int64_t b = 0; b < B; b++)
     for (int64_t i = 0; i < c; i++) {
       int64_t v = s[b * T + qc * c + i] - kc * c;
       d[b * c + i] = v > 0 ? (int32_t)v : 0;
     }
-  return 0;
+  if (on_cpu) {
+    *dst = hd;
+    hd = (tr_tensor_t){0};
+  } else {
+    TR_CHECK_GOTO(tr_tensor_empty(dst, TR_I32, p->dev, 2, shape), rc, out);
+    rc = tr_tensor_copy(dst, &hd);
+  }
+out:
+  tr_tensor_release(&hs);
+  tr_tensor_release(&hd);
+  return rc;
 }
 
 static int pair_fwd(const pair_t* p, tr_tensor_t* po, tr_tensor_t* pl,
@@ -169,35 +237,52 @@ static int pair_bwd(const pair_t* p, tr_tensor_t* tq, tr_tensor_t* tk,
 
 /* ---- the merge ---- */
 
-/* One query chunk's merged result so far, in double: out [B, c, H*D],
- * lse [B, H, c] (-inf: no key seen yet). */
+/* One query chunk's merged result so far: out [B, c, H*D], lse [B, H, c]
+ * (-inf: no key seen yet); in double on the host for CPU tensors (o, l),
+ * else float32 tensors on the device (to, tl) that tr_kern_attn_merge
+ * updates. */
 typedef struct {
   double* o;
   double* l;
+  tr_tensor_t to, tl;
+  tr_dtype_t dt; /* the out it is put into */
+  tr_device_t dev;
   int64_t B, c, D;
   int H;
 } acc_t;
 
-static int acc_init(acc_t* a, int64_t B, int64_t c, int H, int64_t D) {
+static int acc_init(acc_t* a, const pair_t* p, int64_t B, int64_t D) {
+  int64_t c = p->c;
   a->B = B;
   a->c = c;
-  a->H = H;
+  a->H = p->H;
   a->D = D;
-  a->o = calloc((size_t)(B * c * H * D), sizeof *a->o);
-  a->l = malloc(sizeof *a->l * (size_t)(B * H * c));
+  a->dt = p->dt;
+  a->dev = p->dev;
+  if (p->dev.type != TR_DEV_CPU) {
+    TR_CHECK(zeros3(&a->to, TR_F32, p->dev, B, c, p->H * D));
+    TR_CHECK(zeros3(&a->tl, TR_F32, p->dev, B, p->H, c));
+    return tr_tensor_fill(&a->tl, -INFINITY);
+  }
+  a->o = calloc((size_t)(B * c * p->H * D), sizeof *a->o);
+  a->l = malloc(sizeof *a->l * (size_t)(B * p->H * c));
   if (!a->o || !a->l) return TR_ENOMEM;
-  for (int64_t i = 0; i < B * H * c; i++) a->l[i] = -INFINITY;
+  for (int64_t i = 0; i < B * p->H * c; i++) a->l[i] = -INFINITY;
   return 0;
 }
 
 static void acc_release(acc_t* a) {
   free(a->o);
   free(a->l);
+  tr_tensor_release(&a->to);
+  tr_tensor_release(&a->tl);
   memset(a, 0, sizeof *a);
 }
 
 /* a merged with a partial result po [B,c,H*D], pl [B,H,c] */
-static void acc_add(acc_t* a, const tr_tensor_t* po, const tr_tensor_t* pl) {
+static int acc_add(acc_t* a, const tr_tensor_t* po, const tr_tensor_t* pl) {
+  if (a->dev.type != TR_DEV_CPU)
+    return tr_kern_attn_merge(&a->to, &a->tl, po, pl, a->H);
   const float* o = tr_tensor_data(po);
   const float* l = tr_tensor_data(pl);
   int64_t HD = a->H * a->D;
@@ -214,15 +299,24 @@ static void acc_add(acc_t* a, const tr_tensor_t* po, const tr_tensor_t* pl) {
         const float* po_ = o + (b * a->c + t) * HD + h * a->D;
         for (int64_t d = 0; d < a->D; d++) ao[d] = wx * ao[d] + wy * po_[d];
       }
+  return 0;
 }
 
 /* chunk i of out (dim 1) and lse (dim 2) = a */
 static int acc_put(const acc_t* a, tr_tensor_t* out, tr_tensor_t* lse, int i) {
   tr_tensor_t mo = {0}, ml = {0};
   int rc;
+  if (a->dev.type != TR_DEV_CPU) { /* out in its dtype, lse as it is */
+    TR_CHECK_GOTO(zeros3(&mo, a->dt, a->dev, a->B, a->c, a->H * a->D), rc, out);
+    TR_CHECK_GOTO(tr_tensor_copy(&mo, &a->to), rc, out);
+    TR_CHECK_GOTO(put(out, 1, i, a->c, &mo), rc, out);
+    rc = put(lse, 2, i, a->c, &a->tl);
+    goto out;
+  }
   int64_t n_o = a->B * a->c * a->H * a->D, n_l = a->B * a->H * a->c;
-  TR_CHECK_GOTO(empty3(&mo, a->B, a->c, a->H * a->D), rc, out);
-  TR_CHECK_GOTO(empty3(&ml, a->B, a->H, a->c), rc, out);
+  TR_CHECK_GOTO(zeros3(&mo, TR_F32, TR_DEVICE_CPU, a->B, a->c, a->H * a->D), rc,
+                out);
+  TR_CHECK_GOTO(zeros3(&ml, TR_F32, TR_DEVICE_CPU, a->B, a->H, a->c), rc, out);
   float* o = tr_tensor_data(&mo);
   float* l = tr_tensor_data(&ml);
   for (int64_t j = 0; j < n_o; j++) o[j] = (float)a->o[j];
@@ -253,10 +347,10 @@ static int fwd_held(const pair_t* p, acc_t* acc, const tr_tensor_t* q,
       tr_tensor_t kt = {0}, vt = {0}, po = {0}, pl = {0};
       rc = take(&kt, k, 1, j, c);
       if (rc == 0) rc = take(&vt, v, 1, j, c);
-      if (rc == 0) rc = empty3(&po, B, c, HD);
-      if (rc == 0) rc = empty3(&pl, B, p->H, c);
+      if (rc == 0) rc = zeros3(&po, p->dt, p->dev, B, c, HD);
+      if (rc == 0) rc = zeros3(&pl, TR_F32, p->dev, B, p->H, c);
       if (rc == 0) rc = pair_fwd(p, &po, &pl, &qt, &kt, &vt, qcs[i], kcs[j]);
-      if (rc == 0) acc_add(&acc[i], &po, &pl);
+      if (rc == 0) rc = acc_add(&acc[i], &po, &pl);
       tr_tensor_t* ts[] = {&kt, &vt, &po, &pl};
       for (int t = 0; t < 4; t++) tr_tensor_release(ts[t]);
     }
@@ -286,9 +380,9 @@ static int bwd_held(const pair_t* p, tr_tensor_t* dq, tr_tensor_t* dk,
       tr_tensor_t kt = {0}, vt = {0}, tq = {0}, tk = {0}, tv = {0};
       rc = take(&kt, k, 1, j, c);
       if (rc == 0) rc = take(&vt, v, 1, j, c);
-      if (rc == 0) rc = empty3(&tq, B, c, HD);
-      if (rc == 0) rc = empty3(&tk, B, c, KD);
-      if (rc == 0) rc = empty3(&tv, B, c, KD);
+      if (rc == 0) rc = zeros3(&tq, p->dt, p->dev, B, c, HD);
+      if (rc == 0) rc = zeros3(&tk, p->dt, p->dev, B, c, KD);
+      if (rc == 0) rc = zeros3(&tv, p->dt, p->dev, B, c, KD);
       if (rc == 0)
         rc = pair_bwd(p, &tq, &tk, &tv, &gt, &qt, &kt, &vt, &ot, &lt, qcs[i],
                       kcs[j]);
@@ -311,11 +405,15 @@ static int shapes(const tr_tensor_t* q, const tr_tensor_t* k,
                   const tr_tensor_t* v, const tr_tensor_t* out,
                   const tr_tensor_t* lse, int H, const int* q_chunks, int nq,
                   int n_chunks, int64_t* c) {
-  TR_CHECK(cpu_f32(q, "q"));
-  TR_CHECK(cpu_f32(k, "k"));
-  TR_CHECK(cpu_f32(v, "v"));
-  TR_CHECK(cpu_f32(out, "out"));
-  TR_CHECK(cpu_f32(lse, "lse"));
+  if (!q || (q->dtype != TR_F32 && q->dtype != TR_BF16)) {
+    TR_LOG_ERROR(DT, "cp attention: q is not float32 or bfloat16");
+    return TR_EUNSUPPORTED;
+  }
+  TR_CHECK(check3(q, "q", q->dtype, q->device));
+  TR_CHECK(check3(k, "k", q->dtype, q->device));
+  TR_CHECK(check3(v, "v", q->dtype, q->device));
+  TR_CHECK(check3(out, "out", q->dtype, q->device));
+  TR_CHECK(check3(lse, "lse", TR_F32, q->device));
   if (n_chunks < 1 || nq < 1 || k->shape[1] % n_chunks) {
     TR_LOG_ERROR(DT, "cp attention: %lld keys do not split into %d chunks",
                  (long long)k->shape[1], n_chunks);
@@ -357,12 +455,11 @@ int tr_cp_attention_fwd(tr_tensor_t* out, tr_tensor_t* lse,
   pair_t p;
   int64_t B = q->shape[0], D = q->shape[2] / n_heads;
   TR_CHECK(
-      pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, B, n_chunks));
+      pair_init(&p, q, doc_start, window, n_heads, n_kv_heads, c, B, n_chunks));
   acc_t* acc = calloc((size_t)nq, sizeof *acc);
   int* kcs = seq_chunks(n_chunks);
   int rc = acc && kcs ? 0 : TR_ENOMEM;
-  for (int i = 0; i < nq && rc == 0; i++)
-    rc = acc_init(&acc[i], B, c, n_heads, D);
+  for (int i = 0; i < nq && rc == 0; i++) rc = acc_init(&acc[i], &p, B, D);
   if (rc == 0) rc = fwd_held(&p, acc, q, q_chunks, nq, k, v, kcs, n_chunks);
   for (int i = 0; i < nq && rc == 0; i++) rc = acc_put(&acc[i], out, lse, i);
   for (int i = 0; acc && i < nq; i++) acc_release(&acc[i]);
@@ -375,10 +472,10 @@ static int bwd_args(const tr_tensor_t* dq, const tr_tensor_t* dk,
                     const tr_tensor_t* dv, const tr_tensor_t* dout,
                     const tr_tensor_t* q, const tr_tensor_t* k,
                     const tr_tensor_t* v) {
-  TR_CHECK(cpu_f32(dq, "dq"));
-  TR_CHECK(cpu_f32(dk, "dk"));
-  TR_CHECK(cpu_f32(dv, "dv"));
-  TR_CHECK(cpu_f32(dout, "dout"));
+  TR_CHECK(check3(dq, "dq", q->dtype, q->device));
+  TR_CHECK(check3(dk, "dk", q->dtype, q->device));
+  TR_CHECK(check3(dv, "dv", q->dtype, q->device));
+  TR_CHECK(check3(dout, "dout", q->dtype, q->device));
   if (!tr_tensor_same_shape(dq, q) || !tr_tensor_same_shape(dout, q) ||
       !tr_tensor_same_shape(dk, k) || !tr_tensor_same_shape(dv, v)) {
     TR_LOG_ERROR(DT,
@@ -400,8 +497,8 @@ int tr_cp_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
   TR_CHECK(shapes(q, k, v, out, lse, n_heads, q_chunks, nq, n_chunks, &c));
   TR_CHECK(bwd_args(dq, dk, dv, dout, q, k, v));
   pair_t p;
-  TR_CHECK(pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, q->shape[0],
-                     n_chunks));
+  TR_CHECK(pair_init(&p, q, doc_start, window, n_heads, n_kv_heads, c,
+                     q->shape[0], n_chunks));
   TR_CHECK(tr_tensor_fill(dq, 0.0));
   TR_CHECK(tr_tensor_fill(dk, 0.0));
   TR_CHECK(tr_tensor_fill(dv, 0.0));
@@ -435,9 +532,11 @@ static int seq_gather(tr_pg_t* pg, const tr_tensor_t* local,
   tr_tensor_t src = {0}, flat = {0};
   int rc;
   TR_CHECK(tr_tensor_contiguous(&src, local));
-  TR_CHECK_GOTO(tr_tensor_empty(&flat, TR_F32, TR_DEVICE_CPU, 1, flat_shape),
-                rc, out);
-  TR_CHECK_GOTO(empty3(full, B, 2 * n * c, W), rc, out);
+  TR_CHECK_GOTO(
+      tr_tensor_empty(&flat, local->dtype, local->device, 1, flat_shape), rc,
+      out);
+  TR_CHECK_GOTO(zeros3(full, local->dtype, local->device, B, 2 * n * c, W), rc,
+                out);
   TR_CHECK_GOTO(tr_pg_all_gather(pg, &flat, &src, NULL), rc, out);
   for (int rr = 0; rr < n; rr++) {
     int ch[2];
@@ -467,8 +566,9 @@ static int seq_scatter(tr_pg_t* pg, const tr_tensor_t* full,
   int64_t shape[3] = {B, 2 * c, W};
   tr_tensor_t flat = {0}, mine = {0}, view = {0};
   int rc;
-  TR_CHECK(tr_tensor_empty(&flat, TR_F32, TR_DEVICE_CPU, 1, flat_shape));
-  TR_CHECK_GOTO(tr_tensor_empty(&mine, TR_F32, TR_DEVICE_CPU, 1, one), rc, out);
+  TR_CHECK(tr_tensor_empty(&flat, local->dtype, local->device, 1, flat_shape));
+  TR_CHECK_GOTO(tr_tensor_empty(&mine, local->dtype, local->device, 1, one), rc,
+                out);
   for (int rr = 0; rr < n; rr++) {
     int ch[2];
     tr_cp_headtail(n, rr, ch);
@@ -476,7 +576,7 @@ static int seq_scatter(tr_pg_t* pg, const tr_tensor_t* full,
       tr_tensor_t f = {0}, src = {0};
       rc = flat_chunk(&f, &flat, rr, i, B, c, W);
       if (rc == 0) rc = tr_tensor_narrow(&src, full, 1, ch[i] * c, c);
-      if (rc == 0) rc = tr_tensor_copy(&f, &src);
+      if (rc == 0) rc = copy_views(&f, &src);
       tr_tensor_release(&f);
       tr_tensor_release(&src);
       if (rc < 0) goto out;
@@ -485,7 +585,7 @@ static int seq_scatter(tr_pg_t* pg, const tr_tensor_t* full,
   TR_CHECK_GOTO(tr_pg_reduce_scatter(pg, &mine, &flat, TR_PG_SUM, NULL), rc,
                 out);
   TR_CHECK_GOTO(tr_tensor_reshape(&view, &mine, 3, shape), rc, out);
-  rc = tr_tensor_copy(local, &view);
+  rc = copy_views(local, &view);
 out:
   tr_tensor_release(&flat);
   tr_tensor_release(&mine);
@@ -529,15 +629,15 @@ static int rotate_finish(tr_pg_work_t* w) {
   return rc;
 }
 
-/* *a = a fresh zeroed tensor of x's shape */
+/* *a = a fresh zeroed tensor of x's shape, dtype and device */
 static int like(tr_tensor_t* a, const tr_tensor_t* x) {
-  return empty3(a, x->shape[0], x->shape[1], x->shape[2]);
+  return zeros3(a, x->dtype, x->device, x->shape[0], x->shape[1], x->shape[2]);
 }
 
 /* contiguous copies of x in a (so that the ring may overwrite them) */
 static int copy_of(tr_tensor_t* a, const tr_tensor_t* x) {
   TR_CHECK(like(a, x));
-  return tr_tensor_copy(a, x);
+  return copy_views(a, x);
 }
 
 static void swap(tr_tensor_t* a, tr_tensor_t* b) {
@@ -556,14 +656,15 @@ int tr_cp_ring_fwd(const tr_cp_t* cp, tr_tensor_t* out, tr_tensor_t* lse,
   int n = tr_pg_size(cp->pg), r = tr_pg_rank(cp->pg);
   pair_t p;
   int64_t B = q->shape[0], D = q->shape[2] / n_heads;
-  TR_CHECK(pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, B, 2 * n));
+  TR_CHECK(
+      pair_init(&p, q, doc_start, window, n_heads, n_kv_heads, c, B, 2 * n));
   acc_t acc[2] = {{0}};
   tr_tensor_t kk = {0}, vv = {0}, nk = {0}, nv = {0};
   tr_pg_work_t* w = NULL;
   int* kcs = NULL;
   int rc;
-  TR_CHECK_GOTO(acc_init(&acc[0], B, c, n_heads, D), rc, out);
-  TR_CHECK_GOTO(acc_init(&acc[1], B, c, n_heads, D), rc, out);
+  TR_CHECK_GOTO(acc_init(&acc[0], &p, B, D), rc, out);
+  TR_CHECK_GOTO(acc_init(&acc[1], &p, B, D), rc, out);
   if (cp->rotate == TR_CP_ALLGATHER) {
     TR_CHECK_GOTO(seq_gather(cp->pg, k, &kk), rc, out);
     TR_CHECK_GOTO(seq_gather(cp->pg, v, &vv), rc, out);
@@ -617,8 +718,8 @@ int tr_cp_ring_bwd(const tr_cp_t* cp, tr_tensor_t* dq, tr_tensor_t* dk,
   TR_CHECK(bwd_args(dq, dk, dv, dout, q, k, v));
   int n = tr_pg_size(cp->pg), r = tr_pg_rank(cp->pg);
   pair_t p;
-  TR_CHECK(pair_init(&p, doc_start, window, n_heads, n_kv_heads, c, q->shape[0],
-                     2 * n));
+  TR_CHECK(pair_init(&p, q, doc_start, window, n_heads, n_kv_heads, c,
+                     q->shape[0], 2 * n));
   /* [0..3]: the held k, v and their gradients; [4..7]: the next ones */
   tr_tensor_t b[8] = {{0}}, dqa = {0};
   int* kcs = NULL;
@@ -662,10 +763,10 @@ int tr_cp_ring_bwd(const tr_cp_t* cp, tr_tensor_t* dq, tr_tensor_t* dk,
       TR_CHECK_GOTO(rotate_finish(w), rc, out);
       for (int i = 0; i < 4; i++) swap(&b[i], &b[i + 4]);
     }
-    TR_CHECK_GOTO(tr_tensor_copy(dk, &b[2]), rc, out);
-    TR_CHECK_GOTO(tr_tensor_copy(dv, &b[3]), rc, out);
+    TR_CHECK_GOTO(copy_views(dk, &b[2]), rc, out);
+    TR_CHECK_GOTO(copy_views(dv, &b[3]), rc, out);
   }
-  rc = tr_tensor_copy(dq, &dqa);
+  rc = copy_views(dq, &dqa);
 out:
   free(kcs);
   for (int i = 0; i < 8; i++) tr_tensor_release(&b[i]);

@@ -812,6 +812,29 @@ int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
                             doc_start || window || q_shift ? &mask : NULL);
 }
 
+int tr_kern_attn_merge(tr_tensor_t* acc, tr_tensor_t* lse,
+                       const tr_tensor_t* pout, const tr_tensor_t* plse,
+                       int n_heads) {
+  chk_t c = {.op = "attn_merge"};
+  int rc = 0;
+  TR_CHECK(act(&c, pout, "pout", 1));
+  TR_CHECK(arg(&c, acc, "acc", TR_F32, 1));
+  TR_CHECK(arg(&c, lse, "lse", TR_F32, 1));
+  TR_CHECK(arg(&c, plse, "plse", TR_F32, 1));
+  if (n_heads < 1 || pout->ndim != 3 || pout->shape[2] % n_heads)
+    return bad(c.op, "pout", pout, "expected [B, T, H*D]");
+  int64_t B = pout->shape[0], T = pout->shape[1], D = pout->shape[2] / n_heads;
+  if (!tr_tensor_same_shape(acc, pout))
+    return bad(c.op, "acc", acc, "expected pout's shape");
+  if (tr_tensor_numel(lse) != B * n_heads * T ||
+      tr_tensor_numel(plse) != B * n_heads * T)
+    return bad(c.op, "lse", lse, "expected [B, H, T] (and plse too)");
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  return ops->attn_merge(F(acc), F(lse), CF(pout), CF(plse), (int)B, (int)T,
+                         n_heads, (int)D);
+}
+
 /* ---- activations ---- */
 
 int tr_kern_gelu_fwd(tr_tensor_t* out, const tr_tensor_t* inp) {

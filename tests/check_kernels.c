@@ -955,6 +955,87 @@ START_TEST(test_attention_mask_noop_and_refused) {
 }
 END_TEST
 
+/* chunk i (c rows of dim 1) of x, contiguous */
+static void chunk_of(tr_tensor_t* dst, const tr_tensor_t* x, int i, int64_t c) {
+  tr_tensor_t view;
+  ck_assert_int_eq(tr_tensor_narrow(&view, x, 1, i * c, c), 0);
+  ck_assert_int_eq(tr_tensor_contiguous(dst, &view), 0);
+  tr_tensor_release(&view);
+}
+
+/* tr_kern_attn_merge: query chunk 1 against key chunk 0 (q_shift c, all
+ * keys seen) and key chunk 1 (causal), merged from an empty accumulator,
+ * equals full causal attention's rows of chunk 1; the first merge copies
+ * the partial exactly; a partial whose rows saw no key (lse -inf) leaves
+ * the accumulator's bits alone. */
+START_TEST(test_attn_merge) {
+  int B = 2, H = 4, KVH = 2, D = 8;
+  int64_t c = 40, T = 2 * c, HD = (int64_t)H * D, KD = (int64_t)KVH * D;
+  tr_tensor_t q, k, v, y, l, q1, k0, k1, v0, v1, pa, la, pb, lb, acc, al;
+  rnd(&q, NULL, 1.5, 3, (int64_t)B, T, HD);
+  rnd(&k, NULL, 1.5, 3, (int64_t)B, T, KD);
+  rnd(&v, NULL, 1.5, 3, (int64_t)B, T, KD);
+  zeros(&y, 3, (int64_t)B, T, HD);
+  zeros(&l, 3, (int64_t)B, (int64_t)H, T);
+  ck_assert_int_eq(tr_kern_attention_fwd(&y, &l, &q, &k, &v, H, KVH), 0);
+  chunk_of(&q1, &q, 1, c);
+  chunk_of(&k0, &k, 0, c);
+  chunk_of(&k1, &k, 1, c);
+  chunk_of(&v0, &v, 0, c);
+  chunk_of(&v1, &v, 1, c);
+  zeros(&pa, 3, (int64_t)B, c, HD);
+  zeros(&pb, 3, (int64_t)B, c, HD);
+  zeros(&acc, 3, (int64_t)B, c, HD);
+  zeros(&la, 3, (int64_t)B, (int64_t)H, c);
+  zeros(&lb, 3, (int64_t)B, (int64_t)H, c);
+  zeros(&al, 3, (int64_t)B, (int64_t)H, c);
+  ck_assert_int_eq(tr_tensor_fill(&al, -INFINITY), 0);
+  ck_assert_int_eq(tr_kern_attention_masked_fwd(&pa, &la, &q1, &k0, &v0, H, KVH,
+                                                NULL, 0, (int)c),
+                   0);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_fwd(&pb, &lb, &q1, &k1, &v1, H, KVH, NULL, 0, 0),
+      0);
+  size_t no = sizeof(float) * (size_t)(B * c * HD),
+         nl = sizeof(float) * (size_t)(B * H * c);
+  ck_assert_int_eq(tr_kern_attn_merge(&acc, &al, &pa, &la, H), 0);
+  ck_assert_mem_eq(fp(&acc), fp(&pa), no);
+  ck_assert_mem_eq(fp(&al), fp(&la), nl);
+  ck_assert_int_eq(tr_kern_attn_merge(&acc, &al, &pb, &lb, H), 0);
+  tr_tensor_t yc, lc;
+  chunk_of(&yc, &y, 1, c);
+  int64_t lsh[3] = {B, H, c}; /* the last c of each (b, h) row of l */
+  ck_assert_int_eq(tr_tensor_empty(&lc, TR_F32, TR_DEVICE_CPU, 3, lsh), 0);
+  float *L = fp(&l), *Lc = fp(&lc);
+  for (int64_t r = 0; r < (int64_t)B * H; r++)
+    memcpy(Lc + r * c, L + r * T + c, sizeof(float) * (size_t)c);
+  for (int64_t i = 0; i < (int64_t)B * c * HD; i++)
+    ck_assert_msg(
+        fabsf(fp(&acc)[i] - fp(&yc)[i]) <= 1e-5f * (1 + fabsf(fp(&yc)[i])),
+        "out[%lld] %g vs %g", (long long)i, fp(&acc)[i], fp(&yc)[i]);
+  for (int64_t i = 0; i < (int64_t)B * H * c; i++)
+    ck_assert_msg(fabsf(fp(&al)[i] - Lc[i]) <= 1e-5f * (1 + fabsf(Lc[i])),
+                  "lse[%lld] %g vs %g", (long long)i, fp(&al)[i], Lc[i]);
+  /* a partial that saw nothing leaves the bits alone */
+  float* keep_o = malloc(no);
+  float* keep_l = malloc(nl);
+  memcpy(keep_o, fp(&acc), no);
+  memcpy(keep_l, fp(&al), nl);
+  ck_assert_int_eq(tr_tensor_fill(&lb, -INFINITY), 0);
+  ck_assert_int_eq(tr_kern_attn_merge(&acc, &al, &pb, &lb, H), 0);
+  ck_assert_mem_eq(fp(&acc), keep_o, no);
+  ck_assert_mem_eq(fp(&al), keep_l, nl);
+  free(keep_o);
+  free(keep_l);
+  /* pout of another shape is refused */
+  ck_assert_int_eq(tr_kern_attn_merge(&acc, &al, &q1, &lb, 2 * H), TR_ESHAPE);
+  tr_tensor_t* ts[] = {&q,  &k,  &v,  &y,  &l,  &q1,  &k0, &k1, &v0,
+                       &v1, &pa, &la, &pb, &lb, &acc, &al, &yc, &lc};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+END_TEST
+
 /* tr_kern_attn_doc_start: an EOS closes its document; positions restart
  * after it; each row starts a document at 0. */
 START_TEST(test_attn_doc_start) {
@@ -1848,6 +1929,7 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_attention_block_causal_window);
   tcase_add_test(tc, test_attention_mask_noop_and_refused);
   tcase_add_test(tc, test_attn_doc_start);
+  tcase_add_test(tc, test_attn_merge);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_swiglu);
   tcase_add_test(tc, test_cross_entropy);

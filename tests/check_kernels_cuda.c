@@ -1234,35 +1234,79 @@ static const char* impl_name(tr_cuda_attn_impl_t impl) {
   }
 }
 
+/* lse of rows that may see no key (a shifted chunk): the -inf rows of
+ * the reference must be -inf on the device too, the others close */
+static void expect_lse_close(const char* what, const tr_tensor_t* d,
+                             const tr_tensor_t* ref, double tol) {
+  tr_tensor_t h;
+  tohost(&h, d);
+  int64_t n = tr_tensor_numel(ref), m = 0, empty = 0;
+  ck_assert_int_eq(tr_tensor_numel(&h), n);
+  float* y = malloc(sizeof(float) * (size_t)n);
+  float* r = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    float a = F(&h)[i], b = F(ref)[i];
+    if (isinf(b) && b < 0) {
+      ck_assert_msg(isinf(a) && a < 0, "%s: row %lld sees no key: lse %g", what,
+                    (long long)i, a);
+      empty++;
+      continue;
+    }
+    y[m] = a;
+    r[m++] = b;
+  }
+  printf("%-44s (%lld of %lld rows see no key)\n", what, (long long)empty,
+         (long long)n);
+  expect_host_close(what, tr_dtype_name(d->dtype), y, r, m, tol);
+  free(y);
+  free(r);
+  tr_tensor_release(&h);
+}
+
 /* qkv: one fused buffer [B, T, (H + 2 KVH) D], as GPT-2's c_attn writes.
  * The forward runs impl, the backward impl_bwd (its lse from impl's
  * forward). docs: documents of 1 to 90 tokens (block_causal's doc_start),
- * window: a sliding window (0: none); both against the CPU kernel with
- * the same mask. */
+ * window: a sliding window (0: none), shift: the query rows stand at key
+ * positions i + shift (context parallelism's chunk pairs; with docs the
+ * documents are those of the T + shift tokens from the key chunk's start,
+ * so doc_start[i] is the document start of position i + shift, in key
+ * rows); all against the CPU kernel with the same mask. */
 static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
                                  tr_cuda_attn_impl_t impl_bwd, int B, int T,
                                  int H, int KVH, int Dh, int accumulate,
-                                 int docs, int window) {
+                                 int docs, int window, int shift) {
   int64_t W = (int64_t)(H + 2 * KVH) * Dh;
   tr_tensor_t ds = {0}, d_ds = {0}, *dsp = NULL, *d_dsp = NULL;
   if (docs) {
-    int32_t* tok = malloc(sizeof(int32_t) * (size_t)B * T);
-    for (int64_t i = 0; i < (int64_t)B * T; i++) {
-      int t = (int)(i % T);
-      tok[i] = t == 0 || t == 2 || t == 40 + (int)(i / T) || t == 130 ? 1 : 7;
+    ck_assert(shift >= 0); /* documents from the key chunk's start */
+    int L = T + shift;
+    int32_t* tok = malloc(sizeof(int32_t) * (size_t)B * L);
+    int32_t* full = malloc(sizeof(int32_t) * (size_t)B * L);
+    for (int64_t i = 0; i < (int64_t)B * L; i++) {
+      int t = (int)(i % L);
+      tok[i] =
+          t == 0 || t == 2 || t == 40 + (int)(i / L) || t == 130 || t == 250
+              ? 1
+              : 7;
     }
+    tr_kern_attn_doc_start(full, NULL, tok, B, L, 1);
     ck_assert_int_eq(tr_tensor_empty(&ds, TR_I32, TR_DEVICE_CPU, 2, SH(B, T)),
                      0);
-    tr_kern_attn_doc_start(tr_tensor_data(&ds), NULL, tok, B, T, 1);
+    int32_t* dsv = tr_tensor_data(&ds);
+    for (int b = 0; b < B; b++)
+      for (int i = 0; i < T; i++)
+        dsv[(int64_t)b * T + i] = full[(int64_t)b * L + i + shift];
     ck_assert_int_eq(tr_tensor_empty(&d_ds, TR_I32, GPU, 2, SH(B, T)), 0);
     ck_assert_int_eq(tr_tensor_copy(&d_ds, &ds), 0);
     free(tok);
+    free(full);
     dsp = &ds;
     d_dsp = &d_ds;
   }
   tr_kern_attn_mask_t mask = {.doc_start = docs ? tr_tensor_data(&d_ds) : NULL,
-                              .window = window};
-  const tr_kern_attn_mask_t* maskp = docs || window ? &mask : NULL;
+                              .window = window,
+                              .q_shift = shift};
+  const tr_kern_attn_mask_t* maskp = docs || window || shift ? &mask : NULL;
   tr_tensor_t qkv, dqkv, rdqkv, dout, out, lse;
   hrand(&qkv, dt, 1.5, 3, SH(B, T, W));
   hrand(&dout, dt, 1.0, 3, SH(B, T, (int64_t)H * Dh));
@@ -1292,15 +1336,15 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
                                     (int64_t)KVH * Dh),
                    0);
   ck_assert_int_eq(tr_kern_attention_masked_fwd(&out, &lse, &q, &k, &v, H, KVH,
-                                                dsp, window, 0),
+                                                dsp, window, shift),
                    0);
   if (dt == TR_BF16) /* the GPU keeps out in bf16: the backward reads it */
     for (int64_t i = 0; i < tr_tensor_numel(&out); i++)
       F(&out)[i] = rb(F(&out)[i]);
-  ck_assert_int_eq(tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dout, &q, &k,
-                                                &v, &out, &lse, H, KVH, dsp,
-                                                window, 0),
-                   0);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_bwd(&dq, &dk, &dv, &dout, &q, &k, &v, &out, &lse,
+                                   H, KVH, dsp, window, shift),
+      0);
   if (accumulate) /* the CPU backward overwrites: add what was there */
     for (int64_t i = 0; i < tr_tensor_numel(&rdqkv); i++)
       F(&rdqkv)[i] += F(&dqkv)[i];
@@ -1343,11 +1387,11 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
                                       (int64_t)KVH * Dh),
                      0);
     ck_assert_int_eq(tr_kern_attention_masked_fwd(&d_out, &d_lse, &gq, &gk, &gv,
-                                                  H, KVH, d_dsp, window, 0),
+                                                  H, KVH, d_dsp, window, shift),
                      0);
     ck_assert_int_eq(tr_kern_attention_masked_bwd(&gdq, &gdk, &gdv, &d_dout,
                                                   &gq, &gk, &gv, &d_out, &d_lse,
-                                                  H, KVH, d_dsp, window, 0),
+                                                  H, KVH, d_dsp, window, shift),
                      0);
     REL(&gq, &gk, &gv, &gdq, &gdk, &gdv);
   } else {
@@ -1377,11 +1421,11 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
              impl_name(impl_bwd));
   char what[128];
   double tol = tol_of(dt);
-  snprintf(what, sizeof what, "attn_fwd %s B=%d T=%d H=%d/%d D=%d", iname, B, T,
-           H, KVH, Dh);
+  snprintf(what, sizeof what, "attn_fwd %s B=%d T=%d H=%d/%d D=%d shift=%d",
+           iname, B, T, H, KVH, Dh, shift);
   expect_close(what, &d_out, &out, tol);
   snprintf(what, sizeof what, "attn_fwd %s lse", iname);
-  expect_close(what, &d_lse, &lse, dt == TR_F32 ? TOL_F32 : 1e-3);
+  expect_lse_close(what, &d_lse, &lse, dt == TR_F32 ? TOL_F32 : 1e-3);
   /* the three gradients, compared slice by slice */
   tr_tensor_t h_d;
   tohost(&h_d, &d_dqkv);
@@ -1413,7 +1457,8 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
 static void run_attention_mixed(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
                                 tr_cuda_attn_impl_t impl_bwd, int B, int T,
                                 int H, int KVH, int Dh, int accumulate) {
-  run_attention_masked(dt, impl, impl_bwd, B, T, H, KVH, Dh, accumulate, 0, 0);
+  run_attention_masked(dt, impl, impl_bwd, B, T, H, KVH, Dh, accumulate, 0, 0,
+                       0);
 }
 
 static void run_attention(tr_dtype_t dt, tr_cuda_attn_impl_t impl, int B, int T,
@@ -1434,13 +1479,13 @@ END_TEST
  * CPU kernel with the same mask; cuDNN declines a mask */
 START_TEST(test_attention_masked) {
   tr_cuda_attn_impl_t S = TR_CUDA_ATTN_SIMT, F = TR_CUDA_ATTN_FLASH;
-  run_attention_masked(TR_F32, S, S, 2, 150, 4, 2, 32, 0, 1, 0);
-  run_attention_masked(TR_F32, S, S, 1, 150, 2, 2, 16, 1, 0, 40);
-  run_attention_masked(TR_BF16, S, S, 2, 150, 4, 1, 64, 0, 1, 17);
-  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 2, 64, 0, 1, 0);
-  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 4, 64, 1, 0, 70);
-  run_attention_masked(TR_BF16, F, F, 1, 200, 4, 2, 128, 0, 1, 33);
-  run_attention_masked(TR_BF16, F, S, 1, 130, 2, 1, 64, 0, 1, 5);
+  run_attention_masked(TR_F32, S, S, 2, 150, 4, 2, 32, 0, 1, 0, 0);
+  run_attention_masked(TR_F32, S, S, 1, 150, 2, 2, 16, 1, 0, 40, 0);
+  run_attention_masked(TR_BF16, S, S, 2, 150, 4, 1, 64, 0, 1, 17, 0);
+  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 2, 64, 0, 1, 0, 0);
+  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 4, 64, 1, 0, 70, 0);
+  run_attention_masked(TR_BF16, F, F, 1, 200, 4, 2, 128, 0, 1, 33, 0);
+  run_attention_masked(TR_BF16, F, S, 1, 130, 2, 1, 64, 0, 1, 5, 0);
   tr_kern_attn_mask_t win = {.doc_start = NULL, .window = 8};
   tr_tensor_t d_x, d_o, d_l;
   ck_assert_int_eq(tr_tensor_zeros(&d_x, TR_BF16, GPU, 1, SH(2 * 16 * 64)), 0);
@@ -1453,6 +1498,63 @@ START_TEST(test_attention_masked) {
       TR_EUNSUPPORTED);
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
   REL(&d_x, &d_o, &d_l);
+}
+END_TEST
+
+/* context parallelism's chunk pairs: the query rows stand at key
+ * positions i + q_shift (a shift that is not a tile multiple, the chunk
+ * length and twice it, a negative one), alone and composed with documents
+ * and windows, GQA heads; rows that see no key (out 0, lse -inf) and key
+ * tiles no row sees; each against the CPU kernel with the same mask */
+START_TEST(test_attention_shifted) {
+  tr_cuda_attn_impl_t S = TR_CUDA_ATTN_SIMT, F = TR_CUDA_ATTN_FLASH;
+  run_attention_masked(TR_F32, S, S, 2, 150, 4, 2, 32, 0, 0, 0, 37);
+  run_attention_masked(TR_F32, S, S, 1, 150, 2, 2, 16, 1, 1, 0, 150);
+  run_attention_masked(TR_F32, S, S, 2, 96, 4, 1, 32, 0, 1, 50, 96);
+  run_attention_masked(TR_F32, S, S, 1, 150, 4, 2, 32, 1, 0, 0, -40);
+  run_attention_masked(TR_BF16, S, S, 2, 150, 4, 1, 64, 0, 1, 200, 300);
+  run_attention_masked(TR_BF16, S, S, 1, 128, 4, 4, 128, 1, 0, 0, 128);
+  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 2, 64, 0, 1, 0, 200);
+  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 4, 64, 1, 0, 70, 200);
+  run_attention_masked(TR_BF16, F, F, 1, 200, 4, 2, 128, 0, 1, 33, 57);
+  run_attention_masked(TR_BF16, F, F, 1, 128, 4, 2, 128, 1, 0, 0, 256);
+  run_attention_masked(TR_BF16, F, F, 2, 200, 4, 2, 64, 0, 0, 250, 400);
+  run_attention_masked(TR_BF16, F, F, 1, 200, 4, 2, 64, 0, 0, 0, -70);
+  run_attention_masked(TR_BF16, F, S, 1, 130, 2, 1, 64, 0, 1, 5, 130);
+  run_attention_masked(TR_BF16, S, F, 2, 128, 4, 2, 64, 1, 1, 0, 64);
+}
+END_TEST
+
+/* attn_merge (context parallelism's log-sum-exp merge) against the CPU
+ * table: fp32 accumulator, pout fp32 or bf16, rows where either side or
+ * both have seen no key (lse -inf) */
+static void run_attn_merge(tr_dtype_t dt) {
+  int B = 2, T = 37, H = 3, Dh = 40;
+  tr_tensor_t acc, lse, po, pl, racc, rlse, d_acc, d_lse, d_po, d_pl;
+  hrand(&acc, TR_F32, 1.0, 3, SH(B, T, (int64_t)H * Dh));
+  hrand(&po, dt, 1.0, 3, SH(B, T, (int64_t)H * Dh));
+  hrand(&lse, TR_F32, 3.0, 3, SH(B, H, T));
+  hrand(&pl, TR_F32, 3.0, 3, SH(B, H, T));
+  for (int64_t i = 0; i < (int64_t)B * H * T; i++) {
+    if (i % 5 == 0) F(&lse)[i] = -INFINITY;
+    if (i % 7 == 0) F(&pl)[i] = -INFINITY;
+  }
+  hdup(&racc, &acc);
+  hdup(&rlse, &lse);
+  ck_assert_int_eq(tr_kern_attn_merge(&racc, &rlse, &po, &pl, H), 0);
+  todev(&d_acc, &acc, TR_F32);
+  todev(&d_lse, &lse, TR_F32);
+  todev(&d_po, &po, dt);
+  todev(&d_pl, &pl, TR_F32);
+  ck_assert_int_eq(tr_kern_attn_merge(&d_acc, &d_lse, &d_po, &d_pl, H), 0);
+  expect_close("attn_merge acc", &d_acc, &racc, TOL_F32);
+  expect_lse_close("attn_merge lse", &d_lse, &rlse, TOL_F32);
+  REL(&acc, &lse, &po, &pl, &racc, &rlse, &d_acc, &d_lse, &d_po, &d_pl);
+}
+
+START_TEST(test_attn_merge) {
+  run_attn_merge(TR_F32);
+  run_attn_merge(TR_BF16);
 }
 END_TEST
 
@@ -1669,6 +1771,8 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_classifier);
   tcase_add_test(tc, test_attention_simt);
   tcase_add_test(tc, test_attention_flash);
+  tcase_add_test(tc, test_attention_shifted);
+  tcase_add_test(tc, test_attn_merge);
   tcase_add_test(tc, test_attention_masked);
 #ifdef HAVE_CUDNN
   tcase_add_test(tc, test_attention_cudnn);

@@ -83,8 +83,9 @@ extern "C" {
  *    window counted from its position (lo >= i + q_shift - window + 1)
  *    and doc_start[i] the start of its document in key rows (0 when it
  *    began before the key chunk, up to i + q_shift); a row that sees no
- *    key gets out = 0 and lse = -inf. CPU only so far (the CUDA kernels
- *    refuse it with TR_EUNSUPPORTED). 0: the same positions.
+ *    key gets out = 0 and lse = -inf. The CPU kernel and the CUDA SIMT
+ *    and flash kernels take it (cuDNN does not: a shifted call never goes
+ *    there). 0: the same positions.
  *
  * A NULL mask, or doc_start NULL and window and q_shift 0, is plain causal
  * attention with the same bits as before masks existed. */
@@ -253,6 +254,16 @@ typedef struct tr_kern_ops {
                        const float* out, const float* lse, int B, int T, int H,
                        int KVH, int D, int64_t q_stride, int64_t kv_stride,
                        const tr_kern_attn_mask_t* mask);
+  /* The log-sum-exp merge of two attentions of the same queries over
+   * disjoint keys (context parallelism's chunk pairs): for each (b, h, t)
+   * with L = log(exp(lse) + exp(plse)),
+   *   acc[b, t, h*D..] = exp(lse - L) acc + exp(plse - L) pout,  lse = L,
+   * both untouched when lse and plse are -inf (no key seen yet). acc
+   * [B, T, H*D] and lse, plse [B, H, T] are fp32 in every table; pout
+   * [B, T, H*D] is an activation (bf16 in the bf16 table). Weights in
+   * double on the CPU, fp32 on devices. */
+  int (*attn_merge)(float* acc, float* lse, const float* pout,
+                    const float* plse, int B, int T, int H, int D);
 
   /* GELU, tanh approximation (GPT-2's "gelu_new"). */
   int (*gelu_fwd)(float* out, const float* inp, int64_t n);
@@ -487,6 +498,12 @@ int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
                                  const tr_tensor_t* lse, int n_heads,
                                  int n_kv_heads, const tr_tensor_t* doc_start,
                                  int window, int q_shift);
+/* acc, lse merged with pout, plse (the table's attn_merge): acc [B, T,
+ * H*D] float32, lse and plse [B, H, T] float32, pout [B, T, H*D] float32
+ * or bfloat16, all contiguous on one device. */
+int tr_kern_attn_merge(tr_tensor_t* acc, tr_tensor_t* lse,
+                       const tr_tensor_t* pout, const tr_tensor_t* plse,
+                       int n_heads);
 /* Host helper: doc_start [B*T] from tokens [B*T] for torchtitan's
  * block_causal mask (get_document_mask_mod): a document ends with (and
  * includes) each token equal to eos_id, and the next one begins after it,

@@ -347,6 +347,11 @@ int tr_kern_cuda_clip_factor(float* factor_dev, float* norm_dev,
 
 /* ---- elementwise ---- */
 
+/* acc (fp32 [B, T, H*D]), lse (fp32 [B, H, T]) merged with pout (dt),
+ * plse: the table's attn_merge (trainrun/kernels.h). */
+int tr_kern_cuda_attn_merge(tr_dtype_t dt, float* acc, float* lse,
+                            const void* pout, const float* plse, int B, int T,
+                            int H, int D, tr_cuda_stream_t s);
 int tr_kern_cuda_add(tr_dtype_t dt, void* out, const void* a, const void* b,
                      int64_t n, tr_cuda_stream_t s); /* out = a + b */
 int tr_kern_cuda_accumulate(tr_dtype_t dt, void* y, const void* x, int64_t n,

@@ -253,6 +253,25 @@ int tr__cpu_attention_bwd(float* dq, float* dk, float* dv, const float* dout,
   return 0;
 }
 
+int tr__cpu_attn_merge(float* acc, float* lse, const float* pout,
+                       const float* plse, int B, int T, int H, int D) {
+  int64_t HD = (int64_t)H * D;
+  for (int64_t b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++) {
+        int64_t li = (b * H + h) * T + t;
+        double x = lse[li], y = plse[li], mx = x > y ? x : y;
+        if (mx == -INFINITY) continue; /* neither has seen a key */
+        double L = mx + log(exp(x - mx) + exp(y - mx));
+        double wx = exp(x - L), wy = exp(y - L);
+        lse[li] = (float)L;
+        float* a = acc + (b * T + t) * HD + (int64_t)h * D;
+        const float* p = pout + (b * T + t) * HD + (int64_t)h * D;
+        for (int d = 0; d < D; d++) a[d] = (float)(wx * a[d] + wy * p[d]);
+      }
+  return 0;
+}
+
 void tr_kern_attn_doc_start(int32_t* doc_start, int32_t* pos,
                             const int32_t* tokens, int B, int T,
                             int32_t eos_id) {

@@ -94,6 +94,8 @@ int tr__cpu_attention_bwd(float* dq, float* dk, float* dv, const float* dout,
                           const float* out, const float* lse, int B, int T,
                           int H, int KVH, int D, int64_t q_stride,
                           int64_t kv_stride, const tr_kern_attn_mask_t* mask);
+int tr__cpu_attn_merge(float* acc, float* lse, const float* pout,
+                       const float* plse, int B, int T, int H, int D);
 int tr__cpu_gelu_fwd(float* out, const float* inp, int64_t n);
 int tr__cpu_gelu_bwd(float* dinp, const float* dout, const float* inp,
                      int64_t n);

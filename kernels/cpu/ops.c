@@ -24,6 +24,7 @@ const tr_kern_ops_t tr__cpu_ops = {
     .rope = tr__cpu_rope,
     .attention_fwd = tr__cpu_attention_fwd,
     .attention_bwd = tr__cpu_attention_bwd,
+    .attn_merge = tr__cpu_attn_merge,
     .gelu_fwd = tr__cpu_gelu_fwd,
     .gelu_bwd = tr__cpu_gelu_bwd,
     .swiglu_fwd = tr__cpu_swiglu_fwd,

@@ -21,10 +21,13 @@
 //    (batch, head, 32 queries), rebuilds them again for dQ. Every gradient
 //    element is summed by one thread in a fixed order: no atomics.
 //
-// Masks (tr_kern_attn_mask_t): row i sees keys lo(i)..i. The forward and
-// dQ blocks start at the key tile of the smallest lo of their rows; the
-// dK/dV blocks skip the query tiles none of whose rows reach their keys;
-// inside a tile the keys before a row's lo are masked like future keys.
+// Masks (tr_kern_attn_mask_t): row i sees keys lo(i)..last(i), last(i) =
+// min(i + q_shift, T - 1) (i without a shift). The forward and dQ blocks
+// walk the key tiles from the smallest lo of their rows to the last key
+// of their last row; the dK/dV blocks start at the first query tile whose
+// rows reach their keys and skip the tiles none of whose rows' lo does;
+// inside a tile the keys outside a row's run are masked like future keys.
+// A row that sees no key (a shifted chunk) gets out 0 and lse -inf.
 // Masked calls never go to cuDNN (its graph has no per-row bounds).
 #include "kernels/cuda/common.cuh"
 
@@ -46,13 +49,27 @@ struct attn_args {
   float scale;
   const int32_t* doc_start;  // [B*T] or NULL
   int window;                // 0: none
+  int shift;                 // query row i stands at key position i + shift
 };
 
 // first key row i (< T) of batch b sees
 __device__ inline int row_lo(const attn_args& a, int b, int i) {
   int lo = a.doc_start ? a.doc_start[(int64_t)b * a.T + i] : 0;
-  if (a.window > 0 && i - a.window + 1 > lo) lo = i - a.window + 1;
+  int w = i + a.shift - a.window + 1;
+  if (a.window > 0 && w > lo) lo = w;
   return lo;
+}
+
+// last key row i (< T) sees (< row_lo: none)
+__device__ inline int row_last(const attn_args& a, int i) {
+  return min(i + a.shift, a.T - 1);
+}
+
+// one past the last key tile the rows q0..q0+TILE-1 see (the first tile
+// when they see none)
+__device__ inline int tile_end(const attn_args& a, int q0, int kt0) {
+  int last = row_last(a, min(q0 + TILE - 1, a.T - 1));
+  return last < kt0 * TILE ? kt0 : last / TILE + 1;
 }
 
 // lo_s[r] = row_lo of row q0 + r (T for rows past the end, which see
@@ -134,9 +151,9 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
   for (int m = 0; m < MAXM; m++) acc[m] = 0.0f;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int kt0 = tile_lo(lo_s, a, b, q0) / TILE;
+  int kt0 = tile_lo(lo_s, a, b, q0) / TILE, kt1 = tile_end(a, q0, kt0);
   int lo_i = lo_s[i];
-  for (int kt = kt0; kt <= qt; kt++) {
+  for (int kt = kt0; kt < kt1; kt++) {
     int k0 = kt * TILE;
     __syncthreads();  // previous tile's readers are done
     load_tile(Ks, kb, k0, a.T, a.kvs, D);
@@ -147,7 +164,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
       int j = threadIdx.x % 8 + 8 * kk;
-      bool ok = k0 + j <= q0 + i && k0 + j < a.T && k0 + j >= lo_i;
+      bool ok = k0 + j <= q0 + i + a.shift && k0 + j < a.T && k0 + j >= lo_i;
       S[i * (TILE + 1) + j] = ok ? sc[kk] * a.scale : -INFINITY;
     }
     __syncthreads();
@@ -184,14 +201,16 @@ __global__ void __launch_bounds__(THREADS)
   __syncthreads();
   int qi = q0 + i;
   if (qi < a.T) {
-    float l = lrow[i];
+    float l = lrow[i];  // 0: the row sees no key (out 0, lse -inf)
     T* o = out + ((int64_t)b * a.T + qi) * ((int64_t)a.H * D) + (int64_t)h * D;
 #pragma unroll
     for (int m = 0; m < MAXM; m++) {
       int d = dm + 8 * m;
-      if (d < D) o[d] = tr_to<T>(acc[m] / l);
+      if (d < D) o[d] = tr_to<T>(l > 0.0f ? acc[m] / l : 0.0f);
     }
-    if (dm == 0) lse[((int64_t)b * a.H + h) * a.T + qi] = mrow[i] + logf(l);
+    if (dm == 0)
+      lse[((int64_t)b * a.H + h) * a.T + qi] =
+          l > 0.0f ? mrow[i] + logf(l) : -INFINITY;
   }
 }
 
@@ -215,12 +234,35 @@ __global__ void attn_dsum_kernel(float* dsum, const T* dout, const T* out,
   }
 }
 
+// acc, lse merged with pout, plse (trainrun/kernels.h's attn_merge): a
+// warp per (batch, row, head), lanes along the head dim
+template <typename T>
+__global__ void attn_merge_kernel(float* acc, float* lse, const T* pout,
+                                  const float* plse, int B, int T_, int H,
+                                  int D) {
+  int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= (int64_t)B * T_ * H) return;
+  int lane = threadIdx.x % 32;
+  int h = (int)(row % H);
+  int64_t bt = row / H, b = bt / T_, t = bt % T_;
+  int64_t li = (b * H + h) * T_ + t;
+  float x = lse[li], y = plse[li], mx = fmaxf(x, y);
+  if (mx == -INFINITY) return;  // neither has seen a key
+  float L = mx + logf(expf(x - mx) + expf(y - mx));
+  float wx = expf(x - L), wy = expf(y - L);
+  __syncwarp();  // every lane has read lse[li]
+  if (lane == 0) lse[li] = L;
+  int64_t o = bt * ((int64_t)H * D) + (int64_t)h * D;
+  for (int d = lane; d < D; d += 32)
+    acc[o + d] = wx * acc[o + d] + wy * tr_f(pout[o + d]);
+}
+
 // P and dS of one (query tile, key tile) pair into Ps / dSs
 __device__ void p_ds_tile(float* Ps, float* dSs, const float* Qs,
                           const float* Ks, const float* dOs, const float* Vs,
                           const float* lse_s, const float* dsum_s,
                           const int* lo_s, int q0, int k0, int T, int D,
-                          float scale) {
+                          float scale, int shift) {
   float sc[4], dp[4];
   dot_tile(sc, Qs, Ks, D);
   dot_tile(dp, dOs, Vs, D);
@@ -228,7 +270,7 @@ __device__ void p_ds_tile(float* Ps, float* dSs, const float* Qs,
 #pragma unroll
   for (int kk = 0; kk < 4; kk++) {
     int j = threadIdx.x % 8 + 8 * kk;
-    bool ok = k0 + j <= q0 + i && k0 + j < T && q0 + i < T &&
+    bool ok = k0 + j <= q0 + i + shift && k0 + j < T && q0 + i < T &&
               k0 + j >= lo_s[i];
     float p = ok ? expf(sc[kk] * scale - lse_s[i]) : 0.0f;
     Ps[i * (TILE + 1) + j] = p;
@@ -265,12 +307,14 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
   for (int m = 0; m < MAXM; m++) ak[m] = av[m] = 0.0f;
   int64_t HD = (int64_t)a.H * D;
+  // the first query row that reaches these keys is k0 - shift
+  int qt0 = max(k0 - a.shift, 0) / TILE;
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
     const T* qb = q + (int64_t)b * a.T * a.qs + (int64_t)h * D;
     const T* gb = dout + (int64_t)b * a.T * HD + (int64_t)h * D;
     const float* lb = lse + ((int64_t)b * a.H + h) * a.T;
     const float* db = dsum + ((int64_t)b * a.H + h) * a.T;
-    for (int qt = kt; qt < nt; qt++) {
+    for (int qt = qt0; qt < nt; qt++) {
       int q0 = qt * TILE;
       __syncthreads();
       // no row of this query tile reaches these keys
@@ -284,7 +328,7 @@ __global__ void __launch_bounds__(THREADS)
       }
       __syncthreads();
       p_ds_tile(Ps, dSs, Qs, Ks, dOs, Vs, lse_s, dsum_s, lo_s, q0, k0, a.T, D,
-                a.scale);
+                a.scale, a.shift);
       __syncthreads();
 #pragma unroll
       for (int m = 0; m < MAXM; m++) {
@@ -358,15 +402,15 @@ __global__ void __launch_bounds__(THREADS)
   float aq[MAXM];
 #pragma unroll
   for (int m = 0; m < MAXM; m++) aq[m] = 0.0f;
-  int kt0 = tile_lo(lo_s, a, b, q0) / TILE;
-  for (int kt = kt0; kt <= qt; kt++) {
+  int kt0 = tile_lo(lo_s, a, b, q0) / TILE, kt1 = tile_end(a, q0, kt0);
+  for (int kt = kt0; kt < kt1; kt++) {
     int k0 = kt * TILE;
     __syncthreads();
     load_tile(Ks, k + kvoff, k0, a.T, a.kvs, D);
     load_tile(Vs, v + kvoff, k0, a.T, a.kvs, D);
     __syncthreads();
     p_ds_tile(Ps, dSs, Qs, Ks, dOs, Vs, lse_s, dsum_s, lo_s, q0, k0, a.T, D,
-              a.scale);
+              a.scale, a.shift);
     __syncthreads();
 #pragma unroll
     for (int m = 0; m < MAXM; m++) {
@@ -473,16 +517,6 @@ int check_args(const char* op, int B, int T, int H, int KVH, int D, int64_t qs,
   return 0;
 }
 
-// Query-shifted chunks (context parallelism) run on the CPU kernel only.
-int check_shift(const char* op, const tr_kern_attn_mask_t* mask) {
-  if (!mask || mask->q_shift == 0) return 0;
-  TR_LOG_ERROR(KERN,
-               "%s: shifted query chunks (q_shift %d) are not supported by "
-               "the CUDA kernels yet",
-               op, mask->q_shift);
-  return TR_EUNSUPPORTED;
-}
-
 tr_cuda_attn_impl_t g_impl = TR_CUDA_ATTN_AUTO;
 int g_deterministic = 0;  // tr_kern_cuda_set_deterministic
 pthread_once_t g_impl_once = PTHREAD_ONCE_INIT;
@@ -541,8 +575,8 @@ static int use_cudnn(tr_dtype_t dt, int D, const void* q, const void* k,
     if (impl == TR_CUDA_ATTN_AUTO) return 0;
     TR_LOG_ERROR(KERN,
                  "attention: cuDNN attention does not take document or "
-                 "sliding-window masks (TRAINRUN_ATTENTION=flash or simt "
-                 "does)");
+                 "sliding-window masks or shifted query chunks "
+                 "(TRAINRUN_ATTENTION=flash or simt does)");
     return TR_EUNSUPPORTED;
   }
 #ifdef HAVE_CUDNN
@@ -586,9 +620,9 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                                           const tr_kern_attn_mask_t* mask,
                                           tr_cuda_stream_t s) {
   TR_CHECK(check_args("attention_fwd", B, T, H, KVH, D, qs, kvs));
-  TR_CHECK(check_shift("attention_fwd", mask));
   if ((int64_t)B * T == 0) return 0;
-  bool masked = mask && (mask->doc_start || mask->window > 0);
+  bool masked =
+      mask && (mask->doc_start || mask->window > 0 || mask->q_shift != 0);
   int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out), masked);
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
@@ -619,9 +653,25 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                  kvs,
                  1.0f / sqrtf((float)D),
                  masked ? mask->doc_start : NULL,
-                 masked ? mask->window : 0};
+                 masked ? mask->window : 0,
+                 masked ? mask->q_shift : 0};
   TR_CUDA_DISPATCH(dt, TT, {
     TR__MAXM_DISPATCH(D, M, return (simt_fwd<TT, M>(out, lse, q, k, v, a, s)));
+  });
+}
+
+extern "C" int tr_kern_cuda_attn_merge(tr_dtype_t dt, float* acc, float* lse,
+                                       const void* pout, const float* plse,
+                                       int B, int T, int H, int D,
+                                       tr_cuda_stream_t s) {
+  TR_CUDA_REQUIRE(B >= 0 && T >= 0 && H > 0 && D > 0,
+                  "attn_merge: bad shape B=%d T=%d H=%d D=%d", B, T, H, D);
+  int64_t rows = (int64_t)B * T * H;
+  if (rows == 0) return 0;
+  TR_CUDA_DISPATCH(dt, TT, {
+    attn_merge_kernel<TT><<<tr__blocks(rows, 8), 256, 0, s>>>(
+        acc, lse, (const TT*)pout, plse, B, T, H, D);
+    return TR_CUDA_LAUNCHED("attn_merge_kernel");
   });
 }
 
@@ -632,7 +682,6 @@ extern "C" int tr_kern_cuda_attention_bwd(
     int64_t kvs, const tr_kern_attn_mask_t* mask, int accumulate,
     tr_cuda_stream_t s) {
   TR_CHECK(check_args("attention_bwd", B, T, H, KVH, D, qs, kvs));
-  TR_CHECK(check_shift("attention_bwd", mask));
   if ((int64_t)B * T == 0) return 0;
   if (dt != TR_F32 && dt != TR_BF16) {
     TR_LOG_ERROR(KERN, "attention_bwd: %s is not supported", tr_dtype_name(dt));
@@ -640,7 +689,8 @@ extern "C" int tr_kern_cuda_attention_bwd(
   }
   bool others = tr__aligned16(dout) && tr__aligned16(dq) && tr__aligned16(dk) &&
                 tr__aligned16(dv);
-  bool masked = mask && (mask->doc_start || mask->window > 0);
+  bool masked =
+      mask && (mask->doc_start || mask->window > 0 || mask->q_shift != 0);
   int cu = use_cudnn(dt, D, q, k, v, qs, kvs, others && tr__aligned16(out),
                      masked);
   if (cu < 0) return cu;
@@ -671,7 +721,8 @@ extern "C" int tr_kern_cuda_attention_bwd(
                  kvs,
                  1.0f / sqrtf((float)D),
                  masked ? mask->doc_start : NULL,
-                 masked ? mask->window : 0};
+                 masked ? mask->window : 0,
+                 masked ? mask->q_shift : 0};
   int rc = 0;
   TR_CUDA_DISPATCH(dt, TT, {
     attn_dsum_kernel<TT><<<tr__blocks(rows, 8), 256, 0, s>>>(

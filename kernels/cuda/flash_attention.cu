@@ -22,12 +22,15 @@
 // latency-bound (8-12 warps per SM, 37-46% issue slots busy), not limited
 // by any pipe; cuDNN's fused SDPA or a wgmma kernel is the next step.
 //
-// Masks (tr_kern_attn_mask_t, row i sees keys lo(i)..i, lo non-decreasing
-// in i): the forward and dQ blocks start at the key tile of their first
-// row's lo and a warp skips the tiles before its own rows' lo; the dK/dV
-// block walks only the query tiles up to the last row whose lo reaches
-// its keys (a binary search over the rows); inside a tile the keys before
-// a row's lo are masked like future keys.
+// Masks (tr_kern_attn_mask_t, row i sees keys lo(i)..last(i), last(i) =
+// min(i + q_shift, T - 1), both non-decreasing in i): the forward and dQ
+// blocks walk the key tiles from their first row's lo to their last row's
+// last key and a warp skips the tiles outside its own rows' runs; the
+// dK/dV block walks only the query tiles from the first row whose last
+// key reaches its keys (k0 - q_shift) to the last row whose lo does (a
+// binary search over the rows); inside a tile the keys outside a row's
+// run are masked like future keys. A row that sees no key (a shifted
+// chunk) gets out 0 and lse -inf; its P is 0 in the backward.
 #include "kernels/cuda/common.cuh"
 
 #define FA_THREADS 128
@@ -44,20 +47,30 @@ struct fa_args {
   float scale;
   const int32_t* doc_start;  // [B*T] or NULL
   int window;                // 0: none
+  int shift;                 // query row i stands at key position i + shift
 };
 
 // first key row i of batch b sees; a.T (nothing) for rows past the end
 __device__ __forceinline__ int fa_lo(const fa_args& a, int b, int i) {
   if (i >= a.T) return a.T;
   int lo = a.doc_start ? a.doc_start[(int64_t)b * a.T + i] : 0;
-  if (a.window > 0 && i - a.window + 1 > lo) lo = i - a.window + 1;
+  int w = i + a.shift - a.window + 1;
+  if (a.window > 0 && w > lo) lo = w;
   return lo;
 }
 
+// the key tiles [first, end) of BK keys that rows q0..qlast see, where
+// first is the tile of lo(q0) (end = first when they see none)
+__device__ __forceinline__ int fa_tiles_end(const fa_args& a, int qlast,
+                                            int first, int BK) {
+  int last = min(qlast + a.shift, a.T - 1);  // last key of the last row
+  return last < first * BK ? first : last / BK + 1;
+}
+
 // one past the last query row whose keys reach key `key` (lo(i) <= key;
-// lo is non-decreasing, so these rows are key..end-1)
+// lo is non-decreasing, so these rows are a prefix of 0..T-1)
 __device__ int fa_rows_end(const fa_args& a, int b, int key) {
-  int l = key, r = a.T;  // lo(l) <= key; find the first row past it
+  int l = -1, r = a.T;  // lo(l) <= key (l = -1: none); find the first past
   while (l + 1 < r) {
     int m = l + (r - l) / 2;
     if (fa_lo(a, b, m) <= key)
@@ -198,8 +211,8 @@ __global__ void __launch_bounds__(NW * 32)
   const bf16* kb = k + (int64_t)b * a.T * a.kvs + (int64_t)kvh * D;
   const bf16* vb = v + (int64_t)b * a.T * a.kvs + (int64_t)kvh * D;
   int qlast = q0 + BQ - 1 < a.T - 1 ? q0 + BQ - 1 : a.T - 1;
-  int last = qlast / BK;  // last key tile any row of the block sees
-  int first = fa_lo(a, b, q0) / BK;  // first one (lo is non-decreasing)
+  int first = fa_lo(a, b, q0) / BK;  // first key tile (lo non-decreasing)
+  int last = fa_tiles_end(a, qlast, first, BK) - 1;  // last one
   load_tile<BQ, D, NT_>(Qs, qb, q0, a.T, a.qs);
   load_tile<BK, D, NT_>(Ks, kb, first * BK, a.T, a.kvs);
   load_tile<BK, D, NT_>(Vs, vb, first * BK, a.T, a.kvs);
@@ -221,6 +234,7 @@ __global__ void __launch_bounds__(NW * 32)
   int wlo = warp_min(min(lo[0][0], lo[MT - 1][1]));
   int whi = warp_max(max(lo[0][0], lo[MT - 1][1]));
   bool masked = a.doc_start || a.window > 0;
+  int wlast = wr0 + 16 * MT - 1 + a.shift;  // the warp's last key
   uint32_t qf[MT][KD][4];
   const float sl2 = a.scale * FA_LOG2E;
   for (int kt = first; kt <= last; kt++) {
@@ -243,7 +257,7 @@ __global__ void __launch_bounds__(NW * 32)
     }
     // a warp whose rows all precede this tile's keys, or all start after
     // them, has nothing to add
-    if (k0 <= wr0 + 16 * MT - 1 && k0 + BK - 1 >= wlo) {
+    if (k0 <= wlast && k0 + BK - 1 >= wlo) {
       const bf16* Kt = Ks + buf * BK * LDS;
       const bf16* Vt = Vs + buf * BK * LDS;
       float s[MT][NT][4];
@@ -264,7 +278,8 @@ __global__ void __launch_bounds__(NW * 32)
           }
         }
       }
-      bool mask = k0 + BK - 1 > wr0 || k0 + BK > a.T || (masked && k0 < whi);
+      bool mask =
+          k0 + BK - 1 > wr0 + a.shift || k0 + BK > a.T || (masked && k0 < whi);
 #pragma unroll
       for (int m = 0; m < MT; m++) {
         float mx[2] = {-INFINITY, -INFINITY};
@@ -276,7 +291,7 @@ __global__ void __launch_bounds__(NW * 32)
             if (mask) {
               int row = wr0 + m * 16 + g + (e >> 1) * 8;
               int col = k0 + nt * 8 + t4 * 2 + (e & 1);
-              if (col > row || col >= a.T || col < lo[m][e >> 1])
+              if (col > row + a.shift || col >= a.T || col < lo[m][e >> 1])
                 x = -INFINITY;
             }
             s[m][nt][e] = x;
@@ -329,6 +344,7 @@ __global__ void __launch_bounds__(NW * 32)
     }
     __syncthreads();  // this buffer is refilled two tiles from now
   }
+  cp_async_wait<0>();  // the first tiles' copies when no tile was walked
   int64_t HD = (int64_t)a.H * D;
 #pragma unroll
   for (int m = 0; m < MT; m++)
@@ -339,7 +355,7 @@ __global__ void __launch_bounds__(NW * 32)
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       int row = wr0 + m * 16 + g + r * 8;
       if (row < a.T) {
-        float inv = 1.0f / l;
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;  // 0: sees no key
         bf16* orow = out + ((int64_t)b * a.T + row) * HD + (int64_t)h * D;
 #pragma unroll
         for (int i = 0; i < DT; i++)
@@ -347,7 +363,7 @@ __global__ void __launch_bounds__(NW * 32)
               pack2(o[m][i][2 * r] * inv, o[m][i][2 * r + 1] * inv);
         if (t4 == 0)
           lse[((int64_t)b * a.H + h) * a.T + row] =
-              (mrow[m][r] + log2f(l)) * FA_LN2;
+              l > 0.0f ? (mrow[m][r] + log2f(l)) * FA_LN2 : -INFINITY;
       }
     }
 }
@@ -386,11 +402,12 @@ __global__ void __launch_bounds__(FA_THREADS)
   int group = a.H / a.KVH;
   int64_t HD = (int64_t)a.H * D;
   int64_t kvoff = (int64_t)b * a.T * a.kvs + (int64_t)kvh * D;
-  int qstart = (k0 / BQ) * BQ;
-  // the rows that see any of these keys end before qend
+  // the rows that see any of these keys start at k0 - shift (their last
+  // key reaches k0) and end before qend
+  int qstart = (max(k0 - a.shift, 0) / BQ) * BQ;
   int klast = k0 + BK - 1 < a.T - 1 ? k0 + BK - 1 : a.T - 1;
   int qend = a.doc_start || a.window > 0 ? fa_rows_end(a, b, klast) : a.T;
-  int nq = (qend - qstart + BQ - 1) / BQ;  // query tiles per head
+  int nq = max((qend - qstart + BQ - 1) / BQ, 0);  // query tiles per head
   int nsteps = group * nq;
   // step i: head kvh * group + i / nq, query tile qstart + (i % nq) * BQ
   auto issue = [&](int i, int bb) {
@@ -435,7 +452,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
     __syncthreads();
     // skip when every query of the tile precedes this warp's keys
-    if (q0 + BQ - 1 >= k0 + w * 16) {
+    if (q0 + BQ - 1 + a.shift >= k0 + w * 16) {
       const bf16* Qt = Qs + bb * BQ * LDS;
       const bf16* dOt = dOs + bb * BQ * LDS;
       const float* ls = lse_s + bb * BQ;
@@ -471,7 +488,8 @@ __global__ void __launch_bounds__(FA_THREADS)
           int key = kr0 + (e >> 1) * 8;
           int qc = nt * 8 + t4 * 2 + (e & 1);
           int qi = q0 + qc;
-          bool ok = key <= qi && qi < a.T && key < a.T && key >= los[qc];
+          bool ok =
+              key <= qi + a.shift && qi < a.T && key < a.T && key >= los[qc];
           float p = ok ? exp2f(fmaf(st[nt][e], sl2, -ls[qc])) : 0.0f;
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - ds[qc]);
@@ -495,6 +513,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
     __syncthreads();  // this buffer is refilled two steps from now
   }
+  cp_async_wait<0>();  // the first step's copies when there were none
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     int key = kr0 + r * 8;
@@ -540,6 +559,8 @@ __global__ void __launch_bounds__(FA_THREADS)
   load_tile<BQ, D, FA_THREADS>(
       dOs, dout + (int64_t)b * a.T * HD + (int64_t)h * D, q0, a.T, HD);
   int first = fa_lo(a, b, q0) / BK;  // first key tile (lo non-decreasing)
+  int qlast = q0 + BQ - 1 < a.T - 1 ? q0 + BQ - 1 : a.T - 1;
+  int last = fa_tiles_end(a, qlast, first, BK) - 1;
   load_tile<BK, D, FA_THREADS>(Ks, k + kvoff, first * BK, a.T, a.kvs);
   load_tile<BK, D, FA_THREADS>(Vs, v + kvoff, first * BK, a.T, a.kvs);
   cp_async_commit();
@@ -555,8 +576,6 @@ __global__ void __launch_bounds__(FA_THREADS)
   const float sl2 = a.scale * FA_LOG2E;
   int lr0 = w * 16 + g;  // local query rows lr0, lr0 + 8
   int wr0 = q0 + w * 16;
-  int qlast = q0 + BQ - 1 < a.T - 1 ? q0 + BQ - 1 : a.T - 1;
-  int last = qlast / BK;
   int lo[2] = {fa_lo(a, b, q0 + lr0), fa_lo(a, b, q0 + lr0 + 8)};
   int wlo = warp_min(lo[0]);
   for (int kt = first; kt <= last; kt++) {
@@ -572,7 +591,7 @@ __global__ void __launch_bounds__(FA_THREADS)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (k0 <= wr0 + 15 && k0 + BK - 1 >= wlo) {
+    if (k0 <= wr0 + 15 + a.shift && k0 + BK - 1 >= wlo) {
       const bf16* Kt = Ks + buf * BK * LDS;
       const bf16* Vt = Vs + buf * BK * LDS;
       float s[NT][4], dp[NT][4];
@@ -604,7 +623,8 @@ __global__ void __launch_bounds__(FA_THREADS)
           int lr = lr0 + (e >> 1) * 8;
           int qi = q0 + lr;
           int key = k0 + nt * 8 + t4 * 2 + (e & 1);
-          bool ok = key <= qi && key < a.T && qi < a.T && key >= lo[e >> 1];
+          bool ok =
+              key <= qi + a.shift && key < a.T && qi < a.T && key >= lo[e >> 1];
           float p = ok ? exp2f(fmaf(s[nt][e], sl2, -lse_s[lr])) : 0.0f;
           dp[nt][e] = p * (dp[nt][e] - dsum_s[lr]);
         }
@@ -623,6 +643,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
     __syncthreads();  // this buffer is refilled two tiles from now
   }
+  cp_async_wait<0>();  // the first tiles' copies when no tile was walked
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     int qi = q0 + lr0 + r * 8;
@@ -703,8 +724,16 @@ int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                   const bf16* v, int B, int T, int H, int KVH, int D,
                   int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
                   cudaStream_t s) {
-  fa_args a = {B,   T,   H, KVH, qs, kvs, 1.0f / sqrtf((float)D),
-               mask ? mask->doc_start : NULL, mask ? mask->window : 0};
+  fa_args a = {B,
+               T,
+               H,
+               KVH,
+               qs,
+               kvs,
+               1.0f / sqrtf((float)D),
+               mask ? mask->doc_start : NULL,
+               mask ? mask->window : 0,
+               mask ? mask->q_shift : 0};
   if (D == 64) {
     if (__atomic_load_n(&g_fwd_variant64, __ATOMIC_RELAXED) == 1)
       return fwd_launch<64, 4, 1>(out, lse, q, k, v, a, s);
@@ -718,8 +747,16 @@ int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                   const float* lse, int B, int T, int H, int KVH, int D,
                   int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
                   int accumulate, cudaStream_t s) {
-  fa_args a = {B,   T,   H, KVH, qs, kvs, 1.0f / sqrtf((float)D),
-               mask ? mask->doc_start : NULL, mask ? mask->window : 0};
+  fa_args a = {B,
+               T,
+               H,
+               KVH,
+               qs,
+               kvs,
+               1.0f / sqrtf((float)D),
+               mask ? mask->doc_start : NULL,
+               mask ? mask->window : 0,
+               mask ? mask->q_shift : 0};
   if (D == 64)
     return bwd_launch<64>(dq, dk, dv, dout, q, k, v, dsum, lse, a, accumulate,
                           s);

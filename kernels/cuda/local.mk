@@ -48,7 +48,7 @@ check_PROGRAMS += bench/kernels_bench
 bench_kernels_bench_SOURCES = bench/kernels_bench.c
 bench_kernels_bench_LDADD = libtrainrun.la $(CUDA_LIBS) -lm
 endif
-EXTRA_DIST += tests/gpu/kernels.sh
+EXTRA_DIST += tests/gpu/kernels.sh tests/gpu/cp.sh
 # bench/gpu_train.sh: trainrun next to llm.c and PyTorch on one GPU.
 EXTRA_DIST += bench/gpu_train.sh bench/gpu/gpt2_124m.toml \
 	bench/gpu/llama3_1b.toml bench/gpu/make_shard.py bench/gpu/summarize.py \

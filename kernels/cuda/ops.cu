@@ -451,6 +451,12 @@ int cu_scale(float* x, float a, int64_t n) {
 }
 
 template <tr_dtype_t DT>
+int cu_attn_merge(float* acc, float* lse, const float* pout, const float* plse,
+                  int B, int T, int H, int D) {
+  return tr_kern_cuda_attn_merge(DT, acc, lse, pout, plse, B, T, H, D, cur());
+}
+
+template <tr_dtype_t DT>
 int cu_add(float* out, const float* a, const float* b, int64_t n) {
   return tr_kern_cuda_add(DT, out, a, b, n, cur());
 }
@@ -492,6 +498,7 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->rope = cu_rope<DT>;
   t->attention_fwd = cu_attention_fwd<DT>;
   t->attention_bwd = cu_attention_bwd<DT>;
+  t->attn_merge = cu_attn_merge<DT>;
   t->gelu_fwd = cu_gelu_fwd<DT>;
   t->gelu_bwd = cu_gelu_bwd<DT>;
   t->swiglu_fwd = cu_swiglu_fwd<DT>;
