@@ -95,6 +95,19 @@ class Block(nn.Module):
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
 
 
+def init_weights(model, n_layers):
+    """Normal(0, 0.02) matrices, the output projections wo and w2 at
+    0.02/sqrt(2 layers); vectors (norms) left at their init."""
+    std = 0.02
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            continue
+        if name.endswith("wo.weight") or name.endswith("w2.weight"):
+            nn.init.normal_(p, 0.0, std / math.sqrt(2 * n_layers))
+        else:
+            nn.init.normal_(p, 0.0, std)
+
+
 class Llama(nn.Module):
     def __init__(self, c, T):
         super().__init__()
@@ -107,14 +120,7 @@ class Llama(nn.Module):
         cos, sin = rope_tables(c, T)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
-        std = 0.02
-        for name, p in self.named_parameters():
-            if p.dim() == 1:
-                continue
-            if name.endswith("wo.weight") or name.endswith("w2.weight"):
-                nn.init.normal_(p, 0.0, std / math.sqrt(2 * c["n_layers"]))
-            else:
-                nn.init.normal_(p, 0.0, std)
+        init_weights(self, c["n_layers"])
 
     def forward(self, idx, targets):
         T = idx.shape[1]

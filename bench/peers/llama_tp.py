@@ -116,14 +116,7 @@ class Llama(nn.Module):
         cos, sin = llama_torch.rope_tables(c, T)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
-        std = 0.02
-        for name, p in self.named_parameters():
-            if p.dim() == 1:
-                continue
-            if name.endswith("wo.weight") or name.endswith("w2.weight"):
-                nn.init.normal_(p, 0.0, std / (2 * c["n_layers"]) ** 0.5)
-            else:
-                nn.init.normal_(p, 0.0, std)
+        llama_torch.init_weights(self, c["n_layers"])
 
     def forward(self, idx, targets):
         T = idx.shape[1]
