@@ -720,10 +720,8 @@ int tr__flash_applies(tr_dtype_t dt, int D, const void* q, const void* k,
          tr__aligned16(k) && tr__aligned16(v) && qs % 8 == 0 && kvs % 8 == 0;
 }
 
-int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
-                  const bf16* v, int B, int T, int H, int KVH, int D,
-                  int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
-                  cudaStream_t s) {
+static fa_args make_args(int B, int T, int H, int KVH, int D, int64_t qs,
+                         int64_t kvs, const tr_kern_attn_mask_t* mask) {
   fa_args a = {B,
                T,
                H,
@@ -734,6 +732,14 @@ int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                mask ? mask->doc_start : NULL,
                mask ? mask->window : 0,
                mask ? mask->q_shift : 0};
+  return a;
+}
+
+int tr__flash_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
+                  const bf16* v, int B, int T, int H, int KVH, int D,
+                  int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
+                  cudaStream_t s) {
+  fa_args a = make_args(B, T, H, KVH, D, qs, kvs, mask);
   if (D == 64) {
     if (__atomic_load_n(&g_fwd_variant64, __ATOMIC_RELAXED) == 1)
       return fwd_launch<64, 4, 1>(out, lse, q, k, v, a, s);
@@ -747,16 +753,7 @@ int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
                   const float* lse, int B, int T, int H, int KVH, int D,
                   int64_t qs, int64_t kvs, const tr_kern_attn_mask_t* mask,
                   int accumulate, cudaStream_t s) {
-  fa_args a = {B,
-               T,
-               H,
-               KVH,
-               qs,
-               kvs,
-               1.0f / sqrtf((float)D),
-               mask ? mask->doc_start : NULL,
-               mask ? mask->window : 0,
-               mask ? mask->q_shift : 0};
+  fa_args a = make_args(B, T, H, KVH, D, qs, kvs, mask);
   if (D == 64)
     return bwd_launch<64>(dq, dk, dv, dout, q, k, v, dsum, lse, a, accumulate,
                           s);
