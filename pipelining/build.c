@@ -4,23 +4,13 @@
  * (trainrun/pipelining.h). */
 #include "config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipelining/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/pipelining.h"
-
-static int fail(char* err, size_t errlen, int rc, const char* fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 /* The compute-only schedule of a CSV file: checked for its format, its
  * rank count and the split's stages and placement. */
@@ -32,9 +22,10 @@ static int from_csv(tr_pp_build_t* b, const tr_pp_build_opts_t* o, char* err,
                                    o->schedule_csv, err, errlen);
   if (rc < 0) return rc;
   if (b->compute.n_ranks != o->pp)
-    return fail(err, errlen, TR_ECONFIG,
-                "%s: %d rows (ranks), but pipeline_parallel_degree is %d",
-                o->schedule_csv, b->compute.n_ranks, o->pp);
+    return tr__pp_fail(
+        err, errlen, TR_ECONFIG,
+        "%s: %d rows (ranks), but pipeline_parallel_degree is %d",
+        o->schedule_csv, b->compute.n_ranks, o->pp);
   int n = b->split.n_stages;
   int* map = malloc((size_t)n * sizeof *map);
   if (!map) return TR_ENOMEM;
@@ -42,15 +33,17 @@ static int from_csv(tr_pp_build_t* b, const tr_pp_build_opts_t* o, char* err,
   rc = tr_pp_validate(&b->compute, o->pp, n, o->n_micro, map, verr,
                       sizeof verr);
   if (rc < 0)
-    rc = fail(err, errlen, TR_ECONFIG, "%s: %s (the split makes %d stages)",
-              o->schedule_csv, verr, n);
+    rc = tr__pp_fail(err, errlen, TR_ECONFIG,
+                     "%s: %s (the split makes %d stages)", o->schedule_csv,
+                     verr, n);
   for (int s = 0; s < n && rc == 0; s++)
     if (map[s] != b->split.stage_rank[s])
-      rc = fail(err, errlen, TR_ECONFIG,
-                "%s: stage %d runs on rank %d, but schedule %s places it on "
-                "rank %d",
-                o->schedule_csv, s, map[s], tr_pp_kind_name(o->kind),
-                b->split.stage_rank[s]);
+      rc = tr__pp_fail(
+          err, errlen, TR_ECONFIG,
+          "%s: stage %d runs on rank %d, but schedule %s places it on "
+          "rank %d",
+          o->schedule_csv, s, map[s], tr_pp_kind_name(o->kind),
+          b->split.stage_rank[s]);
   free(map);
   return rc;
 }
@@ -59,8 +52,8 @@ int tr_pp_build_init(tr_pp_build_t* b, const tr_pp_build_opts_t* o, char* err,
                      size_t errlen) {
   memset(b, 0, sizeof *b);
   if (o->n_micro < 1)
-    return fail(err, errlen, TR_ECONFIG, "%lld micro-batches",
-                (long long)o->n_micro);
+    return tr__pp_fail(err, errlen, TR_ECONFIG, "%lld micro-batches",
+                       (long long)o->n_micro);
   int rc = tr_pp_split_init(&b->split, o->n_layers, o->pp, o->kind,
                             o->layers_per_stage, o->first_less, o->last_less,
                             err, errlen);
@@ -92,8 +85,8 @@ int tr_pp_build_eval(const tr_pp_build_t* b, int64_t n_micro,
   const tr_pp_split_t* sp = &b->split;
   memset(out, 0, sizeof *out);
   if (n_micro < 1)
-    return fail(err, errlen, TR_EINVAL, "%lld micro-batches",
-                (long long)n_micro);
+    return tr__pp_fail(err, errlen, TR_EINVAL, "%lld micro-batches",
+                       (long long)n_micro);
   tr_pp_schedule_t fwd;
   int rc = tr_pp_schedule_init(&fwd, sp->pp);
   for (int s = 0; s < sp->n_stages && rc == 0; s++)

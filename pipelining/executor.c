@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipelining/stamps.h" /* the executed actions' times */
+#include "pipelining/internal.h" /* the executed actions' times */
 #include "trainrun/error.h"
 #include "trainrun/log.h"
 #include "trainrun/pg.h"

@@ -6,12 +6,12 @@
  * their action orders laid out in lock step by the simulator. */
 #include "config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "pipelining/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/pipelining.h"
 
@@ -36,16 +36,6 @@ int tr_pp_kind_parse(const char* name, tr_pp_kind_t* out) {
       return 0;
     }
   return TR_ENOTFOUND;
-}
-
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return TR_EINVAL;
 }
 
 static tr_pp_action_t act(int stage, tr_pp_type_t t, int64_t micro) {
@@ -346,34 +336,40 @@ out:
 int tr_pp_generate(tr_pp_schedule_t* out, tr_pp_kind_t k, int pp,
                    int64_t n_micro, int v, char* err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  if ((unsigned)k >= NKINDS) return fail(err, errlen, "unknown schedule");
+  if ((unsigned)k >= NKINDS)
+    return tr__pp_fail(err, errlen, TR_EINVAL, "unknown schedule");
   const char* name = kind_names[k];
   if (pp < 1 || n_micro < 1 || v < 1)
-    return fail(err, errlen,
-                "%s needs at least 1 rank, 1 micro-batch and 1 stage per "
-                "rank (pp %d, %lld micro-batches, %d stages per rank)",
-                name, pp, (long long)n_micro, v);
+    return tr__pp_fail(
+        err, errlen, TR_EINVAL,
+        "%s needs at least 1 rank, 1 micro-batch and 1 stage per "
+        "rank (pp %d, %lld micro-batches, %d stages per rank)",
+        name, pp, (long long)n_micro, v);
   int single = k == TR_PP_GPIPE || k == TR_PP_1F1B;
   if (single && v != 1)
-    return fail(err, errlen, "%s runs 1 stage per rank, not %d", name, v);
+    return tr__pp_fail(err, errlen, TR_EINVAL,
+                       "%s runs 1 stage per rank, not %d", name, v);
   if ((k == TR_PP_ZBV || k == TR_PP_DUALPIPEV) && v != 2)
-    return fail(err, errlen,
-                "ZBV requires exactly 2 stages per rank, but got %d.", v);
+    return tr__pp_fail(err, errlen, TR_EINVAL,
+                       "ZBV requires exactly 2 stages per rank, but got %d.",
+                       v);
   if (k == TR_PP_1F1B && n_micro < pp)
-    return fail(err, errlen,
-                "Number of microbatches (%lld) must be greater than or equal "
-                "to the number of stages (%d).",
-                (long long)n_micro, pp);
+    return tr__pp_fail(
+        err, errlen, TR_EINVAL,
+        "Number of microbatches (%lld) must be greater than or equal "
+        "to the number of stages (%d).",
+        (long long)n_micro, pp);
   if (k == TR_PP_DUALPIPEV && n_micro < 2 * (int64_t)pp)
-    return fail(err, errlen,
-                "DualPipeV requires at least as many microbatches as stages, "
-                "but got %lld microbatches and %d stages.",
-                (long long)n_micro, 2 * pp);
+    return tr__pp_fail(
+        err, errlen, TR_EINVAL,
+        "DualPipeV requires at least as many microbatches as stages, "
+        "but got %lld microbatches and %d stages.",
+        (long long)n_micro, 2 * pp);
   if (k == TR_PP_INTERLEAVED_1F1B || k == TR_PP_INTERLEAVED_ZB) {
     int64_t rounds = n_micro / pp > 1 ? n_micro / pp : 1;
     if (n_micro % rounds != 0)
-      return fail(
-          err, errlen,
+      return tr__pp_fail(
+          err, errlen, TR_EINVAL,
           "%s requires the number of microbatches to be a multiple "
           "of the number of rounds (%lld), but got %lld.",
           k == TR_PP_INTERLEAVED_ZB ? "Zero bubble" : "Interleaved 1F1B",

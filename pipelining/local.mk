@@ -15,7 +15,7 @@ libtrainrun_la_SOURCES += \
 	pipelining/build.c \
 	pipelining/params.c \
 	pipelining/executor.c \
-	pipelining/stamps.c pipelining/stamps.h
+	pipelining/stamps.c pipelining/internal.h
 trainruninclude_HEADERS += include/trainrun/pipelining.h
 
 # The IR's text form, the one-stage schedule, the generators against

@@ -6,23 +6,13 @@
  * (trainrun/pipelining.h). */
 #include "config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipelining/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/pipelining.h"
-
-static int fail(char* err, size_t errlen, int rc, const char* fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
 
 static tr_pp_action_t mk(int stage, tr_pp_type_t t, int64_t micro) {
   tr_pp_action_t a = {.stage = stage, .type = t, .micro = micro};
@@ -195,8 +185,8 @@ int tr_pp_add_send_recv(const tr_pp_schedule_t* in, const int* stage_rank,
   int R = in->n_ranks;
   for (int s = 0; s < n_stages; s++)
     if (stage_rank[s] < 0 || stage_rank[s] >= R)
-      return fail(err, errlen, TR_EINVAL, "stage %d on rank %d of %d", s,
-                  stage_rank[s], R);
+      return tr__pp_fail(err, errlen, TR_EINVAL, "stage %d on rank %d of %d", s,
+                         stage_rank[s], R);
   /* check the actions' ranges once */
   for (int r = 0; r < R; r++)
     for (int64_t i = 0; i < in->len[r]; i++) {
@@ -209,11 +199,12 @@ int tr_pp_add_send_recv(const tr_pp_schedule_t* in, const int* stage_rank,
         char name[TR_PP_ACTION_STRLEN];
         if (st < 0 || st >= n_stages ||
             (mi >= n_micro || (mi < 0 && is_compute(t))))
-          return fail(err, errlen, TR_EINVAL,
-                      "rank %d, action %lld: %s is outside %d stages or %lld "
-                      "micro-batches",
-                      r, (long long)i, tr_pp_action_str(a, name, sizeof name),
-                      n_stages, (long long)n_micro);
+          return tr__pp_fail(
+              err, errlen, TR_EINVAL,
+              "rank %d, action %lld: %s is outside %d stages or %lld "
+              "micro-batches",
+              r, (long long)i, tr_pp_action_str(a, name, sizeof name), n_stages,
+              (long long)n_micro);
       }
     }
   done_t d = {n_stages, n_micro, NULL};
@@ -272,9 +263,9 @@ int tr_pp_add_send_recv(const tr_pp_schedule_t* in, const int* stage_rank,
             r, tr_pp_action_str(&in->acts[r][pos[r]], name, sizeof name));
         if (k >= sizeof msg) break;
       }
-      rc = fail(err, errlen, TR_EINVAL,
-                "malformed compute schedule, can't schedule sends/recvs:%s",
-                msg);
+      rc = tr__pp_fail(
+          err, errlen, TR_EINVAL,
+          "malformed compute schedule, can't schedule sends/recvs:%s", msg);
     }
   }
   free(d.bits);
@@ -290,10 +281,10 @@ int tr_pp_lower(const tr_pp_schedule_t* compute, int pp, int n_stages,
                 int* stage_rank, char* err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (compute->n_ranks != pp)
-    return fail(err, errlen, TR_EINVAL,
-                "schedule has incorrect number of ranks - expected %d, "
-                "actual %d",
-                pp, compute->n_ranks);
+    return tr__pp_fail(err, errlen, TR_EINVAL,
+                       "schedule has incorrect number of ranks - expected %d, "
+                       "actual %d",
+                       pp, compute->n_ranks);
   int rc = tr_pp_schedule_check_format(compute, TR_PP_COMPUTE_ONLY, "schedule",
                                        err, errlen);
   if (rc < 0) return rc;
@@ -342,17 +333,19 @@ int tr_pp_schedule_check_format(const tr_pp_schedule_t* s, tr_pp_format_t fmt,
       char txt[TR_PP_ACTION_STRLEN];
       if (fmt == TR_PP_COMPUTE_ONLY && a->type != TR_PP_NONE &&
           !is_compute(a->type))
-        return fail(err, errlen, TR_EPARSE,
-                    "%s:%d: cell %lld: expected a compute-only schedule but "
-                    "found communication action '%s' at rank %d, position "
-                    "%lld",
-                    name, r + 1, (long long)i + 1,
-                    tr_pp_action_str(a, txt, sizeof txt), r, (long long)i);
+        return tr__pp_fail(
+            err, errlen, TR_EPARSE,
+            "%s:%d: cell %lld: expected a compute-only schedule but "
+            "found communication action '%s' at rank %d, position "
+            "%lld",
+            name, r + 1, (long long)i + 1, tr_pp_action_str(a, txt, sizeof txt),
+            r, (long long)i);
       if (fmt == TR_PP_COMPUTE_COMMS && a->type == TR_PP_NONE)
-        return fail(err, errlen, TR_EPARSE,
-                    "%s:%d: cell %lld: an idle slot at rank %d, position %lld: "
-                    "a compute_comms schedule lists only actions",
-                    name, r + 1, (long long)i + 1, r, (long long)i);
+        return tr__pp_fail(
+            err, errlen, TR_EPARSE,
+            "%s:%d: cell %lld: an idle slot at rank %d, position %lld: "
+            "a compute_comms schedule lists only actions",
+            name, r + 1, (long long)i + 1, r, (long long)i);
     }
   return 0;
 }

@@ -5,12 +5,24 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipelining/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/pipelining.h"
+
+int tr__pp_fail(char* err, size_t errlen, int rc, const char* fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
 
 static const char* const type_names[] = {[TR_PP_F] = "F",
                                          [TR_PP_I] = "I",

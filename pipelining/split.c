@@ -4,23 +4,13 @@
  * stages over the ranks ("loop" or "V" placement) (trainrun/pipelining.h). */
 #include "config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipelining/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/pipelining.h"
-
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return TR_ECONFIG;
-}
 
 int tr_pp_kind_single_stage(tr_pp_kind_t k) {
   return k == TR_PP_GPIPE || k == TR_PP_1F1B;
@@ -39,25 +29,28 @@ static int stages_per_rank(int n_layers, int pp, tr_pp_kind_t kind,
   int eff = n_layers + first_less + last_less;
   int n = (eff + layers_per_stage - 1) / layers_per_stage;
   if (n % pp != 0)
-    return fail(err, errlen,
-                "pipeline_parallel_layers_per_stage: %d layers (+ %d + %d for "
-                "the embedding and the output) at %d per stage make %d "
-                "stages, not a multiple of pipeline_parallel_degree %d",
-                n_layers, first_less, last_less, layers_per_stage, n, pp);
+    return tr__pp_fail(
+        err, errlen, TR_ECONFIG,
+        "pipeline_parallel_layers_per_stage: %d layers (+ %d + %d for "
+        "the embedding and the output) at %d per stage make %d "
+        "stages, not a multiple of pipeline_parallel_degree %d",
+        n_layers, first_less, last_less, layers_per_stage, n, pp);
   int v = n / pp;
   if (single && v != 1)
-    return fail(err, errlen,
-                "pipeline_parallel_layers_per_stage: schedule %s runs one "
-                "stage per rank, but %d layers at %d per stage make %d stages "
-                "on %d ranks (%d per rank); use %d or more",
-                tr_pp_kind_name(kind), n_layers, layers_per_stage, n, pp, v,
-                n_layers / pp);
+    return tr__pp_fail(
+        err, errlen, TR_ECONFIG,
+        "pipeline_parallel_layers_per_stage: schedule %s runs one "
+        "stage per rank, but %d layers at %d per stage make %d stages "
+        "on %d ranks (%d per rank); use %d or more",
+        tr_pp_kind_name(kind), n_layers, layers_per_stage, n, pp, v,
+        n_layers / pp);
   if (!single && v < 2)
-    return fail(err, errlen,
-                "pipeline_parallel_layers_per_stage: schedule %s runs at "
-                "least 2 stages per rank, but %d layers at %d per stage make "
-                "%d stages on %d ranks; use a smaller value",
-                tr_pp_kind_name(kind), n_layers, layers_per_stage, n, pp);
+    return tr__pp_fail(
+        err, errlen, TR_ECONFIG,
+        "pipeline_parallel_layers_per_stage: schedule %s runs at "
+        "least 2 stages per rank, but %d layers at %d per stage make "
+        "%d stages on %d ranks; use a smaller value",
+        tr_pp_kind_name(kind), n_layers, layers_per_stage, n, pp);
   return v;
 }
 
@@ -66,44 +59,49 @@ int tr_pp_split_init(tr_pp_split_t* out, int n_layers, int pp,
                      int last_less, char* err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (n_layers < 1 || pp < 1)
-    return fail(err, errlen,
-                "pipeline split: %d layers over pipeline_parallel_degree %d",
-                n_layers, pp);
+    return tr__pp_fail(
+        err, errlen, TR_ECONFIG,
+        "pipeline split: %d layers over pipeline_parallel_degree %d", n_layers,
+        pp);
   if (first_less < 0 || last_less < 0)
-    return fail(err, errlen,
-                "pipeline_parallel_first_stage_less_layers (%d) and "
-                "pipeline_parallel_last_stage_less_layers (%d) must be >= 0",
-                first_less, last_less);
+    return tr__pp_fail(
+        err, errlen, TR_ECONFIG,
+        "pipeline_parallel_first_stage_less_layers (%d) and "
+        "pipeline_parallel_last_stage_less_layers (%d) must be >= 0",
+        first_less, last_less);
   int v = stages_per_rank(n_layers, pp, kind, layers_per_stage, first_less,
                           last_less, err, errlen);
   if (v < 0) return v;
   int V = tr_pp_kind_v(kind);
   if (V && v != 2)
-    return fail(err, errlen,
-                "schedule %s places 2 stages per rank (the V), not %d",
-                tr_pp_kind_name(kind), v);
+    return tr__pp_fail(err, errlen, TR_ECONFIG,
+                       "schedule %s places 2 stages per rank (the V), not %d",
+                       tr_pp_kind_name(kind), v);
   int n = pp * v;
   int eff = n_layers + first_less + last_less;
   int per = n > 1 ? eff / n : 0, extra = n > 1 ? eff % n : 0;
   if (n > 1) {
     if (n > eff)
-      return fail(err, errlen,
-                  "pipeline split: %d stages (pipeline_parallel_degree %d x "
-                  "%d per rank) but only %d effective layers (%d layers + "
-                  "first_stage_less_layers %d + last_stage_less_layers %d)",
-                  n, pp, v, eff, n_layers, first_less, last_less);
+      return tr__pp_fail(
+          err, errlen, TR_ECONFIG,
+          "pipeline split: %d stages (pipeline_parallel_degree %d x "
+          "%d per rank) but only %d effective layers (%d layers + "
+          "first_stage_less_layers %d + last_stage_less_layers %d)",
+          n, pp, v, eff, n_layers, first_less, last_less);
     if (first_less > per)
-      return fail(err, errlen,
-                  "pipeline_parallel_first_stage_less_layers (%d) exceeds "
-                  "the fewest layers of a stage (%d: %d effective layers "
-                  "over %d stages)",
-                  first_less, per, eff, n);
+      return tr__pp_fail(
+          err, errlen, TR_ECONFIG,
+          "pipeline_parallel_first_stage_less_layers (%d) exceeds "
+          "the fewest layers of a stage (%d: %d effective layers "
+          "over %d stages)",
+          first_less, per, eff, n);
     if (last_less > per)
-      return fail(err, errlen,
-                  "pipeline_parallel_last_stage_less_layers (%d) exceeds "
-                  "the fewest layers of a stage (%d: %d effective layers "
-                  "over %d stages)",
-                  last_less, per, eff, n);
+      return tr__pp_fail(
+          err, errlen, TR_ECONFIG,
+          "pipeline_parallel_last_stage_less_layers (%d) exceeds "
+          "the fewest layers of a stage (%d: %d effective layers "
+          "over %d stages)",
+          last_less, per, eff, n);
   }
   out->blocks = calloc((size_t)n, sizeof *out->blocks);
   out->stage_rank = calloc((size_t)n, sizeof *out->stage_rank);

@@ -1,5 +1,5 @@
 /* pipelining/stamps.c: the start and end times of the actions one rank
- * executes in a step (pipelining/stamps.h) — the host's monotonic clock on
+ * executes in a step (pipelining/internal.h) — the host's monotonic clock on
  * the CPU; on CUDA, events on the compute stream, so that a computation's
  * span is the device's, not the host's enqueueing. */
 #include "config.h"
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/clock.h" /* tr__now */
-#include "pipelining/stamps.h"
+#include "pipelining/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h" /* the compute stream */
 #include "trainrun/log.h"

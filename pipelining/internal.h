@@ -1,10 +1,18 @@
-/* pipelining/stamps.h: the start and end times of one rank's executed
- * actions (pipelining/stamps.c), for tr_pp_exec_t.times. Internal to
- * libtrainrun. */
-#ifndef TRAINRUN_PIPELINING_STAMPS_H
-#define TRAINRUN_PIPELINING_STAMPS_H
+/* pipelining/internal.h: what the pipelining/ files share and the library
+ * does not export: the text of a refusal (schedule.c) and the start and
+ * end times of one rank's executed actions (stamps.c). */
+#ifndef TRAINRUN_PIPELINING_INTERNAL_H
+#define TRAINRUN_PIPELINING_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* fmt's text into err[errlen] (NULL or 0: none); returns rc. */
+int tr__pp_fail(char* err, size_t errlen, int rc, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- stamps.c: the times of the executed actions, for
+ * tr_pp_exec_t.times ---- */
 
 typedef struct tr__pp_stamps tr__pp_stamps_t;
 
@@ -23,4 +31,4 @@ int tr__pp_stamps_is_marked(const tr__pp_stamps_t* s, int64_t k, int end);
 /* Fill the times (CUDA: waits for the device) and free s. */
 int tr__pp_stamps_free(tr__pp_stamps_t* s);
 
-#endif /* TRAINRUN_PIPELINING_STAMPS_H */
+#endif /* TRAINRUN_PIPELINING_INTERNAL_H */
