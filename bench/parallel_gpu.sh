@@ -10,8 +10,8 @@
 #
 #   . .gpu/env.sh && bench/parallel_gpu.sh [--reps N] [--runs LIST]
 #
-# LIST: comma-separated of check, pp_check, tp, pp, idle, tp8b, pp8b
-# (default all but the 8B ones, which want 2 H200s).
+# LIST: comma-separated of check, pp_check, tp, pp, idle, tp8b, pp8b,
+# idle8b (default all but the 8B ones, which want 2 H200s).
 #
 # Run from the repository root of a staged tree: .gpu/trainrun (or
 # TRAINRUN), python3 with PyTorch for the peer (PYTHON). Each program's
@@ -33,7 +33,8 @@
 #   *_8b_rN      the same for Llama 3.1 8B (bench/gpu/llama3_8b.toml): TP 2
 #                at B8B sequences a step (default 2), PP 2 with 8
 #                micro-batches of 1
-#   idle_S     trainrun PP 2, schedule S (1F1B, ZBVZeroBubble), step 10
+#   idle_S[_8b]  trainrun PP 2 (Llama 1B; _8b: Llama 3.1 8B, run idle8b),
+#                schedule S (1F1B, ZBVZeroBubble), 8 micro-batches, step 10
 #                traced (TRAINRUN_PP_TRACE: OUT/idle_S.trace.json): each
 #                GPU's idle fraction measured (compute-stream events) next
 #                to the simulator's with that step's F/B/I/W costs
@@ -121,19 +122,22 @@ if want pp_check; then
     --parallelism.pipeline_parallel_schedule ZBVZeroBubble
 fi
 
-if want tp || want pp || want idle || want tp8b || want pp8b; then
+if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b; then
   [ -s "$SCRATCH/llama.bin" ] ||
     "$PY" bench/gpu/make_shard.py --out "$SCRATCH/llama.bin" \
       --tokens 20000000 --vocab 128256 --width 4 >"$OUT/shard.log" 2>&1
-  if want idle; then
+  for m in 1b 8b; do
+    if [ $m = 1b ]; then want idle || continue; sfx=""
+    else want idle8b || continue; sfx="_8b"; fi
     for sch in 1F1B ZBVZeroBubble; do
-      TRAINRUN_PP_TRACE="$OUT/idle_$sch.trace.json" TRAINRUN_PP_TRACE_STEP=10 \
-        trj "idle_$sch" 2 bench/gpu/llama3_1b.toml \
+      TRAINRUN_PP_TRACE="$OUT/idle_$sch$sfx.trace.json" TRAINRUN_PP_TRACE_STEP=10 \
+        trj "idle_$sch$sfx" 2 "bench/gpu/llama3_$m.toml" \
         --training.dataset_path "$SCRATCH/llama.bin" --training.steps 12 \
+        --training.local_batch_size 8 \
         --parallelism.pipeline_parallel_degree 2 \
         --parallelism.pipeline_parallel_schedule "$sch"
     done
-  fi
+  done
   order=""
   { want tp || want pp; } && order=tr1
   want tp && order="$order tr2 pt pc ptl ptlc"
