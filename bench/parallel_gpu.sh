@@ -81,7 +81,7 @@ trj() {
   timeout 240 "$TRAINRUN" --nproc-per-node "$np" "$@" \
     --job.dump_folder "$SCRATCH/$name" --metrics.enable_jsonl=true \
     >"$OUT/$name.log" 2>&1
-  echo "$name rc=$?" >>"$OUT/runs.txt"
+  echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
   cp "$SCRATCH/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
   rm -rf "${SCRATCH:?}/$name"
 }
@@ -93,7 +93,7 @@ pt() {
   timeout 300 "${TORCHRUN_CMD[@]}" --nproc-per-node 2 \
     "bench/peers/$peer" --data "$SCRATCH/llama.bin" -B 8 -T 2048 \
     --steps "$STEPS" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name rc=$?" >>"$OUT/runs.txt"
+  echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
 }
 
 {

@@ -58,8 +58,10 @@ int tr__trainer_device_setup(tr_trainer_t* t) {
   TR_CHECK(tr_model_set_compute_dtype(&t->model, t->compute_dtype,
                                       t->dist.grads_sharded == 0));
   /* a micro-batch's per-token losses: B sequences, or a pipeline's
-   * micro-batch */
-  int64_t shape[2] = {t->pp.pg ? t->pp.microbatch_size : t->B, t->T};
+   * micro-batch, of the rows this rank keeps (T / cp under context
+   * parallel) */
+  int64_t shape[2] = {t->pp.pg ? t->pp.microbatch_size : t->B,
+                      tr__trainer_cp_rows(t, t->T)};
   return tr_tensor_zeros(&t->loss_acc, TR_F32, t->device, 2, shape);
 }
 

@@ -16,6 +16,12 @@ void tr__trainer_checkpoint_before_update(tr_trainer_t* t);
 /* Free the checkpoint state (tr_trainer_release calls it). */
 void tr__trainer_checkpoint_release(tr_trainer_t* t);
 
+/* The rows of a sequence of T tokens this rank computes: T, or T / cp
+ * under context parallelism (its 2 chunks of 2 cp). */
+static inline int64_t tr__trainer_cp_rows(const tr_trainer_t* t, int64_t T) {
+  return t->cp.pg ? T / tr_pg_size(t->cp.pg) : T;
+}
+
 /* Sum n doubles over every rank of the run (t->world: the data-parallel
  * ranks, then the tp ranks), in place; every rank gets the same bits.
  * Local on one rank. */

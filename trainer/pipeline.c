@@ -217,7 +217,7 @@ static void exec_init(tr_trainer_t* t, pp_ctx_t* c, tr_pp_exec_t* x) {
   /* a stage sends [B, T, C] of this rank's rows: T / cp (its chunks
    * under context parallelism), / tp under SP */
   x->B = (int)t->pp.microbatch_size;
-  int64_t rows = t->cp.pg ? c->T / tr_pg_size(t->cp.pg) : c->T;
+  int64_t rows = tr__trainer_cp_rows(t, c->T);
   x->T = (int)(t->tp.pg && t->tp.sequence_parallel ? rows / tr_pg_size(t->tp.pg)
                                                    : rows);
   x->mb_begin = pp_mb_begin;
