@@ -26,7 +26,7 @@
 #include "trainrun/config.h"
 #include "trainrun/error.h"
 #include "trainrun/fault.h" /* the fault-spec grammar */
-#include "trainrun/param.h" /* TRAINRUN_ATTENTION, TRAINRUN_CP_CUDA_UNVERIFIED */
+#include "trainrun/param.h" /* TRAINRUN_ATTENTION */
 #include "trainrun/pg.h"    /* the backend grammar */
 #include "trainrun/tensor.h"
 #include "launcher/compose.h" /* the model config of a job */
@@ -255,14 +255,6 @@ static int check_cp(const tr_config_t* cfg, tr_errmsg_t* err) {
                     "is FlexAttention's. Use \"headtail\"",
                     p->context_parallel_load_balancer);
   if (cp <= 1) return 0;
-  /* the CUDA ring (shifted-chunk kernels, device merge) is built but not
-   * yet verified on a GPU: only its check (tests/gpu/cp.sh) runs it */
-  if (job_on_cuda(cfg) && !tr_param_bool(TR_PARAM_CP_CUDA_UNVERIFIED))
-    return key_fail(cfg, err, TR_CFG_K_parallelism_context_parallel_degree,
-                    "%lld on cuda: the ring's CUDA path is not yet verified "
-                    "on a GPU; run context parallelism with "
-                    "training.device = \"cpu\"",
-                    (long long)cp);
   if (tp > 1 && (cfg->training.seq_len / cp) % tp)
     return key_fail(cfg, err, TR_CFG_K_training_seq_len,
                     "training.seq_len %lld: each of the %lld cp ranks keeps "

@@ -265,7 +265,7 @@
     "log-sum-exp; positions are the whole sequence's; FSDP shards over "      \
     "data_parallel_shard_degree x this (even when that is 1), losses and "   \
     "token counts are summed over both. seq_len must be a multiple of 2N. "   \
-    "CPU only (refused on cuda); with pipeline parallelism the stages pass "  \
+    "CPU and CUDA; with pipeline parallelism the stages pass "  \
     "the chunks on.")                                                        \
   X(parallelism, context_parallel_load_balancer, ENUM, "headtail", 0, 0,       \
     "headtail|ptrr",                                                           \

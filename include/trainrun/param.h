@@ -46,9 +46,6 @@ typedef enum {
   XX(ATTENTION, "TRAINRUN_ATTENTION", STRING, "auto", 0, 0,                    \
      "CUDA attention kernels: auto (cuDNN, else flash, else simt), cudnn, "    \
      "flash or simt")                                                          \
-  XX(CP_CUDA_UNVERIFIED, "TRAINRUN_CP_CUDA_UNVERIFIED", BOOL, "0", 0, 1,       \
-     "for the GPU check of context parallelism before it is verified: 1 "     \
-     "lets context_parallel_degree > 1 run on cuda")                          \
   XX(STORE_TOKEN, "TRAINRUN_STORE_TOKEN", STRING, "", 0, 0,                    \
      "shared secret trainrun store clients prove before any command")          \
   XX(STORE_MAX_KEY, "TRAINRUN_STORE_MAX_KEY_BYTES", INT, "8192", 1, 1048576,   \

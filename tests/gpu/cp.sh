@@ -1,9 +1,7 @@
 #!/bin/sh
 # tests/gpu/cp.sh: the GPU check of context parallelism on CUDA (the
 # shifted-chunk attention kernels and the device log-sum-exp merge of
-# dtensor/cp.c), on a machine with 2 GPUs. Until it passes, jobcheck
-# refuses context_parallel_degree > 1 on cuda; this script sets
-# TRAINRUN_CP_CUDA_UNVERIFIED=1 to get past that refusal for its own runs.
+# dtensor/cp.c), on a machine with 2 GPUs.
 #
 #   1. the kernels: check_kernels_cuda (its test_attention_shifted compares
 #      the CUDA SIMT and flash kernels with q_shift, composed with
@@ -54,7 +52,7 @@ fi
 run() { # name nproc precision [flags]
   name=$1 np=$2 prec=$3
   shift 3
-  TRAINRUN_CP_CUDA_UNVERIFIED=1 "$tr" --nproc-per-node "$np" \
+  "$tr" --nproc-per-node "$np" \
     examples/debug.toml --training.device cuda \
     --training.mixed_precision_param "$prec" --training.steps 20 \
     --training.seq_len 256 --training.global_batch_size 2 \
