@@ -86,7 +86,9 @@
 # trfc ptf ptfe) splits the rounds over calls. A call is at most 10
 # minutes on the lent machines: the first compile of FlexAttention with
 # max-autotune can take minutes (its runs get PT_TIMEOUT, default 540 s for
-# flex), so give flex and cp their own calls.
+# flex), cplong alone is about 5 minutes (it runs once, before any
+# round), so give cp, cplong and flex their own calls, cp's rounds split
+# with PROGRAMS and FIRST_REP.
 #
 # Context parallelism on cuda is refused by trainrun until tests/gpu/cp.sh
 # has passed; the cp and cplong runs set TRAINRUN_CP_CUDA_UNVERIFIED=1 (see
