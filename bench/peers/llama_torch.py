@@ -24,7 +24,9 @@ Llama 3; a token sees only the earlier tokens of its own document) with
 create_block_mask compiled, inside the timed step; attention is
 flex_attention compiled (mode max-autotune-no-cudagraphs on cuda, as
 torchtitan's FlexAttentionWrapper; the default mode on the CPU) with the
-key/value heads grouped (enable_gqa). --check-mask (no data needed) checks
+key/value heads grouped (enable_gqa); with --compile the whole model is
+compiled and flex_attention is traced into its graph, in the model's
+compile mode. A new mask each step recompiles nothing. --check-mask (no data needed) checks
 on a tiny fp32 model that the block_causal loss and gradients equal those
 of SDPA with the same mask written out as a dense boolean matrix.
 """
