@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# bench/parallel_gpu.sh: tensor and pipeline parallelism on 2 GPUs of one
-# host (issues 18 and 19), in one call: correctness (fp32, no TF32: TP 2
-# and PP 2 against 1 GPU) and speed (Llama 3.2 1B, bf16, B8 x T2048:
-# trainrun on 1 GPU, trainrun TP 2 and PyTorch TP 2 (bench/peers/
-# llama_tp.py, the same plan) with and without torch.compile; trainrun PP
-# 2 and PyTorch's pipelining (bench/peers/llama_pp.py) with 1F1B and
-# ZBVZeroBubble, 8 micro-batches of 1), the speed programs alternating
-# order over REPS rounds; a markdown table in OUT/summary.md with medians.
+# bench/parallel_gpu.sh: tensor, pipeline and context parallelism on 2
+# GPUs of one host and attention masks on one (issues 18, 19 and 23), in
+# one call: correctness (fp32, no TF32: TP 2 and PP 2 against 1 GPU) and
+# speed (Llama 3.2 1B, bf16, B8 x T2048: trainrun on 1 GPU, trainrun TP 2
+# and PyTorch TP 2 (bench/peers/llama_tp.py, the same plan) with and
+# without torch.compile; trainrun PP 2 and PyTorch's pipelining
+# (bench/peers/llama_pp.py) with 1F1B and ZBVZeroBubble, 8 micro-batches
+# of 1; context parallel 2 against PyTorch's (bench/peers/llama_cp.py) at a
+# length both fit; a length one GPU cannot hold trained at CP 2;
+# block_causal against FlexAttention on one GPU), the speed programs
+# alternating order over REPS rounds; a markdown table in OUT/summary.md
+# with medians.
 #
 #   . .gpu/env.sh && bench/parallel_gpu.sh [--reps N] [--runs LIST]
 #
 # LIST: comma-separated of check, pp_check, tp, pp, idle, tp8b, pp8b,
-# idle8b (default all but the 8B ones, which want 2 H200s).
+# idle8b, cp, cplong, flex (default check,pp_check,tp,pp,idle: the 8B ones
+# want 2 H200s; cp, cplong and flex are asked for by name).
 #
 # Run from the repository root of a staged tree: .gpu/trainrun (or
 # TRAINRUN), python3 with PyTorch for the peer (PYTHON). Each program's
@@ -43,14 +48,54 @@
 #                (1F1B with and without per-block compile, pt_pp2_1F1Bc_rN;
 #                ZBVZeroBubble without: PyTorch 2.11 refuses compiled stages
 #                there)
+#   cp: at B CP_B x T CP_T (default 1 x 16384: `trainrun plan` puts one GPU
+#                at 18.42 GiB of state + 22.57 GiB of activations, CP 2 at
+#                10.19 + 11.29 GiB per rank, so 1 GPU, CP 2 and PyTorch's
+#                CP all fit an 80 GB H100):
+#     tr_cp1gpu_rN   trainrun on 1 GPU at that length (reference)
+#     tr_cp2_M_rN    trainrun context_parallel_degree 2, rotate method M
+#                    (allgather, alltoall)
+#     pt_cp2_M_rN, pt_cp2_Mc_rN   bench/peers/llama_cp.py (PyTorch's
+#                    context_parallel with SDPA as torchtitan applies it,
+#                    FSDP2 over dp_shard x cp) with rotate method M, without
+#                    and with per-block torch.compile
+#   cplong       a length one GPU cannot hold without activation
+#                checkpointing: CPLONG_T, or the shortest of 32768 ..
+#                131072 (steps of 16384) where `trainrun plan` puts one GPU
+#                above 1.25 x this GPU's memory and CP 2 under 0.85 x
+#                (65536 on an 80 GB H100: 18.42 + 90.29 GiB against 10.19 +
+#                45.14 GiB per rank; 114688 on a 141 GB H200); both plans in
+#                OUT/cplong_plan_{1gpu,cp2}.log, the choice in
+#                OUT/cplong.txt; cplong_1gpu (trainrun on 1 GPU: expected
+#                to fail out of memory, its exit status and error line in
+#                the summary), cplong_cp2_M (CP 2, rotate method M),
+#                CPLONG_STEPS (10) steps each
+#   flex: one GPU, Llama 3.2 1B at B FLEX_B x T FLEX_T (2 x 8192) on
+#                SCRATCH/llama_docs.bin (random tokens cut into documents of
+#                mean length 1024 by end-of-text 128001: make_shard.py
+#                --eot 128001 --doc-len 1024):
+#     tr_flex_block_rN   trainrun attn_mask_type = "block_causal"
+#     tr_flex_causal_rN  trainrun causal (reference)
+#     pt_flex_blockc_rN, pt_flex_block_rN   llama_torch.py --mask
+#                    block_causal (FlexAttention, a block mask built per
+#                    batch, flex_attention compiled with
+#                    max-autotune-no-cudagraphs) with and without the whole
+#                    model compiled
 #
-# PROGRAMS (a subset of the round's programs: tr1 tr2 pt pc trp1 ptp1
-# ptp1n trpz ptpz) splits the rounds over calls.
+# PROGRAMS (a subset of the round's programs: tr1 tr2 pt pc ptl ptlc trp1
+# ptp1 ptp1n trpz ptpz; cp: trc1 trc trca ptc ptcc ptca ptcac; flex: trf
+# trfc ptf ptfe) splits the rounds over calls. A call is at most 10
+# minutes on the lent machines: the first compile of FlexAttention with
+# max-autotune can take minutes (its runs get PT_TIMEOUT, default 540 s for
+# flex), cplong alone is about 5 minutes (it runs once, before any
+# round), so give cp, cplong and flex their own calls, cp's rounds split
+# with PROGRAMS and FIRST_REP.
 #
 # Environment: OUT (./out), SCRATCH (/tmp/trainrun-tp), TP_STEPS (20),
 # FIRST_REP (1: the first round's number; even rounds run the programs in
 # reverse order, so a second call with FIRST_REP=2 alternates),
-# PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run").
+# PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run"), CP_B,
+# CP_T, CPLONG_T, CPLONG_STEPS, FLEX_B, FLEX_T, PT_TIMEOUT.
 set -u
 reps=3
 runs=check,pp_check,tp,pp,idle
@@ -73,12 +118,19 @@ SCRATCH=${SCRATCH:-/tmp/trainrun-tp}
 STEPS=${TP_STEPS:-20}
 mkdir -p "$OUT" "$SCRATCH"
 
+CP_B=${CP_B:-1}
+CP_T=${CP_T:-16384}
+CPLONG_STEPS=${CPLONG_STEPS:-10}
+FLEX_B=${FLEX_B:-2}
+FLEX_T=${FLEX_T:-8192}
+
 # trj NAME NPROC ARGS...: a trainrun job, its metrics kept, its dump removed
+# (TJ_TIMEOUT seconds at most, default 240)
 trj() {
   name=$1 np=$2
   shift 2
   rm -rf "${SCRATCH:?}/$name"
-  timeout 240 "$TRAINRUN" --nproc-per-node "$np" "$@" \
+  timeout "${TJ_TIMEOUT:-240}" "$TRAINRUN" --nproc-per-node "$np" "$@" \
     --job.dump_folder "$SCRATCH/$name" --metrics.enable_jsonl=true \
     >"$OUT/$name.log" 2>&1
   echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
@@ -86,12 +138,22 @@ trj() {
   rm -rf "${SCRATCH:?}/$name"
 }
 
-# pt NAME PEER ARGS...: a PyTorch peer on 2 GPUs
+# pt NAME PEER ARGS...: a PyTorch peer on 2 GPUs (B PT_B, T PT_T: 8, 2048)
 pt() {
   name=$1 peer=$2
   shift 2
-  timeout 300 "${TORCHRUN_CMD[@]}" --nproc-per-node 2 \
-    "bench/peers/$peer" --data "$SCRATCH/llama.bin" -B 8 -T 2048 \
+  timeout "${PT_TIMEOUT:-300}" "${TORCHRUN_CMD[@]}" --nproc-per-node 2 \
+    "bench/peers/$peer" --data "$SCRATCH/llama.bin" -B "${PT_B:-8}" \
+    -T "${PT_T:-2048}" --steps "$STEPS" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
+}
+
+# ptflex NAME ARGS...: llama_torch.py on one GPU on the documents shard
+ptflex() {
+  name=$1
+  shift
+  timeout "${PT_TIMEOUT:-540}" "$PY" bench/peers/llama_torch.py \
+    --data "$SCRATCH/llama_docs.bin" -B "$FLEX_B" -T "$FLEX_T" \
     --steps "$STEPS" "$@" >"$OUT/$name.log" 2>&1
   echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
 }
@@ -122,10 +184,64 @@ if want pp_check; then
     --parallelism.pipeline_parallel_schedule ZBVZeroBubble
 fi
 
-if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b; then
+if want flex; then
+  [ -s "$SCRATCH/llama_docs.bin" ] ||
+    "$PY" bench/gpu/make_shard.py --out "$SCRATCH/llama_docs.bin" \
+      --tokens 20000000 --vocab 128256 --width 4 --eot 128001 \
+      --doc-len 1024 >"$OUT/shard_docs.log" 2>&1
+fi
+if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
+  want cp || want cplong || want flex; then
   [ -s "$SCRATCH/llama.bin" ] ||
     "$PY" bench/gpu/make_shard.py --out "$SCRATCH/llama.bin" \
       --tokens 20000000 --vocab 128256 --width 4 >"$OUT/shard.log" 2>&1
+  if want cplong; then
+    # plan_bytes NPROC T: state + activations per rank, trainrun plan's
+    # bytes, at CP NPROC (1: one GPU)
+    plan_bytes() {
+      "$TRAINRUN" plan bench/gpu/llama3_1b.toml \
+        --training.local_batch_size 1 --training.seq_len "$2" \
+        --world-size "$1" --parallelism.context_parallel_degree "$1" |
+        awk '/total \(before activations\)|activations, a micro-batch/ {
+          s += $(NF - 2) } END { printf "%.0f\n", s }'
+    }
+    mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits |
+      head -1 | tr -d ' ')
+    T=${CPLONG_T:-}
+    if [ -z "$T" ]; then
+      for t in 32768 49152 65536 81920 98304 114688 131072; do
+        if awk -v a="$(plan_bytes 1 "$t")" -v b="$(plan_bytes 2 "$t")" \
+          -v m="$mib" 'BEGIN { m *= 1048576; exit !(a > 1.25 * m && b < 0.85 * m) }'; then
+          T=$t
+          break
+        fi
+      done
+    fi
+    "$TRAINRUN" plan bench/gpu/llama3_1b.toml --training.local_batch_size 1 \
+      --training.seq_len "${T:-131072}" >"$OUT/cplong_plan_1gpu.log" 2>&1
+    "$TRAINRUN" plan bench/gpu/llama3_1b.toml --training.local_batch_size 1 \
+      --training.seq_len "${T:-131072}" --world-size 2 \
+      --parallelism.context_parallel_degree 2 >"$OUT/cplong_plan_cp2.log" 2>&1
+    if [ -z "$T" ]; then
+      echo "cplong: no T in 32768..131072 is above 1.25 x ${mib} MiB on one GPU and under 0.85 x at CP 2 (set CPLONG_T)" >"$OUT/cplong.txt"
+    else
+      {
+        echo "gpu memory: $mib MiB"
+        echo "T: $T (B 1)"
+        echo "plan bytes per rank, 1 GPU: $(plan_bytes 1 "$T")"
+        echo "plan bytes per rank, CP 2: $(plan_bytes 2 "$T")"
+      } >"$OUT/cplong.txt"
+      LT=(bench/gpu/llama3_1b.toml --training.dataset_path "$SCRATCH/llama.bin"
+        --training.steps "$CPLONG_STEPS" --training.local_batch_size 1
+        --training.seq_len "$T")
+      TJ_TIMEOUT=480 trj cplong_1gpu 1 "${LT[@]}"
+      for m in allgather alltoall; do
+        TJ_TIMEOUT=480 trj "cplong_cp2_$m" 2 "${LT[@]}" \
+          --parallelism.context_parallel_degree 2 \
+          --parallelism.context_parallel_rotate_method "$m"
+      done
+    fi
+  fi
   for m in 1b 8b; do
     if [ $m = 1b ]; then want idle || continue; sfx=""
     else want idle8b || continue; sfx="_8b"; fi
@@ -144,6 +260,8 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b; the
   want pp && order="$order trp1 ptp1 ptp1n trpz ptpz"
   want tp8b && order="$order tr2e pte pce"
   want pp8b && order="$order trp1e ptp1e trpze ptpze"
+  want cp && order="$order trc1 trc trca ptc ptcc ptca ptcac"
+  want flex && order="$order trf trfc ptf ptfe"
   order=${PROGRAMS:-$order} # a subset, e.g. "pt pc" (one call's share)
   first=${FIRST_REP:-1} # a later call goes on with round FIRST_REP
   for r in $(seq "$first" $((first + reps - 1))); do
@@ -155,6 +273,12 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b; the
       E=(bench/gpu/llama3_8b.toml --training.dataset_path "$SCRATCH/llama.bin"
         --training.steps "$STEPS")
       B8=${B8B:-2}
+      C=(bench/gpu/llama3_1b.toml --training.dataset_path "$SCRATCH/llama.bin"
+        --training.steps "$STEPS" --training.local_batch_size "$CP_B"
+        --training.seq_len "$CP_T")
+      F=(bench/gpu/llama3_1b.toml --training.dataset_path "$SCRATCH/llama_docs.bin"
+        --training.steps "$STEPS" --training.local_batch_size "$FLEX_B"
+        --training.seq_len "$FLEX_T")
       case $p in
         tr1) trj "tr_1gpu_r$r" 1 "${L[@]}" ;;
         tr2) trj "tr_tp2_r$r" 2 "${L[@]}" --parallelism.tensor_parallel_degree 2 ;;
@@ -182,13 +306,28 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b; the
         ptp1n) pt "pt_pp2_1F1B_r$r" llama_pp.py --schedule 1F1B ;;
         # PyTorch 2.11 refuses compiled stage modules under ZBVZeroBubble
         ptpz) pt "pt_pp2_ZBVZeroBubble_r$r" llama_pp.py --schedule ZBVZeroBubble ;;
+        trc1) trj "tr_cp1gpu_r$r" 1 "${C[@]}" ;;
+        trc) trj "tr_cp2_allgather_r$r" 2 "${C[@]}" \
+               --parallelism.context_parallel_degree 2 \
+               --parallelism.context_parallel_rotate_method allgather ;;
+        trca) trj "tr_cp2_alltoall_r$r" 2 "${C[@]}" \
+                --parallelism.context_parallel_degree 2 \
+                --parallelism.context_parallel_rotate_method alltoall ;;
+        ptc) PT_B=$CP_B PT_T=$CP_T pt "pt_cp2_allgather_r$r" llama_cp.py --rotate allgather ;;
+        ptcc) PT_B=$CP_B PT_T=$CP_T pt "pt_cp2_allgatherc_r$r" llama_cp.py --rotate allgather --compile ;;
+        ptca) PT_B=$CP_B PT_T=$CP_T pt "pt_cp2_alltoall_r$r" llama_cp.py --rotate alltoall ;;
+        ptcac) PT_B=$CP_B PT_T=$CP_T pt "pt_cp2_alltoallc_r$r" llama_cp.py --rotate alltoall --compile ;;
+        trf) trj "tr_flex_block_r$r" 1 "${F[@]}" --model.attn_mask_type block_causal ;;
+        trfc) trj "tr_flex_causal_r$r" 1 "${F[@]}" ;;
+        ptf) ptflex "pt_flex_blockc_r$r" --mask block_causal --compile ;;
+        ptfe) ptflex "pt_flex_block_r$r" --mask block_causal ;;
       esac
     done
   done
 fi
 
 "$PY" - "$OUT" <<'EOF' >"$OUT/summary.md"
-import glob, json, os, statistics, sys
+import glob, json, math, os, statistics, sys
 out = sys.argv[1]
 def jl(p):
     rows = []
@@ -198,7 +337,7 @@ def jl(p):
         except ValueError:
             pass
     return rows
-print("# tensor and pipeline parallel on 2 GPUs\n")
+print("# tensor, pipeline and context parallel on 2 GPUs, masks on 1\n")
 print("```\n" + open(os.path.join(out, "versions.txt")).read() + "```\n")
 a = os.path.join(out, "check_1gpu.metrics.jsonl")
 for n in ("check_tp2", "check_pp2", "check_pp2_zbv"):
@@ -217,6 +356,8 @@ for n in ("check_tp2", "check_pp2", "check_pp2_zbv"):
           % (n, len(set(x) & set(y)), worst["loss"], worst["grad_norm"]))
 def med(vals):
     return statistics.median(vals) if vals else float("nan")
+def finite(v):
+    return isinstance(v, (int, float)) and math.isfinite(v)
 rows = []
 for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
                          ("trainrun TP 2", "tr_tp2_r*", "tr"),
@@ -235,26 +376,76 @@ for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
                          ("PyTorch pipelining 1F1B", "pt_pp2_1F1B_r*", "pt"),
                          ("PyTorch pipelining 1F1B + compile", "pt_pp2_1F1Bc_r*", "pt"),
                          ("trainrun PP 2 ZBVZeroBubble", "tr_pp2_ZBVZeroBubble_r*", "tr"),
-                         ("PyTorch pipelining ZBVZeroBubble (compile refused)", "pt_pp2_ZBVZeroBubble_r*", "pt")):
-    runs = []
-    for p in sorted(glob.glob(os.path.join(out, pat + (".metrics.jsonl" if kind == "tr" else ".log")))):
-        r = jl(p)
+                         ("PyTorch pipelining ZBVZeroBubble (compile refused)", "pt_pp2_ZBVZeroBubble_r*", "pt"),
+                         ("CP length: trainrun, 1 GPU", "tr_cp1gpu_r*", "tr"),
+                         ("CP length: trainrun CP 2 allgather", "tr_cp2_allgather_r*", "tr"),
+                         ("CP length: trainrun CP 2 alltoall", "tr_cp2_alltoall_r*", "tr"),
+                         ("CP length: PyTorch CP 2 allgather", "pt_cp2_allgather_r*", "pt"),
+                         ("CP length: PyTorch CP 2 allgather + compile", "pt_cp2_allgatherc_r*", "pt"),
+                         ("CP length: PyTorch CP 2 alltoall", "pt_cp2_alltoall_r*", "pt"),
+                         ("CP length: PyTorch CP 2 alltoall + compile", "pt_cp2_alltoallc_r*", "pt"),
+                         ("documents, 1 GPU: trainrun block_causal", "tr_flex_block_r*", "tr"),
+                         ("documents, 1 GPU: trainrun causal (reference)", "tr_flex_causal_r*", "tr"),
+                         ("documents, 1 GPU: PyTorch FlexAttention block_causal + compile", "pt_flex_blockc_r*", "pt"),
+                         ("documents, 1 GPU: PyTorch FlexAttention block_causal (model eager)", "pt_flex_block_r*", "pt")):
+    runs, mems = [], []
+    logs = sorted(glob.glob(os.path.join(out, pat + ".log")))
+    if not logs:  # not asked for in this call
+        continue
+    for p in logs:
+        if kind == "tr":  # its metrics, where it wrote them
+            p = p[:-len(".log")] + ".metrics.jsonl"
+        r = jl(p) if os.path.exists(p) else []
         if kind == "tr":
             tps = [e["tps"] for e in r if "tps" in e and e.get("step", 0) > 5]
             if tps:
                 runs.append(med(tps))
+            mems += [e["mem_peak_bytes"] / 2**30 for e in r
+                     if finite(e.get("mem_peak_bytes"))]
         else:
             s = [e for e in r if "summary" in e]
             if s and s[0].get("median_tps"):
                 runs.append(s[0]["median_tps"])
-    rows.append((label, runs))
-print("| program (Llama 3.2 1B, bf16, B8 x T2048) | tokens/s per GPU, median | runs |")
-print("|---|---|---|")
-for label, runs in rows:
-    if not runs and not glob.glob(os.path.join(out, "*")):
-        continue
-    print("| %s | %s | %s |" % (label, "%.0f" % med(runs) if runs else "failed",
-                              ", ".join("%.0f" % v for v in runs)))
+            if s and s[0].get("max_mem_gib"):
+                mems.append(s[0]["max_mem_gib"])
+    rows.append((label, runs, max(mems) if mems else None))
+print("| program (Llama 3.2 1B, bf16; B8 x T2048, CP length B%s x T%s, documents B%s x T%s) "
+      "| tokens/s per GPU, median | runs | peak GiB (rank 0) |"
+      % tuple(os.environ.get(k, d) for k, d in (("CP_B", "1"), ("CP_T", "16384"),
+                                                 ("FLEX_B", "2"), ("FLEX_T", "8192"))))
+print("|---|---|---|---|")
+for label, runs, mem in rows:
+    print("| %s | %s | %s | %s |" % (label, "%.0f" % med(runs) if runs else "failed",
+                                   ", ".join("%.0f" % v for v in runs),
+                                   "%.1f" % mem if mem else ""))
+# cplong: one GPU out of memory where CP 2 trains
+txt = os.path.join(out, "cplong.txt")
+if os.path.exists(txt):
+    print("\n## long sequence: one GPU against CP 2\n")
+    print("```\n" + open(txt).read() + "```\n")
+    rcs = {}
+    if os.path.exists(os.path.join(out, "runs.txt")):
+        for line in open(os.path.join(out, "runs.txt")):
+            name, _, rc = line.strip().partition(" rc=")
+            rcs[name] = rc
+    for name in ("cplong_1gpu", "cplong_cp2_allgather", "cplong_cp2_alltoall"):
+        log = os.path.join(out, name + ".log")
+        if not os.path.exists(log):
+            continue
+        m = os.path.join(out, name + ".metrics.jsonl")
+        r = jl(m) if os.path.exists(m) else []
+        steps = [e for e in r if "loss" in e]
+        oom = [l.strip() for l in open(log, errors="replace")
+               if "out of memory" in l.lower() or "enomem" in l.lower()]
+        tps = [e["tps"] for e in steps if e.get("step", 0) > 3]
+        peak = [e["mem_peak_bytes"] / 2**30 for e in steps
+                if finite(e.get("mem_peak_bytes"))]
+        print("- %s: exit status %s, %d steps logged%s%s%s" % (
+            name, rcs.get(name, "?"), len(steps),
+            ", last loss %.4f" % steps[-1]["loss"] if steps else "",
+            ", tokens/s per GPU %.0f, peak %.1f GiB" % (med(tps), max(peak))
+            if tps and peak else "",
+            "; out of memory: `%s`" % oom[0][:300] if oom else ""))
 EOF
 for f in "$OUT"/idle_*.log; do
   [ -e "$f" ] || continue

@@ -428,10 +428,17 @@ def common_args(p, default_B, default_T, default_steps, data_required=True):
                    help="bf16 autocast over fp32 weights, or fp32 throughout")
 
 
-def train(model, cfg, flops_cfg, args, program, dist=None):
+def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
+          head_extra=None):
     """Train model for args.steps steps and print one JSON line per step and
     a summary. cfg is the model's shape, flops_cfg the shape whose FLOPs
     count (the unpadded vocabulary).
+
+    prepare, when given, is called with each step's (x, y) inside the timed
+    step and returns (the model's arguments, a context manager the forward
+    and backward run in): llama_torch.py's per-batch FlexAttention block
+    mask, llama_cp.py's context_parallel (which shards x, y and the RoPE
+    tables in place). head_extra: more keys for the first line.
 
     dist, for data-parallel runs (llama_fsdp2.py), is a dict: rank, world,
     device (this rank's torch.device), sharded (the model is wrapped by
@@ -523,6 +530,7 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
         head.update({k: v for k, v in dist.items()
                      if k not in ("rank", "world", "device", "sharded",
                                   "data_rank", "loss_context")})
+    head.update(head_extra or {})
     out(head)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -535,9 +543,12 @@ def train(model, cfg, flops_cfg, args, program, dist=None):
     with ctx:
         for step in range(1, args.steps + 1):
             x, y = batches.next()
-            with lctx():
+            inputs, pctx = (x, y), contextlib.nullcontext()
+            if prepare:
+                inputs, pctx = prepare(x, y)
+            with pctx, lctx():
                 with amp:
-                    loss = step_model(x, y)
+                    loss = step_model(*inputs)
                 loss.backward()
             if hasattr(loss, "full_tensor"):  # a DTensor (loss_parallel)
                 loss = loss.full_tensor()

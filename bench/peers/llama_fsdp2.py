@@ -143,6 +143,31 @@ class CheckpointedBlock(nn.Module):
                           context_fn=self.context_fn)
 
 
+def apply_fsdp(model, mesh, ac, compile_blocks, compile_mode):
+    """torchtitan's order on model's blocks: activation checkpointing (ac:
+    none, op, full), torch.compile per block (fullgraph), fully_shard per
+    block, then fully_shard on the root, over mesh, with bf16 parameters
+    and compute, fp32 gradient reduce-scatter and reshard_after_forward."""
+    # cast_forward_inputs off: the blocks' input x is bf16 already (the
+    # embedding's gathered weight is), the root's inputs are token ids, and
+    # the RoPE tables stay fp32 as under autocast (torchtitan's complex
+    # freqs_cis is not cast either)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                              reduce_dtype=torch.float32,
+                              cast_forward_inputs=False)
+    kw = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": True}
+    for i, block in enumerate(model.layers):
+        if ac != "none":
+            block = CheckpointedBlock(block, ac)
+            model.layers[i] = block
+        if compile_blocks:
+            ckw = {"mode": compile_mode} if compile_mode else {}
+            block = torch.compile(block, fullgraph=True, **ckw)
+            model.layers[i] = block
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchlib.common_args(p, 8, 2048, 30)
@@ -178,24 +203,7 @@ def main():
               f"{benchlib.num_params(cfg)}", file=sys.stderr)
         return 1
 
-    # cast_forward_inputs off: the blocks' input x is bf16 already (the
-    # embedding's gathered weight is), the root's inputs are token ids, and
-    # the RoPE tables stay fp32 as under autocast (torchtitan's complex
-    # freqs_cis is not cast either)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                              reduce_dtype=torch.float32,
-                              cast_forward_inputs=False)
-    kw = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": True}
-    for i, block in enumerate(model.layers):
-        if args.ac != "none":
-            block = CheckpointedBlock(block, args.ac)
-            model.layers[i] = block
-        if args.compile:
-            ckw = {"mode": args.compile_mode} if args.compile_mode else {}
-            block = torch.compile(block, fullgraph=True, **ckw)
-            model.layers[i] = block
-        fully_shard(block, **kw)
-    fully_shard(model, **kw)
+    apply_fsdp(model, mesh, args.ac, args.compile, args.compile_mode)
     if big:
         model.to_empty(device=dev)
         init_weights(model, cfg, args.T, dev)
