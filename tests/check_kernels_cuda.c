@@ -1505,9 +1505,18 @@ END_TEST
  * positions i + q_shift (a shift that is not a tile multiple, the chunk
  * length and twice it, a negative one), alone and composed with documents
  * and windows, GQA heads; rows that see no key (out 0, lse -inf) and key
- * tiles no row sees; each against the CPU kernel with the same mask */
+ * tiles no row sees; a pair whose rows all see every key on cuDNN's full
+ * graph (alone, and feeding or fed by the flash kernel); each against the
+ * CPU kernel with the same mask */
 START_TEST(test_attention_shifted) {
   tr_cuda_attn_impl_t S = TR_CUDA_ATTN_SIMT, F = TR_CUDA_ATTN_FLASH;
+#ifdef HAVE_CUDNN
+  tr_cuda_attn_impl_t C = TR_CUDA_ATTN_CUDNN;
+  run_attention_masked(TR_BF16, C, C, 2, 200, 4, 2, 64, 0, 0, 0, 200);
+  run_attention_masked(TR_BF16, C, C, 1, 128, 4, 4, 128, 1, 0, 0, 256);
+  run_attention_masked(TR_BF16, C, F, 2, 128, 4, 2, 64, 0, 0, 0, 127);
+  run_attention_masked(TR_BF16, F, C, 1, 96, 4, 1, 64, 1, 0, 0, 192);
+#endif
   run_attention_masked(TR_F32, S, S, 2, 150, 4, 2, 32, 0, 0, 0, 37);
   run_attention_masked(TR_F32, S, S, 1, 150, 2, 2, 16, 1, 1, 0, 150);
   run_attention_masked(TR_F32, S, S, 2, 96, 4, 1, 32, 0, 1, 50, 96);

@@ -563,9 +563,17 @@ extern "C" tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void) {
   return __atomic_load_n(&g_impl, __ATOMIC_RELAXED);
 }
 
+// A shifted call whose every row sees every key (context parallelism's
+// pair of a query chunk and an earlier key chunk, no documents or window):
+// cuDNN's full graph runs it.
+static bool full_attention(const tr_kern_attn_mask_t* m, int T) {
+  return m && !m->doc_start && m->window <= 0 && m->q_shift >= T - 1;
+}
+
 // cuDNN for this call? 1: try it (AUTO may still fall back when cuDNN
 // declines), 0: no, < 0: error (CUDNN requested, not usable). A masked
-// call never uses it.
+// call (documents, window, or a shift that leaves a row part of the keys)
+// never uses it.
 static int use_cudnn(tr_dtype_t dt, int D, const void* q, const void* k,
                      const void* v, int64_t qs, int64_t kvs, bool others_ok,
                      bool masked) {
@@ -575,8 +583,8 @@ static int use_cudnn(tr_dtype_t dt, int D, const void* q, const void* k,
     if (impl == TR_CUDA_ATTN_AUTO) return 0;
     TR_LOG_ERROR(KERN,
                  "attention: cuDNN attention does not take document or "
-                 "sliding-window masks or shifted query chunks "
-                 "(TRAINRUN_ATTENTION=flash or simt does)");
+                 "sliding-window masks or a query chunk that sees part of "
+                 "a key chunk (TRAINRUN_ATTENTION=flash or simt does)");
     return TR_EUNSUPPORTED;
   }
 #ifdef HAVE_CUDNN
@@ -623,13 +631,15 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
   if ((int64_t)B * T == 0) return 0;
   bool masked =
       mask && (mask->doc_start || mask->window > 0 || mask->q_shift != 0);
-  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out), masked);
+  bool full = masked && full_attention(mask, T);
+  int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out),
+                     masked && !full);
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
   if (cu) {
     int rc = tr__cudnn_attn_fwd((bf16*)out, lse, (const bf16*)q,
                                 (const bf16*)k, (const bf16*)v, B, T, H, KVH,
-                                D, qs, kvs, s);
+                                D, qs, kvs, !full, s);
     // cuDNN declined the shape: an explicit request fails, AUTO falls back
     if (rc != TR_EUNSUPPORTED) return rc;
     if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
@@ -691,15 +701,16 @@ extern "C" int tr_kern_cuda_attention_bwd(
                 tr__aligned16(dv);
   bool masked =
       mask && (mask->doc_start || mask->window > 0 || mask->q_shift != 0);
+  bool full = masked && full_attention(mask, T);
   int cu = use_cudnn(dt, D, q, k, v, qs, kvs, others && tr__aligned16(out),
-                     masked);
+                     masked && !full);
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
   if (cu) {
     int rc = tr__cudnn_attn_bwd(
         (bf16*)dq, (bf16*)dk, (bf16*)dv, (const bf16*)dout, (const bf16*)q,
         (const bf16*)k, (const bf16*)v, (const bf16*)out, lse, B, T, H, KVH, D,
-        qs, kvs, accumulate, s);
+        qs, kvs, accumulate, !full, s);
     if (rc != TR_EUNSUPPORTED) return rc;
     if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
       TR_LOG_ERROR(KERN, "attention_bwd: cuDNN declined this shape");

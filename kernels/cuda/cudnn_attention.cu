@@ -1,4 +1,5 @@
-// kernels/cuda/cudnn_attention.cu: causal attention with grouped-query heads
+// kernels/cuda/cudnn_attention.cu: causal or full (unmasked) attention
+// with grouped-query heads
 // through cuDNN's fused flash attention (SDPA), forward and backward, built
 // with the cuDNN 9 backend graph API in plain C (cudnn-frontend is not used).
 // Compiles to nothing in builds without HAVE_CUDNN.
@@ -7,7 +8,9 @@
 // primitive operations (the composition cudnn-frontend's SDPA nodes emit
 // for cuDNN 9.0 to 9.20): forward
 //   S = Q K^T (fp32) * scale; causal mask (row index >= column index, else
-//   -inf, by GEN_INDEX, CMP_GE and BINARY_SELECT); M = rowmax S;
+//   -inf, by GEN_INDEX, CMP_GE and BINARY_SELECT; a full graph has none:
+//   context parallelism's pairs of a query chunk and an earlier key chunk,
+//   whose every row sees every key); M = rowmax S;
 //   E = exp(S - M); Z = rowsum E; Stats = M + log Z; O = (E / Z) V,
 // backward
 //   Dsum = rowsum(dO * O) (a device buffer of ours); P = exp(mask(S) - Stats);
@@ -270,7 +273,7 @@ static void gb_reshape(gb_t* g, cudnnBackendDescriptor_t x,
 // ---- plans ----
 
 typedef struct {
-  int dev, bwd;
+  int dev, bwd, causal;  // causal 0: full attention (no mask)
   int B, T, H, KVH, D;
   int64_t qs, kvs, dqs, dkvs;
 } akey_t;
@@ -499,6 +502,7 @@ static void shapes_of(const akey_t* k, shapes_t* s) {
 }
 
 static cudnnBackendDescriptor_t gb_scores(gb_t* g, const shapes_t* s,
+                                          bool causal,
                                           cudnnBackendDescriptor_t* q_out,
                                           cudnnBackendDescriptor_t* kt_out,
                                           cudnnBackendDescriptor_t* scale_out) {
@@ -507,7 +511,6 @@ static cudnnBackendDescriptor_t gb_scores(gb_t* g, const shapes_t* s,
   cudnnBackendDescriptor_t kt =
       gb_tensor(g, UID_K, CUDNN_DATA_BFLOAT16, s->ktd, s->ktstr, false, false);
   cudnnBackendDescriptor_t scale = gb_scalar(g, UID_SCALE);
-  cudnnBackendDescriptor_t neginf = gb_scalar(g, UID_NEGINF);
   cudnnBackendDescriptor_t s0 = gb_virt(g, CUDNN_DATA_FLOAT, s->sd, s->sstr);
   cudnnBackendDescriptor_t s1 = gb_virt(g, CUDNN_DATA_FLOAT, s->sd, s->sstr);
   gb_matmul(g, q, kt, s0);
@@ -515,14 +518,15 @@ static cudnnBackendDescriptor_t gb_scores(gb_t* g, const shapes_t* s,
   *q_out = q;
   *kt_out = kt;
   *scale_out = scale;
-  return gb_causal(g, s1, s->sd, s->sstr, neginf);
+  if (!causal) return s1;  // no -inf constant: its UID is not bound
+  return gb_causal(g, s1, s->sd, s->sstr, gb_scalar(g, UID_NEGINF));
 }
 
 static void graph_fwd(gb_t* g, const akey_t* k) {
   shapes_t s;
   shapes_of(k, &s);
   cudnnBackendDescriptor_t q, kt, scale;
-  cudnnBackendDescriptor_t sm = gb_scores(g, &s, &q, &kt, &scale);
+  cudnnBackendDescriptor_t sm = gb_scores(g, &s, k->causal, &q, &kt, &scale);
   cudnnBackendDescriptor_t v =
       gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, s.vd, s.vstr, false, false);
   cudnnBackendDescriptor_t o =
@@ -588,7 +592,7 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
   gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rsum, one, NULL, dsum, -1);
 
   // P = exp(mask(S) - Stats)
-  cudnnBackendDescriptor_t sm = gb_scores(g, &s, &q, &kt, &scale);
+  cudnnBackendDescriptor_t sm = gb_scores(g, &s, k->causal, &q, &kt, &scale);
   cudnnBackendDescriptor_t sub = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   cudnnBackendDescriptor_t p = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, stats, NULL, sub, -1);
@@ -649,8 +653,9 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
 }
 
 static void key_desc(const akey_t* k, char* buf, size_t n) {
-  snprintf(buf, n, "%s B=%d T=%d H=%d/%d D=%d strides %lld/%lld",
-           k->bwd ? "backward" : "forward", k->B, k->T, k->H, k->KVH, k->D,
+  snprintf(buf, n, "%s%s B=%d T=%d H=%d/%d D=%d strides %lld/%lld",
+           k->bwd ? "backward" : "forward", k->causal ? "" : " (full)", k->B,
+           k->T, k->H, k->KVH, k->D,
            (long long)k->qs, (long long)k->kvs);
 }
 
@@ -807,13 +812,26 @@ int tr__cudnn_attn_applies(tr_dtype_t dt, int D, const void* q, const void* k,
          qs % 8 == 0 && kvs % 8 == 0;
 }
 
+// Drop the -inf constant from a variant pack of n entries (a full graph
+// has no such tensor); returns the new n.
+static int drop_neginf(int64_t* uids, void** ptrs, int n) {
+  for (int i = 0; i < n; i++)
+    if (uids[i] == UID_NEGINF) {
+      memmove(&uids[i], &uids[i + 1], sizeof *uids * (size_t)(n - i - 1));
+      memmove(&ptrs[i], &ptrs[i + 1], sizeof *ptrs * (size_t)(n - i - 1));
+      return n - 1;
+    }
+  return n;
+}
+
 int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, int B, int T, int H, int KVH, int D,
-                       int64_t qs, int64_t kvs, cudaStream_t s) {
+                       int64_t qs, int64_t kvs, int causal, cudaStream_t s) {
   akey_t key;
   memset(&key, 0, sizeof key);  // padding bytes too: keys are memcmp'd
   TR_CHECK(tr__cuda_device(&key.dev));
   key.bwd = 0;
+  key.causal = causal != 0;
   key.B = B;
   key.T = T;
   key.H = H;
@@ -832,7 +850,8 @@ int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                        UID_NEGINF};
     void* ptrs[7] = {(void*)q, (void*)k,     (void*)v, (void*)out,
                      (void*)lse, &scale, &ninf};
-    rc = plan_run(p, h, 7, uids, ptrs, ws);
+    int n = key.causal ? 7 : drop_neginf(uids, ptrs, 7);
+    rc = plan_run(p, h, n, uids, ptrs, ws);
     tr__cuda_tmp_free(ws, s);
   }
   pthread_mutex_unlock(&g_lock);
@@ -843,12 +862,13 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                        const bf16* q, const bf16* k, const bf16* v,
                        const bf16* out, const float* lse, int B, int T, int H,
                        int KVH, int D, int64_t qs, int64_t kvs, int accumulate,
-                       cudaStream_t s) {
+                       int causal, cudaStream_t s) {
   int64_t HD = (int64_t)H * D, KD = (int64_t)KVH * D, N = (int64_t)B * T;
   akey_t key;
   memset(&key, 0, sizeof key);
   TR_CHECK(tr__cuda_device(&key.dev));
   key.bwd = 1;
+  key.causal = causal != 0;
   key.B = B;
   key.T = T;
   key.H = H;
@@ -895,6 +915,7 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                       tv,          ws + o_dsum, &scale,   &ninf,
                       &one,        acc,         NULL};
     int n = p->direct_dq ? 13 : 14;
+    if (!key.causal) n = drop_neginf(uids, ptrs, n);
     if (rc == 0) rc = plan_run(p, h, n, uids, ptrs, ws);
     if (rc == 0 && accumulate) {
       rc = acc_rows(dq, tq, N, (int)HD, qs, HD, s);
