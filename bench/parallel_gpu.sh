@@ -95,7 +95,8 @@
 # FIRST_REP (1: the first round's number; even rounds run the programs in
 # reverse order, so a second call with FIRST_REP=2 alternates),
 # PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run"), CP_B,
-# CP_T, CPLONG_T, CPLONG_STEPS, FLEX_B, FLEX_T, PT_TIMEOUT.
+# CP_T, CPLONG_T, CPLONG_STEPS, FLEX_B, FLEX_T, PT_TIMEOUT, PP (2: the
+# degree and GPU count of the Llama 1B pp and idle runs; 4 on 4 GPUs).
 set -u
 reps=3
 runs=check,pp_check,tp,pp,idle
@@ -118,6 +119,7 @@ SCRATCH=${SCRATCH:-/tmp/trainrun-tp}
 STEPS=${TP_STEPS:-20}
 mkdir -p "$OUT" "$SCRATCH"
 
+PP=${PP:-2} # the pp runs' degree and GPUs (Llama 1B: pp, idle)
 CP_B=${CP_B:-1}
 CP_T=${CP_T:-16384}
 CPLONG_STEPS=${CPLONG_STEPS:-10}
@@ -142,7 +144,7 @@ trj() {
 pt() {
   name=$1 peer=$2
   shift 2
-  timeout "${PT_TIMEOUT:-300}" "${TORCHRUN_CMD[@]}" --nproc-per-node 2 \
+  timeout "${PT_TIMEOUT:-300}" "${TORCHRUN_CMD[@]}" --nproc-per-node "${PT_NPROC:-2}" \
     "bench/peers/$peer" --data "$SCRATCH/llama.bin" -B "${PT_B:-8}" \
     -T "${PT_T:-2048}" --steps "$STEPS" "$@" >"$OUT/$name.log" 2>&1
   echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
@@ -246,11 +248,13 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
     if [ $m = 1b ]; then want idle || continue; sfx=""
     else want idle8b || continue; sfx="_8b"; fi
     for sch in 1F1B ZBVZeroBubble; do
+      np=2
+      [ $m = 1b ] && np=$PP && [ "$PP" != 2 ] && sfx="_pp$PP"
       TRAINRUN_PP_TRACE="$OUT/idle_$sch$sfx.trace.json" TRAINRUN_PP_TRACE_STEP=10 \
-        trj "idle_$sch$sfx" 2 "bench/gpu/llama3_$m.toml" \
+        trj "idle_$sch$sfx" "$np" "bench/gpu/llama3_$m.toml" \
         --training.dataset_path "$SCRATCH/llama.bin" --training.steps 12 \
         --training.local_batch_size 8 \
-        --parallelism.pipeline_parallel_degree 2 \
+        --parallelism.pipeline_parallel_degree "$np" \
         --parallelism.pipeline_parallel_schedule "$sch"
     done
   done
@@ -298,14 +302,15 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
                  --parallelism.pipeline_parallel_schedule ZBVZeroBubble ;;
         ptpze) pt "pt_pp2_ZBVZeroBubble_8b_r$r" llama_pp.py --flavor 8B \
                  --schedule ZBVZeroBubble ;;
-        trp1) trj "tr_pp2_1F1B_r$r" 2 "${L[@]}" --parallelism.pipeline_parallel_degree 2 ;;
-        trpz) trj "tr_pp2_ZBVZeroBubble_r$r" 2 "${L[@]}" \
-                --parallelism.pipeline_parallel_degree 2 \
+        trp1) trj "tr_pp${PP}_1F1B_r$r" "$PP" "${L[@]}" \
+                --parallelism.pipeline_parallel_degree "$PP" ;;
+        trpz) trj "tr_pp${PP}_ZBVZeroBubble_r$r" "$PP" "${L[@]}" \
+                --parallelism.pipeline_parallel_degree "$PP" \
                 --parallelism.pipeline_parallel_schedule ZBVZeroBubble ;;
-        ptp1) pt "pt_pp2_1F1Bc_r$r" llama_pp.py --schedule 1F1B --compile ;;
-        ptp1n) pt "pt_pp2_1F1B_r$r" llama_pp.py --schedule 1F1B ;;
+        ptp1) PT_NPROC=$PP pt "pt_pp${PP}_1F1Bc_r$r" llama_pp.py --schedule 1F1B --compile ;;
+        ptp1n) PT_NPROC=$PP pt "pt_pp${PP}_1F1B_r$r" llama_pp.py --schedule 1F1B ;;
         # PyTorch 2.11 refuses compiled stage modules under ZBVZeroBubble
-        ptpz) pt "pt_pp2_ZBVZeroBubble_r$r" llama_pp.py --schedule ZBVZeroBubble ;;
+        ptpz) PT_NPROC=$PP pt "pt_pp${PP}_ZBVZeroBubble_r$r" llama_pp.py --schedule ZBVZeroBubble ;;
         trc1) trj "tr_cp1gpu_r$r" 1 "${C[@]}" ;;
         trc) trj "tr_cp2_allgather_r$r" 2 "${C[@]}" \
                --parallelism.context_parallel_degree 2 \
@@ -372,11 +377,12 @@ for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
                          ("8B: PyTorch pipelining 1F1B + compile", "pt_pp2_1F1Bc_8b_r*", "pt"),
                          ("8B: trainrun PP 2 ZBVZeroBubble", "tr_pp2_ZBVZeroBubble_8b_r*", "tr"),
                          ("8B: PyTorch pipelining ZBVZeroBubble", "pt_pp2_ZBVZeroBubble_8b_r*", "pt"),
-                         ("trainrun PP 2 1F1B", "tr_pp2_1F1B_r*", "tr"),
-                         ("PyTorch pipelining 1F1B", "pt_pp2_1F1B_r*", "pt"),
-                         ("PyTorch pipelining 1F1B + compile", "pt_pp2_1F1Bc_r*", "pt"),
-                         ("trainrun PP 2 ZBVZeroBubble", "tr_pp2_ZBVZeroBubble_r*", "tr"),
-                         ("PyTorch pipelining ZBVZeroBubble (compile refused)", "pt_pp2_ZBVZeroBubble_r*", "pt"),
+                         *[row for n in (2, 4) for row in (
+                         ("trainrun PP %d 1F1B" % n, "tr_pp%d_1F1B_r*" % n, "tr"),
+                         ("PyTorch pipelining PP %d 1F1B" % n, "pt_pp%d_1F1B_r*" % n, "pt"),
+                         ("PyTorch pipelining PP %d 1F1B + compile" % n, "pt_pp%d_1F1Bc_r*" % n, "pt"),
+                         ("trainrun PP %d ZBVZeroBubble" % n, "tr_pp%d_ZBVZeroBubble_r*" % n, "tr"),
+                         ("PyTorch pipelining PP %d ZBVZeroBubble (compile refused)" % n, "pt_pp%d_ZBVZeroBubble_r*" % n, "pt"))],
                          ("CP length: trainrun, 1 GPU", "tr_cp1gpu_r*", "tr"),
                          ("CP length: trainrun CP 2 allgather", "tr_cp2_allgather_r*", "tr"),
                          ("CP length: trainrun CP 2 alltoall", "tr_cp2_alltoall_r*", "tr"),
