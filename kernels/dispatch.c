@@ -195,6 +195,31 @@ static int check_tokens(const chk_t* c, const tr_tensor_t* tokens,
   return 0;
 }
 
+/* The shapes every embedding entry checks: tokens [B, T], the table
+ * (wte or its gradient, named tab[0], rows named tab[1]) [rows, C], x (the
+ * output or its gradient, named xname) [B, T, C], the optional positions
+ * (named pname) [>= T, C]. */
+static int emb_shapes(const chk_t* c, const tr_tensor_t* tokens,
+                      const tr_tensor_t* t, const char* const tab[2],
+                      const tr_tensor_t* x, const char* xname,
+                      const tr_tensor_t* pos, const char* pname, int64_t* B,
+                      int64_t* T, int64_t* rows, int64_t* C) {
+  char want[32];
+  if (tokens->ndim != 2) return bad(c->op, "tokens", tokens, "expected [B, T]");
+  *B = tokens->shape[0];
+  *T = tokens->shape[1];
+  snprintf(want, sizeof want, "expected [%s, C]", tab[1]);
+  if (t->ndim != 2) return bad(c->op, tab[0], t, want);
+  *rows = t->shape[0];
+  *C = t->shape[1];
+  if (x->ndim != 3 || x->shape[0] != *B || x->shape[1] != *T ||
+      x->shape[2] != *C)
+    return bad(c->op, xname, x, "expected [B, T, C]");
+  if (pos && (pos->ndim != 2 || pos->shape[0] < *T || pos->shape[1] != *C))
+    return bad(c->op, pname, pos, "expected [>= T, C]");
+  return 0;
+}
+
 int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
                           const tr_tensor_t* wte, const tr_tensor_t* wpe) {
   chk_t c = {.op = "embedding_fwd"};
@@ -203,15 +228,10 @@ int tr_kern_embedding_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
   TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
   TR_CHECK(act(&c, wte, "wte", 1));
   TR_CHECK(opt_act(&c, wpe, "wpe"));
-  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
-  int64_t B = tokens->shape[0], T = tokens->shape[1];
-  if (wte->ndim != 2) return bad(c.op, "wte", wte, "expected [V, C]");
-  int64_t V = wte->shape[0], C = wte->shape[1];
-  if (out->ndim != 3 || out->shape[0] != B || out->shape[1] != T ||
-      out->shape[2] != C)
-    return bad(c.op, "out", out, "expected [B, T, C]");
-  if (wpe && (wpe->ndim != 2 || wpe->shape[0] < T || wpe->shape[1] != C))
-    return bad(c.op, "wpe", wpe, "expected [>= T, C]");
+  static const char* const tab[2] = {"wte", "V"};
+  int64_t B, T, V, C;
+  TR_CHECK(emb_shapes(&c, tokens, wte, tab, out, "out", wpe, "wpe", &B, &T, &V,
+                      &C));
   if (!fits_int(B) || !fits_int(T) || !fits_int(C)) return TR_EINVAL;
   TR_CHECK(check_tokens(&c, tokens, V));
   const tr_kern_ops_t* ops = table(&c, &rc);
@@ -228,20 +248,11 @@ int tr_kern_embedding_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
   TR_CHECK(opt(&c, dwpe, "dwpe", TR_F32));
   TR_CHECK(act(&c, dout, "dout", 1));
   TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
-  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
-  int64_t B = tokens->shape[0], T = tokens->shape[1];
-  if (dwte->ndim != 2) return bad(c.op, "dwte", dwte, "expected [V, C]");
-  int64_t V = dwte->shape[0], C = dwte->shape[1];
-  if (dout->ndim != 3 || dout->shape[0] != B || dout->shape[1] != T ||
-      dout->shape[2] != C)
-    return bad(c.op, "dout", dout, "expected [B, T, C]");
-  if (dwpe && (dwpe->ndim != 2 || dwpe->shape[0] < T || dwpe->shape[1] != C))
-    return bad(c.op, "dwpe", dwpe, "expected [>= T, C]");
-  if (c.dev.type == TR_DEV_CPU) {
-    const int32_t* tok = I(tokens);
-    for (int64_t i = 0; i < B * T; i++)
-      if (tok[i] < 0 || tok[i] >= V) return TR_EINVAL;
-  }
+  static const char* const tab[2] = {"dwte", "V"};
+  int64_t B, T, V, C;
+  TR_CHECK(emb_shapes(&c, tokens, dwte, tab, dout, "dout", dwpe, "dwpe", &B, &T,
+                      &V, &C));
+  TR_CHECK(check_tokens(&c, tokens, V));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->embedding_bwd(F(dwte), OF(dwpe), CF(dout), I(tokens), (int)B,
@@ -264,13 +275,10 @@ int tr_kern_embedding_rows_fwd(tr_tensor_t* out, const tr_tensor_t* tokens,
   TR_CHECK(act(&c, out, "out", 1));
   TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
   TR_CHECK(act(&c, wte, "wte", 1));
-  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
-  int64_t B = tokens->shape[0], T = tokens->shape[1];
-  if (wte->ndim != 2) return bad(c.op, "wte", wte, "expected [Vl, C]");
-  int64_t Vl = wte->shape[0], C = wte->shape[1];
-  if (out->ndim != 3 || out->shape[0] != B || out->shape[1] != T ||
-      out->shape[2] != C)
-    return bad(c.op, "out", out, "expected [B, T, C]");
+  static const char* const tab[2] = {"wte", "Vl"};
+  int64_t B, T, Vl, C;
+  TR_CHECK(emb_shapes(&c, tokens, wte, tab, out, "out", NULL, NULL, &B, &T, &Vl,
+                      &C));
   if (row0 < 0 || row0 + Vl > vocab || !fits_int(B) || !fits_int(T) ||
       !fits_int(C))
     return TR_EINVAL;
@@ -291,15 +299,10 @@ int tr_kern_embedding_rows_bwd(tr_tensor_t* dwte, tr_tensor_t* dwpe,
   TR_CHECK(opt(&c, dwpe, "dwpe", TR_F32));
   TR_CHECK(act(&c, dout, "dout", 1));
   TR_CHECK(arg(&c, tokens, "tokens", TR_I32, 1));
-  if (tokens->ndim != 2) return bad(c.op, "tokens", tokens, "expected [B, T]");
-  int64_t B = tokens->shape[0], T = tokens->shape[1];
-  if (dwte->ndim != 2) return bad(c.op, "dwte", dwte, "expected [Vl, C]");
-  int64_t Vl = dwte->shape[0], C = dwte->shape[1];
-  if (dout->ndim != 3 || dout->shape[0] != B || dout->shape[1] != T ||
-      dout->shape[2] != C)
-    return bad(c.op, "dout", dout, "expected [B, T, C]");
-  if (dwpe && (dwpe->ndim != 2 || dwpe->shape[0] < T || dwpe->shape[1] != C))
-    return bad(c.op, "dwpe", dwpe, "expected [>= T, C]");
+  static const char* const tab[2] = {"dwte", "Vl"};
+  int64_t B, T, Vl, C;
+  TR_CHECK(emb_shapes(&c, tokens, dwte, tab, dout, "dout", dwpe, "dwpe", &B, &T,
+                      &Vl, &C));
   if (row0 < 0) return TR_EINVAL;
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
