@@ -163,8 +163,7 @@ static void stall_begin(tr_pg_stall_t* s, int cuda, stall_mark_t* mk) {
 #endif
 }
 
-static void stall_end(tr_pg_stall_t* s, int cuda,
-                      const stall_mark_t* mk) {
+static void stall_end(tr_pg_stall_t* s, int cuda, const stall_mark_t* mk) {
   if (!cuda) {
     s->exposed_us += (tr__now() - mk->t0) * 1e6;
     return;
@@ -226,8 +225,8 @@ static void stall_release(tr_pg_stall_t* s) {
  * (FSDP's copy-out and grad layout, TP's sequence reorders) run on the
  * legacy stream, which is why that one always waits. */
 int tr_pg_waits_wait(tr_pg_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
-                int timed, const char* what, const char* kind,
-                const char* name) {
+                     int timed, const char* what, const char* kind,
+                     const char* name) {
   tr_pg_held_t h = {
       .w = w, .what = what, .kind = kind, .name = name, .timed = timed};
   stall_mark_t mk;

@@ -275,8 +275,8 @@ static int seq_collective(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
   TR_CHECK_GOTO(tr_tensor_empty(&out, t->dtype, t->device, 3, out_shape), rc,
                 done);
   if (!scatter)
-    TR_CHECK_GOTO(await(c, tr_pg_all_gather(pg, &flat, &src, c ? &w : NULL),
-                        &w, t, "all-gather"),
+    TR_CHECK_GOTO(await(c, tr_pg_all_gather(pg, &flat, &src, c ? &w : NULL), &w,
+                        t, "all-gather"),
                   rc, done);
   for (int r = 0; r < k; r++)
     for (int64_t b = 0; b < B; b++) {
@@ -290,7 +290,8 @@ static int seq_collective(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
     }
   if (scatter)
     TR_CHECK_GOTO(
-        await(c, tr_pg_reduce_scatter(pg, &out, &flat, TR_PG_SUM, c ? &w : NULL),
+        await(c,
+              tr_pg_reduce_scatter(pg, &out, &flat, TR_PG_SUM, c ? &w : NULL),
               &w, t, "reduce-scatter"),
         rc, done);
   take(t, &out);
@@ -358,11 +359,11 @@ static int collective(tr_pg_t* pg, tr_tp_comm_t* c, tr_tp_op_t op,
   switch (op) {
     case TR_TP_SUM:
     case TR_TP_MAX:
-      return await(c,
-                   tr_pg_all_reduce(pg, t, op == TR_TP_SUM ? TR_PG_SUM
-                                                           : TR_PG_MAX,
-                                    c ? &w : NULL),
-                   &w, t, "all-reduce");
+      return await(
+          c,
+          tr_pg_all_reduce(pg, t, op == TR_TP_SUM ? TR_PG_SUM : TR_PG_MAX,
+                           c ? &w : NULL),
+          &w, t, "all-reduce");
     case TR_TP_GATHER:
       return seq_collective(pg, c, t, 0);
     case TR_TP_SCATTER:

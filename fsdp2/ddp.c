@@ -399,7 +399,7 @@ static int post_backward(void* arg, tr_model_t* m, int64_t step) {
     tr_pg_work_t* w = d->works[b];
     d->works[b] = NULL; /* the waits have it now */
     int wrc = tr_pg_waits_wait(&d->waits, w, cuda, 1, d->timing, "all-reduce",
-                          "gradient bucket", d->buckets[b].name);
+                               "gradient bucket", d->buckets[b].name);
     if (cuda && d->waits.nheld > 0) d->held = 1; /* until step_end */
     if (wrc == 0 && rc == 0) wrc = bucket_copy(d, m, b, 0);
     if (rc == 0) rc = wrc;

@@ -187,9 +187,9 @@ static int flat_copy(tr_tensor_t* dst, int64_t doff, const tr_tensor_t* src,
  * output. */
 static int wait_op(tr_fsdp_t* f, tr_pg_work_t* w, int consume, const char* what,
                    int g) {
-  return tr_pg_waits_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA, consume,
-                     f->o.comm_timing && f->measure, what, "group",
-                     f->groups[g].def.name);
+  return tr_pg_waits_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA,
+                          consume, f->o.comm_timing && f->measure, what,
+                          "group", f->groups[g].def.name);
 }
 
 /* The sharded parameter / grad of p, wherever it is now. */

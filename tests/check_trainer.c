@@ -348,8 +348,7 @@ START_TEST(test_metrics_line) {
   m.comm_ms = 0; /* TP alone; nothing timed yet: n/a */
   m.tp_comm_hidden = NAN;
   tr_metrics_format(&m, 0, line, sizeof line);
-  ck_assert_ptr_nonnull(
-      strstr(line, "| eta n/a | tp comm 12.0 ms hidden n/a"));
+  ck_assert_ptr_nonnull(strstr(line, "| eta n/a | tp comm 12.0 ms hidden n/a"));
   ck_assert_ptr_null(strstr(line, "| comm"));
   m.tp_comm_ms = NAN;
   tr_metrics_format(&m, 0, line, sizeof line);

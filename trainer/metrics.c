@@ -194,8 +194,8 @@ static void json_num(FILE* f, const char* key, double v, int last) {
  * their JSONL keys and TensorBoard tags (per step, hidden fraction). */
 static const char* const dp_comm_keys[3] = {"comm_ms", "comm_exposed_ms",
                                             "comm_hidden"};
-static const char* const tp_comm_keys[3] = {
-    "tp_comm_ms", "tp_comm_exposed_ms", "tp_comm_hidden"};
+static const char* const tp_comm_keys[3] = {"tp_comm_ms", "tp_comm_exposed_ms",
+                                            "tp_comm_hidden"};
 static const char* const dp_comm_tags[3] = {
     "comm/ms_per_step", "comm/exposed_ms_per_step", "comm/hidden"};
 static const char* const tp_comm_tags[3] = {
@@ -267,8 +267,8 @@ int tr_metrics_log(tr_metrics_logger_t* l, const tr_metrics_t* m,
   }
   if (l->tb) {
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const char* tags[14] = {"loss_metrics/global_avg_loss", "grad_norm",
-                            "lr", "throughput(tps)"};
+    const char* tags[14] = {"loss_metrics/global_avg_loss", "grad_norm", "lr",
+                            "throughput(tps)"};
     double vals[14] = {m->loss, m->grad_norm, m->lr, m->tps};
     size_t n = 4;
     if (isfinite(m->tflops)) {

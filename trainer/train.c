@@ -517,10 +517,10 @@ int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
   if (!t->has_val)
     return tr_errmsg_set(err, TR_EINVAL, "validation is not enabled");
   if (t->tp_comm) tr_tp_comm_measure(t->tp_comm, 0); /* not a step's */
-  int rc = t->pp.pg ? tr__trainer_pp_validate(t, loss, ntokens, err)
-                    : eval_loop(&t->model, &t->val, t->val_B, t->val_steps,
-                                &t->dist, t->inputs, t->targets, loss,
-                                ntokens, err);
+  int rc = t->pp.pg
+               ? tr__trainer_pp_validate(t, loss, ntokens, err)
+               : eval_loop(&t->model, &t->val, t->val_B, t->val_steps, &t->dist,
+                           t->inputs, t->targets, loss, ntokens, err);
   if (t->tp_comm) tr_tp_comm_measure(t->tp_comm, 1);
   return rc;
 }

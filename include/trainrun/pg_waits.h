@@ -78,8 +78,8 @@ typedef struct {
 } tr_pg_held_t;
 
 typedef struct {
-  int lag;             /* works held at most before the host waits */
-  tr_pg_held_t* held;  /* [lag + 1], oldest first */
+  int lag;            /* works held at most before the host waits */
+  tr_pg_held_t* held; /* [lag + 1], oldest first */
   int nheld;
   tr_pg_stall_t stall; /* the compute's waits */
   /* since the last take */
