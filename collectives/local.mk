@@ -1,5 +1,6 @@
 # collectives/local.mk: process groups -- the engine (groups, works, the CPU
-# communication thread, the watchdog, local reductions) and the backends:
+# communication thread, the watchdog, local reductions), the compute's
+# waits for works and their timing (waits.c), and the backends:
 # fake always, Gloo (C++), MPI and NCCL when configure found them.
 libtrainrun_la_SOURCES += \
 	collectives/group.c \
@@ -8,9 +9,10 @@ libtrainrun_la_SOURCES += \
 	collectives/queue.c \
 	collectives/watchdog.c \
 	collectives/reduce.c \
+	collectives/waits.c \
 	collectives/fake.c
 noinst_HEADERS += collectives/internal.h
-trainruninclude_HEADERS += include/trainrun/pg.h
+trainruninclude_HEADERS += include/trainrun/pg.h include/trainrun/pg_waits.h
 if HAVE_GLOO
 libtrainrun_la_SOURCES += collectives/gloo.cc
 libtrainrun_la_LIBADD += $(GLOO_LIBS)

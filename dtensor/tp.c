@@ -3,7 +3,10 @@
  * the plan that turns each parameter's declared tp style into placements
  * on the mesh dim "tp", the model's tp hook (the seam's sums, max,
  * all-gathers and reduce-scatters over the tp group, with the reorders that
- * batch-major [B, T, C] needs), the gather of a tp-sharded tensor, and the
+ * batch-major [B, T, C] needs; blocking ops, or under [metrics]
+ * comm_overlap ops with work handles that the compute waits for through
+ * the timed waits of collectives/waits.c), the gather of a tp-sharded
+ * tensor, and the
  * squared gradient norm that counts a tp-replicated parameter once
  * (trainrun/dtensor.h). */
 #include "config.h"
@@ -17,6 +20,7 @@
 #include "trainrun/error.h"
 #include "trainrun/kernels.h" /* tr_kern_sum_squares_multi */
 #include "trainrun/log.h"
+#include "trainrun/pg_waits.h" /* the timed hook's waits */
 
 /* ---- the plan ---- */
 
@@ -167,6 +171,68 @@ int tr_tp_plan_describe(const tr_model_t* m, FILE* f) {
 void tr_tp_opts_init(tr_tp_opts_t* o) {
   o->sequence_parallel = 1;
   o->loss_parallel = 1;
+  o->comm = NULL;
+}
+
+/* The timed hook's state ([metrics] comm_overlap). */
+struct tr_tp_comm {
+  tr_pg_t* pg;
+  tr_pg_waits_t waits;
+  int measure;   /* 0: the ops go uncounted (validation) */
+  int64_t steps; /* tr_tp_comm_step_end calls since the take */
+};
+
+/* Works held on CUDA before the host waits for the oldest: two layers'
+ * forward ops under sequence parallel (the work keeps its buffers, so a
+ * longer lead would hold more activation-sized memory). */
+enum { COMM_LAG = 8 };
+
+int tr_tp_comm_new(tr_pg_t* tp, tr_tp_comm_t** out) {
+  *out = NULL;
+  if (!tp) return TR_EINVAL;
+  tr_tp_comm_t* c = calloc(1, sizeof *c);
+  if (!c) return TR_ENOMEM;
+  int rc = tr_pg_waits_init(&c->waits, COMM_LAG);
+  if (rc == 0 && (rc = tr_pg_set_op_timing(tp, 1)) < 0)
+    tr_pg_waits_release(&c->waits);
+  if (rc < 0) {
+    free(c);
+    return rc;
+  }
+  c->pg = tp;
+  c->measure = 1;
+  *out = c;
+  return 0;
+}
+
+void tr_tp_comm_free(tr_tp_comm_t* c) {
+  if (!c) return;
+  tr_pg_waits_release(&c->waits);
+  tr_pg_set_op_timing(c->pg, 0); /* the group outlives c */
+  free(c);
+}
+
+void tr_tp_comm_measure(tr_tp_comm_t* c, int on) { c->measure = on != 0; }
+
+int tr_tp_comm_step_end(tr_tp_comm_t* c) {
+  int rc = tr_pg_waits_drain(&c->waits);
+  c->steps++;
+  return rc;
+}
+
+void tr_tp_comm_take(tr_tp_comm_t* c, tr_pg_comm_t* out) {
+  tr_pg_waits_take(&c->waits, &c->steps, out);
+}
+
+/* After an op issued on c's group with a work handle into *w (c ? w :
+ * NULL; read here, after the issue): the compute waits for it through c's
+ * waits (timed while measuring); without c the op was blocking. rc: the
+ * issue's status. */
+static int await(tr_tp_comm_t* c, int rc, tr_pg_work_t** w,
+                 const tr_tensor_t* t, const char* what) {
+  if (!c || rc < 0) return rc;
+  return tr_pg_waits_wait(&c->waits, *w, t->device.type == TR_DEV_CUDA, 1,
+                          c->measure, what, "group", tr_pg_desc(c->pg));
 }
 
 /* *t becomes out (its reference moved), the old one released. */
@@ -192,7 +258,8 @@ static int seq_views(const tr_tensor_t* seq, const tr_tensor_t* flat, int r,
 /* [B, Tl, W] -> [B, k Tl, W]: the all-gather's [k][B][Tl][W] reordered
  * (dir 0), or [B, k Tl, W] -> its reduce-scatter's [B, Tl, W] through the
  * reorder the other way (dir 1). */
-static int seq_collective(tr_pg_t* pg, tr_tensor_t* t, int scatter) {
+static int seq_collective(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
+                          int scatter) {
   int k = tr_pg_size(pg);
   int64_t B = t->shape[0], W = t->shape[2];
   int64_t Tl = scatter ? t->shape[1] / k : t->shape[1];
@@ -200,6 +267,7 @@ static int seq_collective(tr_pg_t* pg, tr_tensor_t* t, int scatter) {
   int64_t out_shape[3] = {B, scatter ? Tl : Tl * k, W};
   if (t->ndim != 3 || (scatter && t->shape[1] % k)) return TR_ESHAPE;
   tr_tensor_t src = {0}, flat = {0}, out = {0};
+  tr_pg_work_t* w = NULL;
   int rc;
   TR_CHECK_GOTO(tr_tensor_contiguous(&src, t), rc, done);
   TR_CHECK_GOTO(tr_tensor_empty(&flat, t->dtype, t->device, 1, flat_shape), rc,
@@ -207,7 +275,9 @@ static int seq_collective(tr_pg_t* pg, tr_tensor_t* t, int scatter) {
   TR_CHECK_GOTO(tr_tensor_empty(&out, t->dtype, t->device, 3, out_shape), rc,
                 done);
   if (!scatter)
-    TR_CHECK_GOTO(tr_pg_all_gather(pg, &flat, &src, NULL), rc, done);
+    TR_CHECK_GOTO(await(c, tr_pg_all_gather(pg, &flat, &src, c ? &w : NULL), &w,
+                        t, "all-gather"),
+                  rc, done);
   for (int r = 0; r < k; r++)
     for (int64_t b = 0; b < B; b++) {
       tr_tensor_t v = {0}, f = {0};
@@ -219,8 +289,11 @@ static int seq_collective(tr_pg_t* pg, tr_tensor_t* t, int scatter) {
       if (rc < 0) goto done;
     }
   if (scatter)
-    TR_CHECK_GOTO(tr_pg_reduce_scatter(pg, &out, &flat, TR_PG_SUM, NULL), rc,
-                  done);
+    TR_CHECK_GOTO(
+        await(c,
+              tr_pg_reduce_scatter(pg, &out, &flat, TR_PG_SUM, c ? &w : NULL),
+              &w, t, "reduce-scatter"),
+        rc, done);
   take(t, &out);
   rc = 0;
 done:
@@ -231,7 +304,7 @@ done:
 }
 
 /* [..., Wl] -> [..., k Wl], rank r's columns at [r Wl, (r+1) Wl). */
-static int gather_last(tr_pg_t* pg, tr_tensor_t* t) {
+static int gather_last(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t) {
   int k = tr_pg_size(pg), d = t->ndim - 1;
   int64_t Wl = t->shape[d], n = tr_tensor_numel(t), rows = n / Wl;
   int64_t flat_shape[1] = {n * k}, piece[2] = {rows, Wl},
@@ -240,6 +313,7 @@ static int gather_last(tr_pg_t* pg, tr_tensor_t* t) {
   memcpy(out_shape, t->shape, sizeof out_shape);
   out_shape[d] = Wl * k;
   tr_tensor_t src = {0}, flat = {0}, out = {0}, out2 = {0};
+  tr_pg_work_t* w = NULL;
   int rc;
   if (t->device.type != TR_DEV_CPU) {
     TR_LOG_ERROR(DT,
@@ -253,7 +327,9 @@ static int gather_last(tr_pg_t* pg, tr_tensor_t* t) {
                 done);
   TR_CHECK_GOTO(tr_tensor_empty(&out, t->dtype, t->device, t->ndim, out_shape),
                 rc, done);
-  TR_CHECK_GOTO(tr_pg_all_gather(pg, &flat, &src, NULL), rc, done);
+  TR_CHECK_GOTO(await(c, tr_pg_all_gather(pg, &flat, &src, c ? &w : NULL), &w,
+                      t, "all-gather"),
+                rc, done);
   TR_CHECK_GOTO(tr_tensor_reshape(&out2, &out, 2, wide), rc, done);
   for (int r = 0; r < k; r++) {
     tr_tensor_t f = {0}, v = {0};
@@ -275,24 +351,42 @@ done:
   return rc;
 }
 
-int tr_tp_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
-                     tr_tensor_t* t) {
-  (void)point; /* what to do is the op; the point says where */
-  tr_pg_t* pg = arg;
+/* The op over pg; c: issued with a work handle and waited for through c
+ * (NULL: blocking). */
+static int collective(tr_pg_t* pg, tr_tp_comm_t* c, tr_tp_op_t op,
+                      tr_tensor_t* t) {
+  tr_pg_work_t* w = NULL;
   switch (op) {
     case TR_TP_SUM:
-      return tr_pg_all_reduce(pg, t, TR_PG_SUM, NULL);
     case TR_TP_MAX:
-      return tr_pg_all_reduce(pg, t, TR_PG_MAX, NULL);
+      return await(
+          c,
+          tr_pg_all_reduce(pg, t, op == TR_TP_SUM ? TR_PG_SUM : TR_PG_MAX,
+                           c ? &w : NULL),
+          &w, t, "all-reduce");
     case TR_TP_GATHER:
-      return seq_collective(pg, t, 0);
+      return seq_collective(pg, c, t, 0);
     case TR_TP_SCATTER:
-      return seq_collective(pg, t, 1);
+      return seq_collective(pg, c, t, 1);
     case TR_TP_GATHER_LAST:
-      return gather_last(pg, t);
+      return gather_last(pg, c, t);
     default:
       return TR_EINVAL;
   }
+}
+
+int tr_tp_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
+                     tr_tensor_t* t) {
+  (void)point; /* what to do is the op; the point says where */
+  return collective(arg, NULL, op, t);
+}
+
+/* The hook under [metrics] comm_overlap: arg is a tr_tp_comm_t. */
+static int timed_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
+                            tr_tensor_t* t) {
+  (void)point;
+  tr_tp_comm_t* c = arg;
+  return collective(c->pg, c, op, t);
 }
 
 void tr_tp_install(tr_model_t* m, tr_pg_t* tp, const tr_tp_opts_t* opts) {
@@ -301,8 +395,8 @@ void tr_tp_install(tr_model_t* m, tr_pg_t* tp, const tr_tp_opts_t* opts) {
   if (opts) o = *opts;
   memset(&m->tp, 0, sizeof m->tp);
   if (!tp || tr_pg_size(tp) < 2) return; /* the bits of no seam */
-  m->tp.fn = tr_tp_collective;
-  m->tp.arg = tp;
+  m->tp.fn = o.comm ? timed_collective : tr_tp_collective;
+  m->tp.arg = o.comm ? (void*)o.comm : (void*)tp;
   m->tp.size = tr_pg_size(tp);
   m->tp.rank = tr_pg_rank(tp);
   m->tp.sequence_parallel = o.sequence_parallel != 0;

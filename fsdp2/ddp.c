@@ -3,10 +3,10 @@
  * hooks of the last micro-step as each bucket's gradients become final,
  * and exact scalar sums over a process group (trainrun/ddp.h). It shares
  * FSDP's scalar sum (reduce.c) and the compute's waits and their stall
- * timer (overlap.c).
+ * timer (collectives/waits.c, trainrun/pg_waits.h).
  *
  * How the step waits for the all-reduces (post_backward, through
- * tr__dp_wait):
+ * tr_pg_waits_wait):
  *  - CPU tensors (Gloo, MPI): the host waits for each bucket in turn,
  *    copies its sums back into the grads, and frees the work; an error
  *    fails post_backward.
@@ -34,10 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp2/internal.h" /* the waits and their stall timer */
 #include "trainrun/ddp.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
+#include "trainrun/pg_waits.h" /* the waits and their stall timer */
 
 typedef struct {
   tr_tensor_t flat; /* 1-D, numel = the sum of its params' numel */
@@ -65,7 +65,7 @@ struct tr_ddp {
   int nbuckets;
   /* the works post_backward handed over: (CUDA) waited for by the streams
    * and held until the host sees them complete; their stall timer */
-  tr__dp_waits_t waits;
+  tr_pg_waits_t waits;
   /* the optimizer step in progress */
   int in_step;       /* pre_micro_step began it; post_backward ends it */
   int64_t step;      /* its number, from 1 */
@@ -106,7 +106,7 @@ int tr_ddp_new(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
     }
     d->timing = 1;
   }
-  int rc = tr__dp_waits_init(&d->waits, 1);
+  int rc = tr_pg_waits_init(&d->waits, 1);
   if (rc < 0) {
     if (d->timing) tr_pg_set_op_timing(opts->pg, 0);
     free(d);
@@ -122,7 +122,7 @@ int tr_ddp_new(const tr_ddp_opts_t* opts, tr_ddp_t** out) {
  * read the stalls; the first error. */
 static int reap(tr_ddp_t* d) {
   d->held = 0;
-  return tr__dp_waits_drain(&d->waits);
+  return tr_pg_waits_drain(&d->waits);
 }
 
 /* Wait for every all-reduce still in flight (a step that failed between
@@ -159,7 +159,7 @@ static void drop_buckets(tr_ddp_t* d) {
 void tr_ddp_free(tr_ddp_t* d) {
   if (!d) return;
   drop_buckets(d);
-  tr__dp_waits_release(&d->waits);
+  tr_pg_waits_release(&d->waits);
   if (d->timing) tr_pg_set_op_timing(d->pg, 0); /* the group outlives d */
   free(d);
 }
@@ -220,8 +220,8 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
   final_block = NULL;
   /* every bucket's work may be held at once (CUDA): no host wait before
    * the step's end */
-  tr__dp_waits_release(&d->waits);
-  if (tr__dp_waits_init(&d->waits, d->nbuckets) < 0) goto out_nomem;
+  tr_pg_waits_release(&d->waits);
+  if (tr_pg_waits_init(&d->waits, d->nbuckets) < 0) goto out_nomem;
   for (int b = 0; b < d->nbuckets; b++) {
     ddp_bucket_t* k = &d->buckets[b];
     snprintf(k->name, sizeof k->name, "%d", b);
@@ -398,8 +398,8 @@ static int post_backward(void* arg, tr_model_t* m, int64_t step) {
     int cuda = d->buckets[b].flat.device.type == TR_DEV_CUDA;
     tr_pg_work_t* w = d->works[b];
     d->works[b] = NULL; /* the waits have it now */
-    int wrc = tr__dp_wait(&d->waits, w, cuda, 1, d->timing, "all-reduce",
-                          "gradient bucket", d->buckets[b].name);
+    int wrc = tr_pg_waits_wait(&d->waits, w, cuda, 1, d->timing, "all-reduce",
+                               "gradient bucket", d->buckets[b].name);
     if (cuda && d->waits.nheld > 0) d->held = 1; /* until step_end */
     if (wrc == 0 && rc == 0) wrc = bucket_copy(d, m, b, 0);
     if (rc == 0) rc = wrc;
@@ -421,9 +421,9 @@ static int step_end(void* arg) {
   return rc;
 }
 
-static void comm_take(void* arg, tr_dp_comm_t* out) {
+static void comm_take(void* arg, tr_pg_comm_t* out) {
   tr_ddp_t* d = arg;
-  tr__dp_waits_take(&d->waits, &d->timed_steps, out);
+  tr_pg_waits_take(&d->waits, &d->timed_steps, out);
 }
 
 static int all_reduce_sum(void* arg, double* vals, int n) {

@@ -15,6 +15,7 @@
 #include "trainrun/fsdp2.h"
 #include "trainrun/kernels.h" /* accumulate, scale */
 #include "trainrun/log.h"
+#include "trainrun/pg_waits.h" /* how the compute waits */
 
 typedef struct {
   tr__fsdp_group_t def; /* blocks, params, offsets (fsdp2/internal.h) */
@@ -58,8 +59,8 @@ struct tr_fsdp {
   int pipelined;
   int64_t syncs;
   tr_fsdp_stats_t stats;
-  /* how the compute waits for the collectives (fsdp2/overlap.c) */
-  tr__dp_waits_t waits;
+  /* how the compute waits for the collectives (collectives/waits.c) */
+  tr_pg_waits_t waits;
   int measure;         /* this pass counts in the comm timing (not eval) */
   int64_t timed_steps; /* tr_fsdp_step_end calls with comm_timing on */
 };
@@ -133,14 +134,14 @@ int tr_fsdp_new(const tr_fsdp_opts_t* opts, tr_fsdp_t** out) {
   /* the host may run this many collectives ahead of the device: two per
    * group (all-gather and reduce-scatter) over the prefetched groups and
    * the one computing, plus one group's slack */
-  rc = tr__dp_waits_init(&f->waits, 2 * (opts->prefetch_depth + 2));
+  rc = tr_pg_waits_init(&f->waits, 2 * (opts->prefetch_depth + 2));
   if (rc == 0 && opts->comm_timing) {
     rc = tr_pg_set_op_timing(opts->shard_pg, 1);
     if (rc == 0 && opts->replicate_pg)
       rc = tr_pg_set_op_timing(opts->replicate_pg, 1);
   }
   if (rc < 0) {
-    tr__dp_waits_release(&f->waits);
+    tr_pg_waits_release(&f->waits);
     free(f);
     return rc;
   }
@@ -182,13 +183,13 @@ static int flat_copy(tr_tensor_t* dst, int64_t doff, const tr_tensor_t* src,
 }
 
 /* The compute (CUDA: its stream; CPU: the host) waits for w, an op of
- * group g (fsdp2/overlap.c); w is taken. consume 0: nobody reads its
+ * group g (collectives/waits.c); w is taken. consume 0: nobody reads its
  * output. */
 static int wait_op(tr_fsdp_t* f, tr_pg_work_t* w, int consume, const char* what,
                    int g) {
-  return tr__dp_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA, consume,
-                     f->o.comm_timing && f->measure, what, "group",
-                     f->groups[g].def.name);
+  return tr_pg_waits_wait(&f->waits, w, f->m->device.type == TR_DEV_CUDA,
+                          consume, f->o.comm_timing && f->measure, what,
+                          "group", f->groups[g].def.name);
 }
 
 /* The sharded parameter / grad of p, wherever it is now. */
@@ -257,7 +258,7 @@ static int finish_gather(tr_fsdp_t* f, int gi) {
   fsdp_group_t* g = &f->groups[gi];
   const tr__fsdp_group_t* d = &g->def;
   /* CUDA: the copy-out below is ordered after the op on the device; the
-   * host goes on (fsdp2/overlap.c says why releasing ag_in is safe) */
+   * host goes on (collectives/waits.c says why releasing ag_in is safe) */
   int rc = wait_op(f, g->ag, 1, "all-gather", gi);
   g->ag = NULL;
   tr_tensor_release(&g->ag_in);
@@ -511,13 +512,13 @@ int tr_fsdp_sync_grads(tr_fsdp_t* f) {
 }
 
 int tr_fsdp_step_end(tr_fsdp_t* f) {
-  int rc = tr__dp_waits_drain(&f->waits);
+  int rc = tr_pg_waits_drain(&f->waits);
   if (f->o.comm_timing) f->timed_steps++;
   return rc;
 }
 
-void tr_fsdp_comm_take(tr_fsdp_t* f, tr_dp_comm_t* out) {
-  tr__dp_waits_take(&f->waits, &f->timed_steps, out);
+void tr_fsdp_comm_take(tr_fsdp_t* f, tr_pg_comm_t* out) {
+  tr_pg_waits_take(&f->waits, &f->timed_steps, out);
 }
 
 /* ---- the hooks ---- */
@@ -729,7 +730,7 @@ int tr_fsdp_gather_full(tr_fsdp_t* f) {
     tr_tensor_release(&g->full); /* the params' views keep it */
   }
   f->whole = 1;
-  return tr__dp_waits_drain(&f->waits);
+  return tr_pg_waits_drain(&f->waits);
 }
 
 void tr_fsdp_free(tr_fsdp_t* f) {
@@ -751,7 +752,7 @@ void tr_fsdp_free(tr_fsdp_t* f) {
     tr_tensor_release(&gr->full);
     tr_tensor_release(&gr->gfull);
   }
-  tr__dp_waits_release(&f->waits);
+  tr_pg_waits_release(&f->waits);
   for (int i = 0; i < f->plan.nparams; i++) {
     if (f->sh_data) tr_tensor_release(&f->sh_data[i]);
     if (f->sh_grad) tr_tensor_release(&f->sh_grad[i]);
@@ -800,7 +801,7 @@ static int dist_gather(void* arg, tr_model_t* m) {
 
 static int dist_step_end(void* arg) { return tr_fsdp_step_end(arg); }
 
-static void dist_comm_take(void* arg, tr_dp_comm_t* out) {
+static void dist_comm_take(void* arg, tr_pg_comm_t* out) {
   tr_fsdp_comm_take(arg, out);
 }
 

@@ -1,11 +1,10 @@
 # fsdp2/: data parallelism, all of it -- FSDP2, HSDP and DDP, sharing the
-# scalar sum (reduce.c) and the compute's waits with their stall timer
-# (overlap.c) behind the trainer's seam (trainrun/dp.h).
+# scalar sum (reduce.c) behind the trainer's seam (trainrun/dp.h); the
+# compute's waits with their stall timer are collectives/waits.c.
 # Included from the top-level Makefile.am.
 libtrainrun_la_SOURCES += \
 	fsdp2/plan.c \
 	fsdp2/fsdp.c \
-	fsdp2/overlap.c \
 	fsdp2/reduce.c \
 	fsdp2/ddp.c
 noinst_HEADERS += fsdp2/internal.h

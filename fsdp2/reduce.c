@@ -1,19 +1,12 @@
 /* fsdp2/reduce.c: what every data-parallel layer (DDP, FSDP, HSDP) shares
- * for its scalars — the exact rank-ordered sum over a group and the
- * hidden fraction of the communication (trainrun/dp.h). */
+ * for its scalars — the exact rank-ordered sum over a group
+ * (trainrun/dp.h). */
 #include "config.h"
 
-#include <math.h> /* NAN */
 #include <stdlib.h>
 
 #include "trainrun/dp.h"
 #include "trainrun/error.h"
-
-double tr_dp_comm_hidden(double comm_ms, double exposed_ms) {
-  if (!(comm_ms > 0)) return NAN;
-  double h = 1.0 - exposed_ms / comm_ms;
-  return h < 0 ? 0 : h > 1 ? 1 : h;
-}
 
 int tr_dp_sum_over(tr_pg_t* pg, double* vals, int n) {
   if (!pg || n <= 0) return 0;

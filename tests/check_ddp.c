@@ -219,7 +219,7 @@ static void run_body(tr_pg_t* world, pg_ctx_t* ctx) {
   PCHECK(rc == 0 && stopped == 0);
   PCHECK(tr_ddp_reduces(d) == (int64_t)TIMED_STEPS * tr_ddp_nbuckets(d));
   /* the trainer took the figures at every step's line */
-  tr_dp_comm_t left;
+  tr_pg_comm_t left;
   dist.comm_take(dist.arg, &left);
   PCHECK(left.steps == 0 && left.comm_ms == 0 && left.exposed_ms == 0);
   if (con) PCHECK(fclose(con) == 0);

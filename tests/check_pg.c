@@ -393,6 +393,13 @@ START_TEST(test_gloo_timing) {
   all_ok(2, st);
 }
 END_TEST
+
+START_TEST(test_gloo_waits) {
+  int st[2];
+  run(2, "gloo", pg_body_waits, 30, st);
+  all_ok(2, st);
+}
+END_TEST
 #endif
 
 static Suite* pg_suite(void) {
@@ -416,6 +423,7 @@ static Suite* pg_suite(void) {
   tcase_add_test(tc, test_gloo_job_failure);
   tcase_add_test(tc, test_gloo_hooks);
   tcase_add_test(tc, test_gloo_timing);
+  tcase_add_test(tc, test_gloo_waits);
   suite_add_tcase(s, tc);
 #endif
   return s;

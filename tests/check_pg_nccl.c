@@ -80,6 +80,13 @@ START_TEST(test_nccl_timing) {
 }
 END_TEST
 
+START_TEST(test_nccl_waits) {
+  int st[16], n = g_ngpu;
+  run(n, pg_body_waits, 60, st);
+  all_ok(n, st);
+}
+END_TEST
+
 /* CUDA must not be initialised in a process that forks ranks: count the
  * devices in a child. */
 static int count_gpus(void) {
@@ -115,6 +122,7 @@ int main(void) {
   tcase_add_test(tc, test_nccl_rank_dies);
   tcase_add_test(tc, test_nccl_hooks);
   tcase_add_test(tc, test_nccl_timing);
+  tcase_add_test(tc, test_nccl_waits);
   suite_add_tcase(s, tc);
   SRunner* sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -335,6 +335,24 @@ START_TEST(test_metrics_line) {
                                "3.00/70.00 GiB | eta n/a"));
   tr_metrics_format(&m, 1, line, sizeof line);
   ck_assert_ptr_nonnull(strstr(line, "\033[")); /* colored */
+  /* [metrics] comm_overlap: data-parallel, then tensor-parallel figures */
+  m.comm_ms = 31.24;
+  m.comm_hidden = 0.874;
+  m.tp_comm_ms = 12.04;
+  m.tp_comm_hidden = 0.031;
+  tr_metrics_format(&m, 0, line, sizeof line);
+  ck_assert_ptr_nonnull(strstr(line,
+                               "| eta n/a | comm 31.2 ms hidden 87% | tp comm "
+                               "12.0 ms hidden 3%"));
+  ck_assert_int_eq(line[strlen(line) - 1], '%');
+  m.comm_ms = 0; /* TP alone; nothing timed yet: n/a */
+  m.tp_comm_hidden = NAN;
+  tr_metrics_format(&m, 0, line, sizeof line);
+  ck_assert_ptr_nonnull(strstr(line, "| eta n/a | tp comm 12.0 ms hidden n/a"));
+  ck_assert_ptr_null(strstr(line, "| comm"));
+  m.tp_comm_ms = NAN;
+  tr_metrics_format(&m, 0, line, sizeof line);
+  ck_assert_ptr_null(strstr(line, "comm"));
   char d[32];
   ck_assert_str_eq(tr_metrics_format_duration(3723, d, sizeof d), "1h02m03s");
   ck_assert_str_eq(tr_metrics_format_duration(59.6, d, sizeof d), "1m00s");

@@ -18,6 +18,7 @@
 #include "tests/pg_suite.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
+#include "trainrun/pg_waits.h"
 
 int pg_test_rank = -1;
 const char* pg_failure_key;
@@ -1111,6 +1112,53 @@ void pg_body_timing(tr_pg_t* world, pg_ctx_t* c) {
   all_equal(&b, 2.0 * n * n * n);
   tr_tensor_release(&a);
   tr_tensor_release(&b);
+}
+
+/* trainrun/pg_waits.h: the compute's waits for works (host on the CPU,
+ * streams on CUDA with the handles held, at most lag of them) and their
+ * timing: untimed waits count nothing; timed ones count every op once
+ * with its duration, and the take zeroes the totals and the steps. */
+void pg_body_waits(tr_pg_t* world, pg_ctx_t* c) {
+  int n = c->size, cuda = c->dev == TR_DEV_CUDA;
+  PCHECK(tr_pg_comm_hidden(10, 2) == 0.8);
+  PCHECK(tr_pg_comm_hidden(10, 20) == 0 && tr_pg_comm_hidden(10, -1) == 1);
+  PCHECK(isnan(tr_pg_comm_hidden(0, 1)));
+  tr_tensor_t a = filled(c, 1 << 12, 1);
+  tr_pg_waits_t q;
+  tr_pg_comm_t out;
+  tr_pg_work_t* w = NULL;
+  int64_t steps = 1;
+  PCHECK_RC(tr_pg_waits_init(&q, 2));
+  PCHECK_RC(tr_pg_all_reduce(world, &a, TR_PG_SUM, &w));
+  PCHECK_RC(tr_pg_waits_wait(&q, w, cuda, 1, 0, "all-reduce", "test", "a"));
+  PCHECK_RC(tr_pg_waits_drain(&q));
+  tr_pg_waits_take(&q, &steps, &out);
+  PCHECK(out.steps == 1 && steps == 0 && out.ops == 0 && out.comm_ms == 0 &&
+         out.exposed_ms == 0 && isnan(out.hidden));
+
+  PCHECK_RC(tr_pg_set_op_timing(world, 1));
+  for (int i = 0; i < 5; i++) { /* past the lag: the oldest settled */
+    PCHECK_RC(tr_pg_all_reduce(world, &a, TR_PG_SUM, &w));
+    PCHECK_RC(tr_pg_waits_wait(&q, w, cuda, 1, 1, "all-reduce", "test", "a"));
+    PCHECK(q.nheld <= 2 && (cuda || q.nheld == 0));
+  }
+  PCHECK_RC(tr_pg_waits_drain(&q));
+  PCHECK(q.nheld == 0);
+  steps = 2;
+  tr_pg_waits_take(&q, &steps, &out);
+  if (!(out.ops == 5 && out.comm_ms > 0 && out.exposed_ms >= 0))
+    fprintf(stderr, "rank %d: ops %lld comm %g ms exposed %g ms\n",
+            pg_test_rank, (long long)out.ops, out.comm_ms, out.exposed_ms);
+  PCHECK(out.steps == 2 && out.ops == 5 && out.comm_ms > 0 &&
+         out.exposed_ms >= 0);
+  PCHECK(out.hidden == tr_pg_comm_hidden(out.comm_ms, out.exposed_ms));
+  all_equal(&a, pow(n, 6)); /* the results the waits ordered */
+  tr_pg_waits_take(&q, &steps, &out);
+  PCHECK(out.steps == 0 && out.ops == 0 && out.comm_ms == 0 &&
+         out.exposed_ms == 0);
+  PCHECK_RC(tr_pg_set_op_timing(world, 0));
+  tr_pg_waits_release(&q);
+  tr_tensor_release(&a);
 }
 
 void pg_body_job_failure(tr_pg_t* world, pg_ctx_t* c) {

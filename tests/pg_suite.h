@@ -76,6 +76,7 @@ void pg_body_timeout(tr_pg_t* world, pg_ctx_t* ctx);   /* 2 ranks */
 void pg_body_die(tr_pg_t* world, pg_ctx_t* ctx);       /* last rank dies */
 void pg_body_hooks(tr_pg_t* world, pg_ctx_t* ctx);     /* recorder hooks */
 void pg_body_timing(tr_pg_t* world, pg_ctx_t* ctx);    /* op durations */
+void pg_body_waits(tr_pg_t* world, pg_ctx_t* ctx);     /* pg_waits.h */
 /* 2 ranks, pg_failure_key set: rank 1 stays out of an all-reduce and writes
  * a failure report there; rank 0's op fails with it within seconds. */
 void pg_body_job_failure(tr_pg_t* world, pg_ctx_t* ctx);

@@ -92,6 +92,22 @@ static void format_bytes_pair(int64_t cur, int64_t peak, char* buf,
 #define C_BLUE "\033[34m"
 #define C_MAGENTA "\033[35m"
 
+/* " | <what> 31.2 ms hidden 87%" appended to the line of length n in buf
+ * when ms was measured; the new length (snprintf's). */
+static int comm_suffix(char* buf, size_t cap, int n, const char* what,
+                       double ms, double hidden) {
+  if (n < 0 || !(ms > 0)) return n;
+  size_t at = (size_t)n < cap ? (size_t)n : (cap ? cap - 1 : 0);
+  char hid[32];
+  if (isfinite(hidden))
+    snprintf(hid, sizeof hid, "%.0f%%", 100.0 * hidden);
+  else
+    snprintf(hid, sizeof hid, "n/a");
+  int k = snprintf(cap ? buf + at : NULL, cap - at, " | %s %.1f ms hidden %s",
+                   what, ms, hid);
+  return k > 0 ? n + k : n;
+}
+
 int tr_metrics_format(const tr_metrics_t* m, int color, char* buf, size_t cap) {
   char tflops[32], mfu[32], mem[64], eta[32];
   if (isfinite(m->tflops))
@@ -115,17 +131,9 @@ int tr_metrics_format(const tr_metrics_t* m, int color, char* buf, size_t cap) {
       m->loss, c0, color ? C_YELLOW : "", m->grad_norm, c0, m->lr,
       color ? C_BLUE : "", m->tps, c0, tflops, color ? C_MAGENTA : "", mfu, c0,
       color ? C_CYAN : "", mem, c0, eta);
-  if (n >= 0 && m->comm_ms > 0) { /* FSDP, DDP: [metrics] comm_overlap */
-    size_t at = (size_t)n < cap ? (size_t)n : (cap ? cap - 1 : 0);
-    char hid[32];
-    if (isfinite(m->comm_hidden))
-      snprintf(hid, sizeof hid, "%.0f%%", 100.0 * m->comm_hidden);
-    else
-      snprintf(hid, sizeof hid, "n/a");
-    int k = snprintf(cap ? buf + at : NULL, cap - at,
-                     " | comm %.1f ms hidden %s", m->comm_ms, hid);
-    if (k > 0) n += k;
-  }
+  /* [metrics] comm_overlap: FSDP, DDP; the tp hook */
+  n = comm_suffix(buf, cap, n, "comm", m->comm_ms, m->comm_hidden);
+  n = comm_suffix(buf, cap, n, "tp comm", m->tp_comm_ms, m->tp_comm_hidden);
   return n;
 }
 
@@ -182,6 +190,43 @@ static void json_num(FILE* f, const char* key, double v, int last) {
     fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
+/* [metrics] comm_overlap's figures, data-parallel and tensor-parallel:
+ * their JSONL keys and TensorBoard tags (per step, hidden fraction). */
+static const char* const dp_comm_keys[3] = {"comm_ms", "comm_exposed_ms",
+                                            "comm_hidden"};
+static const char* const tp_comm_keys[3] = {"tp_comm_ms", "tp_comm_exposed_ms",
+                                            "tp_comm_hidden"};
+static const char* const dp_comm_tags[3] = {
+    "comm/ms_per_step", "comm/exposed_ms_per_step", "comm/hidden"};
+static const char* const tp_comm_tags[3] = {
+    "comm/tp_ms_per_step", "comm/tp_exposed_ms_per_step", "comm/tp_hidden"};
+
+/* The three figures under keys, when ms was measured. */
+static void json_comm(FILE* f, const char* const keys[3], double ms,
+                      double exposed, double hidden) {
+  if (!(ms > 0)) return;
+  json_num(f, keys[0], ms, 0);
+  json_num(f, keys[1], exposed, 0);
+  json_num(f, keys[2], hidden, 0);
+}
+
+/* The same as TensorBoard scalars after the n in tags / vals (hidden only
+ * when finite); the new count. */
+static size_t tb_comm(const char** tags, double* vals, size_t n,
+                      const char* const names[3], double ms, double exposed,
+                      double hidden) {
+  if (!(ms > 0)) return n;
+  tags[n] = names[0];
+  vals[n++] = ms;
+  tags[n] = names[1];
+  vals[n++] = exposed;
+  if (isfinite(hidden)) {
+    tags[n] = names[2];
+    vals[n++] = hidden;
+  }
+  return n;
+}
+
 static int jsonl_done(tr_metrics_logger_t* l, tr_errmsg_t* err) {
   fputs("}\n", l->jsonl);
   if (fflush(l->jsonl) != 0 || ferror(l->jsonl)) {
@@ -214,19 +259,17 @@ int tr_metrics_log(tr_metrics_logger_t* l, const tr_metrics_t* m,
     json_num(f, "mem_peak_bytes", m->mem_peak < 0 ? NAN : (double)m->mem_peak,
              0);
     json_num(f, "elapsed_s", m->elapsed, 0);
-    if (m->comm_ms > 0) {
-      json_num(f, "comm_ms", m->comm_ms, 0);
-      json_num(f, "comm_exposed_ms", m->comm_exposed_ms, 0);
-      json_num(f, "comm_hidden", m->comm_hidden, 0);
-    }
+    json_comm(f, dp_comm_keys, m->comm_ms, m->comm_exposed_ms, m->comm_hidden);
+    json_comm(f, tp_comm_keys, m->tp_comm_ms, m->tp_comm_exposed_ms,
+              m->tp_comm_hidden);
     json_num(f, "eta_s", m->eta >= 0 ? m->eta : NAN, 1);
     TR_CHECK(jsonl_done(l, err));
   }
   if (l->tb) {
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const char* tags[11] = {"loss_metrics/global_avg_loss", "grad_norm",
-                            "lr", "throughput(tps)"};
-    double vals[11] = {m->loss, m->grad_norm, m->lr, m->tps};
+    const char* tags[14] = {"loss_metrics/global_avg_loss", "grad_norm", "lr",
+                            "throughput(tps)"};
+    double vals[14] = {m->loss, m->grad_norm, m->lr, m->tps};
     size_t n = 4;
     if (isfinite(m->tflops)) {
       tags[n] = "tflops";
@@ -242,16 +285,10 @@ int tr_metrics_log(tr_metrics_logger_t* l, const tr_metrics_t* m,
       tags[n] = "memory/peak(GiB)";
       vals[n++] = (double)m->mem_peak / gib;
     }
-    if (m->comm_ms > 0) {
-      tags[n] = "comm/ms_per_step";
-      vals[n++] = m->comm_ms;
-      tags[n] = "comm/exposed_ms_per_step";
-      vals[n++] = m->comm_exposed_ms;
-      if (isfinite(m->comm_hidden)) {
-        tags[n] = "comm/hidden";
-        vals[n++] = m->comm_hidden;
-      }
-    }
+    n = tb_comm(tags, vals, n, dp_comm_tags, m->comm_ms, m->comm_exposed_ms,
+                m->comm_hidden);
+    n = tb_comm(tags, vals, n, tp_comm_tags, m->tp_comm_ms,
+                m->tp_comm_exposed_ms, m->tp_comm_hidden);
     TR_CHECK(tr_tb_scalars(l->tb, m->step, 0, n, tags, vals, err));
     TR_CHECK(tr_tb_flush(l->tb, err));
   }

@@ -172,6 +172,9 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     tr_tp_opts_init(&o);
     o.sequence_parallel = t->tp.sequence_parallel;
     o.loss_parallel = t->tp.loss_parallel;
+    if (t->tp.comm_timing && (rc = tr_tp_comm_new(t->tp.pg, &t->tp_comm)) < 0)
+      goto out_fail;
+    o.comm = t->tp_comm;
     rc = tr_tp_check_seq_len(tr_pg_size(t->tp.pg), (int)(t->T / cp), &o,
                              err); /* the rows a cp rank keeps */
     if (rc == 0) rc = tr_tp_plan_apply(&t->model, &t->tp.mesh, err);
@@ -309,6 +312,7 @@ void tr_trainer_release(tr_trainer_t* t) {
   free(t->adam_m);
   free(t->adam_v);
   tr_model_release(&t->model);
+  tr_tp_comm_free(t->tp_comm); /* after the model, whose hook used it */
   tr_dataset_free(t->val_data);
   tr_dataset_free(t->train_data);
   free(t->inputs);
@@ -429,6 +433,9 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   if (t->dist.step_end && (rc = t->dist.step_end(t->dist.arg)) < 0)
     return tr_errmsg_set(err, rc, "step %" PRId64 ": collectives: %s",
                          t->step + 1, tr_strerror(rc));
+  if (t->tp_comm && (rc = tr_tp_comm_step_end(t->tp_comm)) < 0)
+    return tr_errmsg_set(err, rc, "step %" PRId64 ": tp collectives: %s",
+                         t->step + 1, tr_strerror(rc));
   double norm = sqrt(sq);
   double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
   if (!isfinite(loss) || !isfinite(norm))
@@ -509,9 +516,13 @@ int tr_trainer_validate(tr_trainer_t* t, double* loss, int64_t* ntokens,
                         tr_errmsg_t* err) {
   if (!t->has_val)
     return tr_errmsg_set(err, TR_EINVAL, "validation is not enabled");
-  if (t->pp.pg) return tr__trainer_pp_validate(t, loss, ntokens, err);
-  return eval_loop(&t->model, &t->val, t->val_B, t->val_steps, &t->dist,
-                   t->inputs, t->targets, loss, ntokens, err);
+  if (t->tp_comm) tr_tp_comm_measure(t->tp_comm, 0); /* not a step's */
+  int rc = t->pp.pg
+               ? tr__trainer_pp_validate(t, loss, ntokens, err)
+               : eval_loop(&t->model, &t->val, t->val_B, t->val_steps, &t->dist,
+                           t->inputs, t->targets, loss, ntokens, err);
+  if (t->tp_comm) tr_tp_comm_measure(t->tp_comm, 1);
+  return rc;
 }
 
 int tr_eval_loss(tr_model_t* m, const tr_trainer_settings_t* s, double* loss,
@@ -758,12 +769,21 @@ int tr_train(const tr_trainer_settings_t* settings,
           .eta =
               (double)(steps - st.step) * dt / (double)(st.step - last_step)};
       if (t.dist.comm_take) { /* [metrics] comm_overlap: per step */
-        tr_dp_comm_t fc = {0};
+        tr_pg_comm_t fc = {0};
         t.dist.comm_take(t.dist.arg, &fc);
         if (fc.steps > 0) {
           mt.comm_ms = fc.comm_ms / (double)fc.steps;
           mt.comm_exposed_ms = fc.exposed_ms / (double)fc.steps;
           mt.comm_hidden = fc.hidden;
+        }
+      }
+      if (t.tp_comm) { /* the tp hook's ops, per step, on this rank */
+        tr_pg_comm_t tc;
+        tr_tp_comm_take(t.tp_comm, &tc);
+        if (tc.steps > 0) {
+          mt.tp_comm_ms = tc.comm_ms / (double)tc.steps;
+          mt.tp_comm_exposed_ms = tc.exposed_ms / (double)tc.steps;
+          mt.tp_comm_hidden = tc.hidden;
         }
       }
       rc = tr_metrics_log(ml, &mt, err);

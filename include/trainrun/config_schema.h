@@ -402,7 +402,16 @@
     "trainrun: time FSDP's or DDP's collectives and the compute's waits for "  \
     "them; "                                                                   \
     "the step line, JSONL and TensorBoard get the communication time per "     \
-    "step and the fraction hidden behind compute.")
+    "step and the fraction hidden behind compute (comm_ms, comm_exposed_ms, "  \
+    "comm_hidden). With tensor parallelism the tp hook's collectives on the "  \
+    "group 'tp' (all-reduces, with sequence parallel all-gathers and "         \
+    "reduce-scatters, loss parallel's max and sums, the vocabulary-parallel "  \
+    "embedding's) are timed the same way and reported beside them: "           \
+    "tp_comm_ms, tp_comm_exposed_ms, tp_comm_hidden (\"| tp comm X ms "         \
+    "hidden Y%\", TensorBoard comm/tp_*). Each tp op sits on the critical "     \
+    "path (the next kernel reads its result), so its hidden fraction is ~0 "   \
+    "by construction; exposed then measures what TP communication costs a "    \
+    "step. Results are the same bits with it on or off.")
 
 #define TR_CONFIG_KEYS_comm(X)                                                 \
   X(comm, init_timeout_seconds, INT, "300", 1, TR_CFG_NOMAX, NULL,             \

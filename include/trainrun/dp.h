@@ -1,7 +1,8 @@
 /* trainrun/dp.h: the data-parallel seam — what the trainer asks of a
  * data-parallel layer (DDP, FSDP, HSDP: fsdp2/), and the pieces those
- * layers share: the exact rank-ordered sum of scalars and the
- * communication-overlap figures.
+ * layers share: the exact rank-ordered sum of scalars (the
+ * communication-overlap figures, tr_pg_comm_t, and the waits that measure
+ * them are collectives/', trainrun/pg_waits.h).
  *
  * The trainer holds one tr_dp_t, filled by tr_ddp_dp() or tr_fsdp_dp()
  * (all NULL / 1 on one rank), and calls it at fixed points of a step:
@@ -33,25 +34,11 @@
 
 #include "trainrun/model.h"
 #include "trainrun/pg.h"
+#include "trainrun/pg_waits.h" /* tr_pg_comm_t: comm_take */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Communication overlap over the steps since the last take: totals, and
- * hidden = 1 - exposed / comm (tr_dp_comm_hidden). */
-typedef struct {
-  int64_t steps;     /* steps measured (0: nothing measured) */
-  int64_t ops;       /* collectives timed */
-  double comm_ms;    /* the sum of their durations */
-  double exposed_ms; /* how long the compute waited for them */
-  double hidden;     /* within [0, 1]; NaN when nothing was timed */
-} tr_dp_comm_t;
-
-/* 1 - exposed_ms / comm_ms clamped to [0, 1] (a wait also covers its own
- * overhead -- event pairs, clock reads, ops queued before the one waited
- * for -- so the raw ratio can pass 1); NAN when comm_ms is not positive. */
-double tr_dp_comm_hidden(double comm_ms, double exposed_ms);
 
 /* Sum n doubles over the ranks of pg, in place: every rank's values are
  * gathered and added in rank order in double precision, so every rank
@@ -106,7 +93,7 @@ typedef struct tr_dp {
   int (*step_end)(void* arg);
   /* The communication overlap measured since the last call (steps 0: not
    * measured). NULL: never measured. */
-  void (*comm_take)(void* arg, tr_dp_comm_t* out);
+  void (*comm_take)(void* arg, tr_pg_comm_t* out);
   /* Set by the trainer before setup_model when a step is a pipeline
    * schedule (several micro-batches over this rank's stages): the layer
    * then reduces each gradient once per step (FSDP: parameters gathered

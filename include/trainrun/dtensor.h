@@ -107,6 +107,7 @@
 #include "trainrun/errmsg.h" /* tr_errmsg_t */
 #include "trainrun/model.h"  /* tr_param_t, the parameter layout seam */
 #include "trainrun/pg.h"     /* process groups */
+#include "trainrun/pg_waits.h" /* tr_pg_comm_t: the timed hook's totals */
 #include "trainrun/tensor.h" /* tr_tensor_t, tr_chunk_range */
 
 #ifdef __cplusplus
@@ -641,11 +642,37 @@ int tr_tp_plan_apply(tr_model_t* m, const tr_mesh_shape_t* mesh,
  * (16 bytes an element). TR_EIO when f fails. */
 int tr_tp_plan_describe(const tr_model_t* m, FILE* f);
 
+/* The hook's collectives timed ([metrics] comm_overlap): with one, the
+ * hook issues each op with a work handle and the compute waits for it
+ * through trainrun/pg_waits.h (the host on the CPU; on CUDA the compute
+ * stream, between the stall timer's two events, the handle held until the
+ * host sees the op complete, at most 8 of them), adding the op's duration
+ * and the compute's wait; the bits computed are the same as with the
+ * blocking ops of a hook without one (no events, no handles: no cost).
+ * On CUDA every TP op sits on the critical path (the next kernel needs its
+ * result), so the hidden fraction is ~0 by construction: exposed is the
+ * compute stream's stall, which covers the op. */
+typedef struct tr_tp_comm tr_tp_comm_t;
+/* Turns op timing on for tp (off again at the free). TR_EINVAL, TR_ENOMEM. */
+int tr_tp_comm_new(tr_pg_t* tp, tr_tp_comm_t** out);
+/* Settles what is held; NULL is a no-op. */
+void tr_tp_comm_free(tr_tp_comm_t* c);
+/* on 0: the ops from now on go uncounted (validation), 1: counted again. */
+void tr_tp_comm_measure(tr_tp_comm_t* c, int on);
+/* The step's end (after the device ran it): settle the held works, read
+ * the stall events, count a step; the first error of an op. */
+int tr_tp_comm_step_end(tr_tp_comm_t* c);
+/* The totals since the last take (steps: tr_tp_comm_step_end calls) into
+ * *out, and start new ones. */
+void tr_tp_comm_take(tr_tp_comm_t* c, tr_pg_comm_t* out);
+
 /* What the hook does besides the plan. */
 typedef struct {
   int sequence_parallel; /* residual stream sharded along T (default 1) */
   int loss_parallel;     /* vocabulary-sharded cross-entropy (default 1);
                             0 = [parallelism] disable_loss_parallel */
+  tr_tp_comm_t* comm;    /* timed ops, made over the same group (default
+                            NULL: blocking, untimed); outlives its use */
 } tr_tp_opts_t;
 void tr_tp_opts_init(tr_tp_opts_t* o);
 
@@ -657,8 +684,9 @@ void tr_tp_opts_init(tr_tp_opts_t* o);
 int tr_tp_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
                      tr_tensor_t* t);
 /* Set m's tp hook to tr_tp_collective over tp with opts (NULL: the
- * defaults); tp NULL or of size 1 clears it (the bits of a model without
- * the seam). tp must outlive its use. */
+ * defaults), or with opts->comm to the timed hook over comm's group;
+ * tp NULL or of size 1 clears it (the bits of a model without the seam).
+ * tp must outlive its use. */
 void tr_tp_install(tr_model_t* m, tr_pg_t* tp, const tr_tp_opts_t* opts);
 /* TR_ECONFIG, with "tensor_parallel_degree 4 does not divide the sequence
  * length 10 (sequence parallel)" in err, when sequence parallel is on and

@@ -208,7 +208,7 @@ int tr_fsdp_step_end(tr_fsdp_t* f);
  * stream wait; CPU, the host inside each wait). */
 /* Fill *out with the totals since the last call (or since f was made) and
  * start new ones. All zero (hidden NaN) when comm_timing is off. */
-void tr_fsdp_comm_take(tr_fsdp_t* f, tr_dp_comm_t* out);
+void tr_fsdp_comm_take(tr_fsdp_t* f, tr_pg_comm_t* out);
 
 /* Sum n doubles over the data-parallel ranks (shard, then replicate
  * group) with tr_dp_sum_over: every rank gets the same bits. */

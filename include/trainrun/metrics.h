@@ -11,16 +11,19 @@
  * device's dense bf16 peak, and "n/a" where no peak is known (CPU, unknown
  * GPUs: never a guess). mem is this process's current/peak tensor memory
  * (trainrun/tensor.h's allocator counters). With [metrics] comm_overlap
- * on, FSDP runs end the line with "| comm 31.2 ms hidden 87%": the summed
- * durations of a step's FSDP collectives and the share of that time the
- * compute did not wait for (trainrun/fsdp2.h, tr_fsdp_comm_t).
+ * on, FSDP and DDP runs end the line with "| comm 31.2 ms hidden 87%": the
+ * summed durations of a step's data-parallel collectives and the share of
+ * that time the compute did not wait for (trainrun/pg_waits.h,
+ * tr_pg_comm_t); tensor-parallel runs then add "| tp comm 12.0 ms hidden
+ * 3%", the same for the tp hook's collectives.
  *
  * JSONL: one object per logged step, keys step, loss, grad_norm, lr, tps,
  * tflops, mfu, mem_current_bytes, mem_peak_bytes, elapsed_s, eta_s (null
  * where not applicable), then, when measured, comm_ms, comm_exposed_ms and
  * comm_hidden (TensorBoard: comm/ms_per_step, comm/exposed_ms_per_step,
- * comm/hidden), and per validation {"step", "val_loss",
- * "val_tokens"}.
+ * comm/hidden), and tp_comm_ms, tp_comm_exposed_ms and tp_comm_hidden
+ * (comm/tp_ms_per_step, comm/tp_exposed_ms_per_step, comm/tp_hidden), and
+ * per validation {"step", "val_loss", "val_tokens"}.
  *
  * TensorBoard: a file events.out.tfevents.<time>.<host>.<pid>.<n> of
  * TFRecord frames (uint64 length, masked CRC-32C of the length, the data,
@@ -93,6 +96,10 @@ typedef struct {
    * collectives' summed durations, the compute's waits for them, and the
    * fraction hidden (0..1). comm_ms <= 0 or NaN: not measured (left out). */
   double comm_ms, comm_exposed_ms, comm_hidden;
+  /* The same for tensor parallel's collectives (the model's tp hook on
+   * the group 'tp', this rank's) when measured; tp_comm_ms <= 0 or NaN:
+   * left out. */
+  double tp_comm_ms, tp_comm_exposed_ms, tp_comm_hidden;
 } tr_metrics_t;
 
 /* The console line (no newline) into buf; color adds ANSI colors. Returns

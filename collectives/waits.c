@@ -1,20 +1,22 @@
-/* fsdp2/overlap.c: how the compute waits for the data-parallel
- * collectives (FSDP's all-gathers and reduce-scatters, HSDP's and DDP's
- * all-reduces) — the host on the CPU; on CUDA the compute stream, with the
- * work handles held until the host sees them complete (errors, a bounded
- * lead of the host over the device) — and the optional timing of both
- * sides: the collectives' durations and how long the compute waited for
- * them (the stall timer). */
+/* collectives/waits.c: how the compute waits for a collective's work --
+ * the host on the CPU; on CUDA the compute stream, with the work handles
+ * held until the host sees them complete (errors, a bounded lead of the
+ * host over the device) -- and the optional timing of both sides: the
+ * collectives' durations and how long the compute waited for them (the
+ * stall timer). Shared by data parallelism (fsdp2/: FSDP's all-gathers and
+ * reduce-scatters, HSDP's and DDP's all-reduces) and tensor parallelism's
+ * timed hook (dtensor/tp.c); trainrun/pg_waits.h. */
 #include "config.h"
 
+#include <math.h> /* NAN */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h" /* tr__now */
-#include "fsdp2/internal.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h" /* the compute stream */
 #include "trainrun/log.h"
+#include "trainrun/pg_waits.h"
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h> /* events around the stream waits */
 #endif
@@ -29,11 +31,24 @@ typedef struct {
 #endif
 } stall_pair_t;
 
+/* A wait being timed: stall_begin fills it before the wait, stall_end
+ * closes it after. */
+typedef struct {
+  double t0; /* CPU: the clock before the wait */
+  int pair;  /* CUDA: 1 + the pair recorded before, 0 untimed */
+} stall_mark_t;
+
 /* Stall pairs held before the oldest complete ones are read on the way
- * (tr__dp_stall_read reads every complete one). */
+ * (stall_read reads every complete one). */
 enum { PAIRS_SOFT_CAP = 512 };
 
-int tr__dp_waits_init(tr__dp_waits_t* q, int lag) {
+double tr_pg_comm_hidden(double comm_ms, double exposed_ms) {
+  if (!(comm_ms > 0)) return NAN;
+  double h = 1.0 - exposed_ms / comm_ms;
+  return h < 0 ? 0 : h > 1 ? 1 : h;
+}
+
+int tr_pg_waits_init(tr_pg_waits_t* q, int lag) {
   memset(q, 0, sizeof *q);
   q->lag = lag > 0 ? lag : 1;
   q->held = calloc((size_t)q->lag + 1, sizeof *q->held);
@@ -42,10 +57,10 @@ int tr__dp_waits_init(tr__dp_waits_t* q, int lag) {
 
 /* The end of a completed op's life: its status logged when it failed, its
  * duration counted, the handle freed. */
-static int settle(tr__dp_waits_t* q, const tr__dp_held_t* h, int rc) {
+static int settle(tr_pg_waits_t* q, const tr_pg_held_t* h, int rc) {
   if (rc < 0) {
     const char* msg = tr_pg_work_error(h->w);
-    TR_LOG_ERROR(FSDP, "%s of %s %s: %s", h->what, h->kind, h->name,
+    TR_LOG_ERROR(COLL, "%s of %s %s: %s", h->what, h->kind, h->name,
                  msg ? msg : tr_strerror(rc));
   }
   double us;
@@ -58,8 +73,8 @@ static int settle(tr__dp_waits_t* q, const tr__dp_held_t* h, int rc) {
 }
 
 /* Wait (host) for the oldest held work and settle it. */
-static int pop_oldest(tr__dp_waits_t* q) {
-  tr__dp_held_t h = q->held[0];
+static int pop_oldest(tr_pg_waits_t* q) {
+  tr_pg_held_t h = q->held[0];
   memmove(&q->held[0], &q->held[1], sizeof h * (size_t)(q->nheld - 1));
   q->nheld--;
   return settle(q, &h, tr_pg_work_wait(h.w, 0));
@@ -69,7 +84,7 @@ static int pop_oldest(tr__dp_waits_t* q) {
 /* Read the complete stall pairs, oldest first, without waiting (all of
  * them when all): the elapsed times go into exposed_us and the events are
  * kept for reuse. */
-static void read_stalls(tr__dp_stall_t* q) {
+static void read_stalls(tr_pg_stall_t* q) {
   stall_pair_t* p = q->pairs;
   int done = 0;
   while (done < q->npairs && cudaEventQuery(p[done].after) == cudaSuccess) {
@@ -97,7 +112,7 @@ static void read_stalls(tr__dp_stall_t* q) {
 
 /* The next free pair of events (made on first use); NULL when CUDA cannot
  * make one (that wait goes untimed). */
-static stall_pair_t* next_pair(tr__dp_stall_t* q) {
+static stall_pair_t* next_pair(tr_pg_stall_t* q) {
   if (q->npairs >= PAIRS_SOFT_CAP) read_stalls(q);
   if (q->npairs == q->cappairs) {
     int cap = q->cappairs ? 2 * q->cappairs : 64;
@@ -123,9 +138,12 @@ static stall_pair_t* next_pair(tr__dp_stall_t* q) {
 }
 #endif
 
-/* ---- the stall timer ---- */
+/* ---- the stall timer ----
+ * How long the compute waited: on the CPU the host's time inside the wait;
+ * on CUDA the kernels' stream's stall between two events recorded around
+ * the stream wait, read once complete (never a host wait of its own). */
 
-void tr__dp_stall_begin(tr__dp_stall_t* s, int cuda, tr__dp_stall_mark_t* mk) {
+static void stall_begin(tr_pg_stall_t* s, int cuda, stall_mark_t* mk) {
   mk->t0 = 0;
   mk->pair = 0;
   if (!cuda) {
@@ -145,8 +163,7 @@ void tr__dp_stall_begin(tr__dp_stall_t* s, int cuda, tr__dp_stall_mark_t* mk) {
 #endif
 }
 
-void tr__dp_stall_end(tr__dp_stall_t* s, int cuda,
-                      const tr__dp_stall_mark_t* mk) {
+static void stall_end(tr_pg_stall_t* s, int cuda, const stall_mark_t* mk) {
   if (!cuda) {
     s->exposed_us += (tr__now() - mk->t0) * 1e6;
     return;
@@ -160,7 +177,8 @@ void tr__dp_stall_end(tr__dp_stall_t* s, int cuda,
 #endif
 }
 
-void tr__dp_stall_read(tr__dp_stall_t* s) {
+/* Add the complete CUDA pairs to exposed_us, without waiting. */
+static void stall_read(tr_pg_stall_t* s) {
 #ifdef HAVE_CUDA
   if (s->npairs > 0) read_stalls(s);
 #else
@@ -168,8 +186,8 @@ void tr__dp_stall_read(tr__dp_stall_t* s) {
 #endif
 }
 
-void tr__dp_stall_release(tr__dp_stall_t* s) {
-  tr__dp_stall_read(s);
+static void stall_release(tr_pg_stall_t* s) {
+  stall_read(s);
 #ifdef HAVE_CUDA
   stall_pair_t* p = s->pairs;
   for (int i = 0; i < s->cappairs; i++) {
@@ -196,36 +214,36 @@ void tr__dp_stall_release(tr__dp_stall_t* s) {
  * back to the pool by whichever drops the last reference:
  *  - the work, when it is retired: a host thread saw the op's done event
  *    complete, so cudaFreeAsync comes after the op;
- *  - FSDP (tr_tensor_release after this wait): the free is enqueued on
+ *  - the caller (FSDP's or TP's tr_tensor_release after this wait): the free is enqueued on
  *    the legacy stream after its wait for the op's done event, so the pool
  *    hands the block out again only to work ordered after the op (other
  *    streams get it only once the free is known complete, or with a
  *    dependency the pool adds).
  * Either way no input is reused and no output freed while the op runs.
  * The compute (the kernels' stream, tr_kern_get_stream: the legacy stream
- * unless someone set one) waits too; the tensor copies FSDP makes (copy-
- * out, grad layout) run on the legacy stream, which is why that one always
- * waits. */
-int tr__dp_wait(tr__dp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
-                int timed, const char* what, const char* kind,
-                const char* name) {
-  tr__dp_held_t h = {
+ * unless someone set one) waits too; the tensor copies the callers make
+ * (FSDP's copy-out and grad layout, TP's sequence reorders) run on the
+ * legacy stream, which is why that one always waits. */
+int tr_pg_waits_wait(tr_pg_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
+                     int timed, const char* what, const char* kind,
+                     const char* name) {
+  tr_pg_held_t h = {
       .w = w, .what = what, .kind = kind, .name = name, .timed = timed};
-  tr__dp_stall_mark_t mk;
+  stall_mark_t mk;
   if (!cuda) {
-    if (timed) tr__dp_stall_begin(&q->stall, 0, &mk);
+    if (timed) stall_begin(&q->stall, 0, &mk);
     int rc = tr_pg_work_wait(w, 0);
-    if (timed) tr__dp_stall_end(&q->stall, 0, &mk);
+    if (timed) stall_end(&q->stall, 0, &mk);
     return settle(q, &h, rc);
   }
 #ifdef HAVE_CUDA
   int rc = 0;
   if (consume) {
     void* ks = tr_kern_get_stream();
-    if (timed) tr__dp_stall_begin(&q->stall, 1, &mk);
+    if (timed) stall_begin(&q->stall, 1, &mk);
     rc = tr_pg_work_wait_stream(w, NULL);
     if (rc == 0 && ks) rc = tr_pg_work_wait_stream(w, ks);
-    if (timed) tr__dp_stall_end(&q->stall, 1, &mk);
+    if (timed) stall_end(&q->stall, 1, &mk);
   }
   if (rc < 0) return settle(q, &h, rc);
   /* held until the host sees it complete: the ones done already leave
@@ -243,30 +261,30 @@ int tr__dp_wait(tr__dp_waits_t* q, tr_pg_work_t* w, int cuda, int consume,
 #endif
 }
 
-int tr__dp_waits_drain(tr__dp_waits_t* q) {
+int tr_pg_waits_drain(tr_pg_waits_t* q) {
   int rc = 0;
   while (q->nheld > 0) {
     int r2 = pop_oldest(q);
     if (rc == 0) rc = r2;
   }
-  tr__dp_stall_read(&q->stall);
+  stall_read(&q->stall);
   return rc;
 }
 
-void tr__dp_waits_release(tr__dp_waits_t* q) {
-  tr__dp_waits_drain(q);
-  tr__dp_stall_release(&q->stall);
+void tr_pg_waits_release(tr_pg_waits_t* q) {
+  tr_pg_waits_drain(q);
+  stall_release(&q->stall);
   free(q->held);
   memset(q, 0, sizeof *q);
 }
 
-void tr__dp_waits_take(tr__dp_waits_t* q, int64_t* steps, tr_dp_comm_t* out) {
+void tr_pg_waits_take(tr_pg_waits_t* q, int64_t* steps, tr_pg_comm_t* out) {
   memset(out, 0, sizeof *out);
   out->steps = *steps;
   out->ops = q->ops;
   out->comm_ms = q->comm_us / 1000.0;
   out->exposed_ms = q->stall.exposed_us / 1000.0;
-  out->hidden = tr_dp_comm_hidden(out->comm_ms, out->exposed_ms);
+  out->hidden = tr_pg_comm_hidden(out->comm_ms, out->exposed_ms);
   *steps = 0;
   q->ops = 0;
   q->comm_us = q->stall.exposed_us = 0;
