@@ -16,6 +16,7 @@
 #   PROGRAMS="trainrun torch_compile" FIRST_REP=3 REPS=1 script ...  (call 2)
 #
 # gives rounds 1 (in order), 2 (reversed) and 3 (in order).
+# shellcheck shell=bash
 
 # Print a command the way a shell would read it back.
 show() {
@@ -40,7 +41,8 @@ bench_select() {
         ;;
     esac
   done
-  echo $want
+  # shellcheck disable=SC2086
+  echo $want # one space between the words
 }
 
 # bench_rounds: the round numbers of this call, FIRST_REP (1) to
@@ -116,17 +118,18 @@ bench_torch_keys() {
   echo "${keys[*]}"
 }
 
-# bench_versions FILE [LLMC_SRC]: append this call's versions to FILE: the
-# date, the call's PROGRAMS / FIRST_REP / REPS, the GPUs (name, driver,
+# bench_versions FILE CMDLINE [LLMC_SRC]: append this call's versions to
+# FILE: the date, the command line, PROGRAMS / FIRST_REP / REPS, the GPUs (name, driver,
 # memory), CUDA (nvcc and the driver's), PyTorch with its CUDA and NCCL,
 # llm.c's commit (LLMC_SRC's git HEAD or its LLMC_COMMIT file) and
 # trainrun's (git HEAD, "+dirty" when the tree has changes, and `TRAINRUN
 # --version`). Calls on other machines each add a block; the summary
 # flags GPUs that differ.
 bench_versions() {
-  local file=$1 llmc=${2:-}
+  local file=$1 cmd=$2 llmc=${3:-}
   {
     echo "== call $(date -u +%FT%TZ) PROGRAMS='${PROGRAMS:-}' FIRST_REP=${FIRST_REP:-1} REPS=${REPS:-3}"
+    echo "command: $cmd"
     if command -v nvidia-smi > /dev/null 2>&1; then
       nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm \
         --format=csv,noheader 2>&1 | sed 's/^/gpu: /'

@@ -75,7 +75,7 @@ usage() {
 
 mode=gpu
 N=
-runs=gpt2,fsdp,torch,hsdp,ckpt,scaling
+runs=gpt2,fsdp1b,torch1b,fsdp,torch,hsdp,ckpt,scaling
 cmdline="bench/multi_gpu.sh $*"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -100,15 +100,17 @@ while [ $# -gt 0 ]; do
 done
 for r in ${runs//,/ }; do
   case $r in
-    gpt2 | fsdp | torch | hsdp | ckpt | scaling) ;;
+    gpt2 | fsdp1b | torch1b | fsdp | torch | hsdp | ckpt | scaling) ;;
     *)
-      echo "multi_gpu: unknown run '$r' in --runs (gpt2, fsdp, torch, hsdp, ckpt, scaling)" >&2
+      echo "multi_gpu: unknown run '$r' in --runs (gpt2, fsdp1b, torch1b, fsdp, torch, hsdp, ckpt, scaling)" >&2
       exit 2
       ;;
   esac
 done
 want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
 
+# shellcheck source=bench/benchlib.sh
+. "$(dirname "$0")/benchlib.sh"
 PY=${PYTHON:-python3}
 if [ -z "${TRAINRUN:-}" ]; then
   if [ -x .gpu/trainrun ]; then TRAINRUN=.gpu/trainrun; else TRAINRUN=./trainrun; fi
@@ -162,6 +164,7 @@ if [ "$mode" = smoke ]; then
   CKPT_INTERVAL=${MG_CKPT_INTERVAL:-4}
   CKPT_KILL=${MG_CKPT_KILL_STEP:-6}
   GPT2_B=2 GPT2_T=64 LLAMA_B=1 LLAMA_T=${MG_LLAMA_T:-64} CKPT_B=2 CKPT_T=64
+  L1B_B=${MG_L1B_B:-2} L1B_T=${MG_L1B_T:-64} L1B_STEPS=${MG_L1B_STEPS:-6}
   GPT2_VOCAB=256 LLAMA_VOCAB=256 GPT2_TOKENS=200000 LLAMA_TOKENS=200000
   TMO_GPT2=${MG_TMO_GPT2:-120} TMO_LLAMA=${MG_TMO_LLAMA:-120}
   TMO_TORCH=${MG_TMO_TORCH:-420} TMO_CKPT=${MG_TMO_CKPT:-180}
@@ -179,6 +182,7 @@ else
   CKPT_INTERVAL=${MG_CKPT_INTERVAL:-40}
   CKPT_KILL=${MG_CKPT_KILL_STEP:-95}
   GPT2_B=64 GPT2_T=1024 LLAMA_B=1 LLAMA_T=${MG_LLAMA_T:-8192} CKPT_B=4 CKPT_T=2048
+  L1B_B=${MG_L1B_B:-8} L1B_T=${MG_L1B_T:-2048} L1B_STEPS=${MG_L1B_STEPS:-30}
   GPT2_VOCAB=50257 LLAMA_VOCAB=128256 GPT2_TOKENS=33554432 LLAMA_TOKENS=16777216
   TMO_GPT2=${MG_TMO_GPT2:-90} TMO_LLAMA=${MG_TMO_LLAMA:-150}
   TMO_TORCH=${MG_TMO_TORCH:-240} TMO_CKPT=${MG_TMO_CKPT:-200}
@@ -190,6 +194,7 @@ skip_of() { local s=$(($1 / 4)); [ "$s" -lt 3 ] && s=3; [ "$s" -ge "$1" ] && s=$
 GPT2_SKIP=$(skip_of "$GPT2_STEPS")
 LLAMA_SKIP=$(skip_of "$LLAMA_STEPS")
 TORCH_SKIP=$(skip_of "$TORCH_STEPS")
+L1B_SKIP=$(skip_of "$L1B_STEPS")
 CKPT_MODEL=${MG_CKPT_MODEL:-llama1b}
 case $CKPT_MODEL in
   llama1b) CKPT_TOML=bench/gpu/ckpt_llama3_1b.toml CKPT_DATA=llama ;;
@@ -205,13 +210,6 @@ if [ "$CKPT_KILL" -le "$CKPT_INTERVAL" ] || [ "$CKPT_KILL" -gt "$CKPT_STEPS" ]; 
   exit 2
 fi
 data=$SCRATCH/data
-
-# Print a command the way a shell would read it back.
-show() {
-  printf '+'
-  printf ' %q' "$@"
-  printf '\n'
-}
 
 # Time-stamp each line of stdin with the wall clock (s since the epoch).
 stamp() {
@@ -342,34 +340,6 @@ trainrun_dp() {
   record "$name" trainrun "trainrun" "$(model_of "$model")" "$n" "$rep" "$shard" "$B" "$T" "$steps" "$skip"
 }
 
-echo "== multi_gpu ($mode): N=$N runs=$runs out=$OUT scratch=$SCRATCH deadline=${DEADLINE}s"
-if [ "$mode" != dry ]; then
-  mkdir -p "$OUT" "$data" "$SCRATCH/dump" || exit 1
-  rm -f "$OUT/runs.tsv"
-  {
-    date -u
-    echo "command: $cmdline"
-    echo "mode: $mode  N=$N  TRAINRUN=$TRAINRUN"
-    env | grep -E '^(MG_|TRAINRUN_FLAGS=|TORCH_FLAGS=|TORCHRUN=|CUDA_VISIBLE_DEVICES=)' | sort
-    if [ "$mode" = gpu ]; then
-      nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm \
-        --format=csv 2>&1
-      nvidia-smi topo -m 2>&1
-    fi
-    "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1 | tail -n 1
-    "$TRAINRUN" --version 2>&1
-    nproc
-    free -g | head -n 2
-    df -h "$SCRATCH" | tail -n 1
-  } > "$OUT/env.txt" 2>&1
-  cat "$OUT/env.txt"
-fi
-if [ "$mode" = smoke ]; then
-  gpu_name=cpu
-else
-  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-fi
-
 # the baselines: powers of two below N for GPT-2, N/2 .. 2 for Llama 8B
 # (MG_GPT2_BASE, MG_LLAMA_BASE: space-separated GPU counts instead)
 gpt2_base=()
@@ -378,6 +348,70 @@ llama_base=()
 for ((k = N / 2; k >= 2; k /= 2)); do llama_base+=("$k"); done
 [ -n "${MG_GPT2_BASE:-}" ] && read -r -a gpt2_base <<< "$MG_GPT2_BASE"
 [ -n "${MG_LLAMA_BASE:-}" ] && read -r -a llama_base <<< "$MG_LLAMA_BASE"
+hn=$N
+[ "$mode" = smoke ] && [ "$hn" -lt 4 ] && hn=4
+
+# the programs: every key a run group (--runs) has, in an odd round's order
+# (known: every key, what PROGRAMS may name; default: those of --runs)
+known=() default=()
+group() { # group RUN KEY...: the keys of one --runs group
+  local g=$1
+  shift
+  known+=("$@")
+  want "$g" && default+=("$@")
+}
+group gpt2 "gpt2_ddp_n$N"
+group fsdp1b "llama1b_fsdp_n$N"
+# PyTorch FSDP2 1B: every compile mode, with and without a host sync;
+# eager only when named in PROGRAMS
+read -r -a t1b <<< "$(bench_torch_keys "torch_fsdp2_1b_n$N")"
+known+=("${t1b[0]}")
+group torch1b "${t1b[@]:1}"
+if [ "$N" -ge 2 ]; then
+  group fsdp "llama8b_fsdp_n$N"
+  # 8B: the default mode with and without a sync; the others when named
+  read -r -a t8b <<< "$(bench_torch_keys "torch_fsdp2_8b_n$N")"
+  known+=("${t8b[@]}")
+  group torch "torch_fsdp2_8b_n${N}_compile" "torch_fsdp2_8b_n${N}_compile_nosync"
+fi
+if [ "$hn" -ge 4 ] && [ $((hn % 2)) -eq 0 ]; then
+  group hsdp "llama8b_hsdp_2x$((hn / 2))"
+fi
+group ckpt "ckpt_kill_n$N"
+for k in "${gpt2_base[@]}"; do group scaling "gpt2_ddp_n$k"; done
+for k in "${llama_base[@]}"; do group scaling "llama8b_fsdp_n$k"; done
+read -r -a progs <<< "$(bench_select "${known[*]}" "${default[*]}")"
+rounds=$(bench_rounds) || exit 2
+
+echo "== multi_gpu ($mode): N=$N runs=$runs out=$OUT scratch=$SCRATCH deadline=${DEADLINE}s rounds ${rounds//$'\n'/ }"
+echo "   programs: ${progs[*]}"
+if [ "$mode" != dry ]; then
+  # runs.tsv gathers the runs of every call into OUT (a later call adds)
+  mkdir -p "$OUT" "$data" "$SCRATCH/dump" || exit 1
+  {
+    date -u
+    echo "command: $cmdline"
+    echo "mode: $mode  N=$N  TRAINRUN=$TRAINRUN"
+    env | grep -E '^(MG_|TRAINRUN_FLAGS=|TORCH_FLAGS=|TORCHRUN=|CUDA_VISIBLE_DEVICES=|PROGRAMS=|FIRST_REP=|REPS=)' | sort
+    if [ "$mode" = gpu ]; then
+      nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm \
+        --format=csv 2>&1
+      nvidia-smi topo -m 2>&1
+    fi
+    nproc
+    free -g | head -n 2
+    df -h "$SCRATCH" | tail -n 1
+  } > "$OUT/env.txt" 2>&1
+  bench_versions "$OUT/versions.txt" "$cmdline"
+  cat "$OUT/env.txt"
+  # shellcheck disable=SC2016
+  sed -n '/^== call/h; /^== call/!H; ${x; p}' "$OUT/versions.txt"
+fi
+if [ "$mode" = smoke ]; then
+  gpu_name=cpu
+else
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+fi
 
 # 1. shards
 echo "-- shards"
@@ -386,59 +420,42 @@ run make_shard_llama 120 0 "$PY" bench/gpu/make_shard.py --out "$data/llama.bin"
 run make_shard_gpt2 120 0 "$PY" bench/gpu/make_shard.py --out "$data/gpt2.bin" \
   --tokens "$GPT2_TOKENS" --vocab "$GPT2_VOCAB" --width 2 --seed 1234
 
-# 2. GPT-2 DDP over N
-if want gpt2; then
-  trainrun_dp "gpt2_ddp_n$N" gpt2_124m bench/gpu/gpt2_124m.toml "$N" "$N" 1 \
-    "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
-fi
-
-# 3. Llama 8B FSDP over N
-if want fsdp; then
-  if [ "$N" -ge 2 ]; then
-    trainrun_dp "llama8b_fsdp_n$N" llama3_8b bench/gpu/llama3_8b.toml "$N" 1 "$N" \
-      "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+# torch_fsdp2 NAME KEY: PyTorch FSDP2 (bench/peers/llama_fsdp2.py under
+# torchrun) in KEY's configuration: torch_fsdp2_{1b,8b}_nN_MODE[_nosync]
+torch_fsdp2() {
+  local name=$1 key=$2 size n flags env=() model ac B T steps skip
+  size=${key#torch_fsdp2_}
+  n=${size#*_n}
+  n=${n%%_*}
+  size=${size%%_*}
+  read -r -a flags <<< "$(bench_torch_flags "$key")"
+  if [ "$size" = 1b ]; then
+    model=1B ac=none B=$L1B_B T=$L1B_T steps=$L1B_STEPS skip=$L1B_SKIP
   else
-    echo "-- llama8b_fsdp_n$N: skipped (8B needs 2 GPUs or more)"
+    model=8B ac=op B=$LLAMA_B T=$LLAMA_T steps=$TORCH_STEPS skip=$TORCH_SKIP
   fi
-fi
-
-# 4. PyTorch FSDP2 + torch.compile, the same job
-if want torch; then
-  name=torch_fsdp2_n$N
-  env=()
-  [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$N")")
-  echo "-- $name: torch FSDP2 + compile, Llama 8B on $N ranks, B=$LLAMA_B T=$LLAMA_T"
+  [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$n")")
+  echo "-- $name: torch FSDP2 ${flags[*]}, Llama $model on $n ranks, B=$B T=$T"
   # shellcheck disable=SC2086
   run "$name" "$TMO_TORCH" 0 "${env[@]}" "${TORCHRUN_CMD[@]}" --standalone \
-    --nproc-per-node "$N" bench/peers/llama_fsdp2.py --model 8B --ac op \
-    --compile --data "$data/llama.bin" -B "$LLAMA_B" -T "$LLAMA_T" \
-    --steps "$TORCH_STEPS" --skip "$TORCH_SKIP" "${TORCH_DEV[@]}" ${TORCH_FLAGS:-}
-  record "$name" torch "torch FSDP2 + compile" "$(model_of llama3_8b)" "$N" 1 "$N" \
-    "$LLAMA_B" "$LLAMA_T" "$TORCH_STEPS" "$TORCH_SKIP"
-fi
+    --nproc-per-node "$n" bench/peers/llama_fsdp2.py --model "$model" --ac "$ac" \
+    "${flags[@]}" --data "$data/llama.bin" -B "$B" -T "$T" \
+    --steps "$steps" --skip "$skip" "${TORCH_DEV[@]}" ${TORCH_FLAGS:-}
+  [ "$mode" = dry ] || grep '^{' "$OUT/$name.log" > "$OUT/$name.jsonl"
+  record "$name" torch "torch FSDP2 ${flags[*]}" \
+    "$(model_of "llama3_${size%b}b")" "$n" 1 "$n" "$B" "$T" "$steps" "$skip"
+}
 
-# 5. HSDP 2 x N/2 (the CPU smoke runs 2 x 2 on 4 ranks)
-if want hsdp; then
-  hn=$N
-  [ "$mode" = smoke ] && [ "$hn" -lt 4 ] && hn=4
-  if [ "$hn" -ge 4 ] && [ $((hn % 2)) -eq 0 ]; then
-    trainrun_dp "llama8b_hsdp_2x$((hn / 2))" llama3_8b bench/gpu/llama3_8b.toml "$hn" 2 \
-      $((hn / 2)) "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
-  else
-    echo "-- llama8b_hsdp: skipped (HSDP 2 x N/2 needs an even N >= 4)"
-  fi
-fi
-
-# 6. checkpoints every CKPT_INTERVAL steps, a rank killed at CKPT_KILL
-if want ckpt; then
-  name=ckpt_kill_n$N
+# ckpt_kill NAME: checkpoints every CKPT_INTERVAL steps, a rank killed at
+# CKPT_KILL (once a call, before the rounds)
+ckpt_kill() {
+  local name=$1 dir kr ds rep shard env=() ckm
   dir=$SCRATCH/dump/$name
   kr=$((N - 1))
   ds=$data/llama.bin
   [ "$CKPT_DATA" = gpt2 ] && ds=$data/gpt2.bin
   rep=1 shard=$N
   [ "$CKPT_MODEL" = gpt2 ] && rep=$N shard=1
-  env=()
   [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$N")")
   echo "-- $name: $CKPT_MODEL on $N ranks, checkpoint every $CKPT_INTERVAL steps, rank $kr killed at step $CKPT_KILL"
   [ "$mode" = dry ] || rm -rf "$dir"
@@ -460,21 +477,62 @@ if want ckpt; then
   [ "$CKPT_MODEL" = llama8b ] && ckm=llama3_8b
   record "$name" ckpt trainrun "$(model_of $ckm)" "$N" "$rep" "$shard" "$CKPT_B" "$CKPT_T" \
     "$CKPT_STEPS" 3 "interval=$CKPT_INTERVAL" "kill_rank=$kr" "kill_step=$CKPT_KILL"
+}
+
+# program KEY NAME: one run of a program
+program() {
+  local key=$1 name=$2 k
+  case $key in
+    gpt2_ddp_n*)
+      k=${key#gpt2_ddp_n}
+      trainrun_dp "$name" gpt2_124m bench/gpu/gpt2_124m.toml "$k" "$k" 1 \
+        "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
+      ;;
+    llama1b_fsdp_n*)
+      k=${key#llama1b_fsdp_n}
+      trainrun_dp "$name" llama3_1b bench/gpu/llama3_1b.toml "$k" 1 "$k" \
+        "$L1B_B" "$L1B_T" "$L1B_STEPS" "$L1B_SKIP" "$TMO_LLAMA"
+      ;;
+    llama8b_fsdp_n*)
+      k=${key#llama8b_fsdp_n}
+      trainrun_dp "$name" llama3_8b bench/gpu/llama3_8b.toml "$k" 1 "$k" \
+        "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+      ;;
+    llama8b_hsdp_2x*)
+      k=${key#llama8b_hsdp_2x}
+      trainrun_dp "$name" llama3_8b bench/gpu/llama3_8b.toml $((2 * k)) 2 "$k" \
+        "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+      ;;
+    torch_fsdp2_*) torch_fsdp2 "$name" "$key" ;;
+  esac
+}
+
+# 2. the checkpointed run with a kill, once (the call with round 1)
+rounds_progs=()
+for p in "${progs[@]}"; do
+  if [ "$p" = "ckpt_kill_n$N" ]; then
+    if [ "${rounds%%$'\n'*}" = 1 ]; then
+      ckpt_kill "$p"
+    else
+      echo "-- $p: runs in the call with round 1 only"
+    fi
+  else
+    rounds_progs+=("$p")
+  fi
+done
+
+# 3. the rounds
+if [ "${#rounds_progs[@]}" -gt 0 ]; then
+  for r in $rounds; do
+    order=$(bench_round_order "$r" "${rounds_progs[@]}")
+    echo "== round $r: $order"
+    for p in $order; do
+      program "$p" "${p}_r$r"
+    done
+  done
 fi
 
-# 7. the scaling baselines on fewer GPUs
-if want scaling; then
-  for k in "${gpt2_base[@]}"; do
-    trainrun_dp "gpt2_ddp_n$k" gpt2_124m bench/gpu/gpt2_124m.toml "$k" "$k" 1 \
-      "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
-  done
-  for k in "${llama_base[@]}"; do
-    trainrun_dp "llama8b_fsdp_n$k" llama3_8b bench/gpu/llama3_8b.toml "$k" 1 "$k" \
-      "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
-  done
-fi
-
-# 8. the table
+# 4. the table
 echo "-- summary"
 sargs=(--mode multigpu --out "$OUT" --gpu "${gpu_name:-unknown}" --nproc "$N"
   --command "$cmdline")
