@@ -29,7 +29,7 @@ show() {
 # PROGRAMS (space- or comma-separated, each one of KNOWN) when set, else
 # DEFAULT. An unknown key is an error naming PROGRAMS (exit 2).
 bench_select() {
-  local known=" $1 " want p
+  local known=" ${1//[$'\n\t']/ } " want p
   want=${PROGRAMS:-$2}
   want=${want//,/ }
   for p in $want; do

@@ -227,7 +227,8 @@ if [ "$skip" -ge "$steps" ]; then
   echo "gpu_train: STEPS ($steps) must exceed the warm-up steps ($skip)" >&2
   exit 2
 fi
-read -r -a progs <<< "$(bench_select "$known" "$known")"
+sel=$(bench_select "$known" "$known") || exit 2
+read -r -a progs <<< "$sel"
 rounds=$(bench_rounds) || exit 2
 data=$SCRATCH/data
 llmc_dir=$SCRATCH/llmc-build

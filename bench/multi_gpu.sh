@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# bench/multi_gpu.sh: issue 11's multi-GPU runs on one host, in one call:
+# bench/multi_gpu.sh: the multi-GPU runs of issues 11 and 22 on one host:
 # data, fully sharded and hybrid sharded data parallel throughput, the same
-# Llama 8B job under PyTorch FSDP2 + torch.compile, and a checkpointed run
-# that loses a worker and must restart; a markdown table of every figure.
+# Llama jobs under PyTorch FSDP2 in every torch.compile configuration that
+# can be its best, and a checkpointed run that loses a worker and must
+# restart; by the protocol of bench/benchlib.sh (programs in alternating
+# order over rounds, each REPS times, medians [min-max]), with a markdown
+# table (OUT/README.md) of every figure pointing at its raw file.
 #
 #   bench/multi_gpu.sh [--nproc N] [--runs LIST] [--dry-run | --cpu-smoke]
 #
@@ -10,62 +13,99 @@
 # binaries in .gpu/ (trainrun, trainrund) and `. .gpu/env.sh` sourced
 # first (the script sources it too when it is there and TRAINRUN is
 # .gpu/trainrun). N is the GPU count (default: every visible GPU); runs on
-# fewer GPUs use the first ones:
+# fewer GPUs use the first ones.
 #
-#   . .gpu/env.sh && bench/multi_gpu.sh --nproc 4     (one 9-minute call)
+# The programs (keys for PROGRAMS), by --runs group, in an odd round's
+# order (each run's timeout is cut so that it ends by MG_DEADLINE; one
+# left with less than 30 s is skipped):
 #
-# The sub-runs, in the order they run (each one's timeout is cut so that
-# it ends by MG_DEADLINE; one left with less than 30 s is skipped):
+#   gpt2      gpt2_ddp_nN: GPT-2 124M (bench/gpu/gpt2_124m.toml), DDP over N
+#             GPUs, batch 64 x 1024 per GPU
+#   fsdp1b    llama1b_fsdp_nN: Llama 3.2 1B (bench/gpu/llama3_1b.toml), FSDP
+#             over N, batch 8 x 2048 per GPU (MG_L1B_B, MG_L1B_T), 30 steps
+#   torch1b   torch_fsdp2_1b_nN_MODE[_nosync]: the same job under PyTorch
+#             FSDP2 (bench/peers/llama_fsdp2.py --model 1B --ac none, under
+#             torchrun, each block compiled before it is sharded), MODE
+#             compile (default mode), autotune (max-autotune), autotune_nocg
+#             (max-autotune-no-cudagraphs), each with a host sync per step
+#             and without (_nosync: --no-sync, CUDA events); _eager (no
+#             compile) only when PROGRAMS names it
+#   fsdp      llama8b_fsdp_nN: Llama 3 8B (bench/gpu/llama3_8b.toml, the
+#             model and batch of examples/llama3_8b.toml: 1 x 8192 per GPU,
+#             selective op checkpointing), FSDP over N (N >= 2)
+#   torch     torch_fsdp2_8b_nN_compile, torch_fsdp2_8b_nN_compile_nosync:
+#             the same job under PyTorch FSDP2 (--model 8B --ac op); the
+#             other modes of torch1b when PROGRAMS names them
+#   hsdp      llama8b_hsdp_2xM: the 8B job, HSDP: 2 replicas of FSDP over
+#             M = N/2 (N >= 4 and even)
+#   ckpt      ckpt_kill_nN: Llama 3.2 1B, FSDP over N
+#             (bench/gpu/ckpt_llama3_1b.toml), an async checkpoint every 40
+#             steps in SCRATCH, rank N-1 killed (SIGKILL) as step 95 starts
+#             (step 40's save has committed, step 80's is being written),
+#             --max-restarts 1: it must resume from step 40 and finish step
+#             110. Its output is time-stamped as it arrives: restart time =
+#             first step line after the restore - the kill's line. Not a
+#             speed program: it runs once, before the rounds, in the call
+#             whose rounds start at 1
+#   scaling   gpt2_ddp_nK (K = 1, 2, 4, ... < N: GPT-2 DDP's scaling is
+#             against 1 GPU) and llama8b_fsdp_nK (K = N/2, ..., 4, 2: 8B
+#             does not fit one GPU, its scaling is against FSDP over 2)
 #
-#   shards        bench/gpu/make_shard.py: random Llama 3 tokens (uint32,
-#                 vocab 128256, magic 20240801) and GPT-2 tokens (uint16,
-#                 vocab 50257), in SCRATCH
-#   gpt2_ddp_nN   GPT-2 124M (bench/gpu/gpt2_124m.toml), DDP over N GPUs,
-#                 batch 64 x 1024 per GPU
-#   llama8b_fsdp_nN   Llama 3 8B (bench/gpu/llama3_8b.toml, the model and
-#                 batch of examples/llama3_8b.toml: 1 x 8192 per GPU,
-#                 selective op checkpointing), FSDP over N
-#   torch_fsdp2_nN    the same job under PyTorch FSDP2 + torch.compile
-#                 (bench/peers/llama_fsdp2.py --model 8B --ac op --compile,
-#                 under torchrun)
-#   llama8b_hsdp_2xM  the same job, HSDP: 2 replicas of FSDP over M = N/2
-#                 (N >= 4 and even)
-#   ckpt_kill_nN  Llama 3.2 1B, FSDP over N (bench/gpu/ckpt_llama3_1b.toml),
-#                 an async checkpoint every 40 steps in SCRATCH, rank N-1
-#                 killed (SIGKILL) as step 95 starts (step 40's save has
-#                 committed, step 80's is being written), --max-restarts 1:
-#                 it must resume from step 40 and finish step 110. Its output
-#                 is time-stamped as it arrives: restart time = first step
-#                 line after the restore - the kill's line
-#   gpt2_ddp_nK   the GPT-2 scaling baselines, K = 1, 2, 4, ... < N
-#   llama8b_fsdp_nK   the Llama baselines, K = N/2, ..., 4, 2 (8B does not
-#                 fit one GPU: its scaling is against FSDP over 2)
-#   summary       bench/gpu/summarize.py --mode multigpu: OUT/summary.md
+# Before them the shards (bench/gpu/make_shard.py: random Llama 3 tokens,
+# uint32, vocab 128256; GPT-2 tokens, uint16, vocab 50257, in SCRATCH);
+# after them the summary (bench/gpu/summarize.py --mode multigpu:
+# OUT/README.md, the same as OUT/summary.md, and OUT/summary.json): per
+# program the median tokens/s per GPU over its runs [min-max], MFU, peak
+# memory, the scaling efficiency of GPT-2 DDP against 1 GPU and of Llama 8B
+# FSDP against the fewest GPUs it ran on, trainrun FSDP against the fastest
+# PyTorch FSDP2 configuration of the same model (failed configurations
+# listed, not counted), HSDP against FSDP, and the checkpointed run's
+# stalls and restart time.
 #
-# Every sub-run runs under `timeout`, its output in OUT/NAME.log, its exit
-# status in OUT/NAME.rc, a line in OUT/runs.tsv; a failure is recorded and
-# the next one starts. trainrun's dump folders (its final weights, the
-# checkpoints) live in SCRATCH on a local disk and are removed after each
-# run; their metrics.jsonl is kept as OUT/NAME.metrics.jsonl.
+# The rounds (bench/benchlib.sh): FIRST_REP (1) to FIRST_REP + REPS - 1
+# (REPS: 3), odd rounds in the order above, even ones reversed. A call is
+# at most 10 minutes: split the programs and rounds over calls with
+# PROGRAMS (keys, space- or comma-separated; default: every key of --runs)
+# and FIRST_REP, into the same OUT (or copy the earlier calls' files into
+# it): every call adds its runs to OUT/runs.tsv (a name run again keeps its
+# last line) and the summary takes them all. The issue's rows on 2 GPUs:
 #
-# Options: --nproc N (GPUs), --runs LIST (comma-separated, of gpt2, fsdp,
-# torch, hsdp, ckpt, scaling; default all), --dry-run (print the commands,
-# run nothing), --cpu-smoke (every sub-run on 2 CPU ranks with the debug
-# models and a few steps, HSDP 2x2 on 4 ranks, the PyTorch peer with
-# --device cpu --tiny: a test of this script's logic and of the summary).
+#   PROGRAMS="gpt2_ddp_n2 gpt2_ddp_n1 llama1b_fsdp_n2 torch_fsdp2_1b_n2_compile
+#     torch_fsdp2_1b_n2_compile_nosync" bench/multi_gpu.sh --nproc 2
+#   PROGRAMS="llama1b_fsdp_n2 torch_fsdp2_1b_n2_autotune_nocg
+#     torch_fsdp2_1b_n2_autotune_nocg_nosync" REPS=2 bench/multi_gpu.sh --nproc 2
+#   ... FIRST_REP=3 REPS=1 (the third round), the same for autotune
 #
-# Environment: OUT (./out), MG_SCRATCH (SCRATCH above, on a local disk:
-# /tmp/trainrun-multigpu), TRAINRUN (.gpu/trainrun, else ./trainrun),
-# PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run"),
-# TRAINRUN_FLAGS and TORCH_FLAGS (extra arguments for every trainrun job and
-# for the PyTorch peer), MG_DEADLINE (s by which every sub-run has ended,
-# 530),
-# MG_GPT2_STEPS (30), MG_LLAMA_STEPS (12), MG_LLAMA_T (8192), MG_TORCH_STEPS
-# (12), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b), MG_CKPT_STEPS (110),
-# MG_CKPT_INTERVAL (40), MG_CKPT_KILL_STEP (95), MG_TMO_GPT2 (90),
-# MG_TMO_LLAMA (150), MG_TMO_TORCH (240), MG_TMO_CKPT (200) (s per run),
-# MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU counts, e.g. "1 2 4"
-# and "4 2").
+# Every run runs under `timeout`, its output in OUT/NAME.log (NAME =
+# KEY_rROUND), its exit status in OUT/NAME.rc, a line in OUT/runs.tsv; a
+# failure is recorded and the next one starts. trainrun's dump folders
+# (its final weights, the checkpoints) live in SCRATCH on a local disk and
+# are removed after each run; their metrics.jsonl is kept as
+# OUT/NAME.metrics.jsonl, a peer's JSON lines as OUT/NAME.jsonl.
+# OUT/versions.txt gets a block per call (GPUs, driver, CUDA, NCCL,
+# PyTorch, trainrun's git commit), OUT/env.txt the host of the last call.
+#
+# Options: --nproc N (GPUs), --runs LIST (comma-separated, of gpt2,
+# fsdp1b, torch1b, fsdp, torch, hsdp, ckpt, scaling; default all), --dry-run
+# (print the commands, run nothing), --cpu-smoke (every run on 2 CPU ranks
+# with the debug models and a few steps, HSDP 2x2 on 4 ranks, the PyTorch
+# peer with --device cpu --tiny: a test of this script's logic and of the
+# summary).
+#
+# Environment: PROGRAMS, FIRST_REP, REPS (above), OUT (./out), MG_SCRATCH
+# (SCRATCH above, on a local disk: /tmp/trainrun-multigpu), TRAINRUN
+# (.gpu/trainrun, else ./trainrun), PYTHON (python3), TORCHRUN ("$PYTHON
+# -m torch.distributed.run"), TRAINRUN_FLAGS and TORCH_FLAGS (extra
+# arguments for every trainrun job and for the PyTorch peer), MG_DEADLINE
+# (s by which every run has ended, 530), MG_GPT2_STEPS (30),
+# MG_LLAMA_STEPS (12), MG_LLAMA_T (8192), MG_TORCH_STEPS (12: the 8B
+# peer), MG_L1B_B (8), MG_L1B_T (2048), MG_L1B_STEPS (30: the 1B jobs,
+# trainrun and PyTorch), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b),
+# MG_CKPT_STEPS (110), MG_CKPT_INTERVAL (40), MG_CKPT_KILL_STEP (95),
+# MG_TMO_GPT2 (90), MG_TMO_LLAMA (150), MG_TMO_TORCH (240),
+# MG_TMO_AUTOTUNE (420: the max-autotune peers), MG_TMO_CKPT (200) (s per
+# run), MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU
+# counts, e.g. "1 2 4" and "4 2").
 set -u
 
 usage() {
@@ -168,6 +208,7 @@ if [ "$mode" = smoke ]; then
   GPT2_VOCAB=256 LLAMA_VOCAB=256 GPT2_TOKENS=200000 LLAMA_TOKENS=200000
   TMO_GPT2=${MG_TMO_GPT2:-120} TMO_LLAMA=${MG_TMO_LLAMA:-120}
   TMO_TORCH=${MG_TMO_TORCH:-420} TMO_CKPT=${MG_TMO_CKPT:-180}
+  TMO_AUTOTUNE=${MG_TMO_AUTOTUNE:-600}
   DEADLINE=${MG_DEADLINE:-1500}
   TR_DEV=(--training.device cpu --model.flavor debugmodel)
   TORCH_DEV=(--device cpu --tiny)
@@ -186,6 +227,7 @@ else
   GPT2_VOCAB=50257 LLAMA_VOCAB=128256 GPT2_TOKENS=33554432 LLAMA_TOKENS=16777216
   TMO_GPT2=${MG_TMO_GPT2:-90} TMO_LLAMA=${MG_TMO_LLAMA:-150}
   TMO_TORCH=${MG_TMO_TORCH:-240} TMO_CKPT=${MG_TMO_CKPT:-200}
+  TMO_AUTOTUNE=${MG_TMO_AUTOTUNE:-420}
   TR_DEV=()
   TORCH_DEV=()
   MIN_TMO=30
@@ -380,7 +422,8 @@ fi
 group ckpt "ckpt_kill_n$N"
 for k in "${gpt2_base[@]}"; do group scaling "gpt2_ddp_n$k"; done
 for k in "${llama_base[@]}"; do group scaling "llama8b_fsdp_n$k"; done
-read -r -a progs <<< "$(bench_select "${known[*]}" "${default[*]}")"
+sel=$(bench_select "${known[*]}" "${default[*]}") || exit 2
+read -r -a progs <<< "$sel"
 rounds=$(bench_rounds) || exit 2
 
 echo "== multi_gpu ($mode): N=$N runs=$runs out=$OUT scratch=$SCRATCH deadline=${DEADLINE}s rounds ${rounds//$'\n'/ }"
@@ -423,7 +466,7 @@ run make_shard_gpt2 120 0 "$PY" bench/gpu/make_shard.py --out "$data/gpt2.bin" \
 # torch_fsdp2 NAME KEY: PyTorch FSDP2 (bench/peers/llama_fsdp2.py under
 # torchrun) in KEY's configuration: torch_fsdp2_{1b,8b}_nN_MODE[_nosync]
 torch_fsdp2() {
-  local name=$1 key=$2 size n flags env=() model ac B T steps skip
+  local name=$1 key=$2 size n flags env=() model ac B T steps skip tmo=$TMO_TORCH
   size=${key#torch_fsdp2_}
   n=${size#*_n}
   n=${n%%_*}
@@ -434,10 +477,11 @@ torch_fsdp2() {
   else
     model=8B ac=op B=$LLAMA_B T=$LLAMA_T steps=$TORCH_STEPS skip=$TORCH_SKIP
   fi
+  case $key in *autotune*) tmo=$TMO_AUTOTUNE ;; esac
   [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$n")")
   echo "-- $name: torch FSDP2 ${flags[*]}, Llama $model on $n ranks, B=$B T=$T"
   # shellcheck disable=SC2086
-  run "$name" "$TMO_TORCH" 0 "${env[@]}" "${TORCHRUN_CMD[@]}" --standalone \
+  run "$name" "$tmo" 0 "${env[@]}" "${TORCHRUN_CMD[@]}" --standalone \
     --nproc-per-node "$n" bench/peers/llama_fsdp2.py --model "$model" --ac "$ac" \
     "${flags[@]}" --data "$data/llama.bin" -B "$B" -T "$T" \
     --steps "$steps" --skip "$skip" "${TORCH_DEV[@]}" ${TORCH_FLAGS:-}

@@ -474,10 +474,50 @@ def mg_runs(out):
                 for kv in cols[len(keys):]:
                     k, _, v = kv.partition("=")
                     r[k] = v
+                r["key"] = re.sub(r"_r\d+$", "", r["name"])
+                m = re.search(r"_r(\d+)$", r["name"])
+                r["round"] = int(m.group(1)) if m else None
                 runs.append(r)
     except OSError:
         pass
-    return runs
+    last = {}  # a name run again (a later call): its last line
+    for r in runs:
+        last[r["name"]] = r
+    return [r for r in runs if last[r["name"]] is r]
+
+
+def mg_programs(runs):
+    """The speed programs (every kind but ckpt), in the order they first
+    ran: {key, the first run's shape, runs, tps_gpu (median over the runs
+    with figures), tps_min, tps_max, mfu, own_mfu, peak_mem_gib}."""
+    progs = {}
+    for r in runs:
+        if r["kind"] == "ckpt":
+            continue
+        p = progs.setdefault(r["key"], dict(
+            {k: r[k] for k in ("kind", "program", "model", "n", "rep",
+                               "shard", "B", "T")}, key=r["key"], runs=[]))
+        p["runs"].append(r)
+    for p in progs.values():
+        ok = [r for r in p["runs"] if r.get("tps_gpu")]
+        p["ok"] = len(ok)
+        if not ok:
+            continue
+        vals = [r["tps_gpu"] for r in ok]
+        p["tps_gpu"] = benchlib.median(vals)
+        p["tps_min"], p["tps_max"] = min(vals), max(vals)
+        p["tps_all"] = p["tps_gpu"] * p["n"]
+        p["step_ms"] = p["B"] * p["T"] / p["tps_gpu"] * 1e3
+        f = [r["mfu"] for r in ok if r.get("mfu") is not None]
+        if f:
+            p["mfu"] = p["tps_gpu"] * f[0] / ok[0]["tps_gpu"]
+        own = [r["own_mfu"] for r in ok if r.get("own_mfu") is not None]
+        p["own_mfu"] = benchlib.median(own) if own else None
+        mem = [r["peak_mem_gib"] for r in ok if r.get("peak_mem_gib")]
+        p["peak_mem_gib"] = max(mem) if mem else None
+        plan = [r["plan_gib"] for r in ok if r.get("plan_gib")]
+        p["plan_gib"] = plan[0] if plan else None
+    return list(progs.values())
 
 
 def mg_jsonl_steps(path):
@@ -682,7 +722,6 @@ def multigpu_main(a):
             mg_figures(out, r, peak)
         except Exception as e:  # one odd log must not lose the table
             r["status"] = f"summary error: {e!r}"
-    by = {r["name"]: r for r in runs}
     N = a.nproc or max([r["n"] for r in runs] or [0])
     env = ""
     try:
@@ -690,8 +729,12 @@ def multigpu_main(a):
             env = f.read().strip()
     except OSError:
         pass
-    date = env.splitlines()[0] if env else "unknown"
-    L = [f"# trainrun multi-GPU runs: {N} x {a.gpu}", "",
+    versions = read_text(out, "versions.txt")
+    date = next((ln.split()[2] for ln in versions.splitlines()
+                 if ln.startswith("== call")),
+                env.splitlines()[0] if env else "unknown")
+    gpus = gpu_names(versions)
+    L = [f"# trainrun multi-GPU runs: {N} x {a.gpu} ({date[:10]})", "",
          f"- date: {date}",
          f"- command: `{a.command}`" if a.command else "- command: unknown",
          f"- GPU: {a.gpu}, {N} used; peak "
@@ -704,87 +747,126 @@ def multigpu_main(a):
          "max_memory_allocated (PyTorch) on rank 0; plan: `trainrun plan`'s "
          "per-rank parameters + gradients + AdamW state + largest "
          "unsharded group, before activations",
-         "- logs: NAME.log, NAME.rc, NAME.metrics.jsonl, NAME.plan.txt in "
-         "this folder"]
+         "- raw files (NAME = KEY_rROUND): NAME.log, NAME.rc, "
+         "NAME.metrics.jsonl (trainrun's per-step metrics, rank 0), "
+         "NAME.jsonl (a PyTorch peer's per-step JSON lines), NAME.plan.txt "
+         "in this folder"]
+    if len(gpus) > 1:
+        L.append(f"- **the calls ran on different GPUs ({', '.join(gpus)}): "
+                 "compare only figures of the same GPU**")
     if a.gpu.lower() == "cpu":
         L.append("- CPU smoke test (bench/multi_gpu.sh --cpu-smoke): debug "
                  "models of different sizes on CPU ranks; the figures test "
                  "the script and this table, not the programs' speed")
+    progs = mg_programs(runs)
+    L += ["- protocol: each program runs in rounds (odd rounds in the "
+          "listed order, even ones reversed, bench/benchlib.sh); a run's "
+          "figure is its median, a program's the median over its runs "
+          "[min-max]; failed runs have no figure and the fastest PyTorch "
+          "configuration is taken among those that worked",
+          "- precision: trainrun " + PRECISION["trainrun"] + "; PyTorch "
+          + PRECISION["fsdp2"],
+          "- versions of every call: [versions.txt](versions.txt)"]
     L += ["",
           "## Throughput", "",
-          "| run | program | model | GPUs | layout | B x T | tok/s/GPU | "
-         "tok/s all | step ms | MFU | own MFU | peak mem GiB | plan GiB | "
-         "timed steps | wall s | status |",
-         "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-         "---:|---|"]
-    for r in runs:
-        if r["kind"] == "ckpt":
-            continue
-        if r["kind"] == "torch":
-            layout = f"FSDP2 {r['n']}"
-        elif r["shard"] == 1:
-            layout = f"DDP {r['rep']}"
-        elif r["rep"] == 1:
-            layout = f"FSDP {r['shard']}"
+          "| program | what | model | GPUs | layout | B x T | tok/s/GPU, "
+          "median [min-max] | tok/s all | step ms | MFU | own MFU | peak mem "
+          "GiB | plan GiB | runs ok | raw files |",
+          "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---|"]
+    for p in progs:
+        if p["kind"] == "torch":
+            layout = f"FSDP2 {p['n']}"
+        elif p["shard"] == 1:
+            layout = f"DDP {p['rep']}"
+        elif p["rep"] == 1:
+            layout = f"FSDP {p['shard']}"
         else:
-            layout = f"HSDP {r['rep']}x{r['shard']}"
-        mem = r.get("peak_mem_gib")
-        L.append(f"| {r['name']} | {r['program']} | "
-                 f"{MODELS.get(r['model'], (r['model'],))[0]} | {r['n']} | "
-                 f"{layout} | {r['B']} x {r['T']} | "
-                 f"{fmt(r.get('tps_gpu'), ',.0f')} | "
-                 f"{fmt(r.get('tps_all'), ',.0f')} | "
-                 f"{fmt(r.get('step_ms'), '.1f')} | {mg_pct(r.get('mfu'))} | "
-                 f"{mg_pct(r.get('own_mfu'))} | "
-                 f"{fmt(mem, '.1f')} | {fmt(r.get('plan_gib'), '.1f')} | "
-                 f"{r.get('steps_timed', 0)} | "
-                 f"{fmt(r.get('wall_s'), 'd')} | {r['status']} |")
+            layout = f"HSDP {p['rep']}x{p['shard']}"
+        vals = [r["tps_gpu"] for r in p["runs"] if r.get("tps_gpu")]
+        files = []
+        for r in p["runs"]:
+            raw = (r["name"] + ".jsonl" if r["kind"] == "torch"
+                   else r["name"] + ".metrics.jsonl")
+            if not os.path.exists(os.path.join(out, raw)):
+                raw = r["log"]
+            st = "" if r.get("tps_gpu") else f" {r['status']}"
+            files.append(f"[{r.get('round') or r['name']}]({raw}){st}")
+        L.append(f"| `{p['key']}` | {p['program']} | "
+                 f"{MODELS.get(p['model'], (p['model'],))[0]} | {p['n']} | "
+                 f"{layout} | {p['B']} x {p['T']} | "
+                 f"{spread(vals) if vals else 'failed'} | "
+                 f"{fmt(p.get('tps_all'), ',.0f')} | "
+                 f"{fmt(p.get('step_ms'), '.1f')} | {mg_pct(p.get('mfu'))} | "
+                 f"{mg_pct(p.get('own_mfu'))} | "
+                 f"{fmt(p.get('peak_mem_gib'), '.1f')} | "
+                 f"{fmt(p.get('plan_gib'), '.1f')} | "
+                 f"{p['ok']}/{len(p['runs'])} | {', '.join(files)} |")
     L.append("")
 
     # scaling
     L += ["## Scaling", "",
           "Efficiency: tokens/s per GPU on n GPUs over tokens/s per GPU on "
           "the baseline (1 GPU for GPT-2 DDP; Llama 3 8B does not fit one "
-          "GPU, so its baseline is FSDP over the fewest GPUs it ran on, 2).",
+          "GPU, so its baseline is FSDP over the fewest GPUs it ran on, 2); "
+          "program medians.",
           "", "| job | GPUs | tok/s/GPU | efficiency | baseline |",
           "|---|---:|---:|---:|---|"]
     scaling = {}
     for job, pick in (("GPT-2 124M DDP",
-                       lambda r: r["kind"] == "trainrun"
-                       and r["model"].endswith("gpt2_124m")),
+                       lambda p: p["kind"] == "trainrun"
+                       and p["model"].endswith("gpt2_124m")),
                       ("Llama 3 8B FSDP",
-                       lambda r: r["kind"] == "trainrun"
-                       and r["model"].endswith("llama3_8b") and r["rep"] == 1)):
-        rs = sorted([r for r in runs if pick(r) and r.get("tps_gpu")],
-                    key=lambda r: r["n"])
-        if not rs:
+                       lambda p: p["kind"] == "trainrun"
+                       and p["model"].endswith("llama3_8b") and p["rep"] == 1)):
+        ps = sorted([p for p in progs if pick(p) and p.get("tps_gpu")],
+                    key=lambda p: p["n"])
+        if not ps:
             L.append(f"| {job} | - | - | - | no run with figures |")
             continue
-        base = rs[0]
-        for r in rs:
-            eff = r["tps_gpu"] / base["tps_gpu"]
-            scaling.setdefault(job, {})[r["n"]] = eff
-            L.append(f"| {job} | {r['n']} | {r['tps_gpu']:,.0f} | "
-                     f"{100 * eff:.1f}% | {base['name']} |")
+        base = ps[0]
+        for p in ps:
+            eff = p["tps_gpu"] / base["tps_gpu"]
+            scaling.setdefault(job, {})[p["n"]] = eff
+            L.append(f"| {job} | {p['n']} | {spread([r['tps_gpu'] for r in p['runs'] if r.get('tps_gpu')])} | "
+                     f"{100 * eff:.1f}% | `{base['key']}` |")
     L.append("")
 
-    # ratios
+    # ratios: trainrun FSDP against the fastest PyTorch FSDP2 configuration
     L += ["## Ratios", ""]
     ratios = {}
-    fs, tc = by.get(f"llama8b_fsdp_n{N}"), by.get(f"torch_fsdp2_n{N}")
-    hs = next((r for r in runs if r["name"].startswith("llama8b_hsdp_")),
-              None)
-    if fs and tc and fs.get("tps_gpu") and tc.get("tps_gpu"):
-        ratios["trainrun_fsdp_over_torch_fsdp2"] = fs["tps_gpu"] / tc["tps_gpu"]
-        v = ratios["trainrun_fsdp_over_torch_fsdp2"]
-        L.append(f"- trainrun FSDP / PyTorch FSDP2 + compile, "
-                 f"{MODELS.get(fs['model'], (fs['model'],))[0]} on {N} "
-                 f"GPUs, tokens/s per GPU: {v:.2f}x (target >= 1.0x, goal "
-                 "1.1x: " + ("met" if v >= 1.0 else "NOT met") + ")")
-    else:
-        L.append("- trainrun FSDP / PyTorch FSDP2 + compile: n/a (a run has "
-                 "no figures)")
-    hf = by.get(f"llama8b_fsdp_n{hs['n']}") if hs else None
+    for model, target in (("llama3_1b", 1.15), ("llama3_8b", None)):
+        fs = next((p for p in progs if p["kind"] == "trainrun"
+                   and p["model"].endswith(model) and p["rep"] == 1
+                   and p["n"] == N and p.get("tps_gpu")), None)
+        tcs = [p for p in progs if p["kind"] == "torch"
+               and p["model"].endswith(model) and p["n"] == N]
+        name = MODELS[model][0]
+        if not tcs and not fs:
+            continue
+        tc = max([p for p in tcs if p.get("tps_gpu")],
+                 key=lambda p: p["tps_gpu"], default=None)
+        if fs and tc:
+            v = fs["tps_gpu"] / tc["tps_gpu"]
+            ratios[f"{model}_fsdp_over_torch_fsdp2"] = {"ratio": v,
+                                                         "against": tc["key"]}
+            L.append(f"- **trainrun FSDP / fastest PyTorch FSDP2 "
+                     f"(`{tc['key']}`: {tc['program']}), {name} on {N} "
+                     f"GPUs, tokens/s per GPU: {v:.2f}x** (run pairs "
+                     f"{fs['tps_min'] / tc['tps_max']:.2f}x-"
+                     f"{fs['tps_max'] / tc['tps_min']:.2f}x)"
+                     + (f"; target {target}x: "
+                        + ("met" if v >= target else "NOT met")
+                        if target else ""))
+        else:
+            L.append(f"- trainrun FSDP / PyTorch FSDP2, {name}: n/a (no "
+                     "run with figures on one side)")
+    hs = next((p for p in progs if p["model"].endswith("llama3_8b")
+               and p["kind"] == "trainrun" and p["rep"] > 1
+               and p["shard"] > 1), None)
+    hf = next((p for p in progs if hs and p["kind"] == "trainrun"
+               and p["model"] == hs["model"] and p["rep"] == 1
+               and p["n"] == hs["n"]), None)
     if hs and hf and hs.get("tps_gpu") and hf.get("tps_gpu"):
         ratios["hsdp_over_fsdp"] = hs["tps_gpu"] / hf["tps_gpu"]
         L.append(f"- HSDP {hs['rep']}x{hs['shard']} / FSDP {hf['n']}, "
@@ -792,8 +874,6 @@ def multigpu_main(a):
     elif hs:
         L.append(f"- HSDP {hs['rep']}x{hs['shard']} / FSDP {hs['n']}: n/a "
                  f"(no FSDP run on {hs['n']} ranks with figures)")
-    else:
-        L.append("- HSDP / FSDP: n/a (no HSDP run)")
     L.append("")
 
     # checkpoint + kill
@@ -865,11 +945,14 @@ def multigpu_main(a):
     L += ["", "## Environment", "", "```", env, "```", ""]
     text = "\n".join(L)
     sys.stdout.write(text)
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(text)
+    for fn in ("summary.md", "README.md"):
+        with open(os.path.join(out, fn), "w") as f:
+            f.write(text)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump({"gpu": a.gpu, "nproc": N, "command": a.command,
                    "date": date, "peak": peak, "runs": runs,
+                   "programs": [{k: v for k, v in p.items() if k != "runs"}
+                                for p in progs],
                    "scaling": scaling, "ratios": ratios, "ckpt": ckres},
                   f, indent=1)
     return 0
