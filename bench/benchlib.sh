@@ -15,8 +15,17 @@
 #   PROGRAMS="trainrun torch_compile" FIRST_REP=1 REPS=2 script ...  (call 1)
 #   PROGRAMS="trainrun torch_compile" FIRST_REP=3 REPS=1 script ...  (call 2)
 #
-# gives rounds 1 (in order), 2 (reversed) and 3 (in order).
+# gives rounds 1 (in order), 2 (reversed) and 3 (in order). A call's own
+# files carry its id (CALL_ID: the UTC start time, versions-CALL_ID.txt),
+# so that the OUT folders of calls on a machine that starts empty each time
+# merge by copying them into one (cp CALL1/* CALL2/* ALL/) and running the
+# summary there.
 # shellcheck shell=bash
+
+# this call's id, in the names of its own files (the scripts that source
+# this file use it)
+# shellcheck disable=SC2034
+CALL_ID=$(date -u +%Y%m%dT%H%M%SZ)
 
 # Print a command the way a shell would read it back.
 show() {

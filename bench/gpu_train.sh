@@ -61,10 +61,12 @@
 # the rest go on. Run NAME = KEY_rR writes OUTDIR/NAME.log, NAME.rc and
 # NAME.cmd (the command), and the per-step JSON lines: trainrun's
 # metrics.jsonl as NAME.metrics.jsonl, a peer's lines as NAME.jsonl
-# (llm.c's step lines are in NAME.log). OUTDIR/versions.txt gets a block
-# per call (GPU, driver, CUDA, NCCL, PyTorch, llm.c's commit, trainrun's
-# git commit); OUTDIR/bench.conf the shape (a later call must use the
-# same). Then bench/gpu/summarize.py writes OUTDIR/README.md: per program
+# (llm.c's step lines are in NAME.log). OUTDIR/versions-CALL_ID.txt: the
+# call's GPU, driver, CUDA, NCCL, PyTorch, llm.c's commit, trainrun's git
+# commit; OUTDIR/bench.conf the shape (a later call must use the same).
+# Calls on machines that start with an empty OUTDIR each: copy their
+# folders into one (cp -n A/* B/* ALL/) and run
+# `python3 bench/gpu/summarize.py --out ALL` there. Then bench/gpu/summarize.py writes OUTDIR/README.md: per program
 # the median over its runs [min-max] of each run's median tokens/s after
 # the first SKIP steps (warm-up, compilation), MFU with trainrun's FLOPs
 # per token over the GPU's dense bf16 peak, trainrun against the fastest
@@ -279,9 +281,9 @@ if [ "$dry" = 0 ]; then
     exit 2
   fi
   echo "$conf" > "$out/bench.conf"
-  bench_versions "$out/versions.txt" "$cmdline" "$([ "$want_llmc" = 1 ] && echo "$LLMC_SRC")"
-  # shellcheck disable=SC2016
-  sed -n '/^== call/h; /^== call/!H; ${x; p}' "$out/versions.txt"
+  bench_versions "$out/versions-$CALL_ID.txt" "$cmdline" \
+    "$([ "$want_llmc" = 1 ] && echo "$LLMC_SRC")"
+  cat "$out/versions-$CALL_ID.txt"
 fi
 
 # 1. llm.c builds in the background while the shards are written

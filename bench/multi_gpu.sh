@@ -67,8 +67,11 @@
 # at most 10 minutes: split the programs and rounds over calls with
 # PROGRAMS (keys, space- or comma-separated; default: every key of --runs)
 # and FIRST_REP, into the same OUT (or copy the earlier calls' files into
-# it): every call adds its runs to OUT/runs.tsv (a name run again keeps its
-# last line) and the summary takes them all. The issue's rows on 2 GPUs:
+# it): every call writes its runs to OUT/runs-CALL_ID.tsv (a name run
+# again keeps its last line) and the summary takes them all. Calls on
+# machines that start with an empty OUT each: copy their folders into one
+# (cp -n A/* B/* ALL/) and run `python3 bench/gpu/summarize.py --mode
+# multigpu --out ALL` there. The issue's rows on 2 GPUs:
 #
 #   PROGRAMS="gpt2_ddp_n2 gpt2_ddp_n1 llama1b_fsdp_n2 torch_fsdp2_1b_n2_compile
 #     torch_fsdp2_1b_n2_compile_nosync" bench/multi_gpu.sh --nproc 2
@@ -77,13 +80,13 @@
 #   ... FIRST_REP=3 REPS=1 (the third round), the same for autotune
 #
 # Every run runs under `timeout`, its output in OUT/NAME.log (NAME =
-# KEY_rROUND), its exit status in OUT/NAME.rc, a line in OUT/runs.tsv; a
+# KEY_rROUND), its exit status in OUT/NAME.rc, a line in OUT/runs-*.tsv; a
 # failure is recorded and the next one starts. trainrun's dump folders
 # (its final weights, the checkpoints) live in SCRATCH on a local disk and
 # are removed after each run; their metrics.jsonl is kept as
 # OUT/NAME.metrics.jsonl, a peer's JSON lines as OUT/NAME.jsonl.
-# OUT/versions.txt gets a block per call (GPUs, driver, CUDA, NCCL,
-# PyTorch, trainrun's git commit), OUT/env.txt the host of the last call.
+# OUT/versions-CALL_ID.txt: the call's GPUs, driver, CUDA, NCCL, PyTorch,
+# trainrun's git commit; OUT/env-CALL_ID.txt its host.
 #
 # Options: --nproc N (GPUs), --runs LIST (comma-separated, of gpt2,
 # fsdp1b, torch1b, fsdp, torch, hsdp, ckpt, scaling; default all), --dry-run
@@ -331,7 +334,7 @@ gpus_for() {
 record() {
   [ "$mode" = dry ] && return 0
   local IFS=$'\t'
-  echo "$*" >> "$OUT/runs.tsv"
+  echo "$*" >> "$OUT/runs-$CALL_ID.tsv"
 }
 
 # keep_dump NAME DIR: the metrics of trainrun's dump folder DIR into OUT,
@@ -429,7 +432,8 @@ rounds=$(bench_rounds) || exit 2
 echo "== multi_gpu ($mode): N=$N runs=$runs out=$OUT scratch=$SCRATCH deadline=${DEADLINE}s rounds ${rounds//$'\n'/ }"
 echo "   programs: ${progs[*]}"
 if [ "$mode" != dry ]; then
-  # runs.tsv gathers the runs of every call into OUT (a later call adds)
+  # runs-CALL_ID.tsv, versions-CALL_ID.txt, env-CALL_ID.txt: this
+  # call's; the summary reads every call's
   mkdir -p "$OUT" "$data" "$SCRATCH/dump" || exit 1
   {
     date -u
@@ -444,11 +448,9 @@ if [ "$mode" != dry ]; then
     nproc
     free -g | head -n 2
     df -h "$SCRATCH" | tail -n 1
-  } > "$OUT/env.txt" 2>&1
-  bench_versions "$OUT/versions.txt" "$cmdline"
-  cat "$OUT/env.txt"
-  # shellcheck disable=SC2016
-  sed -n '/^== call/h; /^== call/!H; ${x; p}' "$OUT/versions.txt"
+  } > "$OUT/env-$CALL_ID.txt" 2>&1
+  bench_versions "$OUT/versions-$CALL_ID.txt" "$cmdline"
+  cat "$OUT/env-$CALL_ID.txt" "$OUT/versions-$CALL_ID.txt"
 fi
 if [ "$mode" = smoke ]; then
   gpu_name=cpu

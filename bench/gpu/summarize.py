@@ -1,31 +1,40 @@
 #!/usr/bin/env python3
-"""bench/gpu/summarize.py: the table of bench/gpu_train.sh from the logs in
-OUTDIR: tokens/s (median over the steps after the first SKIP), step time,
-MFU counted for every program with trainrun's FLOPs per token over the GPU's
-dense bf16 peak (bench/peers/benchlib.py), the MFU each program reports
-itself, and the ratios trainrun / peer. Prints the markdown table and writes
-OUTDIR/table.md and OUTDIR/results.json.
+"""bench/gpu/summarize.py: the tables of bench/gpu_train.sh and
+bench/multi_gpu.sh from the raw files in OUTDIR, over every run found there
+(the rounds of bench/benchlib.sh's protocol, from one call or several
+copied into one folder). Prints the markdown and writes OUTDIR/README.md.
 
-  summarize.py --mode gpt2|llama1b --out OUTDIR --skip N --gpu NAME
+  summarize.py --out OUTDIR [--mode gpt2|llama1b] [--skip N] [--gpu NAME]
                [-B B -T T]
 
-Sources: trainrun: OUTDIR/trainrun/metrics.jsonl (else the step lines of
-OUTDIR/trainrun.log); llm.c: the "step i/n | ... | X ms | Y% bf16 MFU |"
-lines of OUTDIR/llmc.log (tokens/s = B*T / step time; its printed tok/s is
-a moving average); PyTorch: the JSON step lines of OUTDIR/torch_*.log.
+bench/gpu_train.sh's table (mode, shape and warm-up steps from
+OUTDIR/bench.conf, the GPU from versions-*.txt): the runs KEY_rROUND
+(OUTDIR/*_rN.rc); a run's figure is the median tokens/s of its steps after
+the first SKIP, from trainrun's NAME.metrics.jsonl (else NAME.log's step
+lines), llm.c's "step i/n | ... | X ms | Y% bf16 MFU |" lines of NAME.log
+(tokens/s = B*T / step time; its printed tok/s is a moving average), a
+PyTorch peer's JSON step lines (NAME.jsonl, else NAME.log); a program's
+figure the median over its runs [min-max]; MFU counted for every program
+with trainrun's FLOPs per token over the GPU's dense bf16 peak
+(bench/peers/benchlib.py); trainrun against the fastest PyTorch
+configuration and the fastest llm.c one (failed runs have no figure);
+each program's configuration, precision recipe and raw files. Also
+OUTDIR/results.json.
 
-  summarize.py --mode multigpu --out OUTDIR --gpu NAME --nproc N
+  summarize.py --mode multigpu --out OUTDIR [--gpu NAME] [--nproc N]
                [--command CMD]
 
-bench/multi_gpu.sh's table (OUTDIR/summary.md and OUTDIR/summary.json):
-every sub-run of OUTDIR/runs.tsv (name, kind, program, model, ranks,
-replicate and shard degrees, B, T, steps, warm-up steps, then key=value
-extras): tokens/s per GPU (median after the warm-up steps) and in all,
-MFU, peak memory, the scaling efficiency of GPT-2 DDP against 1 GPU and of
-Llama 8B FSDP against the fewest GPUs it ran on, HSDP against FSDP,
-trainrun against PyTorch FSDP2, and for the checkpointed run with a kill
-(its log's lines time-stamped as they arrived) the stall of each save, the
-restart time and whether the job finished.
+bench/multi_gpu.sh's table (OUTDIR/README.md, summary.md, summary.json):
+every sub-run of the calls' OUTDIR/runs-*.tsv (name, kind, program, model,
+ranks, replicate and shard degrees, B, T, steps, warm-up steps, then
+key=value extras), grouped into programs (the name without _rROUND):
+tokens/s per GPU (median over the runs [min-max] of each run's median
+after the warm-up steps) and in all, MFU, peak memory, the scaling
+efficiency of GPT-2 DDP against 1 GPU and of Llama 8B FSDP against the
+fewest GPUs it ran on, HSDP against FSDP, trainrun FSDP against the fastest
+PyTorch FSDP2 configuration of the same model, and for the checkpointed
+run with a kill (its log's lines time-stamped as they arrived) the stall
+of each save, the restart time and whether the job finished.
 """
 import argparse
 import json
@@ -213,6 +222,14 @@ def read_conf(out):
     return conf
 
 
+def read_calls(out, prefix, suffix):
+    """The text of every call's PREFIX*SUFFIX file (PREFIX-CALL_ID.SUFFIX,
+    and PREFIX.SUFFIX of older folders), in call order."""
+    names = sorted(f for f in os.listdir(out)
+                   if f.startswith(prefix) and f.endswith(suffix))
+    return names, "".join(read_text(out, f) for f in names)
+
+
 def gpu_names(versions):
     """The distinct GPU names of versions.txt's blocks."""
     names = []
@@ -241,7 +258,8 @@ def one_gpu_main(a):
         B, T = a.B or int(conf.get("B", 8)), a.T or int(conf.get("T", 2048))
         targets = [("PyTorch", 1.15)]
         mfu_target = 60
-    versions = read_text(out, "versions.txt")
+    vfiles, versions = read_calls(out, "versions", ".txt")
+    vlinks = ", ".join(f"[{f}]({f})" for f in vfiles) or "none"
     gpus = gpu_names(versions)
     gpu = a.gpu if a.gpu not in ("", "unknown") else (gpus[0] if gpus else
                                                       "unknown")
@@ -312,7 +330,7 @@ def one_gpu_main(a):
     L = [f"# {title} on one {gpu}: trainrun against PyTorch"
          + (" and llm.c" if mode == "gpt2" else "") + f" ({date})", "",
          f"`bench/gpu_train.sh {mode}` (every call's command line and "
-         f"versions: [versions.txt](versions.txt)), B={B}, T={T}, "
+         f"versions: {vlinks}), B={B}, T={T}, "
          f"{conf.get('steps', '?')} steps a run. Each program runs in "
          "rounds, odd rounds in the listed order and even ones reversed; a "
          "run's figure is the median tokens/s of its steps after the first "
@@ -410,8 +428,9 @@ def one_gpu_main(a):
           "NAME.rc (its exit status), NAME.metrics.jsonl (trainrun's "
           "per-step metrics), NAME.jsonl (a PyTorch peer's per-step JSON "
           "lines and summary); llm.c's step lines are in NAME.log. "
-          "versions.txt: GPU, driver, CUDA, NCCL, PyTorch, llm.c's and "
-          "trainrun's commits, per call; shards.txt: the data's sha256.", ""]
+          "versions-CALL_ID.txt: GPU, driver, CUDA, NCCL, PyTorch, llm.c's "
+          "and trainrun's commits, one per call; shards.txt: the data's "
+          "sha256.", ""]
     text = "\n".join(L)
     sys.stdout.write(text)
     with open(os.path.join(out, "README.md"), "w") as f:
@@ -458,28 +477,25 @@ STAMPED = re.compile(r"^(\d+\.\d+) (.*)$")
 
 
 def mg_runs(out):
-    """The sub-runs of OUTDIR/runs.tsv, in the order they ran."""
+    """The sub-runs of every call's OUTDIR/runs-CALL_ID.tsv, in the order
+    they ran."""
     keys = ("name", "kind", "program", "model", "n", "rep", "shard", "B",
             "T", "steps", "skip")
     runs = []
-    try:
-        with open(os.path.join(out, "runs.tsv")) as f:
-            for line in f:
-                cols = line.rstrip("\n").split("\t")
-                if len(cols) < len(keys):
-                    continue
-                r = dict(zip(keys, cols))
-                for k in ("n", "rep", "shard", "B", "T", "steps", "skip"):
-                    r[k] = int(r[k])
-                for kv in cols[len(keys):]:
-                    k, _, v = kv.partition("=")
-                    r[k] = v
-                r["key"] = re.sub(r"_r\d+$", "", r["name"])
-                m = re.search(r"_r(\d+)$", r["name"])
-                r["round"] = int(m.group(1)) if m else None
-                runs.append(r)
-    except OSError:
-        pass
+    for line in read_calls(out, "runs", ".tsv")[1].splitlines():
+        cols = line.split("\t")
+        if len(cols) < len(keys):
+            continue
+        r = dict(zip(keys, cols))
+        for k in ("n", "rep", "shard", "B", "T", "steps", "skip"):
+            r[k] = int(r[k])
+        for kv in cols[len(keys):]:
+            k, _, v = kv.partition("=")
+            r[k] = v
+        r["key"] = re.sub(r"_r\d+$", "", r["name"])
+        m = re.search(r"_r(\d+)$", r["name"])
+        r["round"] = int(m.group(1)) if m else None
+        runs.append(r)
     last = {}  # a name run again (a later call): its last line
     for r in runs:
         last[r["name"]] = r
@@ -716,6 +732,10 @@ def mg_pct(x):
 def multigpu_main(a):
     out = a.out
     runs = mg_runs(out)
+    vfiles, versions = read_calls(out, "versions", ".txt")
+    gpus = gpu_names(versions)
+    if a.gpu in ("", "unknown"):
+        a.gpu = gpus[0] if gpus else "unknown"
     peak = benchlib.peak_bf16(a.gpu)
     for r in runs:
         try:
@@ -723,17 +743,11 @@ def multigpu_main(a):
         except Exception as e:  # one odd log must not lose the table
             r["status"] = f"summary error: {e!r}"
     N = a.nproc or max([r["n"] for r in runs] or [0])
-    env = ""
-    try:
-        with open(os.path.join(out, "env.txt"), errors="replace") as f:
-            env = f.read().strip()
-    except OSError:
-        pass
-    versions = read_text(out, "versions.txt")
+    efiles = read_calls(out, "env", ".txt")[0]
+    env = read_text(out, efiles[-1]).strip() if efiles else ""
     date = next((ln.split()[2] for ln in versions.splitlines()
                  if ln.startswith("== call")),
                 env.splitlines()[0] if env else "unknown")
-    gpus = gpu_names(versions)
     L = [f"# trainrun multi-GPU runs: {N} x {a.gpu} ({date[:10]})", "",
          f"- date: {date}",
          f"- command: `{a.command}`" if a.command else "- command: unknown",
@@ -766,7 +780,8 @@ def multigpu_main(a):
           "configuration is taken among those that worked",
           "- precision: trainrun " + PRECISION["trainrun"] + "; PyTorch "
           + PRECISION["fsdp2"],
-          "- versions of every call: [versions.txt](versions.txt)"]
+          "- versions of every call: "
+          + (", ".join(f"[{f}]({f})" for f in vfiles) or "none")]
     L += ["",
           "## Throughput", "",
           "| program | what | model | GPUs | layout | B x T | tok/s/GPU, "
