@@ -230,6 +230,20 @@ def read_calls(out, prefix, suffix):
     return names, "".join(read_text(out, f) for f in names)
 
 
+def call_lines(versions):
+    """Each call of versions-*.txt as `VARS command` (its PROGRAMS,
+    FIRST_REP and REPS, then its command line)."""
+    calls, head = [], None
+    for line in versions.splitlines():
+        m = re.match(r"== call (\S+) (.*)$", line)
+        if m:
+            head = m.group(2)
+        elif line.startswith("command: ") and head is not None:
+            calls.append(f"`{head} {line[len('command: '):]}`")
+            head = None
+    return calls
+
+
 def gpu_names(versions):
     """The distinct GPU names of versions.txt's blocks."""
     names = []
@@ -341,7 +355,8 @@ def one_gpu_main(a):
             else "an unknown peak (n/a)")
          + "; own: what the program prints (llm.c counts its own FLOPs). "
          "Every program reads the same shard (shards.txt), clips gradients "
-         "at 1.0 and uses AdamW with weight decay 0.1."
+         "at 1.0 and uses AdamW with weight decay 0.1. Calls: "
+         + ("; ".join(call_lines(versions)) or "unknown") + "."
          + (" The vocab 50304 configurations (llm.c pads to it too) are "
             "counted as the 50257-token model." if mode == "gpt2" else ""),
          ""]
@@ -750,7 +765,8 @@ def multigpu_main(a):
                 env.splitlines()[0] if env else "unknown")
     L = [f"# trainrun multi-GPU runs: {N} x {a.gpu} ({date[:10]})", "",
          f"- date: {date}",
-         f"- command: `{a.command}`" if a.command else "- command: unknown",
+         f"- command: `{a.command}`" if a.command else
+         "- calls: " + ("; ".join(call_lines(versions)) or "unknown"),
          f"- GPU: {a.gpu}, {N} used; peak "
          + (f"{peak / 1e12:.0f} TFLOP/s dense bf16 each" if peak > 0
             else "unknown (MFU n/a)"),
@@ -850,6 +866,16 @@ def multigpu_main(a):
     # ratios: trainrun FSDP against the fastest PyTorch FSDP2 configuration
     L += ["## Ratios", ""]
     ratios = {}
+    g = scaling.get("GPT-2 124M DDP", {})
+    gn = next((p for p in progs if p["kind"] == "trainrun"
+               and p["model"].endswith("gpt2_124m") and p["n"] == N
+               and p.get("tps_gpu")), None)
+    if gn and 1 in g and N in g:
+        ratios["gpt2_ddp_scaling"] = g[N]
+        L.append(f"- **GPT-2 124M DDP over {N}: {gn['tps_gpu']:,.0f} "
+                 f"tokens/s per GPU, MFU {mg_pct(gn.get('mfu'))}, "
+                 f"{100 * g[N]:.1f}% of 1 GPU per GPU** (target 97%: "
+                 + ("met" if g[N] >= 0.97 else "NOT met") + ")")
     for model, target in (("llama3_1b", 1.15), ("llama3_8b", None)):
         fs = next((p for p in progs if p["kind"] == "trainrun"
                    and p["model"].endswith(model) and p["rep"] == 1
