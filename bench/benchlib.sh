@@ -45,7 +45,8 @@ bench_select() {
     case $known in
       *" $p "*) ;;
       *)
-        echo "PROGRAMS: unknown program '$p' (known: $1)" >&2
+        # shellcheck disable=SC2086
+        echo "PROGRAMS: unknown program '$p' (known:" $known")" >&2
         exit 2
         ;;
     esac

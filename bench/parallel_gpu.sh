@@ -160,7 +160,7 @@ ptflex() {
   echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
 }
 
-bench_versions "$OUT/versions.txt" "bench/parallel_gpu.sh --reps $reps --runs $runs"
+REPS=$reps bench_versions "$OUT/versions.txt" "bench/parallel_gpu.sh --reps $reps --runs $runs"
 
 # check NAME NPROC ARGS...: examples/debug.toml on cuda in float32
 check() {
