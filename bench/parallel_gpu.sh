@@ -111,6 +111,9 @@ want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
 # shellcheck source=bench/benchlib.sh
 . "$(dirname "$0")/benchlib.sh"
 PY=${PYTHON:-python3}
+known="tr1 tr2 pt pc ptl ptlc trp1 ptp1 ptp1n trpz ptpz tr2e pte pce trp1e ptp1e
+  trpze ptpze trc1 trc trca ptc ptcc ptca ptcac trf trfc ptf ptfe"
+bench_select "$known" "" > /dev/null # a bad PROGRAMS: exit 2 before any work
 if [ -z "${TRAINRUN:-}" ]; then
   if [ -x .gpu/trainrun ]; then TRAINRUN=.gpu/trainrun; else TRAINRUN=./trainrun; fi
 fi
@@ -260,8 +263,7 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
   want flex && order="$order trf trfc ptf ptfe"
   # PROGRAMS: a subset, e.g. "pt pc" (one call's share); FIRST_REP: a
   # later call goes on with that round (bench/benchlib.sh)
-  order=$(bench_select "tr1 tr2 pt pc ptl ptlc trp1 ptp1 ptp1n trpz ptpz tr2e pte pce
-    trp1e ptp1e trpze ptpze trc1 trc trca ptc ptcc ptca ptcac trf trfc ptf ptfe" "$order") || exit 2
+  order=$(bench_select "$known" "$order") || exit 2
   read -r -a order <<< "$order"
   rounds=$(REPS=$reps bench_rounds) || exit 2
   for r in $rounds; do
