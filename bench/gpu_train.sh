@@ -1,45 +1,93 @@
 #!/usr/bin/env bash
-# bench/gpu_train.sh: bf16 training throughput of trainrun next to llm.c and
-# PyTorch on one GPU, on the same random-token data, in one run.
+# bench/gpu_train.sh: bf16 training throughput of trainrun against every
+# configuration of llm.c and PyTorch that can be their best, on one GPU, on
+# the same random-token data, by the protocol of issue 22 (bench/benchlib.sh):
+# the programs alternate order over rounds, each runs REPS times, a table of
+# medians [min-max] with every figure pointing at its raw file.
 #
 #   bench/gpu_train.sh [--dry-run] [gpt2|llama1b] OUTDIR [STEPS]
 #   bench/gpu_train.sh --build-llmc DIR      (only build llm.c into DIR)
 #
-# Run from the repository root on the GPU machine after `. ./env.sh`, with
-# a built ./trainrun and karpathy/llm.c (never committed; peers/ is
-# ignored) in peers/llm.c with the cudnn-frontend headers in
+# Run from the repository root on the GPU machine after `. ./env.sh` (or
+# with TRAINRUN=.gpu/trainrun), with karpathy/llm.c (never committed;
+# peers/ is ignored) in peers/llm.c with the cudnn-frontend headers in
 # peers/llm.c/cudnn-frontend/include.
 #
+# The programs (keys for PROGRAMS), in the order of an odd round:
+#
 # gpt2 (one H100): GPT-2 124M (d12, vocab 50257, seq 1024, batch 64)
-#   trainrun  bench/gpu/gpt2_124m.toml, bf16 compute, fp32 master weights
-#   llm.c     train_gpt2cu -e d12 (random init), cuDNN attention, built
-#             here from a copy of peers/llm.c patched for CUDA 13
-#   PyTorch   bench/peers/gpt2_torch.py eager and torch.compile (fused
-#             AdamW, SDPA, bf16 autocast, fp32 weights), and compile with
-#             llm.c's padded vocab 50304 when time allows
-# llama1b (one H200): Llama 3.2 1B (seq 2048, batch 8), trainrun
-#   (bench/gpu/llama3_1b.toml) and bench/peers/llama_torch.py.
+#   trainrun      bench/gpu/gpt2_124m.toml: bf16 compute, residual stream
+#                 in bf16, fp32 master weights and AdamW state, clipping 1.0
+#   llmc          llm.c train_gpt2cu -e d12 (random init) with its defaults
+#                 (-r 1: GELU recomputed, -ge 0: no GELU fusion), cuDNN
+#                 attention, built here from a copy of peers/llm.c patched
+#                 for CUDA 13; llmc_r0_ge1 adds -r 0 -ge 1 (no recompute,
+#                 GELU fused into the forward GEMM), llmc_r0_ge2 -r 0 -ge 2
+#                 (forward and backward); all with -c 0.1 (weight decay)
+#   torch_MODE[_v50304][_nosync]   bench/peers/gpt2_torch.py (fp32 weights,
+#                 bf16 autocast: the residual stream in fp32, fused AdamW,
+#                 SDPA, clipping 1.0 as trainrun) with MODE eager (once, no
+#                 variants: never the fastest), compile (torch.compile's
+#                 default mode), autotune (max-autotune: CUDA graphs, Triton
+#                 GEMMs), autotune_nocg (max-autotune-no-cudagraphs); _v50304:
+#                 llm.c's padded vocabulary 50304 (FLOPs still counted for
+#                 50257); _nosync: no host sync per step (--no-sync: CUDA
+#                 events time the steps, the losses are read at the end)
+# llama1b (one H200 or H100): Llama 3.2 1B (seq 2048, batch 8): trainrun
+#   (bench/gpu/llama3_1b.toml) and bench/peers/llama_torch.py in the same
+#   torch_MODE[_nosync] configurations (its vocabulary, 128256, needs no
+#   padding).
+#
+# The rounds: FIRST_REP (1) to FIRST_REP + REPS - 1 (REPS: 3); odd rounds
+# run the programs in the order above, even rounds in reverse. A call is at
+# most 10 minutes on the lent machines, and a max-autotune compile takes
+# minutes, so split the rounds over calls with PROGRAMS (a subset of the
+# keys, space- or comma-separated) and FIRST_REP; each call adds its runs
+# to OUTDIR (keep it, or copy the earlier calls' files into it) and the
+# summary takes every run it finds there:
+#
+#   PROGRAMS="trainrun llmc llmc_r0_ge1 llmc_r0_ge2 torch_eager" \
+#     bench/gpu_train.sh gpt2 OUT                      (3 rounds, one call)
+#   PROGRAMS="trainrun torch_compile torch_compile_nosync" REPS=2 \
+#     bench/gpu_train.sh gpt2 OUT                      (rounds 1, 2)
+#   PROGRAMS="trainrun torch_compile torch_compile_nosync" FIRST_REP=3 \
+#     REPS=1 bench/gpu_train.sh gpt2 OUT               (round 3)
 #
 # Every program reads the same shard (llm.c format, uint16 tokens for GPT-2,
-# uint32 for Llama 3) that bench/gpu/make_shard.py writes with a fixed seed,
-# syncs once per step, and runs under `timeout` so that one hang does not
-# eat the call; a failure prints "failed: see LOG" and the rest go on.
-# tokens/s is the median over the steps after the first SKIP (warm-up,
-# compilation); MFU counts every program with trainrun's FLOPs per token
-# (tr_model_flops_per_token) over the GPU's dense bf16 peak (bench/gpu/
-# summarize.py). Logs, shards' checksums and table.md go to OUTDIR.
+# uint32 for Llama 3) that bench/gpu/make_shard.py writes with a fixed seed
+# in SCRATCH (its sha256 in OUTDIR/shards.txt), and runs under `timeout`
+# so that one hang does not eat the call; a failure (a crash of a
+# max-autotune compile, a timeout) is recorded as "failed" in the table and
+# the rest go on. Run NAME = KEY_rR writes OUTDIR/NAME.log, NAME.rc and
+# NAME.cmd (the command), and the per-step JSON lines: trainrun's
+# metrics.jsonl as NAME.metrics.jsonl, a peer's lines as NAME.jsonl
+# (llm.c's step lines are in NAME.log). OUTDIR/versions-CALL_ID.txt: the
+# call's GPU, driver, CUDA, NCCL, PyTorch, llm.c's commit, trainrun's git
+# commit; OUTDIR/bench.conf the shape (a later call must use the same).
+# Calls on machines that start with an empty OUTDIR each: copy their
+# folders into one (cp -n A/* B/* ALL/) and run
+# `python3 bench/gpu/summarize.py --out ALL` there. Then bench/gpu/summarize.py writes OUTDIR/README.md: per program
+# the median over its runs [min-max] of each run's median tokens/s after
+# the first SKIP steps (warm-up, compilation), MFU with trainrun's FLOPs
+# per token over the GPU's dense bf16 peak, trainrun against the fastest
+# PyTorch configuration and the fastest llm.c one.
 #
-# Environment: BENCH_B (batch), BENCH_T (sequence), BENCH_SKIP,
-# BENCH_TIMEOUT (s per program; 150 for gpt2, 240 for llama1b), BENCH_TOKENS (shard size), BENCH_VOCAB
-# (token range of the shards), BENCH_GPU (0), BENCH_BUDGET (s after which
-# optional runs are skipped, 420), BENCH_DEADLINE (s by which every run has
-# ended: timeouts are cut to fit, 540), LLMC_BUILD_TIMEOUT (300), TRAINRUN (./trainrun), TRAINRUN_FLAGS
-# (extra overrides), PYTHON (python3), LLMC_SRC (peers/llm.c), LLMC_BIN (a
-# built train_gpt2cu: no build), LLMC_FLAGS (extra train_gpt2cu flags),
-# TORCH_FLAGS (extra flags for the PyTorch scripts). A CPU smoke test of
-# the script itself: TRAINRUN_FLAGS="--training.device cpu --model.flavor
-# debugmodel" TORCH_FLAGS="--device cpu --tiny" BENCH_B=2 BENCH_T=64
-# BENCH_VOCAB=256 bench/gpu_train.sh gpt2 /tmp/x 6
+# Environment: PROGRAMS, FIRST_REP, REPS (above), BENCH_B (batch), BENCH_T
+# (sequence), BENCH_SKIP, BENCH_TIMEOUT (s per program; 150 for gpt2, 240
+# for llama1b), BENCH_TIMEOUT_AUTOTUNE (s for the max-autotune programs,
+# 420), BENCH_TOKENS (shard size), BENCH_VOCAB (token range of the shards),
+# BENCH_GPU (0), BENCH_DEADLINE (s by which every run has ended: timeouts
+# are cut to fit, 540), BENCH_SCRATCH (shards, llm.c's build and trainrun's
+# dump folders: /tmp/trainrun-gpu-train), LLMC_BUILD_TIMEOUT (300),
+# TRAINRUN (./trainrun), TRAINRUN_FLAGS (extra overrides), PYTHON
+# (python3), LLMC_SRC (peers/llm.c), LLMC_BIN (a built train_gpt2cu: no
+# build), LLMC_FLAGS (extra train_gpt2cu flags), TORCH_FLAGS (extra flags
+# for the PyTorch scripts). A CPU smoke test of the script itself (llm.c
+# needs CUDA: leave it out of PROGRAMS, --dry-run prints its commands):
+#   TRAINRUN_FLAGS="--training.device cpu --model.flavor debugmodel" \
+#   TORCH_FLAGS="--device cpu --tiny" BENCH_B=2 BENCH_T=64 BENCH_VOCAB=256 \
+#   PROGRAMS="trainrun torch_eager torch_compile torch_compile_nosync" \
+#   REPS=1 bench/gpu_train.sh gpt2 /tmp/x 6
 set -u
 
 usage() {
@@ -48,14 +96,18 @@ usage() {
   exit 2
 }
 
+# shellcheck source=bench/benchlib.sh
+. "$(dirname "$0")/benchlib.sh"
 PY=${PYTHON:-python3}
 TRAINRUN=${TRAINRUN:-./trainrun}
 LLMC_SRC=${LLMC_SRC:-peers/llm.c}
 TMO=${BENCH_TIMEOUT:-}
-BUDGET=${BENCH_BUDGET:-420}
+TMO_AUTOTUNE=${BENCH_TIMEOUT_AUTOTUNE:-420}
 DEADLINE=${BENCH_DEADLINE:-540}
+SCRATCH=${BENCH_SCRATCH:-/tmp/trainrun-gpu-train}
 LLMC_BUILD_TMO=${LLMC_BUILD_TIMEOUT:-300}
 export CUDA_VISIBLE_DEVICES=${BENCH_GPU:-0}
+cmdline="bench/gpu_train.sh $*"
 
 # llm.c's CUDA 13 fixes, applied to a copy: cudaMemAdvise takes a
 # cudaMemLocation (the host) instead of the device id cudaCpuDeviceId (-1).
@@ -63,13 +115,6 @@ LLMC_SED='s/cudaMemAdvise(\*out, bytes, cudaMemAdviseSetPreferredLocation, cudaC
 
 dry=0
 out=
-
-# Print a command the way a shell would read it back.
-show() {
-  printf '+'
-  printf ' %q' "$@"
-  printf '\n'
-}
 
 # Build llm.c's train_gpt2cu in DST from a patched copy of LLMC_SRC.
 llmc_build() {
@@ -163,6 +208,7 @@ if [ "$mode" = gpt2 ]; then
   toml=bench/gpu/gpt2_124m.toml
   TMO=${TMO:-150}
   torch_script=bench/peers/gpt2_torch.py
+  known="trainrun llmc llmc_r0_ge1 llmc_r0_ge2 $(bench_torch_keys torch v50304)"
 else
   steps=${3:-30}
   B=${BENCH_B:-8}
@@ -173,6 +219,7 @@ else
   toml=bench/gpu/llama3_1b.toml
   TMO=${TMO:-240} # torch.compile of 16 Llama blocks takes a while
   torch_script=bench/peers/llama_torch.py
+  known="trainrun $(bench_torch_keys torch)"
 fi
 case $steps in
   '' | *[!0-9]*) usage ;;
@@ -182,20 +229,27 @@ if [ "$skip" -ge "$steps" ]; then
   echo "gpu_train: STEPS ($steps) must exceed the warm-up steps ($skip)" >&2
   exit 2
 fi
-data=$out/data
-llmc_dir=$out/llmc-build
+sel=$(bench_select "$known" "$known") || exit 2
+read -r -a progs <<< "$sel"
+rounds=$(bench_rounds) || exit 2
+data=$SCRATCH/data
+llmc_dir=$SCRATCH/llmc-build
 llmc_bin=${LLMC_BIN:-$llmc_dir/train_gpt2cu}
+want_llmc=0
+case " ${progs[*]} " in *" llmc"*) [ "$mode" = gpt2 ] && want_llmc=1 ;; esac
 
-# run NAME CMD...: CMD under timeout, its output in OUTDIR/NAME.log and its
-# exit status in OUTDIR/NAME.rc; a failure is reported and the caller goes on.
-# The timeout is TMO, cut so that the whole script ends by DEADLINE.
+# run NAME TMO CMD...: CMD under timeout, its output in OUTDIR/NAME.log,
+# the command in NAME.cmd and its exit status in NAME.rc; a failure is
+# reported and the caller goes on. TMO is cut so that the whole call
+# ends by DEADLINE.
 run() {
-  name=$1
-  shift
-  show timeout -k 10 "$TMO" "$@"
+  name=$1 tmo=$2
+  shift 2
+  show timeout -k 10 "$tmo" "$@"
   [ "$dry" = 1 ] && return 0
-  tmo=$((DEADLINE - SECONDS - 15))
-  [ "$tmo" -gt "$TMO" ] && tmo=$TMO
+  show "$@" > "$out/$name.cmd"
+  left=$((DEADLINE - SECONDS - 15))
+  [ "$tmo" -gt "$left" ] && tmo=$left
   if [ "$tmo" -lt 20 ]; then
     echo "  $name: skipped ($SECONDS s used, deadline $DEADLINE s)"
     echo skipped > "$out/$name.rc"
@@ -215,39 +269,30 @@ run() {
   return 0
 }
 
-# Optional runs start only while the time budget allows.
-in_budget() {
-  [ "$dry" = 1 ] && return 0
-  if [ "$SECONDS" -gt "$BUDGET" ]; then
-    echo "  $1: skipped ($SECONDS s used, budget $BUDGET s)"
-    echo skipped > "$out/$1.rc"
-    return 1
-  fi
-  return 0
-}
-
 echo "== gpu_train $mode: B=$B T=$T steps=$steps (median of steps > $skip)" \
-  "out=$out"
+  "rounds ${rounds//$'\n'/ } out=$out"
+echo "   programs: ${progs[*]}"
+conf="mode=$mode B=$B T=$T steps=$steps skip=$skip"
 if [ "$dry" = 0 ]; then
   mkdir -p "$out" "$data" || exit 1
-  {
-    date -u
-    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm \
-      --format=csv 2>&1
-    nvcc --version 2>&1 | tail -n 2
-    "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-    "$TRAINRUN" --version
-  } > "$out/env.txt" 2>&1
-  cat "$out/env.txt"
+  if [ -s "$out/bench.conf" ] && [ "$(cat "$out/bench.conf")" != "$conf" ]; then
+    echo "gpu_train: $out holds runs of another shape ($(cat "$out/bench.conf")," \
+      "this call: $conf): use another OUTDIR" >&2
+    exit 2
+  fi
+  echo "$conf" > "$out/bench.conf"
+  bench_versions "$out/versions-$CALL_ID.txt" "$cmdline" \
+    "$([ "$want_llmc" = 1 ] && echo "$LLMC_SRC")"
+  cat "$out/versions-$CALL_ID.txt"
 fi
-gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null |
-  head -n 1)
 
 # 1. llm.c builds in the background while the shards are written
 llmc_pid=
-if [ "$mode" = gpt2 ] && [ -n "${LLMC_BIN:-}" ]; then
+if [ "$want_llmc" = 1 ] && [ -n "${LLMC_BIN:-}" ]; then
   echo "-- llm.c: prebuilt $LLMC_BIN"
-elif [ "$mode" = gpt2 ]; then
+elif [ "$want_llmc" = 1 ] && [ "$dry" = 0 ] && [ -x "$llmc_bin" ]; then
+  echo "-- llm.c: built earlier in $llmc_dir"
+elif [ "$want_llmc" = 1 ]; then
   echo "-- llm.c build (log: $out/llmc_build.log)"
   if [ "$dry" = 1 ]; then
     llmc_build "$llmc_dir"
@@ -263,15 +308,26 @@ elif [ "$mode" = gpt2 ]; then
   fi
 fi
 
+# shard NAME TOKENS SEED: SCRATCH/data/NAME.bin unless it is there, its
+# sha256 in OUTDIR/shards.txt
+shard() {
+  local sf=$data/$1.bin
+  if [ "$dry" = 0 ] && [ -s "$sf" ] && [ -s "$sf.sha256" ]; then
+    echo "  $1: $sf (written earlier)"
+  else
+    run "make_shard_$1" 120 "$PY" bench/gpu/make_shard.py --out "$sf" \
+      --tokens "$2" --vocab "$vocab" --width "$width" --seed "$3"
+    [ "$dry" = 1 ] && return 0
+    sha256sum "$sf" > "$sf.sha256" || return 1
+  fi
+  grep -qxF "$(cat "$sf.sha256")" "$out/shards.txt" 2>/dev/null ||
+    cat "$sf.sha256" >> "$out/shards.txt"
+}
 echo "-- shards"
-run make_shard "$PY" bench/gpu/make_shard.py --out "$data/train.bin" \
-  --tokens "$ntok" --vocab "$vocab" --width "$width" --seed 1234
-if [ "$mode" = gpt2 ]; then # llm.c's -j
-  run make_val_shard "$PY" bench/gpu/make_shard.py --out "$data/val.bin" \
-    --tokens 1048576 --vocab "$vocab" --width "$width" --seed 4321
-fi
+shard train "$ntok" 1234
+[ "$want_llmc" = 1 ] && shard val 1048576 4321 # llm.c's -j
 if [ "$dry" = 0 ] && [ ! -s "$data/train.bin" ]; then
-  echo "gpu_train: no training shard; see $out/make_shard.log" >&2
+  echo "gpu_train: no training shard; see $out/make_shard_train.log" >&2
   exit 1
 fi
 
@@ -283,47 +339,63 @@ if [ -n "$llmc_pid" ]; then
   [ "$rc" -ne 0 ] && echo "  llm.c build failed: see $out/llmc_build.log"
 fi
 
-# 2. trainrun
-echo "-- trainrun"
-[ "$dry" = 1 ] || rm -rf "$out/trainrun"
-# shellcheck disable=SC2086
-run trainrun "$TRAINRUN" "$toml" --training.dataset_path "$data/train.bin" \
-  --training.local_batch_size "$B" --training.seq_len "$T" \
-  --training.steps "$steps" --job.dump_folder "$out/trainrun" \
-  ${TRAINRUN_FLAGS:-}
-
-# 3. llm.c (-v, -s: no evaluation or sampling inside the run; they divide by
-# both, so never 0)
-if [ "$mode" = gpt2 ]; then
-  echo "-- llm.c"
-  if [ "$dry" = 1 ] || [ -x "$llmc_bin" ]; then
-    # shellcheck disable=SC2086
-    run llmc "$llmc_bin" -i "$data/train.bin" -j "$data/val.bin" \
-      -e d12 -b "$B" -t "$T" -x "$steps" -v 1000000 -s 1000000 -m 1 -g 2 \
-      ${LLMC_FLAGS:-}
-  else
-    echo "  llmc failed: no $llmc_bin, see $out/llmc_build.log"
-    echo build > "$out/llmc.rc"
-  fi
-fi
-
-# 4. PyTorch
-echo "-- PyTorch"
+# program KEY NAME: one run of a program
 targs=(--data "$data/train.bin" -B "$B" -T "$T" --steps "$steps" --skip "$skip")
-# shellcheck disable=SC2086
-run torch_eager "$PY" "$torch_script" "${targs[@]}" ${TORCH_FLAGS:-}
-# shellcheck disable=SC2086
-run torch_compile "$PY" "$torch_script" "${targs[@]}" --compile ${TORCH_FLAGS:-}
-if [ "$mode" = gpt2 ] && in_budget torch_compile_v50304; then
-  # shellcheck disable=SC2086
-  run torch_compile_v50304 "$PY" "$torch_script" "${targs[@]}" --compile \
-    --vocab 50304 ${TORCH_FLAGS:-}
-fi
+program() {
+  local key=$1 name=$2 f tmo=$TMO
+  case $key in
+    trainrun)
+      [ "$dry" = 1 ] || rm -rf "${SCRATCH:?}/$name"
+      # shellcheck disable=SC2086
+      run "$name" "$TMO" "$TRAINRUN" "$toml" --training.dataset_path "$data/train.bin" \
+        --training.local_batch_size "$B" --training.seq_len "$T" \
+        --training.steps "$steps" --job.dump_folder "$SCRATCH/$name" \
+        ${TRAINRUN_FLAGS:-}
+      if [ "$dry" = 0 ]; then
+        cp "$SCRATCH/$name/metrics.jsonl" "$out/$name.metrics.jsonl" 2>/dev/null
+        rm -rf "${SCRATCH:?}/$name"
+      fi
+      ;;
+    llmc*)
+      # -v, -s: no evaluation or sampling inside the run (they divide by
+      # both, so never 0); -c 0.1: trainrun's and the peers' weight decay
+      f=()
+      case $key in
+        llmc_r0_ge1) f=(-r 0 -ge 1) ;;
+        llmc_r0_ge2) f=(-r 0 -ge 2) ;;
+      esac
+      if [ "$dry" = 1 ] || [ -x "$llmc_bin" ]; then
+        # shellcheck disable=SC2086
+        run "$name" "$TMO" "$llmc_bin" -i "$data/train.bin" -j "$data/val.bin" \
+          -e d12 -b "$B" -t "$T" -x "$steps" -v 1000000 -s 1000000 -m 1 -g 2 \
+          -c 0.1 "${f[@]}" ${LLMC_FLAGS:-}
+      else
+        echo "  $name failed: no $llmc_bin, see $out/llmc_build.log"
+        echo build > "$out/$name.rc"
+      fi
+      ;;
+    torch_*)
+      read -r -a f <<< "$(bench_torch_flags "$key")"
+      case $key in *autotune*) tmo=$TMO_AUTOTUNE ;; esac
+      # shellcheck disable=SC2086
+      run "$name" "$tmo" "$PY" "$torch_script" "${targs[@]}" "${f[@]}" ${TORCH_FLAGS:-}
+      [ "$dry" = 1 ] || grep '^{' "$out/$name.log" > "$out/$name.jsonl"
+      ;;
+  esac
+}
 
-# 5. the table
+# 2. the rounds
+for r in $rounds; do
+  order=$(bench_round_order "$r" "${progs[@]}")
+  echo "-- round $r: $order"
+  for p in $order; do
+    program "$p" "${p}_r$r"
+  done
+done
+
+# 3. the table, over every run in OUTDIR
 echo "-- table"
-sargs=(--mode "$mode" --out "$out" --skip "$skip" -B "$B" -T "$T"
-  --gpu "${gpu_name:-unknown}")
+sargs=(--out "$out")
 show "$PY" bench/gpu/summarize.py "${sargs[@]}"
 [ "$dry" = 1 ] && exit 0
 "$PY" bench/gpu/summarize.py "${sargs[@]}"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# bench/multi_gpu.sh: issue 11's multi-GPU runs on one host, in one call:
+# bench/multi_gpu.sh: the multi-GPU runs of issues 11 and 22 on one host:
 # data, fully sharded and hybrid sharded data parallel throughput, the same
-# Llama 8B job under PyTorch FSDP2 + torch.compile, and a checkpointed run
-# that loses a worker and must restart; a markdown table of every figure.
+# Llama jobs under PyTorch FSDP2 in every torch.compile configuration that
+# can be its best, and a checkpointed run that loses a worker and must
+# restart; by the protocol of bench/benchlib.sh (programs in alternating
+# order over rounds, each REPS times, medians [min-max]), with a markdown
+# table (OUT/README.md) of every figure pointing at its raw file.
 #
 #   bench/multi_gpu.sh [--nproc N] [--runs LIST] [--dry-run | --cpu-smoke]
 #
@@ -10,62 +13,102 @@
 # binaries in .gpu/ (trainrun, trainrund) and `. .gpu/env.sh` sourced
 # first (the script sources it too when it is there and TRAINRUN is
 # .gpu/trainrun). N is the GPU count (default: every visible GPU); runs on
-# fewer GPUs use the first ones:
+# fewer GPUs use the first ones.
 #
-#   . .gpu/env.sh && bench/multi_gpu.sh --nproc 4     (one 9-minute call)
+# The programs (keys for PROGRAMS), by --runs group, in an odd round's
+# order (each run's timeout is cut so that it ends by MG_DEADLINE; one
+# left with less than 30 s is skipped):
 #
-# The sub-runs, in the order they run (each one's timeout is cut so that
-# it ends by MG_DEADLINE; one left with less than 30 s is skipped):
+#   gpt2      gpt2_ddp_nN: GPT-2 124M (bench/gpu/gpt2_124m.toml), DDP over N
+#             GPUs, batch 64 x 1024 per GPU
+#   fsdp1b    llama1b_fsdp_nN: Llama 3.2 1B (bench/gpu/llama3_1b.toml), FSDP
+#             over N, batch 8 x 2048 per GPU (MG_L1B_B, MG_L1B_T), 30 steps
+#   torch1b   torch_fsdp2_1b_nN_MODE[_nosync]: the same job under PyTorch
+#             FSDP2 (bench/peers/llama_fsdp2.py --model 1B --ac none, under
+#             torchrun, each block compiled before it is sharded), MODE
+#             compile (default mode), autotune (max-autotune), autotune_nocg
+#             (max-autotune-no-cudagraphs), each with a host sync per step
+#             and without (_nosync: --no-sync, CUDA events); _eager (no
+#             compile) only when PROGRAMS names it
+#   fsdp      llama8b_fsdp_nN: Llama 3 8B (bench/gpu/llama3_8b.toml, the
+#             model and batch of examples/llama3_8b.toml: 1 x 8192 per GPU,
+#             selective op checkpointing), FSDP over N (N >= 2)
+#   torch     torch_fsdp2_8b_nN_compile, torch_fsdp2_8b_nN_compile_nosync:
+#             the same job under PyTorch FSDP2 (--model 8B --ac op); the
+#             other modes of torch1b when PROGRAMS names them
+#   hsdp      llama8b_hsdp_2xM: the 8B job, HSDP: 2 replicas of FSDP over
+#             M = N/2 (N >= 4 and even)
+#   ckpt      ckpt_kill_nN: Llama 3.2 1B, FSDP over N
+#             (bench/gpu/ckpt_llama3_1b.toml), an async checkpoint every 40
+#             steps in SCRATCH, rank N-1 killed (SIGKILL) as step 95 starts
+#             (step 40's save has committed, step 80's is being written),
+#             --max-restarts 1: it must resume from step 40 and finish step
+#             110. Its output is time-stamped as it arrives: restart time =
+#             first step line after the restore - the kill's line. Not a
+#             speed program: it runs once, before the rounds, in the call
+#             whose rounds start at 1
+#   scaling   gpt2_ddp_nK (K = 1, 2, 4, ... < N: GPT-2 DDP's scaling is
+#             against 1 GPU) and llama8b_fsdp_nK (K = N/2, ..., 4, 2: 8B
+#             does not fit one GPU, its scaling is against FSDP over 2)
 #
-#   shards        bench/gpu/make_shard.py: random Llama 3 tokens (uint32,
-#                 vocab 128256, magic 20240801) and GPT-2 tokens (uint16,
-#                 vocab 50257), in SCRATCH
-#   gpt2_ddp_nN   GPT-2 124M (bench/gpu/gpt2_124m.toml), DDP over N GPUs,
-#                 batch 64 x 1024 per GPU
-#   llama8b_fsdp_nN   Llama 3 8B (bench/gpu/llama3_8b.toml, the model and
-#                 batch of examples/llama3_8b.toml: 1 x 8192 per GPU,
-#                 selective op checkpointing), FSDP over N
-#   torch_fsdp2_nN    the same job under PyTorch FSDP2 + torch.compile
-#                 (bench/peers/llama_fsdp2.py --model 8B --ac op --compile,
-#                 under torchrun)
-#   llama8b_hsdp_2xM  the same job, HSDP: 2 replicas of FSDP over M = N/2
-#                 (N >= 4 and even)
-#   ckpt_kill_nN  Llama 3.2 1B, FSDP over N (bench/gpu/ckpt_llama3_1b.toml),
-#                 an async checkpoint every 40 steps in SCRATCH, rank N-1
-#                 killed (SIGKILL) as step 95 starts (step 40's save has
-#                 committed, step 80's is being written), --max-restarts 1:
-#                 it must resume from step 40 and finish step 110. Its output
-#                 is time-stamped as it arrives: restart time = first step
-#                 line after the restore - the kill's line
-#   gpt2_ddp_nK   the GPT-2 scaling baselines, K = 1, 2, 4, ... < N
-#   llama8b_fsdp_nK   the Llama baselines, K = N/2, ..., 4, 2 (8B does not
-#                 fit one GPU: its scaling is against FSDP over 2)
-#   summary       bench/gpu/summarize.py --mode multigpu: OUT/summary.md
+# Before them the shards (bench/gpu/make_shard.py: random Llama 3 tokens,
+# uint32, vocab 128256; GPT-2 tokens, uint16, vocab 50257, in SCRATCH);
+# after them the summary (bench/gpu/summarize.py --mode multigpu:
+# OUT/README.md, the same as OUT/summary.md, and OUT/summary.json): per
+# program the median tokens/s per GPU over its runs [min-max], MFU, peak
+# memory, the scaling efficiency of GPT-2 DDP against 1 GPU and of Llama 8B
+# FSDP against the fewest GPUs it ran on, trainrun FSDP against the fastest
+# PyTorch FSDP2 configuration of the same model (failed configurations
+# listed, not counted), HSDP against FSDP, and the checkpointed run's
+# stalls and restart time.
 #
-# Every sub-run runs under `timeout`, its output in OUT/NAME.log, its exit
-# status in OUT/NAME.rc, a line in OUT/runs.tsv; a failure is recorded and
-# the next one starts. trainrun's dump folders (its final weights, the
-# checkpoints) live in SCRATCH on a local disk and are removed after each
-# run; their metrics.jsonl is kept as OUT/NAME.metrics.jsonl.
+# The rounds (bench/benchlib.sh): FIRST_REP (1) to FIRST_REP + REPS - 1
+# (REPS: 3), odd rounds in the order above, even ones reversed. A call is
+# at most 10 minutes: split the programs and rounds over calls with
+# PROGRAMS (keys, space- or comma-separated; default: every key of --runs)
+# and FIRST_REP, into the same OUT (or copy the earlier calls' files into
+# it): every call writes its runs to OUT/runs-CALL_ID.tsv (a name run
+# again keeps its last line) and the summary takes them all. Calls on
+# machines that start with an empty OUT each: copy their folders into one
+# (cp -n A/* B/* ALL/) and run `python3 bench/gpu/summarize.py --mode
+# multigpu --out ALL` there. The issue's rows on 2 GPUs:
 #
-# Options: --nproc N (GPUs), --runs LIST (comma-separated, of gpt2, fsdp,
-# torch, hsdp, ckpt, scaling; default all), --dry-run (print the commands,
-# run nothing), --cpu-smoke (every sub-run on 2 CPU ranks with the debug
-# models and a few steps, HSDP 2x2 on 4 ranks, the PyTorch peer with
-# --device cpu --tiny: a test of this script's logic and of the summary).
+#   PROGRAMS="gpt2_ddp_n2 gpt2_ddp_n1 llama1b_fsdp_n2 torch_fsdp2_1b_n2_compile
+#     torch_fsdp2_1b_n2_compile_nosync" bench/multi_gpu.sh --nproc 2
+#   PROGRAMS="llama1b_fsdp_n2 torch_fsdp2_1b_n2_autotune_nocg
+#     torch_fsdp2_1b_n2_autotune_nocg_nosync" REPS=2 bench/multi_gpu.sh --nproc 2
+#   ... FIRST_REP=3 REPS=1 (the third round), the same for autotune
 #
-# Environment: OUT (./out), MG_SCRATCH (SCRATCH above, on a local disk:
-# /tmp/trainrun-multigpu), TRAINRUN (.gpu/trainrun, else ./trainrun),
-# PYTHON (python3), TORCHRUN ("$PYTHON -m torch.distributed.run"),
-# TRAINRUN_FLAGS and TORCH_FLAGS (extra arguments for every trainrun job and
-# for the PyTorch peer), MG_DEADLINE (s by which every sub-run has ended,
-# 530),
-# MG_GPT2_STEPS (30), MG_LLAMA_STEPS (12), MG_LLAMA_T (8192), MG_TORCH_STEPS
-# (12), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b), MG_CKPT_STEPS (110),
-# MG_CKPT_INTERVAL (40), MG_CKPT_KILL_STEP (95), MG_TMO_GPT2 (90),
-# MG_TMO_LLAMA (150), MG_TMO_TORCH (240), MG_TMO_CKPT (200) (s per run),
-# MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU counts, e.g. "1 2 4"
-# and "4 2").
+# Every run runs under `timeout`, its output in OUT/NAME.log (NAME =
+# KEY_rROUND), its exit status in OUT/NAME.rc, a line in OUT/runs-*.tsv; a
+# failure is recorded and the next one starts. trainrun's dump folders
+# (its final weights, the checkpoints) live in SCRATCH on a local disk and
+# are removed after each run; their metrics.jsonl is kept as
+# OUT/NAME.metrics.jsonl, a peer's JSON lines as OUT/NAME.jsonl.
+# OUT/versions-CALL_ID.txt: the call's GPUs, driver, CUDA, NCCL, PyTorch,
+# trainrun's git commit; OUT/env-CALL_ID.txt its host.
+#
+# Options: --nproc N (GPUs), --runs LIST (comma-separated, of gpt2,
+# fsdp1b, torch1b, fsdp, torch, hsdp, ckpt, scaling; default all), --dry-run
+# (print the commands, run nothing), --cpu-smoke (every run on 2 CPU ranks
+# with the debug models and a few steps, HSDP 2x2 on 4 ranks, the PyTorch
+# peer with --device cpu --tiny: a test of this script's logic and of the
+# summary).
+#
+# Environment: PROGRAMS, FIRST_REP, REPS (above), OUT (./out), MG_SCRATCH
+# (SCRATCH above, on a local disk: /tmp/trainrun-multigpu), TRAINRUN
+# (.gpu/trainrun, else ./trainrun), PYTHON (python3), TORCHRUN ("$PYTHON
+# -m torch.distributed.run"), TRAINRUN_FLAGS and TORCH_FLAGS (extra
+# arguments for every trainrun job and for the PyTorch peer), MG_DEADLINE
+# (s by which every run has ended, 530), MG_GPT2_STEPS (30),
+# MG_LLAMA_STEPS (12), MG_LLAMA_T (8192), MG_TORCH_STEPS (12: the 8B
+# peer), MG_L1B_B (8), MG_L1B_T (2048), MG_L1B_STEPS (30: the 1B jobs,
+# trainrun and PyTorch), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b),
+# MG_CKPT_STEPS (110), MG_CKPT_INTERVAL (40), MG_CKPT_KILL_STEP (95),
+# MG_TMO_GPT2 (90), MG_TMO_LLAMA (150), MG_TMO_TORCH (240),
+# MG_TMO_AUTOTUNE (420: the max-autotune peers), MG_TMO_CKPT (200) (s per
+# run), MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU
+# counts, e.g. "1 2 4" and "4 2").
 set -u
 
 usage() {
@@ -75,7 +118,7 @@ usage() {
 
 mode=gpu
 N=
-runs=gpt2,fsdp,torch,hsdp,ckpt,scaling
+runs=gpt2,fsdp1b,torch1b,fsdp,torch,hsdp,ckpt,scaling
 cmdline="bench/multi_gpu.sh $*"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -100,15 +143,17 @@ while [ $# -gt 0 ]; do
 done
 for r in ${runs//,/ }; do
   case $r in
-    gpt2 | fsdp | torch | hsdp | ckpt | scaling) ;;
+    gpt2 | fsdp1b | torch1b | fsdp | torch | hsdp | ckpt | scaling) ;;
     *)
-      echo "multi_gpu: unknown run '$r' in --runs (gpt2, fsdp, torch, hsdp, ckpt, scaling)" >&2
+      echo "multi_gpu: unknown run '$r' in --runs (gpt2, fsdp1b, torch1b, fsdp, torch, hsdp, ckpt, scaling)" >&2
       exit 2
       ;;
   esac
 done
 want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
 
+# shellcheck source=bench/benchlib.sh
+. "$(dirname "$0")/benchlib.sh"
 PY=${PYTHON:-python3}
 if [ -z "${TRAINRUN:-}" ]; then
   if [ -x .gpu/trainrun ]; then TRAINRUN=.gpu/trainrun; else TRAINRUN=./trainrun; fi
@@ -162,9 +207,11 @@ if [ "$mode" = smoke ]; then
   CKPT_INTERVAL=${MG_CKPT_INTERVAL:-4}
   CKPT_KILL=${MG_CKPT_KILL_STEP:-6}
   GPT2_B=2 GPT2_T=64 LLAMA_B=1 LLAMA_T=${MG_LLAMA_T:-64} CKPT_B=2 CKPT_T=64
+  L1B_B=${MG_L1B_B:-2} L1B_T=${MG_L1B_T:-64} L1B_STEPS=${MG_L1B_STEPS:-6}
   GPT2_VOCAB=256 LLAMA_VOCAB=256 GPT2_TOKENS=200000 LLAMA_TOKENS=200000
   TMO_GPT2=${MG_TMO_GPT2:-120} TMO_LLAMA=${MG_TMO_LLAMA:-120}
   TMO_TORCH=${MG_TMO_TORCH:-420} TMO_CKPT=${MG_TMO_CKPT:-180}
+  TMO_AUTOTUNE=${MG_TMO_AUTOTUNE:-600}
   DEADLINE=${MG_DEADLINE:-1500}
   TR_DEV=(--training.device cpu --model.flavor debugmodel)
   TORCH_DEV=(--device cpu --tiny)
@@ -179,9 +226,11 @@ else
   CKPT_INTERVAL=${MG_CKPT_INTERVAL:-40}
   CKPT_KILL=${MG_CKPT_KILL_STEP:-95}
   GPT2_B=64 GPT2_T=1024 LLAMA_B=1 LLAMA_T=${MG_LLAMA_T:-8192} CKPT_B=4 CKPT_T=2048
+  L1B_B=${MG_L1B_B:-8} L1B_T=${MG_L1B_T:-2048} L1B_STEPS=${MG_L1B_STEPS:-30}
   GPT2_VOCAB=50257 LLAMA_VOCAB=128256 GPT2_TOKENS=33554432 LLAMA_TOKENS=16777216
   TMO_GPT2=${MG_TMO_GPT2:-90} TMO_LLAMA=${MG_TMO_LLAMA:-150}
   TMO_TORCH=${MG_TMO_TORCH:-240} TMO_CKPT=${MG_TMO_CKPT:-200}
+  TMO_AUTOTUNE=${MG_TMO_AUTOTUNE:-420}
   TR_DEV=()
   TORCH_DEV=()
   MIN_TMO=30
@@ -190,6 +239,7 @@ skip_of() { local s=$(($1 / 4)); [ "$s" -lt 3 ] && s=3; [ "$s" -ge "$1" ] && s=$
 GPT2_SKIP=$(skip_of "$GPT2_STEPS")
 LLAMA_SKIP=$(skip_of "$LLAMA_STEPS")
 TORCH_SKIP=$(skip_of "$TORCH_STEPS")
+L1B_SKIP=$(skip_of "$L1B_STEPS")
 CKPT_MODEL=${MG_CKPT_MODEL:-llama1b}
 case $CKPT_MODEL in
   llama1b) CKPT_TOML=bench/gpu/ckpt_llama3_1b.toml CKPT_DATA=llama ;;
@@ -205,13 +255,6 @@ if [ "$CKPT_KILL" -le "$CKPT_INTERVAL" ] || [ "$CKPT_KILL" -gt "$CKPT_STEPS" ]; 
   exit 2
 fi
 data=$SCRATCH/data
-
-# Print a command the way a shell would read it back.
-show() {
-  printf '+'
-  printf ' %q' "$@"
-  printf '\n'
-}
 
 # Time-stamp each line of stdin with the wall clock (s since the epoch).
 stamp() {
@@ -291,7 +334,7 @@ gpus_for() {
 record() {
   [ "$mode" = dry ] && return 0
   local IFS=$'\t'
-  echo "$*" >> "$OUT/runs.tsv"
+  echo "$*" >> "$OUT/runs-$CALL_ID.tsv"
 }
 
 # keep_dump NAME DIR: the metrics of trainrun's dump folder DIR into OUT,
@@ -342,34 +385,6 @@ trainrun_dp() {
   record "$name" trainrun "trainrun" "$(model_of "$model")" "$n" "$rep" "$shard" "$B" "$T" "$steps" "$skip"
 }
 
-echo "== multi_gpu ($mode): N=$N runs=$runs out=$OUT scratch=$SCRATCH deadline=${DEADLINE}s"
-if [ "$mode" != dry ]; then
-  mkdir -p "$OUT" "$data" "$SCRATCH/dump" || exit 1
-  rm -f "$OUT/runs.tsv"
-  {
-    date -u
-    echo "command: $cmdline"
-    echo "mode: $mode  N=$N  TRAINRUN=$TRAINRUN"
-    env | grep -E '^(MG_|TRAINRUN_FLAGS=|TORCH_FLAGS=|TORCHRUN=|CUDA_VISIBLE_DEVICES=)' | sort
-    if [ "$mode" = gpu ]; then
-      nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm \
-        --format=csv 2>&1
-      nvidia-smi topo -m 2>&1
-    fi
-    "$PY" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1 | tail -n 1
-    "$TRAINRUN" --version 2>&1
-    nproc
-    free -g | head -n 2
-    df -h "$SCRATCH" | tail -n 1
-  } > "$OUT/env.txt" 2>&1
-  cat "$OUT/env.txt"
-fi
-if [ "$mode" = smoke ]; then
-  gpu_name=cpu
-else
-  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-fi
-
 # the baselines: powers of two below N for GPT-2, N/2 .. 2 for Llama 8B
 # (MG_GPT2_BASE, MG_LLAMA_BASE: space-separated GPU counts instead)
 gpt2_base=()
@@ -378,6 +393,70 @@ llama_base=()
 for ((k = N / 2; k >= 2; k /= 2)); do llama_base+=("$k"); done
 [ -n "${MG_GPT2_BASE:-}" ] && read -r -a gpt2_base <<< "$MG_GPT2_BASE"
 [ -n "${MG_LLAMA_BASE:-}" ] && read -r -a llama_base <<< "$MG_LLAMA_BASE"
+hn=$N
+[ "$mode" = smoke ] && [ "$hn" -lt 4 ] && hn=4
+
+# the programs: every key a run group (--runs) has, in an odd round's order
+# (known: every key, what PROGRAMS may name; default: those of --runs)
+known=() default=()
+group() { # group RUN KEY...: the keys of one --runs group
+  local g=$1
+  shift
+  known+=("$@")
+  want "$g" && default+=("$@")
+}
+group gpt2 "gpt2_ddp_n$N"
+group fsdp1b "llama1b_fsdp_n$N"
+# PyTorch FSDP2 1B: every compile mode, with and without a host sync;
+# eager only when named in PROGRAMS
+read -r -a t1b <<< "$(bench_torch_keys "torch_fsdp2_1b_n$N")"
+known+=("${t1b[0]}")
+group torch1b "${t1b[@]:1}"
+if [ "$N" -ge 2 ]; then
+  group fsdp "llama8b_fsdp_n$N"
+  # 8B: the default mode with and without a sync; the others when named
+  read -r -a t8b <<< "$(bench_torch_keys "torch_fsdp2_8b_n$N")"
+  known+=("${t8b[@]}")
+  group torch "torch_fsdp2_8b_n${N}_compile" "torch_fsdp2_8b_n${N}_compile_nosync"
+fi
+if [ "$hn" -ge 4 ] && [ $((hn % 2)) -eq 0 ]; then
+  group hsdp "llama8b_hsdp_2x$((hn / 2))"
+fi
+group ckpt "ckpt_kill_n$N"
+for k in "${gpt2_base[@]}"; do group scaling "gpt2_ddp_n$k"; done
+for k in "${llama_base[@]}"; do group scaling "llama8b_fsdp_n$k"; done
+sel=$(bench_select "${known[*]}" "${default[*]}") || exit 2
+read -r -a progs <<< "$sel"
+rounds=$(bench_rounds) || exit 2
+
+echo "== multi_gpu ($mode): N=$N runs=$runs out=$OUT scratch=$SCRATCH deadline=${DEADLINE}s rounds ${rounds//$'\n'/ }"
+echo "   programs: ${progs[*]}"
+if [ "$mode" != dry ]; then
+  # runs-CALL_ID.tsv, versions-CALL_ID.txt, env-CALL_ID.txt: this
+  # call's; the summary reads every call's
+  mkdir -p "$OUT" "$data" "$SCRATCH/dump" || exit 1
+  {
+    date -u
+    echo "command: $cmdline"
+    echo "mode: $mode  N=$N  TRAINRUN=$TRAINRUN"
+    env | grep -E '^(MG_|TRAINRUN_FLAGS=|TORCH_FLAGS=|TORCHRUN=|CUDA_VISIBLE_DEVICES=|PROGRAMS=|FIRST_REP=|REPS=)' | sort
+    if [ "$mode" = gpu ]; then
+      nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm \
+        --format=csv 2>&1
+      nvidia-smi topo -m 2>&1
+    fi
+    nproc
+    free -g | head -n 2
+    df -h "$SCRATCH" | tail -n 1
+  } > "$OUT/env-$CALL_ID.txt" 2>&1
+  bench_versions "$OUT/versions-$CALL_ID.txt" "$cmdline"
+  cat "$OUT/env-$CALL_ID.txt" "$OUT/versions-$CALL_ID.txt"
+fi
+if [ "$mode" = smoke ]; then
+  gpu_name=cpu
+else
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+fi
 
 # 1. shards
 echo "-- shards"
@@ -386,59 +465,43 @@ run make_shard_llama 120 0 "$PY" bench/gpu/make_shard.py --out "$data/llama.bin"
 run make_shard_gpt2 120 0 "$PY" bench/gpu/make_shard.py --out "$data/gpt2.bin" \
   --tokens "$GPT2_TOKENS" --vocab "$GPT2_VOCAB" --width 2 --seed 1234
 
-# 2. GPT-2 DDP over N
-if want gpt2; then
-  trainrun_dp "gpt2_ddp_n$N" gpt2_124m bench/gpu/gpt2_124m.toml "$N" "$N" 1 \
-    "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
-fi
-
-# 3. Llama 8B FSDP over N
-if want fsdp; then
-  if [ "$N" -ge 2 ]; then
-    trainrun_dp "llama8b_fsdp_n$N" llama3_8b bench/gpu/llama3_8b.toml "$N" 1 "$N" \
-      "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+# torch_fsdp2 NAME KEY: PyTorch FSDP2 (bench/peers/llama_fsdp2.py under
+# torchrun) in KEY's configuration: torch_fsdp2_{1b,8b}_nN_MODE[_nosync]
+torch_fsdp2() {
+  local name=$1 key=$2 size n flags env=() model ac B T steps skip tmo=$TMO_TORCH
+  size=${key#torch_fsdp2_}
+  n=${size#*_n}
+  n=${n%%_*}
+  size=${size%%_*}
+  read -r -a flags <<< "$(bench_torch_flags "$key")"
+  if [ "$size" = 1b ]; then
+    model=1B ac=none B=$L1B_B T=$L1B_T steps=$L1B_STEPS skip=$L1B_SKIP
   else
-    echo "-- llama8b_fsdp_n$N: skipped (8B needs 2 GPUs or more)"
+    model=8B ac=op B=$LLAMA_B T=$LLAMA_T steps=$TORCH_STEPS skip=$TORCH_SKIP
   fi
-fi
-
-# 4. PyTorch FSDP2 + torch.compile, the same job
-if want torch; then
-  name=torch_fsdp2_n$N
-  env=()
-  [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$N")")
-  echo "-- $name: torch FSDP2 + compile, Llama 8B on $N ranks, B=$LLAMA_B T=$LLAMA_T"
+  case $key in *autotune*) tmo=$TMO_AUTOTUNE ;; esac
+  [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$n")")
+  echo "-- $name: torch FSDP2 ${flags[*]}, Llama $model on $n ranks, B=$B T=$T"
   # shellcheck disable=SC2086
-  run "$name" "$TMO_TORCH" 0 "${env[@]}" "${TORCHRUN_CMD[@]}" --standalone \
-    --nproc-per-node "$N" bench/peers/llama_fsdp2.py --model 8B --ac op \
-    --compile --data "$data/llama.bin" -B "$LLAMA_B" -T "$LLAMA_T" \
-    --steps "$TORCH_STEPS" --skip "$TORCH_SKIP" "${TORCH_DEV[@]}" ${TORCH_FLAGS:-}
-  record "$name" torch "torch FSDP2 + compile" "$(model_of llama3_8b)" "$N" 1 "$N" \
-    "$LLAMA_B" "$LLAMA_T" "$TORCH_STEPS" "$TORCH_SKIP"
-fi
+  run "$name" "$tmo" 0 "${env[@]}" "${TORCHRUN_CMD[@]}" --standalone \
+    --nproc-per-node "$n" bench/peers/llama_fsdp2.py --model "$model" --ac "$ac" \
+    "${flags[@]}" --data "$data/llama.bin" -B "$B" -T "$T" \
+    --steps "$steps" --skip "$skip" "${TORCH_DEV[@]}" ${TORCH_FLAGS:-}
+  [ "$mode" = dry ] || grep '^{' "$OUT/$name.log" > "$OUT/$name.jsonl"
+  record "$name" torch "torch FSDP2 ${flags[*]}" \
+    "$(model_of "llama3_${size%b}b")" "$n" 1 "$n" "$B" "$T" "$steps" "$skip"
+}
 
-# 5. HSDP 2 x N/2 (the CPU smoke runs 2 x 2 on 4 ranks)
-if want hsdp; then
-  hn=$N
-  [ "$mode" = smoke ] && [ "$hn" -lt 4 ] && hn=4
-  if [ "$hn" -ge 4 ] && [ $((hn % 2)) -eq 0 ]; then
-    trainrun_dp "llama8b_hsdp_2x$((hn / 2))" llama3_8b bench/gpu/llama3_8b.toml "$hn" 2 \
-      $((hn / 2)) "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
-  else
-    echo "-- llama8b_hsdp: skipped (HSDP 2 x N/2 needs an even N >= 4)"
-  fi
-fi
-
-# 6. checkpoints every CKPT_INTERVAL steps, a rank killed at CKPT_KILL
-if want ckpt; then
-  name=ckpt_kill_n$N
+# ckpt_kill NAME: checkpoints every CKPT_INTERVAL steps, a rank killed at
+# CKPT_KILL (once a call, before the rounds)
+ckpt_kill() {
+  local name=$1 dir kr ds rep shard env=() ckm
   dir=$SCRATCH/dump/$name
   kr=$((N - 1))
   ds=$data/llama.bin
   [ "$CKPT_DATA" = gpt2 ] && ds=$data/gpt2.bin
   rep=1 shard=$N
   [ "$CKPT_MODEL" = gpt2 ] && rep=$N shard=1
-  env=()
   [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$N")")
   echo "-- $name: $CKPT_MODEL on $N ranks, checkpoint every $CKPT_INTERVAL steps, rank $kr killed at step $CKPT_KILL"
   [ "$mode" = dry ] || rm -rf "$dir"
@@ -460,21 +523,62 @@ if want ckpt; then
   [ "$CKPT_MODEL" = llama8b ] && ckm=llama3_8b
   record "$name" ckpt trainrun "$(model_of $ckm)" "$N" "$rep" "$shard" "$CKPT_B" "$CKPT_T" \
     "$CKPT_STEPS" 3 "interval=$CKPT_INTERVAL" "kill_rank=$kr" "kill_step=$CKPT_KILL"
+}
+
+# program KEY NAME: one run of a program
+program() {
+  local key=$1 name=$2 k
+  case $key in
+    gpt2_ddp_n*)
+      k=${key#gpt2_ddp_n}
+      trainrun_dp "$name" gpt2_124m bench/gpu/gpt2_124m.toml "$k" "$k" 1 \
+        "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
+      ;;
+    llama1b_fsdp_n*)
+      k=${key#llama1b_fsdp_n}
+      trainrun_dp "$name" llama3_1b bench/gpu/llama3_1b.toml "$k" 1 "$k" \
+        "$L1B_B" "$L1B_T" "$L1B_STEPS" "$L1B_SKIP" "$TMO_LLAMA"
+      ;;
+    llama8b_fsdp_n*)
+      k=${key#llama8b_fsdp_n}
+      trainrun_dp "$name" llama3_8b bench/gpu/llama3_8b.toml "$k" 1 "$k" \
+        "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+      ;;
+    llama8b_hsdp_2x*)
+      k=${key#llama8b_hsdp_2x}
+      trainrun_dp "$name" llama3_8b bench/gpu/llama3_8b.toml $((2 * k)) 2 "$k" \
+        "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
+      ;;
+    torch_fsdp2_*) torch_fsdp2 "$name" "$key" ;;
+  esac
+}
+
+# 2. the checkpointed run with a kill, once (the call with round 1)
+rounds_progs=()
+for p in "${progs[@]}"; do
+  if [ "$p" = "ckpt_kill_n$N" ]; then
+    if [ "${rounds%%$'\n'*}" = 1 ]; then
+      ckpt_kill "$p"
+    else
+      echo "-- $p: runs in the call with round 1 only"
+    fi
+  else
+    rounds_progs+=("$p")
+  fi
+done
+
+# 3. the rounds
+if [ "${#rounds_progs[@]}" -gt 0 ]; then
+  for r in $rounds; do
+    order=$(bench_round_order "$r" "${rounds_progs[@]}")
+    echo "== round $r: $order"
+    for p in $order; do
+      program "$p" "${p}_r$r"
+    done
+  done
 fi
 
-# 7. the scaling baselines on fewer GPUs
-if want scaling; then
-  for k in "${gpt2_base[@]}"; do
-    trainrun_dp "gpt2_ddp_n$k" gpt2_124m bench/gpu/gpt2_124m.toml "$k" "$k" 1 \
-      "$GPT2_B" "$GPT2_T" "$GPT2_STEPS" "$GPT2_SKIP" "$TMO_GPT2"
-  done
-  for k in "${llama_base[@]}"; do
-    trainrun_dp "llama8b_fsdp_n$k" llama3_8b bench/gpu/llama3_8b.toml "$k" 1 "$k" \
-      "$LLAMA_B" "$LLAMA_T" "$LLAMA_STEPS" "$LLAMA_SKIP" "$TMO_LLAMA"
-  done
-fi
-
-# 8. the table
+# 4. the table
 echo "-- summary"
 sargs=(--mode multigpu --out "$OUT" --gpu "${gpu_name:-unknown}" --nproc "$N"
   --command "$cmdline")

@@ -109,7 +109,12 @@ while [ $# -gt 0 ]; do
   shift
 done
 want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
+# shellcheck source=bench/benchlib.sh
+. "$(dirname "$0")/benchlib.sh"
 PY=${PYTHON:-python3}
+known="tr1 tr2 pt pc ptl ptlc trp1 ptp1 ptp1n trpz ptpz tr2e pte pce trp1e ptp1e
+  trpze ptpze trc1 trc trca ptc ptcc ptca ptcac trf trfc ptf ptfe"
+bench_select "$known" "" > /dev/null # a bad PROGRAMS: exit 2 before any work
 if [ -z "${TRAINRUN:-}" ]; then
   if [ -x .gpu/trainrun ]; then TRAINRUN=.gpu/trainrun; else TRAINRUN=./trainrun; fi
 fi
@@ -160,13 +165,7 @@ ptflex() {
   echo "$name rc=$? at $(date +%T)" >>"$OUT/runs.txt"
 }
 
-{
-  echo "date: $(date -u +%FT%TZ)"
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  nvcc --version 2>/dev/null | tail -1
-  "$PY" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>&1
-  git rev-parse HEAD 2>/dev/null
-} >"$OUT/versions.txt"
+REPS=$reps bench_versions "$OUT/versions.txt" "bench/parallel_gpu.sh --reps $reps --runs $runs"
 
 # check NAME NPROC ARGS...: examples/debug.toml on cuda in float32
 check() {
@@ -266,12 +265,13 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
   want pp8b && order="$order trp1e ptp1e trpze ptpze"
   want cp && order="$order trc1 trc trca ptc ptcc ptca ptcac"
   want flex && order="$order trf trfc ptf ptfe"
-  order=${PROGRAMS:-$order} # a subset, e.g. "pt pc" (one call's share)
-  first=${FIRST_REP:-1} # a later call goes on with round FIRST_REP
-  for r in $(seq "$first" $((first + reps - 1))); do
-    list=$order
-    [ $((r % 2)) = 0 ] && list=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
-    for p in $list; do
+  # PROGRAMS: a subset, e.g. "pt pc" (one call's share); FIRST_REP: a
+  # later call goes on with that round (bench/benchlib.sh)
+  order=$(bench_select "$known" "$order") || exit 2
+  read -r -a order <<< "$order"
+  rounds=$(REPS=$reps bench_rounds) || exit 2
+  for r in $rounds; do
+    for p in $(bench_round_order "$r" "${order[@]}"); do
       L=(bench/gpu/llama3_1b.toml --training.dataset_path "$SCRATCH/llama.bin"
         --training.steps "$STEPS")
       E=(bench/gpu/llama3_8b.toml --training.dataset_path "$SCRATCH/llama.bin"

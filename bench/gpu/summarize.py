@@ -1,31 +1,40 @@
 #!/usr/bin/env python3
-"""bench/gpu/summarize.py: the table of bench/gpu_train.sh from the logs in
-OUTDIR: tokens/s (median over the steps after the first SKIP), step time,
-MFU counted for every program with trainrun's FLOPs per token over the GPU's
-dense bf16 peak (bench/peers/benchlib.py), the MFU each program reports
-itself, and the ratios trainrun / peer. Prints the markdown table and writes
-OUTDIR/table.md and OUTDIR/results.json.
+"""bench/gpu/summarize.py: the tables of bench/gpu_train.sh and
+bench/multi_gpu.sh from the raw files in OUTDIR, over every run found there
+(the rounds of bench/benchlib.sh's protocol, from one call or several
+copied into one folder). Prints the markdown and writes OUTDIR/README.md.
 
-  summarize.py --mode gpt2|llama1b --out OUTDIR --skip N --gpu NAME
+  summarize.py --out OUTDIR [--mode gpt2|llama1b] [--skip N] [--gpu NAME]
                [-B B -T T]
 
-Sources: trainrun: OUTDIR/trainrun/metrics.jsonl (else the step lines of
-OUTDIR/trainrun.log); llm.c: the "step i/n | ... | X ms | Y% bf16 MFU |"
-lines of OUTDIR/llmc.log (tokens/s = B*T / step time; its printed tok/s is
-a moving average); PyTorch: the JSON step lines of OUTDIR/torch_*.log.
+bench/gpu_train.sh's table (mode, shape and warm-up steps from
+OUTDIR/bench.conf, the GPU from versions-*.txt): the runs KEY_rROUND
+(OUTDIR/*_rN.rc); a run's figure is the median tokens/s of its steps after
+the first SKIP, from trainrun's NAME.metrics.jsonl (else NAME.log's step
+lines), llm.c's "step i/n | ... | X ms | Y% bf16 MFU |" lines of NAME.log
+(tokens/s = B*T / step time; its printed tok/s is a moving average), a
+PyTorch peer's JSON step lines (NAME.jsonl, else NAME.log); a program's
+figure the median over its runs [min-max]; MFU counted for every program
+with trainrun's FLOPs per token over the GPU's dense bf16 peak
+(bench/peers/benchlib.py); trainrun against the fastest PyTorch
+configuration and the fastest llm.c one (failed runs have no figure);
+each program's configuration, precision recipe and raw files. Also
+OUTDIR/results.json.
 
-  summarize.py --mode multigpu --out OUTDIR --gpu NAME --nproc N
+  summarize.py --mode multigpu --out OUTDIR [--gpu NAME] [--nproc N]
                [--command CMD]
 
-bench/multi_gpu.sh's table (OUTDIR/summary.md and OUTDIR/summary.json):
-every sub-run of OUTDIR/runs.tsv (name, kind, program, model, ranks,
-replicate and shard degrees, B, T, steps, warm-up steps, then key=value
-extras): tokens/s per GPU (median after the warm-up steps) and in all,
-MFU, peak memory, the scaling efficiency of GPT-2 DDP against 1 GPU and of
-Llama 8B FSDP against the fewest GPUs it ran on, HSDP against FSDP,
-trainrun against PyTorch FSDP2, and for the checkpointed run with a kill
-(its log's lines time-stamped as they arrived) the stall of each save, the
-restart time and whether the job finished.
+bench/multi_gpu.sh's table (OUTDIR/README.md, summary.md, summary.json):
+every sub-run of the calls' OUTDIR/runs-*.tsv (name, kind, program, model,
+ranks, replicate and shard degrees, B, T, steps, warm-up steps, then
+key=value extras), grouped into programs (the name without _rROUND):
+tokens/s per GPU (median over the runs [min-max] of each run's median
+after the warm-up steps) and in all, MFU, peak memory, the scaling
+efficiency of GPT-2 DDP against 1 GPU and of Llama 8B FSDP against the
+fewest GPUs it ran on, HSDP against FSDP, trainrun FSDP against the fastest
+PyTorch FSDP2 configuration of the same model, and for the checkpointed
+run with a kill (its log's lines time-stamped as they arrived) the stall
+of each save, the restart time and whether the job finished.
 """
 import argparse
 import json
@@ -49,100 +58,415 @@ def read_rc(out, name):
         return None
 
 
-def trainrun_steps(out):
-    """[(step, tps, own mfu or None)] from trainrun's JSONL or console."""
-    rows = []
-    path = os.path.join(out, "trainrun", "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    o = json.loads(line)
-                except ValueError:
-                    continue
-                if "step" in o and o.get("tps") is not None:
-                    rows.append((int(o["step"]), float(o["tps"]), o.get("mfu")))
-        if rows:
-            return rows
-    pat = re.compile(r"step (\d+)/\d+ .*?\| ([0-9.]+) tok/s .*?\| mfu "
-                     r"(?:([0-9.]+)%|n/a)")
+def read_text(out, name):
     try:
-        with open(os.path.join(out, "trainrun.log"), errors="replace") as f:
-            for line in f:
-                m = pat.search(ANSI.sub("", line))
-                if m:
-                    rows.append((int(m.group(1)), float(m.group(2)),
-                                 float(m.group(3)) if m.group(3) else None))
+        with open(os.path.join(out, name), errors="replace") as f:
+            return f.read()
     except OSError:
-        pass
-    return rows
+        return ""
 
 
-def llmc_steps(out, ntok):
-    """[(step, tps, own mfu)] from llm.c's step lines."""
-    # llm.c prints -100% MFU for a GPU it has no peak for (the H200)
-    pat = re.compile(r"^step\s+(\d+)/\d+ \|.*\| ([0-9.]+) ms \| "
-                     r"(-?[0-9.]+)% bf16 MFU \|")
+def jsonl_rows(path):
+    """The JSON objects of a file of JSON lines (other lines ignored)."""
     rows = []
     try:
-        with open(os.path.join(out, "llmc.log"), errors="replace") as f:
-            for line in f:
-                m = pat.search(line)
-                if m and float(m.group(2)) > 0:
-                    rows.append((int(m.group(1)),
-                                 ntok / (float(m.group(2)) / 1e3),
-                                 float(m.group(3))
-                                 if float(m.group(3)) >= 0 else None))
-    except OSError:
-        pass
-    return rows
-
-
-def torch_steps(out, name):
-    """([(step, tps, None)], summary or {}) from a PyTorch peer's log."""
-    rows, summary = [], {}
-    try:
-        with open(os.path.join(out, name + ".log"), errors="replace") as f:
+        with open(path, errors="replace") as f:
             for line in f:
                 if not line.startswith("{"):
                     continue
                 try:
-                    o = json.loads(line)
+                    rows.append(json.loads(line))
                 except ValueError:
-                    continue
-                if "summary" in o:
-                    summary = o
-                elif "step" in o and "tps" in o:
-                    rows.append((int(o["step"]), float(o["tps"]), None))
+                    pass
     except OSError:
         pass
-    return rows, summary
+    return rows
 
 
-def torch_device(out, name):
-    """The device name in a PyTorch peer's first JSON line, or None."""
-    try:
-        with open(os.path.join(out, name + ".log"), errors="replace") as f:
-            for line in f:
-                if line.startswith("{") and '"device"' in line:
-                    return json.loads(line).get("device")
-    except (OSError, ValueError):
-        pass
-    return None
+def trainrun_steps(out, name):
+    """([(step, tps, own mfu or None)], raw file) of a trainrun run: its
+    NAME.metrics.jsonl, else the step lines of NAME.log."""
+    path = name + ".metrics.jsonl"
+    rows = [(int(o["step"]), float(o["tps"]), o.get("mfu"))
+            for o in jsonl_rows(os.path.join(out, path))
+            if "step" in o and o.get("tps") is not None]
+    if rows:
+        return rows, path
+    pat = re.compile(r"step (\d+)/\d+ .*?\| ([0-9.]+) tok/s .*?\| mfu "
+                     r"(?:([0-9.]+)%|n/a)")
+    for line in read_text(out, name + ".log").splitlines():
+        m = pat.search(ANSI.sub("", line))
+        if m:
+            rows.append((int(m.group(1)), float(m.group(2)),
+                         float(m.group(3)) if m.group(3) else None))
+    return rows, name + ".log"
+
+
+def llmc_steps(out, name, ntok):
+    """([(step, tps, own mfu)], raw file) from llm.c's step lines."""
+    # llm.c prints -100% MFU for a GPU it has no peak for (the H200)
+    pat = re.compile(r"^step\s+(\d+)/\d+ \|.*\| ([0-9.]+) ms \| "
+                     r"(-?[0-9.]+)% bf16 MFU \|")
+    rows = []
+    for line in read_text(out, name + ".log").splitlines():
+        m = pat.search(line)
+        if m and float(m.group(2)) > 0:
+            rows.append((int(m.group(1)), ntok / (float(m.group(2)) / 1e3),
+                         float(m.group(3)) if float(m.group(3)) >= 0
+                         else None))
+    return rows, name + ".log"
+
+
+def torch_steps(out, name):
+    """([(step, tps, None)], summary or {}, head or {}, raw file) of a
+    PyTorch peer's run: its JSON lines (NAME.jsonl, else NAME.log)."""
+    path = name + ".jsonl"
+    objs = jsonl_rows(os.path.join(out, path))
+    if not objs:
+        path = name + ".log"
+        objs = jsonl_rows(os.path.join(out, path))
+    rows, summary, head = [], {}, {}
+    for o in objs:
+        if "summary" in o:
+            summary = o
+        elif "program" in o and not head:
+            head = o
+        elif "step" in o and "tps" in o:
+            rows.append((int(o["step"]), float(o["tps"]), None))
+    return rows, summary, head, path
 
 
 def fmt(x, spec):
     return "n/a" if x is None else format(x, spec)
 
 
+def pct(x):
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def spread(vals, spec=",.0f"):
+    """median [min-max] of vals (one value: just it)."""
+    if not vals:
+        return "n/a"
+    m = format(benchlib.median(vals), spec)
+    if len(vals) == 1:
+        return m
+    return f"{m} [{format(min(vals), spec)}-{format(max(vals), spec)}]"
+
+
+# what each program keeps in which precision (issue 22: stated per program)
+PRECISION = {
+    "trainrun": "bf16 matmuls and activations, residual stream in bf16; fp32 "
+                "master weights, gradients and AdamW state "
+                "(mixed_precision_param bfloat16)",
+    "llmc": "bf16 weights and activations, residual stream in bf16; fp32 "
+            "master weights (-w 1, its default) and AdamW state",
+    "torch": "fp32 weights and AdamW state (fused), bf16 autocast: matmuls "
+             "and SDPA in bf16, residual stream, norms, softmax and loss in "
+             "fp32",
+    "fsdp2": "FSDP2 MixedPrecisionPolicy: bf16 parameters and compute (no "
+             "autocast: residual stream in bf16), fp32 gradient "
+             "reduce-scatter, fp32 sharded master weights and AdamW state",
+}
+
+
+def torch_config(key):
+    """Words for a torch_MODE[_v50304][_nosync] key (bench/benchlib.sh)."""
+    k, words = key, []
+    sync = "a host sync per step"
+    if k.endswith("_nosync"):
+        k, sync = (k[:-len("_nosync")],
+                   "no host sync per step (--no-sync: CUDA events)")
+    vocab = ""
+    if k.endswith("_v50304"):
+        k, vocab = k[:-len("_v50304")], ", vocab 50304"
+    for suffix, text in (("_autotune_nocg", "compile max-autotune-no-cudagraphs"),
+                         ("_autotune", "compile max-autotune"),
+                         ("_compile", "compile (default mode)"),
+                         ("_eager", "eager")):
+        if k.endswith(suffix):
+            words.append(text)
+            break
+    else:
+        words.append(k)
+    return words[0] + vocab + ", " + sync
+
+
+LLMC_CONFIG = {"llmc": "defaults (-r 1: GELU recomputed, -ge 0)",
+               "llmc_r0_ge1": "-r 0 -ge 1 (no recompute, GELU fused "
+                              "forward)",
+               "llmc_r0_ge2": "-r 0 -ge 2 (no recompute, GELU fused "
+                              "forward and backward)"}
+
+RUN_RC = re.compile(r"^(.+)_r(\d+)\.rc$")
+
+
+def find_runs(out):
+    """{key: [(round, name)]} of every KEY_rR.rc in out."""
+    runs = {}
+    for f in sorted(os.listdir(out)):
+        m = RUN_RC.match(f)
+        if m and not f.startswith("make_shard"):
+            runs.setdefault(m.group(1), []).append((int(m.group(2)),
+                                                   f[:-len(".rc")]))
+    for k in runs:
+        runs[k].sort()
+    return runs
+
+
+def read_conf(out):
+    conf = {}
+    for word in read_text(out, "bench.conf").split():
+        k, _, v = word.partition("=")
+        conf[k] = v
+    return conf
+
+
+def read_calls(out, prefix, suffix):
+    """The text of every call's PREFIX*SUFFIX file (PREFIX-CALL_ID.SUFFIX,
+    and PREFIX.SUFFIX of older folders), in call order."""
+    names = sorted(f for f in os.listdir(out)
+                   if f.startswith(prefix) and f.endswith(suffix))
+    return names, "".join(read_text(out, f) for f in names)
+
+
+def call_lines(versions):
+    """Each call of versions-*.txt as `VARS command` (its PROGRAMS,
+    FIRST_REP and REPS, then its command line)."""
+    calls, head = [], None
+    for line in versions.splitlines():
+        m = re.match(r"== call (\S+) (.*)$", line)
+        if m:
+            head = m.group(2)
+        elif line.startswith("command: ") and head is not None:
+            calls.append(f"`{head} {line[len('command: '):]}`")
+            head = None
+    return calls
+
+
+def gpu_names(versions):
+    """The distinct GPU names of versions.txt's blocks."""
+    names = []
+    for line in versions.splitlines():
+        if line.startswith("gpu: ") and "," in line:
+            n = line.split(",")[1].strip()
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def one_gpu_main(a):
+    out = a.out
+    conf = read_conf(out)
+    mode = a.mode or conf.get("mode")
+    if mode not in ("gpt2", "llama1b"):
+        sys.exit(f"summarize: no --mode and no mode in {out}/bench.conf")
+    skip = a.skip if a.skip is not None else int(conf.get("skip", 3))
+    if mode == "gpt2":
+        cfg, title, toml = benchlib.GPT2_124M, "GPT-2 124M", "gpt2_124m"
+        B, T = a.B or int(conf.get("B", 64)), a.T or int(conf.get("T", 1024))
+        targets = [("PyTorch", 1.25), ("llm.c", None)]
+        mfu_target = 50
+    else:
+        cfg, title, toml = benchlib.LLAMA3_1B, "Llama 3.2 1B", "llama3_1b"
+        B, T = a.B or int(conf.get("B", 8)), a.T or int(conf.get("T", 2048))
+        targets = [("PyTorch", 1.15)]
+        mfu_target = 60
+    vfiles, versions = read_calls(out, "versions", ".txt")
+    vlinks = ", ".join(f"[{f}]({f})" for f in vfiles) or "none"
+    gpus = gpu_names(versions)
+    gpu = a.gpu if a.gpu not in ("", "unknown") else (gpus[0] if gpus else
+                                                      "unknown")
+    runs = find_runs(out)
+    if gpu == "unknown":  # no nvidia-smi: the name torch saw
+        for k, rs in runs.items():
+            if k.startswith("torch_"):
+                for _, name in rs:
+                    d = torch_steps(out, name)[2].get("device")
+                    if d:
+                        gpu = d
+    fpt = benchlib.flops_per_token(cfg, T)
+    peak = benchlib.peak_bf16(gpu)
+    progs = {}
+    for key, rs in runs.items():
+        family = ("trainrun" if key == "trainrun" else
+                  "llmc" if key.startswith("llmc") else "torch")
+        p = {"key": key, "family": family, "runs": []}
+        if family == "trainrun":
+            p["config"] = f"bench/gpu/{toml}.toml"
+        elif family == "llmc":
+            p["config"] = LLMC_CONFIG.get(key, key)
+        else:
+            p["config"] = torch_config(key)
+        for rnd, name in rs:
+            rc = read_rc(out, name)
+            if family == "trainrun":
+                rows, raw = trainrun_steps(out, name)
+            elif family == "llmc":
+                rows, raw = llmc_steps(out, name, B * T)
+            else:
+                rows, _, _, raw = torch_steps(out, name)
+            timed = [r for r in rows if r[0] > skip]
+            r = {"name": name, "round": rnd, "rc": rc, "raw": raw,
+                 "log": name + ".log", "steps_timed": len(timed)}
+            if timed and rc == "0":
+                r["tps"] = benchlib.median([t for _, t, _ in timed])
+                own = [m for _, _, m in timed if m is not None]
+                r["own_mfu"] = benchlib.median(own) if own else None
+                r["status"] = "ok"
+            else:
+                r["status"] = ("skipped" if rc == "skipped" else
+                               "timed out" if rc == "124" else
+                               "llm.c build failed" if rc == "build" else
+                               f"failed (exit {rc})")
+            p["runs"].append(r)
+        ok = [r["tps"] for r in p["runs"] if "tps" in r]
+        if ok:
+            p["tps"] = benchlib.median(ok)
+            p["tps_min"], p["tps_max"] = min(ok), max(ok)
+            p["step_ms"] = B * T / p["tps"] * 1e3
+            p["mfu"] = 100.0 * p["tps"] * fpt / peak if peak > 0 else None
+            own = [r["own_mfu"] for r in p["runs"]
+                   if r.get("own_mfu") is not None]
+            p["own_mfu"] = benchlib.median(own) if own else None
+        p["ok"], p["failed"] = len(ok), len(p["runs"]) - len(ok)
+        progs[key] = p
+
+    def best(family):
+        c = [p for p in progs.values() if p["family"] == family
+             and p.get("tps")]
+        return max(c, key=lambda p: p["tps"]) if c else None
+
+    tr = progs.get("trainrun")
+    bests = {"PyTorch": best("torch"), "llm.c": best("llmc")}
+    date = next((ln.split()[2][:10] for ln in versions.splitlines()
+                 if ln.startswith("== call")), "undated")
+    L = [f"# {title} on one {gpu}: trainrun against PyTorch"
+         + (" and llm.c" if mode == "gpt2" else "") + f" ({date})", "",
+         f"`bench/gpu_train.sh {mode}` (every call's command line and "
+         f"versions: {vlinks}), B={B}, T={T}, "
+         f"{conf.get('steps', '?')} steps a run. Each program runs in "
+         "rounds, odd rounds in the listed order and even ones reversed; a "
+         "run's figure is the median tokens/s of its steps after the first "
+         f"{skip} (warm-up, compilation), a program's the median over its "
+         "runs [min-max]. MFU: "
+         f"{fpt / 1e6:.1f} MFLOP/token ({benchlib.FLOPS_FORMULA}) over "
+         + (f"{peak / 1e12:.0f} TFLOP/s dense bf16" if peak > 0
+            else "an unknown peak (n/a)")
+         + "; own: what the program prints (llm.c counts its own FLOPs). "
+         "Every program reads the same shard (shards.txt), clips gradients "
+         "at 1.0 and uses AdamW with weight decay 0.1. Calls: "
+         + ("; ".join(call_lines(versions)) or "unknown") + "."
+         + (" The vocab 50304 configurations (llm.c pads to it too) are "
+            "counted as the 50257-token model." if mode == "gpt2" else ""),
+         ""]
+    if len(gpus) > 1:
+        L += [f"**The calls ran on different GPUs ({', '.join(gpus)}): "
+              "compare only figures of the same GPU.**", ""]
+    if gpu.lower() == "cpu":
+        L += ["CPU smoke test: the figures test the script and this table, "
+              "not the programs' speed.", ""]
+    L += ["| program | configuration | tokens/s, median [min-max] | step ms "
+          "| MFU | own MFU | runs ok | raw files |",
+          "|---|---|---:|---:|---:|---:|---:|---|"]
+    fam_order = {"trainrun": 0, "llmc": 1, "torch": 2}
+    order = sorted(progs.values(), key=lambda p: (fam_order[p["family"]],
+                                                  p["key"]))
+    for p in order:
+        label = {"trainrun": "trainrun", "llmc": "llm.c",
+                 "torch": "PyTorch"}[p["family"]]
+        mark = ""
+        if p is bests.get("PyTorch") or p is bests.get("llm.c"):
+            mark = " (fastest)"
+        figure = (spread([r["tps"] for r in p["runs"] if "tps" in r])
+                  if p.get("tps") else "failed")
+        files = ", ".join(f"[{r['round']}]({r['raw']})" for r in p["runs"])
+        fails = [f"r{r['round']}: {r['status']} ([log]({r['log']}))"
+                 for r in p["runs"] if "tps" not in r]
+        L.append(f"| {label}{mark} | `{p['key']}`: {p['config']} | "
+                 f"{figure} | {fmt(p.get('step_ms'), '.1f')} | "
+                 f"{fmt(p.get('mfu'), '.1f')}"
+                 f"{'%' if p.get('mfu') is not None else ''} | "
+                 f"{fmt(p.get('own_mfu'), '.1f')}"
+                 f"{'%' if p.get('own_mfu') is not None else ''} | "
+                 f"{p['ok']}/{len(p['runs'])} | {files}"
+                 + ("; " + "; ".join(fails) if fails else "") + " |")
+    L.append("")
+    ratios = {}
+    # the issue's row: trainrun, the fastest peers, the ratios
+    head = ["run", "trainrun"] + [f"fastest {w}" for w, _ in targets] + \
+        [f"trainrun / {w}" for w, _ in targets]
+    row = [f"{title}, one {gpu}, B{B} T{T}",
+           (f"{spread([r['tps'] for r in tr['runs'] if 'tps' in r])}, MFU "
+            f"{pct(tr.get('mfu'))}") if tr and tr.get("tps")
+           else "failed"]
+    for w, _ in targets:
+        b = bests.get(w)
+        fam = "torch" if w == "PyTorch" else "llmc"
+        ran = any(p["family"] == fam for p in progs.values())
+        row.append(f"{spread([r['tps'] for r in b['runs'] if 'tps' in r])} "
+                   f"(`{b['key']}`), MFU {pct(b.get('mfu'))}"
+                   if b else "none worked" if ran else "not run")
+    for w, _ in targets:
+        b = bests.get(w)
+        row.append(f"{tr['tps'] / b['tps']:.2f}x" if b and tr
+                   and tr.get("tps") else "n/a")
+    L += ["| " + " | ".join(head) + " |",
+          "|" + "---|" * len(head), "| " + " | ".join(row) + " |", ""]
+    if tr and tr.get("mfu") is not None:
+        L += [f"trainrun's MFU {tr['mfu']:.1f}%: target {mfu_target}% "
+              + ("met" if tr["mfu"] >= mfu_target else "NOT met"), ""]
+    for who, target in targets:
+        b = bests.get(who)
+        if not (tr and tr.get("tps") and b):
+            L.append(f"- trainrun / fastest {who}: n/a (no run with figures)")
+            continue
+        v = tr["tps"] / b["tps"]
+        ratios[who] = {"ratio": v, "against": b["key"]}
+        lo, hi = tr["tps_min"] / b["tps_max"], tr["tps_max"] / b["tps_min"]
+        L.append(f"- **trainrun / fastest {who} ({b['key']}: {b['config']}): "
+                 f"{v:.2f}x** (least and most favourable run pairs "
+                 f"{lo:.2f}x-{hi:.2f}x)"
+                 + (f"; target {target}x: " + ("met" if v >= target
+                                                 else "NOT met")
+                    if target else ""))
+    L += ["", "Failed or timed-out runs count as runs without a figure; the "
+          "fastest configuration is taken among those that worked.", "",
+          "## Precision recipes", ""]
+    fams = sorted({p["family"] for p in progs.values()},
+                  key=lambda f: fam_order[f])
+    for f in fams:
+        L.append(f"- {dict(trainrun='trainrun', llmc='llm.c', torch='PyTorch')[f]}: "
+                 f"{PRECISION[f]}")
+    L += ["", "## Raw files", "",
+          "NAME = KEY_rROUND: NAME.cmd (the command), NAME.log (its output), "
+          "NAME.rc (its exit status), NAME.metrics.jsonl (trainrun's "
+          "per-step metrics), NAME.jsonl (a PyTorch peer's per-step JSON "
+          "lines and summary); llm.c's step lines are in NAME.log. "
+          "versions-CALL_ID.txt: GPU, driver, CUDA, NCCL, PyTorch, llm.c's "
+          "and trainrun's commits, one per call; shards.txt: the data's "
+          "sha256.", ""]
+    text = "\n".join(L)
+    sys.stdout.write(text)
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"mode": mode, "gpu": gpu, "B": B, "T": T, "skip": skip,
+                   "flops_per_token": fpt, "peak": peak,
+                   "formula": benchlib.FLOPS_FORMULA, "programs": progs,
+                   "ratios": ratios}, f, indent=1)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=("gpt2", "llama1b", "multigpu"),
-                   required=True)
+                   default=None, help="default: OUTDIR/bench.conf's")
     p.add_argument("--out", required=True)
     p.add_argument("--skip", type=int, default=None,
-                   help="warm-up steps (required but for multigpu)")
-    p.add_argument("--gpu", default="unknown")
+                   help="warm-up steps (default: bench.conf's)")
+    p.add_argument("--gpu", default="unknown",
+                   help="default: versions.txt's first GPU")
     p.add_argument("-B", type=int, default=None)
     p.add_argument("-T", type=int, default=None)
     p.add_argument("--nproc", type=int, default=None, help="multigpu: N")
@@ -150,108 +474,7 @@ def main():
     a = p.parse_args()
     if a.mode == "multigpu":
         return multigpu_main(a)
-    if a.skip is None:
-        p.error("the following arguments are required: --skip")
-    if a.mode == "gpt2":
-        cfg, B, T = benchlib.GPT2_124M, a.B or 64, a.T or 1024
-        title = "GPT-2 124M"
-        programs = [("trainrun", "trainrun"),
-                    ("torch.compile", "torch_compile"), ("llm.c", "llmc"),
-                    ("torch eager", "torch_eager"),
-                    ("torch.compile, vocab 50304", "torch_compile_v50304")]
-        target = ("torch.compile", 1.2)
-    else:
-        cfg, B, T = benchlib.LLAMA3_1B, a.B or 8, a.T or 2048
-        title = "Llama 3.2 1B"
-        programs = [("trainrun", "trainrun"),
-                    ("torch.compile", "torch_compile"),
-                    ("torch eager", "torch_eager")]
-        target = ("torch.compile", 1.1)
-    if a.gpu in ("", "unknown"):  # no nvidia-smi: the name torch saw
-        for _, name in programs:
-            if name.startswith("torch_"):
-                a.gpu = torch_device(a.out, name) or a.gpu
-    fpt = benchlib.flops_per_token(cfg, T)
-    peak = benchlib.peak_bf16(a.gpu)
-    res = {}
-    for label, name in programs:
-        rc = read_rc(a.out, name)
-        summary = {}
-        if name == "trainrun":
-            rows = trainrun_steps(a.out)
-        elif name == "llmc":
-            rows = llmc_steps(a.out, B * T)
-            if rc is None and read_rc(a.out, "llmc_build") not in (None, "0"):
-                rc = "build"
-        else:
-            rows, summary = torch_steps(a.out, name)
-        timed = [r for r in rows if r[0] > a.skip]
-        log = "llmc_build.log" if rc == "build" else name + ".log"
-        r = {"label": label, "log": log, "rc": rc,
-             "steps_timed": len(timed)}
-        if rc in (None, "skipped") and not timed:
-            r["status"] = "skipped" if rc == "skipped" else "not run"
-        elif not timed:
-            r["status"] = ("timed out: see log" if rc == "124"
-                           else "failed: see log")
-        else:
-            r["status"] = "ok" if rc == "0" else f"exit {rc}: see log"
-            tps = benchlib.median([t for _, t, _ in timed])
-            r["tps"] = tps
-            r["step_ms"] = B * T / tps * 1e3
-            r["mfu"] = 100.0 * tps * fpt / peak if peak > 0 else None
-            own = [m for _, _, m in timed if m is not None]
-            r["own_mfu"] = benchlib.median(own) if own else None
-            r["max_mem_gib"] = summary.get("max_mem_gib")
-        res[name] = r
-
-    lines = [f"### {title}, B={B}, T={T}, {a.gpu}",
-             "",
-             f"tokens/s: median of the steps after the first {a.skip}. MFU: "
-             f"{fpt / 1e6:.1f} MFLOP/token ({benchlib.FLOPS_FORMULA}) over "
-             + (f"{peak / 1e12:.0f} TFLOP/s dense bf16" if peak > 0
-                else "an unknown peak (n/a)") + "; own: what the program "
-             "prints (llm.c counts its own FLOPs)."
-             + (" The vocab 50304 row (llm.c's padding) is counted as the "
-                "50257-token model." if a.mode == "gpt2" else ""),
-             "",
-             "| program | tokens/s | step ms | MFU | own MFU | steps | status |",
-             "|---|---:|---:|---:|---:|---:|---|"]
-    for label, name in programs:
-        r = res[name]
-        lines.append(f"| {label} | {fmt(r.get('tps'), ',.0f')} | "
-                     f"{fmt(r.get('step_ms'), '.1f')} | "
-                     f"{fmt(r.get('mfu'), '.1f')}{'%' if r.get('mfu') is not None else ''} | "
-                     f"{fmt(r.get('own_mfu'), '.1f')}{'%' if r.get('own_mfu') is not None else ''} | "
-                     f"{r['steps_timed']} | {r['status']} ({r['log']}) |")
-    lines.append("")
-    tr = res["trainrun"].get("tps")
-    ratios = {}
-    for label, name in programs[1:]:
-        peer = res[name].get("tps")
-        if tr and peer:
-            ratios[label] = tr / peer
-            lines.append(f"- trainrun / {label}: {tr / peer:.2f}x")
-        else:
-            lines.append(f"- trainrun / {label}: n/a")
-    tlabel, tval = target
-    if tlabel in ratios:
-        ok = ratios[tlabel] >= tval
-        lines.append(f"- target trainrun >= {tval}x {tlabel}: "
-                     + ("met" if ok else "NOT met"))
-    if a.mode == "gpt2" and res["trainrun"].get("mfu") is not None:
-        lines.append("- target MFU >= 50%: "
-                     + ("met" if res["trainrun"]["mfu"] >= 50 else "NOT met"))
-    text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
-    with open(os.path.join(a.out, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump({"mode": a.mode, "gpu": a.gpu, "B": B, "T": T,
-                   "skip": a.skip, "flops_per_token": fpt, "peak": peak,
-                   "formula": benchlib.FLOPS_FORMULA, "programs": res,
-                   "ratios": ratios}, f, indent=1)
-    return 0
+    return one_gpu_main(a)
 
 
 # ---- bench/multi_gpu.sh: --mode multigpu ----
@@ -269,26 +492,63 @@ STAMPED = re.compile(r"^(\d+\.\d+) (.*)$")
 
 
 def mg_runs(out):
-    """The sub-runs of OUTDIR/runs.tsv, in the order they ran."""
+    """The sub-runs of every call's OUTDIR/runs-CALL_ID.tsv, in the order
+    they ran."""
     keys = ("name", "kind", "program", "model", "n", "rep", "shard", "B",
             "T", "steps", "skip")
     runs = []
-    try:
-        with open(os.path.join(out, "runs.tsv")) as f:
-            for line in f:
-                cols = line.rstrip("\n").split("\t")
-                if len(cols) < len(keys):
-                    continue
-                r = dict(zip(keys, cols))
-                for k in ("n", "rep", "shard", "B", "T", "steps", "skip"):
-                    r[k] = int(r[k])
-                for kv in cols[len(keys):]:
-                    k, _, v = kv.partition("=")
-                    r[k] = v
-                runs.append(r)
-    except OSError:
-        pass
-    return runs
+    for line in read_calls(out, "runs", ".tsv")[1].splitlines():
+        cols = line.split("\t")
+        if len(cols) < len(keys):
+            continue
+        r = dict(zip(keys, cols))
+        for k in ("n", "rep", "shard", "B", "T", "steps", "skip"):
+            r[k] = int(r[k])
+        for kv in cols[len(keys):]:
+            k, _, v = kv.partition("=")
+            r[k] = v
+        r["key"] = re.sub(r"_r\d+$", "", r["name"])
+        m = re.search(r"_r(\d+)$", r["name"])
+        r["round"] = int(m.group(1)) if m else None
+        runs.append(r)
+    last = {}  # a name run again (a later call): its last line
+    for r in runs:
+        last[r["name"]] = r
+    return [r for r in runs if last[r["name"]] is r]
+
+
+def mg_programs(runs):
+    """The speed programs (every kind but ckpt), in the order they first
+    ran: {key, the first run's shape, runs, tps_gpu (median over the runs
+    with figures), tps_min, tps_max, mfu, own_mfu, peak_mem_gib}."""
+    progs = {}
+    for r in runs:
+        if r["kind"] == "ckpt":
+            continue
+        p = progs.setdefault(r["key"], dict(
+            {k: r[k] for k in ("kind", "program", "model", "n", "rep",
+                               "shard", "B", "T")}, key=r["key"], runs=[]))
+        p["runs"].append(r)
+    for p in progs.values():
+        ok = [r for r in p["runs"] if r.get("tps_gpu")]
+        p["ok"] = len(ok)
+        if not ok:
+            continue
+        vals = [r["tps_gpu"] for r in ok]
+        p["tps_gpu"] = benchlib.median(vals)
+        p["tps_min"], p["tps_max"] = min(vals), max(vals)
+        p["tps_all"] = p["tps_gpu"] * p["n"]
+        p["step_ms"] = p["B"] * p["T"] / p["tps_gpu"] * 1e3
+        f = [r["mfu"] for r in ok if r.get("mfu") is not None]
+        if f:
+            p["mfu"] = p["tps_gpu"] * f[0] / ok[0]["tps_gpu"]
+        own = [r["own_mfu"] for r in ok if r.get("own_mfu") is not None]
+        p["own_mfu"] = benchlib.median(own) if own else None
+        mem = [r["peak_mem_gib"] for r in ok if r.get("peak_mem_gib")]
+        p["peak_mem_gib"] = max(mem) if mem else None
+        plan = [r["plan_gib"] for r in ok if r.get("plan_gib")]
+        p["plan_gib"] = plan[0] if plan else None
+    return list(progs.values())
 
 
 def mg_jsonl_steps(path):
@@ -343,7 +603,7 @@ def mg_figures(out, r, peak):
     r["log"] = name + ".log"
     summary = {}
     if r["kind"] == "torch":
-        rows, summary = torch_steps(out, name)
+        rows, summary, _, _ = torch_steps(out, name)
         rows = [(s_, t, None, None) for s_, t, _ in rows]
     else:
         rows = mg_jsonl_steps(os.path.join(out, name + ".metrics.jsonl"))
@@ -487,24 +747,26 @@ def mg_pct(x):
 def multigpu_main(a):
     out = a.out
     runs = mg_runs(out)
+    vfiles, versions = read_calls(out, "versions", ".txt")
+    gpus = gpu_names(versions)
+    if a.gpu in ("", "unknown"):
+        a.gpu = gpus[0] if gpus else "unknown"
     peak = benchlib.peak_bf16(a.gpu)
     for r in runs:
         try:
             mg_figures(out, r, peak)
         except Exception as e:  # one odd log must not lose the table
             r["status"] = f"summary error: {e!r}"
-    by = {r["name"]: r for r in runs}
     N = a.nproc or max([r["n"] for r in runs] or [0])
-    env = ""
-    try:
-        with open(os.path.join(out, "env.txt"), errors="replace") as f:
-            env = f.read().strip()
-    except OSError:
-        pass
-    date = env.splitlines()[0] if env else "unknown"
-    L = [f"# trainrun multi-GPU runs: {N} x {a.gpu}", "",
+    efiles = read_calls(out, "env", ".txt")[0]
+    env = read_text(out, efiles[-1]).strip() if efiles else ""
+    date = next((ln.split()[2] for ln in versions.splitlines()
+                 if ln.startswith("== call")),
+                env.splitlines()[0] if env else "unknown")
+    L = [f"# trainrun multi-GPU runs: {N} x {a.gpu} ({date[:10]})", "",
          f"- date: {date}",
-         f"- command: `{a.command}`" if a.command else "- command: unknown",
+         f"- command: `{a.command}`" if a.command else
+         "- calls: " + ("; ".join(call_lines(versions)) or "unknown"),
          f"- GPU: {a.gpu}, {N} used; peak "
          + (f"{peak / 1e12:.0f} TFLOP/s dense bf16 each" if peak > 0
             else "unknown (MFU n/a)"),
@@ -515,87 +777,137 @@ def multigpu_main(a):
          "max_memory_allocated (PyTorch) on rank 0; plan: `trainrun plan`'s "
          "per-rank parameters + gradients + AdamW state + largest "
          "unsharded group, before activations",
-         "- logs: NAME.log, NAME.rc, NAME.metrics.jsonl, NAME.plan.txt in "
-         "this folder"]
+         "- raw files (NAME = KEY_rROUND): NAME.log, NAME.rc, "
+         "NAME.metrics.jsonl (trainrun's per-step metrics, rank 0), "
+         "NAME.jsonl (a PyTorch peer's per-step JSON lines), NAME.plan.txt "
+         "in this folder"]
+    if len(gpus) > 1:
+        L.append(f"- **the calls ran on different GPUs ({', '.join(gpus)}): "
+                 "compare only figures of the same GPU**")
     if a.gpu.lower() == "cpu":
         L.append("- CPU smoke test (bench/multi_gpu.sh --cpu-smoke): debug "
                  "models of different sizes on CPU ranks; the figures test "
                  "the script and this table, not the programs' speed")
+    progs = mg_programs(runs)
+    L += ["- protocol: each program runs in rounds (odd rounds in the "
+          "listed order, even ones reversed, bench/benchlib.sh); a run's "
+          "figure is its median, a program's the median over its runs "
+          "[min-max]; failed runs have no figure and the fastest PyTorch "
+          "configuration is taken among those that worked",
+          "- precision: trainrun " + PRECISION["trainrun"] + "; PyTorch "
+          + PRECISION["fsdp2"],
+          "- versions of every call: "
+          + (", ".join(f"[{f}]({f})" for f in vfiles) or "none")]
     L += ["",
           "## Throughput", "",
-          "| run | program | model | GPUs | layout | B x T | tok/s/GPU | "
-         "tok/s all | step ms | MFU | own MFU | peak mem GiB | plan GiB | "
-         "timed steps | wall s | status |",
-         "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-         "---:|---|"]
-    for r in runs:
-        if r["kind"] == "ckpt":
-            continue
-        if r["kind"] == "torch":
-            layout = f"FSDP2 {r['n']}"
-        elif r["shard"] == 1:
-            layout = f"DDP {r['rep']}"
-        elif r["rep"] == 1:
-            layout = f"FSDP {r['shard']}"
+          "| program | what | model | GPUs | layout | B x T | tok/s/GPU, "
+          "median [min-max] | tok/s all | step ms | MFU | own MFU | peak mem "
+          "GiB | plan GiB | runs ok | raw files |",
+          "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+          "---|"]
+    for p in progs:
+        if p["kind"] == "torch":
+            layout = f"FSDP2 {p['n']}"
+        elif p["shard"] == 1:
+            layout = f"DDP {p['rep']}"
+        elif p["rep"] == 1:
+            layout = f"FSDP {p['shard']}"
         else:
-            layout = f"HSDP {r['rep']}x{r['shard']}"
-        mem = r.get("peak_mem_gib")
-        L.append(f"| {r['name']} | {r['program']} | "
-                 f"{MODELS.get(r['model'], (r['model'],))[0]} | {r['n']} | "
-                 f"{layout} | {r['B']} x {r['T']} | "
-                 f"{fmt(r.get('tps_gpu'), ',.0f')} | "
-                 f"{fmt(r.get('tps_all'), ',.0f')} | "
-                 f"{fmt(r.get('step_ms'), '.1f')} | {mg_pct(r.get('mfu'))} | "
-                 f"{mg_pct(r.get('own_mfu'))} | "
-                 f"{fmt(mem, '.1f')} | {fmt(r.get('plan_gib'), '.1f')} | "
-                 f"{r.get('steps_timed', 0)} | "
-                 f"{fmt(r.get('wall_s'), 'd')} | {r['status']} |")
+            layout = f"HSDP {p['rep']}x{p['shard']}"
+        vals = [r["tps_gpu"] for r in p["runs"] if r.get("tps_gpu")]
+        files = []
+        for r in p["runs"]:
+            raw = (r["name"] + ".jsonl" if r["kind"] == "torch"
+                   else r["name"] + ".metrics.jsonl")
+            if not os.path.exists(os.path.join(out, raw)):
+                raw = r["log"]
+            st = "" if r.get("tps_gpu") else f" {r['status']}"
+            files.append(f"[{r.get('round') or r['name']}]({raw}){st}")
+        L.append(f"| `{p['key']}` | {p['program']} | "
+                 f"{MODELS.get(p['model'], (p['model'],))[0]} | {p['n']} | "
+                 f"{layout} | {p['B']} x {p['T']} | "
+                 f"{spread(vals) if vals else 'failed'} | "
+                 f"{fmt(p.get('tps_all'), ',.0f')} | "
+                 f"{fmt(p.get('step_ms'), '.1f')} | {mg_pct(p.get('mfu'))} | "
+                 f"{mg_pct(p.get('own_mfu'))} | "
+                 f"{fmt(p.get('peak_mem_gib'), '.1f')} | "
+                 f"{fmt(p.get('plan_gib'), '.1f')} | "
+                 f"{p['ok']}/{len(p['runs'])} | {', '.join(files)} |")
     L.append("")
 
     # scaling
     L += ["## Scaling", "",
           "Efficiency: tokens/s per GPU on n GPUs over tokens/s per GPU on "
           "the baseline (1 GPU for GPT-2 DDP; Llama 3 8B does not fit one "
-          "GPU, so its baseline is FSDP over the fewest GPUs it ran on, 2).",
+          "GPU, so its baseline is FSDP over the fewest GPUs it ran on, 2); "
+          "program medians.",
           "", "| job | GPUs | tok/s/GPU | efficiency | baseline |",
           "|---|---:|---:|---:|---|"]
     scaling = {}
     for job, pick in (("GPT-2 124M DDP",
-                       lambda r: r["kind"] == "trainrun"
-                       and r["model"].endswith("gpt2_124m")),
+                       lambda p: p["kind"] == "trainrun"
+                       and p["model"].endswith("gpt2_124m")),
                       ("Llama 3 8B FSDP",
-                       lambda r: r["kind"] == "trainrun"
-                       and r["model"].endswith("llama3_8b") and r["rep"] == 1)):
-        rs = sorted([r for r in runs if pick(r) and r.get("tps_gpu")],
-                    key=lambda r: r["n"])
-        if not rs:
+                       lambda p: p["kind"] == "trainrun"
+                       and p["model"].endswith("llama3_8b") and p["rep"] == 1)):
+        ps = sorted([p for p in progs if pick(p) and p.get("tps_gpu")],
+                    key=lambda p: p["n"])
+        if not ps:
             L.append(f"| {job} | - | - | - | no run with figures |")
             continue
-        base = rs[0]
-        for r in rs:
-            eff = r["tps_gpu"] / base["tps_gpu"]
-            scaling.setdefault(job, {})[r["n"]] = eff
-            L.append(f"| {job} | {r['n']} | {r['tps_gpu']:,.0f} | "
-                     f"{100 * eff:.1f}% | {base['name']} |")
+        base = ps[0]
+        for p in ps:
+            eff = p["tps_gpu"] / base["tps_gpu"]
+            scaling.setdefault(job, {})[p["n"]] = eff
+            L.append(f"| {job} | {p['n']} | {spread([r['tps_gpu'] for r in p['runs'] if r.get('tps_gpu')])} | "
+                     f"{100 * eff:.1f}% | `{base['key']}` |")
     L.append("")
 
-    # ratios
+    # ratios: trainrun FSDP against the fastest PyTorch FSDP2 configuration
     L += ["## Ratios", ""]
     ratios = {}
-    fs, tc = by.get(f"llama8b_fsdp_n{N}"), by.get(f"torch_fsdp2_n{N}")
-    hs = next((r for r in runs if r["name"].startswith("llama8b_hsdp_")),
-              None)
-    if fs and tc and fs.get("tps_gpu") and tc.get("tps_gpu"):
-        ratios["trainrun_fsdp_over_torch_fsdp2"] = fs["tps_gpu"] / tc["tps_gpu"]
-        v = ratios["trainrun_fsdp_over_torch_fsdp2"]
-        L.append(f"- trainrun FSDP / PyTorch FSDP2 + compile, "
-                 f"{MODELS.get(fs['model'], (fs['model'],))[0]} on {N} "
-                 f"GPUs, tokens/s per GPU: {v:.2f}x (target >= 1.0x, goal "
-                 "1.1x: " + ("met" if v >= 1.0 else "NOT met") + ")")
-    else:
-        L.append("- trainrun FSDP / PyTorch FSDP2 + compile: n/a (a run has "
-                 "no figures)")
-    hf = by.get(f"llama8b_fsdp_n{hs['n']}") if hs else None
+    g = scaling.get("GPT-2 124M DDP", {})
+    gn = next((p for p in progs if p["kind"] == "trainrun"
+               and p["model"].endswith("gpt2_124m") and p["n"] == N
+               and p.get("tps_gpu")), None)
+    if gn and 1 in g and N in g:
+        ratios["gpt2_ddp_scaling"] = g[N]
+        L.append(f"- **GPT-2 124M DDP over {N}: {gn['tps_gpu']:,.0f} "
+                 f"tokens/s per GPU, MFU {mg_pct(gn.get('mfu'))}, "
+                 f"{100 * g[N]:.1f}% of 1 GPU per GPU** (target 97%: "
+                 + ("met" if g[N] >= 0.97 else "NOT met") + ")")
+    for model, target in (("llama3_1b", 1.15), ("llama3_8b", None)):
+        fs = next((p for p in progs if p["kind"] == "trainrun"
+                   and p["model"].endswith(model) and p["rep"] == 1
+                   and p["n"] == N and p.get("tps_gpu")), None)
+        tcs = [p for p in progs if p["kind"] == "torch"
+               and p["model"].endswith(model) and p["n"] == N]
+        name = MODELS[model][0]
+        if not tcs and not fs:
+            continue
+        tc = max([p for p in tcs if p.get("tps_gpu")],
+                 key=lambda p: p["tps_gpu"], default=None)
+        if fs and tc:
+            v = fs["tps_gpu"] / tc["tps_gpu"]
+            ratios[f"{model}_fsdp_over_torch_fsdp2"] = {"ratio": v,
+                                                         "against": tc["key"]}
+            L.append(f"- **trainrun FSDP / fastest PyTorch FSDP2 "
+                     f"(`{tc['key']}`: {tc['program']}), {name} on {N} "
+                     f"GPUs, tokens/s per GPU: {v:.2f}x** (run pairs "
+                     f"{fs['tps_min'] / tc['tps_max']:.2f}x-"
+                     f"{fs['tps_max'] / tc['tps_min']:.2f}x)"
+                     + (f"; target {target}x: "
+                        + ("met" if v >= target else "NOT met")
+                        if target else ""))
+        else:
+            L.append(f"- trainrun FSDP / PyTorch FSDP2, {name}: n/a (no "
+                     "run with figures on one side)")
+    hs = next((p for p in progs if p["model"].endswith("llama3_8b")
+               and p["kind"] == "trainrun" and p["rep"] > 1
+               and p["shard"] > 1), None)
+    hf = next((p for p in progs if hs and p["kind"] == "trainrun"
+               and p["model"] == hs["model"] and p["rep"] == 1
+               and p["n"] == hs["n"]), None)
     if hs and hf and hs.get("tps_gpu") and hf.get("tps_gpu"):
         ratios["hsdp_over_fsdp"] = hs["tps_gpu"] / hf["tps_gpu"]
         L.append(f"- HSDP {hs['rep']}x{hs['shard']} / FSDP {hf['n']}, "
@@ -603,8 +915,6 @@ def multigpu_main(a):
     elif hs:
         L.append(f"- HSDP {hs['rep']}x{hs['shard']} / FSDP {hs['n']}: n/a "
                  f"(no FSDP run on {hs['n']} ranks with figures)")
-    else:
-        L.append("- HSDP / FSDP: n/a (no HSDP run)")
     L.append("")
 
     # checkpoint + kill
@@ -676,11 +986,14 @@ def multigpu_main(a):
     L += ["", "## Environment", "", "```", env, "```", ""]
     text = "\n".join(L)
     sys.stdout.write(text)
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(text)
+    for fn in ("summary.md", "README.md"):
+        with open(os.path.join(out, fn), "w") as f:
+            f.write(text)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump({"gpu": a.gpu, "nproc": N, "command": a.command,
                    "date": date, "peak": peak, "runs": runs,
+                   "programs": [{k: v for k, v in p.items() if k != "runs"}
+                                for p in progs],
                    "scaling": scaling, "ratios": ratios, "ckpt": ckres},
                   f, indent=1)
     return 0

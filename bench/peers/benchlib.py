@@ -12,7 +12,10 @@
   third is the token count) and the tokens;
 - the training loop of the PyTorch peers (numpy is needed; torch only by
   the loop; numpy and torch are imported only where used, so that
-  summarize.py needs neither);
+  summarize.py needs neither): torch.compile in any mode (--compile-mode),
+  with a host sync per step (the loss read, as trainrun and llm.c do) or
+  without (--no-sync: CUDA events time the steps, the losses are read
+  after the last step);
 - what a loss-curve comparison with trainrun needs (tests/gpu/curve.sh):
   trainrun's shuffled sample order (trainer/data.c: tr_data_permute and
   tr_loader_window), its warmup-stable-decay learning rate (trainer/lr.c)
@@ -377,7 +380,12 @@ def common_args(p, default_B, default_T, default_steps, data_required=True):
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model")
     p.add_argument("--compile-mode", default=None,
-                   help="torch.compile mode (default: its default)")
+                   help="torch.compile mode (default: its default; "
+                        "max-autotune, max-autotune-no-cudagraphs)")
+    p.add_argument("--no-sync", action="store_true",
+                   help="no host sync per step: each step's end is a CUDA "
+                        "event, the losses stay on the GPU, and the step "
+                        "lines are printed after the last step")
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true",
                    help="a tiny model of the same family (CPU tests)")
@@ -531,17 +539,30 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
                      if k not in ("rank", "world", "device", "sharded",
                                   "data_rank", "loss_context")})
     head.update(head_extra or {})
+    nosync = bool(getattr(args, "no_sync", False))
+    clock = _StepClock(torch, dev, args.steps, nosync)
+    head["timing"] = clock.kind
+    head["compile_mode"] = (args.compile_mode or "default") if args.compile \
+        else None
     out(head)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    dts = []
-    last = time.perf_counter()
     amp = (contextlib.nullcontext()
            if (sharded and not dist.get("autocast")) or precision == "fp32" else
            torch.autocast(device_type=dev.type, dtype=torch.bfloat16))
     lctx = dist.get("loss_context") or contextlib.nullcontext
+    # --no-sync: each step's loss and norm copied into a device buffer (a
+    # copy: CUDA graphs reuse their output memory), read after the loop
+    kept = (torch.zeros((2, args.steps), device=dev, dtype=torch.float32)
+            if nosync else None)
+    lrs = []
+    mark = (getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+            if args.compile and dev.type == "cuda" else None)
     with ctx:
+        clock.start()
         for step in range(1, args.steps + 1):
+            if mark:  # CUDA graph trees: a new training step begins
+                mark()
             x, y = batches.next()
             inputs, pctx = (x, y), contextlib.nullcontext()
             if prepare:
@@ -554,33 +575,52 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
                 loss = loss.full_tensor()
             norm = _clip_grad_norm(torch, params, max_norm, dgrads)
             lr = sched(step) if sched else args.lr
+            lrs.append(lr)
             if sched:
                 for grp in opt.param_groups:
                     grp["lr"] = lr
             opt.step()
             opt.zero_grad(set_to_none=True)
+            lt = loss.detach().float()
             if world > 1:
-                lt = loss.detach().float().clone()
+                lt = lt.clone()
                 torch.distributed.all_reduce(lt)  # SUM: gloo has no AVG
-                lv = lt.item() / world
-            else:
-                lv = loss.item()  # one host sync a step, as trainrun, llm.c
-            now = time.perf_counter()
-            dt, last = now - last, now
-            if step > skip:
-                dts.append(dt)
+                lt = lt / world
+            if nosync:
+                kept[0, step - 1].copy_(lt)
+                kept[1, step - 1].copy_(norm.detach().float())
+                clock.step()
+                continue
+            lv = lt.item()  # one host sync a step, as trainrun, llm.c
+            dt = clock.step()
             out({"step": step, "loss": lv, "grad_norm": float(norm),
                  "lr": lr, "dt_ms": dt * 1e3, "tps": ntok / dt})
             if not math.isfinite(lv):
                 print(f"{program}: loss is {lv} at step {step}",
                       file=sys.stderr)
                 return 1
-    mdt = median(dts)
-    tps = ntok / mdt if dts else float("nan")
+    dts = clock.times()  # one sync here (--no-sync)
+    if nosync:
+        vals = kept.cpu().tolist()
+        for i, dt in enumerate(dts):
+            out({"step": i + 1, "loss": vals[0][i], "grad_norm": vals[1][i],
+                 "lr": lrs[i], "dt_ms": dt * 1e3, "tps": ntok / dt,
+                 "timing": clock.kind})
+        bad = [i + 1 for i, v in enumerate(vals[0]) if not math.isfinite(v)]
+        if bad:
+            print(f"{program}: loss is {vals[0][bad[0] - 1]} at step "
+                  f"{bad[0]}", file=sys.stderr)
+            return 1
+    timed = dts[skip:]
+    mdt = median(timed)
+    tps = ntok / mdt if timed else float("nan")
+    # the window: every timed step's tokens over their summed time
+    window = ntok * len(timed) / sum(timed) if timed else float("nan")
     mem = (torch.cuda.max_memory_allocated(dev) / 2**30
            if dev.type == "cuda" else float("nan"))
-    summ = {"summary": program, "steps_timed": len(dts), "skip": skip,
+    summ = {"summary": program, "steps_timed": len(timed), "skip": skip,
             "median_step_ms": mdt * 1e3, "median_tps": tps,
+            "window_tps": window, "timing": clock.kind,
             "flops_per_token": fpt, "formula": FLOPS_FORMULA,
             "peak_flops": peak,
             "mfu": 100.0 * tps * fpt / peak if peak > 0 else None,
@@ -591,6 +631,51 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
             summ.update(token_share=share)
     out(summ)
     return 0
+
+
+class _StepClock:
+    """Each step's time. With a host sync per step (sync): the host clock
+    between the ends of consecutive steps (the loss read waits for the
+    GPU). Without (nosync) on a GPU: a CUDA event recorded after each
+    step's work is queued, read once after the last step, so that the host
+    runs ahead as far as CUDA lets it; on the CPU there is nothing to run
+    ahead of, so the host clock."""
+
+    def __init__(self, torch, dev, steps, nosync):
+        self.events = None
+        if nosync and dev.type == "cuda":
+            self.events = [torch.cuda.Event(enable_timing=True)
+                           for _ in range(steps + 1)]
+            self.sync = lambda: torch.cuda.synchronize(dev)
+        self.kind = ("cuda events" if self.events else
+                     "host clock, no sync" if nosync else
+                     "host clock, a sync per step")
+        self.stamps = []
+
+    def start(self):
+        self.n = 0
+        if self.events:
+            self.events[0].record()
+        else:
+            self.stamps.append(time.perf_counter())
+
+    def step(self):
+        """Mark a step's end; its time in s when the host clock measures
+        it, else None."""
+        self.n += 1
+        if self.events:
+            self.events[self.n].record()
+            return None
+        self.stamps.append(time.perf_counter())
+        return self.stamps[-1] - self.stamps[-2]
+
+    def times(self):
+        """Every step's time in s."""
+        if self.events:
+            self.sync()
+            return [self.events[i].elapsed_time(self.events[i + 1]) / 1e3
+                    for i in range(self.n)]
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
 
 
 class _Adams:

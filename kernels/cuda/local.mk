@@ -50,7 +50,7 @@ bench_kernels_bench_LDADD = libtrainrun.la $(CUDA_LIBS) -lm
 endif
 EXTRA_DIST += tests/gpu/kernels.sh tests/gpu/cp.sh
 # bench/gpu_train.sh: trainrun next to llm.c and PyTorch on one GPU.
-EXTRA_DIST += bench/gpu_train.sh bench/gpu/gpt2_124m.toml \
+EXTRA_DIST += bench/gpu_train.sh bench/benchlib.sh bench/gpu/gpt2_124m.toml \
 	bench/gpu/llama3_1b.toml bench/gpu/make_shard.py bench/gpu/summarize.py \
 	bench/peers/benchlib.py bench/peers/gpt2_torch.py bench/peers/llama_torch.py \
 	bench/peers/llama_fsdp2.py
