@@ -50,6 +50,15 @@ LLAMA3_8B = dict(family="llama3", dim=4096, n_layers=32, n_heads=32,
                  rope_orig=8192)
 LLAMA3 = {"1B": LLAMA3_1B, "8B": LLAMA3_8B}
 
+
+def llama_config(flavor, tiny=False):
+    """A copy of Llama 3's flavor ("1B" or "8B"); tiny: the peers' CPU
+    check size (dim 64, 2 layers, 4 heads, 2 key/value heads)."""
+    cfg = dict(LLAMA3[flavor])
+    if tiny:
+        cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
+    return cfg
+
 SHARD_HEADER_BYTES = 1024
 SHARD_FORMATS = {20240520: (1, "<u2"), 20240801: (7, "<u4")}
 
@@ -781,3 +790,17 @@ def seed_all(seed):
     import torch
     torch.manual_seed(seed)
     np.random.seed(seed)
+
+
+def run_main(main):
+    """A peer's entry point: main()'s status as the exit code, the output
+    flushed, the default process group destroyed where torchrun made one,
+    and the interpreter's teardown skipped (torch.compile's worker pools
+    can hang it)."""
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    os._exit(rc)

@@ -259,7 +259,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)  # skip interpreter teardown (torch.compile's worker pools)
+    benchlib.run_main(main)

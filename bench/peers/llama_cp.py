@@ -61,7 +61,6 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
@@ -179,9 +178,7 @@ def main():
 
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)  # the same initial weights on every rank
-    cfg = dict(benchlib.LLAMA3[args.flavor])
-    if args.tiny:
-        cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
+    cfg = benchlib.llama_config(args.flavor, args.tiny)
     model = llama_torch.Llama(cfg, args.T).to(dev)
     n = sum(q.numel() for q in model.parameters())
     if n != benchlib.num_params(cfg):
@@ -212,9 +209,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    os._exit(rc)  # skip interpreter teardown (torch.compile's worker pools)
+    benchlib.run_main(main)

@@ -45,21 +45,12 @@ import functools  # noqa: E402
 import math  # noqa: E402
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import (  # noqa: E402
     MixedPrecisionPolicy, fully_shard)
 
-
-# trainrun's flavor 8B (model/config.c); benchlib's formulas take it as
-# they take LLAMA3_1B
-LLAMA3_8B = dict(family="llama3", dim=4096, n_layers=32, n_heads=32,
-                 n_kv_heads=8, ffn_dim=14336, vocab=128256,
-                 max_seq_len=131072, tie=False, norm_eps=1e-5,
-                 rope_theta=500000.0, rope_factor=8.0, rope_low=1.0,
-                 rope_high=4.0, rope_orig=8192)
 
 
 class LlamaUntied(llama_torch.Llama):
@@ -189,9 +180,7 @@ def main():
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)  # the same initial weights on every rank
     big = args.model == "8B"
-    cfg = dict(LLAMA3_8B if big else benchlib.LLAMA3_1B)
-    if args.tiny:
-        cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
+    cfg = benchlib.llama_config(args.model, args.tiny)
     if big:  # on the meta device: materialised after sharding
         with torch.device("meta"):
             model = LlamaUntied(cfg, args.T)
@@ -221,9 +210,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    os._exit(rc)  # skip interpreter teardown (torch.compile's worker pools)
+    benchlib.run_main(main)

@@ -105,9 +105,7 @@ def main():
     rank, world, dev = ranks
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)  # the same initial weights on every rank
-    cfg = dict(benchlib.LLAMA3[args.flavor])
-    if args.tiny:
-        cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
+    cfg = benchlib.llama_config(args.flavor, args.tiny)
     full = llama_torch.Llama(cfg, args.T).to(dev)
     v = 2 if args.schedule == "ZBVZeroBubble" else 1
     n_stages = world * v
@@ -208,9 +206,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    os._exit(rc)
+    benchlib.run_main(main)

@@ -262,9 +262,7 @@ def main():
     args = p.parse_args()
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)
-    cfg = dict(benchlib.LLAMA3[args.flavor])
-    if args.tiny or args.check_mask:
-        cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
+    cfg = benchlib.llama_config(args.flavor, args.tiny or args.check_mask)
     if not 0 <= args.eos_id < cfg["vocab"]:
         p.error(f"--eos-id {args.eos_id} is not below the vocabulary "
                 f"({cfg['vocab']})")
@@ -299,7 +297,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)  # skip interpreter teardown (torch.compile's worker pools)
+    benchlib.run_main(main)

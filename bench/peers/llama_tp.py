@@ -36,10 +36,8 @@ import llama_torch  # noqa: E402
 
 import argparse  # noqa: E402
 
-import contextlib  # noqa: E402
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
@@ -185,9 +183,7 @@ def main():
 
     torch.set_float32_matmul_precision("high")
     benchlib.seed_all(args.seed)  # the same initial weights on every rank
-    cfg = dict(benchlib.LLAMA3[args.flavor])
-    if args.tiny:
-        cfg.update(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=192)
+    cfg = benchlib.llama_config(args.flavor, args.tiny)
     if args.plan == "layers" and not cfg["tie"]:
         print("llama_tp: --plan layers takes the tied 1B", file=sys.stderr)
         return 2
@@ -235,9 +231,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    os._exit(rc)  # skip interpreter teardown (torch.compile's worker pools)
+    benchlib.run_main(main)
