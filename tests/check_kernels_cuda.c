@@ -1166,6 +1166,155 @@ START_TEST(test_xent_table) {
 }
 END_TEST
 
+/* ---- vocabulary-parallel (tensor parallel's embedding and loss) ---- */
+
+/* host fp32 zeros */
+static void hzeros(tr_tensor_t* t, int ndim, const int64_t* shape) {
+  ck_assert_int_eq(tr_tensor_zeros(t, TR_F32, TR_DEVICE_CPU, ndim, shape), 0);
+}
+
+/* host tensor a, its device copy d (fp32 or int32 alike) */
+static void hdev(tr_tensor_t* d, const tr_tensor_t* a) {
+  ck_assert_int_eq(tr_tensor_empty(d, a->dtype, GPU, a->ndim, a->shape), 0);
+  ck_assert_int_eq(tr_tensor_copy(d, a), 0);
+}
+
+/* Tensor parallel's vocabulary-sharded kernels on the device against the
+ * CPU table, over two slices [0, cut) and [cut, V) of one table: the
+ * rows lookup (tokens outside a slice give 0) and its backward with
+ * positions, then loss parallel's steps with the reductions between them
+ * (max, sum of exponentials, target logit) done on the host, as the tp
+ * group does; the losses and lse of the slices together also equal
+ * xent_fwd's on the whole logits, and each slice's dlogits the columns of
+ * xent_bwd's. */
+START_TEST(test_vocab_parallel) {
+  const int B = 2, T = 37, C = 40;
+  const int64_t N = (int64_t)B * T, V = 1003, cut = 512;
+  const float scale = 1.0f / (float)N;
+  tr_tensor_t tok, d_tok, tg, d_tg, lg, wl, wlse, gmax, gsum, gtgt;
+  ck_assert_int_eq(tr_tensor_empty(&tok, TR_I32, TR_DEVICE_CPU, 2, SH(B, T)),
+                   0);
+  for (int64_t i = 0; i < N; i++)
+    ((int32_t*)D(&tok))[i] = (int32_t)((urand() + 1.0) * 0.5 * (double)V) % V;
+  hdev(&d_tok, &tok);
+  ck_assert_int_eq(tr_tensor_empty(&tg, TR_I32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  make_targets(D(&tg), N, (int)V);
+  hdev(&d_tg, &tg);
+  hrand(&lg, TR_F32, 4.0, 2, SH(N, V));
+  hzeros(&wl, 1, SH(N));
+  hzeros(&wlse, 1, SH(N));
+  tr_tensor_t whole;
+  hdup(&whole, &lg);
+  ck_assert_int_eq(tr_kern_xent_fwd(&wl, &wlse, &whole, &tg), 0);
+  ck_assert_int_eq(tr_kern_xent_bwd(&whole, &wlse, &tg, scale), 0);
+  hzeros(&gsum, 1, SH(N));
+  hzeros(&gtgt, 1, SH(N));
+  ck_assert_int_eq(tr_tensor_empty(&gmax, TR_F32, TR_DEVICE_CPU, 1, SH(N)), 0);
+  for (int64_t r = 0; r < N; r++) F(&gmax)[r] = -INFINITY;
+  tr_tensor_t lgs[2], d_lgs[2];
+  int64_t row0[2] = {0, cut}, rows[2] = {cut, V - cut};
+  for (int s = 0; s < 2; s++) {
+    char what[96];
+    /* the embedding rows [row0, row0 + rows) */
+    tr_tensor_t wte, d_wte, out, d_out, dout, d_dout, dw, d_dw, dp, d_dp;
+    hrand(&wte, TR_F32, 1.0, 2, SH(rows[s], C));
+    hdev(&d_wte, &wte);
+    hzeros(&out, 3, SH(B, T, C));
+    hdev(&d_out, &out);
+    ck_assert_int_eq(tr_kern_embedding_rows_fwd(&out, &tok, &wte, row0[s], V),
+                     0);
+    ck_assert_int_eq(
+        tr_kern_embedding_rows_fwd(&d_out, &d_tok, &d_wte, row0[s], V), 0);
+    snprintf(what, sizeof what, "embedding_rows_fwd rows [%lld, %lld)",
+             (long long)row0[s], (long long)(row0[s] + rows[s]));
+    expect_close(what, &d_out, &out, TOL_F32);
+    hrand(&dout, TR_F32, 1.0, 3, SH(B, T, C));
+    hdev(&d_dout, &dout);
+    hrand(&dw, TR_F32, 0.5, 2, SH(rows[s], C)); /* added to */
+    hdev(&d_dw, &dw);
+    hrand(&dp, TR_F32, 0.5, 2, SH(T, C));
+    hdev(&d_dp, &dp);
+    ck_assert_int_eq(tr_kern_embedding_rows_bwd(&dw, &dp, &dout, &tok, row0[s]),
+                     0);
+    ck_assert_int_eq(
+        tr_kern_embedding_rows_bwd(&d_dw, &d_dp, &d_dout, &d_tok, row0[s]), 0);
+    expect_close("embedding_rows_bwd dwte (+=)", &d_dw, &dw, TOL_F32);
+    expect_close("embedding_rows_bwd dwpe (+=)", &d_dp, &dp, TOL_F32);
+    REL(&wte, &d_wte, &out, &d_out, &dout, &d_dout, &dw, &d_dw, &dp, &d_dp);
+    /* the logit columns of the same slice: stats */
+    ck_assert_int_eq(
+        tr_tensor_empty(&lgs[s], TR_F32, TR_DEVICE_CPU, 2, SH(N, rows[s])), 0);
+    for (int64_t r = 0; r < N; r++)
+      memcpy(F(&lgs[s]) + r * rows[s], F(&lg) + r * V + row0[s],
+             sizeof(float) * (size_t)rows[s]);
+    hdev(&d_lgs[s], &lgs[s]);
+    tr_tensor_t mx, tt, d_mx, d_tt;
+    hzeros(&mx, 1, SH(N));
+    hzeros(&tt, 1, SH(N));
+    hdev(&d_mx, &mx);
+    hdev(&d_tt, &tt);
+    ck_assert_int_eq(
+        tr_kern_xent_shard_stats(&mx, &tt, &lgs[s], &tg, row0[s], V), 0);
+    ck_assert_int_eq(
+        tr_kern_xent_shard_stats(&d_mx, &d_tt, &d_lgs[s], &d_tg, row0[s], V),
+        0);
+    expect_close("xent_shard_stats max", &d_mx, &mx, TOL_F32);
+    expect_close("xent_shard_stats target logit", &d_tt, &tt, TOL_F32);
+    for (int64_t r = 0; r < N; r++) { /* the tp group's MAX and SUM */
+      F(&gmax)[r] = fmaxf(F(&gmax)[r], F(&mx)[r]);
+      F(&gtgt)[r] += F(&tt)[r];
+    }
+    REL(&mx, &tt, &d_mx, &d_tt);
+  }
+  tr_tensor_t d_gmax, d_gsum, d_gtgt;
+  hdev(&d_gmax, &gmax);
+  for (int s = 0; s < 2; s++) {
+    tr_tensor_t sm, d_sm;
+    hzeros(&sm, 1, SH(N));
+    hdev(&d_sm, &sm);
+    ck_assert_int_eq(tr_kern_xent_shard_sumexp(&sm, &lgs[s], &gmax), 0);
+    ck_assert_int_eq(tr_kern_xent_shard_sumexp(&d_sm, &d_lgs[s], &d_gmax), 0);
+    expect_close("xent_shard_sumexp", &d_sm, &sm, TOL_F32);
+    for (int64_t r = 0; r < N; r++) F(&gsum)[r] += F(&sm)[r];
+    REL(&sm, &d_sm);
+  }
+  hdev(&d_gsum, &gsum);
+  hdev(&d_gtgt, &gtgt);
+  tr_tensor_t ls, lse, d_ls, d_lse;
+  hzeros(&ls, 1, SH(N));
+  hzeros(&lse, 1, SH(N));
+  hdev(&d_ls, &ls);
+  hdev(&d_lse, &lse);
+  ck_assert_int_eq(
+      tr_kern_xent_shard_loss(&ls, &lse, &gmax, &gsum, &gtgt, &tg), 0);
+  ck_assert_int_eq(
+      tr_kern_xent_shard_loss(&d_ls, &d_lse, &d_gmax, &d_gsum, &d_gtgt, &d_tg),
+      0);
+  expect_close("xent_shard_loss losses", &d_ls, &ls, TOL_F32);
+  expect_close("xent_shard_loss losses = xent_fwd's", &d_ls, &wl, TOL_F32);
+  expect_close("xent_shard_loss lse = xent_fwd's", &d_lse, &wlse, TOL_F32);
+  for (int s = 0; s < 2; s++) {
+    tr_tensor_t cols;
+    ck_assert_int_eq(
+        tr_kern_xent_shard_bwd(&lgs[s], &lse, &tg, row0[s], scale), 0);
+    ck_assert_int_eq(
+        tr_kern_xent_shard_bwd(&d_lgs[s], &d_lse, &d_tg, row0[s], scale), 0);
+    expect_close("xent_shard_bwd dlogits (in place)", &d_lgs[s], &lgs[s],
+                 TOL_F32);
+    ck_assert_int_eq(
+        tr_tensor_empty(&cols, TR_F32, TR_DEVICE_CPU, 2, SH(N, rows[s])), 0);
+    for (int64_t r = 0; r < N; r++)
+      memcpy(F(&cols) + r * rows[s], F(&whole) + r * V + row0[s],
+             sizeof(float) * (size_t)rows[s]);
+    expect_close("xent_shard_bwd = xent_bwd's columns", &d_lgs[s], &cols,
+                 TOL_F32);
+    REL(&cols, &lgs[s], &d_lgs[s]);
+  }
+  REL(&tok, &d_tok, &tg, &d_tg, &lg, &wl, &wlse, &gmax, &gsum, &gtgt, &whole,
+      &d_gmax, &d_gsum, &d_gtgt, &ls, &lse, &d_ls, &d_lse);
+}
+END_TEST
+
 /* fused forward + backward, padded rows (ld > V) */
 static void run_classifier(tr_dtype_t dt, int64_t N, int V, int64_t ld) {
   tr_tensor_t full, ref, tg, losses, lse, d_full, d_tg, d_losses, d_lse;
@@ -1777,6 +1926,7 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_embedding);
   tcase_add_test(tc, test_embedding_bad_token);
   tcase_add_test(tc, test_xent_table);
+  tcase_add_test(tc, test_vocab_parallel);
   tcase_add_test(tc, test_classifier);
   tcase_add_test(tc, test_attention_simt);
   tcase_add_test(tc, test_attention_flash);
