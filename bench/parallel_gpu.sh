@@ -30,6 +30,9 @@
 #   tr_1gpu_rN, tr_tp2_rN   bench/gpu/llama3_1b.toml, 20 steps, 1 GPU and
 #                TP 2 (tokens/s per GPU: a step's B x T over the GPUs that
 #                share it, as torchtitan counts)
+#   tr_tp2m_rN   TP 2 with [metrics] comm_overlap: the summary gives tensor
+#                parallel's communication per step, its share of the step,
+#                the time the compute waited for it and the hidden fraction
 #   pt_tp2_rN, pt_tp2c_rN   the PyTorch peer over torchrun with torchtitan's
 #                plan (sequence and loss parallel), without and with
 #                per-block torch.compile; pt_tp2l_rN, pt_tp2lc_rN the
@@ -112,7 +115,7 @@ want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
 # shellcheck source=bench/benchlib.sh
 . "$(dirname "$0")/benchlib.sh"
 PY=${PYTHON:-python3}
-known="tr1 tr2 pt pc ptl ptlc trp1 ptp1 ptp1n trpz ptpz tr2e pte pce trp1e ptp1e
+known="tr1 tr2 tr2m pt pc ptl ptlc trp1 ptp1 ptp1n trpz ptpz tr2e pte pce trp1e ptp1e
   trpze ptpze trc1 trc trca ptc ptcc ptca ptcac trf trfc ptf ptfe"
 bench_select "$known" "" > /dev/null # a bad PROGRAMS: exit 2 before any work
 if [ -z "${TRAINRUN:-}" ]; then
@@ -259,7 +262,7 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
   done
   order=""
   { want tp || want pp; } && order=tr1
-  want tp && order="$order tr2 pt pc ptl ptlc"
+  want tp && order="$order tr2 tr2m pt pc ptl ptlc"
   want pp && order="$order trp1 ptp1 ptp1n trpz ptpz"
   want tp8b && order="$order tr2e pte pce"
   want pp8b && order="$order trp1e ptp1e trpze ptpze"
@@ -286,6 +289,10 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
       case $p in
         tr1) trj "tr_1gpu_r$r" 1 "${L[@]}" ;;
         tr2) trj "tr_tp2_r$r" 2 "${L[@]}" --parallelism.tensor_parallel_degree 2 ;;
+        # the same with the tp collectives timed ([metrics] comm_overlap):
+        # its own program, as the timing's events may cost a little
+        tr2m) trj "tr_tp2m_r$r" 2 "${L[@]}" --parallelism.tensor_parallel_degree 2 \
+                --metrics.comm_overlap ;;
         pt) pt "pt_tp2_r$r" llama_tp.py ;;
         pc) pt "pt_tp2c_r$r" llama_tp.py --compile ;;
         ptl) pt "pt_tp2l_r$r" llama_tp.py --plan layers ;;
@@ -452,6 +459,23 @@ if os.path.exists(txt):
             ", tokens/s per GPU %.0f, peak %.1f GiB" % (med(tps), max(peak))
             if tps and peak else "",
             "; out of memory: `%s`" % oom[0][:300] if oom else ""))
+EOF
+"$PY" - "$OUT" <<'EOF' >>"$OUT/summary.md"
+import glob, json, os, statistics, sys
+# tr2m: tensor parallel's communication per step ([metrics] comm_overlap)
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "tr_tp2m_r*.metrics.jsonl"))):
+    rows = [json.loads(l) for l in open(p) if l.startswith("{")]
+    rows = [r for r in rows if r.get("step", 0) > 5 and "tp_comm_ms" in r]
+    el = [r["elapsed_s"] for r in rows if "elapsed_s" in r]
+    if len(el) < 2:
+        continue
+    step = statistics.median(b - a for a, b in zip(el, el[1:])) * 1e3
+    med = lambda k: statistics.median(r[k] for r in rows)
+    print("\n%s: tp comm %.1f ms a step (%.1f%% of a %.1f ms step), "
+          "exposed %.1f ms, hidden %.0f%%"
+          % (os.path.basename(p).split(".")[0], med("tp_comm_ms"),
+             100 * med("tp_comm_ms") / step, step, med("tp_comm_exposed_ms"),
+             100 * med("tp_comm_hidden")))
 EOF
 for f in "$OUT"/idle_*.log; do
   [ -e "$f" ] || continue
