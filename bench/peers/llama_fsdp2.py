@@ -42,35 +42,13 @@ import llama_torch  # noqa: E402
 
 import argparse  # noqa: E402
 import functools  # noqa: E402
-import math  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import (  # noqa: E402
     MixedPrecisionPolicy, fully_shard)
 
-
-
-class LlamaUntied(llama_torch.Llama):
-    """llama_torch.Llama with its own output projection (Llama 3 8B)."""
-
-    def __init__(self, c, T):
-        super().__init__(c, T)
-        self.output = nn.Linear(c["dim"], c["vocab"], bias=False)
-        nn.init.normal_(self.output.weight, 0.0, 0.02)
-
-    def forward(self, idx, targets):
-        T = idx.shape[1]
-        x = self.tok_embeddings(idx)
-        cos, sin = self.cos[:T], self.sin[:T]
-        for b in self.layers:
-            x = b(x, cos, sin)
-        x = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
-        logits = self.output(x)
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(),
-                               targets.reshape(-1))
 
 
 def init_weights(model, cfg, T, dev):
@@ -81,15 +59,11 @@ def init_weights(model, cfg, T, dev):
     cos, sin = llama_torch.rope_tables(cfg, T)
     model.cos = cos.to(dev)
     model.sin = sin.to(dev)
-    std = 0.02
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.fill_(1.0)
-            elif name.endswith("wo.weight") or name.endswith("w2.weight"):
-                nn.init.normal_(p, 0.0, std / math.sqrt(2 * cfg["n_layers"]))
-            else:
-                nn.init.normal_(p, 0.0, std)
+        llama_torch.init_weights(model, cfg["n_layers"])
 
 
 # torchtitan's selective op checkpointing keeps these ops' outputs; here
@@ -183,7 +157,7 @@ def main():
     cfg = benchlib.llama_config(args.model, args.tiny)
     if big:  # on the meta device: materialised after sharding
         with torch.device("meta"):
-            model = LlamaUntied(cfg, args.T)
+            model = llama_torch.Llama(cfg, args.T)
     else:
         model = llama_torch.Llama(cfg, args.T).to(dev)
     n = sum(q.numel() for q in model.parameters())
