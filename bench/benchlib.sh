@@ -84,6 +84,21 @@ bench_round_order() {
   fi
 }
 
+# bench_run_rounds ROUNDS FN PROGRAM...: for each round R of ROUNDS, a
+# "-- round R: ORDER" line, then FN PROGRAM PROGRAM_rR for each program in
+# that round's order (bench_round_order).
+bench_run_rounds() {
+  local rounds=$1 fn=$2 r p order
+  shift 2
+  for r in $rounds; do
+    order=$(bench_round_order "$r" "$@")
+    echo "-- round $r: $order"
+    for p in $order; do
+      "$fn" "$p" "${p}_r$r"
+    done
+  done
+}
+
 # bench_torch_flags KEY: the flags of a PyTorch peer's configuration key,
 # torch_MODE[_v50304][_nosync] with MODE eager (no torch.compile), compile
 # (torch.compile, default mode), autotune (mode max-autotune: Triton GEMMs

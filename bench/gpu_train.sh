@@ -385,13 +385,7 @@ program() {
 }
 
 # 2. the rounds
-for r in $rounds; do
-  order=$(bench_round_order "$r" "${progs[@]}")
-  echo "-- round $r: $order"
-  for p in $order; do
-    program "$p" "${p}_r$r"
-  done
-done
+bench_run_rounds "$rounds" program "${progs[@]}"
 
 # 3. the table, over every run in OUTDIR
 echo "-- table"

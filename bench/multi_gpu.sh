@@ -109,6 +109,10 @@
 # MG_TMO_AUTOTUNE (420: the max-autotune peers), MG_TMO_CKPT (200) (s per
 # run), MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU
 # counts, e.g. "1 2 4" and "4 2").
+
+# program and the jobs only it starts run through bench_run_rounds (an
+# indirect call shellcheck cannot follow)
+# shellcheck disable=SC2317
 set -u
 
 usage() {
@@ -569,13 +573,7 @@ done
 
 # 3. the rounds
 if [ "${#rounds_progs[@]}" -gt 0 ]; then
-  for r in $rounds; do
-    order=$(bench_round_order "$r" "${rounds_progs[@]}")
-    echo "== round $r: $order"
-    for p in $order; do
-      program "$p" "${p}_r$r"
-    done
-  done
+  bench_run_rounds "$rounds" program "${rounds_progs[@]}"
 fi
 
 # 4. the table
