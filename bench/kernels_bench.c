@@ -594,7 +594,13 @@ static void run_cp_merge(void* p) {
 }
 
 static void bench_cp(int T) {
-  if (!wanted("cp ")) return;
+  static const char* names[] = {"cp whole sequence", "cp core rank",
+                                "cp pair diagonal", "cp pair full",
+                                "cp merge"};
+  int any = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    any |= filter == NULL || strstr(names[i], filter) || strstr(filter, names[i]);
+  if (!any) return;
   const int64_t C = 2048, KV = 512, c = T / 4;
   cp_ctx x;
   memset(&x, 0, sizeof x);

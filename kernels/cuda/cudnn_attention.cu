@@ -340,7 +340,7 @@ static bool cfg_nondeterministic(cudnnBackendDescriptor_t cfg) {
 // finalizes: *plan and *cfg (owned by the caller) and its workspace size.
 // Returns a cuDNN status; *why names what failed.
 static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
-                                     bool want_deterministic,
+                                     bool want_deterministic, int64_t max_ws,
                                      cudnnBackendDescriptor_t* plan,
                                      cudnnBackendDescriptor_t* cfg,
                                      int64_t* ws, const char** why) {
@@ -420,7 +420,21 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
       if (st == CUDNN_STATUS_SUCCESS)
         st = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                       CUDNN_TYPE_INT64, 1, &n, &bytes);
+      if (st == CUDNN_STATUS_SUCCESS && bytes > max_ws) {
+        TR_LOG_DEBUG(KERN,
+                     "cuDNN attention: heuristics %d config %lld skipped: "
+                     "workspace %lld bytes, above %lld",
+                     m, (long long)i, (long long)bytes, (long long)max_ws);
+        *why = "every engine config that finalized wants a workspace above "
+               "a quarter of the free device memory";
+        cudnnBackendDestroyDescriptor(p);
+        continue;
+      }
       if (st == CUDNN_STATUS_SUCCESS) {
+        TR_LOG_DEBUG(KERN,
+                     "cuDNN attention: heuristics %d config %lld finalized, "
+                     "workspace %lld bytes",
+                     m, (long long)i, (long long)bytes);
         *plan = p;
         *cfg = cfgs[i];
         cfgs[i] = NULL;
@@ -671,6 +685,19 @@ static int plan_build(const akey_t* k, aplan_t** out) {
   cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
   // debug.deterministic without warn_only: no atomic dQ graph
   int tries = !k->bwd ? 1 : tr__cuda_deterministic() == 1 ? 1 : 2;
+  // Some engine configs want a workspace that grows with T^2 (seen with
+  // the full graph of long context-parallel chunks: a 105 GB request at
+  // 28672 rows); such a config is passed over when it would take more
+  // than a quarter of the device memory free now, and when every one
+  // would, cuDNN declines (the flash kernel runs the shape).
+  size_t free_b = 0, total_b = 0;
+  int64_t max_ws = INT64_MAX;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    max_ws = (int64_t)(free_b / 4) > ((int64_t)1 << 28)
+                 ? (int64_t)(free_b / 4)
+                 : ((int64_t)1 << 28);
+  else
+    (void)cudaGetLastError();
   for (int t = 0; t < tries && !p->plan; t++) {
     gb_t* g = (gb_t*)calloc(1, sizeof *g);
     if (!g) {
@@ -683,7 +710,8 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       graph_bwd(g, k, direct);
     else
       graph_fwd(g, k);
-    st = plan_from_graph(g, h, direct, &p->plan, &p->cfg, &p->ws, &why);
+    st = plan_from_graph(g, h, direct, max_ws, &p->plan, &p->cfg, &p->ws,
+                         &why);
     if (!p->plan) {
       gb_release(g);
       free(g);
@@ -691,6 +719,13 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       p->graph = g;
       p->supported = 1;
       p->direct_dq = direct;
+      if (p->ws > ((int64_t)1 << 28)) {
+        char d[128];
+        key_desc(k, d, sizeof d);
+        TR_LOG_WARN(KERN, "cuDNN attention %s: its plan takes a %.2f GiB "
+                    "workspace at each call", d,
+                    (double)p->ws / (double)((int64_t)1 << 30));
+      }
       if (k->bwd && !direct) {
         char d[128];
         key_desc(k, d, sizeof d);
