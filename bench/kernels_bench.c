@@ -11,8 +11,10 @@
  * once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
  * half only, the backward as 2.5 forwards, FlashAttention's convention).
  *
- * usage: kernels_bench [-q] [-i iters] [-f filter]
+ * usage: kernels_bench [-q] [-d] [-i iters] [-f filter]
  *   -q        quick: smaller batch (B 8), fewer iterations
+ *   -d        deterministic kernels ([debug] deterministic: cuDNN's
+ *             attention backward writes dQ directly, no fp32 atomics)
  *   -f text   only benchmarks whose name contains text
  * Exits 77 without a GPU.
  */
@@ -750,15 +752,18 @@ static void bench_optimizer(void) {
 
 int main(int argc, char** argv) {
   int quick = 0, opt;
-  while ((opt = getopt(argc, argv, "qi:f:")) != -1) {
+  while ((opt = getopt(argc, argv, "qdi:f:")) != -1) {
     if (opt == 'q') {
       quick = 1;
+    } else if (opt == 'd') {
+      tr_kern_cuda_set_deterministic(1, 0);
     } else if (opt == 'i') {
       iters = atoi(optarg);
     } else if (opt == 'f') {
       filter = optarg;
     } else {
-      fprintf(stderr, "usage: %s [-q] [-i iters] [-f filter]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-q] [-d] [-i iters] [-f filter]\n",
+              argv[0]);
       return 2;
     }
   }
