@@ -157,10 +157,15 @@ static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
   if (p->enable_async_tensor_parallel)
     return key_fail(cfg, err,
                     TR_CFG_K_parallelism_enable_async_tensor_parallel,
-                    "asynchronous tensor parallelism (the all-gather and "
-                    "reduce-scatter cut into chunks overlapped with partial "
-                    "GEMMs on CUDA) is not built; tensor parallelism runs "
-                    "its collectives between the GEMMs. Leave it false");
+                    "asynchronous tensor parallelism (the sequence-parallel "
+                    "all-gather and reduce-scatter as rings of chunks "
+                    "overlapped with the chunks' GEMMs) is not kept: it was "
+                    "built and measured on 2 H200s (2026-11-27), where it hid "
+                    "85%% of the communication yet ran no faster than the "
+                    "blocking collectives between whole GEMMs (Llama 3.2 1B "
+                    "TP 2: 52,210 against 53,347 tokens/s per GPU; Llama 3.1 "
+                    "8B: 8,855 against 8,833); see docs/PERFORMANCE.md. Leave "
+                    "it false");
   if (p->expert_parallel_degree > 1)
     return key_fail(cfg, err, TR_CFG_K_parallelism_expert_parallel_degree,
                     "%lld: expert parallelism needs mixture-of-experts "

@@ -209,8 +209,9 @@
     "rank); on CUDA devices it is refused (the logit gather is built for "     \
     "the CPU only).")                                                          \
   X(parallelism, enable_async_tensor_parallel, BOOL, "false", 0, 0, NULL,      \
-    "Overlap tensor-parallel communication with the matmuls, in chunks on "    \
-    "CUDA streams: not built, true is refused.")                               \
+    "Overlap tensor-parallel communication with the matmuls, in chunks: "     \
+    "refused; built and measured, it was not faster than the blocking "       \
+    "collectives (docs/PERFORMANCE.md).")                                      \
   X(parallelism, pipeline_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,    \
     "Pipeline ranks the layers are split over (the outermost mesh dim): "      \
     "stages of consecutive blocks (torchtitan's split: the embedding on "      \
