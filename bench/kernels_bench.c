@@ -535,10 +535,15 @@ static void bench_attention(const char* tag, int B, int T, int H, int KVH,
  * query chunk against an earlier key chunk, full) and the merge. Half the
  * whole sequence's time is what a rank's share would cost without
  * overhead. */
+/* q, k, v, out, lse and the gradients of one attention call over rows */
+typedef struct {
+  tr_tensor_t q, k, v, o, l, dq, dk, dv;
+} att_set;
+
 typedef struct {
   tr_tensor_t q, k, v, out, lse, dq, dk, dv, dout; /* one rank's */
-  tr_tensor_t fq, fk, fv, fo, fl, fdq, fdk, fdv;   /* the whole sequence */
-  tr_tensor_t pq, pk, pv, po, pl, pdq, pdk, pdv;   /* one chunk pair */
+  att_set f;                                       /* the whole sequence */
+  att_set p;                                       /* one chunk pair */
   tr_tensor_t acc, acl;
   int chunks[2];
   int q_shift;
@@ -559,6 +564,25 @@ static void cp_tensor(tr_tensor_t* t, tr_dtype_t dt, int64_t a, int64_t b,
   }
 }
 
+/* a Llama 1B attention set of `rows` rows (32 heads, 8 kv heads of 64) */
+static void att_set_init(att_set* a, int64_t rows) {
+  cp_tensor(&a->q, TR_BF16, 1, rows, 2048);
+  cp_tensor(&a->k, TR_BF16, 1, rows, 512);
+  cp_tensor(&a->v, TR_BF16, 1, rows, 512);
+  cp_tensor(&a->o, TR_BF16, 1, rows, 2048);
+  cp_tensor(&a->l, TR_F32, 1, 32, rows);
+  cp_tensor(&a->dq, TR_BF16, 1, rows, 2048);
+  cp_tensor(&a->dk, TR_BF16, 1, rows, 512);
+  cp_tensor(&a->dv, TR_BF16, 1, rows, 512);
+}
+
+static void att_set_release(att_set* a) {
+  tr_tensor_t* ts[] = {&a->q, &a->k,  &a->v,  &a->o,
+                       &a->l, &a->dq, &a->dk, &a->dv};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+
 static void run_cp_core_fwd(void* p) {
   cp_ctx* c = p;
   OK(tr_cp_attention_fwd(&c->out, &c->lse, &c->q, &c->k, &c->v, 32, 8,
@@ -572,27 +596,27 @@ static void run_cp_core_bwd(void* p) {
 }
 static void run_cp_whole_fwd(void* p) {
   cp_ctx* c = p;
-  OK(tr_kern_attention_fwd(&c->fo, &c->fl, &c->fq, &c->fk, &c->fv, 32, 8));
+  OK(tr_kern_attention_fwd(&c->f.o, &c->f.l, &c->f.q, &c->f.k, &c->f.v, 32, 8));
 }
 static void run_cp_whole_bwd(void* p) {
   cp_ctx* c = p;
-  OK(tr_kern_attention_bwd(&c->fdq, &c->fdk, &c->fdv, &c->fo, &c->fq, &c->fk,
-                           &c->fv, &c->fo, &c->fl, 32, 8));
+  OK(tr_kern_attention_bwd(&c->f.dq, &c->f.dk, &c->f.dv, &c->f.o, &c->f.q,
+                           &c->f.k, &c->f.v, &c->f.o, &c->f.l, 32, 8));
 }
 static void run_cp_pair_fwd(void* p) {
   cp_ctx* c = p;
-  OK(tr_kern_attention_masked_fwd(&c->po, &c->pl, &c->pq, &c->pk, &c->pv, 32,
-                                  8, NULL, 0, c->q_shift));
+  OK(tr_kern_attention_masked_fwd(&c->p.o, &c->p.l, &c->p.q, &c->p.k, &c->p.v,
+                                  32, 8, NULL, 0, c->q_shift));
 }
 static void run_cp_pair_bwd(void* p) {
   cp_ctx* c = p;
-  OK(tr_kern_attention_masked_bwd(&c->pdq, &c->pdk, &c->pdv, &c->po, &c->pq,
-                                  &c->pk, &c->pv, &c->po, &c->pl, 32, 8, NULL,
-                                  0, c->q_shift));
+  OK(tr_kern_attention_masked_bwd(&c->p.dq, &c->p.dk, &c->p.dv, &c->p.o,
+                                  &c->p.q, &c->p.k, &c->p.v, &c->p.o, &c->p.l,
+                                  32, 8, NULL, 0, c->q_shift));
 }
 static void run_cp_merge(void* p) {
   cp_ctx* c = p;
-  OK(tr_kern_attn_merge(&c->acc, &c->acl, &c->po, &c->pl, 32));
+  OK(tr_kern_attn_merge(&c->acc, &c->acl, &c->p.o, &c->p.l, 32));
 }
 
 static void bench_cp(int T) {
@@ -606,14 +630,7 @@ static void bench_cp(int T) {
   const int64_t C = 2048, KV = 512, c = T / 4;
   cp_ctx x;
   memset(&x, 0, sizeof x);
-  cp_tensor(&x.fq, TR_BF16, 1, T, C);
-  cp_tensor(&x.fk, TR_BF16, 1, T, KV);
-  cp_tensor(&x.fv, TR_BF16, 1, T, KV);
-  cp_tensor(&x.fo, TR_BF16, 1, T, C);
-  cp_tensor(&x.fl, TR_F32, 1, 32, T);
-  cp_tensor(&x.fdq, TR_BF16, 1, T, C);
-  cp_tensor(&x.fdk, TR_BF16, 1, T, KV);
-  cp_tensor(&x.fdv, TR_BF16, 1, T, KV);
+  att_set_init(&x.f, T);
   cp_tensor(&x.q, TR_BF16, 1, 2 * c, C);
   cp_tensor(&x.out, TR_BF16, 1, 2 * c, C);
   cp_tensor(&x.lse, TR_F32, 1, 32, 2 * c);
@@ -621,16 +638,9 @@ static void bench_cp(int T) {
   cp_tensor(&x.dout, TR_BF16, 1, 2 * c, C);
   cp_tensor(&x.dk, TR_BF16, 1, T, KV);
   cp_tensor(&x.dv, TR_BF16, 1, T, KV);
-  tr_tensor_view(&x.k, &x.fk);
-  tr_tensor_view(&x.v, &x.fv);
-  cp_tensor(&x.pq, TR_BF16, 1, c, C);
-  cp_tensor(&x.pk, TR_BF16, 1, c, KV);
-  cp_tensor(&x.pv, TR_BF16, 1, c, KV);
-  cp_tensor(&x.po, TR_BF16, 1, c, C);
-  cp_tensor(&x.pl, TR_F32, 1, 32, c);
-  cp_tensor(&x.pdq, TR_BF16, 1, c, C);
-  cp_tensor(&x.pdk, TR_BF16, 1, c, KV);
-  cp_tensor(&x.pdv, TR_BF16, 1, c, KV);
+  tr_tensor_view(&x.k, &x.f.k);
+  tr_tensor_view(&x.v, &x.f.v);
+  att_set_init(&x.p, c);
   cp_tensor(&x.acc, TR_F32, 1, c, C);
   cp_tensor(&x.acl, TR_F32, 1, 32, c);
   char shape[64];
@@ -661,11 +671,10 @@ static void bench_cp(int T) {
   BENCH("cp pair full bwd", shape, 2.5 * pf, 0, &x, run_cp_pair_bwd);
   BENCH("cp merge", shape, 0, (double)c * C * (2 + 4 + 4) + c * 32 * 12.0, &x,
         run_cp_merge);
-  tr_tensor_t* ts[] = {&x.q,   &x.k,   &x.v,   &x.out, &x.lse, &x.dq,
-                       &x.dk,  &x.dv,  &x.dout, &x.fq, &x.fk,  &x.fv,
-                       &x.fo,  &x.fl,  &x.fdq, &x.fdk, &x.fdv, &x.pq,
-                       &x.pk,  &x.pv,  &x.po,  &x.pl,  &x.pdq, &x.pdk,
-                       &x.pdv, &x.acc, &x.acl};
+  att_set_release(&x.f);
+  att_set_release(&x.p);
+  tr_tensor_t* ts[] = {&x.q,  &x.k,  &x.v,    &x.out, &x.lse, &x.dq,
+                       &x.dk, &x.dv, &x.dout, &x.acc, &x.acl};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
     tr_tensor_release(ts[i]);
 }
