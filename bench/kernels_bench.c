@@ -590,9 +590,8 @@ static void run_cp_core_fwd(void* p) {
 }
 static void run_cp_core_bwd(void* p) {
   cp_ctx* c = p;
-  OK(tr_cp_attention_bwd(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k,
-                         &c->v, &c->out, &c->lse, 32, 8, c->chunks, 2, 4,
-                         NULL, 0));
+  OK(tr_cp_attention_bwd(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v,
+                         &c->out, &c->lse, 32, 8, c->chunks, 2, 4, NULL, 0));
 }
 static void run_cp_whole_fwd(void* p) {
   cp_ctx* c = p;
@@ -621,11 +620,10 @@ static void run_cp_merge(void* p) {
 
 static void bench_cp(int T) {
   static const char* names[] = {"cp whole sequence", "cp core rank",
-                                "cp pair diagonal", "cp pair full",
-                                "cp merge"};
+                                "cp pair diagonal", "cp pair full", "cp merge"};
   int any = 0;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    any |= filter == NULL || strstr(names[i], filter) || strstr(filter, names[i]);
+    any |= wanted(names[i]) || (filter && strstr(filter, names[i]));
   if (!any) return;
   const int64_t C = 2048, KV = 512, c = T / 4;
   cp_ctx x;
@@ -771,8 +769,7 @@ int main(int argc, char** argv) {
     } else if (opt == 'f') {
       filter = optarg;
     } else {
-      fprintf(stderr, "usage: %s [-q] [-d] [-i iters] [-f filter]\n",
-              argv[0]);
+      fprintf(stderr, "usage: %s [-q] [-d] [-i iters] [-f filter]\n", argv[0]);
       return 2;
     }
   }

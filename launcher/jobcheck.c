@@ -155,8 +155,7 @@ static int check_faults(const tr_config_t* cfg, int64_t world,
 static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
   if (p->enable_async_tensor_parallel)
-    return key_fail(cfg, err,
-                    TR_CFG_K_parallelism_enable_async_tensor_parallel,
+    return key_fail(cfg, err, TR_CFG_K_parallelism_enable_async_tensor_parallel,
                     "asynchronous tensor parallelism (the sequence-parallel "
                     "all-gather and reduce-scatter as rings of chunks "
                     "overlapped with the chunks' GEMMs) is not kept: it was "

@@ -348,8 +348,8 @@ static bool cfg_nondeterministic(cudnnBackendDescriptor_t cfg) {
 static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
                                      bool want_deterministic, int64_t max_ws,
                                      cudnnBackendDescriptor_t* plan,
-                                     cudnnBackendDescriptor_t* cfg,
-                                     int64_t* ws, const char** why) {
+                                     cudnnBackendDescriptor_t* cfg, int64_t* ws,
+                                     const char** why) {
   *plan = NULL;
   *cfg = NULL;
   cudnnBackendDescriptor_t graph =
@@ -431,8 +431,9 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
                      "cuDNN attention: heuristics %d config %lld skipped: "
                      "workspace %lld bytes, above %lld",
                      m, (long long)i, (long long)bytes, (long long)max_ws);
-        *why = "each engine config that finalized wants a workspace above "
-               "a quarter of the free device memory";
+        *why =
+            "each engine config that finalized wants a workspace above "
+            "a quarter of the free device memory";
         cudnnBackendDestroyDescriptor(p);
         continue;
       }
@@ -704,9 +705,8 @@ static int plan_build(const akey_t* k, aplan_t** out) {
   size_t free_b = 0, total_b = 0;
   int64_t max_ws = INT64_MAX;
   if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
-    max_ws = (int64_t)(free_b / 4) > ((int64_t)1 << 28)
-                 ? (int64_t)(free_b / 4)
-                 : ((int64_t)1 << 28);
+    max_ws = (int64_t)(free_b / 4) > ((int64_t)1 << 28) ? (int64_t)(free_b / 4)
+                                                        : ((int64_t)1 << 28);
   else
     (void)cudaGetLastError();
   const char* why_direct = ""; /* why the direct-dQ graph got no plan */
@@ -722,8 +722,7 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       graph_bwd(g, k, direct);
     else
       graph_fwd(g, k);
-    st = plan_from_graph(g, h, direct, max_ws, &p->plan, &p->cfg, &p->ws,
-                         &why);
+    st = plan_from_graph(g, h, direct, max_ws, &p->plan, &p->cfg, &p->ws, &why);
     if (!p->plan) {
       if (direct) why_direct = why;
       gb_release(g);
@@ -735,9 +734,10 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       if (p->ws > ((int64_t)1 << 28)) {
         char d[128];
         key_desc(k, d, sizeof d);
-        TR_LOG_WARN(KERN, "cuDNN attention %s: its plan takes a %.2f GiB "
-                    "workspace at each call", d,
-                    (double)p->ws / (double)((int64_t)1 << 30));
+        TR_LOG_WARN(KERN,
+                    "cuDNN attention %s: its plan takes a %.2f GiB "
+                    "workspace at each call",
+                    d, (double)p->ws / (double)((int64_t)1 << 30));
       }
       if (k->bwd && !direct && det) {
         char d[128];
