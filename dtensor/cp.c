@@ -125,17 +125,16 @@ static int add_to(tr_tensor_t* x, int j, int64_t c, const tr_tensor_t* add) {
 }
 
 /* The gradient of chunk j of x (dim 1) for a pair to write: the chunk
- * itself when *fresh (nothing added to it yet) and it is contiguous, so
- * the kernel overwrites it (*direct = 1, *fresh = 0); else a scratch
- * tensor (*direct = 0) that add_to adds afterwards. */
+ * itself when fresh (nothing added to it yet) and it is contiguous, so
+ * the kernel overwrites it (*direct = 1); else a scratch tensor
+ * (*direct = 0) that add_to adds afterwards. */
 static int grad_dst(tr_tensor_t* dst, tr_tensor_t* x, int j, int64_t c,
-                    uint8_t* fresh, int* direct) {
+                    int fresh, int* direct) {
   *direct = 0;
-  if (*fresh) {
+  if (fresh) {
     TR_CHECK(tr_tensor_narrow(dst, x, 1, j * c, c));
     if (tr_tensor_is_contiguous(dst)) {
       *direct = 1;
-      *fresh = 0;
       return 0;
     }
     tr_tensor_release(dst);
@@ -400,7 +399,7 @@ static int fwd_held(const pair_t* p, acc_t* acc, const tr_tensor_t* q,
 /* The backward of fwd_held's pairs: dq (like q) += each query chunk's
  * gradient, dk, dv (like k, v) += each held key chunk's. qf[i] (kf[j]):
  * query chunk i's rows of dq (key chunk j's of dk and dv) are still zero,
- * so the first pair may write them (grad_dst); cleared as they are. */
+ * so the first pair may write them (grad_dst); cleared after it. */
 static int bwd_held(const pair_t* p, tr_tensor_t* dq, tr_tensor_t* dk,
                     tr_tensor_t* dv, const tr_tensor_t* dout,
                     const tr_tensor_t* q, const tr_tensor_t* out,
@@ -418,19 +417,19 @@ static int bwd_held(const pair_t* p, tr_tensor_t* dq, tr_tensor_t* dk,
     for (int j = 0; j < nk && rc == 0; j++) {
       if (!visible(p, qcs[i], kcs[j])) continue;
       tr_tensor_t kt = {0}, vt = {0}, tq = {0}, tk = {0}, tv = {0};
-      int q_direct = 0, kv_direct = 0;
-      uint8_t kf_v = kf[j]; /* dv's chunk is as fresh as dk's */
+      int q_direct = 0, k_direct = 0, v_direct = 0;
       rc = take(&kt, k, 1, j, c);
       if (rc == 0) rc = take(&vt, v, 1, j, c);
-      if (rc == 0) rc = grad_dst(&tq, dq, i, c, &qf[i], &q_direct);
-      if (rc == 0) rc = grad_dst(&tk, dk, j, c, &kf[j], &kv_direct);
-      if (rc == 0) rc = grad_dst(&tv, dv, j, c, &kf_v, &kv_direct);
+      if (rc == 0) rc = grad_dst(&tq, dq, i, c, qf[i], &q_direct);
+      if (rc == 0) rc = grad_dst(&tk, dk, j, c, kf[j], &k_direct);
+      if (rc == 0) rc = grad_dst(&tv, dv, j, c, kf[j], &v_direct);
       if (rc == 0)
         rc = pair_bwd(p, &tq, &tk, &tv, &gt, &qt, &kt, &vt, &ot, &lt, qcs[i],
                       kcs[j]);
       if (rc == 0 && !q_direct) rc = add_to(dq, i, c, &tq);
-      if (rc == 0 && !kv_direct) rc = add_to(dk, j, c, &tk);
-      if (rc == 0 && !kv_direct) rc = add_to(dv, j, c, &tv);
+      if (rc == 0 && !k_direct) rc = add_to(dk, j, c, &tk);
+      if (rc == 0 && !v_direct) rc = add_to(dv, j, c, &tv);
+      qf[i] = kf[j] = 0; /* written or added to, either way */
       tr_tensor_t* ts[] = {&kt, &vt, &tq, &tk, &tv};
       for (int t = 0; t < 5; t++) tr_tensor_release(ts[t]);
     }
