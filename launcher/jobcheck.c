@@ -160,7 +160,7 @@ static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
                     "all-gather and reduce-scatter as rings of chunks "
                     "overlapped with the chunks' GEMMs) is not kept: it was "
                     "built and measured on 2 H200s (2026-11-27), where it hid "
-                    "85%% of the communication yet ran no faster than the "
+                    "84-87%% of the communication yet ran no faster than the "
                     "blocking collectives between whole GEMMs (Llama 3.2 1B "
                     "TP 2: 52,210 against 53,347 tokens/s per GPU; Llama 3.1 "
                     "8B: 8,855 against 8,833); see docs/PERFORMANCE.md. Leave "

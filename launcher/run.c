@@ -302,11 +302,12 @@ static void deterministic_on(const tr_config_t* cfg, FILE* out) {
   }
 #ifdef HAVE_CUDA
   tr_kern_cuda_set_deterministic(1, cfg->debug.deterministic_warn_only);
-  fprintf(
-      out,
-      "debug.deterministic: GPU kernels without a deterministic form "
-      "(cuDNN's atomic attention backward) are %s\n",
-      cfg->debug.deterministic_warn_only ? "used with a warning" : "not used");
+  fprintf(out,
+          "debug.deterministic: cuDNN's attention backward writes dQ directly; "
+          "where it cannot, %s\n",
+          cfg->debug.deterministic_warn_only
+              ? "its atomic form runs with a warning"
+              : "the flash backward runs");
 #endif
 }
 
