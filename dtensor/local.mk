@@ -28,3 +28,12 @@ tests_check_tp_SOURCES = tests/check_tp.c $(PG_TEST_SOURCES) \
 	tests/train_steps.c tests/train_steps.h
 tests_check_tp_CFLAGS = $(TEST_CFLAGS)
 tests_check_tp_LDADD = $(TEST_LIBS) -lm
+
+# Check suite: async tensor parallel's chunked all-gather and
+# reduce-scatter rings against the blocking collectives, on 2 and 4 forked
+# Gloo ranks.
+check_PROGRAMS += tests/check_tp_async
+TESTS += tests/check_tp_async
+tests_check_tp_async_SOURCES = tests/check_tp_async.c $(PG_TEST_SOURCES)
+tests_check_tp_async_CFLAGS = $(TEST_CFLAGS)
+tests_check_tp_async_LDADD = $(TEST_LIBS) -lm
