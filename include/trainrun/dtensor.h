@@ -584,7 +584,11 @@ void tr_dtensor_param_clear_layout(tr_param_t* p);
  *     reduce-scattered under SP); disable_loss_parallel gathers the
  *     logits instead (host tensors only: the column reorder is a strided
  *     copy) and keeps the rank's columns of the dlogits. Losses are the
- *     same on every tp rank.
+ *     same on every tp rank;
+ *   - async tensor parallel (opts.async, with SP): the layers' SP
+ *     all-gathers and reduce-scatters run as rings of chunk transfers
+ *     (tr_model_tp_t.overlap) overlapped with the GEMMs of the chunk a
+ *     rank holds, forward and backward; the same results within rounding.
  *
  * Every tp rank runs the same batch.
  *
