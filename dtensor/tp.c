@@ -512,7 +512,7 @@ static int ring_scatter(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
   int cuda = t->device.type == TR_DEV_CUDA;
   tr_tensor_t acc[2] = {{0}}, in = {0};
   int rc = 0;
-  for (int i = 0; i < 2 && rc == 0; i++)
+  for (int i = 0; i < 2 && i < k - 1 && rc == 0; i++) /* k 2: one */
     rc = tr_tensor_empty(&acc[i], t->dtype, t->device, 3, t->shape);
   if (rc == 0) rc = tr_tensor_empty(&in, t->dtype, t->device, 3, t->shape);
   for (int s = 0; s < k && rc == 0; s++) {
