@@ -11,8 +11,10 @@
  * once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
  * half only, the backward as 2.5 forwards, FlashAttention's convention).
  *
- * usage: kernels_bench [-q] [-i iters] [-f filter]
+ * usage: kernels_bench [-q] [-d] [-i iters] [-f filter]
  *   -q        quick: smaller batch (B 8), fewer iterations
+ *   -d        deterministic kernels ([debug] deterministic: cuDNN's
+ *             attention backward writes dQ directly, no fp32 atomics)
  *   -f text   only benchmarks whose name contains text
  * Exits 77 without a GPU.
  */
@@ -26,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "trainrun/cp.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/kernels_cuda.h"
@@ -522,6 +525,158 @@ static void bench_attention(const char* tag, int B, int T, int H, int KVH,
   cudaFree(c.lse);
 }
 
+/* ---- context parallel ---- */
+
+/* One rank's attention at context parallel 2 of a Llama 1B sequence
+ * (32 query heads, 8 kv heads of 64) against the whole sequence on one
+ * GPU: the core (tr_cp_attention_*, every key chunk at hand, no
+ * communication) for rank 0's chunks {0, 3} and rank 1's {1, 2} of 4,
+ * the two kinds of chunk pair it is made of (the diagonal, causal; a
+ * query chunk against an earlier key chunk, full) and the merge. Half the
+ * whole sequence's time is what a rank's share would cost without
+ * overhead. */
+/* q, k, v, out, lse and the gradients of one attention call over rows */
+typedef struct {
+  tr_tensor_t q, k, v, o, l, dq, dk, dv;
+} att_set;
+
+typedef struct {
+  tr_tensor_t q, k, v, out, lse, dq, dk, dv, dout; /* one rank's */
+  att_set f;                                       /* the whole sequence */
+  att_set p;                                       /* one chunk pair */
+  tr_tensor_t acc, acl;
+  int chunks[2];
+  int q_shift;
+} cp_ctx;
+
+static void cp_tensor(tr_tensor_t* t, tr_dtype_t dt, int64_t a, int64_t b,
+                      int64_t c) {
+  int64_t shape[3] = {a, b, c};
+  tr_device_t dev = {TR_DEV_CUDA, 0};
+  OK(tr_tensor_empty(t, dt, dev, 3, shape));
+  int64_t n = tr_tensor_numel(t);
+  size_t es = tr_dtype_size(dt);
+  const char* src = dt == TR_BF16 ? rnd_src_bf16 : rnd_src_f32;
+  for (int64_t off = 0; off < n; off += (int64_t)RND_ELEMS) {
+    int64_t m = n - off < (int64_t)RND_ELEMS ? n - off : (int64_t)RND_ELEMS;
+    CK(cudaMemcpy((char*)tr_tensor_data(t) + off * es, src, (size_t)m * es,
+                  cudaMemcpyDeviceToDevice));
+  }
+}
+
+/* a Llama 1B attention set of `rows` rows (32 heads, 8 kv heads of 64) */
+static void att_set_init(att_set* a, int64_t rows) {
+  cp_tensor(&a->q, TR_BF16, 1, rows, 2048);
+  cp_tensor(&a->k, TR_BF16, 1, rows, 512);
+  cp_tensor(&a->v, TR_BF16, 1, rows, 512);
+  cp_tensor(&a->o, TR_BF16, 1, rows, 2048);
+  cp_tensor(&a->l, TR_F32, 1, 32, rows);
+  cp_tensor(&a->dq, TR_BF16, 1, rows, 2048);
+  cp_tensor(&a->dk, TR_BF16, 1, rows, 512);
+  cp_tensor(&a->dv, TR_BF16, 1, rows, 512);
+}
+
+static void att_set_release(att_set* a) {
+  tr_tensor_t* ts[] = {&a->q, &a->k,  &a->v,  &a->o,
+                       &a->l, &a->dq, &a->dk, &a->dv};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+
+static void run_cp_core_fwd(void* p) {
+  cp_ctx* c = p;
+  OK(tr_cp_attention_fwd(&c->out, &c->lse, &c->q, &c->k, &c->v, 32, 8,
+                         c->chunks, 2, 4, NULL, 0));
+}
+static void run_cp_core_bwd(void* p) {
+  cp_ctx* c = p;
+  OK(tr_cp_attention_bwd(&c->dq, &c->dk, &c->dv, &c->dout, &c->q, &c->k, &c->v,
+                         &c->out, &c->lse, 32, 8, c->chunks, 2, 4, NULL, 0));
+}
+static void run_cp_whole_fwd(void* p) {
+  cp_ctx* c = p;
+  OK(tr_kern_attention_fwd(&c->f.o, &c->f.l, &c->f.q, &c->f.k, &c->f.v, 32, 8));
+}
+static void run_cp_whole_bwd(void* p) {
+  cp_ctx* c = p;
+  OK(tr_kern_attention_bwd(&c->f.dq, &c->f.dk, &c->f.dv, &c->f.o, &c->f.q,
+                           &c->f.k, &c->f.v, &c->f.o, &c->f.l, 32, 8));
+}
+static void run_cp_pair_fwd(void* p) {
+  cp_ctx* c = p;
+  OK(tr_kern_attention_masked_fwd(&c->p.o, &c->p.l, &c->p.q, &c->p.k, &c->p.v,
+                                  32, 8, NULL, 0, c->q_shift));
+}
+static void run_cp_pair_bwd(void* p) {
+  cp_ctx* c = p;
+  OK(tr_kern_attention_masked_bwd(&c->p.dq, &c->p.dk, &c->p.dv, &c->p.o,
+                                  &c->p.q, &c->p.k, &c->p.v, &c->p.o, &c->p.l,
+                                  32, 8, NULL, 0, c->q_shift));
+}
+static void run_cp_merge(void* p) {
+  cp_ctx* c = p;
+  OK(tr_kern_attn_merge(&c->acc, &c->acl, &c->p.o, &c->p.l, 32));
+}
+
+static void bench_cp(int T) {
+  static const char* names[] = {"cp whole sequence", "cp core rank",
+                                "cp pair diagonal", "cp pair full", "cp merge"};
+  int any = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    any |= wanted(names[i]) || (filter && strstr(filter, names[i]));
+  if (!any) return;
+  const int64_t C = 2048, KV = 512, c = T / 4;
+  cp_ctx x;
+  memset(&x, 0, sizeof x);
+  att_set_init(&x.f, T);
+  cp_tensor(&x.q, TR_BF16, 1, 2 * c, C);
+  cp_tensor(&x.out, TR_BF16, 1, 2 * c, C);
+  cp_tensor(&x.lse, TR_F32, 1, 32, 2 * c);
+  cp_tensor(&x.dq, TR_BF16, 1, 2 * c, C);
+  cp_tensor(&x.dout, TR_BF16, 1, 2 * c, C);
+  cp_tensor(&x.dk, TR_BF16, 1, T, KV);
+  cp_tensor(&x.dv, TR_BF16, 1, T, KV);
+  tr_tensor_view(&x.k, &x.f.k);
+  tr_tensor_view(&x.v, &x.f.v);
+  att_set_init(&x.p, c);
+  cp_tensor(&x.acc, TR_F32, 1, c, C);
+  cp_tensor(&x.acl, TR_F32, 1, 32, c);
+  char shape[64];
+  double fl = 4.0 * 32 * (double)T * T * 64 / 2.0; /* causal, whole */
+  snprintf(shape, sizeof shape, "B1 T%d H32/8 D64", T);
+  BENCH("cp whole sequence fwd", shape, fl, 0, &x, run_cp_whole_fwd);
+  BENCH("cp whole sequence bwd", shape, 2.5 * fl, 0, &x, run_cp_whole_bwd);
+  static const int ranks[2][2] = {{0, 3}, {1, 2}};
+  for (int r = 0; r < 2; r++) {
+    char fname[64], bname[64];
+    x.chunks[0] = ranks[r][0];
+    x.chunks[1] = ranks[r][1];
+    snprintf(shape, sizeof shape, "chunks %d,%d of 4 x %lld", x.chunks[0],
+             x.chunks[1], (long long)c);
+    snprintf(fname, sizeof fname, "cp core rank %d fwd", r);
+    snprintf(bname, sizeof bname, "cp core rank %d bwd", r);
+    /* a rank's share: half the whole causal work */
+    BENCH(fname, shape, fl / 2, 0, &x, run_cp_core_fwd);
+    BENCH(bname, shape, 2.5 * fl / 2, 0, &x, run_cp_core_bwd);
+  }
+  double pf = 4.0 * 32 * (double)c * c * 64; /* a full pair */
+  snprintf(shape, sizeof shape, "c%lld", (long long)c);
+  x.q_shift = 0;
+  BENCH("cp pair diagonal fwd", shape, pf / 2, 0, &x, run_cp_pair_fwd);
+  BENCH("cp pair diagonal bwd", shape, 2.5 * pf / 2, 0, &x, run_cp_pair_bwd);
+  x.q_shift = (int)c;
+  BENCH("cp pair full fwd", shape, pf, 0, &x, run_cp_pair_fwd);
+  BENCH("cp pair full bwd", shape, 2.5 * pf, 0, &x, run_cp_pair_bwd);
+  BENCH("cp merge", shape, 0, (double)c * C * (2 + 4 + 4) + c * 32 * 12.0, &x,
+        run_cp_merge);
+  att_set_release(&x.f);
+  att_set_release(&x.p);
+  tr_tensor_t* ts[] = {&x.q,  &x.k,  &x.v,    &x.out, &x.lse, &x.dq,
+                       &x.dk, &x.dv, &x.dout, &x.acc, &x.acl};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+}
+
 /* ---- optimizer ---- */
 
 typedef struct {
@@ -604,15 +759,17 @@ static void bench_optimizer(void) {
 
 int main(int argc, char** argv) {
   int quick = 0, opt;
-  while ((opt = getopt(argc, argv, "qi:f:")) != -1) {
+  while ((opt = getopt(argc, argv, "qdi:f:")) != -1) {
     if (opt == 'q') {
       quick = 1;
+    } else if (opt == 'd') {
+      tr_kern_cuda_set_deterministic(1, 0);
     } else if (opt == 'i') {
       iters = atoi(optarg);
     } else if (opt == 'f') {
       filter = optarg;
     } else {
-      fprintf(stderr, "usage: %s [-q] [-i iters] [-f filter]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-q] [-d] [-i iters] [-f filter]\n", argv[0]);
       return 2;
     }
   }
@@ -712,6 +869,7 @@ int main(int argc, char** argv) {
     cudaFree(c.tg);
   }
   bench_optimizer();
+  bench_cp(quick ? 4096 : 16384);
 
   /* Llama-3 1B-like layer: C 2048, 32 heads of 64, 8 kv heads, FFN 8192 */
   {

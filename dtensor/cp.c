@@ -99,16 +99,48 @@ static int zeros3(tr_tensor_t* t, tr_dtype_t dt, tr_device_t dev, int64_t a,
   return tr_tensor_zeros(t, dt, dev, 3, shape);
 }
 
-/* chunk j of x (dim 1) += add */
+/* [a, b, c] of dtype dt on dev, for a kernel that writes every element */
+static int empty3(tr_tensor_t* t, tr_dtype_t dt, tr_device_t dev, int64_t a,
+                  int64_t b, int64_t c) {
+  int64_t shape[3] = {a, b, c};
+  return tr_tensor_empty(t, dt, dev, 3, shape);
+}
+
+/* chunk j of x (dim 1) += add: in place when the chunk is contiguous (one
+ * sequence), else through a contiguous copy */
 static int add_to(tr_tensor_t* x, int j, int64_t c, const tr_tensor_t* add) {
-  tr_tensor_t cur = {0}, sum = {0};
-  TR_CHECK(take(&cur, x, 1, j, c));
-  int rc = tr_tensor_empty(&sum, cur.dtype, cur.device, 3, cur.shape);
-  if (rc == 0) rc = tr_kern_add(&sum, &cur, add);
-  if (rc == 0) rc = put(x, 1, j, c, &sum);
+  tr_tensor_t cur = {0};
+  TR_CHECK(tr_tensor_narrow(&cur, x, 1, j * c, c));
+  int rc;
+  if (tr_tensor_is_contiguous(&cur)) {
+    rc = tr_kern_accumulate(&cur, add);
+  } else {
+    tr_tensor_release(&cur);
+    TR_CHECK(take(&cur, x, 1, j, c));
+    rc = tr_kern_accumulate(&cur, add);
+    if (rc == 0) rc = put(x, 1, j, c, &cur);
+  }
   tr_tensor_release(&cur);
-  tr_tensor_release(&sum);
   return rc;
+}
+
+/* The gradient of chunk j of x (dim 1) for a pair to write: the chunk
+ * itself when *fresh (nothing added to it yet) and it is contiguous, so
+ * the kernel overwrites it (*direct = 1, *fresh = 0); else a scratch
+ * tensor (*direct = 0) that add_to adds afterwards. */
+static int grad_dst(tr_tensor_t* dst, tr_tensor_t* x, int j, int64_t c,
+                    uint8_t* fresh, int* direct) {
+  *direct = 0;
+  if (*fresh) {
+    TR_CHECK(tr_tensor_narrow(dst, x, 1, j * c, c));
+    if (tr_tensor_is_contiguous(dst)) {
+      *direct = 1;
+      *fresh = 0;
+      return 0;
+    }
+    tr_tensor_release(dst);
+  }
+  return empty3(dst, x->dtype, x->device, x->shape[0], c, x->shape[2]);
 }
 
 /* t is a 3-d tensor of dtype dt on dev */
@@ -307,9 +339,15 @@ static int acc_put(const acc_t* a, tr_tensor_t* out, tr_tensor_t* lse, int i) {
   tr_tensor_t mo = {0}, ml = {0};
   int rc;
   if (a->dev.type != TR_DEV_CPU) { /* out in its dtype, lse as it is */
-    TR_CHECK_GOTO(zeros3(&mo, a->dt, a->dev, a->B, a->c, a->H * a->D), rc, out);
-    TR_CHECK_GOTO(tr_tensor_copy(&mo, &a->to), rc, out);
-    TR_CHECK_GOTO(put(out, 1, i, a->c, &mo), rc, out);
+    TR_CHECK_GOTO(tr_tensor_narrow(&ml, out, 1, i * a->c, a->c), rc, out);
+    if (tr_tensor_is_contiguous(&ml)) { /* converted straight into out */
+      TR_CHECK_GOTO(tr_tensor_copy(&ml, &a->to), rc, out);
+    } else {
+      TR_CHECK_GOTO(empty3(&mo, a->dt, a->dev, a->B, a->c, a->H * a->D), rc,
+                    out);
+      TR_CHECK_GOTO(tr_tensor_copy(&mo, &a->to), rc, out);
+      TR_CHECK_GOTO(put(out, 1, i, a->c, &mo), rc, out);
+    }
     rc = put(lse, 2, i, a->c, &a->tl);
     goto out;
   }
@@ -347,8 +385,8 @@ static int fwd_held(const pair_t* p, acc_t* acc, const tr_tensor_t* q,
       tr_tensor_t kt = {0}, vt = {0}, po = {0}, pl = {0};
       rc = take(&kt, k, 1, j, c);
       if (rc == 0) rc = take(&vt, v, 1, j, c);
-      if (rc == 0) rc = zeros3(&po, p->dt, p->dev, B, c, HD);
-      if (rc == 0) rc = zeros3(&pl, TR_F32, p->dev, B, p->H, c);
+      if (rc == 0) rc = empty3(&po, p->dt, p->dev, B, c, HD);
+      if (rc == 0) rc = empty3(&pl, TR_F32, p->dev, B, p->H, c);
       if (rc == 0) rc = pair_fwd(p, &po, &pl, &qt, &kt, &vt, qcs[i], kcs[j]);
       if (rc == 0) rc = acc_add(&acc[i], &po, &pl);
       tr_tensor_t* ts[] = {&kt, &vt, &po, &pl};
@@ -360,14 +398,16 @@ static int fwd_held(const pair_t* p, acc_t* acc, const tr_tensor_t* q,
 }
 
 /* The backward of fwd_held's pairs: dq (like q) += each query chunk's
- * gradient, dk, dv (like k, v) += each held key chunk's. */
+ * gradient, dk, dv (like k, v) += each held key chunk's. qf[i] (kf[j]):
+ * query chunk i's rows of dq (key chunk j's of dk and dv) are still zero,
+ * so the first pair may write them (grad_dst); cleared as they are. */
 static int bwd_held(const pair_t* p, tr_tensor_t* dq, tr_tensor_t* dk,
                     tr_tensor_t* dv, const tr_tensor_t* dout,
                     const tr_tensor_t* q, const tr_tensor_t* out,
                     const tr_tensor_t* lse, const int* qcs, int nq,
                     const tr_tensor_t* k, const tr_tensor_t* v, const int* kcs,
-                    int nk) {
-  int64_t B = q->shape[0], HD = q->shape[2], KD = k->shape[2], c = p->c;
+                    int nk, uint8_t* qf, uint8_t* kf) {
+  int64_t c = p->c;
   int rc = 0;
   for (int i = 0; i < nq && rc == 0; i++) {
     tr_tensor_t qt = {0}, ot = {0}, gt = {0}, lt = {0};
@@ -378,17 +418,19 @@ static int bwd_held(const pair_t* p, tr_tensor_t* dq, tr_tensor_t* dk,
     for (int j = 0; j < nk && rc == 0; j++) {
       if (!visible(p, qcs[i], kcs[j])) continue;
       tr_tensor_t kt = {0}, vt = {0}, tq = {0}, tk = {0}, tv = {0};
+      int q_direct = 0, kv_direct = 0;
+      uint8_t kf_v = kf[j]; /* dv's chunk is as fresh as dk's */
       rc = take(&kt, k, 1, j, c);
       if (rc == 0) rc = take(&vt, v, 1, j, c);
-      if (rc == 0) rc = zeros3(&tq, p->dt, p->dev, B, c, HD);
-      if (rc == 0) rc = zeros3(&tk, p->dt, p->dev, B, c, KD);
-      if (rc == 0) rc = zeros3(&tv, p->dt, p->dev, B, c, KD);
+      if (rc == 0) rc = grad_dst(&tq, dq, i, c, &qf[i], &q_direct);
+      if (rc == 0) rc = grad_dst(&tk, dk, j, c, &kf[j], &kv_direct);
+      if (rc == 0) rc = grad_dst(&tv, dv, j, c, &kf_v, &kv_direct);
       if (rc == 0)
         rc = pair_bwd(p, &tq, &tk, &tv, &gt, &qt, &kt, &vt, &ot, &lt, qcs[i],
                       kcs[j]);
-      if (rc == 0) rc = add_to(dq, i, c, &tq);
-      if (rc == 0) rc = add_to(dk, j, c, &tk);
-      if (rc == 0) rc = add_to(dv, j, c, &tv);
+      if (rc == 0 && !q_direct) rc = add_to(dq, i, c, &tq);
+      if (rc == 0 && !kv_direct) rc = add_to(dk, j, c, &tk);
+      if (rc == 0 && !kv_direct) rc = add_to(dv, j, c, &tv);
       tr_tensor_t* ts[] = {&kt, &vt, &tq, &tk, &tv};
       for (int t = 0; t < 5; t++) tr_tensor_release(ts[t]);
     }
@@ -503,10 +545,15 @@ int tr_cp_attention_bwd(tr_tensor_t* dq, tr_tensor_t* dk, tr_tensor_t* dv,
   TR_CHECK(tr_tensor_fill(dk, 0.0));
   TR_CHECK(tr_tensor_fill(dv, 0.0));
   int* kcs = seq_chunks(n_chunks);
-  if (!kcs) return TR_ENOMEM;
-  int rc = bwd_held(&p, dq, dk, dv, dout, q, out, lse, q_chunks, nq, k, v, kcs,
-                    n_chunks);
+  uint8_t* fresh = malloc((size_t)(nq + n_chunks));
+  int rc = kcs && fresh ? 0 : TR_ENOMEM;
+  if (rc == 0) {
+    memset(fresh, 1, (size_t)(nq + n_chunks));
+    rc = bwd_held(&p, dq, dk, dv, dout, q, out, lse, q_chunks, nq, k, v, kcs,
+                  n_chunks, fresh, fresh + nq);
+  }
   free(kcs);
+  free(fresh);
   return rc;
 }
 
@@ -622,9 +669,14 @@ static int rotate_start(tr_pg_t* pg, tr_tensor_t* const* send,
   return rc < 0 ? rc : rc2;
 }
 
+/* The compute waits for the move: on CUDA its streams wait on the device
+ * (no host wait, which would drain the queue of kernels every move); on
+ * the CPU the host waits. */
 static int rotate_finish(tr_pg_work_t* w) {
   if (!w) return 0;
-  int rc = tr_pg_work_wait(w, 0);
+  int rc = tr_pg_work_wait_stream(w, NULL);
+  void* ks = tr_kern_get_stream();
+  if (rc == 0 && ks) rc = tr_pg_work_wait_stream(w, ks);
   tr_pg_work_free(w);
   return rc;
 }
@@ -735,9 +787,16 @@ int tr_cp_ring_bwd(const tr_cp_t* cp, tr_tensor_t* dq, tr_tensor_t* dk,
       rc = TR_ENOMEM;
       goto out;
     }
-    TR_CHECK_GOTO(bwd_held(&p, &dqa, &b[2], &b[3], dout, q, out, lse, qcs, 2,
-                           &b[0], &b[1], kcs, 2 * n),
-                  rc, out);
+    uint8_t* fresh = malloc((size_t)(2 + 2 * n));
+    if (!fresh) {
+      rc = TR_ENOMEM;
+      goto out;
+    }
+    memset(fresh, 1, (size_t)(2 + 2 * n));
+    rc = bwd_held(&p, &dqa, &b[2], &b[3], dout, q, out, lse, qcs, 2, &b[0],
+                  &b[1], kcs, 2 * n, fresh, fresh + 2);
+    free(fresh);
+    if (rc < 0) goto out;
     TR_CHECK_GOTO(seq_scatter(cp->pg, &b[2], dk), rc, out);
     TR_CHECK_GOTO(seq_scatter(cp->pg, &b[3], dv), rc, out);
   } else { /* the pairs rotate with their gradients; n moves bring them
@@ -747,11 +806,13 @@ int tr_cp_ring_bwd(const tr_cp_t* cp, tr_tensor_t* dq, tr_tensor_t* dk,
     TR_CHECK_GOTO(like(&b[2], k), rc, out);
     TR_CHECK_GOTO(like(&b[3], v), rc, out);
     for (int i = 4; i < 8; i++) TR_CHECK_GOTO(like(&b[i], &b[i - 4]), rc, out);
+    uint8_t qf[2] = {1, 1}; /* dqa's chunks: zero until written */
     for (int s = 0; s < n; s++) {
       int held[2];
       tr_cp_headtail(n, (r - s + n) % n, held);
+      uint8_t kf[2] = {s == 0, s == 0}; /* received ones hold sums */
       TR_CHECK_GOTO(bwd_held(&p, &dqa, &b[2], &b[3], dout, q, out, lse, qcs, 2,
-                             &b[0], &b[1], held, 2),
+                             &b[0], &b[1], held, 2, qf, kf),
                     rc, out);
       /* the gradients move on; so do the pairs, but for the last move */
       int last = s == n - 1;

@@ -1305,8 +1305,8 @@ static void cp_rope_chunk(tr_tensor_t* dst, int dst_chunk,
  * of its rows, and dk, dv summed over the ranks) equals full causal
  * attention within 1e-6. q and k are rotated per chunk at the chunk's
  * positions, the reference rotates the whole sequence. */
-static void cp_case(int N, int H, int KVH) {
-  const int B = 2, D = 8, n_chunks = 2 * N;
+static void cp_case(int N, int H, int KVH, int B) {
+  const int D = 8, n_chunks = 2 * N;
   const int64_t c = 5, T = n_chunks * c, HD = (int64_t)H * D,
                 KD = (int64_t)KVH * D;
   tr_tensor_t raw_q, raw_k, v, dout, q, k, of, lf, dqf, dkf, dvf, dks, dvs;
@@ -1403,10 +1403,13 @@ static void cp_case(int N, int H, int KVH) {
 }
 
 START_TEST(test_cp_attention_headtail) {
-  cp_case(2, 2, 2); /* GPT-2's layout: as many kv heads as heads */
-  cp_case(4, 2, 2);
-  cp_case(2, 4, 2); /* Llama's grouped-query heads */
-  cp_case(4, 4, 1);
+  cp_case(2, 2, 2, 2); /* GPT-2's layout: as many kv heads as heads */
+  cp_case(4, 2, 2, 2);
+  cp_case(2, 4, 2, 2); /* Llama's grouped-query heads */
+  cp_case(4, 4, 1, 2);
+  /* one sequence: the gradient chunks are contiguous, written in place */
+  cp_case(2, 4, 2, 1);
+  cp_case(4, 2, 2, 1);
 }
 END_TEST
 
@@ -1475,8 +1478,8 @@ static void cp_local(tr_tensor_t* dst, const tr_tensor_t* x, const int ch[2],
  * H == KVH q, k, v (and dq, dk, dv) are strided views of one fused
  * [B, 2c, 3 H D] tensor, as GPT-2's c_attn leaves them. */
 static void cp_ring_case(tr_pg_t* pg, tr_cp_rotate_t rot, int H, int KVH,
-                         int masked) {
-  const int B = 2, D = 8, n = tr_pg_size(pg), r = tr_pg_rank(pg);
+                         int masked, int B) {
+  const int D = 8, n = tr_pg_size(pg), r = tr_pg_rank(pg);
   const int64_t c = 6, T = 2 * n * c, HD = (int64_t)H * D,
                 KD = (int64_t)KVH * D;
   cp_rng = 17; /* every rank draws the same sequence */
@@ -1563,11 +1566,16 @@ static void cp_ring_case(tr_pg_t* pg, tr_cp_rotate_t rot, int H, int KVH,
 static void body_cp_ring(tr_pg_t* world, pg_ctx_t* ctx) {
   (void)ctx;
   static const int heads[2][2] = {{2, 2}, {4, 2}}; /* GPT-2's, GQA */
-  for (int rot = 0; rot < 2; rot++)
+  for (int rot = 0; rot < 2; rot++) {
     for (int h = 0; h < 2; h++)
       for (int masked = 0; masked < 2; masked++)
         cp_ring_case(world, (tr_cp_rotate_t)rot, heads[h][0], heads[h][1],
-                     masked);
+                     masked, 2);
+    /* one sequence: GQA's separate q, k, v have contiguous gradient chunks
+     * (written in place), GPT-2's fused ones strided (through scratch) */
+    cp_ring_case(world, (tr_cp_rotate_t)rot, 4, 2, 0, 1);
+    cp_ring_case(world, (tr_cp_rotate_t)rot, 2, 2, 1, 1);
+  }
 }
 
 START_TEST(test_cp_ring) { run(_i ? 4 : 2, body_cp_ring); }

@@ -1735,6 +1735,12 @@ START_TEST(test_attention_cudnn) {
   run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 128, 4, 4, 64, 0);
   run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 1, 77, 4, 1, 128, 1);
   run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 96, 4, 2, 32, 1);
+  /* [debug] deterministic: the backward graph that writes dQ directly
+   * (the default above sums it with atomics) */
+  tr_kern_cuda_set_deterministic(1, 0);
+  run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 200, 8, 2, 64, 1);
+  run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 1, 77, 4, 1, 128, 1);
+  tr_kern_cuda_set_deterministic(0, 0);
 }
 END_TEST
 

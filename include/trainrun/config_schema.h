@@ -526,9 +526,11 @@
   X(debug, deterministic, BOOL, "false", 0, 0, NULL,                           \
     "Use only deterministic kernels, so runs repeat bit for bit. On the CPU "  \
     "this holds already (fixed reduction orders, no atomics) and the run "     \
-    "says so; on GPUs cuDNN's attention backward without a deterministic "     \
-    "engine is declined for the flash/SIMT one (cuBLAS is deterministic as "   \
-    "trainrun uses it).")                                                      \
+    "says so; on GPUs cuDNN's attention backward writes dQ directly instead "  \
+    "of summing it with fp32 atomics (the default, as PyTorch's), and a "      \
+    "shape no such engine takes (or whose workspace, B x H x T^2 bf16, would " \
+    "take over a quarter of the free memory) runs the flash/SIMT backward "    \
+    "(cuBLAS is deterministic as trainrun uses it).")                          \
   X(debug, deterministic_warn_only, BOOL, "false", 0, 0, NULL,                 \
     "Under deterministic on GPUs: run cuDNN's atomic attention backward "      \
     "with a warning instead of declining it. Without deterministic it logs "   \

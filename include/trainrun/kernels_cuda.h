@@ -283,11 +283,14 @@ tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void);
 
 /* [debug] deterministic (process-wide; set before the first kernel):
  * refuse the kernels whose results are not bit-reproducible. The one such
- * choice is cuDNN's attention backward when no engine writes dQ directly
- * (its dQ then sums through fp32 atomics): with on, that shape is declined
- * and the deterministic flash/SIMT backward runs; with warn_only as well,
- * the atomic graph runs with a warning (as without on). cuBLAS(Lt) matmuls
- * are deterministic already: one stream and one workspace per handle, no
+ * choice is cuDNN's attention backward, which by default sums dQ through
+ * fp32 atomics (as PyTorch's flash and cuDNN backward do): with on, it
+ * runs the graph that writes dQ directly, and a shape no engine of that
+ * graph takes (or whose every engine wants a workspace above a quarter of
+ * the free memory: they keep dS, B H T^2 bf16) is declined and the
+ * deterministic flash/SIMT backward runs; with warn_only as well, the
+ * atomic graph runs there with a warning. cuBLAS(Lt) matmuls are
+ * deterministic already: one stream and one workspace per handle, no
  * atomics mode. */
 void tr_kern_cuda_set_deterministic(int on, int warn_only);
 

@@ -27,11 +27,15 @@
 // max + log(sum(exp(S - max)))). So a cuDNN forward may feed the flash or
 // SIMT backward and the other way round.
 //
-// The backward first asks for the graph that writes dQ directly (the one
-// cudnn-frontend uses for its deterministic algorithm on Hopper) and skips
-// engines noted non-deterministic; when none finalizes, it takes the graph
-// whose dQ goes through an fp32 accumulator in the workspace (atomics: not
-// bit-reproducible), with a warning.
+// The backward has two graphs: one whose dQ goes through an fp32
+// accumulator in the workspace (atomics: not bit-reproducible; the default,
+// as PyTorch's flash and cuDNN backward), and one that writes dQ directly
+// (the one cudnn-frontend uses for its deterministic algorithm on Hopper;
+// engines noted non-deterministic skipped), first under [debug]
+// deterministic. The direct graph's engines keep dS in the workspace, B H
+// T^2 bf16 (16 GiB at T = 16384, 105 GB for a 28672-row chunk): any
+// engine config whose workspace would take more than a quarter of the
+// free device memory is passed over, and a graph with none left declines.
 //
 // Execution plans are built once per (device, direction, shape, strides)
 // and cached; a shape cuDNN declines is remembered, warned about once, and
@@ -274,6 +278,8 @@ static void gb_reshape(gb_t* g, cudnnBackendDescriptor_t x,
 
 typedef struct {
   int dev, bwd, causal;  // causal 0: full attention (no mask)
+  int det;               // bwd: tr__cuda_deterministic() at build (the
+                         // graph order depends on it)
   int B, T, H, KVH, D;
   int64_t qs, kvs, dqs, dkvs;
 } akey_t;
@@ -340,10 +346,10 @@ static bool cfg_nondeterministic(cudnnBackendDescriptor_t cfg) {
 // finalizes: *plan and *cfg (owned by the caller) and its workspace size.
 // Returns a cuDNN status; *why names what failed.
 static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
-                                     bool want_deterministic,
+                                     bool want_deterministic, int64_t max_ws,
                                      cudnnBackendDescriptor_t* plan,
-                                     cudnnBackendDescriptor_t* cfg,
-                                     int64_t* ws, const char** why) {
+                                     cudnnBackendDescriptor_t* cfg, int64_t* ws,
+                                     const char** why) {
   *plan = NULL;
   *cfg = NULL;
   cudnnBackendDescriptor_t graph =
@@ -420,7 +426,22 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
       if (st == CUDNN_STATUS_SUCCESS)
         st = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                       CUDNN_TYPE_INT64, 1, &n, &bytes);
+      if (st == CUDNN_STATUS_SUCCESS && bytes > max_ws) {
+        TR_LOG_DEBUG(KERN,
+                     "cuDNN attention: heuristics %d config %lld skipped: "
+                     "workspace %lld bytes, above %lld",
+                     m, (long long)i, (long long)bytes, (long long)max_ws);
+        *why =
+            "each engine config that finalized wants a workspace above "
+            "a quarter of the free device memory";
+        cudnnBackendDestroyDescriptor(p);
+        continue;
+      }
       if (st == CUDNN_STATUS_SUCCESS) {
+        TR_LOG_DEBUG(KERN,
+                     "cuDNN attention: heuristics %d config %lld finalized, "
+                     "workspace %lld bytes",
+                     m, (long long)i, (long long)bytes);
         *plan = p;
         *cfg = cfgs[i];
         cfgs[i] = NULL;
@@ -669,8 +690,26 @@ static int plan_build(const akey_t* k, aplan_t** out) {
   p->key = *k;
   const char* why = "";
   cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
-  // debug.deterministic without warn_only: no atomic dQ graph
-  int tries = !k->bwd ? 1 : tr__cuda_deterministic() == 1 ? 1 : 2;
+  // The backward's two graphs, in order: without debug.deterministic the
+  // atomic dQ graph first (an fp32 accumulator of O(T) bytes), then the
+  // direct one; with it the direct graph first (bit-reproducible, but its
+  // engines keep dS in a workspace of B H T^2 bf16: 16 GiB at T = 16384)
+  // and the atomic one only with warn_only.
+  int det = k->det;
+  int tries = !k->bwd ? 1 : det == 1 ? 1 : 2;
+  // Some engine configs want a workspace that grows with T^2 (seen with
+  // the full graph of long context-parallel chunks: a 105 GB request at
+  // 28672 rows); such a config is passed over when it would take more
+  // than a quarter of the device memory free now, and when every one
+  // would, cuDNN declines (the flash kernel runs the shape).
+  size_t free_b = 0, total_b = 0;
+  int64_t max_ws = INT64_MAX;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    max_ws = (int64_t)(free_b / 4) > ((int64_t)1 << 28) ? (int64_t)(free_b / 4)
+                                                        : ((int64_t)1 << 28);
+  else
+    (void)cudaGetLastError();
+  const char* why_direct = ""; /* why the direct-dQ graph got no plan */
   for (int t = 0; t < tries && !p->plan; t++) {
     gb_t* g = (gb_t*)calloc(1, sizeof *g);
     if (!g) {
@@ -678,26 +717,36 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       return TR_ENOMEM;
     }
     g->next_uid = UID_VIRTUAL;
-    bool direct = k->bwd && t == 0;
+    bool direct = k->bwd && (det ? t == 0 : t == 1);
     if (k->bwd)
       graph_bwd(g, k, direct);
     else
       graph_fwd(g, k);
-    st = plan_from_graph(g, h, direct, &p->plan, &p->cfg, &p->ws, &why);
+    st = plan_from_graph(g, h, direct, max_ws, &p->plan, &p->cfg, &p->ws, &why);
     if (!p->plan) {
+      if (direct) why_direct = why;
       gb_release(g);
       free(g);
     } else {
       p->graph = g;
       p->supported = 1;
       p->direct_dq = direct;
-      if (k->bwd && !direct) {
+      if (p->ws > ((int64_t)1 << 28)) {
         char d[128];
         key_desc(k, d, sizeof d);
         TR_LOG_WARN(KERN,
-                    "cuDNN attention %s: no deterministic engine, using the "
-                    "atomic dQ graph (results not bit-reproducible%s)",
-                    d,
+                    "cuDNN attention %s: its plan takes a %.2f GiB "
+                    "workspace at each call",
+                    d, (double)p->ws / (double)((int64_t)1 << 30));
+      }
+      if (k->bwd && !direct && det) {
+        char d[128];
+        key_desc(k, d, sizeof d);
+        TR_LOG_WARN(KERN,
+                    "cuDNN attention %s: no deterministic engine (%s), "
+                    "using the atomic dQ graph (results not "
+                    "bit-reproducible%s)",
+                    d, why_direct,
                     tr__cuda_deterministic()
                         ? "; debug.deterministic_warn_only allows it"
                         : "");
@@ -868,6 +917,7 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
   memset(&key, 0, sizeof key);
   TR_CHECK(tr__cuda_device(&key.dev));
   key.bwd = 1;
+  key.det = tr__cuda_deterministic();
   key.causal = causal != 0;
   key.B = B;
   key.T = T;

@@ -15,7 +15,8 @@
 #      kernel) against one GPU in bf16. For each pair it prints the
 #      largest relative difference of the loss and of the grad norm over
 #      the 20 steps (metrics.jsonl) and checks it against CP_TOL (1e-4)
-#      in fp32 and CP_TOL_BF16 (2e-2) in bf16.
+#      in fp32 and CP_TOL_BF16 (2e-2) in bf16; then fp32 again at one
+#      sequence a step (each gradient chunk contiguous: written in place).
 #
 #   tests/gpu/cp.sh TRAINRUN OUTDIR [KERNELS_DIR]
 #
@@ -105,6 +106,18 @@ else
 fi
 if run one16 1 bfloat16; then
   run cp2_16 2 bfloat16 $CP2 && compare cp2_16 one16 "$tol16" || fail=1
+else
+  fail=1
+fi
+# One sequence a step: a chunk of a gradient is then contiguous and the
+# ring's pairs write it in place (B 2 above goes through scratch copies).
+B1="--training.global_batch_size 1 --training.local_batch_size 1"
+echo "== training: the same at one sequence a step"
+if run one_b1 1 float32 $B1; then
+  run cp2_b1 2 float32 $CP2 $B1 && compare cp2_b1 one_b1 "$tol" || fail=1
+  run cp2_a2a_b1 2 float32 $CP2 $B1 \
+    --parallelism.context_parallel_rotate_method alltoall &&
+    compare cp2_a2a_b1 one_b1 "$tol" || fail=1
 else
   fail=1
 fi
