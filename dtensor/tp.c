@@ -395,13 +395,31 @@ static int collective(tr_pg_t* pg, tr_tp_comm_t* c, tr_tp_op_t op,
  * no host wait).
  *
  * Layout: activations are batch-major [B, T, W], so rank j's chunk of the
- * sequence is B runs of [T/tp, W] rows, contiguous each. The gather sends
- * and receives those runs straight into the gathered [B, T, W] tensor (B
- * sends and B receives a step, no staging copy and no reorder after, the
- * tensor the backward keeps), and the callback runs one GEMM per run on
- * [1, T/tp, W] views (B GEMMs of T/tp rows each instead of one of B T:
- * smaller GEMMs, no copies). The scatter's partial sums are contiguous
- * [B, T/tp, W] buffers, one transfer a step. */
+ * sequence is B runs of [T/tp, W] rows at a batch stride of T W. Each ring
+ * step moves ONE contiguous [B, T/tp, W] buffer (one send and one receive)
+ * and runs the callback ONCE on it, whose GEMMs read or write the runs of
+ * the batch-major tensors as one batch-strided [B, T/tp, W] view (one
+ * strided-batched GEMM a linear on CUDA: tr_kern_linear_fwd's
+ * batch-strided views). Why this and not per-run transfers and GEMMs (the
+ * first version: B sends and B receives a step, B GEMMs of T/tp rows a
+ * linear; at Llama 1B B8 TP 2 16 GEMMs of 1024 rows where blocking TP runs
+ * one of 16384, and no faster than blocking on 2 H200s): the transfer
+ * count and the GEMM count are then those of one chunk, whatever B.
+ * Nor a chunk-major layout through the layer ([tp, B, T/tp, W]): the
+ * column-parallel outputs (q, k, v, gate, up) and the tensors the backward
+ * keeps must stay batch-major (attention, RoPE and the weight gradients
+ * read them so), so every output would need a reorder copy; with the
+ * batch stride in the GEMM only the gathered input is reordered.
+ * The gather receives each chunk into a staging buffer (two, reused:
+ * 2/tp of the gathered tensor at tp >= 3, 1/2 at tp 2) and copies it into
+ * the gathered batch-major tensor after its GEMMs (the tensor the weight
+ * gradients and the backward read): (tp - 1)/tp of the gathered tensor is
+ * read and written once more than by the blocking all-gather (at Llama 1B
+ * B8 x T2048, W 2048 bf16, TP 2: 32 MiB each way a gather, 4 gathers a
+ * layer). The scatter's partial sums are computed straight into
+ * contiguous [B, T/tp, W] buffers, which travel as they are. On NCCL a
+ * buffer received into again is safe: the group's stream waits for the
+ * compute stream (its earlier GEMMs and copy) before each transfer. */
 
 /* The compute waits for a ring step's transfers: through c's waits (timed
  * while measuring; on CUDA a stream wait, the handle held), or without c
@@ -417,86 +435,67 @@ static int ring_wait(tr_tp_comm_t* c, tr_pg_work_t* w, int cuda,
   return rc;
 }
 
-/* Batch row b's rows [t0, t0 + n) of t [B, *, W]: a contiguous [1, n, W]
- * view in *v. */
-static int run_view(tr_tensor_t* v, const tr_tensor_t* t, int64_t b, int64_t t0,
-                    int64_t n) {
-  TR_CHECK(tr_tensor_narrow(v, t, 0, b, 1));
-  return tr_tensor_narrow(v, v, 1, t0, n);
-}
-
-/* One ring step's transfers as one coalesced group: the runs of rows
- * [s0, s0 + n) of every batch row of snd to the next rank and those of
- * [r0, r0 + n) of rcv from the previous one (tags: the batch row). */
-static int ring_start(tr_pg_t* pg, const tr_tensor_t* snd, int64_t s0,
-                      tr_tensor_t* rcv, int64_t r0, int64_t n,
+/* One ring step's transfers as one coalesced group: snd to the next rank,
+ * rcv from the previous one (both contiguous). */
+static int ring_start(tr_pg_t* pg, const tr_tensor_t* snd, tr_tensor_t* rcv,
                       tr_pg_work_t** w) {
   int k = tr_pg_size(pg), r = tr_pg_rank(pg);
-  int64_t B = snd->shape[0];
   *w = NULL;
   TR_CHECK(tr_pg_coalesce_begin(pg));
-  int rc = 0;
-  for (int64_t b = 0; b < B && rc == 0; b++) {
-    tr_tensor_t v = {0};
-    rc = run_view(&v, snd, b, s0, n);
-    if (rc == 0) rc = tr_pg_send(pg, &v, (r + 1) % k, (int)b, NULL);
-    tr_tensor_release(&v); /* the op holds its own reference */
-  }
-  for (int64_t b = 0; b < B && rc == 0; b++) {
-    tr_tensor_t v = {0};
-    rc = run_view(&v, rcv, b, r0, n);
-    if (rc == 0) rc = tr_pg_recv(pg, &v, (r + k - 1) % k, (int)b, NULL);
-    tr_tensor_release(&v);
-  }
+  int rc = tr_pg_send(pg, snd, (r + 1) % k, 0, NULL);
+  if (rc == 0) rc = tr_pg_recv(pg, rcv, (r + k - 1) % k, 0, NULL);
   int rc2 = tr_pg_coalesce_end(pg, w);
   return rc < 0 ? rc : rc2;
 }
 
-/* The callback on every batch row's run of rows [t0, t0 + n) of src (src
- * rows [s0, s0 + n)). */
-static int ring_compute(tr_tp_chunk_fn fn, void* ctx, tr_tensor_t* src,
-                        int64_t s0, int64_t t0, int64_t n) {
-  for (int64_t b = 0; b < src->shape[0]; b++) {
-    tr_tensor_t part = {0};
-    int rc = run_view(&part, src, b, s0, n);
-    if (rc == 0) rc = fn(ctx, b, t0, n, &part);
-    tr_tensor_release(&part);
-    if (rc < 0) return rc;
-  }
-  return 0;
-}
-
-/* t [B, n, W] -> [B, k n, W]; step s computes on chunk r - s (held) while
- * it goes to r + 1 and chunk r - s - 1 comes from r - 1. */
-static int ring_gather(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
-                       tr_tp_chunk_fn fn, void* ctx) {
-  int k = tr_pg_size(pg), r = tr_pg_rank(pg);
-  if (t->ndim != 3) return TR_ESHAPE;
-  int64_t B = t->shape[0], n = t->shape[1];
-  int64_t shape[3] = {B, n * k, t->shape[2]};
-  int cuda = t->device.type == TR_DEV_CUDA;
-  tr_tensor_t out = {0};
-  TR_CHECK(tr_tensor_empty(&out, t->dtype, t->device, 3, shape));
+/* chunk [B, n, W] (contiguous) into rows [t0, t0 + n) of every sequence of
+ * out [B, T, W]: one copy a batch row (device copies are contiguous). */
+static int place(tr_tensor_t* out, int64_t t0, const tr_tensor_t* chunk) {
+  int64_t n = chunk->shape[1];
   int rc = 0;
-  for (int64_t b = 0; b < B && rc == 0; b++) { /* this rank's rows */
+  for (int64_t b = 0; b < chunk->shape[0] && rc == 0; b++) {
     tr_tensor_t dst = {0}, src = {0};
-    rc = run_view(&dst, &out, b, (int64_t)r * n, n);
-    if (rc == 0) rc = tr_tensor_narrow(&src, t, 0, b, 1);
+    rc = tr_tensor_narrow(&dst, out, 0, b, 1);
+    if (rc == 0) rc = tr_tensor_narrow(&dst, &dst, 1, t0, n);
+    if (rc == 0) rc = tr_tensor_narrow(&src, chunk, 0, b, 1);
     if (rc == 0) rc = tr_tensor_copy(&dst, &src);
     tr_tensor_release(&dst);
     tr_tensor_release(&src);
   }
+  return rc;
+}
+
+/* t [B, n, W] -> [B, k n, W]; step s computes on chunk r - s (held: t
+ * itself, then a staging buffer) while it goes to r + 1 and chunk r - s - 1
+ * comes from r - 1 into the other buffer; the held chunk is then copied
+ * into the gathered tensor. */
+static int ring_gather(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
+                       tr_tp_chunk_fn fn, void* ctx) {
+  int k = tr_pg_size(pg), r = tr_pg_rank(pg);
+  if (t->ndim != 3 || !tr_tensor_is_contiguous(t)) return TR_ESHAPE;
+  int64_t B = t->shape[0], n = t->shape[1];
+  int64_t shape[3] = {B, n * k, t->shape[2]};
+  int cuda = t->device.type == TR_DEV_CUDA;
+  tr_tensor_t out = {0}, buf[2] = {{0}};
+  TR_CHECK(tr_tensor_empty(&out, t->dtype, t->device, 3, shape));
+  int rc = 0;
+  for (int i = 0; i < 2 && i < k - 1 && rc == 0; i++) /* k 2: one */
+    rc = tr_tensor_empty(&buf[i], t->dtype, t->device, 3, t->shape);
+  if (rc == 0) rc = place(&out, (int64_t)r * n, t); /* this rank's rows */
   for (int s = 0; s < k && rc == 0; s++) {
     int64_t held = (int64_t)((r - s + k) % k) * n;
-    int64_t next = (int64_t)((r - s - 1 + 2 * k) % k) * n;
+    tr_tensor_t* src = s == 0 ? t : &buf[(s - 1) % 2];
     tr_pg_work_t* w = NULL;
-    if (s < k - 1) rc = ring_start(pg, &out, held, &out, next, n, &w);
-    if (rc == 0) rc = ring_compute(fn, ctx, &out, held, held, n);
+    if (s < k - 1) rc = ring_start(pg, src, &buf[s % 2], &w);
+    if (rc == 0) rc = fn(ctx, held, n, src);
+    if (rc == 0 && s > 0) rc = place(&out, held, src);
     int wrc = ring_wait(c, w, cuda, "all-gather ring step");
     if (rc == 0) rc = wrc;
   }
   if (rc == 0) take(t, &out);
   tr_tensor_release(&out);
+  tr_tensor_release(&buf[0]);
+  tr_tensor_release(&buf[1]);
   return rc;
 }
 
@@ -519,8 +518,8 @@ static int ring_scatter(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
     int64_t t0 = (int64_t)((r - 1 - s + 2 * k) % k) * n;
     tr_tensor_t* dst = s == k - 1 ? t : &acc[s % 2];
     tr_pg_work_t* w = NULL;
-    if (s > 0) rc = ring_start(pg, &acc[(s - 1) % 2], 0, &in, 0, n, &w);
-    if (rc == 0) rc = ring_compute(fn, ctx, dst, 0, t0, n);
+    if (s > 0) rc = ring_start(pg, &acc[(s - 1) % 2], &in, &w);
+    if (rc == 0) rc = fn(ctx, t0, n, dst);
     int wrc = ring_wait(c, w, cuda, "reduce-scatter ring step");
     if (rc == 0) rc = wrc;
     if (rc == 0 && s > 0) rc = tr_kern_add(dst, dst, &in);

@@ -272,13 +272,12 @@ static int async_tp(const tr_model_t* m) {
   return m->tp.overlap && tr__tp_sp(m);
 }
 
-/* Batch row b's rows [t0, t0 + n) of t as a [1, n, W] view (t NULL:
+/* Rows [t0, t0 + n) of every sequence of t [B, T, W]: a batch-strided
+ * [B, n, W] view, one operand of a single linear over the chunk (t NULL:
  * nothing) */
-static int rows_of(tr_tensor_t* v, const tr_tensor_t* t, int64_t b, int64_t t0,
+static int rows_of(tr_tensor_t* v, const tr_tensor_t* t, int64_t t0,
                    int64_t n) {
-  if (!t) return 0;
-  TR_CHECK(tr_tensor_narrow(v, t, 0, b, 1));
-  return tr_tensor_narrow(v, v, 1, t0, n);
+  return t ? tr_tensor_narrow(v, t, 1, t0, n) : 0;
 }
 
 /* One lin on whole tensors or on row views: out (or *o), x (or *x_in);
@@ -302,16 +301,18 @@ static int lin_run(const tr__lin_t* l, tr_tensor_t* out, const tr_tensor_t* x,
   return TR_EINVAL;
 }
 
-/* One lin on batch row b's rows [t0, t0 + n): part is its x (out NULL:
- * the column side) or its out (the row side). */
-static int lin_rows(const tr__lin_t* l, tr_tensor_t* part, int64_t b,
-                    int64_t t0, int64_t n, int accumulate) {
+/* One lin on rows [t0, t0 + n) of every sequence, one kernel call (on
+ * CUDA one strided-batched GEMM): part, contiguous [B, n, W], is its x
+ * (out NULL: the column side) or its out (the row side); the other
+ * operands are batch-strided views of the lin's [B, T, *] tensors. */
+static int lin_rows(const tr__lin_t* l, tr_tensor_t* part, int64_t t0,
+                    int64_t n, int accumulate) {
   tr_tensor_t o = {0}, x = {0}, pre = {0}, inp = {0};
   int col = l->x == NULL;
-  int rc = rows_of(&o, col ? l->out : NULL, b, t0, n);
-  if (rc == 0) rc = rows_of(&x, col ? NULL : l->x, b, t0, n);
-  if (rc == 0) rc = rows_of(&pre, l->pre, b, t0, n);
-  if (rc == 0) rc = rows_of(&inp, l->inp, b, t0, n);
+  int rc = rows_of(&o, col ? l->out : NULL, t0, n);
+  if (rc == 0) rc = rows_of(&x, col ? NULL : l->x, t0, n);
+  if (rc == 0) rc = rows_of(&pre, l->pre, t0, n);
+  if (rc == 0) rc = rows_of(&inp, l->inp, t0, n);
   if (rc == 0)
     rc = lin_run(l, col ? &o : part, col ? part : &x, l->pre ? &pre : NULL,
                  l->inp ? &inp : NULL, accumulate, 0);
@@ -341,20 +342,18 @@ typedef struct {
 } lin_chunk_t;
 
 /* The column side's chunk: every lin on the gathered rows part. */
-static int col_chunk(void* ctx, int64_t b, int64_t t0, int64_t n,
-                     tr_tensor_t* part) {
+static int col_chunk(void* ctx, int64_t t0, int64_t n, tr_tensor_t* part) {
   const lin_chunk_t* c = ctx;
   for (int i = 0; i < c->n; i++)
-    TR_CHECK(lin_rows(&c->lins[i], part, b, t0, n, 0));
+    TR_CHECK(lin_rows(&c->lins[i], part, t0, n, 0));
   return 0;
 }
 
 /* The row side's chunk: the lins' sum into part. */
-static int row_chunk(void* ctx, int64_t b, int64_t t0, int64_t n,
-                     tr_tensor_t* part) {
+static int row_chunk(void* ctx, int64_t t0, int64_t n, tr_tensor_t* part) {
   const lin_chunk_t* c = ctx;
   for (int i = 0; i < c->n; i++)
-    TR_CHECK(lin_rows(&c->lins[i], part, b, t0, n, i > 0));
+    TR_CHECK(lin_rows(&c->lins[i], part, t0, n, i > 0));
   return 0;
 }
 

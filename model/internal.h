@@ -180,7 +180,8 @@ int tr__row_linear_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* inp,
 
 /* A linear layer's GEMM on [B, T, *] tensors for the helpers below, which
  * run it whole or, under async tensor parallel (tr_model_tp_t.overlap),
- * one sequence chunk of one batch row at a time, on [1, T/tp, *] views. */
+ * one sequence chunk at a time: one kernel call on the chunk's rows of all
+ * B sequences ([B, T/tp, *] batch-strided views). */
 typedef enum {
   TR__LIN_FWD = 0,       /* out = x w^T + bias (tr_kern_linear_fwd) */
   TR__LIN_FWD_GELU = 1,  /* pre = x w^T + bias, out = gelu(pre)

@@ -2,12 +2,14 @@
  * (dtensor/tp.c, tr_model_tp_t.overlap in trainrun/model.h) on 2 and 4
  * forked Gloo ranks, against the blocking collectives of the same hook:
  *   - the all-gather ring with a linear layer on each chunk (a batch of 3
- *     sequences, so each rank's chunk is 3 strided runs) gives the
- *     blocking all-gather's tensor byte for byte and the linear's output
- *     on the gathered tensor byte for byte, every (batch row, chunk)
- *     computed once, each in its rows of the sequence;
+ *     sequences, so each rank's rows are 3 strided runs of the gathered
+ *     tensor) gives the blocking all-gather's tensor byte for byte and the
+ *     linear's output on the gathered tensor byte for byte, every chunk
+ *     computed once as one contiguous [B, T/tp, W] part and one linear
+ *     call on the batch-strided view of its rows of every sequence;
  *   - the reduce-scatter ring with each rank's partial linear outputs
- *     computed chunk by chunk gives the blocking reduce-scatter of the
+ *     computed chunk by chunk (one call a chunk, its input a batch-strided
+ *     view) gives the blocking reduce-scatter of the
  *     whole partial output: byte for byte on 2 ranks (a sum of two is the
  *     same either way), within 1e-6 relative on 4 (summed in ring order);
  *   - both again through a timed tr_tp_comm_t (the waits of
@@ -54,45 +56,45 @@ typedef struct {
   const tr_tensor_t* w;
   tr_tensor_t* out;       /* gather: the linear's output [B, T, OC] */
   const tr_tensor_t* inp; /* scatter: the partial's input [B, T, IC] */
-  int seen[B][4];         /* calls per (batch row, chunk) */
+  int seen[4];            /* calls per chunk */
   int64_t tl;
 } chunk_ctx_t;
 
-static int rows(tr_tensor_t* v, const tr_tensor_t* t, int64_t b, int64_t t0,
-                int64_t n) {
-  TR_CHECK(tr_tensor_narrow(v, t, 0, b, 1));
-  return tr_tensor_narrow(v, v, 1, t0, n);
+/* part must be a contiguous [B, n, *] */
+static void whole_chunk(const tr_tensor_t* part, int64_t n) {
+  PCHECK(part->ndim == 3 && part->shape[0] == B && part->shape[1] == n &&
+         tr_tensor_is_contiguous(part));
 }
 
-/* gather side: part is the gathered input rows; out's rows = part w^T */
-static int gather_chunk(void* arg, int64_t b, int64_t t0, int64_t n,
-                        tr_tensor_t* part) {
+/* gather side: part is the gathered input rows; out's rows = part w^T,
+ * written through the batch-strided view of those rows */
+static int gather_chunk(void* arg, int64_t t0, int64_t n, tr_tensor_t* part) {
   chunk_ctx_t* c = arg;
   tr_tensor_t o = {0};
-  PCHECK(n == c->tl && t0 % n == 0 && part->shape[1] == n);
-  c->seen[b][t0 / n]++;
-  int rc = rows(&o, c->out, b, t0, n);
+  PCHECK(n == c->tl && t0 % n == 0);
+  whole_chunk(part, n);
+  c->seen[t0 / n]++;
+  int rc = tr_tensor_narrow(&o, c->out, 1, t0, n);
   if (rc == 0) rc = tr_kern_linear_fwd(&o, part, c->w, NULL);
   tr_tensor_release(&o);
   return rc;
 }
 
 /* scatter side: part = inp's rows w^T */
-static int scatter_chunk(void* arg, int64_t b, int64_t t0, int64_t n,
-                         tr_tensor_t* part) {
+static int scatter_chunk(void* arg, int64_t t0, int64_t n, tr_tensor_t* part) {
   chunk_ctx_t* c = arg;
   tr_tensor_t x = {0};
-  PCHECK(n == c->tl && t0 % n == 0 && part->shape[1] == n);
-  c->seen[b][t0 / n]++;
-  int rc = rows(&x, c->inp, b, t0, n);
+  PCHECK(n == c->tl && t0 % n == 0);
+  whole_chunk(part, n);
+  c->seen[t0 / n]++;
+  int rc = tr_tensor_narrow(&x, c->inp, 1, t0, n);
   if (rc == 0) rc = tr_kern_linear_fwd(part, &x, c->w, NULL);
   tr_tensor_release(&x);
   return rc;
 }
 
 static void seen_once(const chunk_ctx_t* c, int k) {
-  for (int b = 0; b < B; b++)
-    for (int j = 0; j < k; j++) PCHECK(c->seen[b][j] == 1);
+  for (int j = 0; j < k; j++) PCHECK(c->seen[j] == 1);
 }
 
 /* max |a - b| / max(|b|, 1e-3) over the elements; -1 when shapes differ */

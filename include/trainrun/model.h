@@ -420,18 +420,22 @@ typedef struct {
  * moves them around the ring (rank r sends to r + 1, receives from r - 1)
  * while the callback computes on the chunk it holds, so the GEMM of one
  * chunk runs while the next travels:
- *   TR_TP_GATHER   t [B, T/tp, W] becomes [B, T, W] as for fn; chunk(ctx,
- *                  b, t0, n, part) is called once per batch row b and per
- *                  rank's rows [t0, t0 + n) (n = T/tp, this rank's first,
- *                  then r - 1, r - 2, ...) once they are in place, part
- *                  the [1, n, W] view of those rows of the gathered tensor
+ *   TR_TP_GATHER   t [B, T/tp, W] (contiguous) becomes [B, T, W] as for
+ *                  fn; chunk(ctx, t0, n, part) is called once per rank's
+ *                  rows [t0, t0 + n) of every sequence (n = T/tp, this
+ *                  rank's first, then r - 1, r - 2, ...) once they are
+ *                  here, part a contiguous [B, n, W] tensor holding them
+ *                  (they are copied into the gathered tensor after)
  *   TR_TP_SCATTER  t is this rank's [B, T/tp, W] (allocated), set to its
  *                  rows of the sum over tp of what the callbacks write:
- *                  chunk(ctx, b, t0, n, part) is called once per batch row
- *                  and per rank's rows, part a [1, n, W] buffer the
- *                  callback OVERWRITES with this rank's partial sums of
+ *                  chunk(ctx, t0, n, part) is called once per rank's rows
+ *                  of every sequence, part a contiguous [B, n, W] buffer
+ *                  the callback OVERWRITES with this rank's partial sums of
  *                  those rows; each rank adds what it receives to its own
  *                  and passes the sum on, the rows' owner last
+ * One transfer each way a ring step, one callback: its GEMMs run once over
+ * the B sequences' rows (batch-strided views of the [B, T, *] tensors,
+ * trainrun/kernels.h).
  * The sums of a SCATTER over more than 2 ranks are added in ring order, not
  * in the order of the blocking reduce-scatter (a last-bit difference). */
 typedef enum {
@@ -454,7 +458,7 @@ typedef enum {
 } tr_tp_op_t;
 /* An async op's computation on one chunk of rows (see tr_model_tp_t): a
  * negative return stops the op and is returned by it. */
-typedef int (*tr_tp_chunk_fn)(void* ctx, int64_t b, int64_t t0, int64_t n,
+typedef int (*tr_tp_chunk_fn)(void* ctx, int64_t t0, int64_t n,
                               tr_tensor_t* part);
 typedef struct {
   int (*fn)(void* arg, tr_tp_point_t point, tr_tp_op_t op, tr_tensor_t* t);
