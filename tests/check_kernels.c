@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/lin_kinds.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/param.h"
@@ -1762,24 +1763,7 @@ static int sliced_call(tr_kern_lin_kind_t kind, int b, tr_tensor_t* out,
   seq_rows(&vx, x, b);
   seq_rows(&vd, dy, b);
   seq_rows(&vq, pre_in, b);
-  int rc = TR_EINVAL;
-  switch (kind) {
-    case TR_KERN_LIN_FWD:
-      rc = tr_kern_linear_fwd(&vo, &vx, w, bias);
-      break;
-    case TR_KERN_LIN_FWD_GELU:
-      rc = tr_kern_linear_gelu_fwd(&vo, &vp, &vx, w, bias);
-      break;
-    case TR_KERN_LIN_DINP:
-      rc = tr_kern_linear_bwd(&vo, NULL, NULL, &vd, &vx, w);
-      break;
-    case TR_KERN_LIN_DINP_WRITE:
-      rc = tr_kern_linear_bwd_write(&vo, NULL, NULL, &vd, &vx, w);
-      break;
-    case TR_KERN_LIN_DINP_DGELU:
-      rc = tr_kern_linear_dgelu_bwd(&vo, NULL, NULL, &vd, &vx, w, &vq);
-      break;
-  }
+  int rc = lk_call(kind, &vo, &vp, &vx, &vd, &vq, w, bias);
   tr_tensor_t* ts[] = {&vo, &vp, &vx, &vd, &vq};
   for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
     tr_tensor_release(ts[i]);

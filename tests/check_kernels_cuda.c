@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/lin_kinds.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/tensor.h"
@@ -946,24 +947,7 @@ static int sliced_linear(tr_kern_lin_kind_t kind, int64_t t0, int64_t n,
   ck_assert_int_eq(tr_tensor_narrow(&vx, x, 1, t0, n), 0);
   ck_assert_int_eq(tr_tensor_narrow(&vd, dy, 1, t0, n), 0);
   ck_assert_int_eq(tr_tensor_narrow(&vq, pre_in, 1, t0, n), 0);
-  int rc = TR_EINVAL;
-  switch (kind) {
-    case TR_KERN_LIN_FWD:
-      rc = tr_kern_linear_fwd(&vo, &vx, w, bias);
-      break;
-    case TR_KERN_LIN_FWD_GELU:
-      rc = tr_kern_linear_gelu_fwd(&vo, &vp, &vx, w, bias);
-      break;
-    case TR_KERN_LIN_DINP:
-      rc = tr_kern_linear_bwd(&vo, NULL, NULL, &vd, &vx, w);
-      break;
-    case TR_KERN_LIN_DINP_WRITE:
-      rc = tr_kern_linear_bwd_write(&vo, NULL, NULL, &vd, &vx, w);
-      break;
-    case TR_KERN_LIN_DINP_DGELU:
-      rc = tr_kern_linear_dgelu_bwd(&vo, NULL, NULL, &vd, &vx, w, &vq);
-      break;
-  }
+  int rc = lk_call(kind, &vo, &vp, &vx, &vd, &vq, w, bias);
   REL(&vo, &vp, &vx, &vd, &vq);
   return rc;
 }
