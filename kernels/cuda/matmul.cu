@@ -291,8 +291,16 @@ static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
                         cudaStream_t s);
 
 // A batched GEMM cuBLASLt has no strided-batch algorithm for: one GEMM a
-// batch, each on its operands' offsets.
+// batch, each on its operands' offsets (said once a process: a timing of
+// async tensor parallel then measures the per-batch GEMMs).
 static int gemm_per_batch(const tr_cuda_gemm_t* g, cudaStream_t s) {
+  static int warned;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    TR_LOG_WARN(KERN,
+                "no strided-batched cuBLASLt algorithm for a %s GEMM of %lld "
+                "batches M=%lld N=%lld K=%lld: one GEMM a batch",
+                tr_dtype_name(g->ab_type), (long long)g->batch,
+                (long long)g->M, (long long)g->N, (long long)g->K);
   size_t ab = tr_dtype_size(g->ab_type), cs = tr_dtype_size(g->c_type);
   for (int64_t b = 0; b < g->batch; b++) {
     tr_cuda_gemm_t one = *g;
