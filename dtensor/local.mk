@@ -25,6 +25,16 @@ tests_check_dtensor_LDADD = $(TEST_LIBS) -lm
 check_PROGRAMS += tests/check_tp
 TESTS += tests/check_tp
 tests_check_tp_SOURCES = tests/check_tp.c $(PG_TEST_SOURCES) \
-	tests/train_steps.c tests/train_steps.h
+	tests/train_steps.c tests/train_steps.h tests/fixtures.c \
+	tests/procs.c tests/procs.h
 tests_check_tp_CFLAGS = $(TEST_CFLAGS)
 tests_check_tp_LDADD = $(TEST_LIBS) -lm
+
+# Check suite: async tensor parallel's chunked all-gather and
+# reduce-scatter rings against the blocking collectives, on 2 and 4 forked
+# Gloo ranks.
+check_PROGRAMS += tests/check_tp_async
+TESTS += tests/check_tp_async
+tests_check_tp_async_SOURCES = tests/check_tp_async.c $(PG_TEST_SOURCES)
+tests_check_tp_async_CFLAGS = $(TEST_CFLAGS)
+tests_check_tp_async_LDADD = $(TEST_LIBS) -lm

@@ -171,14 +171,17 @@ int tr_tp_plan_describe(const tr_model_t* m, FILE* f) {
 void tr_tp_opts_init(tr_tp_opts_t* o) {
   o->sequence_parallel = 1;
   o->loss_parallel = 1;
+  o->async = 0;
   o->comm = NULL;
 }
 
-/* The timed hook's state ([metrics] comm_overlap). */
+/* The timed hook's state ([metrics] comm_overlap), or the waits of the
+ * async ring without timing. */
 struct tr_tp_comm {
   tr_pg_t* pg;
   tr_pg_waits_t waits;
-  int measure;   /* 0: the ops go uncounted (validation) */
+  int timed;     /* op timing on (comm_overlap) */
+  int measure;   /* 0: the ops go uncounted (validation, or untimed) */
   int64_t steps; /* tr_tp_comm_step_end calls since the take */
 };
 
@@ -187,20 +190,21 @@ struct tr_tp_comm {
  * longer lead would hold more activation-sized memory). */
 enum { COMM_LAG = 8 };
 
-int tr_tp_comm_new(tr_pg_t* tp, tr_tp_comm_t** out) {
+int tr_tp_comm_new(tr_pg_t* tp, int timed, tr_tp_comm_t** out) {
   *out = NULL;
   if (!tp) return TR_EINVAL;
   tr_tp_comm_t* c = calloc(1, sizeof *c);
   if (!c) return TR_ENOMEM;
   int rc = tr_pg_waits_init(&c->waits, COMM_LAG);
-  if (rc == 0 && (rc = tr_pg_set_op_timing(tp, 1)) < 0)
+  if (rc == 0 && timed && (rc = tr_pg_set_op_timing(tp, 1)) < 0)
     tr_pg_waits_release(&c->waits);
   if (rc < 0) {
     free(c);
     return rc;
   }
   c->pg = tp;
-  c->measure = 1;
+  c->timed = timed != 0;
+  c->measure = c->timed;
   *out = c;
   return 0;
 }
@@ -208,11 +212,13 @@ int tr_tp_comm_new(tr_pg_t* tp, tr_tp_comm_t** out) {
 void tr_tp_comm_free(tr_tp_comm_t* c) {
   if (!c) return;
   tr_pg_waits_release(&c->waits);
-  tr_pg_set_op_timing(c->pg, 0); /* the group outlives c */
+  if (c->timed) tr_pg_set_op_timing(c->pg, 0); /* the group outlives c */
   free(c);
 }
 
-void tr_tp_comm_measure(tr_tp_comm_t* c, int on) { c->measure = on != 0; }
+void tr_tp_comm_measure(tr_tp_comm_t* c, int on) {
+  c->measure = on && c->timed;
+}
 
 int tr_tp_comm_step_end(tr_tp_comm_t* c) {
   int rc = tr_pg_waits_drain(&c->waits);
@@ -375,6 +381,182 @@ static int collective(tr_pg_t* pg, tr_tp_comm_t* c, tr_tp_op_t op,
   }
 }
 
+/* ---- async tensor parallel: the chunked ring ----
+ *
+ * The SP all-gather before the column-parallel linears and the
+ * reduce-scatter after the row-parallel ones, cut into the tp sequence
+ * chunks and moved around the ring with point-to-point transfers (one
+ * coalesced group a step: send to r + 1, receive from r - 1) while the
+ * model's chunk callback computes on what the rank holds (trainrun/model.h,
+ * tr_model_tp_t.overlap). On Gloo the transfers run on the group's thread
+ * while the host runs the GEMM; on NCCL on the group's stream while the
+ * compute stream runs it, and the compute stream waits for a step's
+ * transfers only before it needs them (the waits of collectives/waits.c,
+ * no host wait).
+ *
+ * Layout: activations are batch-major [B, T, W], so rank j's chunk of the
+ * sequence is B runs of [T/tp, W] rows at a batch stride of T W. Each ring
+ * step moves ONE contiguous [B, T/tp, W] buffer (one send and one receive)
+ * and runs the callback ONCE on it, whose GEMMs read or write the runs of
+ * the batch-major tensors as one batch-strided [B, T/tp, W] view (one
+ * strided-batched GEMM a linear on CUDA: tr_kern_linear_fwd's
+ * batch-strided views). Why this and not per-run transfers and GEMMs (the
+ * first version: B sends and B receives a step, B GEMMs of T/tp rows a
+ * linear; at Llama 1B B8 TP 2 16 GEMMs of 1024 rows where blocking TP runs
+ * one of 16384, and no faster than blocking on 2 H200s): the transfer
+ * count and the GEMM count are then those of one chunk, whatever B.
+ * Nor a chunk-major layout through the layer ([tp, B, T/tp, W]): the
+ * column-parallel outputs (q, k, v, gate, up) and the tensors the backward
+ * keeps must stay batch-major (attention, RoPE and the weight gradients
+ * read them so), so every output would need a reorder copy; with the
+ * batch stride in the GEMM only the gathered input is reordered.
+ * The gather receives each chunk into a staging buffer (two, reused:
+ * 2/tp of the gathered tensor at tp >= 3, 1/2 at tp 2) and copies it into
+ * the gathered batch-major tensor after its GEMMs (the tensor the weight
+ * gradients and the backward read): (tp - 1)/tp of the gathered tensor is
+ * read and written once more than by the blocking all-gather (at Llama 1B
+ * B8 x T2048, W 2048 bf16, TP 2: 32 MiB each way a gather, 4 gathers a
+ * layer). The scatter's partial sums are computed straight into
+ * contiguous [B, T/tp, W] buffers, which travel as they are. On NCCL a
+ * buffer received into again is safe: the group's stream waits for the
+ * compute stream (its earlier GEMMs and copy) before each transfer. */
+
+/* The compute waits for a ring step's transfers: through c's waits (timed
+ * while measuring; on CUDA a stream wait, the handle held), or without c
+ * on the host. The handle is taken. */
+static int ring_wait(tr_tp_comm_t* c, tr_pg_work_t* w, int cuda,
+                     const char* what) {
+  if (!w) return 0;
+  if (c)
+    return tr_pg_waits_wait(&c->waits, w, cuda, 1, c->measure, what, "group",
+                            tr_pg_desc(c->pg));
+  int rc = tr_pg_work_wait(w, 0);
+  tr_pg_work_free(w);
+  return rc;
+}
+
+/* One ring step's transfers as one coalesced group: snd to the next rank,
+ * rcv from the previous one (both contiguous). */
+static int ring_start(tr_pg_t* pg, const tr_tensor_t* snd, tr_tensor_t* rcv,
+                      tr_pg_work_t** w) {
+  int k = tr_pg_size(pg), r = tr_pg_rank(pg);
+  *w = NULL;
+  TR_CHECK(tr_pg_coalesce_begin(pg));
+  int rc = tr_pg_send(pg, snd, (r + 1) % k, 0, NULL);
+  if (rc == 0) rc = tr_pg_recv(pg, rcv, (r + k - 1) % k, 0, NULL);
+  int rc2 = tr_pg_coalesce_end(pg, w);
+  return rc < 0 ? rc : rc2;
+}
+
+/* chunk [B, n, W] (contiguous) into rows [t0, t0 + n) of every sequence of
+ * out [B, T, W]: one copy a batch row (device copies are contiguous). */
+static int place(tr_tensor_t* out, int64_t t0, const tr_tensor_t* chunk) {
+  int64_t n = chunk->shape[1];
+  int rc = 0;
+  for (int64_t b = 0; b < chunk->shape[0] && rc == 0; b++) {
+    tr_tensor_t dst = {0}, src = {0};
+    rc = tr_tensor_narrow(&dst, out, 0, b, 1);
+    if (rc == 0) rc = tr_tensor_narrow(&dst, &dst, 1, t0, n);
+    if (rc == 0) rc = tr_tensor_narrow(&src, chunk, 0, b, 1);
+    if (rc == 0) rc = tr_tensor_copy(&dst, &src);
+    tr_tensor_release(&dst);
+    tr_tensor_release(&src);
+  }
+  return rc;
+}
+
+/* t [B, n, W] -> [B, k n, W]; step s computes on chunk r - s (held: t
+ * itself, then a staging buffer) while it goes to r + 1 and chunk r - s - 1
+ * comes from r - 1 into the other buffer; the held chunk is then copied
+ * into the gathered tensor. */
+static int ring_gather(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
+                       tr_tp_chunk_fn fn, void* ctx) {
+  int k = tr_pg_size(pg), r = tr_pg_rank(pg);
+  if (t->ndim != 3 || !tr_tensor_is_contiguous(t)) return TR_ESHAPE;
+  int64_t B = t->shape[0], n = t->shape[1];
+  int64_t shape[3] = {B, n * k, t->shape[2]};
+  int cuda = t->device.type == TR_DEV_CUDA;
+  tr_tensor_t out = {0}, buf[2] = {{0}};
+  TR_CHECK(tr_tensor_empty(&out, t->dtype, t->device, 3, shape));
+  int rc = 0;
+  for (int i = 0; i < 2 && i < k - 1 && rc == 0; i++) /* k 2: one */
+    rc = tr_tensor_empty(&buf[i], t->dtype, t->device, 3, t->shape);
+  if (rc == 0) rc = place(&out, (int64_t)r * n, t); /* this rank's rows */
+  for (int s = 0; s < k && rc == 0; s++) {
+    int64_t held = (int64_t)((r - s + k) % k) * n;
+    tr_tensor_t* src = s == 0 ? t : &buf[(s - 1) % 2];
+    tr_pg_work_t* w = NULL;
+    if (s < k - 1) rc = ring_start(pg, src, &buf[s % 2], &w);
+    if (rc == 0) rc = fn(ctx, held, n, src);
+    if (rc == 0 && s > 0) rc = place(&out, held, src);
+    int wrc = ring_wait(c, w, cuda, "all-gather ring step");
+    if (rc == 0) rc = wrc;
+  }
+  if (rc == 0) take(t, &out);
+  tr_tensor_release(&out);
+  tr_tensor_release(&buf[0]);
+  tr_tensor_release(&buf[1]);
+  return rc;
+}
+
+/* t [B, n, W] = this rank's rows of the sum: step s computes the partial
+ * sums of chunk r - 1 - s (the owner r last) while the previous step's
+ * sum goes to r + 1 and the one for this chunk comes from r - 1, added
+ * after. */
+static int ring_scatter(tr_pg_t* pg, tr_tp_comm_t* c, tr_tensor_t* t,
+                        tr_tp_chunk_fn fn, void* ctx) {
+  int k = tr_pg_size(pg), r = tr_pg_rank(pg);
+  if (t->ndim != 3 || !tr_tensor_is_contiguous(t)) return TR_ESHAPE;
+  int64_t n = t->shape[1];
+  int cuda = t->device.type == TR_DEV_CUDA;
+  tr_tensor_t acc[2] = {{0}}, in = {0};
+  int rc = 0;
+  for (int i = 0; i < 2 && i < k - 1 && rc == 0; i++) /* k 2: one */
+    rc = tr_tensor_empty(&acc[i], t->dtype, t->device, 3, t->shape);
+  if (rc == 0) rc = tr_tensor_empty(&in, t->dtype, t->device, 3, t->shape);
+  for (int s = 0; s < k && rc == 0; s++) {
+    int64_t t0 = (int64_t)((r - 1 - s + 2 * k) % k) * n;
+    tr_tensor_t* dst = s == k - 1 ? t : &acc[s % 2];
+    tr_pg_work_t* w = NULL;
+    if (s > 0) rc = ring_start(pg, &acc[(s - 1) % 2], &in, &w);
+    if (rc == 0) rc = fn(ctx, t0, n, dst);
+    int wrc = ring_wait(c, w, cuda, "reduce-scatter ring step");
+    if (rc == 0) rc = wrc;
+    if (rc == 0 && s > 0) rc = tr_kern_add(dst, dst, &in);
+  }
+  tr_tensor_release(&acc[0]);
+  tr_tensor_release(&acc[1]);
+  tr_tensor_release(&in);
+  return rc;
+}
+
+/* The async op over pg; c: waited for through c (NULL: on the host). */
+static int overlap(tr_pg_t* pg, tr_tp_comm_t* c, tr_tp_op_t op, tr_tensor_t* t,
+                   tr_tp_chunk_fn fn, void* ctx) {
+  switch (op) {
+    case TR_TP_GATHER:
+      return ring_gather(pg, c, t, fn, ctx);
+    case TR_TP_SCATTER:
+      return ring_scatter(pg, c, t, fn, ctx);
+    default:
+      return TR_EINVAL;
+  }
+}
+
+static int ring_overlap(void* arg, tr_tp_point_t point, tr_tp_op_t op,
+                        tr_tensor_t* t, tr_tp_chunk_fn fn, void* ctx) {
+  (void)point;
+  return overlap(arg, NULL, op, t, fn, ctx);
+}
+
+/* The async ops with waits: arg is a tr_tp_comm_t. */
+static int timed_overlap(void* arg, tr_tp_point_t point, tr_tp_op_t op,
+                         tr_tensor_t* t, tr_tp_chunk_fn fn, void* ctx) {
+  (void)point;
+  tr_tp_comm_t* c = arg;
+  return overlap(c->pg, c, op, t, fn, ctx);
+}
+
 int tr_tp_collective(void* arg, tr_tp_point_t point, tr_tp_op_t op,
                      tr_tensor_t* t) {
   (void)point; /* what to do is the op; the point says where */
@@ -401,6 +583,8 @@ void tr_tp_install(tr_model_t* m, tr_pg_t* tp, const tr_tp_opts_t* opts) {
   m->tp.rank = tr_pg_rank(tp);
   m->tp.sequence_parallel = o.sequence_parallel != 0;
   m->tp.loss_parallel = o.loss_parallel != 0;
+  if (o.async && o.sequence_parallel)
+    m->tp.overlap = o.comm ? timed_overlap : ring_overlap;
 }
 
 int tr_tp_check_seq_len(int tp, int seq_len, const tr_tp_opts_t* opts,

@@ -487,8 +487,117 @@ int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
 
 /* ---- linear and GEMM ---- */
 
+/* A [B, n, W] view whose slices are not n W elements apart (async tensor
+ * parallel's chunk of rows of every sequence): it sends a linear down the
+ * batched path. */
+static int sliced(const tr_tensor_t* t) {
+  return t && t->ndim == 3 && t->shape[0] > 1 && t->shape[1] > 0 &&
+         t->stride[0] != t->shape[1] * t->stride[1];
+}
+
+/* An operand of the batched path: [B, n, width], packed rows, slices at
+ * least n width elements apart. */
+static int slice_arg(chk_t* c, const tr_tensor_t* t, const char* what,
+                     int64_t B, int64_t n, int64_t width) {
+  TR_CHECK(act(c, t, what, 0));
+  if (t->ndim != 3 || t->shape[0] != B || t->shape[1] != n ||
+      t->shape[2] != width || t->stride[2] != 1 ||
+      (n > 1 && t->stride[1] != width) || (B > 1 && t->stride[0] < n * width))
+    return bad(c->op, what, t,
+               "expected a [B, n, W] view with packed rows, as the input's");
+  return 0;
+}
+
+static int64_t slice_stride(const tr_tensor_t* t) {
+  return t->shape[0] > 1 ? t->stride[0] : 0;
+}
+
+/* The linears on batch-strided views (kernels.h): x is inp (forward) or
+ * dout (DINP kinds), out is out or dinp. One call of the table's
+ * linear_batched, or without one its entries once a slice. */
+static int lin_slices(const char* op, tr_kern_lin_kind_t kind, tr_tensor_t* out,
+                      const tr_tensor_t* pre, const tr_tensor_t* x,
+                      const tr_tensor_t* weight, const tr_tensor_t* bias,
+                      const tr_tensor_t* dweight, const tr_tensor_t* dbias) {
+  chk_t c = {.op = op};
+  int rc = 0, dinp = kind >= TR_KERN_LIN_DINP;
+  if (dweight || dbias) {
+    TR_LOG_ERROR(KERN,
+                 "%s: a weight or bias gradient over batch-strided views (it "
+                 "sums every row: run it on the whole tensors)",
+                 op);
+    return TR_EINVAL;
+  }
+  TR_CHECK(act(&c, x, dinp ? "dout" : "inp", 0));
+  TR_CHECK(act(&c, weight, "weight", 1));
+  if (weight->ndim != 2) return bad(op, "weight", weight, "expected [OC, IC]");
+  int64_t OC = weight->shape[0], IC = weight->shape[1];
+  if (x->ndim != 3) return bad(op, "x", x, "expected [B, n, W]");
+  int64_t B = x->shape[0], n = x->shape[1];
+  TR_CHECK(slice_arg(&c, x, dinp ? "dout" : "inp", B, n, dinp ? OC : IC));
+  TR_CHECK(slice_arg(&c, out, dinp ? "dinp" : "out", B, n, dinp ? IC : OC));
+  if (kind == TR_KERN_LIN_FWD_GELU || kind == TR_KERN_LIN_DINP_DGELU)
+    TR_CHECK(slice_arg(&c, pre, "pre", B, n, dinp ? IC : OC));
+  TR_CHECK(opt_act(&c, bias, "bias"));
+  if (bias && !is_vec(bias, OC)) return bad(op, "bias", bias, "expected [OC]");
+  if (!fits_int(IC) || !fits_int(OC)) return TR_EINVAL;
+  const tr_kern_ops_t* ops = table(&c, &rc);
+  if (!ops) return rc;
+  tr_kern_lin_batch_t l = {
+      .kind = kind,
+      .out = F(out),
+      .pre = pre ? F(pre) : NULL,
+      .x = CF(x),
+      .w = CF(weight),
+      .bias = bias ? CF(bias) : NULL,
+      .batch = B,
+      .N = n,
+      .IC = (int)IC,
+      .OC = (int)OC,
+      .out_stride = slice_stride(out),
+      .pre_stride = pre ? slice_stride(pre) : 0,
+      .x_stride = slice_stride(x),
+  };
+  if (ops->linear_batched) return ops->linear_batched(&l);
+  size_t es = tr_dtype_size(x->dtype);
+  for (int64_t b = 0; b < B && rc == 0; b++) { /* the entries a slice */
+    float* o = (float*)((char*)l.out + (size_t)(b * l.out_stride) * es);
+    float* p =
+        pre ? (float*)((char*)l.pre + (size_t)(b * l.pre_stride) * es) : NULL;
+    const float* xb =
+        (const float*)((const char*)l.x + (size_t)(b * l.x_stride) * es);
+    switch (kind) {
+      case TR_KERN_LIN_FWD:
+        rc = ops->linear_fwd(o, xb, l.w, l.bias, n, l.IC, l.OC, l.OC);
+        break;
+      case TR_KERN_LIN_FWD_GELU:
+        rc = ops->linear_gelu_fwd(o, p, xb, l.w, l.bias, n, l.IC, l.OC);
+        break;
+      case TR_KERN_LIN_DINP_WRITE:
+        if (ops->linear_bwd_write)
+          rc = ops->linear_bwd_write(o, NULL, NULL, xb, NULL, l.w, n, l.IC,
+                                     l.OC, l.OC);
+        else if ((rc = ops->zero(o, n * IC)) == 0) /* zero, then add */
+          rc = ops->linear_bwd(o, NULL, NULL, xb, NULL, l.w, n, l.IC, l.OC,
+                               l.OC);
+        break;
+      case TR_KERN_LIN_DINP:
+        rc = ops->linear_bwd(o, NULL, NULL, xb, NULL, l.w, n, l.IC, l.OC, l.OC);
+        break;
+      case TR_KERN_LIN_DINP_DGELU:
+        rc = ops->linear_dgelu_bwd(o, NULL, NULL, xb, NULL, l.w, p, n, l.IC,
+                                   l.OC);
+        break;
+    }
+  }
+  return rc;
+}
+
 int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* weight, const tr_tensor_t* bias) {
+  if (sliced(out) || sliced(inp))
+    return lin_slices("linear_fwd", TR_KERN_LIN_FWD, out, NULL, inp, weight,
+                      bias, NULL, NULL);
   chk_t c = {.op = "linear_fwd"};
   int rc = 0;
   TR_CHECK(act(&c, out, "out", 0));
@@ -516,6 +625,9 @@ static int linear_bwd(const char* op, int write, tr_tensor_t* dinp,
                       tr_tensor_t* dweight, tr_tensor_t* dbias,
                       const tr_tensor_t* dout, const tr_tensor_t* inp,
                       const tr_tensor_t* weight) {
+  if (sliced(dinp) || sliced(dout) || sliced(inp))
+    return lin_slices(op, write ? TR_KERN_LIN_DINP_WRITE : TR_KERN_LIN_DINP,
+                      dinp, NULL, dout, weight, NULL, dweight, dbias);
   chk_t c = {.op = op};
   int rc = 0;
   TR_CHECK(opt_act(&c, dinp, "dinp"));
@@ -566,6 +678,9 @@ int tr_kern_linear_bwd_write(tr_tensor_t* dinp, tr_tensor_t* dweight,
 int tr_kern_linear_gelu_fwd(tr_tensor_t* out, tr_tensor_t* pre,
                             const tr_tensor_t* inp, const tr_tensor_t* weight,
                             const tr_tensor_t* bias) {
+  if (sliced(out) || sliced(pre) || sliced(inp))
+    return lin_slices("linear_gelu_fwd", TR_KERN_LIN_FWD_GELU, out, pre, inp,
+                      weight, bias, NULL, NULL);
   chk_t c = {.op = "linear_gelu_fwd"};
   int rc = 0;
   TR_CHECK(act(&c, out, "out", 1));
@@ -593,6 +708,9 @@ int tr_kern_linear_dgelu_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
                              tr_tensor_t* dbias, const tr_tensor_t* dout,
                              const tr_tensor_t* inp, const tr_tensor_t* weight,
                              const tr_tensor_t* pre) {
+  if (sliced(dinp) || sliced(dout) || sliced(inp) || sliced(pre))
+    return lin_slices("linear_dgelu_bwd", TR_KERN_LIN_DINP_DGELU, dinp, pre,
+                      dout, weight, NULL, dweight, dbias);
   chk_t c = {.op = "linear_dgelu_bwd"};
   int rc = 0;
   TR_CHECK(act(&c, dinp, "dinp", 1));

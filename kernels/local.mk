@@ -25,7 +25,7 @@ endif
 
 check_PROGRAMS += tests/check_kernels
 TESTS += tests/check_kernels
-tests_check_kernels_SOURCES = tests/check_kernels.c
+tests_check_kernels_SOURCES = tests/check_kernels.c tests/lin_kinds.h
 tests_check_kernels_CFLAGS = $(TEST_CFLAGS)
 tests_check_kernels_LDADD = $(TEST_LIBS)
 

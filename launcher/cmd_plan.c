@@ -442,9 +442,14 @@ static int plan_print(const tr_config_t* cfg, const char* csv_path, FILE* out,
             "tensor parallel: %d ranks (the innermost mesh dim); heads %d "
             "and KV heads %d split to %d and %d a rank; sequence parallel "
             "(two all-gathers and two reduce-scatters per layer forward, "
-            "the mirrors and the norms' gradient sums backward), loss "
+            "the mirrors and the norms' gradient sums backward%s), loss "
             "parallel %s; rank 0's pieces:\n",
             tp, mc.n_heads, mc.n_kv_heads, mc.n_heads / tp, mc.n_kv_heads / tp,
+            p->enable_async_tensor_parallel
+                ? "; async: the layers' all-gathers and reduce-scatters cut "
+                  "into tp chunks passed around a ring of send/recv while "
+                  "the chunks' GEMMs run"
+                : "",
             p->disable_loss_parallel ? "off (the logits gathered)" : "on");
     rc = tr_tp_plan_describe(&m, out);
     if (rc == 0 && shard > 1) rc = print_strided_fsdp(&m, shard, out);

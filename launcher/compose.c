@@ -321,6 +321,7 @@ int tr_compose_tp(const tr_config_t* cfg, const tr_mesh_t* mesh,
   out->loss_parallel = !cfg->parallelism.disable_loss_parallel;
   out->sequence_parallel = 1; /* torchtitan's TP always runs it */
   out->comm_timing = cfg->metrics.comm_overlap;
+  out->async = cfg->parallelism.enable_async_tensor_parallel;
   return 1;
 }
 

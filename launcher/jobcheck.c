@@ -154,17 +154,6 @@ static int check_faults(const tr_config_t* cfg, int64_t world,
 /* Keys whose feature is not built: refused when set to what needs it. */
 static int check_unbuilt(const tr_config_t* cfg, tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
-  if (p->enable_async_tensor_parallel)
-    return key_fail(cfg, err, TR_CFG_K_parallelism_enable_async_tensor_parallel,
-                    "asynchronous tensor parallelism (the sequence-parallel "
-                    "all-gather and reduce-scatter as rings of chunks "
-                    "overlapped with the chunks' GEMMs) is not kept: it was "
-                    "built and measured on 2 H200s (2026-11-27), where it hid "
-                    "84-87%% of the communication yet ran no faster than the "
-                    "blocking collectives between whole GEMMs (Llama 3.2 1B "
-                    "TP 2: 52,210 against 53,347 tokens/s per GPU; Llama 3.1 "
-                    "8B: 8,855 against 8,833); see docs/PERFORMANCE.md. Leave "
-                    "it false");
   if (p->expert_parallel_degree > 1)
     return key_fail(cfg, err, TR_CFG_K_parallelism_expert_parallel_degree,
                     "%lld: expert parallelism needs mixture-of-experts "
@@ -216,10 +205,18 @@ static int fail_named(const tr_config_t* cfg, tr_errmsg_t* err,
 
 /* Tensor parallelism: the degree divides what the plan splits (heads, KV
  * heads, every split dim: the plan's own check on the model's table), and
- * what is not built with it. */
+ * what is not built with it; async tensor parallel needs it (and its
+ * sequence parallel, always on with it). */
 static int check_tp(const tr_config_t* cfg, const tr_model_config_t* mc,
                     tr_errmsg_t* err) {
   const typeof(cfg->parallelism)* p = &cfg->parallelism;
+  if (p->enable_async_tensor_parallel && p->tensor_parallel_degree <= 1)
+    return key_fail(cfg, err, TR_CFG_K_parallelism_enable_async_tensor_parallel,
+                    "asynchronous tensor parallelism overlaps the "
+                    "sequence-parallel all-gathers and reduce-scatters of "
+                    "tensor parallelism with the GEMMs, and this job has "
+                    "none: set tensor_parallel_degree above 1 or leave it "
+                    "false");
   if (p->tensor_parallel_degree <= 1) return 0;
   tr_model_t m;
   int rc = tr_model_init(&m, mc); /* the table only: no tensor memory */

@@ -1,6 +1,8 @@
 /* model/act.c: the helpers below the families — activation and statistics
- * buffers, the RoPE tables, and the tensor-parallel seam (the hook call and
- * the row-parallel linear forward that both families run). */
+ * buffers, the RoPE tables, and the tensor-parallel seam (the hook call,
+ * and the linears around it that both families run: whole around the
+ * blocking collectives, or chunk by chunk inside async tensor parallel's
+ * rings). */
 #include "config.h"
 
 #include <string.h>
@@ -264,10 +266,151 @@ out:
   return rc;
 }
 
+/* ---- linears around the seam, async tensor parallel ---- */
+
+static int async_tp(const tr_model_t* m) {
+  return m->tp.overlap && tr__tp_sp(m);
+}
+
+/* Rows [t0, t0 + n) of every sequence of t [B, T, W]: a batch-strided
+ * [B, n, W] view, one operand of a single linear over the chunk (t NULL:
+ * nothing) */
+static int rows_of(tr_tensor_t* v, const tr_tensor_t* t, int64_t t0,
+                   int64_t n) {
+  return t ? tr_tensor_narrow(v, t, 1, t0, n) : 0;
+}
+
+/* One lin on whole tensors or on row views: out (or *o), x (or *x_in);
+ * accumulate: DINP adds to out; grads: its dw and dbias (else none). */
+static int lin_run(const tr__lin_t* l, tr_tensor_t* out, const tr_tensor_t* x,
+                   tr_tensor_t* pre, const tr_tensor_t* inp, int accumulate,
+                   int grads) {
+  tr_tensor_t* dw = grads ? l->dw : NULL;
+  tr_tensor_t* db = grads ? l->dbias : NULL;
+  switch (l->kind) {
+    case TR__LIN_FWD:
+      return tr_kern_linear_fwd(out, x, l->w, l->bias);
+    case TR__LIN_FWD_GELU:
+      return tr_kern_linear_gelu_fwd(out, pre, x, l->w, l->bias);
+    case TR__LIN_DINP:
+      return accumulate ? tr_kern_linear_bwd(out, dw, db, x, inp, l->w)
+                        : tr_kern_linear_bwd_write(out, dw, db, x, inp, l->w);
+    case TR__LIN_DINP_DGELU:
+      return tr_kern_linear_dgelu_bwd(out, dw, db, x, inp, l->w, pre);
+  }
+  return TR_EINVAL;
+}
+
+/* One lin on rows [t0, t0 + n) of every sequence, one kernel call (on
+ * CUDA one strided-batched GEMM): part, contiguous [B, n, W], is its x
+ * (out NULL: the column side) or its out (the row side); the other
+ * operands are batch-strided views of the lin's [B, T, *] tensors. */
+static int lin_rows(const tr__lin_t* l, tr_tensor_t* part, int64_t t0,
+                    int64_t n, int accumulate) {
+  tr_tensor_t o = {0}, x = {0}, pre = {0}, inp = {0};
+  int col = l->x == NULL;
+  int rc = rows_of(&o, col ? l->out : NULL, t0, n);
+  if (rc == 0) rc = rows_of(&x, col ? NULL : l->x, t0, n);
+  if (rc == 0) rc = rows_of(&pre, l->pre, t0, n);
+  if (rc == 0) rc = rows_of(&inp, l->inp, t0, n);
+  if (rc == 0)
+    rc = lin_run(l, col ? &o : part, col ? part : &x, l->pre ? &pre : NULL,
+                 l->inp ? &inp : NULL, accumulate, 0);
+  tr_tensor_release(&o);
+  tr_tensor_release(&x);
+  tr_tensor_release(&pre);
+  tr_tensor_release(&inp);
+  return rc;
+}
+
+/* The weight and bias gradients of the DINP lins, whole, x NULL: x_all */
+static int lin_grads(const tr__lin_t* lins, int n, const tr_tensor_t* x_all) {
+  for (int i = 0; i < n; i++) {
+    const tr__lin_t* l = &lins[i];
+    if ((l->kind != TR__LIN_DINP && l->kind != TR__LIN_DINP_DGELU) ||
+        (!l->dw && !l->dbias))
+      continue;
+    TR_CHECK(tr_kern_linear_bwd(NULL, l->dw, l->dbias, l->x ? l->x : x_all,
+                                l->inp, l->w));
+  }
+  return 0;
+}
+
+typedef struct {
+  const tr__lin_t* lins;
+  int n;
+} lin_chunk_t;
+
+/* The column side's chunk: every lin on the gathered rows part. */
+static int col_chunk(void* ctx, int64_t t0, int64_t n, tr_tensor_t* part) {
+  const lin_chunk_t* c = ctx;
+  for (int i = 0; i < c->n; i++)
+    TR_CHECK(lin_rows(&c->lins[i], part, t0, n, 0));
+  return 0;
+}
+
+/* The row side's chunk: the lins' sum into part. */
+static int row_chunk(void* ctx, int64_t t0, int64_t n, tr_tensor_t* part) {
+  const lin_chunk_t* c = ctx;
+  for (int i = 0; i < c->n; i++)
+    TR_CHECK(lin_rows(&c->lins[i], part, t0, n, i > 0));
+  return 0;
+}
+
+int tr__tp_gather_linears(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t,
+                          const tr__lin_t* lins, int n) {
+  if (!async_tp(m)) { /* the gather, then the GEMMs whole */
+    TR_CHECK(tr__tp_gather(m, pt, t));
+    for (int i = 0; i < n; i++)
+      TR_CHECK(
+          lin_run(&lins[i], lins[i].out, t, lins[i].pre, lins[i].inp, 0, 1));
+    return 0;
+  }
+  lin_chunk_t c = {lins, n};
+  TR_CHECK(m->tp.overlap(m->tp.arg, pt, TR_TP_GATHER, t, col_chunk, &c));
+  return lin_grads(lins, n, t);
+}
+
+int tr__tp_out_grad_linears(tr_model_t* m, const tr_tensor_t* d,
+                            tr_tensor_t* out, const tr__lin_t* lins, int n) {
+  tr_tensor_view(out, d);
+  int rc = tr__tp_gather_linears(m, TR_TP_BWD_OUT, out, lins, n);
+  if (rc < 0) tr_tensor_release(out);
+  return rc;
+}
+
+int tr__tp_linears_reduce(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* out,
+                          int64_t width, const tr__lin_t* lins, int n) {
+  int B = (int)lins[0].x->shape[0], T = (int)lins[0].x->shape[1];
+  int rc;
+  if (!async_tp(m)) { /* the GEMMs whole, then the reduction */
+    TR_CHECK(tr__act(m, out, B, T, width));
+    for (int i = 0; i < n; i++)
+      TR_CHECK_GOTO(
+          lin_run(&lins[i], out, lins[i].x, lins[i].pre, lins[i].inp, i > 0, 1),
+          rc, fail);
+    TR_CHECK_GOTO(tr__tp_reduce(m, pt, out), rc, fail);
+    return 0;
+  }
+  lin_chunk_t c = {lins, n};
+  TR_CHECK(tr__act(m, out, B, tr__tp_rows(m, T), width));
+  TR_CHECK_GOTO(m->tp.overlap(m->tp.arg, pt, TR_TP_SCATTER, out, row_chunk, &c),
+                rc, fail);
+  TR_CHECK_GOTO(lin_grads(lins, n, NULL), rc, fail);
+  return 0;
+fail:
+  tr_tensor_release(out);
+  return rc;
+}
+
 int tr__row_linear_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* w, const tr_tensor_t* bias) {
-  if (!m->tp.fn) return tr_kern_linear_fwd(out, inp, w, bias);
-  TR_CHECK(tr_kern_linear_fwd(out, inp, w, NULL));
-  TR_CHECK(tr__tp_reduce(m, TR_TP_FWD_OUT, out));
+  if (!m->tp.fn) {
+    TR_CHECK(
+        tr__act(m, out, (int)inp->shape[0], (int)inp->shape[1], w->shape[0]));
+    return tr_kern_linear_fwd(out, inp, w, bias);
+  }
+  tr__lin_t l = {.kind = TR__LIN_FWD, .x = inp, .w = w};
+  TR_CHECK(tr__tp_linears_reduce(m, TR_TP_FWD_OUT, out, w->shape[0], &l, 1));
   return bias ? add_bias_rows(out, bias) : 0;
 }

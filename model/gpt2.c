@@ -326,18 +326,21 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
                                       &s->x, W(m, blk, G_LN1_W),
                                       W(m, blk, G_LN1_B), c->norm_eps),
                 rc, fail);
-  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->ln1), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->qkv, B, T, 3 * d.Cl), rc, fail);
-  TR_CHECK_GOTO(tr_kern_linear_fwd(&s->qkv, &s->ln1, W(m, blk, G_QKV_W),
-                                   W(m, blk, G_QKV_B)),
-                rc, fail);
+  { /* ln1 gathered under SP, then c_attn */
+    tr__lin_t l = {.kind = TR__LIN_FWD,
+                   .out = &s->qkv,
+                   .w = W(m, blk, G_QKV_W),
+                   .bias = W(m, blk, G_QKV_B)};
+    TR_CHECK_GOTO(tr__tp_gather_linears(m, TR_TP_FWD_IN, &s->ln1, &l, 1), rc,
+                  fail);
+  }
   TR_CHECK_GOTO(qkv_views(&s->qkv, d.Cl, &q, &k, &v), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->atty, B, T, d.Cl), rc, fail);
   TR_CHECK_GOTO(tr__vec(m, &s->lse, (int64_t)B * d.H * T), rc, fail);
   TR_CHECK_GOTO(
       tr__attention_fwd(m, mb, &s->atty, &s->lse, &q, &k, &v, d.H, d.H), rc,
       fail);
-  TR_CHECK_GOTO(tr__act(m, &proj, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &proj, &s->atty, W(m, blk, G_PROJ_W),
                                    W(m, blk, G_PROJ_B)),
                 rc, fail);
@@ -352,24 +355,26 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
                     W(m, blk, G_LN2_W), W(m, blk, G_LN2_B), c->norm_eps),
                 rc, fail);
   tr_tensor_view(&s->x2, &proj);
-  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->ln2), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->fc, B, T, d.F), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->gelu, B, T, d.F), rc, fail);
-  if (m->ac_mode == TR_AC_OPS) {
-    /* the backward rebuilds gelu from fc with gelu_fwd (layer_refill):
+  { /* ln2 gathered under SP, then c_fc */
+    tr__lin_t l = {.kind = TR__LIN_FWD_GELU,
+                   .out = &s->gelu,
+                   .pre = &s->fc,
+                   .w = W(m, blk, G_FC_W),
+                   .bias = W(m, blk, G_FC_B)};
+    /* fc keeps the pre-activation, gelu the output; with AC "op" the
+     * backward rebuilds gelu from fc with gelu_fwd (layer_refill):
      * compute it the same way here, so the rebuilt bits equal these (the
      * fused epilogue rounds gelu from fp32 on CUDA, not from bf16 fc) */
-    TR_CHECK_GOTO(tr_kern_linear_fwd(&s->fc, &s->ln2, W(m, blk, G_FC_W),
-                                     W(m, blk, G_FC_B)),
-                  rc, fail);
-    TR_CHECK_GOTO(tr_kern_gelu_fwd(&s->gelu, &s->fc), rc, fail);
-  } else {
-    /* fc keeps the pre-activation, gelu the output */
-    TR_CHECK_GOTO(tr_kern_linear_gelu_fwd(&s->gelu, &s->fc, &s->ln2,
-                                          W(m, blk, G_FC_W), W(m, blk, G_FC_B)),
-                  rc, fail);
+    if (m->ac_mode == TR_AC_OPS)
+      l = (tr__lin_t){
+          .kind = TR__LIN_FWD, .out = &s->fc, .w = l.w, .bias = l.bias};
+    TR_CHECK_GOTO(tr__tp_gather_linears(m, TR_TP_FWD_IN, &s->ln2, &l, 1), rc,
+                  fail);
+    if (m->ac_mode == TR_AC_OPS)
+      TR_CHECK_GOTO(tr_kern_gelu_fwd(&s->gelu, &s->fc), rc, fail);
   }
-  TR_CHECK_GOTO(tr__act(m, &fcp, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &fcp, &s->gelu, W(m, blk, G_FCP_W),
                                    W(m, blk, G_FCP_B)),
                 rc, fail);
@@ -417,7 +422,6 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   tr_tensor_t* dres = &mb->dhidden; /* d(output), becomes d(input) */
   tr_tensor_t dfc = {0}, dsmall = {0}, datty = {0}, dqkv = {0}, dout = {0};
   tr_tensor_t q = {0}, k = {0}, v = {0}, dq = {0}, dk = {0}, dv = {0};
-  int sp = tr__tp_sp(m);
   /* the weight and bias gradients of the combined pass, NULL in the I pass */
 #define GW(slot) (split ? NULL : G(m, blk, (slot)))
   dims_t d;
@@ -426,40 +430,51 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   /* MLP branch: x3 = x2 + fcproj(gelu(fc(ln2(x2)))) */
   /* the row-parallel outputs' gradients: dres, under SP gathered (so the
    * row-parallel biases' gradients are whole on every rank) */
-  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_fcp, &dout), rc, out);
   /* d(fc) = (dres fcproj_w) * gelu'(fc), written whole by one call */
   TR_CHECK_GOTO(tr__act(m, &dfc, B, T, d.F), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_dgelu_bwd(&dfc, GW(G_FCP_W), GW(G_FCP_B), &dout,
-                                         &s->gelu, W(m, blk, G_FCP_W), &s->fc),
-                rc, out);
+  {
+    tr__lin_t l = {.kind = TR__LIN_DINP_DGELU,
+                   .out = &dfc,
+                   .pre = &s->fc,
+                   .inp = &s->gelu,
+                   .w = W(m, blk, G_FCP_W),
+                   .dw = GW(G_FCP_W),
+                   .dbias = GW(G_FCP_B)};
+    TR_CHECK_GOTO(tr__tp_out_grad_linears(m, dres, &dout, &l, 1), rc, out);
+  }
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_fcp, &dout), rc, out);
   tr_tensor_release(&dout);
   /* d(ln2), d(atty), d(ln1) in turn: each written whole by the first
-   * GEMM into it (linear_bwd_write), no zeroing pass */
-  TR_CHECK_GOTO(tr__act(m, &dsmall, B, T, C), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dsmall, GW(G_FC_W), GW(G_FC_B), &dfc,
-                                         &s->ln2, W(m, blk, G_FC_W)),
-                rc, out);
+   * GEMM into it (linear_bwd_write), no zeroing pass; d(ln2) and d(ln1)
+   * reduced (under SP this rank's rows) */
+  {
+    tr__lin_t l = {.kind = TR__LIN_DINP,
+                   .x = &dfc,
+                   .inp = &s->ln2,
+                   .w = W(m, blk, G_FC_W),
+                   .dw = GW(G_FC_W),
+                   .dbias = GW(G_FC_B)};
+    TR_CHECK_GOTO(tr__tp_linears_reduce(m, TR_TP_BWD_IN, &dsmall, C, &l, 1), rc,
+                  out);
+  }
   if (split) tr_tensor_view(&s->d_fc, &dfc);
   tr_tensor_release(&dfc);
-  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dsmall), rc, out);
   TR_CHECK_GOTO(ln_bwd(m, blk, G_LN2_W, dres, &dsmall, &s->x2, &s->ln2_mean,
                        &s->ln2_rstd),
                 rc, out);
   /* attention branch: x2 = x + proj(attn(qkv(ln1(x)))) */
-  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_proj, &dout), rc, out);
-  if (sp) { /* dsmall holds this rank's rows: whole ones again */
-    tr_tensor_release(&dsmall);
-    TR_CHECK_GOTO(tr__act(m, &dsmall, B, T, C), rc, out);
+  tr_tensor_release(&dsmall);
+  TR_CHECK_GOTO(tr__act(m, &datty, B, T, d.Cl), rc, out);
+  {
+    tr__lin_t l = {.kind = TR__LIN_DINP,
+                   .out = &datty,
+                   .inp = &s->atty,
+                   .w = W(m, blk, G_PROJ_W),
+                   .dw = GW(G_PROJ_W),
+                   .dbias = GW(G_PROJ_B)};
+    TR_CHECK_GOTO(tr__tp_out_grad_linears(m, dres, &dout, &l, 1), rc, out);
   }
-  if (d.Cl == C) /* dsmall is now d(atty) */
-    tr_tensor_view(&datty, &dsmall);
-  else
-    TR_CHECK_GOTO(tr__act(m, &datty, B, T, d.Cl), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&datty, GW(G_PROJ_W), GW(G_PROJ_B),
-                                         &dout, &s->atty, W(m, blk, G_PROJ_W)),
-                rc, out);
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_proj, &dout), rc, out);
   tr_tensor_release(&dout);
   TR_CHECK_GOTO(tr__act(m, &dqkv, B, T, 3 * d.Cl), rc, out); /* set */
   TR_CHECK_GOTO(qkv_views(&s->qkv, d.Cl, &q, &k, &v), rc, out);
@@ -467,12 +482,18 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   TR_CHECK_GOTO(tr__attention_bwd(m, mb, &dq, &dk, &dv, &datty, &q, &k, &v,
                                   &s->atty, &s->lse, d.H, d.H),
                 rc, out);
-  TR_CHECK_GOTO(/* dsmall is now d(ln1) */
-                tr_kern_linear_bwd_write(&dsmall, GW(G_QKV_W), GW(G_QKV_B),
-                                         &dqkv, &s->ln1, W(m, blk, G_QKV_W)),
-                rc, out);
+  tr_tensor_release(&datty);
+  { /* dsmall is now d(ln1) */
+    tr__lin_t l = {.kind = TR__LIN_DINP,
+                   .x = &dqkv,
+                   .inp = &s->ln1,
+                   .w = W(m, blk, G_QKV_W),
+                   .dw = GW(G_QKV_W),
+                   .dbias = GW(G_QKV_B)};
+    TR_CHECK_GOTO(tr__tp_linears_reduce(m, TR_TP_BWD_IN, &dsmall, C, &l, 1), rc,
+                  out);
+  }
   if (split) tr_tensor_view(&s->d_qkv, &dqkv);
-  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dsmall), rc, out);
   TR_CHECK_GOTO(
       ln_bwd(m, blk, G_LN1_W, dres, &dsmall, &s->x, &s->ln1_mean, &s->ln1_rstd),
       rc, out);

@@ -168,13 +168,60 @@ int tr__tp_embed(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* tokens,
 int tr__tp_embed_bwd(tr_model_t* m, tr_tensor_t* dwte, tr_tensor_t* dwpe,
                      const tr_tensor_t* dout, const tr_tensor_t* tokens,
                      const tr_tensor_t* pos);
-/* A row-parallel linear layer's forward, out = inp w^T (+ bias), with the
- * TR_TP_FWD_OUT reduction on its output (under SP out becomes this rank's
- * rows of the sequence). Without a tp hook the bias goes into the GEMM
+/* A row-parallel linear layer's forward, out ({0} on entry, allocated
+ * here) = inp w^T (+ bias), with the TR_TP_FWD_OUT reduction on its output
+ * (under SP out becomes this rank's rows of the sequence; under async TP
+ * the GEMM is cut into the reduce-scatter's chunks,
+ * tr__tp_linears_reduce). Without a tp hook the bias goes into the GEMM
  * (the bits of tr_kern_linear_fwd); with one it is added after the
  * reduction, so once and not once per rank. */
 int tr__row_linear_fwd(tr_model_t* m, tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* w, const tr_tensor_t* bias);
+
+/* A linear layer's GEMM on [B, T, *] tensors for the helpers below, which
+ * run it whole or, under async tensor parallel (tr_model_tp_t.overlap),
+ * one sequence chunk at a time: one kernel call on the chunk's rows of all
+ * B sequences ([B, T/tp, *] batch-strided views). */
+typedef enum {
+  TR__LIN_FWD = 0,       /* out = x w^T + bias (tr_kern_linear_fwd) */
+  TR__LIN_FWD_GELU = 1,  /* pre = x w^T + bias, out = gelu(pre)
+                           (tr_kern_linear_gelu_fwd) */
+  TR__LIN_DINP = 2,      /* out = x w, x the output gradient and inp the
+                           forward input; dw, dbias += (tr_kern_linear_bwd,
+                           _write for the first writer of out) */
+  TR__LIN_DINP_DGELU = 3 /* out = (x w) * gelu'(pre), inp = gelu(pre)
+                            (tr_kern_linear_dgelu_bwd) */
+} tr__lin_kind_t;
+typedef struct {
+  tr__lin_kind_t kind;
+  tr_tensor_t* out;       /* NULL for tr__tp_linears_reduce (its output) */
+  tr_tensor_t* pre;       /* FWD_GELU, DINP_DGELU */
+  const tr_tensor_t* x;   /* NULL for tr__tp_gather_linears (the gathered) */
+  const tr_tensor_t* inp; /* DINP, DINP_DGELU */
+  const tr_tensor_t *w, *bias; /* FWD, FWD_GELU: bias may be NULL */
+  tr_tensor_t *dw, *dbias;     /* DINP, DINP_DGELU: may be NULL */
+} tr__lin_t;
+/* The column side: t (under SP this rank's rows of the sequence) is
+ * gathered at pt (TR_TP_FWD_IN, TR_TP_BWD_OUT: tr__tp_gather) and is the x
+ * of the n lins, which run on it (their outputs allocated by the caller).
+ * Under async TP the gather and the GEMMs overlap chunk by chunk (the
+ * weight and bias gradients of DINP lins then run whole after). t is the
+ * gathered tensor after. */
+int tr__tp_gather_linears(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* t,
+                          const tr__lin_t* lins, int n);
+/* tr__tp_gather_linears on a view of d (a row-parallel output's gradient,
+ * the residual stream's): the gathered gradient in *out, as
+ * tr__tp_out_grad. */
+int tr__tp_out_grad_linears(tr_model_t* m, const tr_tensor_t* d,
+                            tr_tensor_t* out, const tr__lin_t* lins, int n);
+/* The row side: out ({0} on entry) = the sum of the n lins' outputs (the
+ * first writes, the others add) of width columns and the rows of their x,
+ * reduced at pt (TR_TP_FWD_OUT, TR_TP_BWD_IN: tr__tp_reduce; under SP out
+ * is this rank's rows). Under async TP the GEMMs run chunk by chunk into
+ * the reduce-scatter's ring (the weight and bias gradients of DINP lins
+ * whole after). */
+int tr__tp_linears_reduce(tr_model_t* m, tr_tp_point_t pt, tr_tensor_t* out,
+                          int64_t width, const tr__lin_t* lins, int n);
 
 /* ---- the family table ---- */
 

@@ -329,16 +329,17 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   TR_CHECK_GOTO(tr_kern_rmsnorm_fwd(&s->h, &s->rstd1, &s->x,
                                     W(m, blk, L_ATTN_NORM), c->norm_eps),
                 rc, fail);
-  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->h), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->q, B, T, (int64_t)d.H * d.D), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->k, B, T, (int64_t)d.KVH * d.D), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->v, B, T, (int64_t)d.KVH * d.D), rc, fail);
-  TR_CHECK_GOTO(tr_kern_linear_fwd(&s->q, &s->h, W(m, blk, L_WQ), NULL), rc,
-                fail);
-  TR_CHECK_GOTO(tr_kern_linear_fwd(&s->k, &s->h, W(m, blk, L_WK), NULL), rc,
-                fail);
-  TR_CHECK_GOTO(tr_kern_linear_fwd(&s->v, &s->h, W(m, blk, L_WV), NULL), rc,
-                fail);
+  { /* h gathered under SP, then q, k, v */
+    tr__lin_t qkv[3] = {
+        {.kind = TR__LIN_FWD, .out = &s->q, .w = W(m, blk, L_WQ)},
+        {.kind = TR__LIN_FWD, .out = &s->k, .w = W(m, blk, L_WK)},
+        {.kind = TR__LIN_FWD, .out = &s->v, .w = W(m, blk, L_WV)}};
+    TR_CHECK_GOTO(tr__tp_gather_linears(m, TR_TP_FWD_IN, &s->h, qkv, 3), rc,
+                  fail);
+  }
   TR_CHECK_GOTO(tr__mask_rope(m, mb, &s->q, d.H, 0), rc, fail);
   TR_CHECK_GOTO(tr__mask_rope(m, mb, &s->k, d.KVH, 0), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->atty, B, T, (int64_t)d.H * d.D), rc, fail);
@@ -346,7 +347,6 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
   TR_CHECK_GOTO(tr__attention_fwd(m, mb, &s->atty, &s->lse, &s->q, &s->k, &s->v,
                                   d.H, d.KVH),
                 rc, fail);
-  TR_CHECK_GOTO(tr__act(m, &o, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &o, &s->atty, W(m, blk, L_WO), NULL), rc,
                 fail);
   /* MLP branch: x2 = o + x (in place in o) and ffn_norm(x2) in one pass;
@@ -359,16 +359,17 @@ static int layer_fwd(tr_model_t* m, tr_model_mb_t* mb, int blk, void** saved) {
                                    W(m, blk, L_FFN_NORM), c->norm_eps),
       rc, fail);
   tr_tensor_view(&s->x2, &o);
-  TR_CHECK_GOTO(tr__tp_gather(m, TR_TP_FWD_IN, &s->h2), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->g, B, T, d.F), rc, fail);
   TR_CHECK_GOTO(tr__act(m, &s->u, B, T, d.F), rc, fail);
+  { /* h2 gathered under SP, then gate and up */
+    tr__lin_t gu[2] = {
+        {.kind = TR__LIN_FWD, .out = &s->g, .w = W(m, blk, L_W1)},
+        {.kind = TR__LIN_FWD, .out = &s->u, .w = W(m, blk, L_W3)}};
+    TR_CHECK_GOTO(tr__tp_gather_linears(m, TR_TP_FWD_IN, &s->h2, gu, 2), rc,
+                  fail);
+  }
   TR_CHECK_GOTO(tr__act(m, &s->sw, B, T, d.F), rc, fail);
-  TR_CHECK_GOTO(tr_kern_linear_fwd(&s->g, &s->h2, W(m, blk, L_W1), NULL), rc,
-                fail);
-  TR_CHECK_GOTO(tr_kern_linear_fwd(&s->u, &s->h2, W(m, blk, L_W3), NULL), rc,
-                fail);
   TR_CHECK_GOTO(tr_kern_swiglu_fwd(&s->sw, &s->g, &s->u), rc, fail);
-  TR_CHECK_GOTO(tr__act(m, &dn, B, T, C), rc, fail);
   TR_CHECK_GOTO(tr__row_linear_fwd(m, &dn, &s->sw, W(m, blk, L_W2), NULL), rc,
                 fail);
   TR_CHECK_GOTO(tr_kern_add(&dn, &dn, &s->x2), rc, fail);
@@ -421,41 +422,55 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   /* each input gradient is written whole by its first writer
    * (linear_bwd_write, swiglu_bwd_write): no zeroing pass */
   /* the row-parallel outputs' gradients: dres, under SP gathered */
-  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_w2, &dout), rc, out);
   TR_CHECK_GOTO(tr__act(m, &dsw, B, T, d.F), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dsw, GW(L_W2), NULL, &dout, &s->sw,
-                                         W(m, blk, L_W2)),
-                rc, out);
+  {
+    tr__lin_t l = {.kind = TR__LIN_DINP,
+                   .out = &dsw,
+                   .inp = &s->sw,
+                   .w = W(m, blk, L_W2),
+                   .dw = GW(L_W2)};
+    TR_CHECK_GOTO(tr__tp_out_grad_linears(m, dres, &dout, &l, 1), rc, out);
+  }
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_w2, &dout), rc, out);
   tr_tensor_release(&dout);
   TR_CHECK_GOTO(tr__act(m, &dg, B, T, d.F), rc, out);
   TR_CHECK_GOTO(tr__act(m, &du, B, T, d.F), rc, out);
   TR_CHECK_GOTO(tr_kern_swiglu_bwd_write(&dg, &du, &dsw, &s->g, &s->u), rc,
                 out);
   tr_tensor_release(&dsw);
-  TR_CHECK_GOTO(tr__act(m, &dh, B, T, C), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dh, GW(L_W1), NULL, &dg, &s->h2,
-                                         W(m, blk, L_W1)),
-                rc, out);
-  TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dh, GW(L_W3), NULL, &du, &s->h2, W(m, blk, L_W3)), rc,
-      out);
+  { /* dh = dg w1 + du w3, reduced (under SP this rank's rows) */
+    tr__lin_t l[2] = {{.kind = TR__LIN_DINP,
+                       .x = &dg,
+                       .inp = &s->h2,
+                       .w = W(m, blk, L_W1),
+                       .dw = GW(L_W1)},
+                      {.kind = TR__LIN_DINP,
+                       .x = &du,
+                       .inp = &s->h2,
+                       .w = W(m, blk, L_W3),
+                       .dw = GW(L_W3)}};
+    TR_CHECK_GOTO(tr__tp_linears_reduce(m, TR_TP_BWD_IN, &dh, C, l, 2), rc,
+                  out);
+  }
   if (split) {
     tr_tensor_view(&s->d_g, &dg);
     tr_tensor_view(&s->d_u, &du);
   }
   tr_tensor_release(&dg);
   tr_tensor_release(&du);
-  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dh), rc, out);
   TR_CHECK_GOTO(rms_bwd(m, blk, L_FFN_NORM, dres, &dh, &s->x2, &s->rstd2), rc,
                 out);
   /* attention branch: x2 = x + wo(attn(rope(wq h), rope(wk h), wv h)) */
-  TR_CHECK_GOTO(tr__tp_out_grad(m, dres, &dout), rc, out);
-  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_wo, &dout), rc, out);
   TR_CHECK_GOTO(tr__act(m, &datty, B, T, (int64_t)d.H * d.D), rc, out);
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&datty, GW(L_WO), NULL, &dout,
-                                         &s->atty, W(m, blk, L_WO)),
-                rc, out);
+  {
+    tr__lin_t l = {.kind = TR__LIN_DINP,
+                   .out = &datty,
+                   .inp = &s->atty,
+                   .w = W(m, blk, L_WO),
+                   .dw = GW(L_WO)};
+    TR_CHECK_GOTO(tr__tp_out_grad_linears(m, dres, &dout, &l, 1), rc, out);
+  }
+  if (split) TR_CHECK_GOTO(tr__act_copy(m, &s->d_wo, &dout), rc, out);
   tr_tensor_release(&dout);
   /* written whole by the attention backward */
   TR_CHECK_GOTO(tr__act(m, &dq, B, T, (int64_t)d.H * d.D), rc, out);
@@ -467,25 +482,31 @@ static int layer_backward(tr_model_t* m, tr_model_mb_t* mb, int blk,
   tr_tensor_release(&datty);
   TR_CHECK_GOTO(tr__mask_rope(m, mb, &dq, d.H, 1), rc, out);
   TR_CHECK_GOTO(tr__mask_rope(m, mb, &dk, d.KVH, 1), rc, out);
-  if (tr__tp_sp(m)) { /* dh holds this rank's rows: a whole one again */
-    tr_tensor_release(&dh);
-    TR_CHECK_GOTO(tr__act(m, &dh, B, T, C), rc, out);
+  tr_tensor_release(&dh); /* dh = dq wq + dk wk + dv wv, reduced */
+  {
+    tr__lin_t l[3] = {{.kind = TR__LIN_DINP,
+                       .x = &dq,
+                       .inp = &s->h,
+                       .w = W(m, blk, L_WQ),
+                       .dw = GW(L_WQ)},
+                      {.kind = TR__LIN_DINP,
+                       .x = &dk,
+                       .inp = &s->h,
+                       .w = W(m, blk, L_WK),
+                       .dw = GW(L_WK)},
+                      {.kind = TR__LIN_DINP,
+                       .x = &dv,
+                       .inp = &s->h,
+                       .w = W(m, blk, L_WV),
+                       .dw = GW(L_WV)}};
+    TR_CHECK_GOTO(tr__tp_linears_reduce(m, TR_TP_BWD_IN, &dh, C, l, 3), rc,
+                  out);
   }
-  TR_CHECK_GOTO(tr_kern_linear_bwd_write(&dh, GW(L_WQ), NULL, &dq, &s->h,
-                                         W(m, blk, L_WQ)),
-                rc, out);
-  TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dh, GW(L_WK), NULL, &dk, &s->h, W(m, blk, L_WK)), rc,
-      out);
-  TR_CHECK_GOTO(
-      tr_kern_linear_bwd(&dh, GW(L_WV), NULL, &dv, &s->h, W(m, blk, L_WV)), rc,
-      out);
   if (split) {
     tr_tensor_view(&s->d_q, &dq);
     tr_tensor_view(&s->d_k, &dk);
     tr_tensor_view(&s->d_v, &dv);
   }
-  TR_CHECK_GOTO(tr__tp_reduce(m, TR_TP_BWD_IN, &dh), rc, out);
   TR_CHECK_GOTO(rms_bwd(m, blk, L_ATTN_NORM, dres, &dh, &s->x, &s->rstd1), rc,
                 out);
   rc = 0;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/lin_kinds.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/param.h"
@@ -1726,6 +1727,113 @@ START_TEST(test_linear_bwd_write) {
 }
 END_TEST
 
+/* Batch-strided views (async tensor parallel's chunks): each linear entry
+ * on rows [t0, t0 + n) of every sequence of [B, T, *] tensors, in one
+ * call, gives the bits of the same entry called once a sequence on those
+ * rows and leaves the other rows as they were; a weight gradient over such
+ * views and a view with padded rows are refused. */
+enum { SB = 3, ST = 7, SN = 3, ST0 = 2, SIC = 12, SOC = 10 };
+
+/* rows [ST0, ST0 + SN) of sequence b of t (b < 0: of every sequence, a
+ * batch-strided [SB, SN, W] view) */
+static void seq_rows(tr_tensor_t* v, const tr_tensor_t* t, int b) {
+  if (b < 0) {
+    ck_assert_int_eq(tr_tensor_narrow(v, t, 1, ST0, SN), 0);
+    return;
+  }
+  ck_assert_int_eq(tr_tensor_narrow(v, t, 0, b, 1), 0);
+  ck_assert_int_eq(tr_tensor_narrow(v, v, 1, ST0, SN), 0);
+}
+
+/* b a copy of a */
+static void twin(tr_tensor_t* b, const tr_tensor_t* a) {
+  ck_assert_int_eq(tr_tensor_empty(b, a->dtype, a->device, a->ndim, a->shape),
+                   0);
+  ck_assert_int_eq(tr_tensor_copy(b, a), 0);
+}
+
+/* kind's entry on the views of sequence b (-1: all at once) */
+static int sliced_call(tr_kern_lin_kind_t kind, int b, tr_tensor_t* out,
+                       tr_tensor_t* pre, const tr_tensor_t* x,
+                       const tr_tensor_t* dy, const tr_tensor_t* pre_in,
+                       const tr_tensor_t* w, const tr_tensor_t* bias) {
+  tr_tensor_t vo = {0}, vp = {0}, vx = {0}, vd = {0}, vq = {0};
+  seq_rows(&vo, out, b);
+  seq_rows(&vp, pre, b);
+  seq_rows(&vx, x, b);
+  seq_rows(&vd, dy, b);
+  seq_rows(&vq, pre_in, b);
+  int rc = lk_call(kind, &vo, &vp, &vx, &vd, &vq, w, bias);
+  tr_tensor_t* ts[] = {&vo, &vp, &vx, &vd, &vq};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+  return rc;
+}
+
+static void linear_sliced_case(tr_gemm_impl_t impl) {
+  ck_assert_int_eq(tr_kern_cpu_set_gemm(impl), 0);
+  tr_tensor_t x = {0}, dy = {0}, pre_in = {0}, w = {0}, bias = {0};
+  rnd(&x, NULL, 1.0, 3, (int64_t)SB, (int64_t)ST, (int64_t)SIC);
+  rnd(&dy, NULL, 1.0, 3, (int64_t)SB, (int64_t)ST, (int64_t)SOC);
+  rnd(&pre_in, NULL, 2.0, 3, (int64_t)SB, (int64_t)ST, (int64_t)SIC);
+  rnd(&w, NULL, 0.5, 2, (int64_t)SOC, (int64_t)SIC);
+  rnd(&bias, NULL, 0.5, 1, (int64_t)SOC);
+  for (int kind = TR_KERN_LIN_FWD; kind <= TR_KERN_LIN_DINP_DGELU; kind++) {
+    int dinp = kind >= TR_KERN_LIN_DINP;
+    int64_t width = dinp ? SIC : SOC;
+    tr_tensor_t out = {0}, pre = {0}, out_ref = {0}, pre_ref = {0},
+                before = {0};
+    /* the rows outside the chunk (and DINP's old values) are random */
+    rnd(&out, NULL, 1.0, 3, (int64_t)SB, (int64_t)ST, width);
+    rnd(&pre, NULL, 1.0, 3, (int64_t)SB, (int64_t)ST, width);
+    twin(&out_ref, &out);
+    twin(&pre_ref, &pre);
+    twin(&before, &out);
+    ck_assert_int_eq(sliced_call((tr_kern_lin_kind_t)kind, -1, &out, &pre, &x,
+                                 &dy, &pre_in, &w, &bias),
+                     0);
+    for (int b = 0; b < SB; b++)
+      ck_assert_int_eq(sliced_call((tr_kern_lin_kind_t)kind, b, &out_ref,
+                                   &pre_ref, &x, &dy, &pre_in, &w, &bias),
+                       0);
+    assert_same_bits("batch-strided linear out", &out, &out_ref);
+    assert_same_bits("batch-strided linear pre", &pre, &pre_ref);
+    /* the chunk's rows were written, the next row not */
+    int64_t in_chunk = (1 * ST + ST0) * width, after = in_chunk + SN * width;
+    ck_assert_float_ne(fp(&out)[in_chunk], fp(&before)[in_chunk]);
+    ck_assert_float_eq(fp(&out)[after], fp(&before)[after]);
+    tr_tensor_t* ts[] = {&out, &pre, &out_ref, &pre_ref, &before};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+      tr_tensor_release(ts[i]);
+  }
+  /* refused: a weight gradient over the slices, padded rows */
+  tr_tensor_t dx = {0}, dw = {0}, vdx = {0}, vdy = {0}, vx = {0}, narrow = {0},
+              w2 = {0}, out2 = {0}, vo2 = {0};
+  zeros(&dx, 3, (int64_t)SB, (int64_t)ST, (int64_t)SIC);
+  zeros(&dw, 2, (int64_t)SOC, (int64_t)SIC);
+  seq_rows(&vdx, &dx, -1);
+  seq_rows(&vdy, &dy, -1);
+  seq_rows(&vx, &x, -1);
+  ck_assert_int_eq(tr_kern_linear_bwd(&vdx, &dw, NULL, &vdy, &vx, &w),
+                   TR_EINVAL);
+  ck_assert_int_eq(tr_tensor_narrow(&narrow, &vx, 2, 0, SIC - 2), 0);
+  rnd(&w2, NULL, 0.5, 2, (int64_t)SOC, (int64_t)(SIC - 2));
+  zeros(&out2, 3, (int64_t)SB, (int64_t)ST, (int64_t)SOC);
+  seq_rows(&vo2, &out2, -1);
+  ck_assert_int_eq(tr_kern_linear_fwd(&vo2, &narrow, &w2, NULL), TR_ESHAPE);
+  tr_tensor_t* ts[] = {&x,   &dy,  &pre_in, &w,      &bias, &dx,   &dw,
+                       &vdx, &vdy, &vx,     &narrow, &w2,   &out2, &vo2};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+    tr_tensor_release(ts[i]);
+  tr_kern_cpu_set_gemm(TR_GEMM_AUTO);
+}
+
+START_TEST(test_linear_batch_strided) {
+  linear_sliced_case(TR_GEMM_BLOCKED);
+  linear_sliced_case(TR_GEMM_BLAS);
+}
+END_TEST
+
 /* A device table registered without the fused entries (NULL): the tensor
  * entries run the unfused sequence on it, with the same bits. The "device"
  * is the CPU table under the cuda label, on host memory. */
@@ -1911,6 +2019,7 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_linear_gelu_fused_blocked);
   tcase_add_test(tc, test_linear_gelu_fused_blas);
   tcase_add_test(tc, test_linear_bwd_write);
+  tcase_add_test(tc, test_linear_batch_strided);
   suite_add_tcase(s, tc);
   tc = tcase_create("ops");
   tcase_set_timeout(tc, 60);

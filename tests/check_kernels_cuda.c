@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/lin_kinds.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/tensor.h"
@@ -927,6 +928,76 @@ START_TEST(test_linear_bwd_write) {
   run_linear_bwd_write(TR_BF16, 300, 128, 64, 64, 0);
   run_linear_bwd_write(TR_BF16, 130, 64, 203, 256, 0); /* padded rows */
   run_linear_bwd_write(TR_F32, 70, 32, 5, 64, 0);      /* only the tail */
+}
+END_TEST
+
+/* The batch-strided linears (async tensor parallel's chunks: rows
+ * [t0, t0 + n) of every sequence of [B, T, *] tensors, one strided-batched
+ * GEMM) against the CPU's, which run the entries once a sequence: every
+ * kind, the whole output tensors compared (the rows outside the chunk keep
+ * their old values on both sides). */
+static int sliced_linear(tr_kern_lin_kind_t kind, int64_t t0, int64_t n,
+                         tr_tensor_t* out, tr_tensor_t* pre,
+                         const tr_tensor_t* x, const tr_tensor_t* dy,
+                         const tr_tensor_t* pre_in, const tr_tensor_t* w,
+                         const tr_tensor_t* bias) {
+  tr_tensor_t vo, vp, vx, vd, vq;
+  ck_assert_int_eq(tr_tensor_narrow(&vo, out, 1, t0, n), 0);
+  ck_assert_int_eq(tr_tensor_narrow(&vp, pre, 1, t0, n), 0);
+  ck_assert_int_eq(tr_tensor_narrow(&vx, x, 1, t0, n), 0);
+  ck_assert_int_eq(tr_tensor_narrow(&vd, dy, 1, t0, n), 0);
+  ck_assert_int_eq(tr_tensor_narrow(&vq, pre_in, 1, t0, n), 0);
+  int rc = lk_call(kind, &vo, &vp, &vx, &vd, &vq, w, bias);
+  REL(&vo, &vp, &vx, &vd, &vq);
+  return rc;
+}
+
+static void run_linear_batched(tr_dtype_t dt, int64_t B, int64_t T, int64_t t0,
+                               int64_t n, int IC, int OC) {
+  static const char* names[] = {"fwd", "fwd_gelu", "dinp", "dinp_write",
+                                "dinp_dgelu"};
+  char what[96];
+  tr_tensor_t x, dy, pre_in, w, bias;
+  hrand(&x, dt, 1.0, 3, SH(B, T, IC));
+  hrand(&dy, dt, 1.0, 3, SH(B, T, OC));
+  hrand(&pre_in, dt, 2.0, 3, SH(B, T, IC));
+  hrand(&w, dt, 0.2, 2, SH(OC, IC));
+  hrand(&bias, dt, 0.5, 1, SH(OC));
+  tr_tensor_t d_x, d_dy, d_pre_in, d_w, d_bias;
+  todev(&d_x, &x, dt);
+  todev(&d_dy, &dy, dt);
+  todev(&d_pre_in, &pre_in, dt);
+  todev(&d_w, &w, dt);
+  todev(&d_bias, &bias, dt);
+  for (int kind = TR_KERN_LIN_FWD; kind <= TR_KERN_LIN_DINP_DGELU; kind++) {
+    int64_t width = kind >= TR_KERN_LIN_DINP ? IC : OC;
+    tr_tensor_t out, pre, d_out, d_pre;
+    hrand(&out, dt, 1.0, 3, SH(B, T, width)); /* old contents */
+    hrand(&pre, dt, 1.0, 3, SH(B, T, width));
+    todev(&d_out, &out, dt);
+    todev(&d_pre, &pre, dt);
+    ck_assert_int_eq(sliced_linear((tr_kern_lin_kind_t)kind, t0, n, &out, &pre,
+                                   &x, &dy, &pre_in, &w, &bias),
+                     0);
+    ck_assert_int_eq(
+        sliced_linear((tr_kern_lin_kind_t)kind, t0, n, &d_out, &d_pre, &d_x,
+                      &d_dy, &d_pre_in, &d_w, &d_bias),
+        0);
+    snprintf(what, sizeof what, "linear %s [%lld, %lld of %lld]x%d->%d: out",
+             names[kind], (long long)B, (long long)n, (long long)T, IC, OC);
+    expect_close(what, &d_out, &out, tol_of(dt));
+    if (kind == TR_KERN_LIN_FWD_GELU)
+      expect_close("  pre", &d_pre, &pre, tol_of(dt));
+    REL(&out, &pre, &d_out, &d_pre);
+  }
+  REL(&x, &dy, &pre_in, &w, &bias, &d_x, &d_dy, &d_pre_in, &d_w, &d_bias);
+}
+
+START_TEST(test_linear_batched) {
+  run_linear_batched(TR_F32, 3, 64, 32, 16, 96, 160);
+  run_linear_batched(TR_BF16, 4, 128, 64, 32, 256, 768);
+  run_linear_batched(TR_BF16, 2, 32, 8, 8, 60, 36); /* unfused GELU widths */
+  run_linear_batched(TR_BF16, 8, 256, 0, 128, 128, 64); /* tp 2's first */
 }
 END_TEST
 
@@ -1927,6 +1998,7 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_linear_gelu_table);
   tcase_add_test(tc, test_residual_norm_table);
   tcase_add_test(tc, test_linear_bwd_write);
+  tcase_add_test(tc, test_linear_batched);
   tcase_add_test(tc, test_swiglu_bwd_write);
   tcase_add_test(tc, test_rope);
   tcase_add_test(tc, test_embedding);

@@ -10,7 +10,9 @@
  * part boundaries, the rows as runs of the global tensor); the bytes a
  * rank allocates for parameters and gradients under TP 4 (host
  * allocator); a one-rank safetensors file loaded into TP pieces. On 2 and
- * 4 forked Gloo ranks (tests/pg_suite.h): a small GPT-2 and a small Llama
+ * 4 forked Gloo ranks (tests/pg_suite.h): a whole trainer's bytes
+ * (weights, gradients, AdamW moments) against one rank's, less by
+ * (tp-1)/tp of the split parameters'; a small GPT-2 and a small Llama
  * (heads divisible by 4, GQA for Llama) under the TP plan, four models per
  * run (sequence parallel on/off x loss parallel on/off), against the same
  * model on one rank: the gathered shards equal the one-rank init byte for
@@ -37,13 +39,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/fixtures.h" /* the trainer's settings of a config */
 #include "tests/pg_suite.h"
+#include "tests/procs.h" /* tp_srcdir */
 #include "tests/train_steps.h"
+#include "trainrun/config.h"
 #include "trainrun/dtensor.h"
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/model.h"
 #include "trainrun/safetensors.h"
+#include "trainrun/trainer.h"
 
 /* ---- models ---- */
 
@@ -947,6 +953,102 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
   tr_mesh_free(mesh);
 }
 
+/* Bytes the host allocator holds once a trainer for cfg exists (its
+ * parameters, gradients, AdamW moments and the rest of its state), above
+ * what it held before; tp NULL: one rank. */
+static int64_t trainer_state(const tr_config_t* cfg,
+                             const tr_model_config_t* mc,
+                             const tr_trainer_tp_t* tp) {
+  tr_trainer_settings_t ts;
+  PCHECK_RC(fx_settings(cfg, mc, &ts));
+  tr_trainer_opts_t to = {.tp = tp, .quiet = 1};
+  tr_mem_stats_t s0, s1;
+  tr_mem_stats(TR_MEM_HOST, 0, &s0);
+  tr_trainer_t t;
+  tr_errmsg_t err;
+  int rc = tr_trainer_init(&t, &ts, &to, &err);
+  if (rc < 0) fprintf(stderr, "trainer: %s\n", err.message);
+  PCHECK_RC(rc);
+  tr_mem_stats(TR_MEM_HOST, 0, &s1);
+  tr_trainer_release(&t);
+  return s1.current_bytes - s0.current_bytes;
+}
+
+/* A trainer under TP over every rank holds, per rank, the one-rank
+ * trainer's bytes less (tp - 1)/tp of the split parameters' four fp32
+ * copies: the weights, their gradients and both AdamW moments. */
+static void body_trainer_memory(tr_pg_t* world, pg_ctx_t* ctx) {
+  int k = ctx->size;
+  char tpk[8], data[1024];
+  snprintf(tpk, sizeof tpk, "%d", k);
+  snprintf(data, sizeof data, "%s/examples/data/tinytales.txt", tp_srcdir());
+  const char* ov[] = {"--training.dataset_path",
+                      data,
+                      "--training.local_batch_size",
+                      "1",
+                      "--training.seq_len",
+                      "16",
+                      "--validation.enable=false",
+                      "--model.name",
+                      "llama3",
+                      "--parallelism.tensor_parallel_degree",
+                      tpk};
+  int nov = (int)(sizeof ov / sizeof ov[0]);
+  tr_config_t c1, ck;
+  tr_errmsg_t err;
+  PCHECK_RC(tr_config_load(&c1, NULL, nov - 2, (char**)ov, &err));
+  PCHECK_RC(tr_config_resolve(&c1, 1, &err));
+  PCHECK_RC(tr_config_load(&ck, NULL, nov, (char**)ov, &err));
+  PCHECK_RC(tr_config_resolve(&ck, k, &err));
+  tr_model_config_t mc;
+  PCHECK_RC(small_config(1, &mc));
+  mc.vocab_size = 256; /* the text's bytes; tp 2 and 4 divide it */
+  tr_model_t m;
+  PCHECK_RC(tr_model_init(&m, &mc));
+  int64_t split = 0; /* elements of the parameters the plan splits */
+  for (int i = 0; i < m.n_params; i++) {
+    tr_placement_t pl;
+    if (tr_tp_placement(&m.params[i], k, &pl))
+      split += m.params[i].shape[0] *
+               (m.params[i].ndim > 1 ? m.params[i].shape[1] : 1);
+  }
+  int np = m.n_params;
+  tr_model_release(&m);
+  PCHECK(split > 0);
+  int64_t one = trainer_state(&c1, &mc, NULL);
+  tr_mesh_t* mesh;
+  const char* names[] = {"tp"};
+  PCHECK_RC(tr_mesh_init(world, 1, &k, names, &mesh, NULL));
+  tr_trainer_tp_t tp = {.pg = tr_mesh_dim_pg(mesh, "tp"),
+                        .loss_parallel = 1,
+                        .sequence_parallel = 1};
+  tr_mesh_get_shape(mesh, &tp.mesh);
+  int64_t got = trainer_state(&ck, &mc, &tp);
+  int64_t want = one - 4 * (int64_t)sizeof(float) * split * (k - 1) / k;
+  /* the allocator rounds each tensor up to 64 bytes */
+  int64_t slack = 4 * 64 * (int64_t)np;
+  if (llabs(got - want) > slack)
+    fprintf(stderr,
+            "rank %d: tp %d trainer holds %lld bytes, expected %lld +- %lld "
+            "(one rank: %lld, split elements %lld)\n",
+            ctx->rank, k, (long long)got, (long long)want, (long long)slack,
+            (long long)one, (long long)split);
+  PCHECK(llabs(got - want) <= slack);
+  tr_mesh_free(mesh);
+  tr_config_release(&c1);
+  tr_config_release(&ck);
+}
+
+START_TEST(test_trainer_memory) {
+  int n = 2 * _i, st[4];
+  ck_assert_int_eq(
+      pg_spawn(n, "gloo", TR_DEV_CPU, 1, 30000, body_trainer_memory, 120, st),
+      0);
+  for (int r = 0; r < n; r++)
+    ck_assert_msg(st[r] == 0, "rank %d of %d exited with %d", r, n, st[r]);
+}
+END_TEST
+
 static void spawn(int n, int llama, int vocab) {
   body_llama = llama;
   body_vocab = vocab;
@@ -985,6 +1087,7 @@ static Suite* tp_suite(void) {
   tcase_add_loop_test(tc, test_gpt2_tp, 1, 3); /* 2, 4 ranks */
   tcase_add_loop_test(tc, test_llama_tp, 1, 3);
   tcase_add_loop_test(tc, test_tp_whole_vocab, 0, 2); /* gpt2, llama3 */
+  tcase_add_loop_test(tc, test_trainer_memory, 1, 3); /* 2, 4 ranks */
   suite_add_tcase(s, tc);
   return s;
 }

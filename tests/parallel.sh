@@ -50,13 +50,18 @@ train() {
 }
 
 # compare NAME REF [FIRST]: NAME's metrics.jsonl steps >= FIRST (default 1)
-# have REF's loss and grad_norm within $tol relative; without FIRST, the
-# final weights too (1e-4 max-abs)
+# have REF's loss and grad_norm within $tol relative (the grad_norm within
+# $gtol when set); without FIRST, the final weights too (within $wtol
+# max-abs, default 1e-4)
 tol=1e-5
+gtol=
+wtol=1e-4
 compare() {
-  if ! "$PY" - "$tmp/$1" "$tmp/$2" "${3:-}" "$tol" <<'EOF'; then
+  if ! "$PY" - "$tmp/$1" "$tmp/$2" "${3:-}" "$tol" "$wtol" "${gtol:-$tol}" \
+    <<'EOF'; then
 import json, struct, sys, array
 run, ref, first, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+wtol, gtol = float(sys.argv[5]), float(sys.argv[6])
 def steps(d):
     out = {}
     for line in open(d + "/metrics.jsonl"):
@@ -75,7 +80,7 @@ for s in want:
         continue
     for i, what in enumerate(("loss", "grad_norm")):
         x, y = a[s][i], b[s][i]
-        if abs(x - y) > tol * abs(y):
+        if abs(x - y) > (gtol if i else tol) * abs(y):
             bad.append("step %d %s %.9g vs %.9g" % (s, what, x, y))
 def tensors(p):
     raw = open(p, "rb").read()
@@ -95,7 +100,7 @@ if not first:
             worst = max([worst] + [abs(x - y) for x, y in zip(wa[k][1], wb[k][1])])
         elif k in wa:
             bad.append("%s: shape %s vs %s" % (k, wa[k][0], wb[k][0]))
-    if worst > 1e-4:
+    if worst > wtol:
         bad.append("final weights differ by %.3g" % worst)
 for b_ in bad:
     print("  " + b_)

@@ -172,7 +172,9 @@ int tr_trainer_init(tr_trainer_t* t, const tr_trainer_settings_t* s,
     tr_tp_opts_init(&o);
     o.sequence_parallel = t->tp.sequence_parallel;
     o.loss_parallel = t->tp.loss_parallel;
-    if (t->tp.comm_timing && (rc = tr_tp_comm_new(t->tp.pg, &t->tp_comm)) < 0)
+    o.async = t->tp.async;
+    if ((t->tp.comm_timing || t->tp.async) &&
+        (rc = tr_tp_comm_new(t->tp.pg, t->tp.comm_timing, &t->tp_comm)) < 0)
       goto out_fail;
     o.comm = t->tp_comm;
     rc = tr_tp_check_seq_len(tr_pg_size(t->tp.pg), (int)(t->T / cp), &o,
@@ -777,7 +779,8 @@ int tr_train(const tr_trainer_settings_t* settings,
           mt.comm_hidden = fc.hidden;
         }
       }
-      if (t.tp_comm) { /* the tp hook's ops, per step, on this rank */
+      if (t.tp_comm && t.tp.comm_timing) { /* the tp hook's ops, per step,
+                                              on this rank */
         tr_pg_comm_t tc;
         tr_tp_comm_take(t.tp_comm, &tc);
         if (tc.steps > 0) {

@@ -209,9 +209,19 @@
     "rank); on CUDA devices it is refused (the logit gather is built for "     \
     "the CPU only).")                                                          \
   X(parallelism, enable_async_tensor_parallel, BOOL, "false", 0, 0, NULL,      \
-    "Overlap tensor-parallel communication with the matmuls, in chunks: "     \
-    "refused; built and measured, it was not faster than the blocking "       \
-    "collectives (docs/PERFORMANCE.md).")                                      \
+    "Overlap tensor parallelism's communication with its matmuls "             \
+    "(torchtitan's async TP, without a compiler): the sequence-parallel "      \
+    "all-gather before the column-parallel linears and the reduce-scatter "    \
+    "after the row-parallel ones, forward and backward, are cut into one "     \
+    "chunk of T/tp rows per tp rank and passed around a ring of "              \
+    "point-to-point transfers while the GEMM of the chunk a rank holds "       \
+    "runs (on Gloo the host computes while the group's thread moves bytes; "   \
+    "on NCCL the compute stream waits for a transfer only before it needs "    \
+    "it). The results equal the blocking collectives' within rounding (the "   \
+    "reduce-scatter's sums are added in ring order). Needs "                   \
+    "tensor_parallel_degree above 1 (sequence parallel is always on with "     \
+    "it); [metrics] comm_overlap reports the ring's steps as the tp "          \
+    "communication and how much of it the GEMMs hid.")                         \
   X(parallelism, pipeline_parallel_degree, INT, "1", 1, TR_CFG_NOMAX, NULL,    \
     "Pipeline ranks the layers are split over (the outermost mesh dim): "      \
     "stages of consecutive blocks (torchtitan's split: the embedding on "      \

@@ -584,7 +584,11 @@ void tr_dtensor_param_clear_layout(tr_param_t* p);
  *     reduce-scattered under SP); disable_loss_parallel gathers the
  *     logits instead (host tensors only: the column reorder is a strided
  *     copy) and keeps the rank's columns of the dlogits. Losses are the
- *     same on every tp rank.
+ *     same on every tp rank;
+ *   - async tensor parallel (opts.async, with SP): the layers' SP
+ *     all-gathers and reduce-scatters run as rings of chunk transfers
+ *     (tr_model_tp_t.overlap) overlapped with the GEMMs of the chunk a
+ *     rank holds, forward and backward; the same results within rounding.
  *
  * Every tp rank runs the same batch.
  *
@@ -649,15 +653,22 @@ int tr_tp_plan_describe(const tr_model_t* m, FILE* f);
  * host sees the op complete, at most 8 of them), adding the op's duration
  * and the compute's wait; the bits computed are the same as with the
  * blocking ops of a hook without one (no events, no handles: no cost).
- * On CUDA every TP op sits on the critical path (the next kernel needs its
- * result), so the hidden fraction is ~0 by construction: exposed is the
- * compute stream's stall, which covers the op. */
+ * On CUDA every blocking TP op sits on the critical path (the next kernel
+ * needs its result), so the hidden fraction is ~0 by construction: exposed
+ * is the compute stream's stall, which covers the op. Under async tensor
+ * parallel the ring's steps are the ops counted (one coalesced group of
+ * transfers each), and a step's transfers are waited for after the GEMMs
+ * of the chunk held, so what they overlap counts as hidden. */
 typedef struct tr_tp_comm tr_tp_comm_t;
-/* Turns op timing on for tp (off again at the free). TR_EINVAL, TR_ENOMEM. */
-int tr_tp_comm_new(tr_pg_t* tp, tr_tp_comm_t** out);
+/* timed 1: turns op timing on for tp (off again at the free) and counts;
+ * 0: only the waits, what async tensor parallel needs on CUDA (its ring
+ * transfers waited for by the compute stream, no host wait), nothing
+ * counted. TR_EINVAL, TR_ENOMEM. */
+int tr_tp_comm_new(tr_pg_t* tp, int timed, tr_tp_comm_t** out);
 /* Settles what is held; NULL is a no-op. */
 void tr_tp_comm_free(tr_tp_comm_t* c);
-/* on 0: the ops from now on go uncounted (validation), 1: counted again. */
+/* on 0: the ops from now on go uncounted (validation), 1: counted again
+ * (when timed). */
 void tr_tp_comm_measure(tr_tp_comm_t* c, int on);
 /* The step's end (after the device ran it): settle the held works, read
  * the stall events, count a step; the first error of an op. */
@@ -671,6 +682,13 @@ typedef struct {
   int sequence_parallel; /* residual stream sharded along T (default 1) */
   int loss_parallel;     /* vocabulary-sharded cross-entropy (default 1);
                             0 = [parallelism] disable_loss_parallel */
+  int async;             /* async tensor parallel (default 0), sequence
+                            parallel only: tr_model_tp_t.overlap set, the
+                            SP all-gathers and reduce-scatters of the
+                            layers cut into a ring of chunk transfers
+                            overlapped with the chunks' GEMMs; give it a
+                            comm on CUDA (its waits keep the host from
+                            waiting for each transfer) */
   tr_tp_comm_t* comm;    /* timed ops, made over the same group (default
                             NULL: blocking, untimed); outlives its use */
 } tr_tp_opts_t;

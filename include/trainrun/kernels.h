@@ -144,6 +144,28 @@ typedef struct tr_kern_span {
   int64_t n;
 } tr_kern_span_t;
 
+/* A linear layer over batch-strided slices (tr_kern_ops_t.linear_batched):
+ * slice b of an activation operand starts at ptr + b * its stride
+ * (elements) and holds N packed rows; w [OC, IC] and bias [OC] are shared
+ * (cuBLASLt: one strided-batched GEMM, the weight's batch stride 0). */
+typedef enum {
+  TR_KERN_LIN_FWD = 0,        /* out [N,OC] = x [N,IC] w^T + bias */
+  TR_KERN_LIN_FWD_GELU = 1,   /* pre = x w^T + bias, out = gelu(pre) */
+  TR_KERN_LIN_DINP = 2,       /* out [N,IC] += x [N,OC] w (x: dout) */
+  TR_KERN_LIN_DINP_WRITE = 3, /* out = x w (overwritten) */
+  TR_KERN_LIN_DINP_DGELU = 4  /* out = (x w) * gelu'(pre), overwritten */
+} tr_kern_lin_kind_t;
+typedef struct tr_kern_lin_batch {
+  tr_kern_lin_kind_t kind;
+  float* out;
+  float* pre; /* FWD_GELU (written), DINP_DGELU (read); else NULL */
+  const float* x;
+  const float *w, *bias; /* bias: FWD, FWD_GELU; may be NULL */
+  int64_t batch, N;      /* slices, rows a slice */
+  int IC, OC;
+  int64_t out_stride, pre_stride, x_stride; /* elements between slices */
+} tr_kern_lin_batch_t;
+
 typedef struct tr_kern_ops {
   const char* name; /* "cpu", "cuda" */
 
@@ -227,6 +249,13 @@ typedef struct tr_kern_ops {
   int (*linear_dgelu_bwd)(float* dinp, float* dw, float* dbias,
                           const float* dout, const float* inp, const float* w,
                           const float* pre, int64_t N, int IC, int OC);
+  /* One linear layer's activation side over `batch` slices of N rows
+   * that are not evenly spaced (a chunk of rows of every sequence of a
+   * [B, T, C] tensor: async tensor parallel's ring chunks), the weight and
+   * bias shared by every slice: see tr_kern_lin_batch_t. NULL in a table
+   * that lacks it (the tensor entries then call the entries above once a
+   * slice, with the same bits). */
+  int (*linear_batched)(const struct tr_kern_lin_batch* l);
 
   /* Rotate x[B,T,H,D] in place, Hugging Face "rotate_half" layout: pair
    * (i, i + D/2) for i < D/2, angle cos/sin[t, i] ([T, D/2] tables from
@@ -421,6 +450,16 @@ int tr_kern_rmsnorm_bwd(tr_tensor_t* dinp, tr_tensor_t* dweight,
  * wider buffer, stride[last] == 1): the output projection writes its logits
  * into rows padded to a multiple of 64 elements on CUDA, where GEMMs and
  * the classifier want aligned rows (no bias then on CUDA). */
+/* Batch-strided views (async tensor parallel's chunks): the activations of
+ * tr_kern_linear_fwd, _gelu_fwd, _bwd, _bwd_write and _dgelu_bwd (inp, out,
+ * pre, dout, dinp) may instead be [B, n, W] views with packed rows
+ * (stride {s, W, 1}) whose slices are any s >= n W elements apart, each
+ * operand its own s (rows [t0, t0 + n) of every sequence of a [B, T, W]
+ * tensor, or a contiguous [B, n, W]): the op then runs once over the B
+ * slices, the weight and bias shared (CUDA: one strided-batched GEMM; CPU:
+ * the op per slice, the bits of B calls on the slices). Only the input
+ * gradient is computed so: dweight and dbias must be NULL (they sum over
+ * every row: run them on the whole tensors). */
 int tr_kern_linear_fwd(tr_tensor_t* out, const tr_tensor_t* inp,
                        const tr_tensor_t* weight, const tr_tensor_t* bias);
 /* dinp, dweight, dbias may each be NULL. */

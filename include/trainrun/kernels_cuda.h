@@ -162,6 +162,14 @@ typedef struct {
   const void* bias;
   void* aux;
   int64_t ldaux;
+  /* Strided batch (0 or 1: one GEMM): batch GEMMs of the sizes above,
+   * the b-th on A + b stride_a, B + b stride_b, C + b stride_c and aux +
+   * b stride_aux (elements); a stride of 0 shares the operand (a linear
+   * layer's weight), and bias is shared. One cuBLASLt call (strided batch
+   * layouts); where cuBLASLt has no algorithm, one GEMM a batch. The bias
+   * gradient epilogue is not batched. */
+  int64_t batch;
+  int64_t stride_a, stride_b, stride_c, stride_aux;
 } tr_cuda_gemm_t;
 int tr_kern_cuda_gemm(const tr_cuda_gemm_t* g, tr_cuda_stream_t s);
 

@@ -408,7 +408,36 @@ typedef struct {
  *                  sums of exponentials and target logits (one SUM of
  *                  both); or, with loss_parallel 0, the logits gathered
  *                  (GATHER_LAST) for the ordinary cross-entropy
- * Losses and log-sum-exps come out identical on every tp rank. */
+ * Losses and log-sum-exps come out identical on every tp rank.
+ *
+ * Asynchronous tensor parallel ([parallelism] enable_async_tensor_parallel,
+ * sequence parallel only): when overlap is set, the layers ask for the
+ * SP GATHER before their column-parallel linears (TR_TP_FWD_IN, and in
+ * backward TR_TP_BWD_OUT before the row-parallel dgrad) and the SP SCATTER
+ * after their row-parallel ones (TR_TP_FWD_OUT, and TR_TP_BWD_IN after the
+ * column-parallel dgrads) through overlap instead of fn, with a chunk
+ * callback: the op is cut into the tp sequence chunks of [T/tp] rows and
+ * moves them around the ring (rank r sends to r + 1, receives from r - 1)
+ * while the callback computes on the chunk it holds, so the GEMM of one
+ * chunk runs while the next travels:
+ *   TR_TP_GATHER   t [B, T/tp, W] (contiguous) becomes [B, T, W] as for
+ *                  fn; chunk(ctx, t0, n, part) is called once per rank's
+ *                  rows [t0, t0 + n) of every sequence (n = T/tp, this
+ *                  rank's first, then r - 1, r - 2, ...) once they are
+ *                  here, part a contiguous [B, n, W] tensor holding them
+ *                  (they are copied into the gathered tensor after)
+ *   TR_TP_SCATTER  t is this rank's [B, T/tp, W] (allocated), set to its
+ *                  rows of the sum over tp of what the callbacks write:
+ *                  chunk(ctx, t0, n, part) is called once per rank's rows
+ *                  of every sequence, part a contiguous [B, n, W] buffer
+ *                  the callback OVERWRITES with this rank's partial sums of
+ *                  those rows; each rank adds what it receives to its own
+ *                  and passes the sum on, the rows' owner last
+ * One transfer each way a ring step, one callback: its GEMMs run once over
+ * the B sequences' rows (batch-strided views of the [B, T, *] tensors,
+ * trainrun/kernels.h).
+ * The sums of a SCATTER over more than 2 ranks are added in ring order, not
+ * in the order of the blocking reduce-scatter (a last-bit difference). */
 typedef enum {
   TR_TP_FWD_OUT = 0,
   TR_TP_BWD_IN = 1,
@@ -427,8 +456,16 @@ typedef enum {
   TR_TP_GATHER_LAST = 4,
   TR_TP__OPS
 } tr_tp_op_t;
+/* An async op's computation on one chunk of rows (see tr_model_tp_t): a
+ * negative return stops the op and is returned by it. */
+typedef int (*tr_tp_chunk_fn)(void* ctx, int64_t t0, int64_t n,
+                              tr_tensor_t* part);
 typedef struct {
   int (*fn)(void* arg, tr_tp_point_t point, tr_tp_op_t op, tr_tensor_t* t);
+  /* async tensor parallel: GATHER or SCATTER overlapped with chunk (NULL:
+   * off, the layers call fn) */
+  int (*overlap)(void* arg, tr_tp_point_t point, tr_tp_op_t op, tr_tensor_t* t,
+                 tr_tp_chunk_fn chunk, void* ctx);
   void* arg;
   int size, rank;        /* the tp group's size and this rank's index */
   int sequence_parallel; /* 1: the residual stream between blocks is this

@@ -231,6 +231,9 @@ typedef struct {
   int sequence_parallel; /* 1: norms and residuals on sequence shards */
   int comm_timing;       /* [metrics] comm_overlap: time the hook's ops
                             (tr_tp_comm_t) into the step's tp figures */
+  int async;             /* [parallelism] enable_async_tensor_parallel:
+                            the SP collectives of the layers as rings of
+                            chunks overlapped with their GEMMs */
 } tr_trainer_tp_t;
 
 /* Pipeline parallelism: the pipeline group (the mesh dim "pp") and the
@@ -292,7 +295,8 @@ typedef struct tr_trainer {
   tr_model_t model;
   tr_dp_t dist;
   tr_trainer_tp_t tp; /* pg NULL: no tensor parallelism */
-  tr_tp_comm_t* tp_comm; /* the tp hook's timing (tp.comm_timing) */
+  tr_tp_comm_t* tp_comm; /* the tp hook's timing (tp.comm_timing) and
+                            the async ring's waits (tp.async) */
   tr_trainer_pp_t pp; /* pg NULL: no pipeline parallelism */
   tr_cp_t cp;         /* pg NULL: no context parallelism (the model's
                          seam points here) */

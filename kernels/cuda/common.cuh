@@ -231,6 +231,7 @@ int tr__cuda_swiglu_bwd_write(tr_dtype_t dt, void* dgate, void* dup,
   X(cublasLtMatmulDescSetAttribute)       \
   X(cublasLtMatrixLayoutCreate)           \
   X(cublasLtMatrixLayoutDestroy)          \
+  X(cublasLtMatrixLayoutSetAttribute)     \
   X(cublasLtMatmulPreferenceCreate)       \
   X(cublasLtMatmulPreferenceDestroy)      \
   X(cublasLtMatmulPreferenceSetAttribute) \

@@ -37,7 +37,7 @@ endif
 # GPU, or in builds without CUDA).
 check_PROGRAMS += tests/check_kernels_cuda
 TESTS += tests/check_kernels_cuda
-tests_check_kernels_cuda_SOURCES = tests/check_kernels_cuda.c
+tests_check_kernels_cuda_SOURCES = tests/check_kernels_cuda.c tests/lin_kinds.h
 tests_check_kernels_cuda_CFLAGS = $(TEST_CFLAGS)
 tests_check_kernels_cuda_LDADD = $(TEST_LIBS)
 

@@ -18,6 +18,12 @@
 // overwrites that vector, so it goes to a temporary that is then added to
 // dbias (the += contract across micro-batches).
 //
+// A strided batch (tr_cuda_gemm_t.batch: async tensor parallel's chunk of
+// rows of every sequence, the weight's stride 0) is one cuBLASLt call with
+// batched layouts and the aux batch stride; the bias is shared (its batch
+// stride left 0). Where cuBLASLt offers no batched algorithm the batches
+// run one GEMM each.
+//
 // cuBLASLt is not linked: the first handle loads it (cublaslt_load.cu) and
 // every call goes through that table (lt->cublasLt...).
 #include "kernels/cuda/common.cuh"
@@ -46,6 +52,7 @@ static int lt_check(cublasStatus_t st, const char* what, const char* file,
 typedef struct {
   int dev, ta, tb;
   int64_t M, N, K, lda, ldb, ldc, ldaux;
+  int64_t batch, sa, sb, sc, saux;  // batch 0: not batched
   int ab_type, c_type, epi, tf32;
   int align_a, align_b, align_c, align_aux;
 } plan_key_t;
@@ -74,6 +81,16 @@ static int align_of(const void* p) {
   int a = 16;
   while (a > 1 && (u & (uintptr_t)(a - 1))) a >>= 1;
   return a;
+}
+
+// The alignment every batch of an operand keeps: its base's and its
+// stride's (bytes).
+static int align_batched(const void* p, int64_t stride, int dt) {
+  int a = align_of(p);
+  if (stride <= 0) return a;
+  int s = align_of((
+      const void*)(uintptr_t)(stride * (int64_t)tr_dtype_size((tr_dtype_t)dt)));
+  return s < a ? s : a;
 }
 
 static void plan_free(plan_t* p) {
@@ -156,6 +173,23 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
       (rc = LT(lt->cublasLtMatrixLayoutCreate(&p->lc, cuda_type(k->c_type),
                                               k->N, k->M, k->ldc))) < 0)
     goto out_free;
+  if (k->batch > 1) {  // strided batch: la is our B, lb our A
+    int32_t n = (int32_t)k->batch;
+    cublasLtMatrixLayout_t ls[3] = {p->la, p->lb, p->lc};
+    int64_t st[3] = {k->sb, k->sa, k->sc};
+    for (int i = 0; i < 3; i++)
+      if ((rc = LT(lt->cublasLtMatrixLayoutSetAttribute(
+               ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n))) < 0 ||
+          (rc = LT(lt->cublasLtMatrixLayoutSetAttribute(
+               ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &st[i],
+               sizeof st[i]))) < 0)
+        goto out_free;
+    if (k->ldaux &&
+        (rc = LT(lt->cublasLtMatmulDescSetAttribute(
+             p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &k->saux,
+             sizeof k->saux))) < 0)
+      goto out_free;
+  }
   if ((rc = LT(lt->cublasLtMatmulPreferenceCreate(&pref))) < 0) goto out_free;
   if ((rc = LT(lt->cublasLtMatmulPreferenceSetAttribute(
            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))) <
@@ -253,6 +287,34 @@ static cublasLtEpilogue_t epilogue_of(const tr_cuda_gemm_t* g) {
   }
 }
 
+static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
+                        cudaStream_t s);
+
+// A batched GEMM cuBLASLt has no strided-batch algorithm for: one GEMM a
+// batch, each on its operands' offsets (said once a process: a timing of
+// async tensor parallel then measures the per-batch GEMMs).
+static int gemm_per_batch(const tr_cuda_gemm_t* g, cudaStream_t s) {
+  static int warned;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    TR_LOG_WARN(KERN,
+                "no strided-batched cuBLASLt algorithm for a %s GEMM of %lld "
+                "batches M=%lld N=%lld K=%lld: one GEMM a batch",
+                tr_dtype_name(g->ab_type), (long long)g->batch,
+                (long long)g->M, (long long)g->N, (long long)g->K);
+  size_t ab = tr_dtype_size(g->ab_type), cs = tr_dtype_size(g->c_type);
+  for (int64_t b = 0; b < g->batch; b++) {
+    tr_cuda_gemm_t one = *g;
+    one.batch = 0;
+    one.stride_a = one.stride_b = one.stride_c = one.stride_aux = 0;
+    one.A = (const char*)g->A + (size_t)(b * g->stride_a) * ab;
+    one.B = (const char*)g->B + (size_t)(b * g->stride_b) * ab;
+    one.C = (char*)g->C + (size_t)(b * g->stride_c) * cs;
+    if (g->aux) one.aux = (char*)g->aux + (size_t)(b * g->stride_aux) * cs;
+    TR_CHECK(gemm_checked(&one, NULL, NULL, s));
+  }
+  return 0;
+}
+
 // bgrad: NULL, or (g->epilogue NONE, g->transa set) an fp32 vector [M]
 // that receives sum_k op(A)[m, k] (overwritten) from the BGRADB epilogue;
 // *bgrad_done says whether it did (0: no algorithm has the epilogue for
@@ -273,15 +335,25 @@ static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
   k.ab_type = g->ab_type;
   k.c_type = g->c_type;
   k.tf32 = __atomic_load_n(&use_tf32, __ATOMIC_RELAXED);
-  k.align_a = align_of(g->A);
-  k.align_b = align_of(g->B);
-  k.align_c = align_of(g->C);
+  int batched = g->batch > 1;
+  if (batched) {
+    k.batch = g->batch;
+    k.sa = g->stride_a;
+    k.sb = g->stride_b;
+    k.sc = g->stride_c;
+    k.saux = g->aux ? g->stride_aux : 0;
+  }
+  k.align_a = align_batched(g->A, k.sa, g->ab_type);
+  k.align_b = align_batched(g->B, k.sb, g->ab_type);
+  k.align_c = align_batched(g->C, k.sc, g->c_type);
   k.epi = bgrad ? CUBLASLT_EPILOGUE_BGRADB : epilogue_of(g);
   if (bgrad_done) *bgrad_done = 0;
   if (g->aux) {
     k.ldaux = g->ldaux;
-    k.align_aux = align_of(g->aux);
+    k.align_aux = align_batched(g->aux, k.saux, g->c_type);
   }
+  // cuBLASLt wants the aux batch stride a multiple of 8 elements
+  if (batched && g->aux && g->stride_aux % 8) return gemm_per_batch(g, s);
   int rc;
   pthread_mutex_lock(&lt_lock);
   plan_t* p = NULL;
@@ -296,8 +368,13 @@ static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
   if (rc == 0) {
     k.epi = CUBLASLT_EPILOGUE_DEFAULT;
     k.ldaux = 0;
+    k.saux = 0;
     k.align_aux = 0;
     rc = plan_get(&k, &p);
+    if (rc == 0 && !p->supported && batched) {
+      pthread_mutex_unlock(&lt_lock);
+      return gemm_per_batch(g, s);
+    }
     if (rc == 0 && !p->supported) {
       TR_LOG_ERROR(KERN,
                    "cuBLASLt has no algorithm for a %s GEMM M=%lld N=%lld "
@@ -311,15 +388,20 @@ static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
   pthread_mutex_unlock(&lt_lock);
   if (rc < 0) return rc;
   bool bias = g->with_bias && g->epilogue != TR_CUDA_EPI_DGELU;
-  if (bias)
-    TR_CHECK(
-        tr__cuda_add_bias(g->c_type, g->C, g->ldc, g->bias, g->M, g->N, s));
-  if (g->epilogue == TR_CUDA_EPI_GELU)
-    TR_CHECK(tr__cuda_gelu_rows(g->c_type, g->C, g->ldc, g->aux, g->ldaux, g->M,
-                                g->N, 0, s));
-  else if (g->epilogue == TR_CUDA_EPI_DGELU)
-    TR_CHECK(tr__cuda_gelu_rows(g->c_type, g->C, g->ldc, g->aux, g->ldaux, g->M,
-                                g->N, 1, s));
+  size_t cs = tr_dtype_size(g->c_type);
+  for (int64_t b = 0; b < (batched ? g->batch : 1); b++) {  // each batch's
+    void* C = (char*)g->C + (size_t)(b * g->stride_c) * cs;
+    void* aux =
+        g->aux ? (char*)g->aux + (size_t)(b * g->stride_aux) * cs : NULL;
+    if (bias)
+      TR_CHECK(tr__cuda_add_bias(g->c_type, C, g->ldc, g->bias, g->M, g->N, s));
+    if (g->epilogue == TR_CUDA_EPI_GELU)
+      TR_CHECK(tr__cuda_gelu_rows(g->c_type, C, g->ldc, aux, g->ldaux, g->M,
+                                  g->N, 0, s));
+    else if (g->epilogue == TR_CUDA_EPI_DGELU)
+      TR_CHECK(tr__cuda_gelu_rows(g->c_type, C, g->ldc, aux, g->ldaux, g->M,
+                                  g->N, 1, s));
+  }
   return 0;
 }
 
@@ -347,6 +429,13 @@ extern "C" int tr_kern_cuda_gemm(const tr_cuda_gemm_t* g, tr_cuda_stream_t s) {
   TR_CUDA_REQUIRE(!g->aux || (g->ldaux >= g->N && g->ldaux % 8 == 0),
                   "gemm: ldaux %lld must be >= N and a multiple of 8",
                   (long long)g->ldaux);
+  TR_CUDA_REQUIRE(g->batch >= 0, "gemm: batch %lld", (long long)g->batch);
+  TR_CUDA_REQUIRE(
+      g->batch <= 1 || (g->K > 0 && g->stride_a >= 0 && g->stride_b >= 0 &&
+                        g->stride_c > 0 && g->stride_aux >= 0),
+      "gemm: a batch of %lld needs K > 0 and strides >= 0 (C's "
+      "> 0)",
+      (long long)g->batch);
   if (g->M == 0 || g->N == 0) return 0;
   if (g->K == 0) {
     // no products: C = beta C (+ epilogue), which cuBLASLt may refuse

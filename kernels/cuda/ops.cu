@@ -268,6 +268,75 @@ int cu_linear_dgelu_bwd(float* dinp, float* dw, float* dbias, const float* dout,
   return rc;
 }
 
+// The batch-strided linears (trainrun/kernels.h, tr_kern_lin_batch_t): one
+// strided-batched GEMM with the weight's batch stride 0, its epilogue
+// fused as in the entries above. The GELU widths those entries run
+// unfused (not a multiple of 8) go through them one slice at a time.
+template <tr_dtype_t DT>
+int cu_linear_batched(const tr_kern_lin_batch_t* l) {
+  TR_CUDA_REQUIRE(l->batch >= 1 && l->N >= 0 && l->IC > 0 && l->OC > 0,
+                  "linear_batched: bad shape batch=%lld N=%lld IC=%d OC=%d",
+                  (long long)l->batch, (long long)l->N, l->IC, l->OC);
+  const size_t es = DT == TR_BF16 ? 2 : 4;
+  int gelu = l->kind == TR_KERN_LIN_FWD_GELU,
+      dgelu = l->kind == TR_KERN_LIN_DINP_DGELU;
+  if ((gelu && l->OC % 8) || (dgelu && l->IC % 8)) {
+    for (int64_t b = 0; b < l->batch; b++) {
+      float* o = (float*)((char*)l->out + (size_t)(b * l->out_stride) * es);
+      float* p = (float*)((char*)l->pre + (size_t)(b * l->pre_stride) * es);
+      const float* x =
+          (const float*)((const char*)l->x + (size_t)(b * l->x_stride) * es);
+      TR_CHECK(gelu ? cu_linear_gelu_fwd<DT>(o, p, x, l->w, l->bias, l->N,
+                                             l->IC, l->OC)
+                    : cu_linear_dgelu_bwd<DT>(o, NULL, NULL, x, NULL, l->w, p,
+                                              l->N, l->IC, l->OC));
+    }
+    return 0;
+  }
+  tr_cuda_gemm_t g;
+  memset(&g, 0, sizeof g);
+  g.M = l->N;
+  g.A = l->x;
+  g.B = l->w;
+  g.C = l->out;
+  g.ab_type = g.c_type = DT;
+  g.alpha = 1.0f;
+  g.batch = l->batch;
+  g.stride_a = l->x_stride;
+  g.stride_b = 0;  // the weight, shared
+  g.stride_c = l->out_stride;
+  if (l->kind == TR_KERN_LIN_FWD || gelu) {  // out = x w^T (+ bias)
+    g.transb = 1;
+    g.N = l->OC;
+    g.K = l->IC;
+    g.lda = g.ldb = l->IC;
+    g.ldc = l->OC;
+    g.with_bias = l->bias != NULL;
+    g.bias = l->bias;
+    g.epilogue = gelu ? TR_CUDA_EPI_GELU
+                      : (l->bias ? TR_CUDA_EPI_BIAS : TR_CUDA_EPI_NONE);
+    if (gelu) {
+      g.aux = l->pre;
+      g.ldaux = l->OC;
+      g.stride_aux = l->pre_stride;
+    }
+  } else {  // out (+)= dout w (* gelu'(pre))
+    g.N = l->IC;
+    g.K = l->OC;
+    g.lda = l->OC;
+    g.ldb = l->IC;
+    g.ldc = l->IC;
+    g.beta = l->kind == TR_KERN_LIN_DINP ? 1.0f : 0.0f;
+    if (dgelu) {
+      g.epilogue = TR_CUDA_EPI_DGELU;
+      g.aux = l->pre;
+      g.ldaux = l->IC;
+      g.stride_aux = l->pre_stride;
+    }
+  }
+  return tr_kern_cuda_gemm(&g, cur());
+}
+
 template <tr_dtype_t DT>
 int cu_rope(float* x, const float* cos_t, const float* sin_t, int B, int T,
             int H, int D, int64_t stride, int inverse) {
@@ -495,6 +564,7 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->linear_bwd_write = cu_linear_bwd_write<DT>;
   t->linear_gelu_fwd = cu_linear_gelu_fwd<DT>;
   t->linear_dgelu_bwd = cu_linear_dgelu_bwd<DT>;
+  t->linear_batched = cu_linear_batched<DT>;
   t->rope = cu_rope<DT>;
   t->attention_fwd = cu_attention_fwd<DT>;
   t->attention_bwd = cu_attention_bwd<DT>;
