@@ -107,7 +107,7 @@ enum {
   UID_VIRTUAL = 100  // virtual tensors count up from here
 };
 
-#define GB_MAX_DESC 128
+#define GB_MAX_DESC 160
 #define GB_MAX_OPS 48
 
 // ---- a graph under construction: every descriptor it created ----
