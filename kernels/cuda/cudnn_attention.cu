@@ -1162,9 +1162,11 @@ static void docs_release(docs_t* d, cudaStream_t s) {
 // ragged graph; 0: plain causal (one document per row, d->starts NULL);
 // TR_EUNSUPPORTED: not contiguous documents, or buckets whose padding
 // would cost more than it saves (D' S above 32 B T rows: the fused
-// kernels run a tile per 128 rows of each padded sequence and head).
+// kernels run a tile per 128 rows of each padded sequence and head), or
+// H not a multiple of 4 (a sequence's Stats rows [rows, H] fp32 would not
+// start 16-byte aligned).
 static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T,
-                     cudaStream_t s) {
+                     int H, cudaStream_t s) {
   memset(d, 0, sizeof *d);
   int64_t N = (int64_t)B * T;
   if (cudnnGetVersion() < 90600) {
@@ -1177,7 +1179,7 @@ static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T,
                   (int)cudnnGetVersion());
     return TR_EUNSUPPORTED;
   }
-  if (N >= INT32_MAX) return TR_EUNSUPPORTED;
+  if (N >= INT32_MAX || H % 4 != 0) return TR_EUNSUPPORTED;
   size_t sb = round256((N + 1) * (int64_t)sizeof(int32_t));
   void* p = NULL;
   TR_CHECK(tr__cuda_tmp_alloc(&p, sb + 256, s));
@@ -1302,7 +1304,7 @@ int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
   docs_t docs;
   memset(&docs, 0, sizeof docs);
   if (doc_start) {
-    int found = docs_find(&docs, doc_start, B, T, s);
+    int found = docs_find(&docs, doc_start, B, T, H, s);
     if (found < 0) return found;
   }
   akey_t key;
@@ -1359,7 +1361,7 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
   docs_t docs;
   memset(&docs, 0, sizeof docs);
   if (doc_start) {
-    int found = docs_find(&docs, doc_start, B, T, s);
+    int found = docs_find(&docs, doc_start, B, T, H, s);
     if (found < 0) return found;
   }
   akey_t key;
