@@ -1762,6 +1762,12 @@ START_TEST(test_attention_cudnn_docs) {
   run_attention_masked(TR_BF16, C, C, 2, 130, 4, 2, 128, 1, 3, 0, 0);
   run_attention_masked(TR_BF16, C, F, 2, 300, 8, 2, 64, 0, 2, 0, 0);
   run_attention_masked(TR_BF16, F, C, 2, 200, 4, 2, 128, 1, 1, 0, 0);
+}
+END_TEST
+
+/* The same through the direct-dQ graph ([debug] deterministic). */
+START_TEST(test_attention_cudnn_docs_det) {
+  tr_cuda_attn_impl_t C = TR_CUDA_ATTN_CUDNN;
   tr_kern_cuda_set_deterministic(1, 0);
   run_attention_masked(TR_BF16, C, C, 2, 300, 8, 2, 64, 1, 2, 0, 0);
   run_attention_masked(TR_BF16, C, C, 2, 200, 4, 4, 128, 0, 1, 0, 0);
@@ -1967,6 +1973,7 @@ static Suite* cuda_suite(void) {
 #ifdef HAVE_CUDNN
   tcase_add_test(tc, test_attention_cudnn);
   tcase_add_test(tc, test_attention_cudnn_mixed);
+  tcase_add_test(tc, test_attention_cudnn_docs_det);
   tcase_add_test(tc, test_attention_cudnn_docs);
 #endif
   tcase_add_test(tc, test_attention_cudnn_unsupported);

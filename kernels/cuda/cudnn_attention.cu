@@ -1406,7 +1406,9 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
   rc = tr__cuda_tmp_alloc((void**)&ws, o_full + 2 * full_bytes, s);
   if (rc == 0) {
     void* acc = p->direct_dq ? NULL : ws + o_acc;
-    if (acc && cudnnGetVersion() < 90600)  // before 9.6 the caller zeroes it
+    // before 9.6 the caller zeroes the accumulator; a ragged graph's is
+    // zeroed here on every version (its rows are where the documents are)
+    if (acc && (cudnnGetVersion() < 90600 || key.docs))
       rc = TR_CUDA_CALL(cudaMemsetAsync(acc, 0, acc_bytes, s));
     bf16 *tq = dq, *tk = dk, *tv = dv;
     if (accumulate) {
