@@ -41,19 +41,21 @@
 // a ragged graph, cudnn-frontend's THD layout for packed variable-length
 // sequences: every document is a sequence of its own, its rows where they
 // already are. The graph's batch dim is D' sequences of at most S rows;
-// Q, K, V, O, dO, dQ, dK, dV, Stats and Dsum carry a ragged offset tensor
+// Q, K, V, O, dO, dQ, dK, dV and Stats carry a ragged offset tensor
 // (CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC: [D'+1] int64 element offsets of
 // each sequence's first row, the row times the tensor's row stride); the
 // lengths [D'] int32 are SEQ_LEN_Q and SEQ_LEN_KV, which override the
 // GEMMs' M/N/K (CUDNN_ATTR_OPERATION_MATMUL_GEMM_*_OVERRIDE_DESC) and feed
 // the padding mask (row < len and column < len) that precedes the causal
 // one, in cudnn-frontend's order (the backward subtracts Stats between
-// them). Stats and Dsum are [rows, H] there (frontend's ragged LSE), so
-// the forward transposes Stats into lse [B,H,T] and the backward back:
-// the lse contract above holds with documents too. GQA's per-head dK and
-// dV before the group sum are workspace tensors then, with dK's offsets
-// and strides widened by the group (frontend's max_total_seq_len path),
-// and the atomic graph's dQ accumulator has dQ's strides and offsets.
+// them). Stats is [rows, H] there (frontend's ragged LSE), so the
+// forward transposes Stats into lse [B,H,T] and the backward back: the
+// lse contract above holds with documents too. The backward's Dsum, dQ
+// accumulator and GQA per-head dK and dV are dense [D',H,S,*] as in
+// cudnn-frontend's path without max_total_seq_len (Dsum and the
+// accumulator in the workspace, D' S rows: at most 32 N, see below); the
+// path with ragged workspace tensors gave wrong dQ and dK for GQA on
+// H100s (check_kernels_cuda, 2026-11-28).
 // The host counts the documents first (a small scan kernel, then a wait
 // for the stream), and D' and S are rounded up to powers of two (S at
 // least 64), padding sequences of length 0, so that one plan serves
@@ -102,8 +104,6 @@ enum {
   UID_RO_DKV = 20,
   UID_LEN_Q = 21,
   UID_LEN_KV = 22,
-  UID_DKFULL = 23,  // GQA: dK and dV of every query head before the sum
-  UID_DVFULL = 24,
   UID_VIRTUAL = 100  // virtual tensors count up from here
 };
 
@@ -596,7 +596,7 @@ typedef struct {
   int64_t od[4], ostr[4];    // O, dO
   int64_t sd[4], sstr[4];    // scores [B,H,T,T]
   int64_t rd[4], rstr[4];    // row statistics [B,H,T,1] (virtual)
-  int64_t rtstr[4];          // Stats and Dsum in memory: [B,H,T] as rstr,
+  int64_t rtstr[4];          // Stats in memory: [B,H,T] as rstr,
                              // or a ragged graph's [rows, H] (TH layout)
   int64_t std_[4], sttr[4];  // transposed scores [B,H,Tk,Tq]
 } shapes_t;
@@ -710,29 +710,20 @@ static void graph_fwd(gb_t* g, const akey_t* k) {
 }
 
 // dK or dV (c) = a b summed over the query heads of a group (GQA), or
-// written directly. The per-head products: a virtual [B,H,T,D] tensor, or
-// in a ragged graph (as cudnn-frontend with max_total_seq_len) a tensor in
-// the workspace (uid) with c's strides widened by the group size and c's
-// offsets (which cuDNN scales by the same factor).
+// written directly. The per-head products are a virtual [B,H,T,D] tensor,
+// in a ragged graph too (cudnn-frontend's path without max_total_seq_len).
 static void gb_group_sum(gb_t* g, const akey_t* k, cudnnBackendDescriptor_t a,
                          cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
-                         const int64_t* cstr, int64_t uid, const rag_t* r) {
+                         const rag_t* r) {
   if (k->H == k->KVH) {
     gb_matmul(g, a, b, c, r->len_kv, NULL, r->len_q);
     return;
   }
-  int64_t B = k->B, T = k->T, H = k->H, D = k->D, grp = k->H / k->KVH;
+  int64_t B = k->B, T = k->T, H = k->H, D = k->D;
   int64_t fd[4], fs[4];
   dims4(fd, B, H, T, D);
-  cudnnBackendDescriptor_t full;
-  if (k->docs) {
-    dims4(fs, cstr[0] * grp, cstr[1], cstr[2] * grp, cstr[3]);
-    full = gb_tensor_r(g, uid, CUDNN_DATA_BFLOAT16, fd, fs, false, false,
-                       r->dkv);
-  } else {
-    dims4(fs, H * T * D, T * D, D, 1);
-    full = gb_virt(g, CUDNN_DATA_BFLOAT16, fd, fs);
-  }
+  dims4(fs, H * T * D, T * D, D, 1);
+  cudnnBackendDescriptor_t full = gb_virt(g, CUDNN_DATA_BFLOAT16, fd, fs);
   gb_matmul(g, a, b, full, r->len_kv, NULL, r->len_q);
   gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, c);
 }
@@ -758,8 +749,9 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
       g, UID_DO, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false, r.o);
   cudnnBackendDescriptor_t stats = gb_tensor_r(
       g, UID_STATS, CUDNN_DATA_FLOAT, s.rd, s.rtstr, false, false, r.st);
-  cudnnBackendDescriptor_t dsum = gb_tensor_r(
-      g, UID_DSUM, CUDNN_DATA_FLOAT, s.rd, s.rtstr, false, false, r.st);
+  // Dsum [B,H,T] in the workspace, dense in a ragged graph too
+  cudnnBackendDescriptor_t dsum =
+      gb_tensor(g, UID_DSUM, CUDNN_DATA_FLOAT, s.rd, s.rstr, false, false);
   int64_t dqstr[4], dkvstr[4];
   dims4(dqstr, T * k->dqs, D, k->dqs, 1);
   dims4(dkvstr, T * k->dkvs, D, k->dkvs, 1);
@@ -799,7 +791,7 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
   cudnnBackendDescriptor_t pt =
       gb_virt(g, CUDNN_DATA_BFLOAT16, s.std_, s.sttr);
   gb_reshape(g, p, pt);
-  gb_group_sum(g, k, pt, dout, dv, dkvstr, UID_DVFULL, &r);
+  gb_group_sum(g, k, pt, dout, dv, &r);
 
   // dS = P (dO V^T - Dsum) * scale
   cudnnBackendDescriptor_t dp = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
@@ -815,7 +807,7 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
   cudnnBackendDescriptor_t dst =
       gb_virt(g, CUDNN_DATA_BFLOAT16, s.std_, s.sttr);
   gb_reshape(g, ds, dst);
-  gb_group_sum(g, k, dst, q, dk, dkvstr, UID_DKFULL, &r);
+  gb_group_sum(g, k, dst, q, dk, &r);
 
   // dQ = dS K (K seen untransposed again)
   cudnnBackendDescriptor_t kk = gb_tensor_r(g, -1, CUDNN_DATA_BFLOAT16, s.vd,
@@ -824,16 +816,13 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
   if (direct_dq) {
     gb_matmul(g, ds, kk, dq, r.len_q, NULL, r.len_kv);
   } else {
-    // fp32, dQ's strides and offsets in a ragged graph (sized by its
-    // rows), else [B,H,T,D] contiguous
+    // fp32 [B,H,T,D] contiguous, in a ragged graph too (B sequences of
+    // T rows: cudnn-frontend's path without max_total_seq_len)
     int64_t fhd[4], fhstr[4];
     dims4(fhd, B, H, T, D);
-    if (k->docs)
-      memcpy(fhstr, dqstr, sizeof fhstr);
-    else
-      dims4(fhstr, H * T * D, T * D, D, 1);
-    cudnnBackendDescriptor_t acc = gb_tensor_r(
-        g, UID_DQACC, CUDNN_DATA_FLOAT, fhd, fhstr, false, false, r.dq);
+    dims4(fhstr, H * T * D, T * D, D, 1);
+    cudnnBackendDescriptor_t acc = gb_tensor(g, UID_DQACC, CUDNN_DATA_FLOAT,
+                                             fhd, fhstr, false, false);
     gb_matmul(g, ds, kk, acc, r.len_q, NULL, r.len_kv);
     gb_pw(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq,
           -1);
@@ -1383,32 +1372,26 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
     docs_release(&docs, s);
     return rc;
   }
-  // one workspace: the plan's, Dsum [B,H,T] fp32 (documents: [B*T, H]),
-  // the dQ accumulator (atomic graph only: [B,H,T,D] fp32, documents
-  // [B*T] rows of dQ's stride), and the temporaries of accumulate; with
-  // documents also the offsets and lengths, the Stats rows [B*T, H] and
-  // for GQA dK and dV of every query head (as cudnn-frontend sizes them:
-  // 4 bytes an element)
-  int grp = H / KVH;
+  // one workspace: the plan's, Dsum [B,H,T] fp32 and the dQ accumulator
+  // (atomic graph only: [B,H,T,D] fp32), both over the graph's B and T
+  // (documents: D' sequences of S rows), the temporaries of accumulate;
+  // with documents also the offsets and lengths and the Stats rows
+  // [B*T, H]
+  int64_t GN = (int64_t)key.B * key.T; /* the graph's rows */
   size_t o_dsum = round256(p->ws);
-  size_t o_acc = o_dsum + round256(N * H * (int64_t)sizeof(float));
-  size_t acc_bytes =
-      p->direct_dq ? 0 : round256(N * (key.docs ? key.dqs : HD) * 4);
+  size_t o_acc = o_dsum + round256(GN * H * (int64_t)sizeof(float));
+  size_t acc_bytes = p->direct_dq ? 0 : round256(GN * HD * 4);
   size_t o_tmp = o_acc + acc_bytes;
   size_t tmp_bytes = accumulate ? round256(N * HD * 2) + 2 * round256(N * KD * 2)
                                 : 0;
   size_t o_docs = o_tmp + tmp_bytes;
   size_t o_rows = o_docs + (key.docs ? docs_bytes(&docs) : 0);
-  size_t o_full = o_rows + (key.docs ? round256(N * H * 4) : 0);
-  size_t full_bytes =
-      key.docs && grp > 1 ? round256(N * key.dkvs * grp * 4) : 0;
+  size_t total = o_rows + (key.docs ? round256(N * H * 4) : 0);
   char* ws = NULL;
-  rc = tr__cuda_tmp_alloc((void**)&ws, o_full + 2 * full_bytes, s);
+  rc = tr__cuda_tmp_alloc((void**)&ws, total, s);
   if (rc == 0) {
     void* acc = p->direct_dq ? NULL : ws + o_acc;
-    // before 9.6 the caller zeroes the accumulator; a ragged graph's is
-    // zeroed here on every version (its rows are where the documents are)
-    if (acc && (cudnnGetVersion() < 90600 || key.docs))
+    if (acc && cudnnGetVersion() < 90600)  // before 9.6 the caller zeroes it
       rc = TR_CUDA_CALL(cudaMemsetAsync(acc, 0, acc_bytes, s));
     bf16 *tq = dq, *tk = dk, *tv = dv;
     if (accumulate) {
@@ -1444,10 +1427,6 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
       int32_t* len = NULL;
       if (rc == 0) rc = docs_fill(&docs, ws + o_docs, N, &m, &ro, &len, s);
       vp_add_docs(&vp, &key, ro, len, docs_pitch(&docs));
-      if (grp > 1) {
-        vp_add(&vp, UID_DKFULL, ws + o_full);
-        vp_add(&vp, UID_DVFULL, ws + o_full + full_bytes);
-      }
     }
     if (rc == 0) rc = plan_run(p, h, vp.n, vp.uids, vp.ptrs, ws);
     if (rc == 0 && accumulate) {
