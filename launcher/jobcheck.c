@@ -347,18 +347,21 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
                     "checkpoint.last_save_in_hf needs "
                     "checkpoint.last_save_model_only = true (only the model "
                     "is saved as Hugging Face safetensors)");
-  /* cuDNN's attention graph has no per-row document bounds or window */
-  int masked = mc.attn_mask != TR_ATTN_CAUSAL || mc.sliding_window > 0;
-  if (masked && job_on_cuda(cfg) &&
+  /* cuDNN's attention graphs have no window, and no per-row bounds for
+   * the documents of a context-parallel chunk pair (documents alone run
+   * as its ragged graph) */
+  int docs_cp = mc.attn_mask != TR_ATTN_CAUSAL &&
+                cfg->parallelism.context_parallel_degree > 1;
+  if ((mc.sliding_window > 0 || docs_cp) && job_on_cuda(cfg) &&
       strcmp(tr_param_str(TR_PARAM_ATTENTION), "cudnn") == 0)
     return key_fail(cfg, err,
-                    mc.attn_mask != TR_ATTN_CAUSAL
-                        ? TR_CFG_K_model_attn_mask_type
-                        : TR_CFG_K_model_sliding_window,
+                    mc.sliding_window > 0 ? TR_CFG_K_model_sliding_window
+                                          : TR_CFG_K_model_attn_mask_type,
                     "TRAINRUN_ATTENTION=cudnn: cuDNN's attention takes no "
-                    "document or sliding-window masks; leave "
-                    "TRAINRUN_ATTENTION unset (auto runs masked attention on "
-                    "the flash or SIMT kernel) or set it to flash or simt");
+                    "sliding-window masks, nor documents under context "
+                    "parallelism; leave TRAINRUN_ATTENTION unset (auto runs "
+                    "those on the flash or SIMT kernel) or set it to flash "
+                    "or simt");
   if (job_on_cuda(cfg) && strcmp(cfg->optimizer.name, "Adam") == 0 &&
       cfg->optimizer.weight_decay != 0)
     return key_fail(cfg, err, TR_CFG_K_optimizer_name,

@@ -1485,8 +1485,9 @@ static void expect_lse_close(const char* what, const tr_tensor_t* d,
 
 /* qkv: one fused buffer [B, T, (H + 2 KVH) D], as GPT-2's c_attn writes.
  * The forward runs impl, the backward impl_bwd (its lse from impl's
- * forward). docs: documents of 1 to 90 tokens (block_causal's doc_start),
- * window: a sliding window (0: none), shift: the query rows stand at key
+ * forward). docs (block_causal's doc_start): 1, documents of 1 to 120
+ * tokens in every row; 2, the same but the last row one document
+ * spanning it; 3, one document per row (no end-of-text token), window: a sliding window (0: none), shift: the query rows stand at key
  * positions i + shift (context parallelism's chunk pairs; with docs the
  * documents are those of the T + shift tokens from the key chunk's start,
  * so doc_start[i] is the document start of position i + shift, in key
@@ -1503,11 +1504,12 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
     int32_t* tok = malloc(sizeof(int32_t) * (size_t)B * L);
     int32_t* full = malloc(sizeof(int32_t) * (size_t)B * L);
     for (int64_t i = 0; i < (int64_t)B * L; i++) {
-      int t = (int)(i % L);
-      tok[i] =
-          t == 0 || t == 2 || t == 40 + (int)(i / L) || t == 130 || t == 250
-              ? 1
-              : 7;
+      int t = (int)(i % L), b = (int)(i / L);
+      int split = docs == 1 || (docs == 2 && b < B - 1);
+      tok[i] = split && (t == 0 || t == 2 || t == 40 + b || t == 130 ||
+                         t == 250)
+                   ? 1
+                   : 7;
     }
     tr_kern_attn_doc_start(full, NULL, tok, B, L, 1);
     ck_assert_int_eq(tr_tensor_empty(&ds, TR_I32, TR_DEVICE_CPU, 2, SH(B, T)),
@@ -1641,8 +1643,9 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
              impl_name(impl_bwd));
   char what[128];
   double tol = tol_of(dt);
-  snprintf(what, sizeof what, "attn_fwd %s B=%d T=%d H=%d/%d D=%d shift=%d",
-           iname, B, T, H, KVH, Dh, shift);
+  snprintf(what, sizeof what,
+           "attn_fwd %s B=%d T=%d H=%d/%d D=%d docs=%d shift=%d", iname, B, T,
+           H, KVH, Dh, docs, shift);
   expect_close(what, &d_out, &out, tol);
   snprintf(what, sizeof what, "attn_fwd %s lse", iname);
   expect_lse_close(what, &d_lse, &lse, dt == TR_F32 ? TOL_F32 : 1e-3);
@@ -1696,7 +1699,7 @@ END_TEST
 
 /* document and sliding-window masks: SIMT (fp32, bf16) and flash (D 64,
  * 128), the tile skipping across 32- and 64-row tiles, each against the
- * CPU kernel with the same mask; cuDNN declines a mask */
+ * CPU kernel with the same mask; cuDNN declines a window */
 START_TEST(test_attention_masked) {
   tr_cuda_attn_impl_t S = TR_CUDA_ATTN_SIMT, F = TR_CUDA_ATTN_FLASH;
   run_attention_masked(TR_F32, S, S, 2, 150, 4, 2, 32, 0, 1, 0, 0);
@@ -1811,6 +1814,34 @@ START_TEST(test_attention_cudnn) {
   tr_kern_cuda_set_deterministic(1, 0);
   run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 200, 8, 2, 64, 1);
   run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 1, 77, 4, 1, 128, 1);
+  tr_kern_cuda_set_deterministic(0, 0);
+}
+END_TEST
+
+/* document masks on cuDNN (each document a sequence of a ragged graph;
+ * TR_CUDA_ATTN_CUDNN fails instead of falling back, so these prove it
+ * ran): documents of 1 to 120 rows in every row, then with the last row
+ * one document spanning it, and one document per row (the causal graph);
+ * GQA, MQA and MHA, D 64 and 128, += and =; the atomic and (under
+ * deterministic) the direct dQ graph; lse fed to and from the flash
+ * kernel; each against the CPU kernel with the same mask */
+START_TEST(test_attention_cudnn_docs) {
+  tr_cuda_attn_impl_t C = TR_CUDA_ATTN_CUDNN, F = TR_CUDA_ATTN_FLASH;
+  run_attention_masked(TR_BF16, C, C, 2, 300, 8, 2, 64, 1, 2, 0, 0);
+  run_attention_masked(TR_BF16, C, C, 2, 200, 4, 1, 128, 0, 1, 0, 0);
+  run_attention_masked(TR_BF16, C, C, 2, 256, 4, 4, 64, 0, 2, 0, 0);
+  run_attention_masked(TR_BF16, C, C, 2, 130, 4, 2, 128, 1, 3, 0, 0);
+  run_attention_masked(TR_BF16, C, F, 2, 300, 8, 2, 64, 0, 2, 0, 0);
+  run_attention_masked(TR_BF16, F, C, 2, 200, 4, 2, 128, 1, 1, 0, 0);
+}
+END_TEST
+
+/* The same through the direct-dQ graph ([debug] deterministic). */
+START_TEST(test_attention_cudnn_docs_det) {
+  tr_cuda_attn_impl_t C = TR_CUDA_ATTN_CUDNN;
+  tr_kern_cuda_set_deterministic(1, 0);
+  run_attention_masked(TR_BF16, C, C, 2, 300, 8, 2, 64, 1, 2, 0, 0);
+  run_attention_masked(TR_BF16, C, C, 2, 200, 4, 4, 128, 0, 1, 0, 0);
   tr_kern_cuda_set_deterministic(0, 0);
 }
 END_TEST
@@ -2014,6 +2045,8 @@ static Suite* cuda_suite(void) {
 #ifdef HAVE_CUDNN
   tcase_add_test(tc, test_attention_cudnn);
   tcase_add_test(tc, test_attention_cudnn_mixed);
+  tcase_add_test(tc, test_attention_cudnn_docs_det);
+  tcase_add_test(tc, test_attention_cudnn_docs);
 #endif
   tcase_add_test(tc, test_attention_cudnn_unsupported);
   tcase_add_test(tc, test_adamw_table);

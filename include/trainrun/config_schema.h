@@ -96,8 +96,13 @@
     "earlier tokens of its row. block_causal: documents packed in a row are "  \
     "kept apart -- a document ends with (and includes) each eos_id token, "    \
     "and a token sees only the earlier tokens of its own document "            \
-    "(torchtitan's get_document_mask_mod). On GPUs masked attention runs on "  \
-    "the flash or SIMT kernel (TRAINRUN_ATTENTION=cudnn is refused).")        \
+    "(torchtitan's get_document_mask_mod). On GPUs block_causal runs on "     \
+    "cuDNN's fused attention when it applies (each document a sequence of "   \
+    "a ragged graph; cuDNN 9.6 or later), else on the flash or SIMT kernel; " \
+    "attention with a sliding_window, and under context parallelism a "      \
+    "query chunk's documents over an earlier key chunk, run on the flash or " \
+    "SIMT kernel (TRAINRUN_ATTENTION=cudnn is refused with a "                \
+    "sliding_window, and with block_causal under context parallelism).")      \
   X(model, eos_id, OPT_INT, NULL, 0, 2147483647, NULL,                         \
     "trainrun: the end-of-text token that ends a document under "              \
     "block_causal. Unset: the model's -- gpt2 50256 (<|endoftext|>), llama3 "  \

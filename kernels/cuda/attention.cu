@@ -28,7 +28,9 @@
 // rows reach their keys and skip the tiles none of whose rows' lo does;
 // inside a tile the keys outside a row's run are masked like future keys.
 // A row that sees no key (a shifted chunk) gets out 0 and lse -inf.
-// Masked calls never go to cuDNN (its graph has no per-row bounds).
+// Of the masked calls only document masks (no window, no shift) go to
+// cuDNN, each document a sequence of a ragged graph (cudnn_attention.cu);
+// windows and shifted chunks have per-row bounds its graphs lack.
 #include "kernels/cuda/common.cuh"
 
 #include <pthread.h>
@@ -570,21 +572,26 @@ static bool full_attention(const tr_kern_attn_mask_t* m, int T) {
   return m && !m->doc_start && m->window <= 0 && m->q_shift >= T - 1;
 }
 
+// Document masks alone (no window, no shift): cuDNN's ragged graph.
+static bool docs_only(const tr_kern_attn_mask_t* m) {
+  return m && m->doc_start && m->window <= 0 && m->q_shift == 0;
+}
+
 // cuDNN for this call? 1: try it (AUTO may still fall back when cuDNN
-// declines), 0: no, < 0: error (CUDNN requested, not usable). A masked
-// call (documents, window, or a shift that leaves a row part of the keys)
-// never uses it.
+// declines), 0: no, < 0: error (CUDNN requested, not usable). A call with
+// a window, or a shift that leaves a row part of the keys (bounded, a
+// masked call that is not docs_only nor full_attention), never uses it.
 static int use_cudnn(tr_dtype_t dt, int D, const void* q, const void* k,
                      const void* v, int64_t qs, int64_t kvs, bool others_ok,
-                     bool masked) {
+                     bool bounded) {
   tr_cuda_attn_impl_t impl = tr_kern_cuda_get_attention();
   if (impl != TR_CUDA_ATTN_AUTO && impl != TR_CUDA_ATTN_CUDNN) return 0;
-  if (masked) {
+  if (bounded) {
     if (impl == TR_CUDA_ATTN_AUTO) return 0;
     TR_LOG_ERROR(KERN,
-                 "attention: cuDNN attention does not take document or "
-                 "sliding-window masks or a query chunk that sees part of "
-                 "a key chunk (TRAINRUN_ATTENTION=flash or simt does)");
+                 "attention: cuDNN attention does not take sliding-window "
+                 "masks or a query chunk that sees part of a key chunk "
+                 "(TRAINRUN_ATTENTION=flash or simt does)");
     return TR_EUNSUPPORTED;
   }
 #ifdef HAVE_CUDNN
@@ -632,14 +639,16 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
   bool masked =
       mask && (mask->doc_start || mask->window > 0 || mask->q_shift != 0);
   bool full = masked && full_attention(mask, T);
+  bool docs = masked && docs_only(mask);
   int cu = use_cudnn(dt, D, q, k, v, qs, kvs, tr__aligned16(out),
-                     masked && !full);
+                     masked && !full && !docs);
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
   if (cu) {
     int rc = tr__cudnn_attn_fwd((bf16*)out, lse, (const bf16*)q,
                                 (const bf16*)k, (const bf16*)v, B, T, H, KVH,
-                                D, qs, kvs, !full, s);
+                                D, qs, kvs, !full,
+                                docs ? mask->doc_start : NULL, s);
     // cuDNN declined the shape: an explicit request fails, AUTO falls back
     if (rc != TR_EUNSUPPORTED) return rc;
     if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
@@ -702,15 +711,16 @@ extern "C" int tr_kern_cuda_attention_bwd(
   bool masked =
       mask && (mask->doc_start || mask->window > 0 || mask->q_shift != 0);
   bool full = masked && full_attention(mask, T);
+  bool docs = masked && docs_only(mask);
   int cu = use_cudnn(dt, D, q, k, v, qs, kvs, others && tr__aligned16(out),
-                     masked && !full);
+                     masked && !full && !docs);
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
   if (cu) {
     int rc = tr__cudnn_attn_bwd(
         (bf16*)dq, (bf16*)dk, (bf16*)dv, (const bf16*)dout, (const bf16*)q,
         (const bf16*)k, (const bf16*)v, (const bf16*)out, lse, B, T, H, KVH, D,
-        qs, kvs, accumulate, !full, s);
+        qs, kvs, accumulate, !full, docs ? mask->doc_start : NULL, s);
     if (rc != TR_EUNSUPPORTED) return rc;
     if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
       TR_LOG_ERROR(KERN, "attention_bwd: cuDNN declined this shape");

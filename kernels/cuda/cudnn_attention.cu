@@ -1,5 +1,5 @@
-// kernels/cuda/cudnn_attention.cu: causal or full (unmasked) attention
-// with grouped-query heads
+// kernels/cuda/cudnn_attention.cu: causal, full (unmasked) or document-
+// masked (block-causal) attention with grouped-query heads
 // through cuDNN's fused flash attention (SDPA), forward and backward, built
 // with the cuDNN 9 backend graph API in plain C (cudnn-frontend is not used).
 // Compiles to nothing in builds without HAVE_CUDNN.
@@ -37,6 +37,31 @@
 // engine config whose workspace would take more than a quarter of the
 // free device memory is passed over, and a graph with none left declines.
 //
+// Documents (tr_kern_attn_mask_t's doc_start, no window or shift) run as
+// a ragged graph, cudnn-frontend's THD layout for packed variable-length
+// sequences: every document is a sequence of its own, its rows where they
+// already are. The graph's batch dim is D' sequences of at most S rows;
+// Q, K, V, O, dO, dQ, dK, dV and Stats carry a ragged offset tensor
+// (CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC: [D'+1] int64 element offsets of
+// each sequence's first row, the row times the tensor's row stride); the
+// lengths [D'] int32 are SEQ_LEN_Q and SEQ_LEN_KV, which override the
+// GEMMs' M/N/K (CUDNN_ATTR_OPERATION_MATMUL_GEMM_*_OVERRIDE_DESC) and feed
+// the padding mask (row < len and column < len) that precedes the causal
+// one, in cudnn-frontend's order (the backward subtracts Stats between
+// them). Stats is [rows, H] there (frontend's ragged LSE), so the
+// forward transposes Stats into lse [B,H,T] and the backward back: the
+// lse contract above holds with documents too. The backward's Dsum, dQ
+// accumulator and GQA per-head dK and dV are dense [D',H,S,*] as in
+// cudnn-frontend's path without max_total_seq_len (Dsum and the
+// accumulator in the workspace, D' S rows: at most 32 N, see below); the
+// path with ragged workspace tensors gave wrong dQ and dK for GQA on
+// H100s (check_kernels_cuda, 2026-11-28).
+// The host counts the documents first (a small scan kernel, then a wait
+// for the stream), and D' and S are rounded up to powers of two (S at
+// least 64), padding sequences of length 0, so that one plan serves
+// many batches: a few plans per model. Ragged graphs need cuDNN 9.6
+// (int64 offsets, GQA with offsets); older ones decline.
+//
 // Execution plans are built once per (device, direction, shape, strides)
 // and cached; a shape cuDNN declines is remembered, warned about once, and
 // answered TR_EUNSUPPORTED at once afterwards (the caller falls back to the
@@ -69,10 +94,20 @@ enum {
   UID_DSUM = 12,
   UID_DQACC = 13,
   UID_ONE = 14,
+  // document (ragged) graphs: element offsets of each sequence's first
+  // row [D'+1] int64, per layout, and the sequence lengths [D'] int32
+  UID_RO_Q = 15,
+  UID_RO_KV = 16,
+  UID_RO_O = 17,
+  UID_RO_STATS = 18,
+  UID_RO_DQ = 19,
+  UID_RO_DKV = 20,
+  UID_LEN_Q = 21,
+  UID_LEN_KV = 22,
   UID_VIRTUAL = 100  // virtual tensors count up from here
 };
 
-#define GB_MAX_DESC 128
+#define GB_MAX_DESC 160
 #define GB_MAX_OPS 48
 
 // ---- a graph under construction: every descriptor it created ----
@@ -130,12 +165,16 @@ static void gb_finalize(gb_t* g, cudnnBackendDescriptor_t d,
   gb_ok(g, cudnnBackendFinalize(d), what);
 }
 
-// A 4-d tensor; uid < 0 takes the next virtual id.
-static cudnnBackendDescriptor_t gb_tensor(gb_t* g, int64_t uid,
-                                          cudnnDataType_t dt,
-                                          const int64_t dims[4],
-                                          const int64_t strides[4],
-                                          bool is_virtual, bool by_value) {
+// A 4-d tensor; uid < 0 takes the next virtual id. ragged (or NULL): the
+// [D'+1] tensor of element offsets where each of the D' sequences of the
+// first dim begins (CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC): a sequence's
+// elements are then at ragged[i] + the strides of the other dims.
+static cudnnBackendDescriptor_t gb_tensor_r(gb_t* g, int64_t uid,
+                                            cudnnDataType_t dt,
+                                            const int64_t dims[4],
+                                            const int64_t strides[4],
+                                            bool is_virtual, bool by_value,
+                                            cudnnBackendDescriptor_t ragged) {
   cudnnBackendDescriptor_t t =
       gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor descriptor");
   if (uid < 0) uid = g->next_uid++;
@@ -156,8 +195,19 @@ static cudnnBackendDescriptor_t gb_tensor(gb_t* g, int64_t uid,
   if (by_value)
     gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval,
            "tensor is_by_value");
+  if (ragged)
+    gb_set(g, t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ragged, "tensor ragged offset");
   gb_finalize(g, t, "tensor finalize");
   return t;
+}
+
+static cudnnBackendDescriptor_t gb_tensor(gb_t* g, int64_t uid,
+                                          cudnnDataType_t dt,
+                                          const int64_t dims[4],
+                                          const int64_t strides[4],
+                                          bool is_virtual, bool by_value) {
+  return gb_tensor_r(g, uid, dt, dims, strides, is_virtual, by_value, NULL);
 }
 
 // Virtual tensor of type dt shaped like dims/strides.
@@ -215,9 +265,14 @@ static void gb_pw(gb_t* g, cudnnPointwiseMode_t mode, cudnnDataType_t ct,
   gb_add_op(g, op);
 }
 
-// c = a b (batched over the first two dims), fp32 accumulation
+// c = a b (batched over the first two dims), fp32 accumulation. m, n, k
+// (or NULL): [D',1,1,1] int32 tensors overriding the GEMM's M, N or K per
+// batch entry (CUDNN_ATTR_OPERATION_MATMUL_GEMM_*_OVERRIDE_DESC: a
+// sequence's real length in a ragged graph).
 static void gb_matmul(gb_t* g, cudnnBackendDescriptor_t a,
-                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
+                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
+                      cudnnBackendDescriptor_t m, cudnnBackendDescriptor_t n,
+                      cudnnBackendDescriptor_t k) {
   cudnnDataType_t ct = CUDNN_DATA_FLOAT;
   cudnnBackendDescriptor_t mm =
       gb_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul descriptor");
@@ -234,6 +289,15 @@ static void gb_matmul(gb_t* g, cudnnBackendDescriptor_t a,
          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
   gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC,
          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "matmul op descriptor");
+  if (m)
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m, "matmul m override");
+  if (n)
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, "matmul n override");
+  if (k)
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC,
+           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k, "matmul k override");
   gb_finalize(g, op, "matmul operation finalize");
   gb_add_op(g, op);
 }
@@ -280,6 +344,9 @@ typedef struct {
   int dev, bwd, causal;  // causal 0: full attention (no mask)
   int det;               // bwd: tr__cuda_deterministic() at build (the
                          // graph order depends on it)
+  int docs;              // 1: a ragged graph of documents: B is then the
+                         // bucket D' of sequences and T the bucket S of
+                         // their rows (docs_buckets)
   int B, T, H, KVH, D;
   int64_t qs, kvs, dqs, dkvs;
 } akey_t;
@@ -492,17 +559,75 @@ static cudnnBackendDescriptor_t gb_causal(gb_t* g, cudnnBackendDescriptor_t s,
   return out;
 }
 
+// The padding mask of a ragged graph on scores s (virtual fp32
+// [D',H,S,S]): entries at row >= len_q or column >= len_kv of their
+// sequence become -inf (cudnn-frontend's padding_mask: GEN_INDEX in int32,
+// CMP_LT against the lengths, LOGICAL_AND, BINARY_SELECT).
+static cudnnBackendDescriptor_t gb_padding(gb_t* g, cudnnBackendDescriptor_t s,
+                                           const int64_t* sd, const int64_t* ss,
+                                           cudnnBackendDescriptor_t neginf,
+                                           cudnnBackendDescriptor_t len_q,
+                                           cudnnBackendDescriptor_t len_kv) {
+  cudnnBackendDescriptor_t row = gb_virt(g, CUDNN_DATA_INT32, sd, ss);
+  cudnnBackendDescriptor_t col = gb_virt(g, CUDNN_DATA_INT32, sd, ss);
+  cudnnBackendDescriptor_t rin = gb_virt(g, CUDNN_DATA_BOOLEAN, sd, ss);
+  cudnnBackendDescriptor_t cin = gb_virt(g, CUDNN_DATA_BOOLEAN, sd, ss);
+  cudnnBackendDescriptor_t keep = gb_virt(g, CUDNN_DATA_BOOLEAN, sd, ss);
+  cudnnBackendDescriptor_t out = gb_virt(g, CUDNN_DATA_FLOAT, sd, ss);
+  gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, NULL, NULL, row, 2);
+  gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s, NULL, NULL, col, 3);
+  gb_pw(g, CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, row, len_q, NULL, rin,
+        -1);
+  gb_pw(g, CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, col, len_kv, NULL, cin,
+        -1);
+  gb_pw(g, CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, rin, cin, NULL,
+        keep, -1);
+  gb_pw(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s, neginf, keep,
+        out, -1);
+  return out;
+}
+
 // Shared inputs of both graphs: Q, K^T, scale, -inf; scores
-// S = mask(Q K^T * scale) (virtual fp32).
+// S = Q K^T * scale (virtual fp32), padded in a ragged graph.
 typedef struct {
   int64_t qd[4], qstr[4];    // Q
   int64_t ktd[4], ktstr[4];  // K^T
   int64_t vd[4], vstr[4];    // V
   int64_t od[4], ostr[4];    // O, dO
   int64_t sd[4], sstr[4];    // scores [B,H,T,T]
-  int64_t rd[4], rstr[4];    // row statistics [B,H,T,1]
+  int64_t rd[4], rstr[4];    // row statistics [B,H,T,1] (virtual)
+  int64_t rtstr[4];          // Stats in memory: [B,H,T] as rstr,
+                             // or a ragged graph's [rows, H] (TH layout)
   int64_t std_[4], sttr[4];  // transposed scores [B,H,Tk,Tq]
 } shapes_t;
+
+// A ragged graph's offsets and lengths (all NULL in a dense graph): the
+// element offset where each sequence begins in Q, K and V, O and dO,
+// Stats and Dsum, dQ, dK and dV (rows times each one's row stride), and
+// each sequence's rows (SEQ_LEN_Q and SEQ_LEN_KV: the same lengths).
+typedef struct {
+  cudnnBackendDescriptor_t q, kv, o, st, dq, dkv;
+  cudnnBackendDescriptor_t len_q, len_kv;
+} rag_t;
+
+static void rag_of(gb_t* g, const akey_t* k, rag_t* r) {
+  memset(r, 0, sizeof *r);
+  if (!k->docs) return;
+  int64_t od[4], ld[4], one[4];
+  dims4(od, k->B + 1, 1, 1, 1);
+  dims4(ld, k->B, 1, 1, 1);
+  dims4(one, 1, 1, 1, 1);
+  r->q = gb_tensor(g, UID_RO_Q, CUDNN_DATA_INT64, od, one, false, false);
+  r->kv = gb_tensor(g, UID_RO_KV, CUDNN_DATA_INT64, od, one, false, false);
+  r->o = gb_tensor(g, UID_RO_O, CUDNN_DATA_INT64, od, one, false, false);
+  r->st = gb_tensor(g, UID_RO_STATS, CUDNN_DATA_INT64, od, one, false, false);
+  if (k->bwd) {
+    r->dq = gb_tensor(g, UID_RO_DQ, CUDNN_DATA_INT64, od, one, false, false);
+    r->dkv = gb_tensor(g, UID_RO_DKV, CUDNN_DATA_INT64, od, one, false, false);
+  }
+  r->len_q = gb_tensor(g, UID_LEN_Q, CUDNN_DATA_INT32, ld, one, false, false);
+  r->len_kv = gb_tensor(g, UID_LEN_KV, CUDNN_DATA_INT32, ld, one, false, false);
+}
 
 static void shapes_of(const akey_t* k, shapes_t* s) {
   int64_t B = k->B, T = k->T, H = k->H, KVH = k->KVH, D = k->D;
@@ -518,42 +643,55 @@ static void shapes_of(const akey_t* k, shapes_t* s) {
   dims4(s->sstr, H * T * T, T * T, T, 1);
   dims4(s->rd, B, H, T, 1);
   dims4(s->rstr, H * T, T, 1, 1);
+  if (k->docs)
+    dims4(s->rtstr, H * T, 1, H, 1);
+  else
+    dims4(s->rtstr, H * T, T, 1, 1);
   dims4(s->std_, B, H, T, T);
   dims4(s->sttr, H * T * T, T * T, 1, T);
 }
 
+// S = Q K^T * scale, then (ragged) the padding mask. *neginf: the -inf
+// constant when a mask will need it (causal or ragged), else NULL (its
+// UID is then not bound).
 static cudnnBackendDescriptor_t gb_scores(gb_t* g, const shapes_t* s,
-                                          bool causal,
+                                          const akey_t* k, const rag_t* r,
                                           cudnnBackendDescriptor_t* q_out,
                                           cudnnBackendDescriptor_t* kt_out,
-                                          cudnnBackendDescriptor_t* scale_out) {
-  cudnnBackendDescriptor_t q =
-      gb_tensor(g, UID_Q, CUDNN_DATA_BFLOAT16, s->qd, s->qstr, false, false);
-  cudnnBackendDescriptor_t kt =
-      gb_tensor(g, UID_K, CUDNN_DATA_BFLOAT16, s->ktd, s->ktstr, false, false);
+                                          cudnnBackendDescriptor_t* scale_out,
+                                          cudnnBackendDescriptor_t* neginf) {
+  cudnnBackendDescriptor_t q = gb_tensor_r(
+      g, UID_Q, CUDNN_DATA_BFLOAT16, s->qd, s->qstr, false, false, r->q);
+  cudnnBackendDescriptor_t kt = gb_tensor_r(
+      g, UID_K, CUDNN_DATA_BFLOAT16, s->ktd, s->ktstr, false, false, r->kv);
   cudnnBackendDescriptor_t scale = gb_scalar(g, UID_SCALE);
   cudnnBackendDescriptor_t s0 = gb_virt(g, CUDNN_DATA_FLOAT, s->sd, s->sstr);
   cudnnBackendDescriptor_t s1 = gb_virt(g, CUDNN_DATA_FLOAT, s->sd, s->sstr);
-  gb_matmul(g, q, kt, s0);
+  gb_matmul(g, q, kt, s0, r->len_q, r->len_kv, NULL);
   gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s0, scale, NULL, s1, -1);
   *q_out = q;
   *kt_out = kt;
   *scale_out = scale;
-  if (!causal) return s1;  // no -inf constant: its UID is not bound
-  return gb_causal(g, s1, s->sd, s->sstr, gb_scalar(g, UID_NEGINF));
+  *neginf = k->causal || k->docs ? gb_scalar(g, UID_NEGINF) : NULL;
+  if (!k->docs) return s1;
+  return gb_padding(g, s1, s->sd, s->sstr, *neginf, r->len_q, r->len_kv);
 }
 
 static void graph_fwd(gb_t* g, const akey_t* k) {
   shapes_t s;
   shapes_of(k, &s);
-  cudnnBackendDescriptor_t q, kt, scale;
-  cudnnBackendDescriptor_t sm = gb_scores(g, &s, k->causal, &q, &kt, &scale);
-  cudnnBackendDescriptor_t v =
-      gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, s.vd, s.vstr, false, false);
-  cudnnBackendDescriptor_t o =
-      gb_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false);
-  cudnnBackendDescriptor_t stats =
-      gb_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, s.rd, s.rstr, false, false);
+  rag_t r;
+  rag_of(g, k, &r);
+  cudnnBackendDescriptor_t q, kt, scale, neginf;
+  cudnnBackendDescriptor_t sm =
+      gb_scores(g, &s, k, &r, &q, &kt, &scale, &neginf);
+  if (k->causal) sm = gb_causal(g, sm, s.sd, s.sstr, neginf);
+  cudnnBackendDescriptor_t v = gb_tensor_r(g, UID_V, CUDNN_DATA_BFLOAT16, s.vd,
+                                           s.vstr, false, false, r.kv);
+  cudnnBackendDescriptor_t o = gb_tensor_r(g, UID_O, CUDNN_DATA_BFLOAT16, s.od,
+                                           s.ostr, false, false, r.o);
+  cudnnBackendDescriptor_t stats = gb_tensor_r(
+      g, UID_STATS, CUDNN_DATA_FLOAT, s.rd, s.rtstr, false, false, r.st);
   cudnnBackendDescriptor_t mx = gb_virt(g, CUDNN_DATA_FLOAT, s.rd, s.rstr);
   cudnnBackendDescriptor_t sub = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   cudnnBackendDescriptor_t ex = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
@@ -568,7 +706,26 @@ static void graph_fwd(gb_t* g, const akey_t* k) {
   gb_pw(g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, NULL, NULL, lg, -1);
   gb_pw(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, lg, NULL, stats, -1);
   gb_pw(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, sum, NULL, p, -1);
-  gb_matmul(g, p, v, o);
+  gb_matmul(g, p, v, o, r.len_q, NULL, r.len_kv);
+}
+
+// dK or dV (c) = a b summed over the query heads of a group (GQA), or
+// written directly. The per-head products are a virtual [B,H,T,D] tensor,
+// in a ragged graph too (cudnn-frontend's path without max_total_seq_len).
+static void gb_group_sum(gb_t* g, const akey_t* k, cudnnBackendDescriptor_t a,
+                         cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c,
+                         const rag_t* r) {
+  if (k->H == k->KVH) {
+    gb_matmul(g, a, b, c, r->len_kv, NULL, r->len_q);
+    return;
+  }
+  int64_t B = k->B, T = k->T, H = k->H, D = k->D;
+  int64_t fd[4], fs[4];
+  dims4(fd, B, H, T, D);
+  dims4(fs, H * T * D, T * D, D, 1);
+  cudnnBackendDescriptor_t full = gb_virt(g, CUDNN_DATA_BFLOAT16, fd, fs);
+  gb_matmul(g, a, b, full, r->len_kv, NULL, r->len_q);
+  gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, c);
 }
 
 // direct_dq: dQ = dS K straight into dQ; else through the fp32 accumulator
@@ -576,32 +733,34 @@ static void graph_fwd(gb_t* g, const akey_t* k) {
 static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
   shapes_t s;
   shapes_of(k, &s);
+  rag_t r;
+  rag_of(g, k, &r);
   int64_t B = k->B, T = k->T, H = k->H, KVH = k->KVH, D = k->D;
-  bool gqa = H != KVH;
-  cudnnBackendDescriptor_t q, kt, scale;
+  cudnnBackendDescriptor_t q, kt, scale, neginf;
   cudnnBackendDescriptor_t one = gb_scalar(g, UID_ONE);
   int64_t vtd[4], vtstr[4];
   dims4(vtd, B, KVH, D, T);
   dims4(vtstr, T * k->kvs, D, 1, k->kvs);
-  cudnnBackendDescriptor_t vt =
-      gb_tensor(g, UID_V, CUDNN_DATA_BFLOAT16, vtd, vtstr, false, false);
-  cudnnBackendDescriptor_t o =
-      gb_tensor(g, UID_O, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false);
-  cudnnBackendDescriptor_t dout =
-      gb_tensor(g, UID_DO, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false);
-  cudnnBackendDescriptor_t stats =
-      gb_tensor(g, UID_STATS, CUDNN_DATA_FLOAT, s.rd, s.rstr, false, false);
+  cudnnBackendDescriptor_t vt = gb_tensor_r(g, UID_V, CUDNN_DATA_BFLOAT16, vtd,
+                                            vtstr, false, false, r.kv);
+  cudnnBackendDescriptor_t o = gb_tensor_r(g, UID_O, CUDNN_DATA_BFLOAT16, s.od,
+                                           s.ostr, false, false, r.o);
+  cudnnBackendDescriptor_t dout = gb_tensor_r(
+      g, UID_DO, CUDNN_DATA_BFLOAT16, s.od, s.ostr, false, false, r.o);
+  cudnnBackendDescriptor_t stats = gb_tensor_r(
+      g, UID_STATS, CUDNN_DATA_FLOAT, s.rd, s.rtstr, false, false, r.st);
+  // Dsum [B,H,T] in the workspace, dense in a ragged graph too
   cudnnBackendDescriptor_t dsum =
       gb_tensor(g, UID_DSUM, CUDNN_DATA_FLOAT, s.rd, s.rstr, false, false);
   int64_t dqstr[4], dkvstr[4];
   dims4(dqstr, T * k->dqs, D, k->dqs, 1);
   dims4(dkvstr, T * k->dkvs, D, k->dkvs, 1);
-  cudnnBackendDescriptor_t dq =
-      gb_tensor(g, UID_DQ, CUDNN_DATA_BFLOAT16, s.qd, dqstr, false, false);
-  cudnnBackendDescriptor_t dk =
-      gb_tensor(g, UID_DK, CUDNN_DATA_BFLOAT16, s.vd, dkvstr, false, false);
-  cudnnBackendDescriptor_t dv =
-      gb_tensor(g, UID_DV, CUDNN_DATA_BFLOAT16, s.vd, dkvstr, false, false);
+  cudnnBackendDescriptor_t dq = gb_tensor_r(g, UID_DQ, CUDNN_DATA_BFLOAT16,
+                                            s.qd, dqstr, false, false, r.dq);
+  cudnnBackendDescriptor_t dk = gb_tensor_r(g, UID_DK, CUDNN_DATA_BFLOAT16,
+                                            s.vd, dkvstr, false, false, r.dkv);
+  cudnnBackendDescriptor_t dv = gb_tensor_r(g, UID_DV, CUDNN_DATA_BFLOAT16,
+                                            s.vd, dkvstr, false, false, r.dkv);
 
   // Dsum = rowsum(dO * O) * 1
   int64_t pdstr[4];
@@ -612,35 +771,34 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
   gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dxo, rsum);
   gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rsum, one, NULL, dsum, -1);
 
-  // P = exp(mask(S) - Stats)
-  cudnnBackendDescriptor_t sm = gb_scores(g, &s, k->causal, &q, &kt, &scale);
+  // P = exp(mask(S) - Stats): a dense graph masks before the subtraction;
+  // a ragged one pads before it and applies the causal mask after it (and
+  // pads again there before cuDNN 9.10), in cudnn-frontend's order
+  cudnnBackendDescriptor_t sm =
+      gb_scores(g, &s, k, &r, &q, &kt, &scale, &neginf);
+  if (k->causal && !k->docs) sm = gb_causal(g, sm, s.sd, s.sstr, neginf);
   cudnnBackendDescriptor_t sub = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   cudnnBackendDescriptor_t p = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, sm, stats, NULL, sub, -1);
+  if (k->docs) {
+    if (cudnnGetVersion() < 91000)
+      sub = gb_padding(g, sub, s.sd, s.sstr, neginf, r.len_q, r.len_kv);
+    if (k->causal) sub = gb_causal(g, sub, s.sd, s.sstr, neginf);
+  }
   gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, NULL, NULL, p, -1);
 
   // dV = P^T dO (summed over the group's query heads for GQA)
-  int64_t fhd[4], fhstr[4];
-  dims4(fhd, B, H, T, D);
-  dims4(fhstr, H * T * D, T * D, D, 1);
   cudnnBackendDescriptor_t pt =
       gb_virt(g, CUDNN_DATA_BFLOAT16, s.std_, s.sttr);
   gb_reshape(g, p, pt);
-  if (gqa) {
-    cudnnBackendDescriptor_t dvf =
-        gb_virt(g, CUDNN_DATA_BFLOAT16, fhd, fhstr);
-    gb_matmul(g, pt, dout, dvf);
-    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dvf, dv);
-  } else {
-    gb_matmul(g, pt, dout, dv);
-  }
+  gb_group_sum(g, k, pt, dout, dv, &r);
 
   // dS = P (dO V^T - Dsum) * scale
   cudnnBackendDescriptor_t dp = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   cudnnBackendDescriptor_t dp1 = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   cudnnBackendDescriptor_t dp2 = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
   cudnnBackendDescriptor_t ds = gb_virt(g, CUDNN_DATA_FLOAT, s.sd, s.sstr);
-  gb_matmul(g, dout, vt, dp);
+  gb_matmul(g, dout, vt, dp, r.len_q, r.len_kv, NULL);
   gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, dsum, NULL, dp1, -1);
   gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp1, p, NULL, dp2, -1);
   gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp2, scale, NULL, ds, -1);
@@ -649,35 +807,34 @@ static void graph_bwd(gb_t* g, const akey_t* k, bool direct_dq) {
   cudnnBackendDescriptor_t dst =
       gb_virt(g, CUDNN_DATA_BFLOAT16, s.std_, s.sttr);
   gb_reshape(g, ds, dst);
-  if (gqa) {
-    cudnnBackendDescriptor_t dkf =
-        gb_virt(g, CUDNN_DATA_BFLOAT16, fhd, fhstr);
-    gb_matmul(g, dst, q, dkf);
-    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dkf, dk);
-  } else {
-    gb_matmul(g, dst, q, dk);
-  }
+  gb_group_sum(g, k, dst, q, dk, &r);
 
   // dQ = dS K (K seen untransposed again)
-  cudnnBackendDescriptor_t kk =
-      gb_virt(g, CUDNN_DATA_BFLOAT16, s.vd, s.vstr);
+  cudnnBackendDescriptor_t kk = gb_tensor_r(g, -1, CUDNN_DATA_BFLOAT16, s.vd,
+                                            s.vstr, true, false, r.kv);
   gb_reshape(g, kt, kk);
   if (direct_dq) {
-    gb_matmul(g, ds, kk, dq);
+    gb_matmul(g, ds, kk, dq, r.len_q, NULL, r.len_kv);
   } else {
-    cudnnBackendDescriptor_t acc =
-        gb_tensor(g, UID_DQACC, CUDNN_DATA_FLOAT, fhd, fhstr, false, false);
-    gb_matmul(g, ds, kk, acc);
+    // fp32 [B,H,T,D] contiguous, in a ragged graph too (B sequences of
+    // T rows: cudnn-frontend's path without max_total_seq_len)
+    int64_t fhd[4], fhstr[4];
+    dims4(fhd, B, H, T, D);
+    dims4(fhstr, H * T * D, T * D, D, 1);
+    cudnnBackendDescriptor_t acc = gb_tensor(g, UID_DQACC, CUDNN_DATA_FLOAT,
+                                             fhd, fhstr, false, false);
+    gb_matmul(g, ds, kk, acc, r.len_q, NULL, r.len_kv);
     gb_pw(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq,
           -1);
   }
 }
 
 static void key_desc(const akey_t* k, char* buf, size_t n) {
-  snprintf(buf, n, "%s%s B=%d T=%d H=%d/%d D=%d strides %lld/%lld",
-           k->bwd ? "backward" : "forward", k->causal ? "" : " (full)", k->B,
-           k->T, k->H, k->KVH, k->D,
-           (long long)k->qs, (long long)k->kvs);
+  snprintf(buf, n, "%s%s %s=%d %s=%d H=%d/%d D=%d strides %lld/%lld",
+           k->bwd ? "backward" : "forward",
+           k->docs ? " (documents)" : k->causal ? "" : " (full)",
+           k->docs ? "sequences" : "B", k->B, k->docs ? "rows" : "T", k->T,
+           k->H, k->KVH, k->D, (long long)k->qs, (long long)k->kvs);
 }
 
 // Build the plan for k (g_lock held). A shape cuDNN declines is kept with
@@ -852,6 +1009,256 @@ static int acc_rows(bf16* y, const bf16* x, int64_t rows, int width,
   return TR_CUDA_LAUNCHED("acc_rows_kernel");
 }
 
+// ---- documents: doc_start [B*T] -> the sequences of a ragged graph ----
+//
+// A sequence starts at each row whose position is 0 or whose doc_start
+// differs from the row before; the table is one of contiguous documents
+// (what the ragged graph computes exactly) when each such row's doc_start
+// is its own position. docs_scan_kernel (one block) writes the first row
+// of each sequence in order, then the row count after the last, and
+// info = {sequences, longest, not contiguous documents}.
+
+#define DOCS_THREADS 1024
+
+static __device__ inline bool docs_starts(const int32_t* ds, int64_t r,
+                                          int T) {
+  return r % T == 0 || ds[r] != ds[r - 1];
+}
+
+static __global__ void __launch_bounds__(DOCS_THREADS)
+    docs_scan_kernel(int32_t* starts, int32_t* info, const int32_t* ds, int T,
+                     int64_t N) {
+  __shared__ int32_t warp_sum[DOCS_THREADS / 32];
+  __shared__ int32_t s_longest, s_bad;
+  int t = threadIdx.x, lane = t % 32, w = t / 32;
+  int64_t per = (N + DOCS_THREADS - 1) / DOCS_THREADS;
+  int64_t r0 = per * t < N ? per * t : N;
+  int64_t r1 = r0 + per < N ? r0 + per : N;
+  if (t == 0) s_longest = s_bad = 0;
+  int cnt = 0, bad = 0;
+  for (int64_t r = r0; r < r1; r++)
+    if (docs_starts(ds, r, T)) {
+      cnt++;
+      if (ds[r] != (int32_t)(r % T)) bad = 1;
+    }
+  // exclusive prefix sum of the counts: within each warp, then over warps
+  int x = cnt;
+  for (int o = 1; o < 32; o *= 2) {
+    int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) warp_sum[w] = x;
+  __syncthreads();
+  if (w == 0) {
+    int v = warp_sum[lane];
+    for (int o = 1; o < 32; o *= 2) {
+      int y = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += y;
+    }
+    warp_sum[lane] = v;
+  }
+  __syncthreads();
+  int first = x - cnt + (w ? warp_sum[w - 1] : 0);
+  int n = warp_sum[DOCS_THREADS / 32 - 1];
+  int at = first;
+  for (int64_t r = r0; r < r1; r++)
+    if (docs_starts(ds, r, T)) starts[at++] = (int32_t)r;
+  if (t == 0) starts[n] = (int32_t)N;
+  if (bad) atomicOr(&s_bad, 1);
+  __syncthreads();
+  int longest = 0;
+  for (int j = first; j < first + cnt; j++)
+    longest = max(longest, starts[j + 1] - starts[j]);
+  atomicMax(&s_longest, longest);
+  __syncthreads();
+  if (t == 0) {
+    info[0] = n;
+    info[1] = s_longest;
+    info[2] = s_bad;
+  }
+}
+
+// The element offsets of a ragged graph: RO_N arrays of pitch entries,
+// array j holding sequence i's first row times mult[j] for i <= nseq
+// (sequences from n on are empty: they begin at the end, N), and len[i]
+// each sequence's rows.
+enum { RO_Q, RO_KV, RO_O, RO_STATS, RO_DQ, RO_DKV, RO_N };
+
+typedef struct {
+  int64_t v[RO_N];
+} ro_mult_t;
+
+static __global__ void docs_fill_kernel(int64_t* ro, int32_t* len,
+                                        const int32_t* starts, int n, int nseq,
+                                        int64_t pitch, int64_t N,
+                                        ro_mult_t mult) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i <= nseq;
+       i += gridDim.x * blockDim.x) {
+    int64_t row = i < n ? starts[i] : N;
+    for (int j = 0; j < RO_N; j++) ro[j * pitch + i] = row * mult.v[j];
+    if (i < nseq) len[i] = i < n ? starts[i + 1] - starts[i] : 0;
+  }
+}
+
+// lse [B,H,T] <-> the ragged graph's Stats [B*T, H] (to_rows: lse to
+// rows)
+static __global__ void lse_rows_kernel(float* rows, float* lse, int64_t N,
+                                       int T, int H, int to_rows) {
+  int64_t n = N * H;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = e / H, h = e % H, b = r / T, t = r % T;
+    float* l = lse + (b * H + h) * T + t;
+    if (to_rows)
+      rows[e] = *l;
+    else
+      *l = rows[e];
+  }
+}
+
+static int lse_rows(float* rows, float* lse, int64_t N, int T, int H,
+                    int to_rows, cudaStream_t s) {
+  unsigned b = tr__blocks(N * H, 256);
+  lse_rows_kernel<<<b < 8192u ? b : 8192u, 256, 0, s>>>(rows, lse, N, T, H,
+                                                        to_rows);
+  return TR_CUDA_LAUNCHED("lse_rows_kernel");
+}
+
+static int64_t pow2_at_least(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// A call's documents: their first rows (device, freed by docs_release)
+// and the buckets of its plan.
+typedef struct {
+  int32_t* starts;  // [n + 1] device, from the stream's pool
+  int n;            // documents
+  int nseq, rows;   // buckets: sequences D' and rows S of the graph
+} docs_t;
+
+static void docs_release(docs_t* d, cudaStream_t s) {
+  tr__cuda_tmp_free(d->starts, s);
+  d->starts = NULL;
+}
+
+// Find the documents of doc_start and choose the buckets: D' the next
+// power of two of the count and S that of the longest (at least 64, as
+// cudnn-frontend's tests take: cuDNN has a known problem with 1 x 1
+// sequences), so that a plan serves many batches. The host waits for the
+// stream here (the count sizes the graph). 1: the documents go to a
+// ragged graph; 0: plain causal (one document per row, d->starts NULL);
+// TR_EUNSUPPORTED: not contiguous documents, or buckets whose padding
+// would cost more than it saves (D' S above 32 B T rows: the fused
+// kernels run a tile per 128 rows of each padded sequence and head), or
+// H not a multiple of 4 (a sequence's Stats rows [rows, H] fp32 would not
+// start 16-byte aligned).
+static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T,
+                     int H, cudaStream_t s) {
+  memset(d, 0, sizeof *d);
+  int64_t N = (int64_t)B * T;
+  if (cudnnGetVersion() < 90600) {
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      TR_LOG_WARN(KERN,
+                  "cuDNN %d: document masks need cuDNN 9.6 or later (64-bit "
+                  "ragged offsets with grouped-query heads); the flash/SIMT "
+                  "kernels take them",
+                  (int)cudnnGetVersion());
+    return TR_EUNSUPPORTED;
+  }
+  if (N >= INT32_MAX || H % 4 != 0) return TR_EUNSUPPORTED;
+  size_t sb = round256((N + 1) * (int64_t)sizeof(int32_t));
+  void* p = NULL;
+  TR_CHECK(tr__cuda_tmp_alloc(&p, sb + 256, s));
+  d->starts = (int32_t*)p;
+  int32_t* info = (int32_t*)((char*)p + sb);
+  docs_scan_kernel<<<1, DOCS_THREADS, 0, s>>>(d->starts, info, doc_start, T,
+                                              N);
+  int rc = TR_CUDA_LAUNCHED("docs_scan_kernel");
+  int32_t h[3] = {0, 0, 0};
+  if (rc == 0)
+    rc = TR_CUDA_CALL(
+        cudaMemcpyAsync(h, info, sizeof h, cudaMemcpyDeviceToHost, s));
+  if (rc == 0) rc = TR_CUDA_CALL(cudaStreamSynchronize(s));
+  d->n = h[0];
+  int64_t nseq = pow2_at_least(h[0]);
+  int64_t rows = pow2_at_least(h[1] > 64 ? h[1] : 64);
+  if (rc == 0 && h[2]) {
+    TR_LOG_DEBUG(KERN, "cuDNN attention: doc_start is not a table of "
+                       "contiguous documents");
+    rc = TR_EUNSUPPORTED;
+  } else if (rc == 0 && nseq * rows > 32 * N) {
+    TR_LOG_DEBUG(KERN,
+                 "cuDNN attention: %d documents of up to %d rows in %lld "
+                 "rows: too much padding for a ragged graph",
+                 h[0], h[1], (long long)N);
+    rc = TR_EUNSUPPORTED;
+  }
+  if (rc == 0 && h[0] != B) rc = 1;  // else one document per row: causal
+  if (rc != 1) docs_release(d, s);
+  d->nseq = (int)nseq;
+  d->rows = (int)rows;
+  return rc;
+}
+
+// The offsets and lengths of d's graph at ro (RO_N arrays of pitch
+// entries, 256-byte aligned) and len.
+static int64_t docs_pitch(const docs_t* d) {
+  return (d->nseq + 1 + 31) / 32 * 32;
+}
+
+static size_t docs_bytes(const docs_t* d) {
+  return round256(RO_N * docs_pitch(d) * (int64_t)sizeof(int64_t)) +
+         round256(d->nseq * (int64_t)sizeof(int32_t));
+}
+
+static int docs_fill(const docs_t* d, char* at, int64_t N,
+                     const ro_mult_t* mult, int64_t** ro, int32_t** len,
+                     cudaStream_t s) {
+  int64_t pitch = docs_pitch(d);
+  *ro = (int64_t*)at;
+  *len = (int32_t*)(at + round256(RO_N * pitch * (int64_t)sizeof(int64_t)));
+  unsigned b = tr__blocks(d->nseq + 1, 256);
+  docs_fill_kernel<<<b < 1024u ? b : 1024u, 256, 0, s>>>(
+      *ro, *len, d->starts, d->n, d->nseq, pitch, N, *mult);
+  return TR_CUDA_LAUNCHED("docs_fill_kernel");
+}
+
+// ---- variant packs ----
+
+#define VP_MAX 32
+
+typedef struct {
+  int64_t uids[VP_MAX];
+  void* ptrs[VP_MAX];
+  int n;
+} vpack_t;
+
+static void vp_add(vpack_t* vp, int64_t uid, void* ptr) {
+  if (vp->n < VP_MAX) {
+    vp->uids[vp->n] = uid;
+    vp->ptrs[vp->n] = ptr;
+    vp->n++;
+  }
+}
+
+// The offsets and lengths of a ragged graph (k->docs).
+static void vp_add_docs(vpack_t* vp, const akey_t* k, int64_t* ro,
+                        int32_t* len, int64_t pitch) {
+  vp_add(vp, UID_RO_Q, ro + RO_Q * pitch);
+  vp_add(vp, UID_RO_KV, ro + RO_KV * pitch);
+  vp_add(vp, UID_RO_O, ro + RO_O * pitch);
+  vp_add(vp, UID_RO_STATS, ro + RO_STATS * pitch);
+  if (k->bwd) {
+    vp_add(vp, UID_RO_DQ, ro + RO_DQ * pitch);
+    vp_add(vp, UID_RO_DKV, ro + RO_DKV * pitch);
+  }
+  vp_add(vp, UID_LEN_Q, len);
+  vp_add(vp, UID_LEN_KV, len);
+}
+
 // ---- entry points (common.cuh) ----
 
 int tr__cudnn_attn_applies(tr_dtype_t dt, int D, const void* q, const void* k,
@@ -861,49 +1268,76 @@ int tr__cudnn_attn_applies(tr_dtype_t dt, int D, const void* q, const void* k,
          qs % 8 == 0 && kvs % 8 == 0;
 }
 
-// Drop the -inf constant from a variant pack of n entries (a full graph
-// has no such tensor); returns the new n.
-static int drop_neginf(int64_t* uids, void** ptrs, int n) {
-  for (int i = 0; i < n; i++)
-    if (uids[i] == UID_NEGINF) {
-      memmove(&uids[i], &uids[i + 1], sizeof *uids * (size_t)(n - i - 1));
-      memmove(&ptrs[i], &ptrs[i + 1], sizeof *ptrs * (size_t)(n - i - 1));
-      return n - 1;
-    }
-  return n;
+// The key of a call; with documents (d->starts set) the ragged graph of
+// d's buckets.
+static void key_of(akey_t* key, int bwd, int B, int T, int H, int KVH, int D,
+                   int64_t qs, int64_t kvs, int causal, const docs_t* d) {
+  memset(key, 0, sizeof *key);  // padding bytes too: keys are memcmp'd
+  key->bwd = bwd;
+  key->causal = causal != 0;
+  key->docs = d->starts != NULL;
+  key->B = key->docs ? d->nseq : B;
+  key->T = key->docs ? d->rows : T;
+  key->H = H;
+  key->KVH = KVH;
+  key->D = D;
+  key->qs = qs;
+  key->kvs = kvs;
 }
 
 int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, int B, int T, int H, int KVH, int D,
-                       int64_t qs, int64_t kvs, int causal, cudaStream_t s) {
+                       int64_t qs, int64_t kvs, int causal,
+                       const int32_t* doc_start, cudaStream_t s) {
+  int64_t N = (int64_t)B * T;
+  docs_t docs;
+  memset(&docs, 0, sizeof docs);
+  if (doc_start) {
+    int found = docs_find(&docs, doc_start, B, T, H, s);
+    if (found < 0) return found;
+  }
   akey_t key;
-  memset(&key, 0, sizeof key);  // padding bytes too: keys are memcmp'd
-  TR_CHECK(tr__cuda_device(&key.dev));
-  key.bwd = 0;
-  key.causal = causal != 0;
-  key.B = B;
-  key.T = T;
-  key.H = H;
-  key.KVH = KVH;
-  key.D = D;
-  key.qs = qs;
-  key.kvs = kvs;
+  key_of(&key, 0, B, T, H, KVH, D, qs, kvs, causal, &docs);
+  int rc = tr__cuda_device(&key.dev);
+  if (rc < 0) {
+    docs_release(&docs, s);
+    return rc;
+  }
   aplan_t* p = NULL;
   cudnnHandle_t h = NULL;
-  int rc = prepare(&key, s, &p, &h);
-  void* ws = NULL;
-  if (rc == 0) rc = tr__cuda_tmp_alloc(&ws, round256(p->ws), s);
+  rc = prepare(&key, s, &p, &h);
+  // one workspace: the plan's, then (documents) the offsets and lengths
+  // and the Stats rows [B*T, H]
+  size_t o_docs = p ? round256(p->ws) : 0;
+  size_t o_rows = o_docs + (key.docs ? docs_bytes(&docs) : 0);
+  size_t total = o_rows + (key.docs ? round256(N * H * 4) : 0);
+  char* ws = NULL;
+  if (rc == 0) rc = tr__cuda_tmp_alloc((void**)&ws, total, s);
   if (rc == 0) {
     float scale = 1.0f / sqrtf((float)D), ninf = neg_inf_value();
-    int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE,
-                       UID_NEGINF};
-    void* ptrs[7] = {(void*)q, (void*)k,     (void*)v, (void*)out,
-                     (void*)lse, &scale, &ninf};
-    int n = key.causal ? 7 : drop_neginf(uids, ptrs, 7);
-    rc = plan_run(p, h, n, uids, ptrs, ws);
+    float* stats = key.docs ? (float*)(ws + o_rows) : lse;
+    vpack_t vp;
+    vp.n = 0;
+    vp_add(&vp, UID_Q, (void*)q);
+    vp_add(&vp, UID_K, (void*)k);
+    vp_add(&vp, UID_V, (void*)v);
+    vp_add(&vp, UID_O, out);
+    vp_add(&vp, UID_STATS, stats);
+    vp_add(&vp, UID_SCALE, &scale);
+    if (key.causal || key.docs) vp_add(&vp, UID_NEGINF, &ninf);
+    if (key.docs) {
+      ro_mult_t m = {{qs, kvs, (int64_t)H * D, H, 0, 0}};
+      int64_t* ro = NULL;
+      int32_t* len = NULL;
+      rc = docs_fill(&docs, ws + o_docs, N, &m, &ro, &len, s);
+      vp_add_docs(&vp, &key, ro, len, docs_pitch(&docs));
+    }
+    if (rc == 0) rc = plan_run(p, h, vp.n, vp.uids, vp.ptrs, ws);
+    if (rc == 0 && key.docs) rc = lse_rows(stats, lse, N, T, H, 0, s);
     tr__cuda_tmp_free(ws, s);
   }
   pthread_mutex_unlock(&g_lock);
+  docs_release(&docs, s);
   return rc;
 }
 
@@ -911,41 +1345,50 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                        const bf16* q, const bf16* k, const bf16* v,
                        const bf16* out, const float* lse, int B, int T, int H,
                        int KVH, int D, int64_t qs, int64_t kvs, int accumulate,
-                       int causal, cudaStream_t s) {
+                       int causal, const int32_t* doc_start, cudaStream_t s) {
   int64_t HD = (int64_t)H * D, KD = (int64_t)KVH * D, N = (int64_t)B * T;
+  docs_t docs;
+  memset(&docs, 0, sizeof docs);
+  if (doc_start) {
+    int found = docs_find(&docs, doc_start, B, T, H, s);
+    if (found < 0) return found;
+  }
   akey_t key;
-  memset(&key, 0, sizeof key);
-  TR_CHECK(tr__cuda_device(&key.dev));
-  key.bwd = 1;
+  key_of(&key, 1, B, T, H, KVH, D, qs, kvs, causal, &docs);
   key.det = tr__cuda_deterministic();
-  key.causal = causal != 0;
-  key.B = B;
-  key.T = T;
-  key.H = H;
-  key.KVH = KVH;
-  key.D = D;
-  key.qs = qs;
-  key.kvs = kvs;
   // accumulate: cuDNN writes contiguous temporaries that are then added
   key.dqs = accumulate ? HD : qs;
   key.dkvs = accumulate ? KD : kvs;
-  aplan_t* p = NULL;
-  cudnnHandle_t h = NULL;
-  int rc = prepare(&key, s, &p, &h);
+  int rc = tr__cuda_device(&key.dev);
   if (rc < 0) {
-    pthread_mutex_unlock(&g_lock);
+    docs_release(&docs, s);
     return rc;
   }
-  // one workspace: the plan's, Dsum [B,H,T] fp32, the dQ accumulator
-  // [B,H,T,D] fp32 (atomic graph only), and the temporaries of accumulate
+  aplan_t* p = NULL;
+  cudnnHandle_t h = NULL;
+  rc = prepare(&key, s, &p, &h);
+  if (rc < 0) {
+    pthread_mutex_unlock(&g_lock);
+    docs_release(&docs, s);
+    return rc;
+  }
+  // one workspace: the plan's, Dsum [B,H,T] fp32 and the dQ accumulator
+  // (atomic graph only: [B,H,T,D] fp32), both over the graph's B and T
+  // (documents: D' sequences of S rows), the temporaries of accumulate;
+  // with documents also the offsets and lengths and the Stats rows
+  // [B*T, H]
+  int64_t GN = (int64_t)key.B * key.T; /* the graph's rows */
   size_t o_dsum = round256(p->ws);
-  size_t o_acc = o_dsum + round256(N * H * (int64_t)sizeof(float));
-  size_t acc_bytes = p->direct_dq ? 0 : round256(N * HD * 4);
+  size_t o_acc = o_dsum + round256(GN * H * (int64_t)sizeof(float));
+  size_t acc_bytes = p->direct_dq ? 0 : round256(GN * HD * 4);
   size_t o_tmp = o_acc + acc_bytes;
   size_t tmp_bytes = accumulate ? round256(N * HD * 2) + 2 * round256(N * KD * 2)
                                 : 0;
+  size_t o_docs = o_tmp + tmp_bytes;
+  size_t o_rows = o_docs + (key.docs ? docs_bytes(&docs) : 0);
+  size_t total = o_rows + (key.docs ? round256(N * H * 4) : 0);
   char* ws = NULL;
-  rc = tr__cuda_tmp_alloc((void**)&ws, o_tmp + tmp_bytes, s);
+  rc = tr__cuda_tmp_alloc((void**)&ws, total, s);
   if (rc == 0) {
     void* acc = p->direct_dq ? NULL : ws + o_acc;
     if (acc && cudnnGetVersion() < 90600)  // before 9.6 the caller zeroes it
@@ -956,17 +1399,36 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
       tk = (bf16*)(ws + o_tmp + round256(N * HD * 2));
       tv = (bf16*)(ws + o_tmp + round256(N * HD * 2) + round256(N * KD * 2));
     }
+    float* stats = (float*)lse;
+    if (key.docs) {
+      stats = (float*)(ws + o_rows);
+      if (rc == 0) rc = lse_rows(stats, (float*)lse, N, T, H, 1, s);
+    }
     float scale = 1.0f / sqrtf((float)D), ninf = neg_inf_value(), one = 1.0f;
-    int64_t uids[15] = {UID_Q,     UID_K,   UID_V,    UID_O,  UID_DO,
-                        UID_STATS, UID_DQ,  UID_DK,   UID_DV, UID_DSUM,
-                        UID_SCALE, UID_NEGINF, UID_ONE, UID_DQACC, 0};
-    void* ptrs[15] = {(void*)q,   (void*)k,    (void*)v,  (void*)out,
-                      (void*)dout, (void*)lse, tq,        tk,
-                      tv,          ws + o_dsum, &scale,   &ninf,
-                      &one,        acc,         NULL};
-    int n = p->direct_dq ? 13 : 14;
-    if (!key.causal) n = drop_neginf(uids, ptrs, n);
-    if (rc == 0) rc = plan_run(p, h, n, uids, ptrs, ws);
+    vpack_t vp;
+    vp.n = 0;
+    vp_add(&vp, UID_Q, (void*)q);
+    vp_add(&vp, UID_K, (void*)k);
+    vp_add(&vp, UID_V, (void*)v);
+    vp_add(&vp, UID_O, (void*)out);
+    vp_add(&vp, UID_DO, (void*)dout);
+    vp_add(&vp, UID_STATS, stats);
+    vp_add(&vp, UID_DQ, tq);
+    vp_add(&vp, UID_DK, tk);
+    vp_add(&vp, UID_DV, tv);
+    vp_add(&vp, UID_DSUM, ws + o_dsum);
+    vp_add(&vp, UID_SCALE, &scale);
+    if (key.causal || key.docs) vp_add(&vp, UID_NEGINF, &ninf);
+    vp_add(&vp, UID_ONE, &one);
+    if (acc) vp_add(&vp, UID_DQACC, acc);
+    if (key.docs) {
+      ro_mult_t m = {{qs, kvs, HD, H, key.dqs, key.dkvs}};
+      int64_t* ro = NULL;
+      int32_t* len = NULL;
+      if (rc == 0) rc = docs_fill(&docs, ws + o_docs, N, &m, &ro, &len, s);
+      vp_add_docs(&vp, &key, ro, len, docs_pitch(&docs));
+    }
+    if (rc == 0) rc = plan_run(p, h, vp.n, vp.uids, vp.ptrs, ws);
     if (rc == 0 && accumulate) {
       rc = acc_rows(dq, tq, N, (int)HD, qs, HD, s);
       if (rc == 0) rc = acc_rows(dk, tk, N, (int)KD, kvs, KD, s);
@@ -975,6 +1437,7 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
     tr__cuda_tmp_free(ws, s);
   }
   pthread_mutex_unlock(&g_lock);
+  docs_release(&docs, s);
   return rc;
 }
 
