@@ -664,28 +664,10 @@ static int64_t trainer_peak(const tr_config_t* cfg, const tr_dp_t* dist,
                             int64_t* state) {
   tr_model_config_t mc;
   mem_model(&mc);
-  tr_mem_stats_t s0, s1, s2;
-  tr_mem_stats(TR_MEM_HOST, 0, &s0);
-  tr_trainer_settings_t ts;
-  PCHECK_RC(fx_settings(cfg, &mc, &ts));
   tr_trainer_opts_t to = {.dist = dist, .quiet = 1};
-  tr_trainer_t t;
-  tr_errmsg_t err;
-  int rc = tr_trainer_init(&t, &ts, &to, &err);
-  if (rc < 0) fprintf(stderr, "trainer: %s\n", err.message);
-  PCHECK_RC(rc);
-  tr_mem_stats(TR_MEM_HOST, 0, &s1);
-  *state = s1.current_bytes - s0.current_bytes;
-  tr_mem_reset_peak(TR_MEM_HOST, 0);
-  for (int k = 0; k < 2; k++) {
-    tr_step_stats_t st;
-    rc = tr_trainer_step(&t, &st, &err);
-    if (rc < 0) fprintf(stderr, "step: %s\n", err.message);
-    PCHECK_RC(rc);
-  }
-  tr_mem_stats(TR_MEM_HOST, 0, &s2);
-  tr_trainer_release(&t);
-  return s2.peak_bytes - s0.current_bytes;
+  int64_t peak;
+  PCHECK_RC(fx_trainer_bytes(cfg, &mc, &to, 2, state, &peak));
+  return peak;
 }
 
 static void body_memory(tr_pg_t* world, pg_ctx_t* ctx) {

@@ -959,19 +959,10 @@ static void body_tp(tr_pg_t* world, pg_ctx_t* ctx) {
 static int64_t trainer_state(const tr_config_t* cfg,
                              const tr_model_config_t* mc,
                              const tr_trainer_tp_t* tp) {
-  tr_trainer_settings_t ts;
-  PCHECK_RC(fx_settings(cfg, mc, &ts));
   tr_trainer_opts_t to = {.tp = tp, .quiet = 1};
-  tr_mem_stats_t s0, s1;
-  tr_mem_stats(TR_MEM_HOST, 0, &s0);
-  tr_trainer_t t;
-  tr_errmsg_t err;
-  int rc = tr_trainer_init(&t, &ts, &to, &err);
-  if (rc < 0) fprintf(stderr, "trainer: %s\n", err.message);
-  PCHECK_RC(rc);
-  tr_mem_stats(TR_MEM_HOST, 0, &s1);
-  tr_trainer_release(&t);
-  return s1.current_bytes - s0.current_bytes;
+  int64_t state;
+  PCHECK_RC(fx_trainer_bytes(cfg, mc, &to, 0, &state, NULL));
+  return state;
 }
 
 /* A trainer under TP over every rank holds, per rank, the one-rank

@@ -118,3 +118,32 @@ int fx_settings(const tr_config_t* cfg, const tr_model_config_t* model,
   if (model) s->model = *model;
   return 0;
 }
+
+int fx_trainer_bytes(const tr_config_t* cfg, const tr_model_config_t* model,
+                     const tr_trainer_opts_t* opts, int steps, int64_t* state,
+                     int64_t* peak) {
+  tr_mem_stats_t s0, s1;
+  tr_mem_stats(TR_MEM_HOST, 0, &s0);
+  tr_trainer_settings_t ts;
+  int rc = fx_settings(cfg, model, &ts);
+  if (rc < 0) return rc;
+  tr_trainer_t t;
+  tr_errmsg_t err;
+  rc = tr_trainer_init(&t, &ts, opts, &err);
+  if (rc < 0) {
+    fprintf(stderr, "trainer: %s\n", err.message);
+    return rc;
+  }
+  tr_mem_stats(TR_MEM_HOST, 0, &s1);
+  *state = s1.current_bytes - s0.current_bytes;
+  tr_mem_reset_peak(TR_MEM_HOST, 0);
+  for (int k = 0; k < steps && rc == 0; k++) {
+    tr_step_stats_t st;
+    rc = tr_trainer_step(&t, &st, &err);
+    if (rc < 0) fprintf(stderr, "step: %s\n", err.message);
+  }
+  tr_mem_stats(TR_MEM_HOST, 0, &s1);
+  tr_trainer_release(&t);
+  if (peak) *peak = s1.peak_bytes - s0.current_bytes;
+  return rc < 0 ? rc : 0;
+}

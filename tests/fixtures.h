@@ -1,6 +1,6 @@
 /* tests/fixtures.h: helpers the Check suites of the trainer and checkpoint
  * layers share (check_data, check_trainer, check_ddp, check_checkpoint,
- * check_fsdp2): a
+ * check_fsdp2, check_tp): a
  * temporary folder per test, files in it, and a tiny model trained on a
  * generated corpus.
  *
@@ -69,5 +69,15 @@ void fx_make_cfg_world(tr_config_t* cfg, int world, const char* const* kv);
  * forked ranks can check it too). */
 int fx_settings(const tr_config_t* cfg, const tr_model_config_t* model,
                 tr_trainer_settings_t* s);
+
+/* A trainer for cfg (model as in fx_settings) with opts, `steps` steps
+ * run, then released. *state: the bytes the host allocator holds once the
+ * trainer exists above what it held before; *peak (NULL: not asked): the
+ * allocator's peak during the steps above that same baseline. Returns 0,
+ * or the error after printing its message to stderr (forked ranks check
+ * it with PCHECK_RC). */
+int fx_trainer_bytes(const tr_config_t* cfg, const tr_model_config_t* model,
+                     const tr_trainer_opts_t* opts, int steps, int64_t* state,
+                     int64_t* peak);
 
 #endif /* TRAINRUN_TESTS_FIXTURES_H */
