@@ -11,6 +11,11 @@
  * once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
  * half only, the backward as 2.5 forwards, FlashAttention's convention).
  *
+ * Context parallel ("cp ..."): one rank's ring attention at CP 2 against
+ * the whole sequence. Document masks ("docs ..."): Llama 1B attention
+ * over B2 x T8192 cut into documents of mean length 1024, cuDNN's ragged
+ * graph against the flash kernel.
+ *
  * usage: kernels_bench [-q] [-d] [-i iters] [-f filter]
  *   -q        quick: smaller batch (B 8), fewer iterations
  *   -d        deterministic kernels ([debug] deterministic: cuDNN's
@@ -677,6 +682,104 @@ static void bench_cp(int T) {
     tr_tensor_release(ts[i]);
 }
 
+/* ---- document masks ---- */
+
+/* Llama 1B attention (32 heads, 8 kv heads of 64) over B rows of T
+ * tokens cut into documents (block_causal), each implementation through
+ * the masked entries: cuDNN's ragged graph and the flash kernel. The
+ * lengths are drawn as bench/gpu/make_shard.py --doc-len draws them
+ * (geometric, mean 1024; a row's last document cut at its end), from a
+ * fixed seed; TFLOP/s counts each document's causal half. */
+typedef struct {
+  att_set a;
+  tr_tensor_t ds; /* doc_start [B, T] int32 on the device */
+  int H, KVH;
+} docs_ctx;
+
+static void run_docs_fwd(void* p) {
+  docs_ctx* c = p;
+  OK(tr_kern_attention_masked_fwd(&c->a.o, &c->a.l, &c->a.q, &c->a.k, &c->a.v,
+                                  c->H, c->KVH, &c->ds, 0, 0));
+}
+static void run_docs_bwd(void* p) {
+  docs_ctx* c = p;
+  OK(tr_kern_attention_masked_bwd(&c->a.dq, &c->a.dk, &c->a.dv, &c->a.o,
+                                  &c->a.q, &c->a.k, &c->a.v, &c->a.o, &c->a.l,
+                                  c->H, c->KVH, &c->ds, 0, 0));
+}
+
+static void bench_docs(int B, int T) {
+  static const char* impls[2] = {"cudnn", "flash"};
+  static const tr_cuda_attn_impl_t ids[2] = {TR_CUDA_ATTN_CUDNN,
+                                             TR_CUDA_ATTN_FLASH};
+  char fname[64], bname[64], shape[64];
+  int any = 0;
+  for (int i = 0; i < 2; i++) {
+    snprintf(fname, sizeof fname, "docs %s fwd", impls[i]);
+    snprintf(bname, sizeof bname, "docs %s bwd", impls[i]);
+    any |= wanted(fname) || wanted(bname);
+  }
+  if (!any) return;
+  int64_t N = (int64_t)B * T;
+  int32_t* tok = malloc(sizeof(int32_t) * (size_t)N);
+  int32_t* start = malloc(sizeof(int32_t) * (size_t)N);
+  if (!tok || !start) {
+    fprintf(stderr, "kernels_bench: out of memory\n");
+    exit(1);
+  }
+  /* geometric lengths (mean 1024) from an LCG: P(end here) = 1/1024 */
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  double fl = 0.0;
+  int ndocs = 0;
+  for (int b = 0; b < B; b++) {
+    int len = 0;
+    for (int t = 0; t < T; t++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      int end = (x >> 11) % 1024 == 0 || t == T - 1;
+      tok[(int64_t)b * T + t] = end ? 1 : 7;
+      len++;
+      if (end) {
+        fl += 4.0 * 32 * 64 * (double)len * len / 2.0;
+        ndocs++;
+        len = 0;
+      }
+    }
+  }
+  tr_kern_attn_doc_start(start, NULL, tok, B, T, 1);
+  docs_ctx c;
+  memset(&c, 0, sizeof c);
+  c.H = 32;
+  c.KVH = 8;
+  att_set_init(&c.a, N);
+  /* att_set_init's tensors are [1, rows, *]: view them as [B, T, *] */
+  tr_tensor_t* ts[] = {&c.a.q,  &c.a.k,  &c.a.v, &c.a.o,
+                       &c.a.dq, &c.a.dk, &c.a.dv};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+    int64_t sh[3] = {B, T, ts[i]->shape[2]};
+    OK(tr_tensor_reshape(ts[i], ts[i], 3, sh));
+  }
+  int64_t lsh[3] = {B, 32, T};
+  OK(tr_tensor_reshape(&c.a.l, &c.a.l, 3, lsh));
+  int64_t dsh[2] = {B, T};
+  tr_device_t dev = {TR_DEV_CUDA, 0};
+  OK(tr_tensor_empty(&c.ds, TR_I32, dev, 2, dsh));
+  CK(cudaMemcpy(tr_tensor_data(&c.ds), start, sizeof(int32_t) * (size_t)N,
+                cudaMemcpyHostToDevice));
+  snprintf(shape, sizeof shape, "B%d T%d H32/8 D64, %d docs", B, T, ndocs);
+  for (int i = 0; i < 2; i++) {
+    tr_kern_cuda_set_attention(ids[i]);
+    snprintf(fname, sizeof fname, "docs %s fwd", impls[i]);
+    snprintf(bname, sizeof bname, "docs %s bwd", impls[i]);
+    BENCH(fname, shape, fl, 0, &c, run_docs_fwd);
+    BENCH(bname, shape, 2.5 * fl, 0, &c, run_docs_bwd);
+  }
+  tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
+  att_set_release(&c.a);
+  tr_tensor_release(&c.ds);
+  free(tok);
+  free(start);
+}
+
 /* ---- optimizer ---- */
 
 typedef struct {
@@ -870,6 +973,7 @@ int main(int argc, char** argv) {
   }
   bench_optimizer();
   bench_cp(quick ? 4096 : 16384);
+  bench_docs(quick ? 1 : 2, 8192);
 
   /* Llama-3 1B-like layer: C 2048, 32 heads of 64, 8 kv heads, FFN 8192 */
   {

@@ -349,19 +349,23 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
                     "is saved as Hugging Face safetensors)");
   /* cuDNN's attention graphs have no window, and no per-row bounds for
    * the documents of a context-parallel chunk pair (documents alone run
-   * as its ragged graph) */
-  int docs_cp = mc.attn_mask != TR_ATTN_CAUSAL &&
-                cfg->parallelism.context_parallel_degree > 1;
-  if ((mc.sliding_window > 0 || docs_cp) && job_on_cuda(cfg) &&
+   * as its ragged graph, whose Stats rows need heads per rank in fours) */
+  int64_t tpd = cfg->parallelism.tensor_parallel_degree;
+  int docs = mc.attn_mask != TR_ATTN_CAUSAL;
+  int docs_cp = docs && cfg->parallelism.context_parallel_degree > 1;
+  int docs_h4 = docs && (mc.n_heads / (tpd > 1 ? tpd : 1)) % 4 != 0;
+  if ((mc.sliding_window > 0 || docs_cp || docs_h4) && job_on_cuda(cfg) &&
       strcmp(tr_param_str(TR_PARAM_ATTENTION), "cudnn") == 0)
     return key_fail(cfg, err,
                     mc.sliding_window > 0 ? TR_CFG_K_model_sliding_window
                                           : TR_CFG_K_model_attn_mask_type,
                     "TRAINRUN_ATTENTION=cudnn: cuDNN's attention takes no "
                     "sliding-window masks, nor documents under context "
-                    "parallelism; leave TRAINRUN_ATTENTION unset (auto runs "
-                    "those on the flash or SIMT kernel) or set it to flash "
-                    "or simt");
+                    "parallelism or with a number of attention heads per "
+                    "rank (%lld) that is not a multiple of 4; leave "
+                    "TRAINRUN_ATTENTION unset (auto runs those on the flash "
+                    "or SIMT kernel) or set it to flash or simt",
+                    (long long)(mc.n_heads / (tpd > 1 ? tpd : 1)));
   if (job_on_cuda(cfg) && strcmp(cfg->optimizer.name, "Adam") == 0 &&
       cfg->optimizer.weight_decay != 0)
     return key_fail(cfg, err, TR_CFG_K_optimizer_name,

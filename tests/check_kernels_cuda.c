@@ -1487,7 +1487,8 @@ static void expect_lse_close(const char* what, const tr_tensor_t* d,
  * The forward runs impl, the backward impl_bwd (its lse from impl's
  * forward). docs (block_causal's doc_start): 1, documents of 1 to 120
  * tokens in every row; 2, the same but the last row one document
- * spanning it; 3, one document per row (no end-of-text token), window: a sliding window (0: none), shift: the query rows stand at key
+ * spanning it; 3, one document per row (no end-of-text token). window: a
+ * sliding window (0: none). shift: the query rows stand at key
  * positions i + shift (context parallelism's chunk pairs; with docs the
  * documents are those of the T + shift tokens from the key chunk's start,
  * so doc_start[i] is the document start of position i + shift, in key

@@ -703,6 +703,15 @@ int tr_train(const tr_trainer_settings_t* settings,
             model_summary(&t.model, ms, sizeof ms), s->training.dataset_path,
             t.train.end - t.train.begin, t.train.nsamples, t.T, t.seed,
             s->debug.seed_set ? "" : " (picked; set debug.seed to repeat)");
+    const tr_model_tp_t* tp = &t.model.tp;
+    if (tp->size > 1)
+      fprintf(con,
+              "tensor parallel %d: sequence parallel %s, loss parallel %s, "
+              "%s\n",
+              tp->size, tp->sequence_parallel ? "on" : "off",
+              tp->loss_parallel ? "on" : "off",
+              tp->overlap ? "async (chunk rings overlapped with the GEMMs)"
+                          : "blocking collectives");
     if (t.device.type == TR_DEV_CUDA) {
       char ds[32];
       fprintf(con, "device %s (%s), %s compute, float32 master weights\n",

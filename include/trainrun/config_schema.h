@@ -102,7 +102,9 @@
     "attention with a sliding_window, and under context parallelism a "      \
     "query chunk's documents over an earlier key chunk, run on the flash or " \
     "SIMT kernel (TRAINRUN_ATTENTION=cudnn is refused with a "                \
-    "sliding_window, and with block_causal under context parallelism).")      \
+    "sliding_window, and with block_causal under context parallelism or "     \
+    "with attention heads per rank not a multiple of 4; under it a batch "    \
+    "whose documents cuDNN declines ends the run).")                          \
   X(model, eos_id, OPT_INT, NULL, 0, 2147483647, NULL,                         \
     "trainrun: the end-of-text token that ends a document under "              \
     "block_causal. Unset: the model's -- gpt2 50256 (<|endoftext|>), llama3 "  \

@@ -689,8 +689,12 @@ typedef struct {
                             overlapped with the chunks' GEMMs; give it a
                             comm on CUDA (its waits keep the host from
                             waiting for each transfer) */
-  tr_tp_comm_t* comm;    /* timed ops, made over the same group (default
-                            NULL: blocking, untimed); outlives its use */
+  tr_tp_comm_t* comm;    /* the hook's ops through it (made over the same
+                            group; outlives its use): issued without a
+                            host wait and waited for on the compute
+                            stream, timed when it was made with timing
+                            ([metrics] comm_overlap); default NULL: the
+                            blocking collectives, untimed */
 } tr_tp_opts_t;
 void tr_tp_opts_init(tr_tp_opts_t* o);
 

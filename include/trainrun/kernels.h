@@ -84,8 +84,8 @@ extern "C" {
  *    and doc_start[i] the start of its document in key rows (0 when it
  *    began before the key chunk, up to i + q_shift); a row that sees no
  *    key gets out = 0 and lse = -inf. The CPU kernel and the CUDA SIMT
- *    and flash kernels take it (cuDNN does not: a shifted call never goes
- *    there). 0: the same positions.
+ *    and flash kernels take it; cuDNN only a shift under which every row
+ *    sees every key (unmasked). 0: the same positions.
  *
  * A NULL mask, or doc_start NULL and window and q_shift 0, is plain causal
  * attention with the same bits as before masks existed. */

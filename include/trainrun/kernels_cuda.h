@@ -308,11 +308,13 @@ void tr_kern_cuda_set_deterministic(int on, int warn_only);
  * qkv buffer are fine); out [B,T,H*D] contiguous; lse [B,H,T] fp32.
  * mask: NULL (causal) or a document / sliding-window mask
  * (tr_kern_attn_mask_t; doc_start in device memory). The SIMT and flash
- * kernels skip the key tiles no row of a query tile sees; cuDNN is not
- * used for a masked call (AUTO takes the flash or SIMT kernel, an explicit
- * cuDNN choice is TR_EUNSUPPORTED): its graph here has no per-row
- * document bounds. A mask with q_shift != 0 (context-parallel chunks) is
- * TR_EUNSUPPORTED: the CPU kernel alone does it so far. */
+ * kernels take every mask and skip the key tiles no row of a query tile
+ * sees. cuDNN takes document masks alone (no window, no shift) as a
+ * ragged graph (cuDNN 9.6 or later; a batch whose documents it declines,
+ * kernels/cuda/common.cuh, goes to flash under AUTO) and a shift under
+ * which every row sees every key (context parallelism's full chunk pairs)
+ * as unmasked attention; other masks go to flash or SIMT under AUTO and
+ * are TR_EUNSUPPORTED under an explicit cuDNN choice. */
 int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
                                const void* q, const void* k, const void* v,
                                int B, int T, int H, int KVH, int D, int64_t qs,

@@ -302,7 +302,10 @@ int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
 // the device, without window or shift: each document runs as a sequence
 // of its own (a ragged graph); the host waits for the stream to count the
 // documents. TR_EUNSUPPORTED too when the table is not one of contiguous
-// documents or cuDNN is older than 9.6.
+// documents, cuDNN is older than 9.6, H is not a multiple of 4, the
+// padded sequences (document count and longest document, each rounded up
+// to a power of two) exceed 32 times the rows, or the backward's dense
+// buffers over them would take more than a quarter of the free memory.
 int tr__cudnn_attn_applies(tr_dtype_t dt, int D, const void* q, const void* k,
                            const void* v, int64_t qs, int64_t kvs);
 int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,

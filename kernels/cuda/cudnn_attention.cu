@@ -603,7 +603,7 @@ typedef struct {
 
 // A ragged graph's offsets and lengths (all NULL in a dense graph): the
 // element offset where each sequence begins in Q, K and V, O and dO,
-// Stats and Dsum, dQ, dK and dV (rows times each one's row stride), and
+// Stats, dQ, dK and dV (rows times each one's row stride), and
 // each sequence's rows (SEQ_LEN_Q and SEQ_LEN_KV: the same lengths).
 typedef struct {
   cudnnBackendDescriptor_t q, kv, o, st, dq, dkv;
@@ -1152,10 +1152,12 @@ static void docs_release(docs_t* d, cudaStream_t s) {
 // TR_EUNSUPPORTED: not contiguous documents, or buckets whose padding
 // would cost more than it saves (D' S above 32 B T rows: the fused
 // kernels run a tile per 128 rows of each padded sequence and head), or
-// H not a multiple of 4 (a sequence's Stats rows [rows, H] fp32 would not
-// start 16-byte aligned).
-static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T,
-                     int H, cudaStream_t s) {
+// whose backward's dense Dsum and dQ accumulator (D' S H (D + 1) fp32)
+// would take more than a quarter of the free device memory, or H not a
+// multiple of 4 (a sequence's Stats rows [rows, H] fp32 would not start
+// 16-byte aligned).
+static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T, int H,
+                     int D, cudaStream_t s) {
   memset(d, 0, sizeof *d);
   int64_t N = (int64_t)B * T;
   if (cudnnGetVersion() < 90600) {
@@ -1196,7 +1198,22 @@ static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T,
                  h[0], h[1], (long long)N);
     rc = TR_EUNSUPPORTED;
   }
-  if (rc == 0 && h[0] != B) rc = 1;  // else one document per row: causal
+  if (rc == 0 && h[0] != B) {
+    // the backward's dense Dsum and dQ accumulator over the padded rows
+    int64_t need = nseq * rows * H * (int64_t)(D + 1) * 4;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess &&
+        need > (int64_t)(free_b / 4)) {
+      TR_LOG_DEBUG(KERN,
+                   "cuDNN attention: %d documents of up to %d rows would "
+                   "take %.2f GiB of workspace, more than a quarter of the "
+                   "free device memory",
+                   h[0], h[1], need / 1073741824.0);
+      rc = TR_EUNSUPPORTED;
+    } else {
+      rc = 1;
+    }
+  }  // else one document per row: causal
   if (rc != 1) docs_release(d, s);
   d->nseq = (int)nseq;
   d->rows = (int)rows;
@@ -1293,7 +1310,7 @@ int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
   docs_t docs;
   memset(&docs, 0, sizeof docs);
   if (doc_start) {
-    int found = docs_find(&docs, doc_start, B, T, H, s);
+    int found = docs_find(&docs, doc_start, B, T, H, D, s);
     if (found < 0) return found;
   }
   akey_t key;
@@ -1350,7 +1367,7 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
   docs_t docs;
   memset(&docs, 0, sizeof docs);
   if (doc_start) {
-    int found = docs_find(&docs, doc_start, B, T, H, s);
+    int found = docs_find(&docs, doc_start, B, T, H, D, s);
     if (found < 0) return found;
   }
   akey_t key;
