@@ -77,7 +77,10 @@
 #                SCRATCH/llama_docs.bin (random tokens cut into documents of
 #                mean length 1024 by end-of-text 128001: make_shard.py
 #                --eot 128001 --doc-len 1024):
-#     tr_flex_block_rN   trainrun attn_mask_type = "block_causal"
+#     tr_flex_block_rN   trainrun attn_mask_type = "block_causal" (on GPUs
+#                    cuDNN's ragged graph where it applies)
+#     tr_flex_block_flash_rN   the same on trainrun's flash kernel
+#                    (TRAINRUN_ATTENTION=flash)
 #     tr_flex_causal_rN  trainrun causal (reference)
 #     pt_flex_blockc_rN, pt_flex_block_rN   llama_torch.py --mask
 #                    block_causal (FlexAttention, a block mask built per
@@ -87,7 +90,7 @@
 #
 # PROGRAMS (a subset of the round's programs: tr1 tr2 pt pc ptl ptlc trp1
 # ptp1 ptp1n trpz ptpz; cp: trc1 trc trca ptc ptcc ptca ptcac; flex: trf
-# trfc ptf ptfe) splits the rounds over calls. A call is at most 10
+# trff trfc ptf ptfe) splits the rounds over calls. A call is at most 10
 # minutes on the lent machines: the first compile of FlexAttention with
 # max-autotune can take minutes (its runs get PT_TIMEOUT, default 540 s for
 # flex), cplong alone is about 5 minutes (it runs once, before any
@@ -116,7 +119,7 @@ want() { case ",$runs," in *",$1,"*) return 0 ;; *) return 1 ;; esac }
 . "$(dirname "$0")/benchlib.sh"
 PY=${PYTHON:-python3}
 known="tr1 tr2 tr2m pt pc ptl ptlc trp1 ptp1 ptp1n trpz ptpz tr2e pte pce trp1e ptp1e
-  trpze ptpze trc1 trc trca ptc ptcc ptca ptcac trf trfc ptf ptfe"
+  trpze ptpze trc1 trc trca ptc ptcc ptca ptcac trf trff trfc ptf ptfe"
 bench_select "$known" "" > /dev/null # a bad PROGRAMS: exit 2 before any work
 if [ -z "${TRAINRUN:-}" ]; then
   if [ -x .gpu/trainrun ]; then TRAINRUN=.gpu/trainrun; else TRAINRUN=./trainrun; fi
@@ -267,7 +270,7 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
   want tp8b && order="$order tr2e pte pce"
   want pp8b && order="$order trp1e ptp1e trpze ptpze"
   want cp && order="$order trc1 trc trca ptc ptcc ptca ptcac"
-  want flex && order="$order trf trfc ptf ptfe"
+  want flex && order="$order trf trff trfc ptf ptfe"
   # PROGRAMS: a subset, e.g. "pt pc" (one call's share); FIRST_REP: a
   # later call goes on with that round (bench/benchlib.sh)
   order=$(bench_select "$known" "$order") || exit 2
@@ -330,6 +333,8 @@ if want tp || want pp || want idle || want idle8b || want tp8b || want pp8b ||
         ptca) PT_B=$CP_B PT_T=$CP_T pt "pt_cp2_alltoall_r$r" llama_cp.py --rotate alltoall ;;
         ptcac) PT_B=$CP_B PT_T=$CP_T pt "pt_cp2_alltoallc_r$r" llama_cp.py --rotate alltoall --compile ;;
         trf) trj "tr_flex_block_r$r" 1 "${F[@]}" --model.attn_mask_type block_causal ;;
+        trff) TRAINRUN_ATTENTION=flash trj "tr_flex_block_flash_r$r" 1 "${F[@]}" \
+                --model.attn_mask_type block_causal ;;
         trfc) trj "tr_flex_causal_r$r" 1 "${F[@]}" ;;
         ptf) ptflex "pt_flex_blockc_r$r" --mask block_causal --compile ;;
         ptfe) ptflex "pt_flex_block_r$r" --mask block_causal ;;
@@ -397,7 +402,8 @@ for label, pat, kind in (("trainrun, 1 GPU", "tr_1gpu_r*", "tr"),
                          ("CP length: PyTorch CP 2 allgather + compile", "pt_cp2_allgatherc_r*", "pt"),
                          ("CP length: PyTorch CP 2 alltoall", "pt_cp2_alltoall_r*", "pt"),
                          ("CP length: PyTorch CP 2 alltoall + compile", "pt_cp2_alltoallc_r*", "pt"),
-                         ("documents, 1 GPU: trainrun block_causal", "tr_flex_block_r*", "tr"),
+                         ("documents, 1 GPU: trainrun block_causal", "tr_flex_block_r[0-9]*", "tr"),
+                         ("documents, 1 GPU: trainrun block_causal, flash kernel", "tr_flex_block_flash_r*", "tr"),
                          ("documents, 1 GPU: trainrun causal (reference)", "tr_flex_causal_r*", "tr"),
                          ("documents, 1 GPU: PyTorch FlexAttention block_causal + compile", "pt_flex_blockc_r*", "pt"),
                          ("documents, 1 GPU: PyTorch FlexAttention block_causal (model eager)", "pt_flex_block_r*", "pt")):
