@@ -351,9 +351,10 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
    * the documents of a context-parallel chunk pair (documents alone run
    * as its ragged graph, whose Stats rows need heads per rank in fours) */
   int64_t tpd = cfg->parallelism.tensor_parallel_degree;
+  int64_t heads = mc.n_heads / (tpd > 1 ? tpd : 1); /* a rank's */
   int docs = mc.attn_mask != TR_ATTN_CAUSAL;
   int docs_cp = docs && cfg->parallelism.context_parallel_degree > 1;
-  int docs_h4 = docs && (mc.n_heads / (tpd > 1 ? tpd : 1)) % 4 != 0;
+  int docs_h4 = docs && heads % 4 != 0;
   if ((mc.sliding_window > 0 || docs_cp || docs_h4) && job_on_cuda(cfg) &&
       strcmp(tr_param_str(TR_PARAM_ATTENTION), "cudnn") == 0)
     return key_fail(cfg, err,
@@ -365,7 +366,7 @@ static int check_combinations(const tr_config_t* cfg, tr_errmsg_t* err) {
                     "rank (%lld) that is not a multiple of 4; leave "
                     "TRAINRUN_ATTENTION unset (auto runs those on the flash "
                     "or SIMT kernel) or set it to flash or simt",
-                    (long long)(mc.n_heads / (tpd > 1 ? tpd : 1)));
+                    (long long)heads);
   if (job_on_cuda(cfg) && strcmp(cfg->optimizer.name, "Adam") == 0 &&
       cfg->optimizer.weight_decay != 0)
     return key_fail(cfg, err, TR_CFG_K_optimizer_name,
