@@ -820,10 +820,12 @@ static int attn_args(chk_t* c, const tr_tensor_t* q, const tr_tensor_t* k,
 
 /* The mask of a masked attention call: doc_start [B, T] int32 on the
  * device of the tensors checked before it (or NULL), window >= 0; a CPU
- * doc_start has every row's start in [doc_start[i - 1], i]. */
-static int attn_mask(chk_t* c, const tr_tensor_t* doc_start, int window,
-                     int q_shift, int64_t B, int64_t T,
-                     tr_kern_attn_mask_t* mask) {
+ * doc_start has every row's start in [doc_start[i - 1], i], and its
+ * documents are n_docs with the longest of longest_doc rows when these
+ * are given (n_docs > 0). */
+static int attn_mask(chk_t* c, const tr_tensor_t* doc_start, int n_docs,
+                     int longest_doc, int window, int q_shift, int64_t B,
+                     int64_t T, tr_kern_attn_mask_t* mask) {
   *mask = (tr_kern_attn_mask_t){
       .doc_start = NULL, .window = window, .q_shift = q_shift};
   if (window < 0) {
@@ -834,8 +836,32 @@ static int attn_mask(chk_t* c, const tr_tensor_t* doc_start, int window,
   TR_CHECK(arg(c, doc_start, "doc_start", TR_I32, 1));
   if (tr_tensor_numel(doc_start) != B * T)
     return bad(c->op, "doc_start", doc_start, "expected [B, T]");
+  if (n_docs < 0 || longest_doc < 0 ||
+      (n_docs > 0 &&
+       (n_docs < B || n_docs > B * T || longest_doc < 1 || longest_doc > T))) {
+    TR_LOG_ERROR(KERN,
+                 "%s: %d documents of at most %d rows cannot be those of a "
+                 "[%" PRId64 ", %" PRId64 "] doc_start",
+                 c->op, n_docs, longest_doc, B, T);
+    return TR_EINVAL;
+  }
   mask->doc_start = tr_tensor_data(doc_start);
+  if (n_docs > 0) {
+    mask->n_docs = n_docs;
+    mask->longest_doc = longest_doc;
+  }
   if (doc_start->device.type != TR_DEV_CPU) return 0;
+  if (n_docs > 0) {
+    int n = 0, longest = 0;
+    tr_kern_attn_doc_count(mask->doc_start, (int)B, (int)T, &n, &longest);
+    if (n != n_docs || longest != longest_doc) {
+      TR_LOG_ERROR(KERN,
+                   "%s: doc_start holds %d documents of at most %d rows, "
+                   "not the %d of at most %d given",
+                   c->op, n, longest, n_docs, longest_doc);
+      return TR_EINVAL;
+    }
+  }
   int64_t ahead = q_shift > 0 ? q_shift : 0; /* a shifted row's own key */
   for (int64_t i = 0; i < B * T; i++) {
     int32_t lo = i % T ? mask->doc_start[i - 1] : 0;
@@ -862,6 +888,16 @@ int tr_kern_attention_masked_fwd(tr_tensor_t* out, tr_tensor_t* lse,
                                  const tr_tensor_t* v, int n_heads,
                                  int n_kv_heads, const tr_tensor_t* doc_start,
                                  int window, int q_shift) {
+  return tr_kern_attention_docs_fwd(out, lse, q, k, v, n_heads, n_kv_heads,
+                                    doc_start, 0, 0, window, q_shift);
+}
+
+int tr_kern_attention_docs_fwd(tr_tensor_t* out, tr_tensor_t* lse,
+                               const tr_tensor_t* q, const tr_tensor_t* k,
+                               const tr_tensor_t* v, int n_heads,
+                               int n_kv_heads, const tr_tensor_t* doc_start,
+                               int n_docs, int longest_doc, int window,
+                               int q_shift) {
   chk_t c = {.op = "attention_fwd"};
   int rc = 0;
   TR_CHECK(act(&c, out, "out", 1));
@@ -877,7 +913,8 @@ int tr_kern_attention_masked_fwd(tr_tensor_t* out, tr_tensor_t* lse,
   if (tr_tensor_numel(lse) != B * n_heads * T)
     return bad(c.op, "lse", lse, "expected [B, H, T]");
   tr_kern_attn_mask_t mask;
-  TR_CHECK(attn_mask(&c, doc_start, window, q_shift, B, T, &mask));
+  TR_CHECK(attn_mask(&c, doc_start, n_docs, longest_doc, window, q_shift, B, T,
+                     &mask));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->attention_fwd(F(out), F(lse), CF(q), CF(k), CF(v), (int)B, (int)T,
@@ -901,6 +938,19 @@ int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
                                  const tr_tensor_t* lse, int n_heads,
                                  int n_kv_heads, const tr_tensor_t* doc_start,
                                  int window, int q_shift) {
+  return tr_kern_attention_docs_bwd(dq, dk, dv, dout, q, k, v, out, lse,
+                                    n_heads, n_kv_heads, doc_start, 0, 0,
+                                    window, q_shift);
+}
+
+int tr_kern_attention_docs_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
+                               tr_tensor_t* dv, const tr_tensor_t* dout,
+                               const tr_tensor_t* q, const tr_tensor_t* k,
+                               const tr_tensor_t* v, const tr_tensor_t* out,
+                               const tr_tensor_t* lse, int n_heads,
+                               int n_kv_heads, const tr_tensor_t* doc_start,
+                               int n_docs, int longest_doc, int window,
+                               int q_shift) {
   chk_t c = {.op = "attention_bwd"};
   int rc = 0;
   TR_CHECK(act(&c, dq, "dq", 0));
@@ -924,7 +974,8 @@ int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
   if (tr_tensor_numel(lse) != B * n_heads * T)
     return bad(c.op, "lse", lse, "expected [B, H, T]");
   tr_kern_attn_mask_t mask;
-  TR_CHECK(attn_mask(&c, doc_start, window, q_shift, B, T, &mask));
+  TR_CHECK(attn_mask(&c, doc_start, n_docs, longest_doc, window, q_shift, B, T,
+                     &mask));
   const tr_kern_ops_t* ops = table(&c, &rc);
   if (!ops) return rc;
   return ops->attention_bwd(F(dq), F(dk), F(dv), CF(dout), CF(q), CF(k), CF(v),

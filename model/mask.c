@@ -72,6 +72,7 @@ int tr__mask_mb_init(tr_model_t* m, tr_model_mb_t* mb, const int32_t* tokens,
   int rc;
   if (block) {
     tr_kern_attn_doc_start(ds, pos, tokens, B, T, c->eos_id);
+    tr_kern_attn_doc_count(ds, B, T, &mb->n_docs, &mb->longest_doc);
     TR_CHECK_GOTO(tr__act_i32(m, &mb->doc_start, ds, B, T), rc, out);
   }
   rc = 0;
@@ -95,6 +96,7 @@ void tr__mask_mb_release(tr_model_mb_t* mb) {
   tr_tensor_release(&mb->pos);
   tr_tensor_release(&mb->rope_cos);
   tr_tensor_release(&mb->rope_sin);
+  mb->n_docs = mb->longest_doc = 0;
 }
 
 const tr_tensor_t* tr__mask_doc_start(const tr_model_mb_t* mb) {
@@ -125,9 +127,9 @@ int tr__attention_fwd(tr_model_t* m, const tr_model_mb_t* mb, tr_tensor_t* out,
   if (m->cp.fwd)
     return m->cp.fwd(m->cp.arg, out, lse, q, k, v, H, KVH,
                      tr__mask_doc_start(mb), m->cfg.sliding_window);
-  return tr_kern_attention_masked_fwd(out, lse, q, k, v, H, KVH,
-                                      tr__mask_doc_start(mb),
-                                      m->cfg.sliding_window, 0);
+  return tr_kern_attention_docs_fwd(out, lse, q, k, v, H, KVH,
+                                    tr__mask_doc_start(mb), mb->n_docs,
+                                    mb->longest_doc, m->cfg.sliding_window, 0);
 }
 
 int tr__attention_bwd(tr_model_t* m, const tr_model_mb_t* mb, tr_tensor_t* dq,
@@ -138,7 +140,7 @@ int tr__attention_bwd(tr_model_t* m, const tr_model_mb_t* mb, tr_tensor_t* dq,
   if (m->cp.bwd)
     return m->cp.bwd(m->cp.arg, dq, dk, dv, dout, q, k, v, out, lse, H, KVH,
                      tr__mask_doc_start(mb), m->cfg.sliding_window);
-  return tr_kern_attention_masked_bwd(dq, dk, dv, dout, q, k, v, out, lse, H,
-                                      KVH, tr__mask_doc_start(mb),
-                                      m->cfg.sliding_window, 0);
+  return tr_kern_attention_docs_bwd(dq, dk, dv, dout, q, k, v, out, lse, H, KVH,
+                                    tr__mask_doc_start(mb), mb->n_docs,
+                                    mb->longest_doc, m->cfg.sliding_window, 0);
 }

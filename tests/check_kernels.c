@@ -1047,6 +1047,76 @@ START_TEST(test_attn_doc_start) {
   const int32_t want_pos[12] = {0, 1, 0, 1, 2, 3, 0, 0, 0, 1, 2, 3};
   ck_assert_mem_eq(ds, want_ds, sizeof ds);
   ck_assert_mem_eq(pos, want_pos, sizeof pos);
+  /* row 0: [0,1] [2..5]; row 1: [0] [1] [2..5] */
+  int n = -1, longest = -1;
+  tr_kern_attn_doc_count(ds, 2, 6, &n, &longest);
+  ck_assert_int_eq(n, 5);
+  ck_assert_int_eq(longest, 4);
+  tr_kern_attn_doc_count(ds, 1, 2, &n, &longest); /* row 0's first two */
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(longest, 2);
+}
+END_TEST
+
+/* tr_kern_attention_docs_fwd/bwd: with the documents counted they give
+ * the bits of the uncounted call; a count that is not the table's, or
+ * that no [B, T] table can have, is refused (TR_EINVAL) */
+START_TEST(test_attn_docs_count) {
+  enum { B = 2, T = 6, H = 2, D = 4 };
+  const int32_t tok[B * T] = {4, 9, 4, 4, 1, 2, 9, 9, 1, 1, 1, 9};
+  int64_t sh[3] = {B, T, H * D}, lsh[3] = {B, H, T}, dsh[2] = {B, T};
+  tr_tensor_t q, y0, y1, l0, l1, g0[3], g1[3], ds;
+  ck_assert_int_eq(tr_tensor_empty(&q, TR_F32, TR_DEVICE_CPU, 3, sh), 0);
+  float* qv = tr_tensor_data(&q);
+  for (int i = 0; i < B * T * H * D; i++) qv[i] = (float)((i * 37) % 11) / 7;
+  ck_assert_int_eq(tr_tensor_empty(&ds, TR_I32, TR_DEVICE_CPU, 2, dsh), 0);
+  tr_kern_attn_doc_start(tr_tensor_data(&ds), NULL, tok, B, T, 9);
+  int n, longest;
+  tr_kern_attn_doc_count(tr_tensor_data(&ds), B, T, &n, &longest);
+  tr_tensor_t* outs[] = {&y0,    &y1,    &g0[0], &g0[1],
+                         &g0[2], &g1[0], &g1[1], &g1[2]};
+  for (int i = 0; i < 8; i++)
+    ck_assert_int_eq(tr_tensor_zeros(outs[i], TR_F32, TR_DEVICE_CPU, 3, sh), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&l0, TR_F32, TR_DEVICE_CPU, 3, lsh), 0);
+  ck_assert_int_eq(tr_tensor_zeros(&l1, TR_F32, TR_DEVICE_CPU, 3, lsh), 0);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_fwd(&y0, &l0, &q, &q, &q, H, H, &ds, 0, 0), 0);
+  ck_assert_int_eq(tr_kern_attention_docs_fwd(&y1, &l1, &q, &q, &q, H, H, &ds,
+                                              n, longest, 0, 0),
+                   0);
+  ck_assert_mem_eq(tr_tensor_data(&y0), tr_tensor_data(&y1),
+                   sizeof(float) * B * T * H * D);
+  ck_assert_mem_eq(tr_tensor_data(&l0), tr_tensor_data(&l1),
+                   sizeof(float) * B * T * H);
+  ck_assert_int_eq(
+      tr_kern_attention_masked_bwd(&g0[0], &g0[1], &g0[2], &q, &q, &q, &q, &y0,
+                                   &l0, H, H, &ds, 0, 0),
+      0);
+  ck_assert_int_eq(
+      tr_kern_attention_docs_bwd(&g1[0], &g1[1], &g1[2], &q, &q, &q, &q, &y1,
+                                 &l1, H, H, &ds, n, longest, 0, 0),
+      0);
+  for (int i = 0; i < 3; i++)
+    ck_assert_mem_eq(tr_tensor_data(&g0[i]), tr_tensor_data(&g1[i]),
+                     sizeof(float) * B * T * H * D);
+  /* wrong counts: the table's other than given, and impossible ones */
+  const int bad[][2] = {{n + 1, longest}, {n, longest - 1}, {1, longest},
+                        {n, T + 1},       {B * T + 1, 1},   {n, 0},
+                        {-1, 0}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(tr_kern_attention_docs_fwd(&y1, &l1, &q, &q, &q, H, H, &ds,
+                                                bad[i][0], bad[i][1], 0, 0),
+                     TR_EINVAL);
+    ck_assert_int_eq(
+        tr_kern_attention_docs_bwd(&g1[0], &g1[1], &g1[2], &q, &q, &q, &q, &y1,
+                                   &l1, H, H, &ds, bad[i][0], bad[i][1], 0, 0),
+        TR_EINVAL);
+  }
+  for (int i = 0; i < 8; i++) tr_tensor_release(outs[i]);
+  tr_tensor_release(&q);
+  tr_tensor_release(&l0);
+  tr_tensor_release(&l1);
+  tr_tensor_release(&ds);
 }
 END_TEST
 
@@ -2038,6 +2108,7 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_attention_block_causal_window);
   tcase_add_test(tc, test_attention_mask_noop_and_refused);
   tcase_add_test(tc, test_attn_doc_start);
+  tcase_add_test(tc, test_attn_docs_count);
   tcase_add_test(tc, test_attn_merge);
   tcase_add_test(tc, test_gelu);
   tcase_add_test(tc, test_swiglu);

@@ -1530,6 +1530,14 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
                               .window = window,
                               .q_shift = shift};
   const tr_kern_attn_mask_t* maskp = docs || window || shift ? &mask : NULL;
+  /* the same mask with the documents counted on the host: the second
+   * backward below, and a second forward, take it and must give the same
+   * bits (cuDNN then reads no count back from the device) */
+  tr_kern_attn_mask_t counted = mask;
+  if (docs)
+    tr_kern_attn_doc_count(tr_tensor_data(&ds), B, T, &counted.n_docs,
+                           &counted.longest_doc);
+  const tr_kern_attn_mask_t* maskp2 = maskp ? &counted : NULL;
   tr_tensor_t qkv, dqkv, rdqkv, dout, out, lse;
   hrand(&qkv, dt, 1.5, 3, SH(B, T, W));
   hrand(&dout, dt, 1.0, 3, SH(B, T, (int64_t)H * Dh));
@@ -1633,8 +1641,20 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
   ck_assert_int_eq(tr_kern_cuda_attention_bwd(
                        dt, dbase2, dbase2 + ko, dbase2 + vo, D(&d_dout), base,
                        base + ko, base + vo, D(&d_out), D(&d_lse), B, T, H, KVH,
-                       Dh, W, W, maskp, accumulate, NULL),
+                       Dh, W, W, maskp2, accumulate, NULL),
                    0);
+  tr_kern_cuda_set_attention(impl);
+  tr_tensor_t d_out2, d_lse2;
+  ck_assert_int_eq(
+      tr_tensor_empty(&d_out2, dt, GPU, 3, SH(B, T, (int64_t)H * Dh)), 0);
+  ck_assert_int_eq(tr_tensor_empty(&d_lse2, TR_F32, GPU, 3, SH(B, H, T)), 0);
+  ck_assert_int_eq(tr_kern_cuda_attention_fwd(dt, D(&d_out2), D(&d_lse2), base,
+                                              base + ko, base + vo, B, T, H,
+                                              KVH, Dh, W, W, maskp2, NULL),
+                   0);
+  ck_assert_msg(bits_equal(&d_out, &d_out2) && bits_equal(&d_lse, &d_lse2),
+                "attention forward differs with the documents counted");
+  REL(&d_out2, &d_lse2);
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
   char iname[32];
   if (impl_bwd == impl)
@@ -1673,7 +1693,8 @@ static void run_attention_masked(tr_dtype_t dt, tr_cuda_attn_impl_t impl,
     free(r);
   }
   ck_assert_msg(bits_equal(&d_dqkv, &d_dqkv2),
-                "attention backward differs between runs");
+                "attention backward differs between runs (the second with "
+                "the documents counted on the host)");
   REL(&qkv, &dqkv, &rdqkv, &dout, &out, &lse, &q, &k, &v, &dq, &dk, &dv, &d_qkv,
       &d_dqkv, &d_dout, &d_out, &d_lse, &d_dqkv2, &h_d, &ds, &d_ds);
 }

@@ -87,12 +87,21 @@ extern "C" {
  *    and flash kernels take it; cuDNN only a shift under which every row
  *    sees every key (unmasked). 0: the same positions.
  *
+ *  - n_docs, longest_doc: doc_start's documents over all B rows (each
+ *    row's position 0 starts one) and the rows of the longest, when the
+ *    host knows them (tr_kern_attn_doc_count; they must be exact), else 0.
+ *    The cuDNN path sizes its ragged graph from them; without them it
+ *    reads them back from the device, which waits for the stream at
+ *    every call.
+ *
  * A NULL mask, or doc_start NULL and window and q_shift 0, is plain causal
  * attention with the same bits as before masks existed. */
 typedef struct {
   const int32_t* doc_start;
   int window;
   int q_shift;
+  int n_docs;
+  int longest_doc;
 } tr_kern_attn_mask_t;
 
 /* Llama 3.1 RoPE frequency scaling. factor <= 0 (or 1 with equal low/high
@@ -537,6 +546,24 @@ int tr_kern_attention_masked_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
                                  const tr_tensor_t* lse, int n_heads,
                                  int n_kv_heads, const tr_tensor_t* doc_start,
                                  int window, int q_shift);
+/* The same with doc_start's documents counted by the host (n_docs,
+ * longest_doc: tr_kern_attn_mask_t's; 0 0: not counted, as above), which
+ * spares the cuDNN path a stream synchronisation per call. A CPU doc_start
+ * is checked against them (TR_EINVAL). */
+int tr_kern_attention_docs_fwd(tr_tensor_t* out, tr_tensor_t* lse,
+                               const tr_tensor_t* q, const tr_tensor_t* k,
+                               const tr_tensor_t* v, int n_heads,
+                               int n_kv_heads, const tr_tensor_t* doc_start,
+                               int n_docs, int longest_doc, int window,
+                               int q_shift);
+int tr_kern_attention_docs_bwd(tr_tensor_t* dq, tr_tensor_t* dk,
+                               tr_tensor_t* dv, const tr_tensor_t* dout,
+                               const tr_tensor_t* q, const tr_tensor_t* k,
+                               const tr_tensor_t* v, const tr_tensor_t* out,
+                               const tr_tensor_t* lse, int n_heads,
+                               int n_kv_heads, const tr_tensor_t* doc_start,
+                               int n_docs, int longest_doc, int window,
+                               int q_shift);
 /* acc, lse merged with pout, plse (the table's attn_merge): acc [B, T,
  * H*D] float32, lse and plse [B, H, T] float32, pout [B, T, H*D] float32
  * or bfloat16, all contiguous on one device. */
@@ -553,6 +580,11 @@ int tr_kern_attn_merge(tr_tensor_t* acc, tr_tensor_t* lse,
 void tr_kern_attn_doc_start(int32_t* doc_start, int32_t* pos,
                             const int32_t* tokens, int B, int T,
                             int32_t eos_id);
+/* Host helper: the documents of a host doc_start [B*T] (a new one at each
+ * row's position 0 and wherever doc_start changes) and the rows of the
+ * longest: what tr_kern_attention_docs_fwd/bwd take. */
+void tr_kern_attn_doc_count(const int32_t* doc_start, int B, int T, int* n_docs,
+                            int* longest_doc);
 
 int tr_kern_gelu_fwd(tr_tensor_t* out, const tr_tensor_t* inp);
 int tr_kern_gelu_bwd(tr_tensor_t* dinp, const tr_tensor_t* dout,

@@ -642,8 +642,11 @@ typedef struct tr_model_mb {
    * RoPE tables rope_cos/rope_sin [B*T, head_dim/2] (llama3). Under
    * context parallelism doc_start is the whole sequences' [B, cp T] and
    * the positions (or RoPE tables) are always set: each of this rank's
-   * tokens at its place in the whole sequence (or its document). */
+   * tokens at its place in the whole sequence (or its document).
+   * n_docs, longest_doc: doc_start's documents and the rows of the
+   * longest (tr_kern_attn_doc_count), counted once on the host. */
   tr_tensor_t doc_start, pos, rope_cos, rope_sin;
+  int n_docs, longest_doc;
   /* private: per-block saved activations, freed by that block's backward
    * (or turned by the I pass into what the W pass needs, in wsaved) */
   void** saved;

@@ -285,3 +285,20 @@ void tr_kern_attn_doc_start(int32_t* doc_start, int32_t* pos,
     }
   }
 }
+
+void tr_kern_attn_doc_count(const int32_t* doc_start, int B, int T, int* n_docs,
+                            int* longest_doc) {
+  int n = 0, longest = 0;
+  for (int b = 0; b < B; b++) {
+    const int32_t* ds = doc_start + (int64_t)b * T;
+    int first = 0; /* the current document's first row */
+    for (int i = 1; i <= T; i++)
+      if (i == T || ds[i] != ds[i - 1]) {
+        n++;
+        if (i - first > longest) longest = i - first;
+        first = i;
+      }
+  }
+  *n_docs = n;
+  *longest_doc = longest;
+}

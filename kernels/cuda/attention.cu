@@ -645,10 +645,9 @@ extern "C" int tr_kern_cuda_attention_fwd(tr_dtype_t dt, void* out, float* lse,
   if (cu < 0) return cu;
 #ifdef HAVE_CUDNN
   if (cu) {
-    int rc = tr__cudnn_attn_fwd((bf16*)out, lse, (const bf16*)q,
-                                (const bf16*)k, (const bf16*)v, B, T, H, KVH,
-                                D, qs, kvs, !full,
-                                docs ? mask->doc_start : NULL, s);
+    int rc = tr__cudnn_attn_fwd((bf16*)out, lse, (const bf16*)q, (const bf16*)k,
+                                (const bf16*)v, B, T, H, KVH, D, qs, kvs, !full,
+                                docs ? mask : NULL, s);
     // cuDNN declined the shape: an explicit request fails, AUTO falls back
     if (rc != TR_EUNSUPPORTED) return rc;
     if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
@@ -720,7 +719,7 @@ extern "C" int tr_kern_cuda_attention_bwd(
     int rc = tr__cudnn_attn_bwd(
         (bf16*)dq, (bf16*)dk, (bf16*)dv, (const bf16*)dout, (const bf16*)q,
         (const bf16*)k, (const bf16*)v, (const bf16*)out, lse, B, T, H, KVH, D,
-        qs, kvs, accumulate, !full, docs ? mask->doc_start : NULL, s);
+        qs, kvs, accumulate, !full, docs ? mask : NULL, s);
     if (rc != TR_EUNSUPPORTED) return rc;
     if (tr_kern_cuda_get_attention() == TR_CUDA_ATTN_CUDNN) {
       TR_LOG_ERROR(KERN, "attention_bwd: cuDNN declined this shape");

@@ -297,11 +297,12 @@ int tr__flash_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q,
 // TR_EUNSUPPORTED, having enqueued nothing, when cuDNN declines the shape
 // (warned once per shape); the caller then runs the flash or SIMT kernels.
 // Their lse/Stats is the natural-log log-sum-exp, as the other kernels'.
-// causal 1: row i sees keys 0..i; 0: every row sees every key. doc_start
-// (or NULL; with causal 1): tr_kern_attn_mask_t's document table [B*T] on
-// the device, without window or shift: each document runs as a sequence
-// of its own (a ragged graph); the host waits for the stream to count the
-// documents. TR_EUNSUPPORTED too when the table is not one of contiguous
+// causal 1: row i sees keys 0..i; 0: every row sees every key. docs (or
+// NULL; with causal 1): a mask with a document table [B*T] on the device,
+// without window or shift: each document runs as a sequence of its own (a
+// ragged graph), sized by the mask's n_docs and longest_doc, or when
+// those are 0 by a count on the device that the host waits for.
+// TR_EUNSUPPORTED too when the table is not one of contiguous
 // documents, cuDNN is older than 9.6, H is not a multiple of 4, the
 // padded sequences (document count and longest document, each rounded up
 // to a power of two) exceed 32 times the rows, or the backward's dense
@@ -311,12 +312,13 @@ int tr__cudnn_attn_applies(tr_dtype_t dt, int D, const void* q, const void* k,
 int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, int B, int T, int H, int KVH, int D,
                        int64_t qs, int64_t kvs, int causal,
-                       const int32_t* doc_start, cudaStream_t s);
+                       const tr_kern_attn_mask_t* docs, cudaStream_t s);
 int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                        const bf16* q, const bf16* k, const bf16* v,
                        const bf16* out, const float* lse, int B, int T, int H,
                        int KVH, int D, int64_t qs, int64_t kvs, int accumulate,
-                       int causal, const int32_t* doc_start, cudaStream_t s);
+                       int causal, const tr_kern_attn_mask_t* docs,
+                       cudaStream_t s);
 // What tr_kern_cuda_set_deterministic asked for: 0 (default), 1
 // (deterministic kernels only), 2 (deterministic, warn instead of refusing).
 int tr__cuda_deterministic(void);

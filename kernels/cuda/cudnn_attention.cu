@@ -56,8 +56,11 @@
 // accumulator in the workspace, D' S rows: at most 32 N, see below); the
 // path with ragged workspace tensors gave wrong dQ and dK for GQA on
 // H100s (check_kernels_cuda, 2026-11-28).
-// The host counts the documents first (a small scan kernel, then a wait
-// for the stream), and D' and S are rounded up to powers of two (S at
+// The documents' count and longest come from the host when it knows them
+// (the model counts each micro-batch's table once, when it builds it), else
+// from a small scan kernel that the host waits for; the scan also lists
+// each document's first row on the device. D' and S are rounded up to
+// powers of two (S at
 // least 64), padding sequences of length 0, so that one plan serves
 // many batches: a few plans per model. Ragged graphs need cuDNN 9.6
 // (int64 offsets, GQA with offsets); older ones decline.
@@ -1080,8 +1083,10 @@ static __global__ void __launch_bounds__(DOCS_THREADS)
 
 // The element offsets of a ragged graph: RO_N arrays of pitch entries,
 // array j holding sequence i's first row times mult[j] for i <= nseq
-// (sequences from n on are empty: they begin at the end, N), and len[i]
-// each sequence's rows.
+// (sequences from n = info[0], the scan's count, on are empty: they begin
+// at the end, N), and len[i] each sequence's rows, at most the graph's
+// rows (a host count that was not exact gives wrong attention, never an
+// access beyond the graph's buffers).
 enum { RO_Q, RO_KV, RO_O, RO_STATS, RO_DQ, RO_DKV, RO_N };
 
 typedef struct {
@@ -1089,14 +1094,16 @@ typedef struct {
 } ro_mult_t;
 
 static __global__ void docs_fill_kernel(int64_t* ro, int32_t* len,
-                                        const int32_t* starts, int n, int nseq,
+                                        const int32_t* starts,
+                                        const int32_t* info, int nseq, int rows,
                                         int64_t pitch, int64_t N,
                                         ro_mult_t mult) {
+  int n = min(info[0], nseq);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i <= nseq;
        i += gridDim.x * blockDim.x) {
     int64_t row = i < n ? starts[i] : N;
     for (int j = 0; j < RO_N; j++) ro[j * pitch + i] = row * mult.v[j];
-    if (i < nseq) len[i] = i < n ? starts[i + 1] - starts[i] : 0;
+    if (i < nseq) len[i] = i < n ? min(starts[i + 1] - starts[i], rows) : 0;
   }
 }
 
@@ -1134,6 +1141,7 @@ static int64_t pow2_at_least(int64_t x) {
 // and the buckets of its plan.
 typedef struct {
   int32_t* starts;  // [n + 1] device, from the stream's pool
+  int32_t* info;    // the scan's {count, longest, not contiguous}, device
   int n;            // documents
   int nseq, rows;   // buckets: sequences D' and rows S of the graph
 } docs_t;
@@ -1143,11 +1151,13 @@ static void docs_release(docs_t* d, cudaStream_t s) {
   d->starts = NULL;
 }
 
-// Find the documents of doc_start and choose the buckets: D' the next
+// Find the documents of m's doc_start and choose the buckets: D' the next
 // power of two of the count and S that of the longest (at least 64, as
 // cudnn-frontend's tests take: cuDNN has a known problem with 1 x 1
-// sequences), so that a plan serves many batches. The host waits for the
-// stream here (the count sizes the graph). 1: the documents go to a
+// sequences), so that a plan serves many batches. The count comes from
+// the host (m->n_docs, m->longest_doc) or, when it has none, from the
+// device, the host waiting for the stream here; the first rows are always
+// found on the device, in the stream's order. 1: the documents go to a
 // ragged graph; 0: plain causal (one document per row, d->starts NULL);
 // TR_EUNSUPPORTED: not contiguous documents, or buckets whose padding
 // would cost more than it saves (D' S above 32 B T rows: the fused
@@ -1155,9 +1165,10 @@ static void docs_release(docs_t* d, cudaStream_t s) {
 // whose backward's dense Dsum and dQ accumulator (D' S H (D + 1) fp32)
 // would take more than a quarter of the free device memory, or H not a
 // multiple of 4 (a sequence's Stats rows [rows, H] fp32 would not start
-// 16-byte aligned).
-static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T, int H,
-                     int D, cudaStream_t s) {
+// 16-byte aligned). Not contiguous documents are found only by the
+// device count (a host count vouches for its table).
+static int docs_find(docs_t* d, const tr_kern_attn_mask_t* m, int B, int T,
+                     int H, int D, cudaStream_t s) {
   memset(d, 0, sizeof *d);
   int64_t N = (int64_t)B * T;
   if (cudnnGetVersion() < 90600) {
@@ -1171,19 +1182,21 @@ static int docs_find(docs_t* d, const int32_t* doc_start, int B, int T, int H,
     return TR_EUNSUPPORTED;
   }
   if (N >= INT32_MAX || H % 4 != 0) return TR_EUNSUPPORTED;
+  int counted = m->n_docs > 0;
+  int32_t h[3] = {m->n_docs, m->longest_doc, 0};
+  if (counted && h[0] == B) return 0; /* one document per row: causal */
   size_t sb = round256((N + 1) * (int64_t)sizeof(int32_t));
   void* p = NULL;
   TR_CHECK(tr__cuda_tmp_alloc(&p, sb + 256, s));
   d->starts = (int32_t*)p;
-  int32_t* info = (int32_t*)((char*)p + sb);
-  docs_scan_kernel<<<1, DOCS_THREADS, 0, s>>>(d->starts, info, doc_start, T,
-                                              N);
+  d->info = (int32_t*)((char*)p + sb);
+  docs_scan_kernel<<<1, DOCS_THREADS, 0, s>>>(d->starts, d->info, m->doc_start,
+                                              T, N);
   int rc = TR_CUDA_LAUNCHED("docs_scan_kernel");
-  int32_t h[3] = {0, 0, 0};
-  if (rc == 0)
+  if (rc == 0 && !counted)
     rc = TR_CUDA_CALL(
-        cudaMemcpyAsync(h, info, sizeof h, cudaMemcpyDeviceToHost, s));
-  if (rc == 0) rc = TR_CUDA_CALL(cudaStreamSynchronize(s));
+        cudaMemcpyAsync(h, d->info, sizeof h, cudaMemcpyDeviceToHost, s));
+  if (rc == 0 && !counted) rc = TR_CUDA_CALL(cudaStreamSynchronize(s));
   d->n = h[0];
   int64_t nseq = pow2_at_least(h[0]);
   int64_t rows = pow2_at_least(h[1] > 64 ? h[1] : 64);
@@ -1238,8 +1251,9 @@ static int docs_fill(const docs_t* d, char* at, int64_t N,
   *ro = (int64_t*)at;
   *len = (int32_t*)(at + round256(RO_N * pitch * (int64_t)sizeof(int64_t)));
   unsigned b = tr__blocks(d->nseq + 1, 256);
-  docs_fill_kernel<<<b < 1024u ? b : 1024u, 256, 0, s>>>(
-      *ro, *len, d->starts, d->n, d->nseq, pitch, N, *mult);
+  docs_fill_kernel < <<b<1024u ? b : 1024u, 256, 0, s>>>(
+                         *ro, *len, d->starts, d->info, d->nseq, d->rows, pitch,
+                         N, *mult);
   return TR_CUDA_LAUNCHED("docs_fill_kernel");
 }
 
@@ -1305,12 +1319,12 @@ static void key_of(akey_t* key, int bwd, int B, int T, int H, int KVH, int D,
 int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, int B, int T, int H, int KVH, int D,
                        int64_t qs, int64_t kvs, int causal,
-                       const int32_t* doc_start, cudaStream_t s) {
+                       const tr_kern_attn_mask_t* docs_mask, cudaStream_t s) {
   int64_t N = (int64_t)B * T;
   docs_t docs;
   memset(&docs, 0, sizeof docs);
-  if (doc_start) {
-    int found = docs_find(&docs, doc_start, B, T, H, D, s);
+  if (docs_mask) {
+    int found = docs_find(&docs, docs_mask, B, T, H, D, s);
     if (found < 0) return found;
   }
   akey_t key;
@@ -1362,12 +1376,13 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
                        const bf16* q, const bf16* k, const bf16* v,
                        const bf16* out, const float* lse, int B, int T, int H,
                        int KVH, int D, int64_t qs, int64_t kvs, int accumulate,
-                       int causal, const int32_t* doc_start, cudaStream_t s) {
+                       int causal, const tr_kern_attn_mask_t* docs_mask,
+                       cudaStream_t s) {
   int64_t HD = (int64_t)H * D, KD = (int64_t)KVH * D, N = (int64_t)B * T;
   docs_t docs;
   memset(&docs, 0, sizeof docs);
-  if (doc_start) {
-    int found = docs_find(&docs, doc_start, B, T, H, D, s);
+  if (docs_mask) {
+    int found = docs_find(&docs, docs_mask, B, T, H, D, s);
     if (found < 0) return found;
   }
   akey_t key;
