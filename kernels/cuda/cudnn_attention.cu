@@ -1250,10 +1250,9 @@ static int docs_fill(const docs_t* d, char* at, int64_t N,
   int64_t pitch = docs_pitch(d);
   *ro = (int64_t*)at;
   *len = (int32_t*)(at + round256(RO_N * pitch * (int64_t)sizeof(int64_t)));
-  unsigned b = tr__blocks(d->nseq + 1, 256);
-  docs_fill_kernel < <<b<1024u ? b : 1024u, 256, 0, s>>>(
-                         *ro, *len, d->starts, d->info, d->nseq, d->rows, pitch,
-                         N, *mult);
+  unsigned b = tr__blocks(d->nseq + 1, 256), grid = b < 1024u ? b : 1024u;
+  docs_fill_kernel<<<grid, 256, 0, s>>>(*ro, *len, d->starts, d->info,
+                                        d->nseq, d->rows, pitch, N, *mult);
   return TR_CUDA_LAUNCHED("docs_fill_kernel");
 }
 
