@@ -11,12 +11,12 @@
 // epilogue follows as separate kernels (reduce.cu, gelu.cu) with the same
 // result.
 //
-// The linear backward's weight-gradient GEMM (dw += dout^T inp, K = the
-// tokens) also produces the bias gradient, colsum(dout), in its BGRADB
-// epilogue: in cuBLASLt's swapped operands dout^T is the B operand and the
-// bias gradient is its sum over K, one value per column of D. cuBLASLt
-// overwrites that vector, so it goes to a temporary that is then added to
-// dbias (the += contract across micro-batches).
+// The linear backward's bias gradient, colsum(dout), is reduce.cu's column
+// sum (added into dbias), not cuBLASLt's BGRADB epilogue on the weight-
+// gradient GEMM: cuBLASLt runs that epilogue as a separate reduction kernel
+// anyway, slower than ours (GPT-2 124M on an H200, 2026-11-28: 1.1-1.3%
+// more tokens/s a step with the column sum, three runs each; bench/results/
+// 2026-11-28-session12), and it needed a temporary and an add.
 //
 // A strided batch (tr_cuda_gemm_t.batch: async tensor parallel's chunk of
 // rows of every sequence, the weight's stride 0) is one cuBLASLt call with
@@ -147,13 +147,6 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
         0)
       goto out_free;
   }
-  if (epi == CUBLASLT_EPILOGUE_BGRADB) {  // fp32 gradient, whatever A and B
-    cudaDataType_t bt = CUDA_R_32F;
-    if ((rc = LT(lt->cublasLtMatmulDescSetAttribute(
-             p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt))) <
-        0)
-      goto out_free;
-  }
   if (epi == CUBLASLT_EPILOGUE_GELU_AUX ||
       epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
       epi == CUBLASLT_EPILOGUE_DGELU) {
@@ -256,7 +249,7 @@ static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
   cublasLtHandle_t h;
   TR_CHECK(handle_get(p->key.dev, &h));
   cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->key.epi;
-  if ((epi & CUBLASLT_EPILOGUE_BIAS) || epi == CUBLASLT_EPILOGUE_BGRADB)
+  if (epi & CUBLASLT_EPILOGUE_BIAS)
     TR_CHECK(LT(lt->cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)));
   if (epi == CUBLASLT_EPILOGUE_GELU_AUX ||
@@ -287,8 +280,7 @@ static cublasLtEpilogue_t epilogue_of(const tr_cuda_gemm_t* g) {
   }
 }
 
-static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
-                        cudaStream_t s);
+static int gemm_checked(const tr_cuda_gemm_t* g, cudaStream_t s);
 
 // A batched GEMM cuBLASLt has no strided-batch algorithm for: one GEMM a
 // batch, each on its operands' offsets (said once a process: a timing of
@@ -310,17 +302,12 @@ static int gemm_per_batch(const tr_cuda_gemm_t* g, cudaStream_t s) {
     one.B = (const char*)g->B + (size_t)(b * g->stride_b) * ab;
     one.C = (char*)g->C + (size_t)(b * g->stride_c) * cs;
     if (g->aux) one.aux = (char*)g->aux + (size_t)(b * g->stride_aux) * cs;
-    TR_CHECK(gemm_checked(&one, NULL, NULL, s));
+    TR_CHECK(gemm_checked(&one, s));
   }
   return 0;
 }
 
-// bgrad: NULL, or (g->epilogue NONE, g->transa set) an fp32 vector [M]
-// that receives sum_k op(A)[m, k] (overwritten) from the BGRADB epilogue;
-// *bgrad_done says whether it did (0: no algorithm has the epilogue for
-// this case, the plain GEMM ran and bgrad is untouched).
-static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
-                        cudaStream_t s) {
+static int gemm_checked(const tr_cuda_gemm_t* g, cudaStream_t s) {
   plan_key_t k;
   memset(&k, 0, sizeof k);  // padding bytes take part in memcmp
   TR_CHECK(tr__cuda_device(&k.dev));
@@ -346,8 +333,7 @@ static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
   k.align_a = align_batched(g->A, k.sa, g->ab_type);
   k.align_b = align_batched(g->B, k.sb, g->ab_type);
   k.align_c = align_batched(g->C, k.sc, g->c_type);
-  k.epi = bgrad ? CUBLASLT_EPILOGUE_BGRADB : epilogue_of(g);
-  if (bgrad_done) *bgrad_done = 0;
+  k.epi = epilogue_of(g);
   if (g->aux) {
     k.ldaux = g->ldaux;
     k.align_aux = align_batched(g->aux, k.saux, g->c_type);
@@ -359,9 +345,8 @@ static int gemm_checked(const tr_cuda_gemm_t* g, float* bgrad, int* bgrad_done,
   plan_t* p = NULL;
   rc = plan_get(&k, &p);
   if (rc == 0 && p->supported) {
-    rc = plan_run(p, g, bgrad ? (const void*)bgrad : g->bias, g->aux, s);
+    rc = plan_run(p, g, g->bias, g->aux, s);
     pthread_mutex_unlock(&lt_lock);
-    if (rc == 0 && bgrad_done) *bgrad_done = bgrad != NULL;
     return rc;
   }
   // no fused algorithm: the plain GEMM, then the epilogue as kernels
@@ -457,7 +442,7 @@ extern "C" int tr_kern_cuda_gemm(const tr_cuda_gemm_t* g, tr_cuda_stream_t s) {
                                   s));
     return 0;
   }
-  return gemm_checked(g, NULL, NULL, s);
+  return gemm_checked(g, s);
 }
 
 extern "C" int tr_kern_cuda_linear_fwd(tr_dtype_t dt, void* out, void* pre,
@@ -540,18 +525,6 @@ extern "C" int tr_kern_cuda_linear_bwd(tr_dtype_t dt, void* dinp, float* dw,
     g.c_type = TR_F32;
     g.alpha = 1.0f;
     g.beta = 1.0f;
-    if (dbias && N > 0) {
-      // the bias gradient from the same GEMM (BGRADB), then added
-      float* tmp = NULL;
-      int done = 0;
-      TR_CHECK(tr__cuda_tmp_alloc((void**)&tmp, sizeof(float) * (size_t)OC, s));
-      int rc = gemm_checked(&g, tmp, &done, s);
-      if (rc == 0)
-        rc = done ? tr_kern_cuda_accumulate(TR_F32, dbias, tmp, OC, s)
-                  : tr_kern_cuda_bias_bwd(dt, dbias, dout, N, OC, s);
-      tr__cuda_tmp_free(tmp, s);
-      return rc;
-    }
     TR_CHECK(tr_kern_cuda_gemm(&g, s));
   }
   if (dbias) TR_CHECK(tr_kern_cuda_bias_bwd(dt, dbias, dout, N, OC, s));
