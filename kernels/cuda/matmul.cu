@@ -14,8 +14,9 @@
 // The linear backward's bias gradient, colsum(dout), is reduce.cu's column
 // sum (added into dbias), not cuBLASLt's BGRADB epilogue on the weight-
 // gradient GEMM: cuBLASLt runs that epilogue as a separate reduction kernel
-// anyway, slower than ours (GPT-2 124M on an H200, 2026-11-28: 1.1-1.3%
-// more tokens/s a step with the column sum, three runs each; bench/results/
+// anyway, slower than ours (GPT-2 124M on an H200, 2026-11-28, three runs
+// each alternating: median tokens/s of steps 11-40 568.4K-572.5K with the
+// column sum, 565.6K-566.2K with the epilogue, +0.7%; bench/results/
 // 2026-11-28-session12), and it needed a temporary and an add.
 //
 // A strided batch (tr_cuda_gemm_t.batch: async tensor parallel's chunk of
