@@ -15,7 +15,8 @@
  * line per record, times in ns on CUPTI's clock:
  *   K start end stream corr name      a kernel
  *   M start end stream corr memset|memcpyKIND bytes
- *   A start end tid corr cbid name    a runtime API call (cudaLaunchKernel,
+ *   A start end tid corr cbid name    a runtime or driver API call
+ *                                     (cudaLaunchKernel, cuLaunchKernel,
  *                                     cudaStreamSynchronize, ...)
  * KREC is the kernel record struct of the installed CUPTI (the newest
  * CUpti_ActivityKernelN in cupti_activity.h; trace_gaps.py --build finds
@@ -77,10 +78,14 @@ static void emit(CUpti_Activity* r) {
               m->streamId, m->correlationId, (unsigned long long)m->bytes);
       break;
     }
-    case CUPTI_ACTIVITY_KIND_RUNTIME: {
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
       AREC* a = (AREC*)r;
       const char* name = "?";
-      cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name);
+      cuptiGetCallbackName(r->kind == CUPTI_ACTIVITY_KIND_DRIVER
+                               ? CUPTI_CB_DOMAIN_DRIVER_API
+                               : CUPTI_CB_DOMAIN_RUNTIME_API,
+                           a->cbid, &name);
       fprintf(out, "A %llu %llu %u %u %u %s\n", (unsigned long long)a->start,
               (unsigned long long)a->end, a->threadId, a->correlationId,
               a->cbid, name ? name : "?");
@@ -139,6 +144,8 @@ int InitializeInjection(void) {
   enable(CUPTI_ACTIVITY_KIND_MEMCPY, "copies");
   enable(CUPTI_ACTIVITY_KIND_MEMSET, "memsets");
   enable(CUPTI_ACTIVITY_KIND_RUNTIME, "runtime calls");
+  /* cuDNN, cuBLASLt and NCCL launch through the driver API */
+  enable(CUPTI_ACTIVITY_KIND_DRIVER, "driver calls");
   atexit(finish);
   return 1;
 }

@@ -29,7 +29,9 @@ import sys
 SYNC_CALLS = re.compile(r"Synchronize|^cudaMemcpy(_|2D_|ToSymbol_|FromSymbol_)?v|"
                         r"^cudaMemcpy$|^cudaFree|^cudaMalloc_|^cudaMemset_v|"
                         r"^cudaMemset$|^cudaHostAlloc|^cudaEventQuery|"
-                        r"^cudaStreamQuery")
+                        r"^cudaStreamQuery|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$|"
+                        r"^cuMemFree|^cuMemAlloc(_v2)?$|^cuEventQuery|"
+                        r"^cuStreamQuery")
 
 
 def build(d):
