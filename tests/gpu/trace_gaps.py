@@ -93,7 +93,6 @@ def load(path):
                 api[a[2]] = a
                 calls.append(a)
     ops.sort()
-    calls.sort()
     return ops, api, calls
 
 
