@@ -10,12 +10,17 @@
 #   gpt2   GPT-2 124M on one GPU (bench/gpu/gpt2_124m.toml, B64 T1024)
 #   fsdp   Llama 3.2 1B, FSDP over 2 GPUs (bench/gpu/llama3_1b.toml,
 #          B8 T2048 per GPU), when 2 GPUs are visible
+#   llama  Llama 3.2 1B on one GPU (B8 T2048)
+#   docs   Llama 3.2 1B on one GPU, attn_mask_type = "block_causal", B2
+#          T8192 on documents of mean length 1024 (make_shard.py --eot
+#          128001 --doc-len 1024), parallel_gpu.sh's flex job
 # on the same random-token shards (bench/gpu/make_shard.py, fixed seeds).
 # A run's figure is the median tokens/s per GPU over its steps after
 # AB_SKIP (metrics.jsonl); the table gives each build's median over runs
 # with the spread (min-max) and B / A. Raw logs and JSONL stay in OUTDIR.
 #
-# Environment: AB_GPT2_STEPS (40), AB_FSDP_STEPS (24), AB_SKIP (8),
+# Environment: AB_GPT2_STEPS (40), AB_FSDP_STEPS (24, also llama and
+# docs), AB_SKIP (8),
 # AB_JOBS ("gpt2 fsdp"), PYTHON (python3), AB_TIMEOUT (s per run, 240).
 set -u
 
@@ -44,6 +49,11 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
   --vocab 50257 --width 2 --seed 1234 >"$OUT/make_shard.log" 2>&1 || exit 1
 "$PY" bench/gpu/make_shard.py --out "$OUT/data/llama.bin" --tokens 16777216 \
   --vocab 128256 --width 4 --seed 1234 >>"$OUT/make_shard.log" 2>&1 || exit 1
+case " $JOBS " in *" docs "*)
+  "$PY" bench/gpu/make_shard.py --out "$OUT/data/docs.bin" --tokens 16777216 \
+    --vocab 128256 --width 4 --seed 1234 --eot 128001 --doc-len 1024 \
+    >>"$OUT/make_shard.log" 2>&1 || exit 1 ;;
+esac
 
 # run JOB LABEL DIR ROUND: one run into $OUT/JOB-LABEL-ROUND
 run() {
@@ -63,6 +73,19 @@ run() {
         --training.dataset_path "$OUT/data/llama.bin" \
         --training.steps "$FSDP_STEPS" --job.dump_folder "$d" \
         --validation.enable=false >"$d.log" 2>&1
+      ;;
+    llama | docs)
+      local shard=llama extra=()
+      [ "$job" = docs ] && shard=docs extra=(--training.local_batch_size 2
+        --training.seq_len 8192 --model.attn_mask_type block_causal)
+      CUDA_VISIBLE_DEVICES=0 timeout "$TMO" "$dir/trainrun" \
+        bench/gpu/llama3_1b.toml --training.dataset_path "$OUT/data/$shard.bin" \
+        --training.steps "$FSDP_STEPS" --job.dump_folder "$d" \
+        --validation.enable=false "${extra[@]}" >"$d.log" 2>&1
+      ;;
+    *)
+      echo "ab_train: unknown job $job (gpt2 fsdp llama docs)" >&2
+      exit 2
       ;;
   esac
   echo "$job $label round $r: exit $?"
