@@ -265,6 +265,14 @@ enum { TR__COLSUM_BIAS = 0, TR__COLSUM_LN = 1, TR__COLSUM_RMS = 2 };
 int tr__cuda_colsum(tr_dtype_t dt, int mode, float* out1, float* out2,
                     const void* dout, const void* inp, const float* mean,
                     const float* rstd, int64_t N, int C, cudaStream_t s);
+// The chunking of those sums (a function of N alone): nchunks row chunks of
+// rows_per rows (the last may be shorter), and the second launch that adds
+// partials [nchunks][2][C] (fp32, chunk k's two sums at (2k)C and (2k+1)C)
+// in chunk order into out1/out2 (+=; either may be NULL): the fused norm
+// backward (norms.cu) writes such partials itself.
+void tr__cuda_colsum_chunks(int64_t N, int* nchunks, int64_t* rows_per);
+int tr__cuda_colsum_final(float* out1, float* out2, const float* part,
+                          int nchunks, int C, cudaStream_t s);
 
 // y[r, c] += bias[c] for an [M, N] matrix with row stride ld (matmul.cu's
 // fallback when cuBLASLt offers no bias epilogue); bias has C's dtype.

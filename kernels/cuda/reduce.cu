@@ -142,10 +142,9 @@ int tr__cuda_colsum(tr_dtype_t dt, int mode, float* out1, float* out2,
   if (N == 0 || C == 0 || (!out1 && !out2)) return 0;
   TR_CUDA_REQUIRE(mode == TR__COLSUM_BIAS || (inp && rstd),
                   "column sum: norm gradients need the input and rstd");
-  int64_t nchunks = (N + COLSUM_MIN_ROWS - 1) / COLSUM_MIN_ROWS;
-  if (nchunks > COLSUM_MAX_CHUNKS) nchunks = COLSUM_MAX_CHUNKS;
-  int64_t rows_per = (N + nchunks - 1) / nchunks;
-  nchunks = (N + rows_per - 1) / rows_per;
+  int nchunks;
+  int64_t rows_per;
+  tr__cuda_colsum_chunks(N, &nchunks, &rows_per);
   float* part = NULL;
   TR_CHECK(tr__cuda_tmp_alloc((void**)&part,
                               sizeof(float) * 2 * (size_t)nchunks * C, s));
@@ -160,13 +159,27 @@ int tr__cuda_colsum(tr_dtype_t dt, int mode, float* out1, float* out2,
       rc = colsum_launch<T, 1>(mode, part, (const T*)dout, (const T*)inp, mean,
                                rstd, N, C, (int)nchunks, rows_per, s);
   });
-  if (rc == 0) {
-    colsum_final_kernel<<<tr__blocks(C, 32), dim3(32, COLSUM_YT), 0, s>>>(
-        out1, out2, part, (int)nchunks, C);
-    rc = TR_CUDA_LAUNCHED("colsum_final_kernel");
-  }
+  if (rc == 0) rc = tr__cuda_colsum_final(out1, out2, part, nchunks, C, s);
   tr__cuda_tmp_free(part, s);
   return rc;
+}
+
+void tr__cuda_colsum_chunks(int64_t N, int* nchunks, int64_t* rows_per) {
+  int64_t n = (N + COLSUM_MIN_ROWS - 1) / COLSUM_MIN_ROWS;
+  if (n > COLSUM_MAX_CHUNKS) n = COLSUM_MAX_CHUNKS;
+  if (n < 1) n = 1;
+  int64_t per = (N + n - 1) / n;
+  if (per < 1) per = 1;
+  *rows_per = per;
+  *nchunks = (int)((N + per - 1) / per);
+}
+
+int tr__cuda_colsum_final(float* out1, float* out2, const float* part,
+                          int nchunks, int C, cudaStream_t s) {
+  if (nchunks <= 0 || C <= 0 || (!out1 && !out2)) return 0;
+  colsum_final_kernel<<<tr__blocks(C, 32), dim3(32, COLSUM_YT), 0, s>>>(
+      out1, out2, part, nchunks, C);
+  return TR_CUDA_LAUNCHED("colsum_final_kernel");
 }
 
 int tr__cuda_add_bias(tr_dtype_t dt, void* y, int64_t ld, const void* bias,
