@@ -265,8 +265,8 @@ static int rms_bwd_fused_launch(void* dinp, float* dw, const void* dout,
   bool vec = C % VN == 0 && tr__aligned16(dinp) && tr__aligned16(dout) &&
              tr__aligned16(inp) && tr__aligned16(w);
   size_t smem = (size_t)W * per_warp;
-  int rc = vec ? fused_go<T, VN>(dinp, part, dout, inp, w, rstd, N, C,
-                                 rows_per, nchunks, W, smem, s)
+  int rc = vec ? fused_go<T, VN>(dinp, part, dout, inp, w, rstd, N, C, rows_per,
+                                 nchunks, W, smem, s)
                : fused_go<T, 1>(dinp, part, dout, inp, w, rstd, N, C, rows_per,
                                 nchunks, W, smem, s);
   if (rc == 0) rc = tr__cuda_colsum_final(dw, NULL, part, nchunks, C, s);
