@@ -1,20 +1,22 @@
 /* fsdp2/ddp.c: DDP, the replicate-only case of data parallelism --
  * bucketed gradient all-reduce SUM, started from the model's post-backward
  * hooks of the last micro-step as each bucket's gradients become final,
- * and exact scalar sums over a process group (trainrun/ddp.h). It shares
+ * and exact scalar sums over a process group (trainrun/ddp.h). The grads
+ * are views of their buckets' flat buffers (PyTorch's
+ * gradient_as_bucket_view): each all-reduce sums them in place. It shares
  * FSDP's scalar sum (reduce.c) and the compute's waits and their stall
  * timer (collectives/waits.c, trainrun/pg_waits.h).
  *
  * How the step waits for the all-reduces (post_backward, through
  * tr_pg_waits_wait):
- *  - CPU tensors (Gloo, MPI): the host waits for each bucket in turn,
- *    copies its sums back into the grads, and frees the work; an error
- *    fails post_backward.
+ *  - CPU tensors (Gloo, MPI): the host waits for each bucket in turn and
+ *    frees the work; an error fails post_backward.
  *  - CUDA tensors (NCCL): no host wait. The legacy default stream (where
  *    the tensor copies run) and the kernels' stream (tr_kern_get_stream)
- *    wait for each bucket's op on the device, and the copy-back is
- *    enqueued behind that wait, so the host goes on to the gradient norm
- *    and the device runs the copies as the sums arrive. The works are
+ *    wait for each bucket's op on the device, so the host goes on to the
+ *    gradient norm and the device reads the sums as they arrive.
+ * A grad the model replaced after the layout (no longer a view) is copied
+ * into its flat before the op and back after the wait. The works are
  *    held (at most one per bucket) until the step's end (dist->step_end,
  *    after the trainer read the norm, so the device has run them): the
  *    host then sees them complete, frees them and returns the first error;
@@ -172,6 +174,16 @@ static int same_kind(const tr_tensor_t* a, const tr_tensor_t* b) {
          a->device.index == b->device.index;
 }
 
+/* Param i of bucket k's place in its flat, shaped as grad g. */
+static int bucket_part(const tr_ddp_t* d, ddp_bucket_t* k, int i,
+                       const tr_tensor_t* g, tr_tensor_t* view) {
+  tr_tensor_t part = {0};
+  int rc = tr_tensor_narrow(&part, &k->flat, 0, d->off[i], tr_tensor_numel(g));
+  if (rc == 0) rc = tr_tensor_reshape(view, &part, g->ndim, g->shape);
+  tr_tensor_release(&part);
+  return rc;
+}
+
 /* Reverse parameter order, a new bucket when the next grad would pass
  * bucket_bytes (a bucket holds at least one) or differs in dtype or
  * device. A parameter's grad is final after the backward of the first
@@ -179,7 +191,7 @@ static int same_kind(const tr_tensor_t* a, const tr_tensor_t* b) {
  * is used by the embedding and the head); a bucket's, after the smallest
  * such block of its parameters. Grads without memory (another pipeline
  * stage's parameters) are left out. */
-static int layout(tr_ddp_t* d, const tr_model_t* m) {
+static int layout(tr_ddp_t* d, tr_model_t* m) {
   int n = m->n_params;
   int* final_block = malloc((size_t)(n > 0 ? n : 1) * sizeof *final_block);
   d->order = malloc((size_t)(n > 0 ? n : 1) * sizeof *d->order);
@@ -212,6 +224,7 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
       used = 0;
     }
     if (final_block[p] < cur->ready_block) cur->ready_block = final_block[p];
+    used = (used + 15) & ~(int64_t)15; /* each grad 16-byte aligned */
     d->off[i] = used / (int64_t)tr_dtype_size(g->dtype);
     cur->n++;
     used += bytes;
@@ -228,7 +241,22 @@ static int layout(tr_ddp_t* d, const tr_model_t* m) {
     int last = k->first + k->n - 1;
     const tr_tensor_t* g = &m->params[d->order[last]].grad;
     int64_t numel = d->off[last] + tr_tensor_numel(g);
-    int rc = tr_tensor_empty(&k->flat, g->dtype, g->device, 1, &numel);
+    int rc = tr_tensor_zeros(&k->flat, g->dtype, g->device, 1, &numel);
+    /* every grad becomes a view of its place in the flat (PyTorch's
+     * gradient_as_bucket_view): the all-reduce sums the grads in place,
+     * no copy in or out; their memory is the flats' */
+    for (int i = k->first; i < k->first + k->n && rc == 0; i++) {
+      tr_tensor_t* pg = &m->params[d->order[i]].grad;
+      tr_tensor_t view = {0};
+      rc = bucket_part(d, k, i, pg, &view);
+      if (rc == 0) rc = tr_tensor_copy(&view, pg);
+      if (rc == 0) {
+        tr_tensor_release(pg);
+        *pg = view;
+      } else {
+        tr_tensor_release(&view);
+      }
+    }
     if (rc < 0) {
       drop_buckets(d);
       return rc;
@@ -250,24 +278,25 @@ out_nomem:
   return TR_ENOMEM;
 }
 
-static int ensure_layout(tr_ddp_t* d, const tr_model_t* m) {
+static int ensure_layout(tr_ddp_t* d, tr_model_t* m) {
   if (d->laid == m && d->nparams == m->n_params) return 0;
   drop_buckets(d);
   return layout(d, m);
 }
 
-/* Copy each grad of bucket b into its flat (in = 1) or back (in = 0). */
+/* Copy each grad of bucket b into its flat (in = 1) or back (in = 0), but
+ * for the grads that are views of it (layout made every grad one; a grad
+ * the model has since replaced is copied). */
 static int bucket_copy(tr_ddp_t* d, const tr_model_t* m, int b, int in) {
   ddp_bucket_t* k = &d->buckets[b];
   int rc = 0;
   for (int i = k->first; i < k->first + k->n && rc == 0; i++) {
     tr_tensor_t* g = &m->params[d->order[i]].grad;
-    tr_tensor_t part = {0}, view = {0};
-    rc = tr_tensor_narrow(&part, &k->flat, 0, d->off[i], tr_tensor_numel(g));
-    if (rc == 0) rc = tr_tensor_reshape(&view, &part, g->ndim, g->shape);
-    if (rc == 0) rc = in ? tr_tensor_copy(&view, g) : tr_tensor_copy(g, &view);
+    tr_tensor_t view = {0};
+    rc = bucket_part(d, k, i, g, &view);
+    if (rc == 0 && tr_tensor_data(&view) != tr_tensor_data(g))
+      rc = in ? tr_tensor_copy(&view, g) : tr_tensor_copy(g, &view);
     tr_tensor_release(&view);
-    tr_tensor_release(&part);
   }
   return rc;
 }
@@ -280,7 +309,7 @@ static void synced(tr_ddp_t* d) {
 }
 
 /* Start the next step's bookkeeping (buckets laid out for m). */
-static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step) {
+static int begin_step(tr_ddp_t* d, tr_model_t* m, int64_t step) {
   /* works the last step's post_backward left held when its step_end did
    * not come (the step failed after it): their errors fail this step */
   int hrc = d->held ? reap(d) : 0;
@@ -302,7 +331,7 @@ static int begin_step(tr_ddp_t* d, const tr_model_t* m, int64_t step) {
 /* Issue, in bucket order, the buckets whose grads are final once block
  * `block` has finished its backward (block < 0: all that are left). Every
  * rank issues the same buckets in the same order. */
-static int issue_ready(tr_ddp_t* d, const tr_model_t* m, int block) {
+static int issue_ready(tr_ddp_t* d, tr_model_t* m, int block) {
   if (!d->fault_checked) {
     /* --debug.fault skip_collective / mismatch take the collectives'
      * place: asked once, before the step's first all-reduce */
@@ -368,20 +397,14 @@ static int pre_micro_step(void* arg, tr_model_t* m, int64_t step, int64_t micro,
  * host wait. Device memory comes from the stream-ordered pool, allocated
  * and freed on the legacy default stream, where the tensor copies run
  * too (core/cuda.cu); NCCL starts an op on its own stream after an event
- * recorded on the legacy stream when the op was issued. Within a step: a
- * bucket's copy-in (legacy stream, behind the backward kernels that made
- * its grads) comes before its all-reduce, and its copy-back is enqueued
- * on the legacy stream after that stream's wait for the op's done event.
- * Across steps: a flat lives as long as the layout and is reused every
- * step; the next step's zero_grad and backward (the kernels' stream,
- * which waited for the op too) and its copy-in into the same flat (the
- * legacy stream) are stream-ordered after this step's copy-back, hence
- * after the op: no op reads a flat the next step is writing, and no late
- * copy-back overwrites a grad. A flat is freed only with its layout
- * (drop_buckets) after the host has waited for every work; even without
- * that, each NCCL work holds a reference to its tensor (collectives/
- * work.c drops it with the last handle), and the free is enqueued on the
- * legacy stream behind its wait. */
+ * recorded on the legacy stream when the op was issued, so a bucket's op
+ * comes after the backward kernels that made its grads. Both the legacy
+ * stream and the kernels' stream wait for the op's done event before
+ * anything after post_backward (the norm, AdamW, the next step's
+ * zero_grad and backward, which write the grads = the flat): no op reads
+ * a flat the next step is writing. A flat's memory lives as long as its
+ * grads (views hold references); each NCCL work also holds a reference to
+ * its tensor (collectives/work.c drops it with the last handle). */
 
 /* The trainer's post_backward: issue what is left, then have the sums
  * copied back into the grads as they arrive (the host waits on the CPU,
