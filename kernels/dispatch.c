@@ -1288,31 +1288,29 @@ int tr_kern_sum_squares(const tr_tensor_t* x, double* out) {
   return 0;
 }
 
-int tr_kern_adamw_multi(const tr_kern_adamw_set_t* sets, int n,
-                        const tr_adamw_args_t* args) {
-  if (n < 0 || (n > 0 && !sets) || !args || args->step < 1) return TR_EINVAL;
-  if (n == 0) return 0;
-  /* every tensor on one device, checked as the single entry does */
-  chk_t c = {.op = "adamw_multi"};
+/* The sets as the table's tensors (*ts, *k of them: empty ones left out;
+ * *lowp: one has a compute copy), every tensor checked on c's device. */
+static int adamw_tensors(chk_t* c, const tr_kern_adamw_set_t* sets, int n,
+                         tr_kern_adamw_tensor_t** out, int* k, int* lowp) {
   int rc = 0;
-  tr_kern_adamw_tensor_t* ts = calloc((size_t)n, sizeof *ts);
+  tr_kern_adamw_tensor_t* ts = calloc((size_t)n + 1, sizeof *ts);
   if (!ts) return TR_ENOMEM;
-  int k = 0, lowp = 0;
+  *k = *lowp = 0;
   for (int i = 0; i < n && rc == 0; i++) {
     const tr_kern_adamw_set_t* e = &sets[i];
-    rc = arg(&c, e->param, "param", TR_F32, 1);
-    if (rc == 0) rc = arg(&c, e->grad, "grad", TR_F32, 1);
-    if (rc == 0) rc = arg(&c, e->m, "m", TR_F32, 1);
-    if (rc == 0) rc = arg(&c, e->v, "v", TR_F32, 1);
-    if (rc == 0) rc = opt(&c, e->compute, "compute", TR_BF16);
+    rc = arg(c, e->param, "param", TR_F32, 1);
+    if (rc == 0) rc = arg(c, e->grad, "grad", TR_F32, 1);
+    if (rc == 0) rc = arg(c, e->m, "m", TR_F32, 1);
+    if (rc == 0) rc = arg(c, e->v, "v", TR_F32, 1);
+    if (rc == 0) rc = opt(c, e->compute, "compute", TR_BF16);
     int64_t numel = rc == 0 ? tr_tensor_numel(e->param) : 0;
     if (rc == 0 &&
         (tr_tensor_numel(e->grad) != numel || tr_tensor_numel(e->m) != numel ||
          tr_tensor_numel(e->v) != numel ||
          (e->compute && tr_tensor_numel(e->compute) != numel)))
-      rc = bad(c.op, "grad", e->grad, "expected param's size");
+      rc = bad(c->op, "grad", e->grad, "expected param's size");
     if (rc < 0 || numel == 0) continue;
-    ts[k++] = (tr_kern_adamw_tensor_t){
+    ts[(*k)++] = (tr_kern_adamw_tensor_t){
         .param = F(e->param),
         .grad = CF(e->grad),
         .m = F(e->m),
@@ -1320,8 +1318,51 @@ int tr_kern_adamw_multi(const tr_kern_adamw_set_t* sets, int n,
         .param_bf16 = e->compute ? tr_tensor_data(e->compute) : NULL,
         .n = numel,
         .decay = e->decay != 0};
-    lowp |= e->compute != NULL;
+    *lowp |= e->compute != NULL;
   }
+  if (rc < 0) {
+    free(ts);
+    return rc;
+  }
+  *out = ts;
+  return 0;
+}
+
+/* xs as spans (*k of them: empty ones left out), each f32 or bf16, all on
+ * c's device. */
+static int sq_spans(chk_t* c, const tr_tensor_t* const* xs, int n,
+                    tr_kern_span_t** out, int* k) {
+  int rc = 0;
+  tr_kern_span_t* sp = calloc((size_t)n + 1, sizeof *sp);
+  if (!sp) return TR_ENOMEM;
+  *k = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (tr_tensor_numel(xs[i]) == 0) continue;
+    /* each span its own dtype: mixed f32 / bf16 lists are fine */
+    c->have_act = 0;
+    rc = act(c, xs[i], "x", 1);
+    if (rc == 0)
+      sp[(*k)++] = (tr_kern_span_t){tr_tensor_data((tr_tensor_t*)xs[i]),
+                                    xs[i]->dtype, tr_tensor_numel(xs[i])};
+  }
+  c->have_act = 0; /* the table of the device, not of a dtype */
+  if (rc < 0) {
+    free(sp);
+    return rc;
+  }
+  *out = sp;
+  return 0;
+}
+
+int tr_kern_adamw_multi(const tr_kern_adamw_set_t* sets, int n,
+                        const tr_adamw_args_t* args) {
+  if (n < 0 || (n > 0 && !sets) || !args || args->step < 1) return TR_EINVAL;
+  if (n == 0) return 0;
+  /* every tensor on one device, checked as the single entry does */
+  chk_t c = {.op = "adamw_multi"};
+  tr_kern_adamw_tensor_t* ts = NULL;
+  int k, lowp;
+  int rc = adamw_tensors(&c, sets, n, &ts, &k, &lowp);
   const tr_kern_ops_t* ops = rc == 0 && k > 0 ? table(&c, &rc) : NULL;
   if (ops && ops->adamw_multi) {
     rc = ops->adamw_multi(ts, k, args);
@@ -1343,20 +1384,9 @@ int tr_kern_sum_squares_multi(const tr_tensor_t* const* xs, int n,
                               double* out) {
   if (n < 0 || (n > 0 && !xs) || !out) return TR_EINVAL;
   chk_t c = {.op = "sum_squares_multi"};
-  int rc = 0;
-  tr_kern_span_t* sp = calloc((size_t)n + 1, sizeof *sp);
-  if (!sp) return TR_ENOMEM;
-  int k = 0;
-  for (int i = 0; i < n && rc == 0; i++) {
-    if (tr_tensor_numel(xs[i]) == 0) continue;
-    /* each span its own dtype: mixed f32 / bf16 lists are fine */
-    c.have_act = 0;
-    rc = act(&c, xs[i], "x", 1);
-    if (rc == 0)
-      sp[k++] = (tr_kern_span_t){tr_tensor_data((tr_tensor_t*)xs[i]),
-                                 xs[i]->dtype, tr_tensor_numel(xs[i])};
-  }
-  c.have_act = 0; /* the table of the device, not of a dtype */
+  tr_kern_span_t* sp = NULL;
+  int k;
+  int rc = sq_spans(&c, xs, n, &sp, &k);
   const tr_kern_ops_t* ops = rc == 0 && k > 0 ? table(&c, &rc) : NULL;
   if (ops && ops->sum_squares_multi) {
     double v = 0.0;
@@ -1372,6 +1402,44 @@ int tr_kern_sum_squares_multi(const tr_tensor_t* const* xs, int n,
   }
   free(sp);
   return rc;
+}
+
+int tr_kern_step_tail(const tr_kern_adamw_set_t* sets, int n,
+                      const tr_adamw_args_t* args,
+                      const tr_tensor_t* const* grads, int ngrads,
+                      double max_norm, tr_tensor_t* losses) {
+  if (n < 1 || !sets || !args || args->step < 1 || ngrads < 0 ||
+      (ngrads > 0 && !grads))
+    return TR_EINVAL;
+  chk_t c = {.op = "step_tail"};
+  tr_kern_adamw_tensor_t* ts = NULL;
+  tr_kern_span_t* sp = NULL;
+  int k = 0, nsp = 0, lowp;
+  int rc = adamw_tensors(&c, sets, n, &ts, &k, &lowp);
+  if (rc == 0) rc = sq_spans(&c, grads, ngrads, &sp, &nsp);
+  if (rc == 0 && losses) rc = arg(&c, losses, "losses", TR_F32, 1);
+  const tr_kern_ops_t* ops = rc == 0 ? table(&c, &rc) : NULL;
+  if (ops && !ops->step_tail) rc = TR_EUNSUPPORTED; /* the caller's own way */
+  if (ops && ops->step_tail)
+    rc = ops->step_tail(ts, k, args, sp, nsp, max_norm,
+                        losses ? F(losses) : NULL,
+                        losses ? tr_tensor_numel(losses) : 0);
+  free(ts);
+  free(sp);
+  return rc;
+}
+
+int tr_kern_step_tail_wait(tr_device_type_t type, double* sumsq,
+                           double* loss_sum) {
+  const tr_kern_ops_t* ops = tr_kern_ops(type);
+  if (!ops || !ops->step_tail_wait) return TR_EUNSUPPORTED;
+  if (!sumsq || !loss_sum) return TR_EINVAL;
+  return ops->step_tail_wait(sumsq, loss_sum);
+}
+
+void tr_kern_step_tail_release(tr_device_type_t type) {
+  const tr_kern_ops_t* ops = tr_kern_ops(type);
+  if (ops && ops->step_tail_release) ops->step_tail_release();
 }
 
 double tr_kern_clip_coef(double total_norm, double max_norm) {

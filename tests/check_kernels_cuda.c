@@ -1983,6 +1983,82 @@ START_TEST(test_adamw_multi) {
 }
 END_TEST
 
+/* The step's end on the device (what the trainer runs on CUDA without
+ * FSDP, TP or PP) against the host path it replaces: the norm read back,
+ * clipped on the host, tr_kern_adamw_multi. Same bits: the squared norm,
+ * the losses' sum, weights, moments and the bf16 copies; the losses are
+ * zeroed; without clipping too. */
+START_TEST(test_step_tail) {
+  enum { NT = 7, NL = 4099 };
+  for (int round = 0; round < 2; round++) {
+    tr_tensor_t h[NT], p[2][NT], g[NT], m[2][NT], v[2][NT], b[2][NT];
+    tr_kern_adamw_set_t sets[2][NT];
+    const tr_tensor_t* gl[NT];
+    for (int i = 0; i < NT; i++) {
+      int64_t n = 1 + 4093 * i;
+      hrand(&h[i], TR_F32, 1.0, 1, SH(n));
+      todev(&g[i], &h[i], TR_F32);
+      gl[i] = &g[i];
+      for (int k = 0; k < 2; k++) {
+        todev(&p[k][i], &h[i], TR_F32);
+        todev(&m[k][i], &h[i], TR_F32);
+        ck_assert_int_eq(tr_kern_scale(&m[k][i], 0.1f), 0);
+        todev(&v[k][i], &h[i], TR_F32);
+        ck_assert_int_eq(tr_kern_scale(&v[k][i], 0.0f), 0);
+        ck_assert_int_eq(tr_tensor_empty(&b[k][i], TR_BF16, GPU, 1, SH(n)), 0);
+        sets[k][i] = (tr_kern_adamw_set_t){&p[k][i], &g[i], &m[k][i],
+                                           &v[k][i], &b[k][i], i % 2};
+      }
+    }
+    tr_tensor_t hl, dl[2];
+    hrand(&hl, TR_F32, 3.0, 2, SH(1, NL));
+    todev(&dl[0], &hl, TR_F32);
+    todev(&dl[1], &hl, TR_F32);
+    tr_adamw_args_t a = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 5};
+    /* the host path */
+    double sq = 0;
+    ck_assert_int_eq(tr_kern_sum_squares_multi(gl, NT, &sq), 0);
+    double max_norm = round == 0 ? 0.5 * sqrt(sq) : 0.0;
+    double clip = max_norm > 0 ? tr_kern_clip_coef(sqrt(sq), max_norm) : 1.0;
+    tr_adamw_args_t ah = a;
+    ah.grad_scale = (float)clip;
+    ck_assert_int_eq(tr_kern_adamw_multi(sets[0], NT, &ah), 0);
+    tr_tensor_t l0;
+    tohost(&l0, &dl[0]);
+    double lsum = 0;
+    for (int j = 0; j < NL; j++) lsum += F(&l0)[j];
+    /* the device's */
+    double sq1 = -1, lsum1 = -1;
+    ck_assert_int_eq(tr_kern_step_tail(sets[1], NT, &a, gl, NT, max_norm,
+                                       &dl[1]),
+                     0);
+    ck_assert_int_eq(tr_kern_step_tail_wait(TR_DEV_CUDA, &sq1, &lsum1), 0);
+    ck_assert(sq1 == sq);
+    ck_assert(lsum1 == lsum);
+    ck_assert_int_eq(tr_kern_step_tail_wait(TR_DEV_CUDA, &sq1, &lsum1),
+                     TR_EINVAL); /* nothing pending */
+    for (int i = 0; i < NT; i++) {
+      ck_assert_msg(bits_equal(&p[0][i], &p[1][i]), "param %d", i);
+      ck_assert_msg(bits_equal(&m[0][i], &m[1][i]), "m %d", i);
+      ck_assert_msg(bits_equal(&v[0][i], &v[1][i]), "v %d", i);
+      ck_assert_msg(bits_equal(&b[0][i], &b[1][i]), "bf16 copy %d", i);
+    }
+    tr_tensor_t l1;
+    tohost(&l1, &dl[1]);
+    for (int j = 0; j < NL; j++) ck_assert(F(&l1)[j] == 0.0f);
+    printf("%-44s %-8s %s\n",
+           round == 0 ? "step tail (clipped) = host path"
+                      : "step tail (no clipping) = host path",
+           "float32", "bits ok");
+    for (int i = 0; i < NT; i++)
+      REL(&h[i], &g[i], &p[0][i], &p[1][i], &m[0][i], &m[1][i], &v[0][i],
+          &v[1][i], &b[0][i], &b[1][i]);
+    REL(&hl, &dl[0], &dl[1], &l0, &l1);
+  }
+  tr_kern_step_tail_release(TR_DEV_CUDA);
+}
+END_TEST
+
 START_TEST(test_grad_norm) {
   /* through the table: one tensor */
   tr_tensor_t x, dx;
@@ -2073,6 +2149,7 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_attention_cudnn_unsupported);
   tcase_add_test(tc, test_adamw_table);
   tcase_add_test(tc, test_adamw_multi);
+  tcase_add_test(tc, test_step_tail);
   tcase_add_test(tc, test_grad_norm);
   suite_add_tcase(s, tc);
   return s;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainrun/dtensor.h" /* tr_tp_sharded */
 #include "trainrun/error.h"
 #include "trainrun/kernels.h"
 #include "trainrun/log.h"
@@ -67,6 +68,7 @@ int tr__trainer_device_setup(tr_trainer_t* t) {
 
 void tr__trainer_device_release(tr_trainer_t* t) {
   tr_tensor_release(&t->loss_acc);
+  if (on_cuda(t)) tr_kern_step_tail_release(TR_DEV_CUDA);
 }
 
 /* ---- losses ---- */
@@ -122,27 +124,31 @@ static int add_l2(tr_param_t* p, float wd, float grad_scale) {
   return 0;
 }
 
-int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
+/* The update's tensors (*sets, *n) and arguments; Adam's L2 term added to
+ * the grads (the CPU) with clip. */
+static int adamw_sets(tr_trainer_t* t, double lr, double clip,
+                      tr_kern_adamw_set_t** out, int* n, tr_adamw_args_t* a) {
   const tr_trainer_optimizer_t* o = &t->settings.optimizer;
   int adam_l2 = strcmp(o->name, "Adam") == 0;
-  tr_adamw_args_t a = {.lr = (float)lr,
-                       .beta1 = (float)o->beta1,
-                       .beta2 = (float)o->beta2,
-                       .eps = (float)o->eps,
-                       .weight_decay = adam_l2 ? 0.0f : (float)o->weight_decay,
-                       .grad_scale = (float)clip,
-                       .step = t->step + 1};
+  *a = (tr_adamw_args_t){.lr = (float)lr,
+                         .beta1 = (float)o->beta1,
+                         .beta2 = (float)o->beta2,
+                         .eps = (float)o->eps,
+                         .weight_decay =
+                             adam_l2 ? 0.0f : (float)o->weight_decay,
+                         .grad_scale = (float)clip,
+                         .step = t->step + 1};
   tr_model_t* m = &t->model;
   tr_kern_adamw_set_t* sets = calloc((size_t)m->n_params + 1, sizeof *sets);
   if (!sets) return TR_ENOMEM;
-  int rc = 0, n = 0;
+  int rc = 0, k = 0;
   for (int i = 0; i < m->n_params && rc == 0; i++) {
     tr_param_t* p = &m->params[i];
     if (!p->data.storage) continue; /* another pipeline stage's */
     /* decay: matrices and embeddings (ndim >= 2) */
     if (adam_l2 && p->decay && o->weight_decay != 0)
       rc = add_l2(p, (float)o->weight_decay, (float)clip);
-    sets[n++] = (tr_kern_adamw_set_t){
+    sets[k++] = (tr_kern_adamw_set_t){
         .param = &p->data,
         .grad = &p->grad,
         .m = &t->adam_m[i],
@@ -152,9 +158,57 @@ int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
                        : NULL,
         .decay = p->decay};
   }
+  if (rc < 0) {
+    free(sets);
+    return rc;
+  }
+  *out = sets;
+  *n = k;
+  return 0;
+}
+
+int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip) {
+  tr_kern_adamw_set_t* sets = NULL;
+  tr_adamw_args_t a;
+  int n;
+  TR_CHECK(adamw_sets(t, lr, clip, &sets, &n, &a));
   /* one fused launch on CUDA, which refreshes the bf16 compute copies
    * too; tensor by tensor on the CPU (no compute copies there) */
-  if (rc == 0) rc = tr_kern_adamw_multi(sets, n, &a);
+  int rc = tr_kern_adamw_multi(sets, n, &a);
   free(sets);
+  return rc;
+}
+
+/* ---- the step's end on the device ---- */
+
+int tr__trainer_tail_ok(const tr_trainer_t* t) {
+  const tr_model_t* m = &t->model;
+  if (!on_cuda(t) || t->pp.pg || t->tp.pg || t->norm_skip ||
+      t->dist.grads_sharded || strcmp(t->settings.optimizer.name, "AdamW") != 0)
+    return 0;
+  for (int i = 0; i < m->n_params; i++)
+    if (tr_tp_sharded(&m->params[i])) return 0; /* summed apart */
+  return 1;
+}
+
+int tr__trainer_step_tail(tr_trainer_t* t, double lr, double max_norm,
+                          double* sq, double* loss_sum) {
+  tr_model_t* m = &t->model;
+  const tr_tensor_t** gs = calloc((size_t)m->n_params + 1, sizeof *gs);
+  if (!gs) return TR_ENOMEM;
+  int ng = 0; /* the grads tr__trainer_grad_sumsq adds, in its order */
+  for (int i = 0; i < m->n_params; i++)
+    if (m->params[i].grad.storage) gs[ng++] = &m->params[i].grad;
+  tr_kern_adamw_set_t* sets = NULL;
+  tr_adamw_args_t a;
+  int n;
+  int rc = adamw_sets(t, lr, 1.0, &sets, &n, &a);
+  if (rc == 0)
+    rc = tr_kern_step_tail(sets, n, &a, gs, ng, max_norm, &t->loss_acc);
+  free(sets);
+  free(gs);
+  double losses = 0;
+  if (rc == 0) rc = tr_kern_step_tail_wait(t->model.device.type, sq, &losses);
+  if (rc == 0) *loss_sum += losses;
   return rc;
 }

@@ -65,5 +65,15 @@ int tr__trainer_loss_add(tr_trainer_t* t, const tr_model_mb_t* mb, double* sum);
 int tr__trainer_loss_take(tr_trainer_t* t, double* sum);
 int tr__trainer_grad_sumsq(tr_trainer_t* t, double* sq);
 int tr__trainer_adamw(tr_trainer_t* t, double lr, double clip);
+/* 1 when the step can end on the device: CUDA, AdamW, and a norm that
+ * needs no collective (no FSDP, TP or PP). */
+int tr__trainer_tail_ok(const tr_trainer_t* t);
+/* The norm, clipping to max_norm and AdamW enqueued on the device with
+ * nothing for the host to wait on before the update (tr_kern_step_tail),
+ * then *sq = the squared norm and *loss_sum += the losses once their
+ * copies arrive (the update may still run). TR_EUNSUPPORTED: a device
+ * without it. */
+int tr__trainer_step_tail(tr_trainer_t* t, double lr, double max_norm,
+                          double* sq, double* loss_sum);
 
 #endif /* TRAINRUN_TRAINER_INTERNAL_H */

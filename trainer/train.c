@@ -404,10 +404,22 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
                            t->step + 1, tr_strerror(rc));
   }
   if (t->pp.pg && (rc = tr__trainer_pp_sum_tied(t, err)) < 0) return rc;
-  /* the global gradient norm, before clipping; the device's losses */
+  /* the global gradient norm, before clipping; the device's losses. Where
+   * the norm needs no collective (CUDA without FSDP, TP or PP), the device
+   * clips and updates without the host waiting for the norm first: the
+   * host reads it and the losses while the update runs */
   double sq = 0;
-  rc = tr__trainer_grad_sumsq(t, &sq);
-  if (rc == 0) rc = tr__trainer_loss_take(t, &sums[0]);
+  double max_norm = t->settings.training.max_norm;
+  double lr = tr_lr_schedule_lr(&t->lr, t->step + 1);
+  int tail = tr__trainer_tail_ok(t);
+  if (tail) {
+    /* an async checkpoint may still be copying the weights and moments */
+    tr__trainer_checkpoint_before_update(t);
+    rc = tr__trainer_step_tail(t, lr, max_norm, &sq, &sums[0]);
+  } else {
+    rc = tr__trainer_grad_sumsq(t, &sq);
+    if (rc == 0) rc = tr__trainer_loss_take(t, &sums[0]);
+  }
   if (rc == 0 && t->pp.pg) { /* the stages' squares; the last one's loss */
     double v[3] = {sums[0], sums[1], sq};
     rc = tr_dp_sum_over(t->pp.pg, v, 3);
@@ -440,21 +452,23 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
                          t->step + 1, tr_strerror(rc));
   double norm = sqrt(sq);
   double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  /* (after a device-clipped update the weights already took this step:
+   * the run stops here without saving them) */
   if (!isfinite(loss) || !isfinite(norm))
     return tr_errmsg_set(err, TR_ERANGE, "%s is %s at step %" PRId64,
                          isfinite(loss) ? "the gradient norm" : "the loss",
                          isfinite(loss) ? (isnan(norm) ? "nan" : "inf")
                                         : (isnan(loss) ? "nan" : "inf"),
                          t->step + 1);
-  double max_norm = t->settings.training.max_norm;
-  double clip = max_norm > 0 ? tr_kern_clip_coef(norm, max_norm) : 1.0;
-  double lr = tr_lr_schedule_lr(&t->lr, t->step + 1);
-  /* an async checkpoint may still be copying the weights and moments */
-  tr__trainer_checkpoint_before_update(t);
-  rc = tr__trainer_adamw(t, lr, clip);
-  if (rc < 0)
-    return tr_errmsg_set(err, rc, "step %" PRId64 ": optimizer: %s",
-                         t->step + 1, tr_strerror(rc));
+  if (!tail) {
+    double clip = max_norm > 0 ? tr_kern_clip_coef(norm, max_norm) : 1.0;
+    /* an async checkpoint may still be copying the weights and moments */
+    tr__trainer_checkpoint_before_update(t);
+    rc = tr__trainer_adamw(t, lr, clip);
+    if (rc < 0)
+      return tr_errmsg_set(err, rc, "step %" PRId64 ": optimizer: %s",
+                           t->step + 1, tr_strerror(rc));
+  }
   t->step++;
   tr_pg_t* any = t->tp.pg   ? t->tp.pg
                  : t->cp.pg ? t->cp.pg

@@ -365,6 +365,21 @@ typedef struct tr_kern_ops {
                            int n);
   /* *out = sum of x^2 accumulated in double (host pointer out). */
   int (*sum_squares)(double* out, const float* x, int64_t n);
+  /* The end of a step without the host waiting for the gradient norm
+   * (tr_kern_step_tail), or NULL in a table that lacks it: enqueue the
+   * sum of squares over spans (as sum_squares_multi adds it), its copy
+   * and the nloss losses' copy to the host, the losses' zeroing, and
+   * adamw_multi with the gradients also multiplied by min(1, max_norm /
+   * (sqrt(sum) + 1e-6)) (max_norm <= 0: by 1); step_tail_wait waits for
+   * the copies only and returns the sum and the losses added in index
+   * order in double; step_tail_release frees the calling thread's
+   * buffers. */
+  int (*step_tail)(const struct tr_kern_adamw_tensor* ts, int n,
+                   const tr_adamw_args_t* args,
+                   const struct tr_kern_span* spans, int nspans,
+                   double max_norm, float* losses, int64_t nloss);
+  int (*step_tail_wait)(double* sumsq, double* loss_sum);
+  void (*step_tail_release)(void);
   int (*scale)(float* x, float s, int64_t n);            /* x *= s */
   int (*add)(float* out, const float* a, const float* b, /* out = a + b */
              int64_t n);
@@ -662,6 +677,27 @@ int tr_kern_adamw_multi(const tr_kern_adamw_set_t* sets, int n,
 int tr_kern_sum_squares_multi(const tr_tensor_t* const* xs, int n, double* out);
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm/(norm + 1e-6)). */
 double tr_kern_clip_coef(double total_norm, double max_norm);
+/* The end of a training step with nothing for the host to wait on before
+ * the update (a device whose table has it: CUDA; TR_EUNSUPPORTED
+ * elsewhere, and the caller takes the norm with tr_kern_sum_squares_multi,
+ * clips on the host and calls tr_kern_adamw_multi). Enqueued on the
+ * calling thread's stream: the squared norm of grads, its clipping factor
+ * for max_norm (<= 0: no clipping) and AdamW with it (args->grad_scale
+ * multiplies too) -- the same bits as that host path -- plus copies of
+ * the squared norm and of losses (fp32, may be NULL) to the host, after
+ * which losses is zeroed. tr_kern_step_tail_wait then waits for those
+ * copies only (the update may still run) and gives the squared norm and
+ * the losses' sum (in index order, in double). A non-finite norm is
+ * found only then: the update has already used it. */
+int tr_kern_step_tail(const tr_kern_adamw_set_t* sets, int n,
+                      const tr_adamw_args_t* args,
+                      const tr_tensor_t* const* grads, int ngrads,
+                      double max_norm, tr_tensor_t* losses);
+int tr_kern_step_tail_wait(tr_device_type_t type, double* sumsq,
+                           double* loss_sum);
+/* Free the calling thread's step-tail buffers (pinned host memory, an
+ * event); the next tr_kern_step_tail makes new ones. */
+void tr_kern_step_tail_release(tr_device_type_t type);
 int tr_kern_scale(tr_tensor_t* x, float s);
 int tr_kern_add(tr_tensor_t* out, const tr_tensor_t* a, const tr_tensor_t* b);
 int tr_kern_accumulate(tr_tensor_t* y, const tr_tensor_t* x);

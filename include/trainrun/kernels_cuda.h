@@ -355,7 +355,7 @@ int tr_kern_cuda_sum_squares(double* out_dev, const tr_cuda_span_t* spans,
  * norm_dev != NULL, *norm_dev = sqrt(*sumsq_dev) (torch's
  * clip_grad_norm_), all on the device. */
 int tr_kern_cuda_clip_factor(float* factor_dev, float* norm_dev,
-                             const double* sumsq_dev, float max_norm,
+                             const double* sumsq_dev, double max_norm,
                              tr_cuda_stream_t s);
 
 /* ---- elementwise ---- */

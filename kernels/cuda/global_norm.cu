@@ -82,9 +82,9 @@ __global__ void __launch_bounds__(FINAL_THREADS)
 }
 
 __global__ void clip_kernel(float* factor, float* norm, const double* sumsq,
-                            float max_norm) {
+                            double max_norm) {
   double nrm = sqrt(*sumsq);
-  double f = (double)max_norm / (nrm + 1e-6);
+  double f = max_norm / (nrm + 1e-6);
   *factor = (float)(f < 1.0 ? f : 1.0);
   if (norm) *norm = (float)nrm;
 }
@@ -144,7 +144,7 @@ extern "C" int tr_kern_cuda_sum_squares(double* out_dev,
 }
 
 extern "C" int tr_kern_cuda_clip_factor(float* factor_dev, float* norm_dev,
-                                        const double* sumsq_dev, float max_norm,
+                                        const double* sumsq_dev, double max_norm,
                                         tr_cuda_stream_t s) {
   TR_CUDA_REQUIRE(factor_dev && sumsq_dev, "clip_factor: missing pointers");
   clip_kernel<<<1, 1, 0, s>>>(factor_dev, norm_dev, sumsq_dev, max_norm);

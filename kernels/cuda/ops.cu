@@ -5,7 +5,8 @@
 //
 // A few entries synchronize that stream, because their contract returns
 // something to the host: sum_squares (a host double) and xent_fwd (targets
-// out of range give TR_EINVAL, naming the first). The bf16 training path
+// out of range give TR_EINVAL, naming the first); step_tail_wait waits for
+// an event only. The bf16 training path
 // calls the kernels_cuda.h functions instead, which never synchronize.
 #include "kernels/cuda/common.cuh"
 
@@ -508,6 +509,77 @@ int cu_sum_squares_multi(double* out, const tr_kern_span_t* spans, int n) {
   return rc;
 }
 
+// The step's end without a host wait (tr_kern_step_tail): per thread, as
+// the stream is, a pinned buffer [squared norm, losses...] the copies land
+// in and an event recorded after them; the update is enqueued behind the
+// event, so step_tail_wait returns while it may still run.
+struct tail_state {
+  double* host;  // pinned: [0] the squared norm, then the losses (floats)
+  size_t cap;    // bytes of host
+  cudaEvent_t ev;
+  int64_t nloss;
+  int pending;  // copies enqueued and not yet waited for
+};
+__thread tail_state tail;
+
+void cu_step_tail_release(void) {
+  if (tail.host) cudaFreeHost(tail.host);
+  if (tail.ev) cudaEventDestroy(tail.ev);
+  memset(&tail, 0, sizeof tail);
+}
+
+int cu_step_tail(const tr_kern_adamw_tensor_t* ts, int n,
+                 const tr_adamw_args_t* args, const tr_kern_span_t* spans,
+                 int nspans, double max_norm, float* losses, int64_t nloss) {
+  cudaStream_t s = cur();
+  size_t need = sizeof(double) + sizeof(float) * (size_t)(losses ? nloss : 0);
+  if (need > tail.cap) {
+    if (tail.host) cudaFreeHost(tail.host);
+    tail.host = NULL;
+    tail.cap = 0;
+    TR_CHECK(TR_CUDA_CALL(cudaHostAlloc((void**)&tail.host, need, 0)));
+    tail.cap = need;
+  }
+  if (!tail.ev)
+    TR_CHECK(TR_CUDA_CALL(
+        cudaEventCreateWithFlags(&tail.ev, cudaEventDisableTiming)));
+  double* d = NULL;  // the squared norm, then the factor (a float)
+  TR_CHECK(tr__cuda_tmp_alloc((void**)&d, 2 * sizeof(double), s));
+  float* factor = (float*)(d + 1);
+  int rc = tr_kern_cuda_sum_squares(d, spans, nspans, s);
+  if (rc == 0)
+    rc = TR_CUDA_CALL(cudaMemcpyAsync(tail.host, d, sizeof(double),
+                                      cudaMemcpyDeviceToHost, s));
+  tail.nloss = losses ? nloss : 0;
+  if (rc == 0 && tail.nloss > 0)
+    rc = TR_CUDA_CALL(cudaMemcpyAsync(tail.host + 1, losses,
+                                      sizeof(float) * (size_t)tail.nloss,
+                                      cudaMemcpyDeviceToHost, s));
+  if (rc == 0 && tail.nloss > 0)
+    rc = TR_CUDA_CALL(
+        cudaMemsetAsync(losses, 0, sizeof(float) * (size_t)tail.nloss, s));
+  if (rc == 0) rc = TR_CUDA_CALL(cudaEventRecord(tail.ev, s));
+  if (rc == 0) tail.pending = 1;
+  int clip = max_norm > 0;
+  if (rc == 0 && clip)
+    rc = tr_kern_cuda_clip_factor(factor, NULL, d, max_norm, s);
+  if (rc == 0) rc = tr_kern_cuda_adamw(ts, n, args, clip ? factor : NULL, s);
+  tr__cuda_tmp_free(d, s);
+  return rc;
+}
+
+int cu_step_tail_wait(double* sumsq, double* loss_sum) {
+  if (!tail.pending) return TR_EINVAL;
+  tail.pending = 0;
+  TR_CHECK(TR_CUDA_CALL(cudaEventSynchronize(tail.ev)));
+  *sumsq = tail.host[0];
+  const float* l = (const float*)(tail.host + 1);
+  double sum = 0.0;
+  for (int64_t i = 0; i < tail.nloss; i++) sum += l[i];
+  *loss_sum = sum;
+  return 0;
+}
+
 template <tr_dtype_t DT>
 int cu_sum_squares(double* out, const float* x, int64_t n) {
   tr_kern_span_t span = {x, DT, n};
@@ -585,6 +657,9 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->adamw_multi = cu_adamw_multi;
   t->sum_squares = cu_sum_squares<DT>;
   t->sum_squares_multi = cu_sum_squares_multi;
+  t->step_tail = cu_step_tail;
+  t->step_tail_wait = cu_step_tail_wait;
+  t->step_tail_release = cu_step_tail_release;
   t->scale = cu_scale<DT>;
   t->add = cu_add<DT>;
   t->accumulate = cu_accumulate<DT>;
