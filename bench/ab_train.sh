@@ -10,6 +10,9 @@
 #   gpt2   GPT-2 124M on one GPU (bench/gpu/gpt2_124m.toml, B64 T1024)
 #   fsdp   Llama 3.2 1B, FSDP over 2 GPUs (bench/gpu/llama3_1b.toml,
 #          B8 T2048 per GPU), when 2 GPUs are visible
+#   ddp    GPT-2 124M, DDP over 2 GPUs (B64 T1024 per GPU, the default
+#          configuration: data_parallel_replicate_degree 2), when 2 GPUs
+#          are visible
 #   llama  Llama 3.2 1B on one GPU (B8 T2048)
 #   docs   Llama 3.2 1B on one GPU, attn_mask_type = "block_causal", B2
 #          T8192 on documents of mean length 1024 (make_shard.py --eot
@@ -74,6 +77,14 @@ run() {
         --training.steps "$FSDP_STEPS" --job.dump_folder "$d" \
         --validation.enable=false >"$d.log" 2>&1
       ;;
+    ddp)
+      CUDA_VISIBLE_DEVICES=0,1 timeout "$TMO" "$dir/trainrun" \
+        --nproc-per-node 2 bench/gpu/gpt2_124m.toml \
+        --parallelism.data_parallel_replicate_degree 2 \
+        --training.dataset_path "$OUT/data/gpt2.bin" \
+        --training.steps "$GPT2_STEPS" --job.dump_folder "$d" \
+        --validation.enable=false >"$d.log" 2>&1
+      ;;
     llama | docs)
       local shard=llama extra=()
       [ "$job" = docs ] && shard=docs extra=(--training.local_batch_size 2
@@ -84,7 +95,7 @@ run() {
         --validation.enable=false "${extra[@]}" >"$d.log" 2>&1
       ;;
     *)
-      echo "ab_train: unknown job $job (gpt2 fsdp llama docs)" >&2
+      echo "ab_train: unknown job $job (gpt2 ddp fsdp llama docs)" >&2
       exit 2
       ;;
   esac
@@ -93,8 +104,8 @@ run() {
 }
 
 for job in $JOBS; do
-  [ "$job" = fsdp ] && [ "$ngpu" -lt 2 ] && {
-    echo "ab_train: fsdp needs 2 GPUs ($ngpu visible): skipped"
+  case $job in fsdp | ddp) [ "$ngpu" -lt 2 ] ;; *) false ;; esac && {
+    echo "ab_train: $job needs 2 GPUs ($ngpu visible): skipped"
     continue
   }
   for r in $(seq 1 "$RUNS"); do
