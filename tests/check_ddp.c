@@ -5,11 +5,12 @@
  * one rank with the same global batch. With [metrics] comm_overlap a
  * whole run (tr_train) reports the all-reduce time per step and the
  * fraction hidden, on the step line and in metrics.jsonl, and trains to
- * the same bits as without it. */
+ * the same bits as without it. The grads are views of the buckets. */
 #include "config.h"
 
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,22 @@ static void ddp_body(tr_pg_t* world, pg_ctx_t* ctx) {
   PCHECK(nb > 4);
   PCHECK(tr_ddp_reduces(d) == (int64_t)STEPS * nb);
   PCHECK(tr_ddp_overlapped(d) == (g_overlap ? (int64_t)STEPS * nb : 0));
+  /* the grads are views of the buckets (no second copy of them): as many
+   * storages among them as buckets, each grad 16-byte aligned */
+  const tr_storage_t* seen[256];
+  int nseen = 0;
+  for (int i = 0; i < t.model.n_params; i++) {
+    const tr_tensor_t* g = &t.model.params[i].grad;
+    if (!g->storage) continue;
+    PCHECK(((uintptr_t)tr_tensor_data(g) & 15) == 0);
+    int k = 0;
+    while (k < nseen && seen[k] != g->storage) k++;
+    if (k == nseen) {
+      PCHECK(nseen < 256);
+      seen[nseen++] = g->storage;
+    }
+  }
+  PCHECK(nseen == nb);
   char path[600];
   snprintf(path, sizeof path, "%s.r%d", g_out, ctx->rank);
   FILE* f = fopen(path, "wb");
