@@ -2006,7 +2006,7 @@ START_TEST(test_step_tail) {
         todev(&v[k][i], &h[i], TR_F32);
         ck_assert_int_eq(tr_kern_scale(&v[k][i], 0.0f), 0);
         ck_assert_int_eq(tr_tensor_empty(&b[k][i], TR_BF16, GPU, 1, SH(n)), 0);
-        sets[k][i] = (tr_kern_adamw_set_t){&p[k][i], &g[i], &m[k][i],
+        sets[k][i] = (tr_kern_adamw_set_t){&p[k][i], &g[i],    &m[k][i],
                                            &v[k][i], &b[k][i], i % 2};
       }
     }
@@ -2029,9 +2029,8 @@ START_TEST(test_step_tail) {
     for (int j = 0; j < NL; j++) lsum += F(&l0)[j];
     /* the device's */
     double sq1 = -1, lsum1 = -1;
-    ck_assert_int_eq(tr_kern_step_tail(sets[1], NT, &a, gl, NT, max_norm,
-                                       &dl[1]),
-                     0);
+    ck_assert_int_eq(
+        tr_kern_step_tail(sets[1], NT, &a, gl, NT, max_norm, &dl[1]), 0);
     ck_assert_int_eq(tr_kern_step_tail_wait(TR_DEV_CUDA, &sq1, &lsum1), 0);
     ck_assert(sq1 == sq);
     ck_assert(lsum1 == lsum);

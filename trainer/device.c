@@ -130,14 +130,14 @@ static int adamw_sets(tr_trainer_t* t, double lr, double clip,
                       tr_kern_adamw_set_t** out, int* n, tr_adamw_args_t* a) {
   const tr_trainer_optimizer_t* o = &t->settings.optimizer;
   int adam_l2 = strcmp(o->name, "Adam") == 0;
-  *a = (tr_adamw_args_t){.lr = (float)lr,
-                         .beta1 = (float)o->beta1,
-                         .beta2 = (float)o->beta2,
-                         .eps = (float)o->eps,
-                         .weight_decay =
-                             adam_l2 ? 0.0f : (float)o->weight_decay,
-                         .grad_scale = (float)clip,
-                         .step = t->step + 1};
+  *a =
+      (tr_adamw_args_t){.lr = (float)lr,
+                        .beta1 = (float)o->beta1,
+                        .beta2 = (float)o->beta2,
+                        .eps = (float)o->eps,
+                        .weight_decay = adam_l2 ? 0.0f : (float)o->weight_decay,
+                        .grad_scale = (float)clip,
+                        .step = t->step + 1};
   tr_model_t* m = &t->model;
   tr_kern_adamw_set_t* sets = calloc((size_t)m->n_params + 1, sizeof *sets);
   if (!sets) return TR_ENOMEM;

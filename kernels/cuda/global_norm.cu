@@ -144,8 +144,8 @@ extern "C" int tr_kern_cuda_sum_squares(double* out_dev,
 }
 
 extern "C" int tr_kern_cuda_clip_factor(float* factor_dev, float* norm_dev,
-                                        const double* sumsq_dev, double max_norm,
-                                        tr_cuda_stream_t s) {
+                                        const double* sumsq_dev,
+                                        double max_norm, tr_cuda_stream_t s) {
   TR_CUDA_REQUIRE(factor_dev && sumsq_dev, "clip_factor: missing pointers");
   clip_kernel<<<1, 1, 0, s>>>(factor_dev, norm_dev, sumsq_dev, max_norm);
   return TR_CUDA_LAUNCHED("clip_kernel");

@@ -77,18 +77,13 @@ __global__ void norm_fwd_kernel(T* out, T* resid, float* mean, float* rstd,
   }
 }
 
-// dinp += (dn - mean(dn) - n mean(dn n)) rstd, n = (x - mean) rstd, dn = dout
-// w; RMS: mean 0 and no mean(dn) term.
+// One row's backward, by one warp: dinp += (dn - mean(dn) - n mean(dn n))
+// rstd, n = (x - mean) rstd, dn = dout w; RMS: mean 0 and no mean(dn) term.
+// dw != NULL (RMS): each lane also adds dout n of its columns into dw.
 template <typename T, int V, bool RMS>
-__global__ void norm_bwd_kernel(T* dinp, const T* dout, const T* inp,
-                                const T* w, const float* mean,
-                                const float* rstd, int64_t N, int C) {
-  int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
-  if (row >= N) return;
-  int lane = threadIdx.x & 31;
-  const T* x = inp + row * C;
-  const T* d = dout + row * C;
-  float m = RMS ? 0.0f : mean[row], rs = rstd[row];
+__device__ __forceinline__ void norm_bwd_row(T* di, const T* x, const T* d,
+                                             const T* w, float m, float rs,
+                                             int C, int lane, float* dw) {
   float sdn = 0.0f, sdnn = 0.0f;
   for (int c = lane * V; c < C; c += 32 * V) {
     float xv[V], dv[V], wv[V];
@@ -104,7 +99,6 @@ __global__ void norm_bwd_kernel(T* dinp, const T* dout, const T* inp,
   }
   float md = RMS ? 0.0f : tr_warp_sum(sdn) / C;
   float mdn = tr_warp_sum(sdnn) / C;
-  T* di = dinp + row * C;
   for (int c = lane * V; c < C; c += 32 * V) {
     float xv[V], dv[V], wv[V], gv[V];
     tr_load<T, V>(xv, x + c);
@@ -115,9 +109,21 @@ __global__ void norm_bwd_kernel(T* dinp, const T* dout, const T* inp,
     for (int j = 0; j < V; j++) {
       float n = (xv[j] - m) * rs;
       gv[j] += (dv[j] * wv[j] - md - n * mdn) * rs;
+      if (dw) dw[c + j] += dv[j] * n;
     }
     tr_store<T, V>(di + c, gv);
   }
+}
+
+template <typename T, int V, bool RMS>
+__global__ void norm_bwd_kernel(T* dinp, const T* dout, const T* inp,
+                                const T* w, const float* mean,
+                                const float* rstd, int64_t N, int C) {
+  int64_t row = (int64_t)blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+  if (row >= N) return;
+  norm_bwd_row<T, V, RMS>(dinp + row * C, inp + row * C, dout + row * C, w,
+                          RMS ? 0.0f : mean[row], rstd[row], C,
+                          threadIdx.x & 31, NULL);
 }
 
 // RMSNorm's backward with the weight gradient in the same pass over the
@@ -143,35 +149,9 @@ __global__ void rms_bwd_fused_kernel(T* dinp, float* part, const T* dout,
   float* mine = acc + (size_t)warp * C;
   int64_t r0 = (int64_t)blockIdx.x * rows_per;
   int64_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
-  for (int64_t row = r0 + warp; row < r1; row += W) {
-    const T* x = inp + row * C;
-    const T* d = dout + row * C;
-    float rs = rstd[row], sdnn = 0.0f;
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float xv[V], dv[V], wv[V];
-      tr_load<T, V>(xv, x + c);
-      tr_load<T, V>(dv, d + c);
-      tr_load<T, V>(wv, w + c);
-#pragma unroll
-      for (int j = 0; j < V; j++) sdnn += dv[j] * wv[j] * (xv[j] * rs);
-    }
-    float mdn = tr_warp_sum(sdnn) / C;
-    T* di = dinp + row * C;
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float xv[V], dv[V], wv[V], gv[V];
-      tr_load<T, V>(xv, x + c);
-      tr_load<T, V>(dv, d + c);
-      tr_load<T, V>(wv, w + c);
-      tr_load<T, V>(gv, di + c);
-#pragma unroll
-      for (int j = 0; j < V; j++) {
-        float n = xv[j] * rs;
-        gv[j] += (dv[j] * wv[j] - n * mdn) * rs;
-        mine[c + j] += dv[j] * n;
-      }
-      tr_store<T, V>(di + c, gv);
-    }
-  }
+  for (int64_t row = r0 + warp; row < r1; row += W)
+    norm_bwd_row<T, V, true>(dinp + row * C, inp + row * C, dout + row * C, w,
+                             0.0f, rstd[row], C, lane, mine);
   __syncthreads();
   float* dst = part + (int64_t)blockIdx.x * 2 * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
