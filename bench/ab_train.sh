@@ -61,44 +61,33 @@ esac
 # run JOB LABEL DIR ROUND: one run into $OUT/JOB-LABEL-ROUND
 run() {
   local job=$1 label=$2 dir=$3 r=$4 d="$OUT/$1-$2-$4"
+  local gpus=0 steps=$FSDP_STEPS args
   rm -rf "$d"
   case $job in
-    gpt2)
-      CUDA_VISIBLE_DEVICES=0 timeout "$TMO" "$dir/trainrun" \
-        bench/gpu/gpt2_124m.toml --training.dataset_path "$OUT/data/gpt2.bin" \
-        --training.steps "$GPT2_STEPS" --job.dump_folder "$d" \
-        --validation.enable=false >"$d.log" 2>&1
+    gpt2) steps=$GPT2_STEPS args=(bench/gpu/gpt2_124m.toml gpt2) ;;
+    ddp)
+      gpus=0,1 steps=$GPT2_STEPS args=(bench/gpu/gpt2_124m.toml gpt2
+        --nproc-per-node 2 --parallelism.data_parallel_replicate_degree 2)
       ;;
     fsdp)
-      CUDA_VISIBLE_DEVICES=0,1 timeout "$TMO" "$dir/trainrun" \
-        --nproc-per-node 2 bench/gpu/llama3_1b.toml \
-        --parallelism.data_parallel_shard_degree 2 \
-        --training.dataset_path "$OUT/data/llama.bin" \
-        --training.steps "$FSDP_STEPS" --job.dump_folder "$d" \
-        --validation.enable=false >"$d.log" 2>&1
+      gpus=0,1 args=(bench/gpu/llama3_1b.toml llama --nproc-per-node 2
+        --parallelism.data_parallel_shard_degree 2)
       ;;
-    ddp)
-      CUDA_VISIBLE_DEVICES=0,1 timeout "$TMO" "$dir/trainrun" \
-        --nproc-per-node 2 bench/gpu/gpt2_124m.toml \
-        --parallelism.data_parallel_replicate_degree 2 \
-        --training.dataset_path "$OUT/data/gpt2.bin" \
-        --training.steps "$GPT2_STEPS" --job.dump_folder "$d" \
-        --validation.enable=false >"$d.log" 2>&1
-      ;;
-    llama | docs)
-      local shard=llama extra=()
-      [ "$job" = docs ] && shard=docs extra=(--training.local_batch_size 2
+    llama) args=(bench/gpu/llama3_1b.toml llama) ;;
+    docs)
+      args=(bench/gpu/llama3_1b.toml docs --training.local_batch_size 2
         --training.seq_len 8192 --model.attn_mask_type block_causal)
-      CUDA_VISIBLE_DEVICES=0 timeout "$TMO" "$dir/trainrun" \
-        bench/gpu/llama3_1b.toml --training.dataset_path "$OUT/data/$shard.bin" \
-        --training.steps "$FSDP_STEPS" --job.dump_folder "$d" \
-        --validation.enable=false "${extra[@]}" >"$d.log" 2>&1
       ;;
     *)
       echo "ab_train: unknown job $job (gpt2 ddp fsdp llama docs)" >&2
       exit 2
       ;;
   esac
+  # args: the job file, the shard's name, then the job's own flags
+  CUDA_VISIBLE_DEVICES=$gpus timeout "$TMO" "$dir/trainrun" "${args[0]}" \
+    --training.dataset_path "$OUT/data/${args[1]}.bin" "${args[@]:2}" \
+    --training.steps "$steps" --job.dump_folder "$d" \
+    --validation.enable=false >"$d.log" 2>&1
   echo "$job $label round $r: exit $?"
   rm -f "$d"/*.safetensors # the weights: GBs nobody reads here
 }
