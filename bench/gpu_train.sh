@@ -7,6 +7,7 @@
 #
 #   bench/gpu_train.sh [--dry-run] [gpt2|llama1b] OUTDIR [STEPS]
 #   bench/gpu_train.sh --build-llmc DIR      (only build llm.c into DIR)
+#   bench/gpu_train.sh --list gpt2|llama1b   (the program keys)
 #
 # Run from the repository root on the GPU machine after `. ./env.sh` (or
 # with TRAINRUN=.gpu/trainrun), with karpathy/llm.c (never committed;
@@ -58,8 +59,9 @@
 # in SCRATCH (its sha256 in OUTDIR/shards.txt), and runs under `timeout`
 # so that one hang does not eat the call; a failure (a crash of a
 # max-autotune compile, a timeout) is recorded as "failed" in the table and
-# the rest go on. Run NAME = KEY_rR writes OUTDIR/NAME.log, NAME.rc and
-# NAME.cmd (the command), and the per-step JSON lines: trainrun's
+# the rest go on. Run NAME = KEY_rR writes OUTDIR/NAME.log, NAME.rc,
+# NAME.cmd (the command), NAME.wall (its seconds), and the per-step JSON
+# lines: trainrun's
 # metrics.jsonl as NAME.metrics.jsonl, a peer's lines as NAME.jsonl
 # (llm.c's step lines are in NAME.log). OUTDIR/versions-CALL_ID.txt: the
 # call's GPU, driver, CUDA, NCCL, PyTorch, llm.c's commit, trainrun's git
@@ -92,6 +94,7 @@ set -u
 
 usage() {
   echo "usage: bench/gpu_train.sh [--dry-run] [gpt2|llama1b] OUTDIR [STEPS]" >&2
+  echo "       bench/gpu_train.sh --list gpt2|llama1b" >&2
   echo "       bench/gpu_train.sh --build-llmc DIR" >&2
   exit 2
 }
@@ -184,8 +187,12 @@ if [ "${1:-}" = "--build-llmc" ]; then
   llmc_build "$2"
   exit $?
 fi
+list=0
 if [ "${1:-}" = "--dry-run" ]; then
   dry=1
+  shift
+elif [ "${1:-}" = "--list" ]; then
+  list=1 dry=1
   shift
 fi
 mode=${1:-gpt2}
@@ -195,7 +202,7 @@ case $mode in
 esac
 out=${2:-}
 if [ -z "$out" ]; then
-  [ "$dry" = 1 ] || usage
+  [ "$dry" = 1 ] || [ "$list" = 1 ] || usage
   out=${TMPDIR:-/tmp}/gpu_train_dry_run
 fi
 if [ "$mode" = gpt2 ]; then
@@ -224,6 +231,11 @@ fi
 case $steps in
   '' | *[!0-9]*) usage ;;
 esac
+if [ "$list" = 1 ]; then # every program key of the mode, for summarize --plan
+  # shellcheck disable=SC2086
+  echo $known
+  exit 0
+fi
 skip=${BENCH_SKIP:-$((steps / 5 > 3 ? steps / 5 : 3))}
 if [ "$skip" -ge "$steps" ]; then
   echo "gpu_train: STEPS ($steps) must exceed the warm-up steps ($skip)" >&2
@@ -239,7 +251,9 @@ want_llmc=0
 case " ${progs[*]} " in *" llmc"*) [ "$mode" = gpt2 ] && want_llmc=1 ;; esac
 
 # run NAME TMO CMD...: CMD under timeout, its output in OUTDIR/NAME.log,
-# the command in NAME.cmd and its exit status in NAME.rc; a failure is
+# the command in NAME.cmd, its exit status in NAME.rc and its wall seconds
+# (compilation and start-up included: what a call's plan needs) in
+# NAME.wall; a failure is
 # reported and the caller goes on. TMO is cut so that the whole call
 # ends by DEADLINE.
 run() {
@@ -259,6 +273,7 @@ run() {
   timeout -k 10 "$tmo" "$@" > "$out/$name.log" 2>&1
   rc=$?
   echo "$rc" > "$out/$name.rc"
+  echo $((SECONDS - t0)) > "$out/$name.wall"
   if [ "$rc" -eq 0 ]; then
     echo "  $name: done in $((SECONDS - t0)) s"
   else

@@ -21,6 +21,15 @@ configuration and the fastest llm.c one (failed runs have no figure);
 each program's configuration, precision recipe and raw files. Also
 OUTDIR/results.json.
 
+  summarize.py --plan --out OUTDIR --programs "KEY ..." [--mode M]
+               [--budget S] [--reps N] [--within PCT]
+
+The next call's share of the protocol (docs/PERFORMANCE.md): PROGRAMS,
+FIRST_REP and REPS for bench/gpu_train.sh, from the runs already in OUTDIR
+(the screening round first, then rounds 2 .. N of trainrun and of each
+peer's fastest configuration and those within PCT of it), packed into S
+seconds by each program's NAME.wall (else a typical figure).
+
   summarize.py --mode multigpu --out OUTDIR [--gpu NAME] [--nproc N]
                [--command CMD]
 
@@ -255,38 +264,11 @@ def gpu_names(versions):
     return names
 
 
-def one_gpu_main(a):
-    out = a.out
-    conf = read_conf(out)
-    mode = a.mode or conf.get("mode")
-    if mode not in ("gpt2", "llama1b"):
-        sys.exit(f"summarize: no --mode and no mode in {out}/bench.conf")
-    skip = a.skip if a.skip is not None else int(conf.get("skip", 3))
-    if mode == "gpt2":
-        cfg, title, toml = benchlib.GPT2_124M, "GPT-2 124M", "gpt2_124m"
-        B, T = a.B or int(conf.get("B", 64)), a.T or int(conf.get("T", 1024))
-        targets = [("PyTorch", 1.25), ("llm.c", None)]
-        mfu_target = 50
-    else:
-        cfg, title, toml = benchlib.LLAMA3_1B, "Llama 3.2 1B", "llama3_1b"
-        B, T = a.B or int(conf.get("B", 8)), a.T or int(conf.get("T", 2048))
-        targets = [("PyTorch", 1.15)]
-        mfu_target = 60
-    vfiles, versions = read_calls(out, "versions", ".txt")
-    vlinks = ", ".join(f"[{f}]({f})" for f in vfiles) or "none"
-    gpus = gpu_names(versions)
-    gpu = a.gpu if a.gpu not in ("", "unknown") else (gpus[0] if gpus else
-                                                      "unknown")
-    runs = find_runs(out)
-    if gpu == "unknown":  # no nvidia-smi: the name torch saw
-        for k, rs in runs.items():
-            if k.startswith("torch_"):
-                for _, name in rs:
-                    d = torch_steps(out, name)[2].get("device")
-                    if d:
-                        gpu = d
-    fpt = benchlib.flops_per_token(cfg, T)
-    peak = benchlib.peak_bf16(gpu)
+def one_gpu_programs(out, runs, toml, B, T, skip, fpt, peak):
+    """{key: program} of bench/gpu_train.sh's runs (find_runs): each run's
+    status and figure (the median tokens/s of its steps after skip), the
+    program's median over its runs [min-max], step time and MFU (fpt
+    FLOPs a token over peak; None without a peak)."""
     progs = {}
     for key, rs in runs.items():
         family = ("trainrun" if key == "trainrun" else
@@ -331,6 +313,43 @@ def one_gpu_main(a):
             p["own_mfu"] = benchlib.median(own) if own else None
         p["ok"], p["failed"] = len(ok), len(p["runs"]) - len(ok)
         progs[key] = p
+
+    return progs
+
+
+def one_gpu_main(a):
+    out = a.out
+    conf = read_conf(out)
+    mode = a.mode or conf.get("mode")
+    if mode not in ("gpt2", "llama1b"):
+        sys.exit(f"summarize: no --mode and no mode in {out}/bench.conf")
+    skip = a.skip if a.skip is not None else int(conf.get("skip", 3))
+    if mode == "gpt2":
+        cfg, title, toml = benchlib.GPT2_124M, "GPT-2 124M", "gpt2_124m"
+        B, T = a.B or int(conf.get("B", 64)), a.T or int(conf.get("T", 1024))
+        targets = [("PyTorch", 1.25), ("llm.c", None)]
+        mfu_target = 50
+    else:
+        cfg, title, toml = benchlib.LLAMA3_1B, "Llama 3.2 1B", "llama3_1b"
+        B, T = a.B or int(conf.get("B", 8)), a.T or int(conf.get("T", 2048))
+        targets = [("PyTorch", 1.15)]
+        mfu_target = 60
+    vfiles, versions = read_calls(out, "versions", ".txt")
+    vlinks = ", ".join(f"[{f}]({f})" for f in vfiles) or "none"
+    gpus = gpu_names(versions)
+    gpu = a.gpu if a.gpu not in ("", "unknown") else (gpus[0] if gpus else
+                                                      "unknown")
+    runs = find_runs(out)
+    if gpu == "unknown":  # no nvidia-smi: the name torch saw
+        for k, rs in runs.items():
+            if k.startswith("torch_"):
+                for _, name in rs:
+                    d = torch_steps(out, name)[2].get("device")
+                    if d:
+                        gpu = d
+    fpt = benchlib.flops_per_token(cfg, T)
+    peak = benchlib.peak_bf16(gpu)
+    progs = one_gpu_programs(out, runs, toml, B, T, skip, fpt, peak)
 
     def best(family):
         c = [p for p in progs.values() if p["family"] == family
@@ -458,6 +477,101 @@ def one_gpu_main(a):
     return 0
 
 
+# ---- the next call's share of the protocol: --plan ----
+
+# A run's wall seconds (compilation and start-up included) until the
+# folder has its own (NAME.wall): H100/H200 figures of sessions 3-13
+DEFAULT_WALL = {"gpt2": {"trainrun": 40, "llmc": 60, "eager": 60,
+                         "compile": 120, "autotune": 420,
+                         "autotune_nocg": 420},
+                "llama1b": {"trainrun": 60, "eager": 90, "compile": 180,
+                            "autotune": 480, "autotune_nocg": 480}}
+
+
+def wall_of(out, mode, key, runs):
+    """The median wall seconds of key's runs in out, else the default."""
+    w = []
+    for _, name in runs.get(key, []):
+        try:
+            with open(os.path.join(out, name + ".wall")) as f:
+                w.append(float(f.read().strip()))
+        except (OSError, ValueError):
+            pass
+    if w:
+        return benchlib.median(w)
+    d = DEFAULT_WALL[mode]
+    if key == "trainrun" or key.startswith("llmc"):
+        return d["trainrun" if key == "trainrun" else "llmc"]
+    m = re.match(r"torch_(eager|compile|autotune_nocg|autotune)", key)
+    return d[m.group(1)] if m else d["compile"]
+
+
+def family_of(key):
+    return ("trainrun" if key == "trainrun" else
+            "llmc" if key.startswith("llmc") else "torch")
+
+
+def plan_main(a):
+    """Print the next call's PROGRAMS, FIRST_REP and REPS for
+    bench/gpu_train.sh: docs/PERFORMANCE.md's order (a screening round of
+    every program once; then rounds 2 .. REPS of trainrun, the fastest
+    configuration of each peer and every configuration within --within
+    percent of it), as many programs of the next round as fit --budget
+    seconds by their measured (else typical) wall time."""
+    out = a.out
+    conf = read_conf(out) if os.path.isdir(out) else {}
+    mode = a.mode or conf.get("mode")
+    if mode not in ("gpt2", "llama1b"):
+        sys.exit("summarize --plan: --mode gpt2|llama1b (or OUTDIR/bench.conf)")
+    keys = a.programs.replace(",", " ").split()
+    if not keys:
+        sys.exit("summarize --plan: --programs KEYS (bench/gpu_train.sh "
+                 "--list MODE prints them)")
+    runs = find_runs(out) if os.path.isdir(out) else {}
+    skip = a.skip if a.skip is not None else int(conf.get("skip", 3))
+    toml, B0, T0 = (("gpt2_124m", 64, 1024) if mode == "gpt2" else
+                    ("llama3_1b", 8, 2048))
+    B, T = a.B or int(conf.get("B", B0)), a.T or int(conf.get("T", T0))
+    progs = one_gpu_programs(out, runs, toml, B, T, skip, 0, 0)
+    done = {k: {r for r, _ in runs.get(k, [])} for k in keys}
+    todo = [k for k in keys if 1 not in done[k]]
+    first = 1
+    if not todo:  # screening done: the programs of rounds 2 .. reps
+        sel = {"trainrun"} & set(keys)
+        for fam in ("llmc", "torch"):
+            c = [(progs[k]["tps"], k) for k in keys if family_of(k) == fam
+                 and progs.get(k, {}).get("tps")]
+            if c:
+                top = max(c)[0]
+                sel |= {k for t, k in c if t >= top * (1 - a.within / 100)}
+        for r in range(2, a.reps + 1):
+            todo = [k for k in keys if k in sel and r not in done[k]]
+            if todo:
+                first = r
+                break
+    if not todo:
+        print(f"# {out}: the protocol is complete ({a.reps} rounds)")
+        return 0
+    share, used = [], 0.0
+    for k in todo:
+        w = wall_of(out, mode, k, runs)
+        if share and used + w > a.budget:
+            continue
+        share.append(k)
+        used += w
+    # the next rounds too when the whole round's share fits again
+    reps = 1
+    while (share == todo and first + reps <= a.reps
+           and used * (reps + 1) <= a.budget
+           and all(first + reps not in done[k] for k in share)):
+        reps += 1
+    print(f"# round {first}: {len(todo)} program(s) left, this call "
+          f"{len(share)} x {reps} round(s) (~{used * reps:.0f} s of "
+          f"{a.budget:.0f})")
+    print(f"PROGRAMS=\"{' '.join(share)}\" FIRST_REP={first} REPS={reps}")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=("gpt2", "llama1b", "multigpu"),
@@ -471,7 +585,18 @@ def main():
     p.add_argument("-T", type=int, default=None)
     p.add_argument("--nproc", type=int, default=None, help="multigpu: N")
     p.add_argument("--command", default="", help="multigpu: the command")
+    p.add_argument("--plan", action="store_true",
+                   help="print the next call's PROGRAMS, FIRST_REP, REPS")
+    p.add_argument("--programs", default="", help="plan: every program key")
+    p.add_argument("--budget", type=float, default=520,
+                   help="plan: seconds of runs a call may hold")
+    p.add_argument("--reps", type=int, default=3, help="plan: rounds")
+    p.add_argument("--within", type=float, default=3,
+                   help="plan: percent of a peer's fastest kept for rounds"
+                   " 2 ..")
     a = p.parse_args()
+    if a.plan:
+        return plan_main(a)
     if a.mode == "multigpu":
         return multigpu_main(a)
     return one_gpu_main(a)
