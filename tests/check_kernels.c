@@ -1491,6 +1491,42 @@ END_TEST
 
 /* ---- AdamW, norms, elementwise ---- */
 
+/* The step's end on the device (tr_kern_step_tail) is CUDA's: on CPU
+ * tensors it refuses with TR_EUNSUPPORTED (the trainer then takes the
+ * host path) after checking its arguments, and a wait without a table
+ * entry is TR_EUNSUPPORTED too; nothing is updated. */
+START_TEST(test_step_tail_cpu) {
+  float p[3] = {1, 2, 3}, g[3] = {1, 1, 1}, m[3] = {0}, v[3] = {0};
+  int64_t n = 3;
+  tr_tensor_t tp, tg, tm, tv;
+  tr_tensor_wrap(&tp, p, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&tg, g, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&tm, m, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_tensor_wrap(&tv, v, TR_F32, TR_DEVICE_CPU, 1, &n);
+  tr_kern_adamw_set_t set = {&tp, &tg, &tm, &tv, NULL, 1};
+  const tr_tensor_t* gl[1] = {&tg};
+  tr_adamw_args_t a = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f,
+                       .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
+  ck_assert_int_eq(tr_kern_step_tail(&set, 1, &a, gl, 1, 1.0, NULL),
+                   TR_EUNSUPPORTED);
+  ck_assert_int_eq(tr_kern_step_tail(&set, 0, &a, gl, 1, 1.0, NULL),
+                   TR_EINVAL);
+  a.step = 0;
+  ck_assert_int_eq(tr_kern_step_tail(&set, 1, &a, gl, 1, 1.0, NULL),
+                   TR_EINVAL);
+  tr_kern_adamw_set_t bad = set;
+  bad.m = NULL;
+  a.step = 1;
+  ck_assert_int_eq(tr_kern_step_tail(&bad, 1, &a, gl, 1, 1.0, NULL),
+                   TR_EINVAL);
+  double sq = -1, ls = -1;
+  ck_assert_int_eq(tr_kern_step_tail_wait(TR_DEV_CPU, &sq, &ls),
+                   TR_EUNSUPPORTED);
+  ck_assert(p[0] == 1 && p[1] == 2 && p[2] == 3 && m[0] == 0 && v[0] == 0);
+  tr_kern_step_tail_release(TR_DEV_CPU); /* nothing to free: fine */
+}
+END_TEST
+
 START_TEST(test_adamw_hand_computed) {
   /* p = 1, lr 0.1, betas (0.9, 0.999), eps 1e-8, weight decay 0.1.
    * step 1, g = 0.5: p = 1 * (1 - 0.01) = 0.99; m = 0.05, v = 0.00025;
@@ -2115,6 +2151,7 @@ static Suite* kernels_suite(void) {
   tcase_add_test(tc, test_cross_entropy);
   tcase_add_test(tc, test_cross_entropy_shards);
   tcase_add_test(tc, test_adamw_hand_computed);
+  tcase_add_test(tc, test_step_tail_cpu);
   tcase_add_test(tc, test_grad_norm_and_clip);
   tcase_add_test(tc, test_add_accumulate_zero);
   suite_add_tcase(s, tc);
