@@ -1505,20 +1505,21 @@ START_TEST(test_step_tail_cpu) {
   tr_tensor_wrap(&tv, v, TR_F32, TR_DEVICE_CPU, 1, &n);
   tr_kern_adamw_set_t set = {&tp, &tg, &tm, &tv, NULL, 1};
   const tr_tensor_t* gl[1] = {&tg};
-  tr_adamw_args_t a = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f,
-                       .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
+  tr_adamw_args_t a = {.lr = 0.1f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.999f,
+                       .eps = 1e-8f,
+                       .grad_scale = 1.0f,
+                       .step = 1};
   ck_assert_int_eq(tr_kern_step_tail(&set, 1, &a, gl, 1, 1.0, NULL),
                    TR_EUNSUPPORTED);
-  ck_assert_int_eq(tr_kern_step_tail(&set, 0, &a, gl, 1, 1.0, NULL),
-                   TR_EINVAL);
+  ck_assert_int_eq(tr_kern_step_tail(&set, 0, &a, gl, 1, 1.0, NULL), TR_EINVAL);
   a.step = 0;
-  ck_assert_int_eq(tr_kern_step_tail(&set, 1, &a, gl, 1, 1.0, NULL),
-                   TR_EINVAL);
+  ck_assert_int_eq(tr_kern_step_tail(&set, 1, &a, gl, 1, 1.0, NULL), TR_EINVAL);
   tr_kern_adamw_set_t bad = set;
   bad.m = NULL;
   a.step = 1;
-  ck_assert_int_eq(tr_kern_step_tail(&bad, 1, &a, gl, 1, 1.0, NULL),
-                   TR_EINVAL);
+  ck_assert_int_eq(tr_kern_step_tail(&bad, 1, &a, gl, 1, 1.0, NULL), TR_EINVAL);
   double sq = -1, ls = -1;
   ck_assert_int_eq(tr_kern_step_tail_wait(TR_DEV_CPU, &sq, &ls),
                    TR_EUNSUPPORTED);
