@@ -1525,6 +1525,10 @@ START_TEST(test_step_tail_cpu) {
                    TR_EUNSUPPORTED);
   ck_assert(p[0] == 1 && p[1] == 2 && p[2] == 3 && m[0] == 0 && v[0] == 0);
   tr_kern_step_tail_release(TR_DEV_CPU); /* nothing to free: fine */
+  tr_tensor_release(&tp);
+  tr_tensor_release(&tg);
+  tr_tensor_release(&tm);
+  tr_tensor_release(&tv);
 }
 END_TEST
 
