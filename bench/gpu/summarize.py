@@ -28,7 +28,8 @@ The next call's share of the protocol (docs/PERFORMANCE.md): PROGRAMS,
 FIRST_REP and REPS for bench/gpu_train.sh, from the runs already in OUTDIR
 (the screening round first, then rounds 2 .. N of trainrun and of each
 peer's fastest configuration and those within PCT of it), packed into S
-seconds by each program's NAME.wall (else a typical figure).
+seconds (480) by each program's NAME.wall (else a typical figure); a
+run that a call's deadline skipped is still to do.
 
   summarize.py --mode multigpu --out OUTDIR [--gpu NAME] [--nproc N]
                [--command CMD]
@@ -533,7 +534,10 @@ def plan_main(a):
                     ("llama3_1b", 8, 2048))
     B, T = a.B or int(conf.get("B", B0)), a.T or int(conf.get("T", T0))
     progs = one_gpu_programs(out, runs, toml, B, T, skip, 0, 0)
-    done = {k: {r for r, _ in runs.get(k, [])} for k in keys}
+    # a run the call's deadline skipped is still to do; failed ones count
+    done = {k: {r for r, name in runs.get(k, [])
+                if read_rc(out, name) not in (None, "skipped")}
+            for k in keys}
     todo = [k for k in keys if 1 not in done[k]]
     first = 1
     if not todo:  # screening done: the programs of rounds 2 .. reps
@@ -561,7 +565,7 @@ def plan_main(a):
         used += w
     # the next rounds too when the whole round's share fits again
     reps = 1
-    while (share == todo and first + reps <= a.reps
+    while (first >= 2 and share == todo and first + reps <= a.reps
            and used * (reps + 1) <= a.budget
            and all(first + reps not in done[k] for k in share)):
         reps += 1
@@ -588,8 +592,9 @@ def main():
     p.add_argument("--plan", action="store_true",
                    help="print the next call's PROGRAMS, FIRST_REP, REPS")
     p.add_argument("--programs", default="", help="plan: every program key")
-    p.add_argument("--budget", type=float, default=520,
-                   help="plan: seconds of runs a call may hold")
+    p.add_argument("--budget", type=float, default=480,
+                   help="plan: seconds of runs a call may hold (the shards"
+                   " and start-up take the rest of gpu_train.sh's 540)")
     p.add_argument("--reps", type=int, default=3, help="plan: rounds")
     p.add_argument("--within", type=float, default=3,
                    help="plan: percent of a peer's fastest kept for rounds"

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# bench/gpu/protocol_call.sh: one call's share of issue 22's protocol for
+# bench/gpu_train.sh (docs/PERFORMANCE.md): the next PROGRAMS, FIRST_REP
+# and REPS that bench/gpu/summarize.py --plan picks from the runs already
+# in OUTDIR, then gpu_train.sh with them into OUTDIR.
+#
+#   bench/gpu/protocol_call.sh [--dry-run] gpt2|llama1b OUTDIR [CACHE]
+#
+# OUTDIR carries the earlier calls' runs (a folder under bench/results/
+# that the calls' raw files are committed to travels with the working tree
+# to the lent machine, so each call plans from all of them). CACHE (default
+# .gpucache, ignored by git) holds PyTorch's compile caches
+# (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR): a max-autotune compile that
+# took minutes takes seconds the next call when the caller brings CACHE
+# back (a call's $OUT) and carries it again. Compilation is outside the
+# timed steps either way. BUDGET (480): seconds of runs the call may hold;
+# LLMC_BIN (a built train_gpt2cu) saves gpu_train.sh's llm.c build.
+# Prints the plan; exits 0 with nothing run when the protocol is complete.
+set -u
+dry=()
+if [ "${1:-}" = --dry-run ]; then
+  dry=(--dry-run)
+  shift
+fi
+mode=${1:-}
+out=${2:-}
+cache=${3:-.gpucache}
+case $mode in
+  gpt2 | llama1b) ;;
+  *)
+    echo "usage: bench/gpu/protocol_call.sh [--dry-run] gpt2|llama1b OUTDIR [CACHE]" >&2
+    exit 2
+    ;;
+esac
+[ -n "$out" ] || {
+  echo "protocol_call: no OUTDIR" >&2
+  exit 2
+}
+PY=${PYTHON:-python3}
+keys=$(bench/gpu_train.sh --list "$mode") || exit 2
+plan=$("$PY" bench/gpu/summarize.py --plan --mode "$mode" --out "$out" \
+  --programs "$keys" --budget "${BUDGET:-480}") || exit 2
+echo "$plan"
+line=$(printf '%s\n' "$plan" | grep '^PROGRAMS=') || exit 0 # complete
+# PROGRAMS="a b" FIRST_REP=n REPS=m: the words summarize.py prints
+PROGRAMS=$(printf '%s\n' "$line" | sed -n 's/^PROGRAMS="\([^"]*\)".*/\1/p')
+FIRST_REP=$(printf '%s\n' "$line" | sed -n 's/.* FIRST_REP=\([0-9]*\).*/\1/p')
+REPS=$(printf '%s\n' "$line" | sed -n 's/.* REPS=\([0-9]*\).*/\1/p')
+[ -n "$PROGRAMS" ] && [ -n "$FIRST_REP" ] && [ -n "$REPS" ] || {
+  echo "protocol_call: cannot read the plan's line: $line" >&2
+  exit 2
+}
+case $cache in /*) ;; *) cache=$PWD/$cache ;; esac
+mkdir -p "$cache/inductor" "$cache/triton" || exit 1
+export TORCHINDUCTOR_CACHE_DIR="$cache/inductor"
+export TRITON_CACHE_DIR="$cache/triton"
+export PROGRAMS FIRST_REP REPS
+exec bench/gpu_train.sh "${dry[@]}" "$mode" "$out"
