@@ -255,15 +255,16 @@ case " ${progs[*]} " in *" llmc"*) [ "$mode" = gpt2 ] && want_llmc=1 ;; esac
 # (compilation and start-up included: what a call's plan needs) in
 # NAME.wall; a failure is
 # reported and the caller goes on. TMO is cut so that the whole call
-# ends by DEADLINE.
+# ends by DEADLINE; a run that the cut timed out is recorded as skipped
+# (NAME.rc "skipped"), still to do for summarize.py --plan.
 run() {
-  name=$1 tmo=$2
+  name=$1 tmo=$2 cut=0
   shift 2
   show timeout -k 10 "$tmo" "$@"
   [ "$dry" = 1 ] && return 0
   show "$@" > "$out/$name.cmd"
   left=$((DEADLINE - SECONDS - 15))
-  [ "$tmo" -gt "$left" ] && tmo=$left
+  [ "$tmo" -gt "$left" ] && tmo=$left cut=1
   if [ "$tmo" -lt 20 ]; then
     echo "  $name: skipped ($SECONDS s used, deadline $DEADLINE s)"
     echo skipped > "$out/$name.rc"
@@ -272,6 +273,11 @@ run() {
   t0=$SECONDS
   timeout -k 10 "$tmo" "$@" > "$out/$name.log" 2>&1
   rc=$?
+  if [ "$rc" -eq 124 ] && [ "$cut" = 1 ]; then
+    echo "  $name: skipped (cut to $tmo s by the deadline, $DEADLINE s)"
+    echo skipped > "$out/$name.rc"
+    return 0
+  fi
   echo "$rc" > "$out/$name.rc"
   echo $((SECONDS - t0)) > "$out/$name.wall"
   if [ "$rc" -eq 0 ]; then

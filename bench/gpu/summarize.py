@@ -489,22 +489,31 @@ DEFAULT_WALL = {"gpt2": {"trainrun": 40, "llmc": 60, "eager": 60,
                             "autotune": 480, "autotune_nocg": 480}}
 
 
-def wall_of(out, mode, key, runs):
-    """The median wall seconds of key's runs in out, else the default."""
-    w = []
-    for _, name in runs.get(key, []):
-        try:
-            with open(os.path.join(out, name + ".wall")) as f:
-                w.append(float(f.read().strip()))
-        except (OSError, ValueError):
-            pass
-    if w:
-        return benchlib.median(w)
-    d = DEFAULT_WALL[mode]
+def wall_class(key):
+    """The keys whose runs cost about the same: trainrun, llm.c, and
+    PyTorch's eager, compile, autotune and autotune_nocg modes."""
     if key == "trainrun" or key.startswith("llmc"):
-        return d["trainrun" if key == "trainrun" else "llmc"]
+        return "trainrun" if key == "trainrun" else "llmc"
     m = re.match(r"torch_(eager|compile|autotune_nocg|autotune)", key)
-    return d[m.group(1)] if m else d["compile"]
+    return m.group(1) if m else "compile"
+
+
+def wall_of(out, mode, key, runs):
+    """The median wall seconds of key's runs in out, else of the runs of
+    its class (wall_class) in out, else the default."""
+    def walls(keys):
+        w = []
+        for k in keys:
+            for _, name in runs.get(k, []):
+                try:
+                    with open(os.path.join(out, name + ".wall")) as f:
+                        w.append(float(f.read().strip()))
+                except (OSError, ValueError):
+                    pass
+        return w
+    w = walls([key]) or walls([k for k in runs
+                               if wall_class(k) == wall_class(key)])
+    return benchlib.median(w) if w else DEFAULT_WALL[mode][wall_class(key)]
 
 
 def family_of(key):
