@@ -377,6 +377,18 @@ def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
+def compile_kwargs(torch, mode):
+    """torch.compile's keyword arguments for mode (None: its default). A
+    max-autotune mode benchmarks its GEMM candidates in a subprocess
+    (inductor's autotune_in_subproc): in-process autotuning crashed GPT-2's
+    compile with an illegal memory access on PyTorch 2.11 (H100), where a
+    candidate that faults in a subprocess is dropped instead."""
+    if mode and "autotune" in mode:
+        import torch._inductor.config as inductor_config
+        inductor_config.autotune_in_subproc = True
+    return {"mode": mode} if mode else {}
+
+
 def common_args(p, default_B, default_T, default_steps, data_required=True):
     p.add_argument("--data", required=data_required,
                    help="llm.c shard to read")
@@ -521,8 +533,8 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
     precision = getattr(args, "precision", "bf16")
     step_model = model
     if args.compile and not sharded and not dist.get("compiled"):
-        kw = {"mode": args.compile_mode} if args.compile_mode else {}
-        step_model = torch.compile(model, **kw)
+        step_model = torch.compile(model,
+                                   **compile_kwargs(torch, args.compile_mode))
 
     ctx = _sdpa_context(args.sdpa_backend)
     batches = Batches(args.data, args.B, args.T, dev, drank, dworld, order,
@@ -553,6 +565,9 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
     head["timing"] = clock.kind
     head["compile_mode"] = (args.compile_mode or "default") if args.compile \
         else None
+    inductor_config = sys.modules.get("torch._inductor.config")
+    if args.compile and inductor_config:
+        head["autotune_in_subproc"] = inductor_config.autotune_in_subproc
     out(head)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)

@@ -126,7 +126,7 @@ def apply_fsdp(model, mesh, ac, compile_blocks, compile_mode):
             block = CheckpointedBlock(block, ac)
             model.layers[i] = block
         if compile_blocks:
-            ckw = {"mode": compile_mode} if compile_mode else {}
+            ckw = benchlib.compile_kwargs(torch, compile_mode)
             block = torch.compile(block, fullgraph=True, **ckw)
             model.layers[i] = block
         fully_shard(block, **kw)

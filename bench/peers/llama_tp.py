@@ -162,7 +162,7 @@ def apply_full_plan(model, mesh, compile_blocks, compile_mode):
             "feed_forward.w3": ColwiseParallel(),
         })
         if compile_blocks:
-            ckw = {"mode": compile_mode} if compile_mode else {}
+            ckw = benchlib.compile_kwargs(torch, compile_mode)
             model.layers[i] = torch.compile(block, fullgraph=True, **ckw)
 
 
@@ -216,7 +216,7 @@ def main():
         block.nh //= world  # the local heads
         block.nkv //= world
         if args.compile:
-            ckw = {"mode": args.compile_mode} if args.compile_mode else {}
+            ckw = benchlib.compile_kwargs(torch, args.compile_mode)
             model.layers[i] = torch.compile(block, fullgraph=True, **ckw)
 
     name = "torch TP" + (" + compile" if args.compile else "")
