@@ -1,10 +1,9 @@
 // kernels/cuda/norms.cu: LayerNorm and RMSNorm over the last dim, forward
 // (optionally fused with the residual add that precedes them, saving mean
 // and/or 1/std per row) and backward: the input gradient, and the weight
-// (and bias) gradients through reduce.cu's deterministic column sums --
-// RMSNorm's weight gradient in the same pass as its input gradient (per-chunk
-// partials that reduce.cu's final column sum adds) where both are wanted
-// and the shared memory holds them.
+// (and bias) gradients in the same pass (per-chunk partials that reduce.cu's
+// deterministic final column sum adds) where every output is wanted and the
+// shared memory holds them, else through reduce.cu's column sums.
 //
 // One warp per row: each lane strides the row in 16-byte packs. Statistics
 // are fp32: the mean first, then the centred sum of squares in a second pass
@@ -79,11 +78,16 @@ __global__ void norm_fwd_kernel(T* out, T* resid, float* mean, float* rstd,
 
 // One row's backward, by one warp: dinp += (dn - mean(dn) - n mean(dn n))
 // rstd, n = (x - mean) rstd, dn = dout w; RMS: mean 0 and no mean(dn) term.
-// dw != NULL (RMS): each lane also adds dout n of its columns into dw.
+// dw != NULL: each lane also adds dout n of its columns into dw (and dout
+// into db, LayerNorm), column c at slot (c % V) (C / V) + c / V: for one j
+// the 32 lanes' slots are consecutive, no shared-memory bank conflicts
+// (column-major, lane l's V columns would be V words apart: V-way).
 template <typename T, int V, bool RMS>
 __device__ __forceinline__ void norm_bwd_row(T* di, const T* x, const T* d,
                                              const T* w, float m, float rs,
-                                             int C, int lane, float* dw) {
+                                             int C, int lane, float* dw,
+                                             float* db) {
+  const int cv = C / V;
   float sdn = 0.0f, sdnn = 0.0f;
   for (int c = lane * V; c < C; c += 32 * V) {
     float xv[V], dv[V], wv[V];
@@ -109,7 +113,8 @@ __device__ __forceinline__ void norm_bwd_row(T* di, const T* x, const T* d,
     for (int j = 0; j < V; j++) {
       float n = (xv[j] - m) * rs;
       gv[j] += (dv[j] * wv[j] - md - n * mdn) * rs;
-      if (dw) dw[c + j] += dv[j] * n;
+      if (dw) dw[j * cv + c / V] += dv[j] * n;
+      if (!RMS && db) db[j * cv + c / V] += dv[j];
     }
     tr_store<T, V>(di + c, gv);
   }
@@ -123,42 +128,47 @@ __global__ void norm_bwd_kernel(T* dinp, const T* dout, const T* inp,
   if (row >= N) return;
   norm_bwd_row<T, V, RMS>(dinp + row * C, inp + row * C, dout + row * C, w,
                           RMS ? 0.0f : mean[row], rstd[row], C,
-                          threadIdx.x & 31, NULL);
+                          threadIdx.x & 31, NULL, NULL);
 }
 
-// RMSNorm's backward with the weight gradient in the same pass over the
-// rows: block k takes row chunk k of reduce.cu's column sums
+// The backward with the weight (and LayerNorm bias) gradients in the same
+// pass over the rows: block k takes row chunk k of reduce.cu's column sums
 // (tr__cuda_colsum_chunks), each of its W warps the rows w, w + W, ... of
-// it; lane l adds dout * n of its own columns into its warp's slice of
-// shared memory; the block then adds the W slices in warp order into
-// part[k], which tr__cuda_colsum_final adds in chunk order. A fixed order
-// throughout (no atomics), and dout and the input are read once instead of
-// again by a separate column sum: 0.147 against 0.198 ms for 16384 x 2048
-// on an H100 (kernels_bench). LayerNorm keeps the two launches: its second
-// sum (the bias's) doubles the shared-memory traffic, and the fused form
-// measured slower there (0.257 against 0.223 ms for 65536 x 768).
-template <typename T, int V>
-__global__ void rms_bwd_fused_kernel(T* dinp, float* part, const T* dout,
-                                     const T* inp, const T* w,
-                                     const float* rstd, int64_t N, int C,
-                                     int64_t rows_per) {
-  extern __shared__ float acc[];  // [W][C]
+// it; lane l adds its columns' terms into its warp's slice of shared
+// memory (norm_bwd_row's bank-free slots); the block then adds the W
+// slices in warp order into part[k], which tr__cuda_colsum_final adds in
+// chunk order. A fixed order throughout (no atomics), and dout and the
+// input are read once instead of again by a separate column sum.
+template <typename T, int V, bool RMS>
+__global__ void norm_bwd_fused_kernel(T* dinp, float* part, const T* dout,
+                                      const T* inp, const T* w,
+                                      const float* mean, const float* rstd,
+                                      int64_t N, int C, int64_t rows_per) {
+  constexpr int NS = RMS ? 1 : 2;  // sums: dw (and db)
+  extern __shared__ float acc[];   // [W][NS][C], in slots
   int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int i = threadIdx.x; i < W * C; i += blockDim.x) acc[i] = 0.0f;
+  for (int i = threadIdx.x; i < W * NS * C; i += blockDim.x) acc[i] = 0.0f;
   __syncthreads();
-  float* mine = acc + (size_t)warp * C;
+  float* mine = acc + (size_t)warp * NS * C;
   int64_t r0 = (int64_t)blockIdx.x * rows_per;
   int64_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
   for (int64_t row = r0 + warp; row < r1; row += W)
-    norm_bwd_row<T, V, true>(dinp + row * C, inp + row * C, dout + row * C, w,
-                             0.0f, rstd[row], C, lane, mine);
+    norm_bwd_row<T, V, RMS>(dinp + row * C, inp + row * C, dout + row * C, w,
+                            RMS ? 0.0f : mean[row], rstd[row], C, lane, mine,
+                            RMS ? NULL : mine + C);
   __syncthreads();
+  // slot by slot (consecutive threads, consecutive words), to its column
   float* dst = part + (int64_t)blockIdx.x * 2 * C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float s1 = 0.0f;
-    for (int k = 0; k < W; k++) s1 += acc[(size_t)k * C + c];
-    dst[c] = s1;
-    dst[C + c] = 0.0f;
+  int cv = C / V;
+  for (int q = threadIdx.x; q < C; q += blockDim.x) {
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int k = 0; k < W; k++) {
+      s1 += acc[(size_t)k * NS * C + q];
+      if (!RMS) s2 += acc[((size_t)k * NS + 1) * C + q];
+    }
+    int col = (q % cv) * V + q / cv;
+    dst[col] = s1;
+    dst[C + col] = s2;
   }
 }
 
@@ -200,30 +210,31 @@ static int bwd_launch(void* dinp, const void* dout, const void* inp,
   return TR_CUDA_LAUNCHED("norm_bwd_kernel");
 }
 
-template <typename T, int V>
+template <typename T, int V, bool RMS>
 static int fused_go(void* dinp, float* part, const void* dout, const void* inp,
-                    const void* w, const float* rstd, int64_t N, int C,
-                    int64_t rows_per, int nchunks, int W, size_t smem,
-                    cudaStream_t s) {
-  auto k = rms_bwd_fused_kernel<T, V>;
+                    const void* w, const float* mean, const float* rstd,
+                    int64_t N, int C, int64_t rows_per, int nchunks, int W,
+                    size_t smem, cudaStream_t s) {
+  auto k = norm_bwd_fused_kernel<T, V, RMS>;
   if (smem > 48 * 1024)  // above the default: opt in (once would do)
     TR_CHECK(TR_CUDA_CALL(cudaFuncSetAttribute(
         k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)));
   k<<<nchunks, 32 * W, smem, s>>>((T*)dinp, part, (const T*)dout, (const T*)inp,
-                                  (const T*)w, rstd, N, C, rows_per);
-  return TR_CUDA_LAUNCHED("rms_bwd_fused_kernel");
+                                  (const T*)w, mean, rstd, N, C, rows_per);
+  return TR_CUDA_LAUNCHED("norm_bwd_fused_kernel");
 }
 
-// RMSNorm's fused backward (dinp and the weight gradient in one pass) when
-// both are wanted and W >= 2 warps' slices of every block fit the shared
-// memory in one wave: 1 done, 0 not taken (the caller runs the two
+// The fused backward (dinp and the weight/bias gradients in one pass) when
+// every output is wanted and W >= 2 warps' slices of every block fit the
+// shared memory in one wave: 1 done, 0 not taken (the caller runs the two
 // launches), < 0 error.
-template <typename T>
-static int rms_bwd_fused_launch(void* dinp, float* dw, const void* dout,
-                                const void* inp, const void* w,
-                                const float* rstd, int64_t N, int C,
-                                cudaStream_t s) {
-  if (!dinp || !dw) return 0;
+template <typename T, bool RMS>
+static int bwd_fused_launch(void* dinp, float* dw, float* db, const void* dout,
+                            const void* inp, const void* w, const float* mean,
+                            const float* rstd, int64_t N, int C,
+                            cudaStream_t s) {
+  constexpr int NS = RMS ? 1 : 2;
+  if (!dinp || !dw || (!RMS && !db)) return 0;
   int nchunks;
   int64_t rows_per;
   tr__cuda_colsum_chunks(N, &nchunks, &rows_per);
@@ -231,7 +242,7 @@ static int rms_bwd_fused_launch(void* dinp, float* dw, const void* dout,
   // partial wave of blocks that each loop over their rows would leave most
   // of the GPU idle), at most ROWS_PER_BLOCK; the shared memory a
   // multiprocessor has, less 1 KiB a block, over the blocks it must hold
-  size_t per_warp = (size_t)C * sizeof(float);
+  size_t per_warp = (size_t)NS * C * sizeof(float);
   int sms = tr__cuda_sm_count();
   int64_t per_sm = (nchunks + sms - 1) / (sms > 0 ? sms : 1);
   int64_t room = (int64_t)tr__cuda_smem_optin() / per_sm - 1024;
@@ -245,11 +256,12 @@ static int rms_bwd_fused_launch(void* dinp, float* dw, const void* dout,
   bool vec = C % VN == 0 && tr__aligned16(dinp) && tr__aligned16(dout) &&
              tr__aligned16(inp) && tr__aligned16(w);
   size_t smem = (size_t)W * per_warp;
-  int rc = vec ? fused_go<T, VN>(dinp, part, dout, inp, w, rstd, N, C, rows_per,
-                                 nchunks, W, smem, s)
-               : fused_go<T, 1>(dinp, part, dout, inp, w, rstd, N, C, rows_per,
-                                nchunks, W, smem, s);
-  if (rc == 0) rc = tr__cuda_colsum_final(dw, NULL, part, nchunks, C, s);
+  int rc = vec ? fused_go<T, VN, RMS>(dinp, part, dout, inp, w, mean, rstd, N,
+                                      C, rows_per, nchunks, W, smem, s)
+               : fused_go<T, 1, RMS>(dinp, part, dout, inp, w, mean, rstd, N, C,
+                                     rows_per, nchunks, W, smem, s);
+  if (rc == 0)
+    rc = tr__cuda_colsum_final(dw, RMS ? NULL : db, part, nchunks, C, s);
   tr__cuda_tmp_free(part, s);
   return rc < 0 ? rc : 1;
 }
@@ -299,6 +311,12 @@ extern "C" int tr_kern_cuda_layernorm_bwd(tr_dtype_t dt, void* dinp, float* dw,
                                           tr_cuda_stream_t s) {
   TR_CHECK(check_shape("layernorm_bwd", N, C));
   if (N == 0) return 0;
+  int fused = 0;
+  TR_CUDA_DISPATCH(dt, T, {
+    fused = bwd_fused_launch<T, false>(dinp, dw, db, dout, inp, w, mean, rstd,
+                                       N, C, s);
+  });
+  if (fused) return fused < 0 ? fused : 0;
   if (dinp) {
     TR_CUDA_DISPATCH(dt, T, {
       TR_CHECK((bwd_launch<T, false>(dinp, dout, inp, w, mean, rstd, N, C, s)));
@@ -340,7 +358,8 @@ extern "C" int tr_kern_cuda_rmsnorm_bwd(tr_dtype_t dt, void* dinp, float* dw,
   if (N == 0) return 0;
   int fused = 0;
   TR_CUDA_DISPATCH(dt, T, {
-    fused = rms_bwd_fused_launch<T>(dinp, dw, dout, inp, w, rstd, N, C, s);
+    fused = bwd_fused_launch<T, true>(dinp, dw, NULL, dout, inp, w, NULL, rstd,
+                                      N, C, s);
   });
   if (fused) return fused < 0 ? fused : 0;
   if (dinp) {
