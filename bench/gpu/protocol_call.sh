@@ -15,6 +15,12 @@
 # back (a call's $OUT) and carries it again. Compilation is outside the
 # timed steps either way. BUDGET (480): seconds of runs the call may hold;
 # LLMC_BIN (a built train_gpt2cu) saves gpu_train.sh's llm.c build.
+# A CACHE that holds files counts as the earlier calls' (summarize.py
+# --plan --warm-cache). PACK (a folder, the lent machine's $OUT): OUTDIR
+# then goes to PACK/results.tgz and CACHE to PACK/cache.tgz.NN, parts of
+# 15 MiB (the machine returns files of 16 MiB at most); bring them back
+# with `tar xzf results.tgz` and `cat cache.tgz.* | tar xzf -` in the
+# repository's root.
 # Prints the plan; exits 0 with nothing run when the protocol is complete.
 set -u
 dry=()
@@ -37,9 +43,12 @@ esac
   exit 2
 }
 PY=${PYTHON:-python3}
+case $cache in /*) ;; *) cache=$PWD/$cache ;; esac
+warm=()
+[ -n "$(find "$cache" -type f 2>/dev/null | head -1)" ] && warm=(--warm-cache)
 keys=$(bench/gpu_train.sh --list "$mode") || exit 2
 plan=$("$PY" bench/gpu/summarize.py --plan --mode "$mode" --out "$out" \
-  --programs "$keys" --budget "${BUDGET:-480}") || exit 2
+  --programs "$keys" --budget "${BUDGET:-480}" "${warm[@]}") || exit 2
 echo "$plan"
 line=$(printf '%s\n' "$plan" | grep '^PROGRAMS=') || exit 0 # complete
 # PROGRAMS="a b" FIRST_REP=n REPS=m: the words summarize.py prints
@@ -50,9 +59,20 @@ REPS=$(printf '%s\n' "$line" | sed -n 's/.* REPS=\([0-9]*\).*/\1/p')
   echo "protocol_call: cannot read the plan's line: $line" >&2
   exit 2
 }
-case $cache in /*) ;; *) cache=$PWD/$cache ;; esac
 mkdir -p "$cache/inductor" "$cache/triton" || exit 1
 export TORCHINDUCTOR_CACHE_DIR="$cache/inductor"
 export TRITON_CACHE_DIR="$cache/triton"
 export PROGRAMS FIRST_REP REPS
-exec bench/gpu_train.sh "${dry[@]}" "$mode" "$out"
+bench/gpu_train.sh "${dry[@]}" "$mode" "$out"
+rc=$?
+if [ -n "${PACK:-}" ] && [ ${#dry[@]} = 0 ]; then
+  mkdir -p "$PACK" || exit 1
+  tar czf "$PACK/results.tgz" "$out" || exit 1
+  rm -f "$PACK"/cache.tgz.*
+  root=$(dirname "$cache")
+  (cd "$root" && tar czf - "$(basename "$cache")") |
+    split -b 15M -d - "$PACK/cache.tgz." || exit 1
+  echo "protocol_call: $PACK/results.tgz, cache in" \
+    "$(ls "$PACK"/cache.tgz.* | wc -l) part(s), $(du -sh "$cache" | cut -f1)"
+fi
+exit $rc

@@ -527,7 +527,9 @@ def plan_main(a):
     every program once; then rounds 2 .. REPS of trainrun, the fastest
     configuration of each peer and every configuration within --within
     percent of it), as many programs of the next round as fit --budget
-    seconds by their measured (else typical) wall time."""
+    seconds by their measured (else typical) wall time; a _nosync
+    configuration after its twin (in this call, or with --warm-cache in an
+    earlier one) counts as a warm compile."""
     out = a.out
     conf = read_conf(out) if os.path.isdir(out) else {}
     mode = a.mode or conf.get("mode")
@@ -565,13 +567,36 @@ def plan_main(a):
     if not todo:
         print(f"# {out}: the protocol is complete ({a.reps} rounds)")
         return 0
-    share, used = [], 0.0
+    # a configuration and its _nosync twin go together: the twin compiles
+    # the same graph, warm from the caches of the first (or, with
+    # --warm-cache, of an earlier call), so it costs a warm compile
+    warm_w = min([wall_of(out, mode, j, runs) for j in runs
+                  if family_of(j) == "torch"] or [0])
+    groups = []
     for k in todo:
-        w = wall_of(out, mode, k, runs)
-        if share and used + w > a.budget:
-            continue
-        share.append(k)
-        used += w
+        twin = k[:-len("_nosync")] if k.endswith("_nosync") else None
+        if twin in todo:
+            continue  # in its twin's group
+        ws = [wall_of(out, mode, k, runs)]
+        if twin and a.warm_cache and runs.get(twin) and not runs.get(k):
+            ws = [min(ws[0], warm_w)]
+        g = [k]
+        if k + "_nosync" in todo:
+            g.append(k + "_nosync")
+            w = wall_of(out, mode, g[1], runs)
+            ws.append(w if runs.get(g[1]) else min(w, warm_w))
+        groups.append((g, ws))
+    # the cheapest groups a program first, so that a call runs the most
+    # programs; then the listed order within the call
+    share, used = [], 0.0
+    for g, ws in sorted(groups, key=lambda x: sum(x[1]) / len(x[0])):
+        if share and used + sum(ws) > a.budget:
+            if used + ws[0] > a.budget or len(g) == 1:
+                continue
+            g, ws = g[:1], ws[:1]
+        share += g
+        used += sum(ws)
+    share = [k for k in todo if k in share]
     # the next rounds too when the whole round's share fits again
     reps = 1
     while (first >= 2 and share == todo and first + reps <= a.reps
@@ -605,6 +630,10 @@ def main():
                    help="plan: seconds of runs a call may hold (the shards"
                    " and start-up take the rest of gpu_train.sh's 540)")
     p.add_argument("--reps", type=int, default=3, help="plan: rounds")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="plan: the compile caches of the earlier calls "
+                        "come along (a _nosync twin of a run configuration "
+                        "counts as a warm compile)")
     p.add_argument("--within", type=float, default=3,
                    help="plan: percent of a peer's fastest kept for rounds"
                    " 2 ..")
