@@ -146,7 +146,8 @@ bench_torch_keys() {
 # bench_versions FILE CMDLINE [LLMC_SRC]: append this call's versions to
 # FILE: the date, the command line, PROGRAMS / FIRST_REP / REPS, the GPUs (name, driver,
 # memory), CUDA (nvcc and the driver's), PyTorch with its CUDA and NCCL,
-# llm.c's commit (LLMC_SRC's git HEAD or its LLMC_COMMIT file) and
+# llm.c's commit (LLMC_SRC's git HEAD when it is a repository of its own,
+# else its LLMC_COMMIT or COMMIT file's first line) and
 # trainrun's (git HEAD, "+dirty" when the tree has changes, and `TRAINRUN
 # --version`). Calls on other machines each add a block; the summary
 # flags GPUs that differ.
@@ -168,12 +169,21 @@ nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else None
 print("torch:", torch.__version__, "cuda", torch.version.cuda, "nccl",
       ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl)' 2>&1 | tail -n 1
     if [ -n "$llmc" ]; then
-      if git -C "$llmc" rev-parse HEAD > /dev/null 2>&1; then
+      # its own repository only: a copy without .git inside trainrun's
+      # tree (peers/llm.c) would report trainrun's HEAD
+      local top f
+      top=$(git -C "$llmc" rev-parse --show-toplevel 2>/dev/null)
+      if [ -n "$top" ] && [ "$top" -ef "$llmc" ]; then
         echo "llm.c: $(git -C "$llmc" rev-parse HEAD) ($llmc)"
-      elif [ -r "$llmc/LLMC_COMMIT" ]; then
-        echo "llm.c: $(cat "$llmc/LLMC_COMMIT") ($llmc/LLMC_COMMIT)"
       else
-        echo "llm.c: unknown commit ($llmc has no .git nor LLMC_COMMIT)"
+        for f in LLMC_COMMIT COMMIT ""; do
+          [ -n "$f" ] && [ -r "$llmc/$f" ] && break
+        done
+        if [ -n "$f" ]; then
+          echo "llm.c: $(head -n 1 "$llmc/$f") ($llmc/$f)"
+        else
+          echo "llm.c: unknown commit ($llmc is no git repository and has no LLMC_COMMIT or COMMIT file)"
+        fi
       fi
     fi
     local head dirty=

@@ -51,3 +51,6 @@ tests_check_super_LDADD = $(TEST_LIBS) -lm
 # 64 daemons (run from the build folder; docs/PERFORMANCE.md).
 check_PROGRAMS += bench/startup
 bench_startup_SOURCES = bench/startup.c
+
+# --version names the commit (build_commit.h, Makefile.am)
+daemon/main.$(OBJEXT): build_commit.h

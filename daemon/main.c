@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "build_commit.h"
 #include "trainrun/daemon.h"
 #include "trainrun/error.h"
 #include "trainrun/param.h"
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
       goto out;
     }
     if (strcmp(a, "--version") == 0) {
-      printf("trainrund %s\n", PACKAGE_VERSION);
+      printf("trainrund %s (git %s)\n", PACKAGE_VERSION, TR_BUILD_COMMIT);
       rc = 0;
       goto out;
     }

@@ -35,3 +35,6 @@ EXTRA_DIST += tests/cli_tp.test tests/cli_cp.test tests/parallel.sh
 # settings.
 TESTS += tests/cli_pp.test
 EXTRA_DIST += tests/cli_pp.test
+
+# --version names the commit (build_commit.h, Makefile.am)
+launcher/main.$(OBJEXT): build_commit.h

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "build_commit.h"
 #include "launcher/commands.h"
 #include "trainrun/error.h"
 #include "trainrun/log.h"
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (strcmp(cmd, "--version") == 0) {
-    printf("trainrun %s\n", PACKAGE_VERSION);
+    printf("trainrun %s (git %s)\n", PACKAGE_VERSION, TR_BUILD_COMMIT);
     return 0;
   }
   if (strcmp(cmd, "--help-env") == 0) {
