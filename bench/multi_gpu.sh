@@ -273,14 +273,15 @@ stamp() {
 # run NAME TMO STAMP CMD...: CMD under timeout (TMO, cut so that every run
 # has ended by DEADLINE), its output in OUT/NAME.log (each line time-stamped
 # when STAMP is 1), its exit status in OUT/NAME.rc ("skipped" when the
-# deadline left no time), its wall time in OUT/NAME.wall. Never fails.
+# deadline left no time, or when the cut timeout ended it: still to do), its
+# wall time in OUT/NAME.wall. Never fails.
 run() {
-  local name=$1 tmo=$2 st=$3 rc t0
+  local name=$1 tmo=$2 st=$3 rc t0 cut=0
   shift 3
   show timeout -k 10 "$tmo" "$@"
   [ "$mode" = dry ] && return 0
   local left=$((DEADLINE - SECONDS))
-  [ "$left" -lt "$tmo" ] && tmo=$left
+  [ "$left" -lt "$tmo" ] && tmo=$left cut=1
   if [ "$tmo" -lt "$MIN_TMO" ]; then
     echo "  $name: skipped ($SECONDS s used, deadline $DEADLINE s)"
     echo skipped > "$OUT/$name.rc"
@@ -296,9 +297,15 @@ run() {
     timeout -k 10 "$tmo" "$@" > "$OUT/$name.log" 2>&1
     rc=$?
   fi
+  gpu_drain "$name"
+  if [ "$rc" -eq 124 ] && [ "$cut" = 1 ]; then
+    echo "  $name: skipped (cut to $tmo s by the deadline, $DEADLINE s)"
+    echo skipped > "$OUT/$name.rc"
+    echo 0 > "$OUT/$name.wall"
+    return 0
+  fi
   echo "$rc" > "$OUT/$name.rc"
   echo $((SECONDS - t0)) > "$OUT/$name.wall"
-  gpu_drain "$name"
   if [ "$rc" -eq 0 ]; then
     echo "  $name: done in $((SECONDS - t0)) s"
   else
