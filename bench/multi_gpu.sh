@@ -90,7 +90,8 @@
 #
 # Options: --nproc N (GPUs), --runs LIST (comma-separated, of gpt2,
 # fsdp1b, torch1b, fsdp, torch, hsdp, ckpt, scaling; default all), --dry-run
-# (print the commands, run nothing), --cpu-smoke (every run on 2 CPU ranks
+# (print the commands, run nothing), --list (print the keys of --runs for
+# N GPUs, for bench/gpu/protocol_call.sh), --cpu-smoke (every run on 2 CPU ranks
 # with the debug models and a few steps, HSDP 2x2 on 4 ranks, the PyTorch
 # peer with --device cpu --tiny: a test of this script's logic and of the
 # summary).
@@ -116,11 +117,12 @@
 set -u
 
 usage() {
-  echo "usage: bench/multi_gpu.sh [--nproc N] [--runs LIST] [--dry-run | --cpu-smoke]" >&2
+  echo "usage: bench/multi_gpu.sh [--nproc N] [--runs LIST] [--dry-run | --cpu-smoke | --list]" >&2
   exit 2
 }
 
 mode=gpu
+list=0
 N=
 runs=gpt2,fsdp1b,torch1b,fsdp,torch,hsdp,ckpt,scaling
 cmdline="bench/multi_gpu.sh $*"
@@ -128,6 +130,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) mode=dry ;;
     --cpu-smoke) mode=smoke ;;
+    --list) mode=dry list=1 ;;
     --nproc)
       [ $# -ge 2 ] || usage
       N=$2
@@ -436,6 +439,10 @@ fi
 group ckpt "ckpt_kill_n$N"
 for k in "${gpt2_base[@]}"; do group scaling "gpt2_ddp_n$k"; done
 for k in "${llama_base[@]}"; do group scaling "llama8b_fsdp_n$k"; done
+if [ "$list" = 1 ]; then # the keys of --runs, in an odd round's order
+  echo "${default[*]}"
+  exit 0
+fi
 sel=$(bench_select "${known[*]}" "${default[*]}") || exit 2
 read -r -a progs <<< "$sel"
 rounds=$(bench_rounds) || exit 2

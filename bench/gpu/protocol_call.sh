@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/gpu/protocol_call.sh: one call's share of issue 22's protocol for
-# bench/gpu_train.sh (docs/PERFORMANCE.md): the next PROGRAMS, FIRST_REP
-# and REPS that bench/gpu/summarize.py --plan picks from the runs already
-# in OUTDIR, then gpu_train.sh with them into OUTDIR.
+# bench/gpu_train.sh or bench/multi_gpu.sh (docs/PERFORMANCE.md): the next
+# PROGRAMS, FIRST_REP and REPS that bench/gpu/summarize.py --plan picks
+# from the runs already in OUTDIR, then the script with them into OUTDIR.
 #
-#   bench/gpu/protocol_call.sh [--dry-run] gpt2|llama1b OUTDIR [CACHE]
+#   bench/gpu/protocol_call.sh [--dry-run] gpt2|llama1b|multigpu OUTDIR [CACHE]
 #
+# multigpu: bench/multi_gpu.sh --nproc NPROC (2) into OUTDIR (its OUT).
 # OUTDIR carries the earlier calls' runs (a folder under bench/results/
 # that the calls' raw files are committed to travels with the working tree
 # to the lent machine, so each call plans from all of them). CACHE (default
@@ -32,9 +33,9 @@ mode=${1:-}
 out=${2:-}
 cache=${3:-.gpucache}
 case $mode in
-  gpt2 | llama1b) ;;
+  gpt2 | llama1b | multigpu) ;;
   *)
-    echo "usage: bench/gpu/protocol_call.sh [--dry-run] gpt2|llama1b OUTDIR [CACHE]" >&2
+    echo "usage: bench/gpu/protocol_call.sh [--dry-run] gpt2|llama1b|multigpu OUTDIR [CACHE]" >&2
     exit 2
     ;;
 esac
@@ -46,7 +47,12 @@ PY=${PYTHON:-python3}
 case $cache in /*) ;; *) cache=$PWD/$cache ;; esac
 warm=()
 [ -n "$(find "$cache" -type f 2>/dev/null | head -1)" ] && warm=(--warm-cache)
-keys=$(bench/gpu_train.sh --list "$mode") || exit 2
+nproc=${NPROC:-2}
+if [ "$mode" = multigpu ]; then
+  keys=$(bench/multi_gpu.sh --list --nproc "$nproc") || exit 2
+else
+  keys=$(bench/gpu_train.sh --list "$mode") || exit 2
+fi
 plan=$("$PY" bench/gpu/summarize.py --plan --mode "$mode" --out "$out" \
   --programs "$keys" --budget "${BUDGET:-480}" "${warm[@]}") || exit 2
 echo "$plan"
@@ -63,7 +69,11 @@ mkdir -p "$cache/inductor" "$cache/triton" || exit 1
 export TORCHINDUCTOR_CACHE_DIR="$cache/inductor"
 export TRITON_CACHE_DIR="$cache/triton"
 export PROGRAMS FIRST_REP REPS
-bench/gpu_train.sh "${dry[@]}" "$mode" "$out"
+if [ "$mode" = multigpu ]; then
+  OUT=$out bench/multi_gpu.sh --nproc "$nproc" "${dry[@]}"
+else
+  bench/gpu_train.sh "${dry[@]}" "$mode" "$out"
+fi
 rc=$?
 if [ -n "${PACK:-}" ] && [ ${#dry[@]} = 0 ]; then
   mkdir -p "$PACK" || exit 1

@@ -486,15 +486,33 @@ DEFAULT_WALL = {"gpt2": {"trainrun": 40, "llmc": 60, "eager": 60,
                          "compile": 120, "autotune": 420,
                          "autotune_nocg": 420},
                 "llama1b": {"trainrun": 60, "eager": 90, "compile": 180,
-                            "autotune": 480, "autotune_nocg": 480}}
+                            "autotune": 480, "autotune_nocg": 480},
+                # bench/multi_gpu.sh's programs (2 GPUs)
+                "multigpu": {"gpt2": 45, "l1b": 70, "l8b": 150, "ckpt": 220,
+                             "t1b_eager": 90, "t1b_compile": 150,
+                             "t1b_autotune": 420, "t1b_autotune_nocg": 420,
+                             "t8b_eager": 150, "t8b_compile": 240,
+                             "t8b_autotune": 480, "t8b_autotune_nocg": 480}}
+
+
+MODES = r"(eager|compile|autotune_nocg|autotune)"
 
 
 def wall_class(key):
     """The keys whose runs cost about the same: trainrun, llm.c, and
-    PyTorch's eager, compile, autotune and autotune_nocg modes."""
+    PyTorch's eager, compile, autotune and autotune_nocg modes; for
+    bench/multi_gpu.sh each job (gpt2, l1b, l8b, ckpt) and t1b_MODE,
+    t8b_MODE (PyTorch FSDP2)."""
     if key == "trainrun" or key.startswith("llmc"):
         return "trainrun" if key == "trainrun" else "llmc"
-    m = re.match(r"torch_(eager|compile|autotune_nocg|autotune)", key)
+    for prefix, c in (("gpt2_ddp", "gpt2"), ("llama1b_", "l1b"),
+                      ("llama8b_", "l8b"), ("ckpt_kill", "ckpt")):
+        if key.startswith(prefix):
+            return c
+    m = re.match(r"torch_fsdp2_(1b|8b)_n\d+_" + MODES, key)
+    if m:
+        return f"t{m.group(1)}_{m.group(2)}"
+    m = re.match(r"torch_" + MODES, key)
     return m.group(1) if m else "compile"
 
 
@@ -517,34 +535,63 @@ def wall_of(out, mode, key, runs):
 
 
 def family_of(key):
-    return ("trainrun" if key == "trainrun" else
-            "llmc" if key.startswith("llmc") else "torch")
+    """Whose program key is: trainrun's (every job of bench/multi_gpu.sh
+    but the PyTorch peers and the checkpoint run), llmc, torch (one GPU),
+    torch1b and torch8b (PyTorch FSDP2), ckpt."""
+    if key.startswith("llmc"):
+        return "llmc"
+    m = re.match(r"torch_fsdp2_(1b|8b)_", key)
+    if m:
+        return "torch" + m.group(1)
+    if key.startswith("torch_"):
+        return "torch"
+    return "ckpt" if key.startswith("ckpt_kill") else "trainrun"
 
 
-def plan_main(a):
-    """Print the next call's PROGRAMS, FIRST_REP and REPS for
-    bench/gpu_train.sh: docs/PERFORMANCE.md's order (a screening round of
-    every program once; then rounds 2 .. REPS of trainrun, the fastest
-    configuration of each peer and every configuration within --within
-    percent of it), as many programs of the next round as fit --budget
-    seconds by their measured (else typical) wall time; a _nosync
-    configuration after its twin (in this call, or with --warm-cache in an
-    earlier one) counts as a warm compile."""
-    out = a.out
-    conf = read_conf(out) if os.path.isdir(out) else {}
-    mode = a.mode or conf.get("mode")
-    if mode not in ("gpt2", "llama1b"):
-        sys.exit("summarize --plan: --mode gpt2|llama1b (or OUTDIR/bench.conf)")
-    keys = a.programs.replace(",", " ").split()
-    if not keys:
-        sys.exit("summarize --plan: --programs KEYS (bench/gpu_train.sh "
-                 "--list MODE prints them)")
-    runs = find_runs(out) if os.path.isdir(out) else {}
+def program_tps(out, mode, runs, a, conf):
+    """{key: the median tokens/s (per GPU for multigpu) over its runs}."""
+    if mode == "multigpu":
+        rs = mg_runs(out)
+        for r in rs:
+            try:
+                mg_figures(out, r, 0)
+            except Exception:  # a run without figures is left out
+                pass
+        return {p["key"]: p.get("tps_gpu") for p in mg_programs(rs)}
     skip = a.skip if a.skip is not None else int(conf.get("skip", 3))
     toml, B0, T0 = (("gpt2_124m", 64, 1024) if mode == "gpt2" else
                     ("llama3_1b", 8, 2048))
     B, T = a.B or int(conf.get("B", B0)), a.T or int(conf.get("T", T0))
     progs = one_gpu_programs(out, runs, toml, B, T, skip, 0, 0)
+    return {k: p.get("tps") for k, p in progs.items()}
+
+
+def plan_main(a):
+    """Print the next call's PROGRAMS, FIRST_REP and REPS for
+    bench/gpu_train.sh or bench/multi_gpu.sh: docs/PERFORMANCE.md's order
+    (a screening round of every program once; then rounds 2 .. REPS of
+    trainrun's programs, the fastest configuration of each peer and every
+    configuration within --within percent of it; multi_gpu.sh's checkpoint
+    run once, in round 1), as many programs of the next round as fit
+    --budget seconds by their measured (else typical) wall time; a _nosync
+    configuration after its twin (in this call, or with --warm-cache in an
+    earlier one) counts as a warm compile."""
+    out = a.out
+    conf = read_conf(out) if os.path.isdir(out) else {}
+    mode = a.mode or conf.get("mode")
+    if mode not in ("gpt2", "llama1b", "multigpu"):
+        sys.exit("summarize --plan: --mode gpt2|llama1b|multigpu (or "
+                 "OUTDIR/bench.conf)")
+    keys = a.programs.replace(",", " ").split()
+    if not keys:
+        sys.exit("summarize --plan: --programs KEYS (bench/gpu_train.sh "
+                 "--list MODE or bench/multi_gpu.sh --list --nproc N prints "
+                 "them)")
+    runs = find_runs(out) if os.path.isdir(out) else {}
+    for k in keys:  # multi_gpu.sh's checkpoint run has no round in its name
+        if family_of(k) == "ckpt" and read_rc(out, k) is not None:
+            runs[k] = [(1, k)]
+    tps = program_tps(out, mode, runs, a, conf) if runs else {}
     # a run the call's deadline skipped is still to do; failed ones count
     done = {k: {r for r, name in runs.get(k, [])
                 if read_rc(out, name) not in (None, "skipped")}
@@ -552,10 +599,10 @@ def plan_main(a):
     todo = [k for k in keys if 1 not in done[k]]
     first = 1
     if not todo:  # screening done: the programs of rounds 2 .. reps
-        sel = {"trainrun"} & set(keys)
-        for fam in ("llmc", "torch"):
-            c = [(progs[k]["tps"], k) for k in keys if family_of(k) == fam
-                 and progs.get(k, {}).get("tps")]
+        sel = {k for k in keys if family_of(k) == "trainrun"}
+        for fam in ("llmc", "torch", "torch1b", "torch8b"):
+            c = [(tps[k], k) for k in keys if family_of(k) == fam
+                 and tps.get(k)]
             if c:
                 top = max(c)[0]
                 sel |= {k for t, k in c if t >= top * (1 - a.within / 100)}
@@ -571,7 +618,7 @@ def plan_main(a):
     # the same graph, warm from the caches of the first (or, with
     # --warm-cache, of an earlier call), so it costs a warm compile
     warm_w = min([wall_of(out, mode, j, runs) for j in runs
-                  if family_of(j) == "torch"] or [0])
+                  if family_of(j).startswith("torch")] or [0])
     groups = []
     for k in todo:
         twin = k[:-len("_nosync")] if k.endswith("_nosync") else None
