@@ -13,8 +13,9 @@
  *
  * Context parallel ("cp ..."): one rank's ring attention at CP 2 against
  * the whole sequence. Document masks ("docs ..."): Llama 1B attention
- * over B2 x T8192 cut into documents of mean length 1024, cuDNN's ragged
- * graph against the flash kernel.
+ * over B2 x T8192 and B8 x T2048 cut into documents of mean length 1024
+ * (TFLOP/s counts each document's causal square), cuDNN's ragged graph
+ * against the flash kernel.
  *
  * usage: kernels_bench [-q] [-d] [-i iters] [-f filter]
  *   -q        quick: smaller batch (B 8), fewer iterations
@@ -974,6 +975,9 @@ int main(int argc, char** argv) {
   bench_optimizer();
   bench_cp(quick ? 4096 : 16384);
   bench_docs(quick ? 1 : 2, 8192);
+  /* block_causal's training shape (bench/parallel_gpu.sh's flex runs, Llama
+   * 3.2 1B B8 T2048), against "attention llama" below (causal, T 2048) */
+  bench_docs(quick ? 2 : 8, 2048);
 
   /* Llama-3 1B-like layer: C 2048, 32 heads of 64, 8 kv heads, FFN 8192 */
   {
