@@ -362,6 +362,7 @@ void tr_compose_ddp_opts(const tr_config_t* cfg, tr_pg_t* pg,
                          tr_ddp_opts_t* o) {
   tr_ddp_opts_init(o);
   o->pg = pg;
+  o->bucket_bytes = tr_param_int(TR_PARAM_DDP_BUCKET_MB) << 20;
   o->train_timeout_ms = cfg->comm.train_timeout_seconds * 1000;
   o->comm_timing = cfg->metrics.comm_overlap;
   o->sync_fault = tr_fault_grad_sync; /* --debug.fault on DDP's buckets */

@@ -43,6 +43,8 @@ typedef enum {
      "actions of every pipeline rank as a Chrome trace to this file")         \
   XX(PP_TRACE_STEP, "TRAINRUN_PP_TRACE_STEP", INT, "2", 1, INT64_MAX,         \
      "the step TRAINRUN_PP_TRACE records")                                    \
+  XX(DDP_BUCKET_MB, "TRAINRUN_DDP_BUCKET_MB", INT, "25", 1, 65536,             \
+     "DDP: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)")        \
   XX(ATTENTION, "TRAINRUN_ATTENTION", STRING, "auto", 0, 0,                    \
      "CUDA attention kernels: auto (cuDNN, else flash, else simt), cudnn, "    \
      "flash or simt")                                                          \
