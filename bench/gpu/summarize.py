@@ -466,6 +466,9 @@ def one_gpu_main(a):
           "versions-CALL_ID.txt: GPU, driver, CUDA, NCCL, PyTorch, llm.c's "
           "and trainrun's commits, one per call; shards.txt: the data's "
           "sha256.", ""]
+    if os.path.exists(os.path.join(out, "NOTES.md")):
+        L += ["What happened to this folder (runs moved aside, corrections "
+              "to the versions files): [NOTES.md](NOTES.md).", ""]
     text = "\n".join(L)
     sys.stdout.write(text)
     with open(os.path.join(out, "README.md"), "w") as f:
