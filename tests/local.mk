@@ -5,3 +5,8 @@
 # (tests/layers.py prints each violation with its files and symbols).
 TESTS += tests/layers.test
 EXTRA_DIST += tests/layers.test tests/layers.py
+
+# The GPU protocol's plan over calls (bench/gpu/summarize.py --plan), on
+# output folders the test makes.
+TESTS += tests/bench_plan.test
+EXTRA_DIST += tests/bench_plan.test tests/bench_plan.py

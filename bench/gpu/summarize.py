@@ -526,6 +526,8 @@ def wall_of(out, mode, key, runs):
         w = []
         for k in keys:
             for _, name in runs.get(k, []):
+                if read_rc(out, name) == "skipped":  # ran not at all or cut
+                    continue
                 try:
                     with open(os.path.join(out, name + ".wall")) as f:
                         w.append(float(f.read().strip()))
