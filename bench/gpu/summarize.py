@@ -68,6 +68,15 @@ def read_rc(out, name):
         return None
 
 
+def run_wall(out, name):
+    """A run's wall seconds (NAME.wall), or None."""
+    try:
+        with open(os.path.join(out, name + ".wall")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def read_text(out, name):
     try:
         with open(os.path.join(out, name), errors="replace") as f:
@@ -272,8 +281,7 @@ def one_gpu_programs(out, runs, toml, B, T, skip, fpt, peak):
     FLOPs a token over peak; None without a peak)."""
     progs = {}
     for key, rs in runs.items():
-        family = ("trainrun" if key == "trainrun" else
-                  "llmc" if key.startswith("llmc") else "torch")
+        family = family_of(key)
         p = {"key": key, "family": family, "runs": []}
         if family == "trainrun":
             p["config"] = f"bench/gpu/{toml}.toml"
@@ -526,13 +534,10 @@ def wall_of(out, mode, key, runs):
         w = []
         for k in keys:
             for _, name in runs.get(k, []):
-                if read_rc(out, name) == "skipped":  # ran not at all or cut
-                    continue
-                try:
-                    with open(os.path.join(out, name + ".wall")) as f:
-                        w.append(float(f.read().strip()))
-                except (OSError, ValueError):
-                    pass
+                t = run_wall(out, name)
+                # a skipped run did not run at all, or was cut
+                if t is not None and read_rc(out, name) != "skipped":
+                    w.append(t)
         return w
     w = walls([key]) or walls([k for k in runs
                                if wall_class(k) == wall_class(key)])
@@ -807,19 +812,11 @@ def mg_console_steps(path):
     return rows
 
 
-def mg_wall(out, name):
-    try:
-        with open(os.path.join(out, name + ".wall")) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def mg_figures(out, r, peak):
     """Fill r with the sub-run's figures and status."""
     name = r["name"]
     r["rc"] = read_rc(out, name)
-    r["wall_s"] = mg_wall(out, name)
+    r["wall_s"] = run_wall(out, name)
     r["log"] = name + ".log"
     summary = {}
     if r["kind"] == "torch":
@@ -1200,7 +1197,7 @@ def multigpu_main(a):
           "|---|---:|---|"]
     names = ["make_shard_llama", "make_shard_gpt2"] + [r["name"] for r in runs]
     for nm in names:
-        w, rc = mg_wall(out, nm), read_rc(out, nm)
+        w, rc = run_wall(out, nm), read_rc(out, nm)
         if w is not None or rc is not None:
             L.append(f"| {nm} | {fmt(w, 'd')} | {rc} |")
     L += ["", "## Environment", "", "```", env, "```", ""]
