@@ -216,9 +216,16 @@ static int fused_go(void* dinp, float* part, const void* dout, const void* inp,
                     int64_t N, int C, int64_t rows_per, int nchunks, int W,
                     size_t smem, cudaStream_t s) {
   auto k = norm_bwd_fused_kernel<T, V, RMS>;
-  if (smem > 48 * 1024)  // above the default: opt in (once would do)
+  // above the default: opt in, once per device and size (not every step)
+  static int opted[TR_MAX_DEVICES];
+  int dev;
+  TR_CHECK(tr__cuda_device(&dev));
+  if (smem > 48 * 1024 &&
+      (size_t)__atomic_load_n(&opted[dev], __ATOMIC_RELAXED) < smem) {
     TR_CHECK(TR_CUDA_CALL(cudaFuncSetAttribute(
         k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)));
+    __atomic_store_n(&opted[dev], (int)smem, __ATOMIC_RELAXED);
+  }
   k<<<nchunks, 32 * W, smem, s>>>((T*)dinp, part, (const T*)dout, (const T*)inp,
                                   (const T*)w, mean, rstd, N, C, rows_per);
   return TR_CUDA_LAUNCHED("norm_bwd_fused_kernel");
