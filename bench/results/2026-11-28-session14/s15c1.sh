@@ -1,5 +1,5 @@
 #!/bin/bash
-# NEXT SESSION call 1 (one H100; carry [".gpu", ".gpu6"]): .gpu = main 1849bbb, .gpu6 = gemmtune a83f62d (rebased on main) (GEMM algorithms timed at first use)
+# NEXT SESSION call 1 (one H100; carry [".gpu", ".gpu6"]): .gpu = main fcae3ff, .gpu6 = gemmtune 06be53d (rebased on main) (GEMM algorithms timed at first use)
 . .gpu/env.sh >/dev/null 2>&1
 R=$OUT/r; mkdir -p "$R"
 (sleep 570; cd "$OUT" && tar czf c1.tgz r) &
