@@ -303,7 +303,8 @@ static void deterministic_on(const tr_config_t* cfg, FILE* out) {
 #ifdef HAVE_CUDA
   tr_kern_cuda_set_deterministic(1, cfg->debug.deterministic_warn_only);
   fprintf(out,
-          "debug.deterministic: cuDNN's attention backward writes dQ directly; "
+          "debug.deterministic: GEMMs take cuBLASLt's heuristic pick (no "
+          "timed choice); cuDNN's attention backward writes dQ directly; "
           "where it cannot, %s\n",
           cfg->debug.deterministic_warn_only
               ? "its atomic form runs with a warning"

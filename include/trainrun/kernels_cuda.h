@@ -61,6 +61,17 @@ void tr_kern_cuda_release(void);
 /* fp32 GEMMs of the fp32 path: 0 = full fp32 (default), 1 = TF32 tensor
  * cores (about 1e-3 relative error). Process-wide. */
 void tr_kern_cuda_set_tf32(int on);
+/* GEMM algorithms timed at a GEMM shape's first use (kernels/cuda/
+ * matmul.cu): cuBLASLt's first n candidates, the fastest kept from the
+ * second use on whose timings have completed; 1: the heuristic's pick
+ * only; 0 (or never called): TRAINRUN_GEMM_TUNE. Plans built before the
+ * call keep theirs. Under tr_kern_cuda_set_deterministic every plan built
+ * takes the heuristic's pick (timed picks vary from run to run).
+ * Process-wide. */
+void tr_kern_cuda_set_gemm_tune(int n);
+/* The process's GEMM plans whose candidates were timed and compared, and
+ * those of them where another candidate than the heuristic's won. */
+void tr_kern_cuda_gemm_tune_stats(int64_t* timed, int64_t* changed);
 
 /* ---- embedding ---- */
 
@@ -298,8 +309,10 @@ tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void);
  * the free memory: they keep dS, B H T^2 bf16) is declined and the
  * deterministic flash/SIMT backward runs; with warn_only as well, the
  * atomic graph runs there with a warning. cuBLAS(Lt) matmuls are
- * deterministic already: one stream and one workspace per handle, no
- * atomics mode. */
+ * deterministic given their algorithm (one stream and one workspace per
+ * handle, no atomics mode); with on, plans built after the call take the
+ * heuristic's pick instead of timing candidates (tr_kern_cuda_set_gemm_tune).
+ * Call it before the first GEMM. */
 void tr_kern_cuda_set_deterministic(int on, int warn_only);
 
 /* Causal attention, softmax(q k^T / sqrt(D)) v, grouped-query heads

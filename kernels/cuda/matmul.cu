@@ -25,15 +25,33 @@
 // stride left 0). Where cuBLASLt offers no batched algorithm the batches
 // run one GEMM each.
 //
+// The heuristic's first algorithm is not always the fastest for a shape.
+// A plan keeps its first TRAINRUN_GEMM_TUNE (8; tr_kern_cuda_set_gemm_tune;
+// 1 under [debug] deterministic) candidates; at the plan's
+// first use each candidate runs once to warm up and TUNE_REPS times between
+// two events, on the same stream before the real GEMM (the operands are the
+// real ones; C is the real one where beta is 0, as the real GEMM then
+// overwrites it, else a scratch copy's room), and the host never waits: a
+// later use reads the events once they have completed and keeps the fastest
+// (cf. PyTorch's TunableOp, which times cuBLASLt's candidates the same way).
+// The first step runs the heuristic's pick and pays for the timings (~30
+// GEMMs a shape); the picks depend on timings, so two runs may pick
+// differently (GPU results are not bit-reproducible run to run anyway).
+//
 // cuBLASLt is not linked: the first handle loads it (cublaslt_load.cu) and
 // every call goes through that table (lt->cublasLt...).
 #include "kernels/cuda/common.cuh"
 
 #include <pthread.h>
+
+#include "trainrun/param.h"
 #include <stdlib.h>
 #include <string.h>
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
+#define TUNE_MAX 16                         // TRAINRUN_GEMM_TUNE's bound
+#define TUNE_REPS 3                         // timed runs a candidate
+#define TUNE_SCRATCH_MAX ((size_t)256 << 20)  // beta != 0: C's scratch
 
 // cuBLASLt's functions (cublaslt_load.cu), set with the first handle;
 // lt_check runs only on statuses those returned
@@ -58,13 +76,22 @@ typedef struct {
   int align_a, align_b, align_c, align_aux;
 } plan_key_t;
 
+typedef enum { TUNE_OFF = 0, TUNE_TODO, TUNE_TIMING } tune_state_t;
+
 typedef struct {
   plan_key_t key;
   int supported;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t algo;  // the one that runs
   size_t ws;
+  // the heuristic's candidates (cand[0] its pick) and their timing events
+  // (ev[2i], ev[2i+1] around candidate i's timed runs; NULL: it failed)
+  tune_state_t tune;
+  int ncand;
+  cublasLtMatmulAlgo_t cand[TUNE_MAX];
+  size_t cand_ws[TUNE_MAX];
+  cudaEvent_t ev[2 * TUNE_MAX];
 } plan_t;
 
 static pthread_mutex_t lt_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -72,6 +99,8 @@ static cublasLtHandle_t handles[TR_MAX_DEVICES];
 static plan_t** plans;
 static int n_plans, cap_plans;
 static int use_tf32;
+static int gemm_tune = -1;  // tr_kern_cuda_set_gemm_tune; -1: the param
+static int64_t tune_timed, tune_changed;  // tr_kern_cuda_gemm_tune_stats
 
 static cudaDataType_t cuda_type(int dt) {
   return dt == TR_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -94,8 +123,17 @@ static int align_batched(const void* p, int64_t stride, int dt) {
   return s < a ? s : a;
 }
 
+static void tune_events_free(plan_t* p) {
+  for (int i = 0; i < 2 * TUNE_MAX; i++)
+    if (p->ev[i]) {
+      cudaEventDestroy(p->ev[i]);
+      p->ev[i] = NULL;
+    }
+}
+
 static void plan_free(plan_t* p) {
   if (!p) return;
+  tune_events_free(p);
   if (p->desc) lt->cublasLtMatmulDescDestroy(p->desc);
   if (p->la) lt->cublasLtMatrixLayoutDestroy(p->la);
   if (p->lb) lt->cublasLtMatrixLayoutDestroy(p->lb);
@@ -127,8 +165,11 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
   cublasOperation_t opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // B' = our A
   cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k->epi;
   cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t res;
-  int nres = 0;
+  cublasLtMatmulHeuristicResult_t res[TUNE_MAX];
+  int nres = 0, want = __atomic_load_n(&gemm_tune, __ATOMIC_RELAXED);
+  if (want < 1) want = (int)tr_param_int(TR_PARAM_GEMM_TUNE);
+  if (want > TUNE_MAX) want = TUNE_MAX;
+  if (tr__cuda_deterministic()) want = 1;  // picks that timings choose vary
   size_t ws = WORKSPACE_BYTES;
   uint32_t al_a = (uint32_t)k->align_b, al_b = (uint32_t)k->align_a,
            al_c = (uint32_t)k->align_c;
@@ -203,11 +244,17 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
     goto out_pref;
   {
     cublasStatus_t st = lt->cublasLtMatmulAlgoGetHeuristic(
-        h, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres);
+        h, p->desc, p->la, p->lb, p->lc, p->lc, pref, want, res, &nres);
     if (st == CUBLAS_STATUS_SUCCESS && nres > 0) {
       p->supported = 1;
-      p->algo = res.algo;
-      p->ws = res.workspaceSize;
+      p->algo = res[0].algo;
+      p->ws = res[0].workspaceSize;
+      for (int i = 0; i < nres; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS) {
+          p->cand[p->ncand] = res[i].algo;
+          p->cand_ws[p->ncand++] = res[i].workspaceSize;
+        }
+      p->tune = p->ncand > 1 ? TUNE_TODO : TUNE_OFF;
     } else if (st != CUBLAS_STATUS_SUCCESS &&
                st != CUBLAS_STATUS_NOT_SUPPORTED) {
       rc = lt_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
@@ -243,8 +290,127 @@ static int plan_get(const plan_key_t* k, plan_t** out) {
   return 0;
 }
 
-// Run one plan (lt_lock held): set the epilogue pointers, take workspace
-// from the stream's pool, launch.
+// One launch of plan p with algorithm algo (workspace ws_bytes from the
+// stream's pool) into C. The status is returned as is (the caller reports
+// it: a candidate's failure is not an error).
+static cublasStatus_t plan_launch(plan_t* p, cublasLtHandle_t h,
+                                  const tr_cuda_gemm_t* g, void* C,
+                                  const cublasLtMatmulAlgo_t* algo,
+                                  size_t ws_bytes, cudaStream_t s) {
+  void* ws = NULL;
+  if (ws_bytes && tr__cuda_tmp_alloc(&ws, ws_bytes, s) < 0)
+    return CUBLAS_STATUS_ALLOC_FAILED;
+  cublasStatus_t st =
+      lt->cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A, p->lb,
+                         &g->beta, C, p->lc, C, p->lc, algo, ws, ws_bytes, s);
+  tr__cuda_tmp_free(ws, s);
+  return st;
+}
+
+// The elements C spans: its rows (ldc apart) of every batch.
+static size_t c_span(const plan_key_t* k) {
+  size_t n = (size_t)((k->M - 1) * k->ldc + k->N);
+  if (k->batch > 1) n += (size_t)(k->sc * (k->batch - 1));
+  return n;
+}
+
+// Enqueue the candidates' timings on s, before the real GEMM (lt_lock
+// held, the epilogue pointers set). C is the real one where beta is 0 (the
+// real GEMM after them writes it whole, and an aux it writes), else a
+// scratch room; a plan whose scratch would pass TUNE_SCRATCH_MAX, or whose
+// timings cannot start, keeps the heuristic's pick.
+static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
+                       cudaStream_t s) {
+  p->tune = TUNE_OFF;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess ||
+      cap != cudaStreamCaptureStatusNone)
+    return;
+  void* C = g->C;
+  size_t bytes = g->beta != 0.0f ? c_span(&p->key) *
+                                       tr_dtype_size((tr_dtype_t)p->key.c_type)
+                                 : 0;
+  if (bytes > TUNE_SCRATCH_MAX) return;
+  // quietly: without the room the heuristic's pick stays
+  if (bytes && cudaMallocAsync(&C, bytes, s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  int timed = 0;
+  for (int i = 0; i < p->ncand; i++) {
+    cudaEvent_t* e = &p->ev[2 * i];
+    if (cudaEventCreate(&e[0]) != cudaSuccess ||
+        cudaEventCreate(&e[1]) != cudaSuccess)
+      break;
+    int ok = plan_launch(p, h, g, C, &p->cand[i], p->cand_ws[i], s) ==
+             CUBLAS_STATUS_SUCCESS;
+    ok = ok && cudaEventRecord(e[0], s) == cudaSuccess;
+    for (int r = 0; ok && r < TUNE_REPS; r++)
+      ok = plan_launch(p, h, g, C, &p->cand[i], p->cand_ws[i], s) ==
+           CUBLAS_STATUS_SUCCESS;
+    ok = ok && cudaEventRecord(e[1], s) == cudaSuccess;
+    if (!ok) {  // this candidate is left out
+      cudaEventDestroy(e[0]);
+      cudaEventDestroy(e[1]);
+      e[0] = e[1] = NULL;
+    } else {
+      timed++;
+    }
+  }
+  if (bytes) (void)cudaFreeAsync(C, s);
+  (void)cudaGetLastError();  // a failed candidate's launch error, if any
+  if (timed > 1)
+    p->tune = TUNE_TIMING;
+  else
+    tune_events_free(p);
+}
+
+// Once the candidates' timings have run (no wait: cudaEventQuery), keep the
+// fastest (lt_lock held). Not yet done: ask again at the next use.
+static void tune_finish(plan_t* p) {
+  int last = -1;
+  for (int i = 0; i < p->ncand; i++)
+    if (p->ev[2 * i]) last = i;
+  if (last < 0) {
+    p->tune = TUNE_OFF;
+    return;
+  }
+  cudaError_t q = cudaEventQuery(p->ev[2 * last + 1]);
+  if (q == cudaErrorNotReady) return;
+  int best = -1;
+  float best_ms = 0, first_ms = -1;
+  for (int i = 0; q == cudaSuccess && i <= last; i++) {
+    float ms;
+    if (!p->ev[2 * i] ||
+        cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) !=
+            cudaSuccess)
+      continue;
+    if (i == 0) first_ms = ms;
+    if (best < 0 || ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  (void)cudaGetLastError();
+  if (best >= 0) {
+    tune_timed++;
+    if (best > 0) tune_changed++;
+    p->algo = p->cand[best];
+    p->ws = p->cand_ws[best];
+    TR_LOG_DEBUG(KERN,
+                 "GEMM M=%lld N=%lld K=%lld batch=%lld: candidate %d of %d, "
+                 "%.3f ms (the heuristic's pick %.3f ms)",
+                 (long long)p->key.M, (long long)p->key.N, (long long)p->key.K,
+                 (long long)p->key.batch, best + 1, p->ncand,
+                 best_ms / TUNE_REPS, first_ms / TUNE_REPS);
+  }
+  tune_events_free(p);
+  p->tune = TUNE_OFF;
+}
+
+// Run one plan (lt_lock held): set the epilogue pointers, time the
+// candidates at its first use, take workspace from the stream's pool,
+// launch.
 static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
                     void* aux, cudaStream_t s) {
   cublasLtHandle_t h;
@@ -257,13 +423,12 @@ static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
       epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epi == CUBLASLT_EPILOGUE_DGELU)
     TR_CHECK(LT(lt->cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)));
-  void* ws = NULL;
-  if (p->ws) TR_CHECK(tr__cuda_tmp_alloc(&ws, p->ws, s));
-  int rc = LT(lt->cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A,
-                                 p->lb, &g->beta, g->C, p->lc, g->C, p->lc,
-                                 &p->algo, ws, p->ws, s));
-  tr__cuda_tmp_free(ws, s);
-  return rc;
+  if (p->tune == TUNE_TIMING)
+    tune_finish(p);
+  else if (p->tune == TUNE_TODO)
+    tune_start(p, h, g, s);
+  return lt_check(plan_launch(p, h, g, g->C, &p->algo, p->ws, s),
+                  "cublasLtMatmul", __FILE__, __LINE__);
 }
 
 static cublasLtEpilogue_t epilogue_of(const tr_cuda_gemm_t* g) {
@@ -549,6 +714,18 @@ extern "C" int tr_kern_cuda_init(void) {
 
 extern "C" void tr_kern_cuda_set_tf32(int on) {
   __atomic_store_n(&use_tf32, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+extern "C" void tr_kern_cuda_set_gemm_tune(int n) {
+  __atomic_store_n(&gemm_tune, n, __ATOMIC_RELAXED);
+}
+
+extern "C" void tr_kern_cuda_gemm_tune_stats(int64_t* timed,
+                                             int64_t* changed) {
+  pthread_mutex_lock(&lt_lock);
+  if (timed) *timed = tune_timed;
+  if (changed) *changed = tune_changed;
+  pthread_mutex_unlock(&lt_lock);
 }
 
 extern "C" void tr__cuda_matmul_release(void) {
