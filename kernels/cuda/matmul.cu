@@ -31,7 +31,8 @@
 // first use each candidate runs once to warm up and TUNE_REPS times between
 // two events, on the same stream before the real GEMM (the operands are the
 // real ones; C is the real one where beta is 0, as the real GEMM then
-// overwrites it, else a scratch copy's room), and the host never waits: a
+// overwrites it, else a scratch room of up to 256 MiB; larger, the plan
+// keeps the heuristic's pick), and the host never waits: a
 // later use reads the events once they have completed and keeps the fastest
 // (cf. PyTorch's TunableOp, which times cuBLASLt's candidates the same way).
 // The first step runs the heuristic's pick and pays for the timings (~30
@@ -43,10 +44,10 @@
 #include "kernels/cuda/common.cuh"
 
 #include <pthread.h>
-
-#include "trainrun/param.h"
 #include <stdlib.h>
 #include <string.h>
+
+#include "trainrun/param.h"
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
 #define TUNE_MAX 16                         // TRAINRUN_GEMM_TUNE's bound
@@ -336,12 +337,14 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
     (void)cudaGetLastError();
     return;
   }
-  int timed = 0;
+  int timed = 0, failed = 0;
   for (int i = 0; i < p->ncand; i++) {
     cudaEvent_t* e = &p->ev[2 * i];
     if (cudaEventCreate(&e[0]) != cudaSuccess ||
-        cudaEventCreate(&e[1]) != cudaSuccess)
+        cudaEventCreate(&e[1]) != cudaSuccess) {
+      failed = 1;
       break;
+    }
     int ok = plan_launch(p, h, g, C, &p->cand[i], p->cand_ws[i], s) ==
              CUBLAS_STATUS_SUCCESS;
     ok = ok && cudaEventRecord(e[0], s) == cudaSuccess;
@@ -353,12 +356,15 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
       cudaEventDestroy(e[0]);
       cudaEventDestroy(e[1]);
       e[0] = e[1] = NULL;
+      failed = 1;
     } else {
       timed++;
     }
   }
-  if (bytes) (void)cudaFreeAsync(C, s);
-  (void)cudaGetLastError();  // a failed candidate's launch error, if any
+  if (bytes && cudaFreeAsync(C, s) != cudaSuccess) failed = 1;
+  // what failed here is not the caller's error: the later launch checks
+  // (TR_CUDA_LAUNCHED) must not see it
+  if (failed) (void)cudaGetLastError();
   if (timed > 1)
     p->tune = TUNE_TIMING;
   else
@@ -377,21 +383,23 @@ static void tune_finish(plan_t* p) {
   }
   cudaError_t q = cudaEventQuery(p->ev[2 * last + 1]);
   if (q == cudaErrorNotReady) return;
-  int best = -1;
+  int best = -1, failed = q != cudaSuccess;
   float best_ms = 0, first_ms = -1;
   for (int i = 0; q == cudaSuccess && i <= last; i++) {
     float ms;
-    if (!p->ev[2 * i] ||
-        cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) !=
-            cudaSuccess)
+    if (!p->ev[2 * i]) continue;
+    if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) !=
+        cudaSuccess) {
+      failed = 1;
       continue;
+    }
     if (i == 0) first_ms = ms;
     if (best < 0 || ms < best_ms) {
       best = i;
       best_ms = ms;
     }
   }
-  (void)cudaGetLastError();
+  if (failed) (void)cudaGetLastError();  // as in tune_start
   if (best >= 0) {
     tune_timed++;
     if (best > 0) tune_changed++;
