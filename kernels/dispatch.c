@@ -1442,6 +1442,11 @@ void tr_kern_step_tail_release(tr_device_type_t type) {
   if (ops && ops->step_tail_release) ops->step_tail_release();
 }
 
+void tr_kern_step_begin(tr_device_type_t type) {
+  const tr_kern_ops_t* ops = tr_kern_ops(type);
+  if (ops && ops->step_begin) ops->step_begin();
+}
+
 double tr_kern_clip_coef(double total_norm, double max_norm) {
   double coef = max_norm / (total_norm + 1e-6);
   return coef < 1.0 ? coef : 1.0;

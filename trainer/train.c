@@ -369,6 +369,7 @@ int tr_trainer_step(tr_trainer_t* t, tr_step_stats_t* st, tr_errmsg_t* err) {
   double t0 = tr__now();
   tr_fault_step(t->step + 1); /* kill, exit, slow */
   tr_model_t* m = &t->model;
+  tr_kern_step_begin(m->device.type); /* CUDA: the GEMMs' timed picks */
   int rc = tr_model_zero_grad(m);
   if (rc < 0) return tr_errmsg_set(err, rc, "zero_grad: %s", tr_strerror(rc));
   /* the step's actions: one stage, 1F1B over the micro-batches (the

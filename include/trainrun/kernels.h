@@ -380,6 +380,10 @@ typedef struct tr_kern_ops {
                    double max_norm, float* losses, int64_t nloss);
   int (*step_tail_wait)(double* sumsq, double* loss_sum);
   void (*step_tail_release)(void);
+  /* Before a training step (NULL: nothing to do): CUDA switches GEMM
+   * plans whose candidates' timings completed to the fastest
+   * (tr_kern_cuda_gemm_tune_apply). */
+  void (*step_begin)(void);
   int (*scale)(float* x, float s, int64_t n);            /* x *= s */
   int (*add)(float* out, const float* a, const float* b, /* out = a + b */
              int64_t n);
@@ -698,6 +702,9 @@ int tr_kern_step_tail_wait(tr_device_type_t type, double* sumsq,
 /* Free the calling thread's step-tail buffers (pinned host memory, an
  * event); the next tr_kern_step_tail makes new ones. */
 void tr_kern_step_tail_release(tr_device_type_t type);
+/* What a device's kernels do before each training step (ops->step_begin;
+ * a device without it: nothing). */
+void tr_kern_step_begin(tr_device_type_t type);
 int tr_kern_scale(tr_tensor_t* x, float s);
 int tr_kern_add(tr_tensor_t* out, const tr_tensor_t* a, const tr_tensor_t* b);
 int tr_kern_accumulate(tr_tensor_t* y, const tr_tensor_t* x);

@@ -62,13 +62,19 @@ void tr_kern_cuda_release(void);
  * cores (about 1e-3 relative error). Process-wide. */
 void tr_kern_cuda_set_tf32(int on);
 /* GEMM algorithms timed at a GEMM shape's first use (kernels/cuda/
- * matmul.cu): cuBLASLt's first n candidates, the fastest kept from the
- * second use on whose timings have completed; 1: the heuristic's pick
- * only; 0 (or never called): TRAINRUN_GEMM_TUNE. Plans built before the
- * call keep theirs. Under tr_kern_cuda_set_deterministic every plan built
- * takes the heuristic's pick (timed picks vary from run to run).
- * Process-wide. */
+ * matmul.cu): cuBLASLt's first n candidates; 1: the heuristic's pick only;
+ * 0 (or never called): TRAINRUN_GEMM_TUNE. Plans built before the call
+ * keep theirs. Under tr_kern_cuda_set_deterministic every plan built takes
+ * the heuristic's pick (timed picks vary from run to run). Process-wide.
+ * The candidates write C where beta is 0 (else a scratch copy) and an aux
+ * the GEMM writes: a GEMM whose C the real call reads is never tuned in
+ * place (an aux overlapping C is not tuned). */
 void tr_kern_cuda_set_gemm_tune(int n);
+/* Switch every plan whose candidates' timings have completed (no wait) to
+ * its fastest candidate. Until then, and between two calls, a plan keeps
+ * its algorithm: call it between steps (the trainer does, before each),
+ * so that recomputed activations equal the first pass's bits. */
+void tr_kern_cuda_gemm_tune_apply(void);
 /* The process's GEMM plans whose candidates were timed and compared, and
  * those of them where another candidate than the heuristic's won. */
 void tr_kern_cuda_gemm_tune_stats(int64_t* timed, int64_t* changed);
@@ -153,10 +159,10 @@ typedef enum {
  * C has c_type (TR_BF16, or TR_F32 also with bf16 A and B: fp32 gradients
  * accumulated with beta = 1). bias [N] and aux [M,N] (row stride ldaux,
  * a multiple of 8) have type c_type.
- * Plans (descriptors and the heuristic's algorithm) are cached per shape,
- * dtype, alignment and device; an epilogue cuBLASLt does not offer for a
- * case runs as separate kernels with the same result. beta == 0 ignores
- * C's old contents (NaNs included). */
+ * Plans (descriptors and an algorithm: tr_kern_cuda_set_gemm_tune) are
+ * cached per shape, dtype, alignment and device; an epilogue cuBLASLt does
+ * not offer for a case runs as separate kernels with the same result.
+ * beta == 0 ignores C's old contents (NaNs included). */
 typedef struct {
   int transa, transb;
   int64_t M, N, K;

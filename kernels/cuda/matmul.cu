@@ -4,7 +4,7 @@
 //
 // Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T,
 // so cuBLASLt is called with the operands swapped. A plan (the operation
-// descriptor, the three layouts and the algorithm the heuristic picked) is
+// descriptor, the three layouts and the algorithm chosen, below) is
 // built once per shape, dtypes, epilogue, pointer alignment and device and
 // cached; later calls only set the epilogue pointers and launch. When
 // cuBLASLt offers no algorithm for an epilogue, the plain GEMM runs and the
@@ -27,17 +27,19 @@
 //
 // The heuristic's first algorithm is not always the fastest for a shape.
 // A plan keeps its first TRAINRUN_GEMM_TUNE (8; tr_kern_cuda_set_gemm_tune;
-// 1 under [debug] deterministic) candidates; at the plan's
-// first use each candidate runs once to warm up and TUNE_REPS times between
-// two events, on the same stream before the real GEMM (the operands are the
-// real ones; C is the real one where beta is 0, as the real GEMM then
-// overwrites it, else a scratch room of up to 256 MiB; larger, the plan
-// keeps the heuristic's pick), and the host never waits: a
-// later use reads the events once they have completed and keeps the fastest
-// (cf. PyTorch's TunableOp, which times cuBLASLt's candidates the same way).
-// The first step runs the heuristic's pick and pays for the timings (~30
-// GEMMs a shape); the picks depend on timings, so two runs may pick
-// differently (GPU results are not bit-reproducible run to run anyway).
+// 1 under [debug] deterministic) candidates. At the plan's first use each
+// candidate runs once to warm up and TUNE_REPS times between two events, on
+// the same stream before the real GEMM and with the real operands; C is the
+// real one where beta is 0 (the real GEMM then overwrites it), else a
+// scratch room of up to 256 MiB (larger, or with an aux that overlaps C,
+// the plan keeps the heuristic's pick). The host never waits for them:
+// tr_kern_cuda_gemm_tune_apply, which the trainer calls before each step,
+// reads the timings that have completed and switches those plans to their
+// fastest candidate, so that a step's GEMMs (an activation recomputation's
+// too) keep one algorithm each. PyTorch's TunableOp times cuBLASLt's
+// candidates too (synchronously, on buffers of its own). The first step
+// runs the heuristic's picks and pays for the timings (~50 GEMMs a shape);
+// timed picks may differ from one run to the next, as timings do.
 //
 // cuBLASLt is not linked: the first handle loads it (cublaslt_load.cu) and
 // every call goes through that table (lt->cublasLt...).
@@ -51,7 +53,7 @@
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
 #define TUNE_MAX 16                         // TRAINRUN_GEMM_TUNE's bound
-#define TUNE_REPS 3                         // timed runs a candidate
+#define TUNE_REPS 5                         // timed runs a candidate
 #define TUNE_SCRATCH_MAX ((size_t)256 << 20)  // beta != 0: C's scratch
 
 // cuBLASLt's functions (cublaslt_load.cu), set with the first handle;
@@ -291,66 +293,78 @@ static int plan_get(const plan_key_t* k, plan_t** out) {
   return 0;
 }
 
-// One launch of plan p with algorithm algo (workspace ws_bytes from the
-// stream's pool) into C. The status is returned as is (the caller reports
-// it: a candidate's failure is not an error).
-static cublasStatus_t plan_launch(plan_t* p, cublasLtHandle_t h,
-                                  const tr_cuda_gemm_t* g, void* C,
-                                  const cublasLtMatmulAlgo_t* algo,
-                                  size_t ws_bytes, cudaStream_t s) {
-  void* ws = NULL;
-  if (ws_bytes && tr__cuda_tmp_alloc(&ws, ws_bytes, s) < 0)
-    return CUBLAS_STATUS_ALLOC_FAILED;
-  cublasStatus_t st =
-      lt->cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A, p->lb,
-                         &g->beta, C, p->lc, C, p->lc, algo, ws, ws_bytes, s);
-  tr__cuda_tmp_free(ws, s);
-  return st;
+// One launch of a candidate of plan p into C, with workspace ws (NULL when
+// ws_bytes is 0). The status is returned as is: a candidate's failure is
+// not an error.
+static cublasStatus_t cand_launch(plan_t* p, cublasLtHandle_t h,
+                                  const tr_cuda_gemm_t* g, void* C, int i,
+                                  void* ws, cudaStream_t s) {
+  return lt->cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A, p->lb,
+                            &g->beta, C, p->lc, C, p->lc, &p->cand[i], ws,
+                            p->cand_ws[i], s);
 }
 
-// The elements C spans: its rows (ldc apart) of every batch.
-static size_t c_span(const plan_key_t* k) {
-  size_t n = (size_t)((k->M - 1) * k->ldc + k->N);
-  if (k->batch > 1) n += (size_t)(k->sc * (k->batch - 1));
-  return n;
+// The bytes a row-major [M, N] operand with row stride ld spans, over
+// batch batches stride apart (elements of size es).
+static size_t span_bytes(int64_t M, int64_t N, int64_t ld, int64_t batch,
+                         int64_t stride, size_t es) {
+  size_t n = (size_t)((M - 1) * ld + N);
+  if (batch > 1) n += (size_t)(stride * (batch - 1));
+  return n * es;
 }
 
 // Enqueue the candidates' timings on s, before the real GEMM (lt_lock
 // held, the epilogue pointers set). C is the real one where beta is 0 (the
 // real GEMM after them writes it whole, and an aux it writes), else a
-// scratch room; a plan whose scratch would pass TUNE_SCRATCH_MAX, or whose
-// timings cannot start, keeps the heuristic's pick.
+// scratch room; a plan whose scratch would pass TUNE_SCRATCH_MAX, whose aux
+// overlaps C (an in-place epilogue: the candidates would change what the
+// real GEMM reads), or whose timings cannot start keeps the heuristic's
+// pick. Quiet: what fails here leaves no error behind.
 static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
-                       cudaStream_t s) {
+                       const void* aux, cudaStream_t s) {
   p->tune = TUNE_OFF;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s, &cap) != cudaSuccess ||
-      cap != cudaStreamCaptureStatusNone)
-    return;
-  void* C = g->C;
-  size_t bytes = g->beta != 0.0f ? c_span(&p->key) *
-                                       tr_dtype_size((tr_dtype_t)p->key.c_type)
-                                 : 0;
-  if (bytes > TUNE_SCRATCH_MAX) return;
-  // quietly: without the room the heuristic's pick stays
-  if (bytes && cudaMallocAsync(&C, bytes, s) != cudaSuccess) {
+      cap != cudaStreamCaptureStatusNone) {
     (void)cudaGetLastError();
     return;
   }
+  const plan_key_t* k = &p->key;
+  size_t es = tr_dtype_size((tr_dtype_t)k->c_type);
+  size_t cbytes = span_bytes(k->M, k->N, k->ldc, k->batch, k->sc, es);
+  if (aux) {
+    const char *c0 = (const char*)g->C, *a0 = (const char*)aux;
+    size_t abytes = span_bytes(k->M, k->N, k->ldaux, k->batch, k->saux, es);
+    if (a0 < c0 + cbytes && c0 < a0 + abytes) return;
+  }
+  size_t bytes = g->beta != 0.0f ? cbytes : 0, wsb = 0;
+  if (bytes > TUNE_SCRATCH_MAX) return;
+  for (int i = 0; i < p->ncand; i++)
+    if (p->cand_ws[i] > wsb) wsb = p->cand_ws[i];
+  void *C = g->C, *ws = NULL;
   int timed = 0, failed = 0;
-  for (int i = 0; i < p->ncand; i++) {
+  if (bytes && cudaMallocAsync(&C, bytes, s) != cudaSuccess) {
+    C = NULL;
+    failed = 1;
+  }
+  if (C && wsb && cudaMallocAsync(&ws, wsb, s) != cudaSuccess) {
+    ws = NULL;
+    failed = 1;
+  }
+  for (int i = 0; C && (ws || !wsb) && i < p->ncand; i++) {
     cudaEvent_t* e = &p->ev[2 * i];
     if (cudaEventCreate(&e[0]) != cudaSuccess ||
         cudaEventCreate(&e[1]) != cudaSuccess) {
       failed = 1;
+      if (e[0]) cudaEventDestroy(e[0]);
+      e[0] = e[1] = NULL;
       break;
     }
-    int ok = plan_launch(p, h, g, C, &p->cand[i], p->cand_ws[i], s) ==
-             CUBLAS_STATUS_SUCCESS;
+    void* w = p->cand_ws[i] ? ws : NULL;
+    int ok = cand_launch(p, h, g, C, i, w, s) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cudaEventRecord(e[0], s) == cudaSuccess;
     for (int r = 0; ok && r < TUNE_REPS; r++)
-      ok = plan_launch(p, h, g, C, &p->cand[i], p->cand_ws[i], s) ==
-           CUBLAS_STATUS_SUCCESS;
+      ok = cand_launch(p, h, g, C, i, w, s) == CUBLAS_STATUS_SUCCESS;
     ok = ok && cudaEventRecord(e[1], s) == cudaSuccess;
     if (!ok) {  // this candidate is left out
       cudaEventDestroy(e[0]);
@@ -361,7 +375,8 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
       timed++;
     }
   }
-  if (bytes && cudaFreeAsync(C, s) != cudaSuccess) failed = 1;
+  if (ws && cudaFreeAsync(ws, s) != cudaSuccess) failed = 1;
+  if (bytes && C && cudaFreeAsync(C, s) != cudaSuccess) failed = 1;
   // what failed here is not the caller's error: the later launch checks
   // (TR_CUDA_LAUNCHED) must not see it
   if (failed) (void)cudaGetLastError();
@@ -372,7 +387,7 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
 }
 
 // Once the candidates' timings have run (no wait: cudaEventQuery), keep the
-// fastest (lt_lock held). Not yet done: ask again at the next use.
+// fastest (lt_lock held). Not yet done: ask again at the next apply.
 static void tune_finish(plan_t* p) {
   int last = -1;
   for (int i = 0; i < p->ncand; i++)
@@ -382,7 +397,10 @@ static void tune_finish(plan_t* p) {
     return;
   }
   cudaError_t q = cudaEventQuery(p->ev[2 * last + 1]);
-  if (q == cudaErrorNotReady) return;
+  if (q == cudaErrorNotReady) {  // no error (the runtime keeps it as one)
+    (void)cudaGetLastError();
+    return;
+  }
   int best = -1, failed = q != cudaSuccess;
   float best_ms = 0, first_ms = -1;
   for (int i = 0; q == cudaSuccess && i <= last; i++) {
@@ -407,7 +425,7 @@ static void tune_finish(plan_t* p) {
     p->ws = p->cand_ws[best];
     TR_LOG_DEBUG(KERN,
                  "GEMM M=%lld N=%lld K=%lld batch=%lld: candidate %d of %d, "
-                 "%.3f ms (the heuristic's pick %.3f ms)",
+                 "%.4f ms (the heuristic's pick: %.4f ms)",
                  (long long)p->key.M, (long long)p->key.N, (long long)p->key.K,
                  (long long)p->key.batch, best + 1, p->ncand,
                  best_ms / TUNE_REPS, first_ms / TUNE_REPS);
@@ -416,9 +434,9 @@ static void tune_finish(plan_t* p) {
   p->tune = TUNE_OFF;
 }
 
-// Run one plan (lt_lock held): set the epilogue pointers, time the
-// candidates at its first use, take workspace from the stream's pool,
-// launch.
+// Run one plan (lt_lock held): set the epilogue pointers, start the
+// candidates' timings at its first use, take workspace from the stream's
+// pool, launch (the picks change only in tr_kern_cuda_gemm_tune_apply).
 static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
                     void* aux, cudaStream_t s) {
   cublasLtHandle_t h;
@@ -431,12 +449,14 @@ static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
       epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || epi == CUBLASLT_EPILOGUE_DGELU)
     TR_CHECK(LT(lt->cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)));
-  if (p->tune == TUNE_TIMING)
-    tune_finish(p);
-  else if (p->tune == TUNE_TODO)
-    tune_start(p, h, g, s);
-  return lt_check(plan_launch(p, h, g, g->C, &p->algo, p->ws, s),
-                  "cublasLtMatmul", __FILE__, __LINE__);
+  if (p->tune == TUNE_TODO) tune_start(p, h, g, aux, s);
+  void* ws = NULL;
+  if (p->ws) TR_CHECK(tr__cuda_tmp_alloc(&ws, p->ws, s));
+  int rc = LT(lt->cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A,
+                                 p->lb, &g->beta, g->C, p->lc, g->C, p->lc,
+                                 &p->algo, ws, p->ws, s));
+  tr__cuda_tmp_free(ws, s);
+  return rc;
 }
 
 static cublasLtEpilogue_t epilogue_of(const tr_cuda_gemm_t* g) {
@@ -726,6 +746,13 @@ extern "C" void tr_kern_cuda_set_tf32(int on) {
 
 extern "C" void tr_kern_cuda_set_gemm_tune(int n) {
   __atomic_store_n(&gemm_tune, n, __ATOMIC_RELAXED);
+}
+
+extern "C" void tr_kern_cuda_gemm_tune_apply(void) {
+  pthread_mutex_lock(&lt_lock);
+  for (int i = 0; i < n_plans; i++)
+    if (plans[i]->tune == TUNE_TIMING) tune_finish(plans[i]);
+  pthread_mutex_unlock(&lt_lock);
 }
 
 extern "C" void tr_kern_cuda_gemm_tune_stats(int64_t* timed,

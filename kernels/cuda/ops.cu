@@ -660,6 +660,7 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->step_tail = cu_step_tail;
   t->step_tail_wait = cu_step_tail_wait;
   t->step_tail_release = cu_step_tail_release;
+  t->step_begin = tr_kern_cuda_gemm_tune_apply;
   t->scale = cu_scale<DT>;
   t->add = cu_add<DT>;
   t->accumulate = cu_accumulate<DT>;
