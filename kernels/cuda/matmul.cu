@@ -750,8 +750,16 @@ extern "C" void tr_kern_cuda_set_gemm_tune(int n) {
 
 extern "C" void tr_kern_cuda_gemm_tune_apply(void) {
   pthread_mutex_lock(&lt_lock);
+  int64_t t0 = tune_timed, c0 = tune_changed;
   for (int i = 0; i < n_plans; i++)
     if (plans[i]->tune == TUNE_TIMING) tune_finish(plans[i]);
+  if (tune_timed > t0)  // what changed, once an apply finds timings done
+    TR_LOG_INFO(KERN,
+                "GEMM tuning: %lld more shape(s) timed, another algorithm "
+                "than cuBLASLt's heuristic pick kept for %lld (so far %lld "
+                "of %lld)",
+                (long long)(tune_timed - t0), (long long)(tune_changed - c0),
+                (long long)tune_changed, (long long)tune_timed);
   pthread_mutex_unlock(&lt_lock);
 }
 
