@@ -17,8 +17,10 @@
  * (TFLOP/s counts each document's causal square), cuDNN's ragged graph
  * against the flash kernel.
  *
- * usage: kernels_bench [-q] [-d] [-i iters] [-f filter]
+ * usage: kernels_bench [-q] [-d] [-i iters] [-f filter] [-a n]
  *   -q        quick: smaller batch (B 8), fewer iterations
+ *   -a n      each GEMM row again with each of cuBLASLt's first n
+ *             candidate algorithms ("#k"; #1 is the heuristic's pick)
  *   -d        deterministic kernels ([debug] deterministic: cuDNN's
  *             attention backward writes dQ directly, no fp32 atomics)
  *   -f text   only benchmarks whose name contains text
@@ -183,6 +185,25 @@ static void report(const char* name, const char* shape, double ms, double flops,
     }                                             \
   } while (0)
 
+/* A GEMM's row, then with -a N one row per cuBLASLt candidate k < N
+ * (tr_kern_cuda_set_gemm_pick): what each algorithm takes at the same
+ * protocol, to check what the first-use timings (TRAINRUN_GEMM_TUNE) pick */
+static int algos;
+static void gemm_bench(const char* name, const char* shape, double flops,
+                       void* ctx, bench_fn fn) {
+  if (!wanted(name)) return;
+  report(name, shape, time_ms(fn, ctx), flops, 0);
+  for (int k = 0; k < algos; k++) {
+    char nk[80];
+    snprintf(nk, sizeof nk, "%s #%d", name, k + 1);
+    tr_kern_cuda_set_gemm_pick(k);
+    int64_t m0 = tr_kern_cuda_gemm_pick_misses();
+    double ms = time_ms(fn, ctx);
+    if (tr_kern_cuda_gemm_pick_misses() == m0) report(nk, shape, ms, flops, 0);
+    tr_kern_cuda_set_gemm_pick(-1);
+  }
+}
+
 /* ---- ceilings ---- */
 
 typedef struct {
@@ -238,8 +259,8 @@ static void ceilings(void) {
   if (wanted("ceiling gemm")) {
     gemm_ctx c;
     gemm_setup(&c, 0, 1, 8192, 8192, 8192, TR_BF16, TR_BF16, 0.0f);
-    double ms = time_ms(run_gemm, &c);
-    report("ceiling gemm bf16", "8192^3 NT", ms, 2.0 * 8192.0 * 8192 * 8192, 0);
+    gemm_bench("ceiling gemm bf16", "8192^3 NT", 2.0 * 8192.0 * 8192 * 8192, &c,
+               run_gemm);
     gemm_free(&c);
   }
 }
@@ -310,11 +331,11 @@ static void bench_linear(const char* tag, int64_t N, int IC, int OC, int gelu,
   snprintf(shape, sizeof shape, "%lldx%d->%d%s", (long long)N, IC, OC,
            gelu ? " +gelu" : (bias ? " +bias" : ""));
   snprintf(name, sizeof name, "linear %s fwd", tag);
-  BENCH(name, shape, fl, 0, &c, run_lin_fwd);
+  gemm_bench(name, shape, fl, &c, run_lin_fwd);
   snprintf(name, sizeof name, "linear %s bwd dinp", tag);
-  BENCH(name, shape, fl, 0, &c, run_lin_dinp);
+  gemm_bench(name, shape, fl, &c, run_lin_dinp);
   snprintf(name, sizeof name, "linear %s bwd dw+db", tag);
-  BENCH(name, shape, fl, 0, &c, run_lin_dw);
+  gemm_bench(name, shape, fl, &c, run_lin_dw);
   lin_free(&c);
 }
 
@@ -866,8 +887,11 @@ static void bench_optimizer(void) {
 
 int main(int argc, char** argv) {
   int quick = 0, opt;
-  while ((opt = getopt(argc, argv, "qdi:f:")) != -1) {
-    if (opt == 'q') {
+  while ((opt = getopt(argc, argv, "qdi:f:a:")) != -1) {
+    if (opt == 'a') {
+      algos = atoi(optarg);
+      tr_kern_cuda_set_gemm_tune(algos > 1 ? algos : 1);
+    } else if (opt == 'q') {
       quick = 1;
     } else if (opt == 'd') {
       tr_kern_cuda_set_deterministic(1, 0);
@@ -876,7 +900,8 @@ int main(int argc, char** argv) {
     } else if (opt == 'f') {
       filter = optarg;
     } else {
-      fprintf(stderr, "usage: %s [-q] [-d] [-i iters] [-f filter]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-q] [-d] [-i iters] [-f filter] [-a n]\n",
+              argv[0]);
       return 2;
     }
   }

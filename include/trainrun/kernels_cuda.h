@@ -79,6 +79,15 @@ void tr_kern_cuda_gemm_tune_apply(void);
  * those of them where another candidate than the heuristic's won. */
 void tr_kern_cuda_gemm_tune_stats(int64_t* timed, int64_t* changed);
 
+/* Benchmarks (bench/kernels_bench -a): every GEMM runs its plan's
+ * candidate k (0: the heuristic's pick; plans built after
+ * tr_kern_cuda_set_gemm_tune(n) hold n), whatever the timings chose;
+ * -1 (the default): the plan's own pick. A run whose plan holds no
+ * candidate k runs the plan's pick and counts in
+ * tr_kern_cuda_gemm_pick_misses. Process-wide. */
+void tr_kern_cuda_set_gemm_pick(int k);
+int64_t tr_kern_cuda_gemm_pick_misses(void);
+
 /* ---- embedding ---- */
 
 /* out[B*T, C] = wte[tok] (+ wpe[t] when wpe != NULL). A token outside

@@ -27,15 +27,20 @@
 //
 // The heuristic's first algorithm is not always the fastest for a shape.
 // A plan keeps its first TRAINRUN_GEMM_TUNE (8; tr_kern_cuda_set_gemm_tune;
-// 1 under [debug] deterministic) candidates. At the plan's first use each
-// candidate runs once to warm up and TUNE_REPS times between two events, on
-// the same stream before the real GEMM and with the real operands; C is the
-// real one where beta is 0 (the real GEMM then overwrites it), else a
+// 1 under [debug] deterministic) candidates. At the plan's first use the
+// candidates run once each to warm up, then TUNE_REPS rounds of one run
+// each, in turn, with an event after every run, on the same stream before
+// the real GEMM and with the real operands. Timed one candidate after the
+// other (five runs each), the picks made some GEMMs up to 12% slower in
+// kernels_bench on an H200 (2026-11-28); clocks still climbing after an
+// idle gap while the first candidate ran is the likely cause. C is
+// the real one where beta is 0 (the real GEMM then overwrites it), else a
 // scratch room of up to 256 MiB (larger, or with an aux that overlaps C,
 // the plan keeps the heuristic's pick). The host never waits for them:
 // tr_kern_cuda_gemm_tune_apply, which the trainer calls before each step,
-// reads the timings that have completed and switches those plans to their
-// fastest candidate, so that a step's GEMMs (an activation recomputation's
+// reads the timings that have completed and switches a plan to the
+// candidate with the shortest run where that beats the heuristic's shortest
+// by TUNE_MARGIN, so that a step's GEMMs (an activation recomputation's
 // too) keep one algorithm each. PyTorch's TunableOp times cuBLASLt's
 // candidates too (synchronously, on buffers of its own). The first step
 // runs the heuristic's picks and pays for the timings (~50 GEMMs a shape);
@@ -54,6 +59,8 @@
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
 #define TUNE_MAX 16                         // TRAINRUN_GEMM_TUNE's bound
 #define TUNE_REPS 5                         // timed runs a candidate
+#define TUNE_MARGIN 0.03  // another pick must be this much faster
+#define TUNE_EVENTS (1 + TUNE_REPS * TUNE_MAX)
 #define TUNE_SCRATCH_MAX ((size_t)256 << 20)  // beta != 0: C's scratch
 
 // cuBLASLt's functions (cublaslt_load.cu), set with the first handle;
@@ -88,13 +95,15 @@ typedef struct {
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;  // the one that runs
   size_t ws;
-  // the heuristic's candidates (cand[0] its pick) and their timing events
-  // (ev[2i], ev[2i+1] around candidate i's timed runs; NULL: it failed)
+  // the heuristic's candidates (cand[0] its pick) and their timing events:
+  // ev[0] before the first timed run, ev[j] (j < nev) after a run of
+  // candidate ev_cand[j]
   tune_state_t tune;
-  int ncand;
+  int ncand, nev;
   cublasLtMatmulAlgo_t cand[TUNE_MAX];
   size_t cand_ws[TUNE_MAX];
-  cudaEvent_t ev[2 * TUNE_MAX];
+  cudaEvent_t ev[TUNE_EVENTS];
+  signed char ev_cand[TUNE_EVENTS];
 } plan_t;
 
 static pthread_mutex_t lt_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -104,6 +113,8 @@ static int n_plans, cap_plans;
 static int use_tf32;
 static int gemm_tune = -1;  // tr_kern_cuda_set_gemm_tune; -1: the param
 static int64_t tune_timed, tune_changed;  // tr_kern_cuda_gemm_tune_stats
+static int gemm_pick = -1;                // tr_kern_cuda_set_gemm_pick
+static int64_t gemm_pick_misses;  // runs whose plan lacked that candidate
 
 static cudaDataType_t cuda_type(int dt) {
   return dt == TR_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -127,11 +138,8 @@ static int align_batched(const void* p, int64_t stride, int dt) {
 }
 
 static void tune_events_free(plan_t* p) {
-  for (int i = 0; i < 2 * TUNE_MAX; i++)
-    if (p->ev[i]) {
-      cudaEventDestroy(p->ev[i]);
-      p->ev[i] = NULL;
-    }
+  for (int i = 0; i < p->nev; i++) cudaEventDestroy(p->ev[i]);
+  p->nev = 0;
 }
 
 static void plan_free(plan_t* p) {
@@ -342,7 +350,7 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
   for (int i = 0; i < p->ncand; i++)
     if (p->cand_ws[i] > wsb) wsb = p->cand_ws[i];
   void *C = g->C, *ws = NULL;
-  int timed = 0, failed = 0;
+  int failed = 0, live[TUNE_MAX], nlive = 0;
   if (bytes && cudaMallocAsync(&C, bytes, s) != cudaSuccess) {
     C = NULL;
     failed = 1;
@@ -351,75 +359,98 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
     ws = NULL;
     failed = 1;
   }
-  for (int i = 0; C && (ws || !wsb) && i < p->ncand; i++) {
-    cudaEvent_t* e = &p->ev[2 * i];
-    if (cudaEventCreate(&e[0]) != cudaSuccess ||
-        cudaEventCreate(&e[1]) != cudaSuccess) {
+  for (int i = 0; i < p->ncand; i++) {  // the warm-up round
+    live[i] = C && (ws || !wsb) &&
+              cand_launch(p, h, g, C, i, p->cand_ws[i] ? ws : NULL, s) ==
+                  CUBLAS_STATUS_SUCCESS;
+    nlive += live[i];
+    failed |= !live[i];
+  }
+  int want = nlive > 1 ? 1 + TUNE_REPS * nlive : 0;
+  for (p->nev = 0; p->nev < want; p->nev++)
+    if (cudaEventCreate(&p->ev[p->nev]) != cudaSuccess) {
       failed = 1;
-      if (e[0]) cudaEventDestroy(e[0]);
-      e[0] = e[1] = NULL;
+      tune_events_free(p);
       break;
     }
-    void* w = p->cand_ws[i] ? ws : NULL;
-    int ok = cand_launch(p, h, g, C, i, w, s) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cudaEventRecord(e[0], s) == cudaSuccess;
-    for (int r = 0; ok && r < TUNE_REPS; r++)
-      ok = cand_launch(p, h, g, C, i, w, s) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cudaEventRecord(e[1], s) == cudaSuccess;
-    if (!ok) {  // this candidate is left out
-      cudaEventDestroy(e[0]);
-      cudaEventDestroy(e[1]);
-      e[0] = e[1] = NULL;
-      failed = 1;
-    } else {
-      timed++;
+  // the rounds; where a launch or a record fails, the runs stop there (an
+  // event must follow each run for the runs' times to be told apart)
+  int nrec = 0;
+  if (p->nev && cudaEventRecord(p->ev[0], s) == cudaSuccess) nrec = 1;
+  for (int r = 0; nrec && r < TUNE_REPS; r++)
+    for (int i = 0; nrec && i < p->ncand; i++) {
+      if (!live[i]) continue;
+      if (cand_launch(p, h, g, C, i, p->cand_ws[i] ? ws : NULL, s) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cudaEventRecord(p->ev[nrec], s) != cudaSuccess) {
+        failed = 1;
+        r = TUNE_REPS;
+        break;
+      }
+      p->ev_cand[nrec++] = (signed char)i;
     }
-  }
+  for (int j = nrec; j < p->nev; j++) cudaEventDestroy(p->ev[j]);
+  p->nev = nrec;
   if (ws && cudaFreeAsync(ws, s) != cudaSuccess) failed = 1;
   if (bytes && C && cudaFreeAsync(C, s) != cudaSuccess) failed = 1;
   // what failed here is not the caller's error: the later launch checks
   // (TR_CUDA_LAUNCHED) must not see it
   if (failed) (void)cudaGetLastError();
-  if (timed > 1)
+  if (p->nev > 1)
     p->tune = TUNE_TIMING;
   else
     tune_events_free(p);
 }
 
-// Once the candidates' timings have run (no wait: cudaEventQuery), keep the
-// fastest (lt_lock held). Not yet done: ask again at the next apply.
+// Once the candidates' runs are done (no wait: cudaEventQuery), keep the
+// one with the shortest run where it beats the heuristic's shortest by
+// TUNE_MARGIN (lt_lock held). Not yet done: ask again at the next apply.
 static void tune_finish(plan_t* p) {
-  int last = -1;
-  for (int i = 0; i < p->ncand; i++)
-    if (p->ev[2 * i]) last = i;
-  if (last < 0) {
-    p->tune = TUNE_OFF;
-    return;
-  }
-  cudaError_t q = cudaEventQuery(p->ev[2 * last + 1]);
+  cudaError_t q = cudaEventQuery(p->ev[p->nev - 1]);
   if (q == cudaErrorNotReady) {  // no error (the runtime keeps it as one)
     (void)cudaGetLastError();
     return;
   }
-  int best = -1, failed = q != cudaSuccess;
-  float best_ms = 0, first_ms = -1;
-  for (int i = 0; q == cudaSuccess && i <= last; i++) {
+  float best_ms[TUNE_MAX], all[TUNE_MAX][TUNE_REPS];
+  int nall[TUNE_MAX] = {0};
+  for (int i = 0; i < p->ncand; i++) best_ms[i] = -1;
+  int failed = q != cudaSuccess;
+  for (int j = 1; q == cudaSuccess && j < p->nev; j++) {
     float ms;
-    if (!p->ev[2 * i]) continue;
-    if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) !=
-        cudaSuccess) {
+    int i = p->ev_cand[j];
+    if (cudaEventElapsedTime(&ms, p->ev[j - 1], p->ev[j]) != cudaSuccess) {
       failed = 1;
       continue;
     }
-    if (i == 0) first_ms = ms;
-    if (best < 0 || ms < best_ms) {
-      best = i;
-      best_ms = ms;
+    if (best_ms[i] < 0 || ms < best_ms[i]) best_ms[i] = ms;
+    if (nall[i] < TUNE_REPS) all[i][nall[i]++] = ms;
+  }
+  if (tr_log_enabled(TR_LOG_DEBUG, TR_SUB_KERN)) {
+    char line[1024];
+    int n = 0;
+    for (int i = 0; i < p->ncand && n < (int)sizeof line - 64; i++) {
+      float med = -1;  // the median of the runs, sorted in place
+      for (int a = 1; a < nall[i]; a++)
+        for (int b = a; b > 0 && all[i][b] < all[i][b - 1]; b--) {
+          float t = all[i][b];
+          all[i][b] = all[i][b - 1];
+          all[i][b - 1] = t;
+        }
+      if (nall[i]) med = all[i][nall[i] / 2];
+      n += snprintf(line + n, sizeof line - (size_t)n, " #%d %.4f/%.4f", i + 1,
+                    best_ms[i], med);
     }
+    TR_LOG_DEBUG(
+        KERN, "GEMM M=%lld N=%lld K=%lld: candidates' min/median ms:%s",
+        (long long)p->key.M, (long long)p->key.N, (long long)p->key.K, line);
   }
   if (failed) (void)cudaGetLastError();  // as in tune_start
-  if (best >= 0) {
+  int best = -1;
+  for (int i = 1; i < p->ncand; i++)
+    if (best_ms[i] >= 0 && (best < 0 || best_ms[i] < best_ms[best])) best = i;
+  if (best_ms[0] >= 0 && best > 0) {  // the heuristic's pick was timed too
     tune_timed++;
+    if (best_ms[best] >= (1.0f - (float)TUNE_MARGIN) * best_ms[0]) best = 0;
     if (best > 0) tune_changed++;
     p->algo = p->cand[best];
     p->ws = p->cand_ws[best];
@@ -427,8 +458,8 @@ static void tune_finish(plan_t* p) {
                  "GEMM M=%lld N=%lld K=%lld batch=%lld: candidate %d of %d, "
                  "%.4f ms (the heuristic's pick: %.4f ms)",
                  (long long)p->key.M, (long long)p->key.N, (long long)p->key.K,
-                 (long long)p->key.batch, best + 1, p->ncand,
-                 best_ms / TUNE_REPS, first_ms / TUNE_REPS);
+                 (long long)p->key.batch, best + 1, p->ncand, best_ms[best],
+                 best_ms[0]);
   }
   tune_events_free(p);
   p->tune = TUNE_OFF;
@@ -450,11 +481,19 @@ static int plan_run(plan_t* p, const tr_cuda_gemm_t* g, const void* bias,
     TR_CHECK(LT(lt->cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux)));
   if (p->tune == TUNE_TODO) tune_start(p, h, g, aux, s);
+  const cublasLtMatmulAlgo_t* algo = &p->algo;
+  size_t wsb = p->ws;
+  if (gemm_pick >= 0 && gemm_pick < p->ncand) {
+    algo = &p->cand[gemm_pick];
+    wsb = p->cand_ws[gemm_pick];
+  } else if (gemm_pick >= 0) {
+    gemm_pick_misses++;
+  }
   void* ws = NULL;
-  if (p->ws) TR_CHECK(tr__cuda_tmp_alloc(&ws, p->ws, s));
+  if (wsb) TR_CHECK(tr__cuda_tmp_alloc(&ws, wsb, s));
   int rc = LT(lt->cublasLtMatmul(h, p->desc, &g->alpha, g->B, p->la, g->A,
                                  p->lb, &g->beta, g->C, p->lc, g->C, p->lc,
-                                 &p->algo, ws, p->ws, s));
+                                 algo, ws, wsb, s));
   tr__cuda_tmp_free(ws, s);
   return rc;
 }
@@ -761,6 +800,19 @@ extern "C" void tr_kern_cuda_gemm_tune_apply(void) {
                 (long long)(tune_timed - t0), (long long)(tune_changed - c0),
                 (long long)tune_changed, (long long)tune_timed);
   pthread_mutex_unlock(&lt_lock);
+}
+
+extern "C" void tr_kern_cuda_set_gemm_pick(int k) {
+  pthread_mutex_lock(&lt_lock);
+  gemm_pick = k;
+  pthread_mutex_unlock(&lt_lock);
+}
+
+extern "C" int64_t tr_kern_cuda_gemm_pick_misses(void) {
+  pthread_mutex_lock(&lt_lock);
+  int64_t n = gemm_pick_misses;
+  pthread_mutex_unlock(&lt_lock);
+  return n;
 }
 
 extern "C" void tr_kern_cuda_gemm_tune_stats(int64_t* timed,
