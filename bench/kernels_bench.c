@@ -5,7 +5,11 @@
  * GEMM through the same cuBLASLt path.
  *
  * Each figure is the median of `iters` launches timed one by one with CUDA
- * events, after warm-up. Inputs are random (never zeros): one host block of
+ * events, after warm-up. A figure depends on what ran just before it: on an
+ * H200 a GEMM row timed right after a pause ran 8-20% faster than the same
+ * algorithm after other GEMMs (the power limit's clocks, most likely;
+ * bench/results/2026-11-28-session15), so compare rows timed in the same
+ * state (the -a rows with each other) or whole training steps. Inputs are random (never zeros): one host block of
  * random bf16/fp32 values tiled over each buffer. GB/s counts the bytes a
  * kernel must move at least (each input read once, each output written
  * once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
