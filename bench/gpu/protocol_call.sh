@@ -21,7 +21,10 @@
 # then goes to PACK/results.tgz and CACHE to PACK/cache.tgz.NN, parts of
 # 15 MiB (the machine returns files of 16 MiB at most); bring them back
 # with `tar xzf results.tgz` and `cat cache.tgz.* | tar xzf -` in the
-# repository's root.
+# repository's root. A cache too large to carry (a call carries 64 MiB;
+# max-autotune's grew to 355 MB) travels as those parts: CACHE_PARTS (a
+# folder of an earlier call's cache.tgz.NN) is unpacked into CACHE's
+# folder first, where CACHE is empty or absent.
 # Prints the plan; exits 0 with nothing run when the protocol is complete.
 set -u
 dry=()
@@ -45,6 +48,23 @@ esac
 }
 PY=${PYTHON:-python3}
 case $cache in /*) ;; *) cache=$PWD/$cache ;; esac
+if [ -n "${CACHE_PARTS:-}" ] && [ ${#dry[@]} = 0 ] &&
+  [ -z "$(find "$cache" -type f 2>/dev/null | head -1)" ]; then
+  parts=$(ls "$CACHE_PARTS"/cache.tgz.* 2>/dev/null) || {
+    echo "protocol_call: no cache.tgz.NN in CACHE_PARTS=$CACHE_PARTS" >&2
+    exit 2
+  }
+  # the parts hold CACHE's folder by its base name: unpack it beside CACHE
+  mkdir -p "$(dirname "$cache")" &&
+    cat $parts | tar xzf - -C "$(dirname "$cache")" || {
+    echo "protocol_call: cannot unpack $CACHE_PARTS into $cache" >&2
+    exit 2
+  }
+  [ -d "$cache" ] || {
+    echo "protocol_call: $CACHE_PARTS holds no $(basename "$cache")/" >&2
+    exit 2
+  }
+fi
 warm=()
 [ -n "$(find "$cache" -type f 2>/dev/null | head -1)" ] && warm=(--warm-cache)
 nproc=${NPROC:-2}
