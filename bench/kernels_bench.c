@@ -9,8 +9,9 @@
  * H200 a GEMM row timed right after a pause ran 8-20% faster than the same
  * algorithm after other GEMMs (the power limit's clocks, most likely;
  * bench/results/2026-11-28-session15), so compare rows timed in the same
- * state (the -a rows with each other) or whole training steps. Inputs are random (never zeros): one host block of
- * random bf16/fp32 values tiled over each buffer. GB/s counts the bytes a
+ * state (the -a rows with each other) or whole training steps. Inputs are
+ * random (never zeros): one host block of random bf16/fp32 values tiled
+ * over each buffer. GB/s counts the bytes a
  * kernel must move at least (each input read once, each output written
  * once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
  * half only, the backward as 2.5 forwards, FlashAttention's convention).
@@ -203,7 +204,10 @@ static void gemm_bench(const char* name, const char* shape, double flops,
     tr_kern_cuda_set_gemm_pick(k);
     int64_t m0 = tr_kern_cuda_gemm_pick_misses();
     double ms = time_ms(fn, ctx);
-    if (tr_kern_cuda_gemm_pick_misses() == m0) report(nk, shape, ms, flops, 0);
+    if (tr_kern_cuda_gemm_pick_misses() == m0)
+      report(nk, shape, ms, flops, 0);
+    else
+      printf("%s: no candidate %d (cuBLASLt offered fewer)\n", name, k + 1);
     tr_kern_cuda_set_gemm_pick(-1);
   }
 }
@@ -893,8 +897,8 @@ int main(int argc, char** argv) {
   int quick = 0, opt;
   while ((opt = getopt(argc, argv, "qdi:f:a:")) != -1) {
     if (opt == 'a') {
-      algos = atoi(optarg);
-      tr_kern_cuda_set_gemm_tune(algos > 1 ? algos : 1);
+      algos = atoi(optarg);  // plans hold that many candidates
+      if (algos > 1) tr_kern_cuda_set_gemm_tune(algos);
     } else if (opt == 'q') {
       quick = 1;
     } else if (opt == 'd') {

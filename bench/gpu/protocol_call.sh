@@ -23,8 +23,8 @@
 # with `tar xzf results.tgz` and `cat cache.tgz.* | tar xzf -` in the
 # repository's root. A cache too large to carry (a call carries 64 MiB;
 # max-autotune's grew to 355 MB) travels as those parts: CACHE_PARTS (a
-# folder of an earlier call's cache.tgz.NN) is unpacked into CACHE's
-# folder first, where CACHE is empty or absent.
+# folder of an earlier call's cache.tgz.NN) is unpacked into CACHE first,
+# where CACHE holds no files.
 # Prints the plan; exits 0 with nothing run when the protocol is complete.
 set -u
 dry=()
@@ -48,25 +48,36 @@ esac
 }
 PY=${PYTHON:-python3}
 case $cache in /*) ;; *) cache=$PWD/$cache ;; esac
-if [ -n "${CACHE_PARTS:-}" ] && [ ${#dry[@]} = 0 ] &&
-  [ -z "$(find "$cache" -type f 2>/dev/null | head -1)" ]; then
-  parts=$(ls "$CACHE_PARTS"/cache.tgz.* 2>/dev/null) || {
+if [ -n "${CACHE_PARTS:-}" ]; then
+  parts=("$CACHE_PARTS"/cache.tgz.*)
+  [ -e "${parts[0]}" ] || {
     echo "protocol_call: no cache.tgz.NN in CACHE_PARTS=$CACHE_PARTS" >&2
     exit 2
   }
-  # the parts hold CACHE's folder by its base name: unpack it beside CACHE
-  mkdir -p "$(dirname "$cache")" &&
-    cat $parts | tar xzf - -C "$(dirname "$cache")" || {
-    echo "protocol_call: cannot unpack $CACHE_PARTS into $cache" >&2
-    exit 2
-  }
-  [ -d "$cache" ] || {
-    echo "protocol_call: $CACHE_PARTS holds no $(basename "$cache")/" >&2
-    exit 2
-  }
+  if [ -n "$(find "$cache" -type f 2>/dev/null | head -1)" ]; then
+    echo "protocol_call: $cache holds files: CACHE_PARTS not unpacked" >&2
+  elif [ ${#dry[@]} = 0 ]; then
+    # the parts hold CACHE's folder by its base name: unpack them aside,
+    # then move that folder into place whole (a failed unpack leaves CACHE
+    # as it was, so a later call does not take a partial cache for warm)
+    tmp=$(mktemp -d "$(dirname "$cache")/.cache_parts.XXXXXX") || exit 2
+    name=$(basename "$cache")
+    if ! (set -o pipefail && cat "${parts[@]}" | tar xzf - -C "$tmp") ||
+      [ -z "$(find "$tmp/$name" -type f 2>/dev/null | head -1)" ]; then
+      echo "protocol_call: $CACHE_PARTS does not unpack into a $name/ with files" >&2
+      rm -rf "$tmp"
+      exit 2
+    fi
+    rm -rf "$cache" && mv "$tmp/$name" "$cache" && rm -rf "$tmp" || {
+      echo "protocol_call: cannot move the unpacked cache to $cache" >&2
+      exit 2
+    }
+  fi
 fi
 warm=()
 [ -n "$(find "$cache" -type f 2>/dev/null | head -1)" ] && warm=(--warm-cache)
+# a dry run plans as the real call will, with the parts unpacked
+[ -n "${CACHE_PARTS:-}" ] && [ ${#dry[@]} != 0 ] && warm=(--warm-cache)
 nproc=${NPROC:-2}
 if [ "$mode" = multigpu ]; then
   keys=$(bench/multi_gpu.sh --list --nproc "$nproc") || exit 2

@@ -66,12 +66,12 @@ void tr_kern_cuda_set_tf32(int on);
  * 0 (or never called): TRAINRUN_GEMM_TUNE. Plans built before the call
  * keep theirs. Under tr_kern_cuda_set_deterministic every plan built takes
  * the heuristic's pick (timed picks vary from run to run). Process-wide.
- * The candidates write C where beta is 0 (else a scratch copy) and an aux
+ * The candidates write C where beta is 0 (else a scratch room) and an aux
  * the GEMM writes: a GEMM whose C the real call reads is never tuned in
  * place (an aux overlapping C is not tuned). */
 void tr_kern_cuda_set_gemm_tune(int n);
 /* Switch every plan whose candidates' timings have completed (no wait) to
- * its fastest candidate. Until then, and between two calls, a plan keeps
+ * its fastest candidate where that beats the heuristic's pick by 3%. Until then, and between two calls, a plan keeps
  * its algorithm: call it between steps (the trainer does, before each),
  * so that recomputed activations equal the first pass's bits. */
 void tr_kern_cuda_gemm_tune_apply(void);

@@ -40,8 +40,10 @@
 // tr_kern_cuda_gemm_tune_apply, which the trainer calls before each step,
 // reads the timings that have completed and switches a plan to the
 // candidate with the shortest run where that beats the heuristic's shortest
-// by TUNE_MARGIN, so that a step's GEMMs (an activation recomputation's
-// too) keep one algorithm each. PyTorch's TunableOp times cuBLASLt's
+// by TUNE_MARGIN (and takes over 20 us), so that a step's GEMMs (an
+// activation recomputation's too) keep one algorithm each. The scratch and
+// the candidates' workspace come from the stream's pool, which keeps its
+// memory for later temporaries (runtime.cu). PyTorch's TunableOp times cuBLASLt's
 // candidates too (synchronously, on buffers of its own). The first step
 // runs the heuristic's picks and pays for the timings (~50 GEMMs a shape);
 // timed picks may differ from one run to the next, as timings do.
@@ -60,6 +62,8 @@
 #define TUNE_MAX 16                         // TRAINRUN_GEMM_TUNE's bound
 #define TUNE_REPS 5                         // timed runs a candidate
 #define TUNE_MARGIN 0.03  // another pick must be this much faster
+// runs this short may time the host's launches, not the GPU's: kept as is
+#define TUNE_FLOOR_MS 0.02f
 #define TUNE_EVENTS (1 + TUNE_REPS * TUNE_MAX)
 #define TUNE_SCRATCH_MAX ((size_t)256 << 20)  // beta != 0: C's scratch
 
@@ -265,6 +269,10 @@ static int plan_build(const plan_key_t* k, plan_t** out) {
           p->cand[p->ncand] = res[i].algo;
           p->cand_ws[p->ncand++] = res[i].workspaceSize;
         }
+      if (p->ncand > 0) {  // the heuristic's pick: its first that succeeded
+        p->algo = p->cand[0];
+        p->ws = p->cand_ws[0];
+      }
       p->tune = p->ncand > 1 ? TUNE_TODO : TUNE_OFF;
     } else if (st != CUBLAS_STATUS_SUCCESS &&
                st != CUBLAS_STATUS_NOT_SUPPORTED) {
@@ -331,6 +339,9 @@ static size_t span_bytes(int64_t M, int64_t N, int64_t ld, int64_t batch,
 static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
                        const void* aux, cudaStream_t s) {
   p->tune = TUNE_OFF;
+  // an error already pending is the caller's: no tuning (it would be
+  // cleared with the tuning's own below)
+  if (cudaPeekAtLastError() != cudaSuccess) return;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s, &cap) != cudaSuccess ||
       cap != cudaStreamCaptureStatusNone) {
@@ -366,7 +377,8 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
     nlive += live[i];
     failed |= !live[i];
   }
-  int want = nlive > 1 ? 1 + TUNE_REPS * nlive : 0;
+  // no timed rounds without the heuristic's pick to compare with
+  int want = nlive > 1 && live[0] ? 1 + TUNE_REPS * nlive : 0;
   for (p->nev = 0; p->nev < want; p->nev++)
     if (cudaEventCreate(&p->ev[p->nev]) != cudaSuccess) {
       failed = 1;
@@ -376,7 +388,12 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
   // the rounds; where a launch or a record fails, the runs stop there (an
   // event must follow each run for the runs' times to be told apart)
   int nrec = 0;
-  if (p->nev && cudaEventRecord(p->ev[0], s) == cudaSuccess) nrec = 1;
+  if (p->nev) {
+    if (cudaEventRecord(p->ev[0], s) == cudaSuccess)
+      nrec = 1;
+    else
+      failed = 1;
+  }
   for (int r = 0; nrec && r < TUNE_REPS; r++)
     for (int i = 0; nrec && i < p->ncand; i++) {
       if (!live[i]) continue;
@@ -408,7 +425,7 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
 static void tune_finish(plan_t* p) {
   cudaError_t q = cudaEventQuery(p->ev[p->nev - 1]);
   if (q == cudaErrorNotReady) {  // no error (the runtime keeps it as one)
-    (void)cudaGetLastError();
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
     return;
   }
   float best_ms[TUNE_MAX], all[TUNE_MAX][TUNE_REPS];
@@ -450,7 +467,9 @@ static void tune_finish(plan_t* p) {
     if (best_ms[i] >= 0 && (best < 0 || best_ms[i] < best_ms[best])) best = i;
   if (best_ms[0] >= 0 && best > 0) {  // the heuristic's pick was timed too
     tune_timed++;
-    if (best_ms[best] >= (1.0f - (float)TUNE_MARGIN) * best_ms[0]) best = 0;
+    if (best_ms[best] >= (1.0f - (float)TUNE_MARGIN) * best_ms[0] ||
+        best_ms[0] < TUNE_FLOOR_MS)
+      best = 0;
     if (best > 0) tune_changed++;
     p->algo = p->cand[best];
     p->ws = p->cand_ws[best];
