@@ -1,5 +1,5 @@
 #!/bin/bash
-# NEXT SESSION call 1 (one H200; carry [".gpu", ".gpu7"]): .gpu = main c3ec5c9 (GEMM tuning), .gpu7 = docbuckets
+# NEXT SESSION call 1 (one H200; carry [".gpu", ".gpu7"]): .gpu = main 95f1641 (GEMM tuning, its review fixes not yet run on a GPU), .gpu7 = docbuckets
 # (cuDNN's ragged graph pads D' and S to 1, 2, 3, 4, 6, 8, 12, ... instead of powers of two), rebased on main.
 # check_kernels_cuda (its document cases), kernels_bench docs alternating, then A/B docs and llama, 3 rounds.
 # Merge docbuckets only if the check passes and docs gains without llama losing.
