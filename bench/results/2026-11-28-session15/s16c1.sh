@@ -8,6 +8,7 @@ R=$OUT/r; mkdir -p "$R"
 (sleep 560; cd "$OUT" && tar czf c1.tgz r) &
 nvidia-smi > "$R/nvidia-smi.txt" 2>&1
 L0=$LD_LIBRARY_PATH
+timeout 150 .gpu/kern/check_kernels_cuda > "$R/check_gpu.log" 2>&1; echo "check gpu rc=$? $(date +%T)" >> "$R/runs.txt"
 ( export LD_LIBRARY_PATH=$PWD/.gpu7/lib:$L0; timeout 150 .gpu7/kern/check_kernels_cuda > "$R/check_gpu7.log" 2>&1; echo "check gpu7 rc=$? $(date +%T)" >> "$R/runs.txt" )
 for b in .gpu .gpu7 .gpu7 .gpu; do ( export LD_LIBRARY_PATH=$PWD/$b/lib:$L0; TRAINRUN_LOG_LEVEL=debug TRAINRUN_LOG_SUBSYS=kernels timeout 90 $b/kern/kernels_bench -f docs >> "$R/kb_docs_${b#.}.log" 2>&1; echo "kb docs $b rc=$? $(date +%T)" >> "$R/runs.txt" ); done
 AB_JOBS="docs llama" bench/ab_train.sh .gpu .gpu7 /tmp/ab16 3 > "$R/ab_docbuckets.txt" 2>&1
