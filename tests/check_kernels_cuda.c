@@ -560,35 +560,54 @@ START_TEST(test_cublaslt_loaded_by_gemm) {
 }
 END_TEST
 
+/* A linear layer's host inputs (x, w, bv, dout; dinp, dw, db: what the
+ * backward adds to) and the CPU reference (out; rdinp, rdw, rdb: dinp, dw
+ * and db after the backward's +=) */
+typedef struct {
+  tr_tensor_t x, w, bv, dout, dinp, dw, db, out, rdinp, rdw, rdb;
+} lin_ref_t;
+
+static void lin_ref(lin_ref_t* r, tr_dtype_t dt, int64_t N, int IC, int OC,
+                    int bias) {
+  hrand(&r->x, dt, 1.0, 2, SH(N, IC));
+  hrand(&r->w, dt, 0.2, 2, SH(OC, IC));
+  hrand(&r->bv, dt, 0.5, 1, SH(OC));
+  hrand(&r->dout, dt, 1.0, 2, SH(N, OC));
+  hrand(&r->dinp, dt, 0.5, 2, SH(N, IC));
+  hrand(&r->dw, TR_F32, 0.5, 2, SH(OC, IC));
+  hrand(&r->db, TR_F32, 0.5, 1, SH(OC));
+  hdup(&r->rdinp, &r->dinp);
+  hdup(&r->rdw, &r->dw);
+  hdup(&r->rdb, &r->db);
+  ck_assert_int_eq(
+      tr_tensor_empty(&r->out, TR_F32, TR_DEVICE_CPU, 2, SH(N, OC)), 0);
+  ck_assert_int_eq(
+      tr_kern_linear_fwd(&r->out, &r->x, &r->w, bias ? &r->bv : NULL), 0);
+  ck_assert_int_eq(tr_kern_linear_bwd(&r->rdinp, &r->rdw, bias ? &r->rdb : NULL,
+                                      &r->dout, &r->x, &r->w),
+                   0);
+}
+
+static void lin_ref_release(lin_ref_t* r) {
+  REL(&r->x, &r->w, &r->bv, &r->dout, &r->dinp, &r->dw, &r->db, &r->out,
+      &r->rdinp, &r->rdw, &r->rdb);
+}
+
 /* linear forward/backward; gelu: GELU fused after the forward GEMM (pre
  * kept) and, in the backward, fused into the GEMM of the layer that
  * consumes the GELU's output */
 static void run_linear(tr_dtype_t dt, int64_t N, int IC, int OC, int bias) {
   char what[96];
-  tr_tensor_t x, w, bv, dout, dinp, dw, db, out, rdinp, rdw, rdb;
-  hrand(&x, dt, 1.0, 2, SH(N, IC));
-  hrand(&w, dt, 0.2, 2, SH(OC, IC));
-  hrand(&bv, dt, 0.5, 1, SH(OC));
-  hrand(&dout, dt, 1.0, 2, SH(N, OC));
-  hrand(&dinp, dt, 0.5, 2, SH(N, IC));
-  hrand(&dw, TR_F32, 0.5, 2, SH(OC, IC));
-  hrand(&db, TR_F32, 0.5, 1, SH(OC));
-  hdup(&rdinp, &dinp);
-  hdup(&rdw, &dw);
-  hdup(&rdb, &db);
-  ck_assert_int_eq(tr_tensor_empty(&out, TR_F32, TR_DEVICE_CPU, 2, SH(N, OC)),
-                   0);
-  ck_assert_int_eq(tr_kern_linear_fwd(&out, &x, &w, bias ? &bv : NULL), 0);
-  ck_assert_int_eq(
-      tr_kern_linear_bwd(&rdinp, &rdw, bias ? &rdb : NULL, &dout, &x, &w), 0);
+  lin_ref_t r;
+  lin_ref(&r, dt, N, IC, OC, bias);
   tr_tensor_t d_x, d_w, d_b, d_dout, d_dinp, d_dw, d_db, d_out;
-  todev(&d_x, &x, dt);
-  todev(&d_w, &w, dt);
-  todev(&d_b, &bv, dt);
-  todev(&d_dout, &dout, dt);
-  todev(&d_dinp, &dinp, dt);
-  todev(&d_dw, &dw, TR_F32);
-  todev(&d_db, &db, TR_F32);
+  todev(&d_x, &r.x, dt);
+  todev(&d_w, &r.w, dt);
+  todev(&d_b, &r.bv, dt);
+  todev(&d_dout, &r.dout, dt);
+  todev(&d_dinp, &r.dinp, dt);
+  todev(&d_dw, &r.dw, TR_F32);
+  todev(&d_db, &r.db, TR_F32);
   ck_assert_int_eq(tr_tensor_empty(&d_out, dt, GPU, 2, SH(N, OC)), 0);
   if (dt == TR_F32) {
     ck_assert_int_eq(tr_kern_linear_fwd(&d_out, &d_x, &d_w, bias ? &d_b : NULL),
@@ -609,12 +628,12 @@ static void run_linear(tr_dtype_t dt, int64_t N, int IC, int OC, int bias) {
   double tol = tol_of(dt);
   snprintf(what, sizeof what, "linear_fwd%s %lldx%d->%d", bias ? "+bias" : "",
            (long long)N, IC, OC);
-  expect_close(what, &d_out, &out, tol);
-  expect_close("linear_bwd dinp (+=)", &d_dinp, &rdinp, tol);
-  expect_close("linear_bwd dweight (+=, fp32)", &d_dw, &rdw, tol);
-  if (bias) expect_close("linear_bwd dbias (+=, fp32)", &d_db, &rdb, tol);
-  REL(&x, &w, &bv, &dout, &dinp, &dw, &db, &out, &rdinp, &rdw, &rdb, &d_x, &d_w,
-      &d_b, &d_dout, &d_dinp, &d_dw, &d_db, &d_out);
+  expect_close(what, &d_out, &r.out, tol);
+  expect_close("linear_bwd dinp (+=)", &d_dinp, &r.rdinp, tol);
+  expect_close("linear_bwd dweight (+=, fp32)", &d_dw, &r.rdw, tol);
+  if (bias) expect_close("linear_bwd dbias (+=, fp32)", &d_db, &r.rdb, tol);
+  lin_ref_release(&r);
+  REL(&d_x, &d_w, &d_b, &d_dout, &d_dinp, &d_dw, &d_db, &d_out);
 }
 
 /* GEMM algorithms timed at first use (TRAINRUN_GEMM_TUNE): the candidates
@@ -629,30 +648,17 @@ START_TEST(test_gemm_tune) {
   const int64_t N = 1024;
   const int IC = 768, OC = 1280;
   tr_kern_cuda_set_gemm_tune(8);
-  tr_tensor_t x, w, bv, dout, dinp, dw, db, out, rdinp, rdw, rdb;
-  hrand(&x, TR_BF16, 1.0, 2, SH(N, IC));
-  hrand(&w, TR_BF16, 0.2, 2, SH(OC, IC));
-  hrand(&bv, TR_BF16, 0.5, 1, SH(OC));
-  hrand(&dout, TR_BF16, 1.0, 2, SH(N, OC));
-  hrand(&dinp, TR_BF16, 0.5, 2, SH(N, IC));
-  hrand(&dw, TR_F32, 0.5, 2, SH(OC, IC));
-  hrand(&db, TR_F32, 0.5, 1, SH(OC));
-  hdup(&rdinp, &dinp);
-  hdup(&rdw, &dw);
-  hdup(&rdb, &db);
-  ck_assert_int_eq(tr_tensor_empty(&out, TR_F32, TR_DEVICE_CPU, 2, SH(N, OC)),
-                   0);
-  ck_assert_int_eq(tr_kern_linear_fwd(&out, &x, &w, &bv), 0);
-  ck_assert_int_eq(tr_kern_linear_bwd(&rdinp, &rdw, &rdb, &dout, &x, &w), 0);
+  lin_ref_t r;
+  lin_ref(&r, TR_BF16, N, IC, OC, 1);
   tr_tensor_t d_x, d_w, d_b, d_dout, d_out[4], d_dinp[4], d_dw[4], d_db[4];
-  todev(&d_x, &x, TR_BF16);
-  todev(&d_w, &w, TR_BF16);
-  todev(&d_b, &bv, TR_BF16);
-  todev(&d_dout, &dout, TR_BF16);
+  todev(&d_x, &r.x, TR_BF16);
+  todev(&d_w, &r.w, TR_BF16);
+  todev(&d_b, &r.bv, TR_BF16);
+  todev(&d_dout, &r.dout, TR_BF16);
   for (int rep = 0; rep < 4; rep++) {
-    todev(&d_dinp[rep], &dinp, TR_BF16);
-    todev(&d_dw[rep], &dw, TR_F32);
-    todev(&d_db[rep], &db, TR_F32);
+    todev(&d_dinp[rep], &r.dinp, TR_BF16);
+    todev(&d_dw[rep], &r.dw, TR_F32);
+    todev(&d_db[rep], &r.db, TR_F32);
     ck_assert_int_eq(tr_tensor_empty(&d_out[rep], TR_BF16, GPU, 2, SH(N, OC)),
                      0);
   }
@@ -678,15 +684,15 @@ START_TEST(test_gemm_tune) {
   for (int rep = 0; rep < 4; rep++) {
     char what[96];
     snprintf(what, sizeof what, "tuned linear_fwd+bias, call %d", rep + 1);
-    expect_close(what, &d_out[rep], &out, TOL_BF16);
+    expect_close(what, &d_out[rep], &r.out, TOL_BF16);
     snprintf(what, sizeof what, "tuned linear_bwd dinp (+=), call %d", rep + 1);
-    expect_close(what, &d_dinp[rep], &rdinp, TOL_BF16);
+    expect_close(what, &d_dinp[rep], &r.rdinp, TOL_BF16);
     snprintf(what, sizeof what, "tuned linear_bwd dweight (+=), call %d",
              rep + 1);
-    expect_close(what, &d_dw[rep], &rdw, TOL_BF16);
+    expect_close(what, &d_dw[rep], &r.rdw, TOL_BF16);
     snprintf(what, sizeof what, "tuned linear_bwd dbias (+=), call %d",
              rep + 1);
-    expect_close(what, &d_db[rep], &rdb, TOL_BF16);
+    expect_close(what, &d_db[rep], &r.rdb, TOL_BF16);
   }
   ck_assert_msg(bits_equal(&d_out[2], &d_out[3]) &&
                     bits_equal(&d_dinp[2], &d_dinp[3]) &&
@@ -700,8 +706,8 @@ START_TEST(test_gemm_tune) {
                 "%lld GEMM plans had their candidates timed, not the 3 "
                 "(forward, input and weight gradients)",
                 (long long)timed);
-  REL(&x, &w, &bv, &dout, &dinp, &dw, &db, &out, &rdinp, &rdw, &rdb, &d_x, &d_w,
-      &d_b, &d_dout);
+  lin_ref_release(&r);
+  REL(&d_x, &d_w, &d_b, &d_dout);
   for (int rep = 0; rep < 4; rep++)
     REL(&d_out[rep], &d_dinp[rep], &d_dw[rep], &d_db[rep]);
 }
