@@ -47,7 +47,8 @@ typedef enum {
      "DDP: gradient bucket size in MiB (PyTorch DDP's bucket_cap_mb)")        \
   XX(GEMM_TUNE, "TRAINRUN_GEMM_TUNE", INT, "8", 1, 16,                         \
      "CUDA GEMMs: cuBLASLt algorithms timed at each GEMM shape's first use, "  \
-     "the fastest kept (1: the heuristic's first, no timing)")                \
+     "the fastest kept where 3% faster than the heuristic's first (1: that "  \
+     "one, no timing)")                                                        \
   XX(ATTENTION, "TRAINRUN_ATTENTION", STRING, "auto", 0, 0,                    \
      "CUDA attention kernels: auto (cuDNN, else flash, else simt), cudnn, "    \
      "flash or simt")                                                          \
