@@ -9,7 +9,8 @@
  * H200 a GEMM row timed right after a pause ran 8-20% faster than the same
  * algorithm after other GEMMs (the power limit's clocks, most likely;
  * bench/results/2026-11-28-session15), so compare rows timed in the same
- * state (the -a rows with each other) or whole training steps. Inputs are
+ * state (the -a rows with each other, rows under -w) or whole training
+ * steps. Inputs are
  * random (never zeros): one host block of random bf16/fp32 values tiled
  * over each buffer. GB/s counts the bytes a
  * kernel must move at least (each input read once, each output written
@@ -26,6 +27,8 @@
  *   -q        quick: smaller batch (B 8), fewer iterations
  *   -a n      each GEMM row again with each of cuBLASLt's first n
  *             candidate algorithms ("#k"; #1 is the heuristic's pick)
+ *   -w ms     before each row, ms of large GEMMs with no gap before the
+ *             timed runs: rows timed at a loaded GPU's clocks
  *   -d        deterministic kernels ([debug] deterministic: cuDNN's
  *             attention backward writes dQ directly, no fp32 atomics)
  *   -f text   only benchmarks whose name contains text
@@ -139,6 +142,9 @@ static int cmp_f(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+static double heat_ms; /* -w: GEMMs run this long before each row */
+static void heat(void);
+
 /* median milliseconds of one call */
 static double time_ms(bench_fn fn, void* ctx) {
   int warm = 3;
@@ -147,6 +153,7 @@ static double time_ms(bench_fn fn, void* ctx) {
   /* the GEMMs' timed candidates (TRAINRUN_GEMM_TUNE) are read and the
    * fastest kept, as the trainer does before each step */
   tr_kern_cuda_gemm_tune_apply();
+  if (heat_ms > 0) heat(); /* the timed runs follow it with no gap */
   cudaEvent_t* ev = malloc(sizeof(cudaEvent_t) * (size_t)(2 * iters));
   for (int i = 0; i < 2 * iters; i++) CK(cudaEventCreate(&ev[i]));
   for (int i = 0; i < iters; i++) {
@@ -251,6 +258,32 @@ static void gemm_free(gemm_ctx* c) {
   cudaFree((void*)c->g.A);
   cudaFree((void*)c->g.B);
   cudaFree(c->g.C);
+}
+
+/* -w: before each row, bf16 GEMMs (4096 x 8192 x 8192, ~0.7 ms each on
+ * an H100 or H200) for heat_ms, enqueued right before the timed runs, so
+ * every row is timed at the clocks of a loaded GPU (as in a training step)
+ * rather than after the pause of its set-up */
+static gemm_ctx heat_c;
+static double heat_unit_ms;
+static void heat(void) {
+  if (!heat_c.g.A) {
+    gemm_setup(&heat_c, 0, 1, 4096, 8192, 8192, TR_BF16, TR_BF16, 0.0f);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; i++) run_gemm(&heat_c);
+    CK(cudaEventRecord(e0, 0));
+    for (int i = 0; i < 10; i++) run_gemm(&heat_c);
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    heat_unit_ms = ms / 10 > 0.01 ? ms / 10 : 0.01;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+  for (double t = 0; t < heat_ms; t += heat_unit_ms) run_gemm(&heat_c);
 }
 
 static void ceilings(void) {
@@ -895,8 +928,10 @@ static void bench_optimizer(void) {
 
 int main(int argc, char** argv) {
   int quick = 0, opt;
-  while ((opt = getopt(argc, argv, "qdi:f:a:")) != -1) {
-    if (opt == 'a') {
+  while ((opt = getopt(argc, argv, "qdi:f:a:w:")) != -1) {
+    if (opt == 'w') {
+      heat_ms = atof(optarg);
+    } else if (opt == 'a') {
       algos = atoi(optarg);  // plans hold that many candidates
       if (algos > 1) tr_kern_cuda_set_gemm_tune(algos);
     } else if (opt == 'q') {
@@ -908,7 +943,8 @@ int main(int argc, char** argv) {
     } else if (opt == 'f') {
       filter = optarg;
     } else {
-      fprintf(stderr, "usage: %s [-q] [-d] [-i iters] [-f filter] [-a n]\n",
+      fprintf(stderr,
+              "usage: %s [-q] [-d] [-i iters] [-f filter] [-a n] [-w ms]\n",
               argv[0]);
       return 2;
     }
