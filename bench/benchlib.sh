@@ -101,8 +101,11 @@ bench_run_rounds() {
 
 # bench_torch_flags KEY: the flags of a PyTorch peer's configuration key,
 # torch_MODE[_v50304][_nosync] with MODE eager (no torch.compile), compile
-# (torch.compile, default mode), autotune (mode max-autotune: Triton GEMMs
-# and CUDA graphs), autotune_nocg (max-autotune-no-cudagraphs); v50304:
+# (torch.compile, default mode), compile_tunable (the same with TunableOp:
+# cuBLAS's GEMM candidates timed at each shape's first use, as trainrun's
+# TRAINRUN_GEMM_TUNE does), autotune (mode max-autotune: Triton GEMMs and
+# CUDA graphs, its GEMM choices benchmarked), autotune_nocg
+# (max-autotune-no-cudagraphs); v50304:
 # --vocab 50304 (llm.c's padded vocabulary, GPT-2 only); nosync: --no-sync
 # (no host sync per step, timed with CUDA events). Any prefix before
 # "torch_" (torch_fsdp2_1b_n2_compile) is ignored up to the mode. Unknown
@@ -118,6 +121,7 @@ bench_torch_flags() {
   case $k in
     *_eager) ;;
     *_compile) f=(--compile "${f[@]}") ;;
+    *_compile_tunable) f=(--compile --tunableop "${f[@]}") ;;
     *_autotune) f=(--compile --compile-mode max-autotune "${f[@]}") ;;
     *_autotune_nocg) f=(--compile --compile-mode max-autotune-no-cudagraphs "${f[@]}") ;;
     *)
@@ -133,7 +137,7 @@ bench_torch_flags() {
 bench_torch_keys() {
   local p=$1 m v s keys=()
   keys+=("${p}_eager")
-  for m in compile autotune autotune_nocg; do
+  for m in compile compile_tunable autotune autotune_nocg; do
     for v in "" ${2:+_$2}; do
       for s in "" _nosync; do
         keys+=("${p}_$m$v$s")

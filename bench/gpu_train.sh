@@ -29,8 +29,12 @@
 #                 bf16 autocast: the residual stream in fp32, fused AdamW,
 #                 SDPA, clipping 1.0 as trainrun) with MODE eager (once, no
 #                 variants: never the fastest), compile (torch.compile's
-#                 default mode), autotune (max-autotune: CUDA graphs, Triton
-#                 GEMMs), autotune_nocg (max-autotune-no-cudagraphs); _v50304:
+#                 default mode), compile_tunable (the same with PyTorch's
+#                 TunableOp: cuBLAS's GEMM candidates timed at each shape's
+#                 first call, as trainrun's TRAINRUN_GEMM_TUNE does),
+#                 autotune (max-autotune: CUDA graphs, Triton GEMMs, its
+#                 GEMM choices benchmarked), autotune_nocg
+#                 (max-autotune-no-cudagraphs); _v50304:
 #                 llm.c's padded vocabulary 50304 (FLOPs still counted for
 #                 50257); _nosync: no host sync per step (--no-sync: CUDA
 #                 events time the steps, the losses are read at the end)
@@ -76,7 +80,7 @@
 #
 # Environment: PROGRAMS, FIRST_REP, REPS (above), BENCH_B (batch), BENCH_T
 # (sequence), BENCH_SKIP, BENCH_TIMEOUT (s per program; 150 for gpt2, 240
-# for llama1b), BENCH_TIMEOUT_AUTOTUNE (s for the max-autotune programs,
+# for llama1b), BENCH_TIMEOUT_AUTOTUNE (s for the max-autotune and TunableOp programs,
 # 420), BENCH_TOKENS (shard size), BENCH_VOCAB (token range of the shards),
 # BENCH_GPU (0), BENCH_DEADLINE (s by which every run has ended: timeouts
 # are cut to fit, 540), BENCH_SCRATCH (shards, llm.c's build and trainrun's
@@ -397,7 +401,7 @@ program() {
       ;;
     torch_*)
       read -r -a f <<< "$(bench_torch_flags "$key")"
-      case $key in *autotune*) tmo=$TMO_AUTOTUNE ;; esac
+      case $key in *autotune* | *tunable*) tmo=$TMO_AUTOTUNE ;; esac
       # shellcheck disable=SC2086
       run "$name" "$tmo" "$PY" "$torch_script" "${targs[@]}" "${f[@]}" ${TORCH_FLAGS:-}
       [ "$dry" = 1 ] || grep '^{' "$out/$name.log" > "$out/$name.jsonl"

@@ -26,8 +26,10 @@
 #   torch1b   torch_fsdp2_1b_nN_MODE[_nosync]: the same job under PyTorch
 #             FSDP2 (bench/peers/llama_fsdp2.py --model 1B --ac none, under
 #             torchrun, each block compiled before it is sharded), MODE
-#             compile (default mode), autotune (max-autotune), autotune_nocg
-#             (max-autotune-no-cudagraphs), each with a host sync per step
+#             compile (default mode), compile_tunable (the same with
+#             TunableOp: GEMM candidates timed), autotune (max-autotune),
+#             autotune_nocg (max-autotune-no-cudagraphs), each with a host
+#             sync per step
 #             and without (_nosync: --no-sync, CUDA events); _eager (no
 #             compile) only when PROGRAMS names it
 #   fsdp      llama8b_fsdp_nN: Llama 3 8B (bench/gpu/llama3_8b.toml, the
@@ -107,7 +109,7 @@
 # trainrun and PyTorch), MG_CKPT_MODEL (llama1b, or gpt2 or llama8b),
 # MG_CKPT_STEPS (110), MG_CKPT_INTERVAL (40), MG_CKPT_KILL_STEP (95),
 # MG_TMO_GPT2 (90), MG_TMO_LLAMA (150), MG_TMO_TORCH (240),
-# MG_TMO_AUTOTUNE (420: the max-autotune peers), MG_TMO_CKPT (200) (s per
+# MG_TMO_AUTOTUNE (420: the max-autotune and TunableOp peers), MG_TMO_CKPT (200) (s per
 # run), MG_GPT2_BASE and MG_LLAMA_BASE (the baselines' GPU
 # counts, e.g. "1 2 4" and "4 2").
 
@@ -497,7 +499,7 @@ torch_fsdp2() {
   else
     model=8B ac=op B=$LLAMA_B T=$LLAMA_T steps=$TORCH_STEPS skip=$TORCH_SKIP
   fi
-  case $key in *autotune*) tmo=$TMO_AUTOTUNE ;; esac
+  case $key in *autotune* | *tunable*) tmo=$TMO_AUTOTUNE ;; esac
   [ "$mode" != smoke ] && env=(env "CUDA_VISIBLE_DEVICES=$(gpus_for "$n")")
   echo "-- $name: torch FSDP2 ${flags[*]}, Llama $model on $n ranks, B=$B T=$T"
   # shellcheck disable=SC2086

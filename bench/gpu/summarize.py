@@ -201,6 +201,8 @@ def torch_config(key):
         k, vocab = k[:-len("_v50304")], ", vocab 50304"
     for suffix, text in (("_autotune_nocg", "compile max-autotune-no-cudagraphs"),
                          ("_autotune", "compile max-autotune"),
+                         ("_compile_tunable", "compile (default mode) with "
+                          "TunableOp (GEMM candidates timed)"),
                          ("_compile", "compile (default mode)"),
                          ("_eager", "eager")):
         if k.endswith(suffix):
@@ -494,24 +496,28 @@ def one_gpu_main(a):
 # A run's wall seconds (compilation and start-up included) until the
 # folder has its own (NAME.wall): H100/H200 figures of sessions 3-13
 DEFAULT_WALL = {"gpt2": {"trainrun": 40, "llmc": 60, "eager": 60,
-                         "compile": 120, "autotune": 420,
-                         "autotune_nocg": 420},
+                         "compile": 120, "compile_tunable": 180,
+                         "autotune": 420, "autotune_nocg": 420},
                 "llama1b": {"trainrun": 60, "eager": 90, "compile": 180,
-                            "autotune": 480, "autotune_nocg": 480},
+                            "compile_tunable": 240, "autotune": 480,
+                            "autotune_nocg": 480},
                 # bench/multi_gpu.sh's programs (2 GPUs)
                 "multigpu": {"gpt2": 45, "l1b": 70, "l8b": 150, "ckpt": 220,
                              "t1b_eager": 90, "t1b_compile": 150,
+                             "t1b_compile_tunable": 210,
+                             "t8b_compile_tunable": 300,
                              "t1b_autotune": 420, "t1b_autotune_nocg": 420,
                              "t8b_eager": 150, "t8b_compile": 240,
                              "t8b_autotune": 480, "t8b_autotune_nocg": 480}}
 
 
-MODES = r"(eager|compile|autotune_nocg|autotune)"
+MODES = r"(eager|compile_tunable|compile|autotune_nocg|autotune)"
 
 
 def wall_class(key):
     """The keys whose runs cost about the same: trainrun, llm.c, and
-    PyTorch's eager, compile, autotune and autotune_nocg modes; for
+    PyTorch's eager, compile, compile_tunable, autotune and autotune_nocg
+    modes; for
     bench/multi_gpu.sh each job (gpt2, l1b, l8b, ckpt) and t1b_MODE,
     t8b_MODE (PyTorch FSDP2)."""
     if key == "trainrun" or key.startswith("llmc"):

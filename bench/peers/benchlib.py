@@ -389,6 +389,21 @@ def compile_kwargs(torch, mode):
     return {"mode": mode} if mode else {}
 
 
+def tunableop_enable(torch):
+    """PyTorch's TunableOp (torch.cuda.tunable): each GEMM shape's cuBLAS
+    and cuBLASLt candidates are timed at its first call and the fastest kept
+    (what trainrun's TRAINRUN_GEMM_TUNE does for its own GEMMs). The results
+    go to a fresh temporary folder (one file per device), so every run tunes
+    from nothing, in its warm-up steps. Returns that folder."""
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="tunableop-")
+    tunable = torch.cuda.tunable
+    tunable.set_filename(os.path.join(folder, "tunableop_results.csv"))
+    tunable.enable(True)
+    tunable.tuning_enable(True)
+    return folder
+
+
 def common_args(p, default_B, default_T, default_steps, data_required=True):
     p.add_argument("--data", required=data_required,
                    help="llm.c shard to read")
@@ -403,6 +418,9 @@ def common_args(p, default_B, default_T, default_steps, data_required=True):
     p.add_argument("--compile-mode", default=None,
                    help="torch.compile mode (default: its default; "
                         "max-autotune, max-autotune-no-cudagraphs)")
+    p.add_argument("--tunableop", action="store_true",
+                   help="PyTorch's TunableOp: GEMM candidates timed at each "
+                        "shape's first call, the fastest kept")
     p.add_argument("--no-sync", action="store_true",
                    help="no host sync per step: each step's end is a CUDA "
                         "event, the losses stay on the GPU, and the step "
@@ -536,6 +554,11 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
         step_model = torch.compile(model,
                                    **compile_kwargs(torch, args.compile_mode))
 
+    tunable = None
+    if getattr(args, "tunableop", False):
+        if dev.type != "cuda":
+            raise SystemExit("--tunableop needs a CUDA device")
+        tunable = tunableop_enable(torch)
     ctx = _sdpa_context(args.sdpa_backend)
     batches = Batches(args.data, args.B, args.T, dev, drank, dworld, order,
                       dseed)
@@ -565,6 +588,7 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
     head["timing"] = clock.kind
     head["compile_mode"] = (args.compile_mode or "default") if args.compile \
         else None
+    head["tunableop"] = tunable
     inductor_config = sys.modules.get("torch._inductor.config")
     if args.compile and inductor_config:
         head["autotune_in_subproc"] = inductor_config.autotune_in_subproc
