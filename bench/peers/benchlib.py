@@ -677,6 +677,15 @@ def train(model, cfg, flops_cfg, args, program, dist=None, prepare=None,
         summ.update(world_size=world, median_tps_all_gpus=tps * world)
         if share > 1:
             summ.update(token_share=share)
+    if tunable:  # what TunableOp tuned: a build that offers cuBLAS's
+        # default alone (no cuBLASLt candidates) has nothing to choose from
+        try:  # (op, params, solution, ms) tuples in PyTorch 2.x
+            res = list(torch.cuda.tunable.get_results())
+            summ.update(tunableop_ops=len(res),
+                        tunableop_not_default=sum(
+                            1 for r in res if "Default" not in str(r[2])))
+        except (AttributeError, IndexError, RuntimeError, TypeError) as e:
+            summ.update(tunableop_results_error=str(e))
     out(summ)
     return 0
 
