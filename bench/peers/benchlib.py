@@ -393,7 +393,7 @@ def tunableop_enable(torch):
     """PyTorch's TunableOp (torch.cuda.tunable): each GEMM shape's cuBLAS
     and cuBLASLt candidates are timed at its first call and the fastest kept
     (what trainrun's TRAINRUN_GEMM_TUNE does for its own GEMMs). The results
-    go to a fresh temporary folder (one file per device), so every run tunes
+    go to a fresh temporary folder of the process, so every run tunes
     from nothing, in its warm-up steps. Returns that folder."""
     import tempfile
     folder = tempfile.mkdtemp(prefix="tunableop-")
