@@ -10,11 +10,9 @@
  * algorithm after other GEMMs (the power limit's clocks, most likely;
  * bench/results/2026-11-28-session15), so compare rows timed in the same
  * state (the -a rows with each other, rows under -w) or whole training
- * steps. Inputs are
- * random (never zeros): one host block of random bf16/fp32 values tiled
- * over each buffer. GB/s counts the bytes a
- * kernel must move at least (each input read once, each output written
- * once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
+ * steps. Inputs are random (never zeros): one host block of random
+ * bf16/fp32 values tiled over each buffer. GB/s counts the bytes a kernel
+ * must move at least (each input read once, each output written once); TFLOP/s counts 2 flops per multiply-add (attention: the causal
  * half only, the backward as 2.5 forwards, FlashAttention's convention).
  *
  * Context parallel ("cp ..."): one rank's ring attention at CP 2 against
@@ -929,11 +927,22 @@ static void bench_optimizer(void) {
 int main(int argc, char** argv) {
   int quick = 0, opt;
   while ((opt = getopt(argc, argv, "qdi:f:a:w:")) != -1) {
+    char* end = NULL;
     if (opt == 'w') {
-      heat_ms = atof(optarg);
+      heat_ms = strtod(optarg, &end);
+      if (*end || heat_ms < 0 || heat_ms > 60000) {
+        fprintf(stderr, "%s: -w %s: milliseconds from 0 to 60000\n", argv[0],
+                optarg);
+        return 2;
+      }
     } else if (opt == 'a') {
-      algos = atoi(optarg);  // plans hold that many candidates
-      if (algos > 1) tr_kern_cuda_set_gemm_tune(algos);
+      algos = (int)strtol(optarg, &end, 10);
+      if (*end || algos < 0 || algos > 16) {
+        fprintf(stderr, "%s: -a %s: candidates from 0 to 16\n", argv[0],
+                optarg);
+        return 2;
+      }
+      if (algos > 1) tr_kern_cuda_set_gemm_tune(algos); /* plans hold them */
     } else if (opt == 'q') {
       quick = 1;
     } else if (opt == 'd') {
@@ -1047,8 +1056,9 @@ int main(int argc, char** argv) {
   bench_optimizer();
   bench_cp(quick ? 4096 : 16384);
   bench_docs(quick ? 1 : 2, 8192);
-  /* block_causal's training shape (bench/parallel_gpu.sh's flex runs, Llama
-   * 3.2 1B B8 T2048), against "attention llama" below (causal, T 2048) */
+  /* documents at Llama 3.2 1B's one-GPU training shape (B8 T2048,
+   * bench/gpu_train.sh llama1b); "attention llama" below is causal over the
+   * same tokens as B16 T1024 */
   bench_docs(quick ? 2 : 8, 2048);
 
   /* Llama-3 1B-like layer: C 2048, 32 heads of 64, 8 kv heads, FFN 8192 */

@@ -30,10 +30,10 @@
 // 1 under [debug] deterministic) candidates. At the plan's first use the
 // candidates run once each to warm up, then TUNE_REPS rounds of one run
 // each, in turn, with an event after every run, on the same stream before
-// the real GEMM and with the real operands. Timed one candidate after the
-// other (five runs each), the picks made some GEMMs up to 12% slower in
-// kernels_bench on an H200 (2026-11-28); clocks still climbing after an
-// idle gap while the first candidate ran is the likely cause. C is
+// the real GEMM and with the real operands. Interleaved, every candidate
+// runs at the same clocks: a GEMM's time depends on the load just before it
+// (8-20% on an H200, bench/results/2026-11-28-session15), and timed one
+// candidate after the other the first ran after an idle gap. C is
 // the real one where beta is 0 (the real GEMM then overwrites it), else a
 // scratch room of up to 256 MiB (larger, or with an aux that overlaps C,
 // the plan keeps the heuristic's pick). The host never waits for them:
@@ -117,6 +117,7 @@ static int n_plans, cap_plans;
 static int use_tf32;
 static int gemm_tune = -1;  // tr_kern_cuda_set_gemm_tune; -1: the param
 static int64_t tune_timed, tune_changed;  // tr_kern_cuda_gemm_tune_stats
+static int tune_pending;  // plans in TUNE_TIMING: apply has nothing else
 static int gemm_pick = -1;                // tr_kern_cuda_set_gemm_pick
 static int64_t gemm_pick_misses;  // runs whose plan lacked that candidate
 
@@ -148,6 +149,8 @@ static void tune_events_free(plan_t* p) {
 
 static void plan_free(plan_t* p) {
   if (!p) return;
+  if (p->tune == TUNE_TIMING)
+    __atomic_sub_fetch(&tune_pending, 1, __ATOMIC_RELAXED);
   tune_events_free(p);
   if (p->desc) lt->cublasLtMatmulDescDestroy(p->desc);
   if (p->la) lt->cublasLtMatrixLayoutDestroy(p->la);
@@ -413,10 +416,12 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
   // what failed here is not the caller's error: the later launch checks
   // (TR_CUDA_LAUNCHED) must not see it
   if (failed) (void)cudaGetLastError();
-  if (p->nev > 1)
+  if (p->nev > 1) {
     p->tune = TUNE_TIMING;
-  else
+    __atomic_add_fetch(&tune_pending, 1, __ATOMIC_RELAXED);
+  } else {
     tune_events_free(p);
+  }
 }
 
 // Once the candidates' runs are done (no wait: cudaEventQuery), keep the
@@ -428,8 +433,7 @@ static void tune_finish(plan_t* p) {
     if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
     return;
   }
-  float best_ms[TUNE_MAX], all[TUNE_MAX][TUNE_REPS];
-  int nall[TUNE_MAX] = {0};
+  float best_ms[TUNE_MAX];
   for (int i = 0; i < p->ncand; i++) best_ms[i] = -1;
   int failed = q != cudaSuccess;
   for (int j = 1; q == cudaSuccess && j < p->nev; j++) {
@@ -440,26 +444,16 @@ static void tune_finish(plan_t* p) {
       continue;
     }
     if (best_ms[i] < 0 || ms < best_ms[i]) best_ms[i] = ms;
-    if (nall[i] < TUNE_REPS) all[i][nall[i]++] = ms;
   }
   if (tr_log_enabled(TR_LOG_DEBUG, TR_SUB_KERN)) {
-    char line[1024];
+    char line[512];
     int n = 0;
-    for (int i = 0; i < p->ncand && n < (int)sizeof line - 64; i++) {
-      float med = -1;  // the median of the runs, sorted in place
-      for (int a = 1; a < nall[i]; a++)
-        for (int b = a; b > 0 && all[i][b] < all[i][b - 1]; b--) {
-          float t = all[i][b];
-          all[i][b] = all[i][b - 1];
-          all[i][b - 1] = t;
-        }
-      if (nall[i]) med = all[i][nall[i] / 2];
-      n += snprintf(line + n, sizeof line - (size_t)n, " #%d %.4f/%.4f", i + 1,
-                    best_ms[i], med);
-    }
-    TR_LOG_DEBUG(
-        KERN, "GEMM M=%lld N=%lld K=%lld: candidates' min/median ms:%s",
-        (long long)p->key.M, (long long)p->key.N, (long long)p->key.K, line);
+    for (int i = 0; i < p->ncand && n < (int)sizeof line - 32; i++)
+      n += snprintf(line + n, sizeof line - (size_t)n, " #%d %.4f", i + 1,
+                    best_ms[i]);
+    TR_LOG_DEBUG(KERN, "GEMM M=%lld N=%lld K=%lld: candidates' shortest ms:%s",
+                 (long long)p->key.M, (long long)p->key.N, (long long)p->key.K,
+                 line);
   }
   if (failed) (void)cudaGetLastError();  // as in tune_start
   int best = -1;
@@ -482,6 +476,7 @@ static void tune_finish(plan_t* p) {
   }
   tune_events_free(p);
   p->tune = TUNE_OFF;
+  __atomic_sub_fetch(&tune_pending, 1, __ATOMIC_RELAXED);
 }
 
 // Run one plan (lt_lock held): set the epilogue pointers, start the
@@ -807,6 +802,8 @@ extern "C" void tr_kern_cuda_set_gemm_tune(int n) {
 }
 
 extern "C" void tr_kern_cuda_gemm_tune_apply(void) {
+  // every step calls this: once the timings are read, it takes no lock
+  if (__atomic_load_n(&tune_pending, __ATOMIC_RELAXED) == 0) return;
   pthread_mutex_lock(&lt_lock);
   int64_t t0 = tune_timed, c0 = tune_changed;
   for (int i = 0; i < n_plans; i++)
