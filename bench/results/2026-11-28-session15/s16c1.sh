@@ -1,5 +1,5 @@
 #!/bin/bash
-# NEXT SESSION call 1 (one H200; carry [".gpu", ".gpu7"]): .gpu = main (GEMM tuning, its review fixes not yet run on a GPU; kernels_bench -w), .gpu7 = docbuckets 1883499 (with check_kernels_cuda cases for S 192, D' 3 and 6)
+# NEXT SESSION call 1 (one H200; carry [".gpu", ".gpu7"]): .gpu = main (GEMM tuning, its review fixes not yet run on a GPU; kernels_bench -w), .gpu7 = docbuckets e2ca33c (with check_kernels_cuda cases for S 192, D' 3 and 6)
 # (cuDNN's ragged graph pads D' and S to 1, 2, 3, 4, 6, 8, 12, ... instead of powers of two), rebased on main.
 # check_kernels_cuda (its document cases), kernels_bench docs alternating (main's binary, -w, on each build's library), then A/B docs and llama, 3 rounds.
 # Merge docbuckets only if the check passes and docs gains without llama losing.
