@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# bench/gpu/stage.sh: stage a CUDA build for the GPU machine in an ignored
+# folder of this repository (.gpu, .gpu2, ...), to travel with `carry`.
+#
+#   bench/gpu/stage.sh BUILD DEST
+#
+# BUILD is a configured and built tree (`./bootstrap --enable-werror` with
+# CUDA found, then `make bench/kernels_bench bench/coll_bench
+# tests/check_kernels_cuda tests/check_pg_nccl` for the kernel programs,
+# which are staged when they are built). DEST gets:
+#   bin/     trainrun, trainrund (the real binaries, not libtool's wrappers)
+#   lib/     libtrainrun.so.0 and the shared libraries the GPU machine lacks
+#            (../shared/device/stage-libs.sh's list: libuv, jansson, Gloo, ...)
+#   kern/    kernels_bench, coll_bench, check_kernels_cuda, check_pg_nccl
+#   trainrun, trainrund   wrappers that put DEST/lib first and run bin/
+#   env.sh   sourced on the GPU machine from the repository root: the
+#            machine's CUDA, cuDNN, NCCL and Open MPI settings with DEST/lib
+#            first (NVLink multicast off)
+#   COMMIT   the build's commit
+# A benchmark then runs with TRAINRUN=DEST/trainrun; another build's library
+# is tried under the same binaries with LD_LIBRARY_PATH=$PWD/DEST2/lib.
+set -euo pipefail
+[ $# -eq 2 ] || { echo "usage: bench/gpu/stage.sh BUILD DEST" >&2; exit 2; }
+build=$(cd "$1" && pwd)
+dest=$2
+stage_libs=${STAGE_LIBS:-$(dirname "$0")/../../../shared/device/stage-libs.sh}
+[ -x "$build/.libs/trainrun" ] || { echo "stage.sh: $build/.libs/trainrun is not built" >&2; exit 1; }
+[ -x "$stage_libs" ] || { echo "stage.sh: $stage_libs not found (STAGE_LIBS)" >&2; exit 1; }
+rm -rf "$dest"
+mkdir -p "$dest/bin" "$dest/lib" "$dest/kern"
+cp "$build/.libs/trainrun" "$build/.libs/trainrund" "$dest/bin/"
+cp -L "$build/.libs/libtrainrun.so.0" "$dest/lib/"
+kern=
+for p in bench/kernels_bench bench/coll_bench tests/check_kernels_cuda tests/check_pg_nccl; do
+  b=$build/$(dirname "$p")/.libs/$(basename "$p")
+  [ -x "$b" ] || continue
+  cp "$b" "$dest/kern/"
+  kern="$kern $b"
+done
+# shellcheck disable=SC2086
+LD_LIBRARY_PATH=$build/.libs "$stage_libs" -o "$dest/lib" "$dest/bin/trainrun" \
+  "$dest/bin/trainrund" "$dest/lib/libtrainrun.so.0" $kern >/dev/null
+# Check's library for the check programs, where the GPU machine lacks it
+for l in libsubunit.so.0 libcheck.so.0; do
+  f=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
+  [ -n "$f" ] && cp -L "$f" "$dest/lib/"
+done
+for b in trainrun trainrund; do
+  cat >"$dest/$b" <<EOF
+#!/bin/sh
+d=\$(cd "\$(dirname "\$0")" && pwd)
+LD_LIBRARY_PATH="\$d/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$d/bin/$b" "\$@"
+EOF
+  chmod +x "$dest/$b"
+done
+name=$(basename "$dest")
+cat >"$dest/env.sh" <<EOF
+# Source from the repository root on the GPU machine: . $name/env.sh
+here=\$(pwd)
+cudnn=\$(dirname "\$(find / -name 'libcudnn.so.9' -not -path '*/proc/*' 2>/dev/null | head -1)" 2>/dev/null)
+export LD_LIBRARY_PATH="\$here/$name/lib:/usr/local/cuda/lib64:\${cudnn:+\$cudnn:}\${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "LD_LIBRARY_PATH=\$LD_LIBRARY_PATH"
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+EOF
+git -C "$build" rev-parse --short HEAD >"$dest/COMMIT"
+du -sh "$dest" | awk -v c="$(cat "$dest/COMMIT")" '{print "staged", c, "in", $2, "(" $1 ")"}'
