@@ -125,7 +125,8 @@ out=
 
 # Build llm.c's train_gpt2cu in DST from a patched copy of LLMC_SRC.
 llmc_build() {
-  dst=$1
+  # absolute: make runs in DST, where a relative -L path would not resolve
+  case $1 in /*) dst=$1 ;; *) dst=$PWD/$1 ;; esac
   nvcc_bin=$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
   cuda_home=$(dirname "$(dirname "$nvcc_bin")")
   cuda_major=$("$nvcc_bin" --version 2>/dev/null |
