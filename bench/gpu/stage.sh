@@ -10,7 +10,8 @@
 # which are staged when they are built). DEST gets:
 #   bin/     trainrun, trainrund (the real binaries, not libtool's wrappers)
 #   lib/     libtrainrun.so.0 and the shared libraries the GPU machine lacks
-#            (../shared/device/stage-libs.sh's list: libuv, jansson, Gloo, ...)
+#            (libuv, jansson, Gloo and its dependencies, Check's subunit: all
+#            but glibc, the C++ runtime, the CUDA family, Open MPI, OpenBLAS)
 #   kern/    kernels_bench, coll_bench, check_kernels_cuda, check_pg_nccl
 #   trainrun, trainrund   wrappers that put DEST/lib first and run bin/
 #   env.sh   sourced on the GPU machine from the repository root: the
@@ -23,9 +24,7 @@ set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: bench/gpu/stage.sh BUILD DEST" >&2; exit 2; }
 build=$(cd "$1" && pwd)
 dest=$2
-stage_libs=${STAGE_LIBS:-$(dirname "$0")/../../../shared/device/stage-libs.sh}
 [ -x "$build/.libs/trainrun" ] || { echo "stage.sh: $build/.libs/trainrun is not built" >&2; exit 1; }
-[ -x "$stage_libs" ] || { echo "stage.sh: $stage_libs not found (STAGE_LIBS)" >&2; exit 1; }
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/kern"
 cp "$build/.libs/trainrun" "$build/.libs/trainrund" "$dest/bin/"
@@ -37,13 +36,17 @@ for p in bench/kernels_bench bench/coll_bench tests/check_kernels_cuda tests/che
   cp "$b" "$dest/kern/"
   kern="$kern $b"
 done
+# what the GPU machine lacks: all but glibc, the C++ runtime, the CUDA family,
+# Open MPI and OpenBLAS (it has its own)
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcudnn|libnccl|libnvidia|libnvrtc|libnvJitLink|libmpi|libopen-rte|libopen-pal|libz\.|libudev|libevent|libgomp|libopenblas|libblas|liblapack|libgfortran|libquadmath)'
 # shellcheck disable=SC2086
-LD_LIBRARY_PATH=$build/.libs "$stage_libs" -o "$dest/lib" "$dest/bin/trainrun" \
-  "$dest/bin/trainrund" "$dest/lib/libtrainrun.so.0" $kern >/dev/null
-# Check's library for the check programs, where the GPU machine lacks it
-for l in libsubunit.so.0 libcheck.so.0; do
-  f=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
-  [ -n "$f" ] && cp -L "$f" "$dest/lib/"
+for f in "$dest/bin/trainrun" "$dest/bin/trainrund" "$dest/lib/libtrainrun.so.0" $kern; do
+  LD_LIBRARY_PATH=$build/.libs ldd "$f" | awk '$3 ~ /^\// {print $1, $3}' |
+    while read -r name path; do
+      if ! echo "$name" | grep -Eq "$skip" && [ ! -e "$dest/lib/$name" ]; then
+        cp -L "$path" "$dest/lib/$name"
+      fi
+    done
 done
 for b in trainrun trainrund; do
   cat >"$dest/$b" <<EOF

@@ -6,7 +6,7 @@
 #   1. the kernels: check_kernels_cuda (its test_attention_shifted compares
 #      the CUDA SIMT and flash kernels with q_shift, composed with
 #      documents and windows, against the CPU kernel), when KERNELS_DIR
-#      (a folder staged by `tests/gpu/kernels.sh stage`) is given;
+#      (a folder staged by bench/gpu/stage.sh) is given;
 #   2. training: examples/debug.toml's Llama (debugmodel) in float32
 #      (mixed_precision_param float32; the fp32 GEMMs are full fp32, TF32
 #      is off by default) at seq_len 256, 20 steps, one GPU against two
@@ -44,7 +44,7 @@ fail=0
 if [ -n "$kdir" ]; then
   echo "== check_kernels_cuda"
   krc=0
-  "$kdir/check_kernels_cuda" >"$out/check_kernels_cuda.log" 2>&1 || krc=$?
+  "$kdir/kern/check_kernels_cuda" >"$out/check_kernels_cuda.log" 2>&1 || krc=$?
   grep -E "shift=|see no key|FAIL|Checks" "$out/check_kernels_cuda.log" || true
   echo "== check_kernels_cuda exit status $krc"
   [ "$krc" = 0 ] || fail=1
