@@ -21,10 +21,16 @@
  * (TFLOP/s counts each document's causal square), cuDNN's ragged graph
  * against the flash kernel.
  *
- * usage: kernels_bench [-q] [-d] [-i iters] [-f filter] [-a n]
+ * usage: kernels_bench [-q] [-d] [-i iters] [-f filter] [-a n] [-c n]
  *   -q        quick: smaller batch (B 8), fewer iterations
  *   -a n      each GEMM row again with each of cuBLASLt's first n
  *             candidate algorithms ("#k"; #1 is the heuristic's pick)
+ *   -c n      each cuDNN attention row (attention ... cudnn, docs cudnn)
+ *             again with cuDNN's engine configs 1 to n ("cfg k"; config 0,
+ *             the heuristics' first, is the plain row;
+ *             tr_kern_cuda_set_attn_config; `TRAINRUN_LOG_LEVEL=debug
+ *             TRAINRUN_LOG_SUBSYS=kernels` names each config's engine and
+ *             knobs)
  *   -w ms     before each row, ms of large GEMMs with no gap before the
  *             timed runs: rows timed at a loaded GPU's clocks
  *   -d        deterministic kernels ([debug] deterministic: cuDNN's
@@ -194,6 +200,41 @@ static void report(const char* name, const char* shape, double ms, double flops,
       report(name, shape, _ms, flops, bytes);     \
     }                                             \
   } while (0)
+
+/* The rows of a cuDNN attention pair (fwd, bwd) again with engine
+ * configs 1 to -c's n (tr_kern_cuda_set_attn_config): the plans are built
+ * again (an untimed call of each first); where a graph has no config k
+ * that builds (it would run config 0), a note instead of the rows */
+static int attn_configs;
+static void attn_config_rows(const char* fname, const char* bname,
+                             const char* shape, double fl, void* ctx,
+                             bench_fn fwd, bench_fn bwd) {
+  for (int k = 1; k <= attn_configs; k++) {
+    char fk[96], bk[96];
+    snprintf(fk, sizeof fk, "%s cfg %d", fname, k);
+    snprintf(bk, sizeof bk, "%s cfg %d", bname, k);
+    if (!wanted(fk) && !wanted(bk)) continue;
+    CK(cudaDeviceSynchronize());
+    tr_kern_cuda_set_attn_config(k);
+    int64_t m0 = tr_kern_cuda_attn_config_misses();
+    fwd(ctx);
+    int fmiss = tr_kern_cuda_attn_config_misses() != m0;
+    bwd(ctx);
+    int bmiss = tr_kern_cuda_attn_config_misses() != m0 + fmiss;
+    if (fmiss)
+      printf("%s: no config %d (none, or it does not build)\n", fname, k);
+    else
+      BENCH(fk, shape, fl, 0, ctx, fwd);
+    if (bmiss)
+      printf("%s: no config %d (none, or it does not build)\n", bname, k);
+    else
+      BENCH(bk, shape, 2.5 * fl, 0, ctx, bwd);
+  }
+  if (attn_configs > 0) {
+    CK(cudaDeviceSynchronize());
+    tr_kern_cuda_set_attn_config(-1);
+  }
+}
 
 /* A GEMM's row, then with -a N one row per cuBLASLt candidate k < N
  * (tr_kern_cuda_set_gemm_pick): what each algorithm takes at the same
@@ -585,6 +626,8 @@ static void bench_attention(const char* tag, int B, int T, int H, int KVH,
       tr__flash_set_fwd_variant(0);
     }
     BENCH(bname, shape, 2.5 * fl, 0, &c, run_att_bwd);
+    if (ids[i] == TR_CUDA_ATTN_CUDNN)
+      attn_config_rows(fname, bname, shape, fl, &c, run_att_fwd, run_att_bwd);
   }
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
   cudaFree(c.qkv);
@@ -836,6 +879,8 @@ static void bench_docs(int B, int T) {
     snprintf(bname, sizeof bname, "docs %s bwd", impls[i]);
     BENCH(fname, shape, fl, 0, &c, run_docs_fwd);
     BENCH(bname, shape, 2.5 * fl, 0, &c, run_docs_bwd);
+    if (ids[i] == TR_CUDA_ATTN_CUDNN)
+      attn_config_rows(fname, bname, shape, fl, &c, run_docs_fwd, run_docs_bwd);
   }
   tr_kern_cuda_set_attention(TR_CUDA_ATTN_AUTO);
   att_set_release(&c.a);
@@ -926,7 +971,7 @@ static void bench_optimizer(void) {
 
 int main(int argc, char** argv) {
   int quick = 0, opt;
-  while ((opt = getopt(argc, argv, "qdi:f:a:w:")) != -1) {
+  while ((opt = getopt(argc, argv, "qdi:f:a:c:w:")) != -1) {
     char* end = NULL;
     if (opt == 'w') {
       heat_ms = strtod(optarg, &end);
@@ -943,6 +988,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       if (algos > 1) tr_kern_cuda_set_gemm_tune(algos); /* plans hold them */
+    } else if (opt == 'c') {
+      attn_configs = (int)strtol(optarg, &end, 10);
+      if (*end || attn_configs < 0 || attn_configs > 64) {
+        fprintf(stderr, "%s: -c %s: engine configs from 0 to 64\n", argv[0],
+                optarg);
+        return 2;
+      }
     } else if (opt == 'q') {
       quick = 1;
     } else if (opt == 'd') {
@@ -953,7 +1005,8 @@ int main(int argc, char** argv) {
       filter = optarg;
     } else {
       fprintf(stderr,
-              "usage: %s [-q] [-d] [-i iters] [-f filter] [-a n] [-w ms]\n",
+              "usage: %s [-q] [-d] [-i iters] [-f filter] [-a n] [-c n] "
+              "[-w ms]\n",
               argv[0]);
       return 2;
     }

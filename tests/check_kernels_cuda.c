@@ -1936,6 +1936,23 @@ START_TEST(test_attention_cudnn) {
 }
 END_TEST
 
+/* cuDNN's other engine configs (tr_kern_cuda_set_attn_config: the
+ * heuristics' later configs, then knob variants of the first; a graph with
+ * fewer runs its last): each computes the same attention, D 64 and 128,
+ * GQA and MQA, += and =, and documents (the ragged graph) */
+START_TEST(test_attention_cudnn_configs) {
+  for (int k = 1; k <= 6; k++) {
+    tr_kern_cuda_set_attn_config(k);
+    run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 200, 8, 2, 64, 1);
+    run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 1, 77, 4, 1, 128, 0);
+    run_attention_masked(TR_BF16, TR_CUDA_ATTN_CUDNN, TR_CUDA_ATTN_CUDNN, 2,
+                         160, 8, 2, 64, 0, 1, 0, 0);
+    ck_assert_int_eq(tr_cuda_synchronize(), 0);
+  }
+  tr_kern_cuda_set_attn_config(-1);
+}
+END_TEST
+
 /* document masks on cuDNN (each document a sequence of a ragged graph;
  * TR_CUDA_ATTN_CUDNN fails instead of falling back, so these prove it
  * ran): documents of 1 to 120 rows in every row, then with the last row
@@ -2243,6 +2260,7 @@ static Suite* cuda_suite(void) {
   tcase_add_test(tc, test_attention_masked);
 #ifdef HAVE_CUDNN
   tcase_add_test(tc, test_attention_cudnn);
+  tcase_add_test(tc, test_attention_cudnn_configs);
   tcase_add_test(tc, test_attention_cudnn_mixed);
   tcase_add_test(tc, test_attention_cudnn_docs_det);
   tcase_add_test(tc, test_attention_cudnn_docs);

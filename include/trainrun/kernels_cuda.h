@@ -314,6 +314,17 @@ typedef enum {
  * the backward may run another implementation than its forward. */
 void tr_kern_cuda_set_attention(tr_cuda_attn_impl_t impl);
 tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void);
+/* cuDNN attention's engine config (kernels/cuda/cudnn_attention.cu):
+ * config 0 is the first of cuDNN's heuristics' list that builds (the
+ * default); config k the k-th entry after it in that list, which goes on
+ * with variants of config 0 with one knob changed. A graph whose entry k
+ * does not build, or has none, runs config 0 and counts in
+ * tr_kern_cuda_attn_config_misses. -1: TRAINRUN_CUDNN_ATTN_CONFIG (default
+ * 0). Drops every cached cuDNN attention plan: call it with no cuDNN
+ * attention in flight (bench/kernels_bench -c and the tests do, between
+ * runs). No-ops in builds without cuDNN. Process-wide. */
+void tr_kern_cuda_set_attn_config(int k);
+int64_t tr_kern_cuda_attn_config_misses(void);
 
 /* [debug] deterministic (process-wide; set before the first kernel):
  * refuse the kernels whose results are not bit-reproducible. The one such

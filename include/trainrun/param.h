@@ -52,6 +52,11 @@ typedef enum {
   XX(ATTENTION, "TRAINRUN_ATTENTION", STRING, "auto", 0, 0,                    \
      "CUDA attention kernels: auto (cuDNN, else flash, else simt), cudnn, "    \
      "flash or simt")                                                          \
+  XX(CUDNN_ATTN_CONFIG, "TRAINRUN_CUDNN_ATTN_CONFIG", INT, "0", 0, 4096,      \
+     "cuDNN attention: run each graph's engine config k (0: the "             \
+     "heuristics' first that builds; k: the k-th entry after it in their "    \
+     "list, then variants of it with one knob changed; config 0 where k "     \
+     "does not build), for measuring the others")                              \
   XX(STORE_TOKEN, "TRAINRUN_STORE_TOKEN", STRING, "", 0, 0,                    \
      "shared secret trainrun store clients prove before any command")          \
   XX(STORE_MAX_KEY, "TRAINRUN_STORE_MAX_KEY_BYTES", INT, "8192", 1, 1048576,   \

@@ -65,6 +65,18 @@
 // many batches: a few plans per model. Ragged graphs need cuDNN 9.6
 // (int64 offsets, GQA with offsets); older ones decline.
 //
+// Engine configs: a graph runs config 0, the first config of the
+// heuristics' list (mode A, then the fallback list) whose execution plan
+// finalizes and passes the determinism and workspace filters below. For
+// measuring the others (bench/kernels_bench -c), tr_kern_cuda_set_attn_config(k)
+// or TRAINRUN_CUDNN_ATTN_CONFIG=k runs config k: the k-th entry after
+// config 0 in the heuristics' lists, which go on with variants of config 0
+// with one knob changed (each other value of each knob its engine reports,
+// min to max by stride, at most KNOB_VALUES a knob); where that entry does
+// not build or pass the filters, or there is none, config 0 runs
+// (tr_kern_cuda_attn_config_misses counts it). The debug log names each
+// entry (engine, knob type = value) and what its plan needed.
+//
 // Execution plans are built once per (device, direction, shape, strides)
 // and cached; a shape cuDNN declines is remembered, warned about once, and
 // answered TR_EUNSUPPORTED at once afterwards (the caller falls back to the
@@ -79,6 +91,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "trainrun/param.h"  // TRAINRUN_CUDNN_ATTN_CONFIG
 
 // ---- tensor ids of a graph ----
 
@@ -343,6 +357,9 @@ static void gb_reshape(gb_t* g, cudnnBackendDescriptor_t x,
 
 // ---- plans ----
 
+#define KNOB_MAX 48     // knobs an engine reports (cuDNN 9: 44 types)
+#define KNOB_VALUES 32  // values tried of one knob (variants)
+
 typedef struct {
   int dev, bwd, causal;  // causal 0: full attention (no mask)
   int det;               // bwd: tr__cuda_deterministic() at build (the
@@ -360,6 +377,8 @@ typedef struct {
   int direct_dq;                   // bwd: dQ written by the fused kernel
   cudnnBackendDescriptor_t plan;   // finalized execution plan
   cudnnBackendDescriptor_t cfg;    // its engine config
+  cudnnBackendDescriptor_t own[KNOB_MAX + 1];  // a knob variant's engine
+  int n_own;                       // and knob choices, alive with cfg
   gb_t* graph;                     // the graph's descriptors, kept alive
                                    // as long as the plan that uses them
   int64_t ws;                      // the plan's workspace bytes
@@ -369,6 +388,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static cudnnHandle_t g_handles[TR_MAX_DEVICES];
 static aplan_t** g_plans;
 static int g_n_plans, g_cap_plans;
+static int g_cfg_pick = -1;   // tr_kern_cuda_set_attn_config; -1: the param
+static int64_t g_cfg_misses;  // plans built without the config asked for
 
 static const char* st_name(cudnnStatus_t st) { return cudnnGetErrorString(st); }
 
@@ -386,42 +407,368 @@ static int handle_get(int dev, cudnnHandle_t* out) {
   return 0;
 }
 
-// 1 when engine config cfg is noted non-deterministic.
-static bool cfg_nondeterministic(cudnnBackendDescriptor_t cfg) {
+// The engine of cfg (a new descriptor the caller destroys), or NULL.
+static cudnnBackendDescriptor_t cfg_engine(cudnnBackendDescriptor_t cfg) {
   cudnnBackendDescriptor_t eng = NULL;
-  bool nondet = false;
+  int64_t n = 0;
   if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) !=
       CUDNN_STATUS_SUCCESS)
-    return false;
-  int64_t n = 0;
+    return NULL;
   if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
-                               &eng) == CUDNN_STATUS_SUCCESS &&
-      n == 1) {
-    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    int64_t nn = 0;
-    if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                 CUDNN_TYPE_NUMERICAL_NOTE,
-                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn,
-                                 notes) == CUDNN_STATUS_SUCCESS)
-      for (int64_t i = 0; i < nn && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
-        if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) nondet = true;
+                               &eng) != CUDNN_STATUS_SUCCESS ||
+      n != 1) {
+    cudnnBackendDestroyDescriptor(eng);
+    return NULL;
   }
+  return eng;
+}
+
+// 1 when engine config cfg is noted non-deterministic.
+static bool cfg_nondeterministic(cudnnBackendDescriptor_t cfg) {
+  cudnnBackendDescriptor_t eng = cfg_engine(cfg);
+  bool nondet = false;
+  if (!eng) return false;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t nn = 0;
+  if (cudnnBackendGetAttribute(
+          eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+          CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < nn && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+      if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) nondet = true;
   cudnnBackendDestroyDescriptor(eng);
   return nondet;
 }
 
-// Finalize the operation graph of g, ask heuristics (mode A, then the
-// fallback list) and keep the first engine config whose execution plan
-// finalizes: *plan and *cfg (owned by the caller) and its workspace size.
-// Returns a cuDNN status; *why names what failed.
+// cfg's knob choices into type[] and val[] (at most KNOB_MAX): their
+// count, or -1 when cuDNN does not say.
+static int cfg_knobs(cudnnBackendDescriptor_t cfg, cudnnBackendKnobType_t* type,
+                     int64_t* val) {
+  cudnnBackendDescriptor_t ch[KNOB_MAX];
+  int made = 0, n = -1;
+  for (; made < KNOB_MAX; made++)
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR,
+                                     &ch[made]) != CUDNN_STATUS_SUCCESS)
+      break;
+  int64_t got = 0;
+  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &got,
+                               ch) == CUDNN_STATUS_SUCCESS) {
+    n = 0;
+    for (int64_t i = 0; i < got && i < made; i++) {
+      int64_t c = 0;
+      if (cudnnBackendGetAttribute(ch[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                   CUDNN_TYPE_KNOB_TYPE, 1, &c,
+                                   &type[n]) == CUDNN_STATUS_SUCCESS &&
+          cudnnBackendGetAttribute(ch[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                   CUDNN_TYPE_INT64, 1, &c,
+                                   &val[n]) == CUDNN_STATUS_SUCCESS)
+        n++;
+    }
+  }
+  for (int i = 0; i < made; i++) cudnnBackendDestroyDescriptor(ch[i]);
+  return n;
+}
+
+// "engine 8, knobs 24=26 14=2" (knob type = value): the debug log's name
+// of an engine config.
+static void cfg_desc(cudnnBackendDescriptor_t cfg, char* buf, size_t len) {
+  int64_t gidx = -1, n = 0;
+  cudnnBackendDescriptor_t eng = cfg_engine(cfg);
+  if (eng) {
+    (void)cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                   CUDNN_TYPE_INT64, 1, &n, &gidx);
+    cudnnBackendDestroyDescriptor(eng);
+  }
+  cudnnBackendKnobType_t type[KNOB_MAX];
+  int64_t val[KNOB_MAX];
+  int nk = cfg_knobs(cfg, type, val);
+  int o = snprintf(buf, len, "engine %lld, knobs", (long long)gidx);
+  for (int i = 0; i < nk && o >= 0 && (size_t)o < len; i++)
+    o += snprintf(buf + o, len - (size_t)o, " %d=%lld", (int)type[i],
+                  (long long)val[i]);
+  if (nk <= 0 && o >= 0 && (size_t)o < len)
+    snprintf(buf + o, len - (size_t)o, " none");
+}
+
+// One engine config to try: the heuristics' own, or a knob variant made
+// here, which owns its engine and knob choices (own[0] the engine).
+typedef struct {
+  cudnnBackendDescriptor_t cfg;
+  cudnnBackendDescriptor_t own[KNOB_MAX + 1];
+  int n_own;
+  int source;     // 0: heuristics mode A, 1: the fallback list, 2: variant
+  int64_t index;  // its place in that heuristics list
+} acand_t;
+
+typedef struct {
+  acand_t* v;
+  int n, cap;
+} acands_t;
+
+static void cand_release(acand_t* c) {
+  if (c->cfg) cudnnBackendDestroyDescriptor(c->cfg);
+  for (int i = c->n_own - 1; i >= 0; i--)
+    cudnnBackendDestroyDescriptor(c->own[i]);
+  memset(c, 0, sizeof *c);
+}
+
+// A new zeroed slot at l's end, or NULL (out of memory).
+static acand_t* cands_push(acands_t* l) {
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 16;
+    acand_t* v = (acand_t*)realloc(l->v, sizeof *v * (size_t)cap);
+    if (!v) return NULL;
+    l->v = v;
+    l->cap = cap;
+  }
+  acand_t* c = &l->v[l->n++];
+  memset(c, 0, sizeof *c);
+  return c;
+}
+
+static void cands_release(acands_t* l) {
+  for (int i = 0; i < l->n; i++) cand_release(&l->v[i]);
+  free(l->v);
+  l->v = NULL;
+  l->n = l->cap = 0;
+}
+
+// Append heuristics mode `source` (0: A, 1: fallback)'s engine configs for
+// graph to l. A cuDNN status; *why names what failed.
+static cudnnStatus_t heur_configs(cudnnBackendDescriptor_t graph, int source,
+                                  acands_t* l, const char** why) {
+  static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A,
+                                                  CUDNN_HEUR_MODE_FALLBACK};
+  cudnnBackendDescriptor_t heur = NULL;
+  cudnnStatus_t st =
+      cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  st = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE,
+                                  CUDNN_TYPE_HEUR_MODE, 1, &modes[source]);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(heur);
+  int64_t count = 0;
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                  NULL);
+  if (st != CUDNN_STATUS_SUCCESS || count <= 0) {
+    if (st != CUDNN_STATUS_SUCCESS) *why = "engine heuristics";
+    cudnnBackendDestroyDescriptor(heur);
+    return st;
+  }
+  cudnnBackendDescriptor_t* cfgs = (cudnnBackendDescriptor_t*)calloc(
+      (size_t)count, sizeof(cudnnBackendDescriptor_t));
+  if (!cfgs) {
+    cudnnBackendDestroyDescriptor(heur);
+    return CUDNN_STATUS_ALLOC_FAILED;
+  }
+  int64_t made = 0, got = 0;
+  for (; made < count; made++)
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+                                     &cfgs[made]) != CUDNN_STATUS_SUCCESS)
+      break;
+  st =
+      cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &got, cfgs);
+  if (st != CUDNN_STATUS_SUCCESS) got = 0;
+  TR_LOG_DEBUG(KERN, "cuDNN attention: heuristics %d: %lld engine configs",
+               source, (long long)got);
+  for (int64_t i = 0; i < made; i++) {
+    acand_t* c = i < got ? cands_push(l) : NULL;
+    if (!c) {
+      cudnnBackendDestroyDescriptor(cfgs[i]);
+      continue;
+    }
+    c->cfg = cfgs[i];
+    c->source = source;
+    c->index = i;
+  }
+  free(cfgs);
+  cudnnBackendDestroyDescriptor(heur);
+  return st;
+}
+
+// Append to l the variant of an engine config whose knob choices are
+// type[n]/val[n] with knob t at v (at: t's place among them, -1: t added),
+// on a new engine `gidx` of graph. A variant cuDNN does not finalize is
+// dropped.
+static void variant_add(cudnnBackendDescriptor_t graph, int64_t gidx,
+                        const cudnnBackendKnobType_t* type, const int64_t* val,
+                        int n, int at, cudnnBackendKnobType_t t, int64_t v,
+                        acands_t* l) {
+  int nch = n + (at < 0 ? 1 : 0);
+  if (nch > KNOB_MAX) return;
+  acand_t c;
+  memset(&c, 0, sizeof c);
+  c.source = 2;
+  cudnnBackendDescriptor_t eng = NULL;
+  cudnnStatus_t st =
+      cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng);
+  if (st == CUDNN_STATUS_SUCCESS) {
+    c.own[c.n_own++] = eng;
+    st = cudnnBackendSetAttribute(eng, CUDNN_ATTR_ENGINE_OPERATION_GRAPH,
+                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  }
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendSetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                  CUDNN_TYPE_INT64, 1, &gidx);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(eng);
+  for (int j = 0; j < nch && st == CUDNN_STATUS_SUCCESS; j++) {
+    cudnnBackendKnobType_t tj = j < n ? type[j] : t;
+    int64_t vj = (j == at || j == n) ? v : val[j];
+    cudnnBackendDescriptor_t d = NULL;
+    st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &d);
+    if (st != CUDNN_STATUS_SUCCESS) break;
+    c.own[c.n_own++] = d;
+    st = cudnnBackendSetAttribute(d, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                  CUDNN_TYPE_KNOB_TYPE, 1, &tj);
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnBackendSetAttribute(d, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                    CUDNN_TYPE_INT64, 1, &vj);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(d);
+  }
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+                                      &c.cfg);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnBackendSetAttribute(c.cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &eng);
+  if (st == CUDNN_STATUS_SUCCESS && nch > 0)
+    st =
+        cudnnBackendSetAttribute(c.cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, nch, &c.own[1]);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(c.cfg);
+  acand_t* slot = st == CUDNN_STATUS_SUCCESS ? cands_push(l) : NULL;
+  if (!slot) {
+    cand_release(&c);
+    return;
+  }
+  *slot = c;
+}
+
+// Append to l the variants of cfg0 with one knob changed: each other value
+// of each knob cfg0's engine reports (min to max by stride, at most
+// KNOB_VALUES a knob), the other knobs as cfg0 chose them.
+static void knob_variants(cudnnBackendDescriptor_t graph,
+                          cudnnBackendDescriptor_t cfg0, acands_t* l) {
+  cudnnBackendDescriptor_t eng0 = cfg_engine(cfg0);
+  if (!eng0) return;
+  cudnnBackendKnobType_t ctype[KNOB_MAX];
+  int64_t cval[KNOB_MAX], gidx = 0, c = 0, ni = 0;
+  int nc = cfg_knobs(cfg0, ctype, cval);
+  cudnnBackendDescriptor_t info[KNOB_MAX];
+  int made = 0;
+  for (; made < KNOB_MAX; made++)
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR,
+                                     &info[made]) != CUDNN_STATUS_SUCCESS)
+      break;
+  if (nc < 0 ||
+      cudnnBackendGetAttribute(eng0, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                               CUDNN_TYPE_INT64, 1, &c,
+                               &gidx) != CUDNN_STATUS_SUCCESS ||
+      cudnnBackendGetAttribute(eng0, CUDNN_ATTR_ENGINE_KNOB_INFO,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &ni,
+                               info) != CUDNN_STATUS_SUCCESS)
+    ni = 0;
+  for (int64_t i = 0; i < ni && i < made; i++) {
+    cudnnBackendKnobType_t t;
+    int64_t lo = 0, hi = -1, step = 1;
+    if (cudnnBackendGetAttribute(info[i], CUDNN_ATTR_KNOB_INFO_TYPE,
+                                 CUDNN_TYPE_KNOB_TYPE, 1, &c,
+                                 &t) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(info[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
+                                 CUDNN_TYPE_INT64, 1, &c,
+                                 &lo) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(info[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
+                                 CUDNN_TYPE_INT64, 1, &c,
+                                 &hi) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(info[i], CUDNN_ATTR_KNOB_INFO_STRIDE,
+                                 CUDNN_TYPE_INT64, 1, &c,
+                                 &step) != CUDNN_STATUS_SUCCESS)
+      continue;
+    if (step < 1) step = 1;
+    int at = -1;
+    for (int j = 0; j < nc; j++)
+      if (ctype[j] == t) at = j;
+    TR_LOG_DEBUG(KERN,
+                 "cuDNN attention: engine %lld knob %d: %lld to %lld by "
+                 "%lld, chosen %lld",
+                 (long long)gidx, (int)t, (long long)lo, (long long)hi,
+                 (long long)step, at >= 0 ? (long long)cval[at] : -1LL);
+    int tried = 0;
+    for (int64_t v = lo; v <= hi && tried < KNOB_VALUES; v += step) {
+      if (at >= 0 && cval[at] == v) continue;
+      tried++;
+      variant_add(graph, gidx, ctype, cval, nc, at, t, v, l);
+    }
+  }
+  for (int i = 0; i < made; i++) cudnnBackendDestroyDescriptor(info[i]);
+  cudnnBackendDestroyDescriptor(eng0);
+}
+
+// An execution plan of engine config c on handle h if it builds and
+// passes the filters (deterministic engines only when want_deterministic;
+// workspace at most max_ws): *plan and its workspace *ws, else NULL with
+// *st (and *why when the workspace was the reason). d names c in the log.
+static cudnnBackendDescriptor_t plan_try(const acand_t* c, const char* d,
+                                         cudnnHandle_t h,
+                                         bool want_deterministic,
+                                         int64_t max_ws, int64_t* ws,
+                                         cudnnStatus_t* st, const char** why) {
+  *st = CUDNN_STATUS_NOT_SUPPORTED;
+  if (want_deterministic && cfg_nondeterministic(c->cfg)) return NULL;
+  cudnnBackendDescriptor_t p = NULL;
+  *st =
+      cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
+  if (*st != CUDNN_STATUS_SUCCESS) return NULL;
+  (void)cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                                 CUDNN_TYPE_HANDLE, 1, &h);
+  *st = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c->cfg);
+  if (*st == CUDNN_STATUS_SUCCESS) *st = cudnnBackendFinalize(p);
+  int64_t n = 0, bytes = 0;
+  if (*st == CUDNN_STATUS_SUCCESS)
+    *st = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                   CUDNN_TYPE_INT64, 1, &n, &bytes);
+  if (*st != CUDNN_STATUS_SUCCESS) {
+    TR_LOG_DEBUG(KERN, "cuDNN attention: %s: %s", d, st_name(*st));
+    cudnnBackendDestroyDescriptor(p);
+    return NULL;
+  }
+  if (bytes > max_ws) {
+    TR_LOG_DEBUG(KERN,
+                 "cuDNN attention: %s skipped: workspace %lld bytes, above "
+                 "%lld",
+                 d, (long long)bytes, (long long)max_ws);
+    *why =
+        "each engine config that finalized wants a workspace above "
+        "a quarter of the free device memory";
+    *st = CUDNN_STATUS_NOT_SUPPORTED;
+    cudnnBackendDestroyDescriptor(p);
+    return NULL;
+  }
+  TR_LOG_DEBUG(KERN, "cuDNN attention: %s finalized, workspace %lld bytes", d,
+               (long long)bytes);
+  *ws = bytes;
+  return p;
+}
+
+// Finalize the operation graph of g, and take config 0, the first engine
+// config of the heuristics' list (mode A, then the fallback list) whose
+// execution plan builds and passes the filters (plan_try). With pick K >
+// 0, config K is the K-th entry after it in the list that goes on with
+// the rest of both heuristics' lists and then the knob variants of config
+// 0 (see the top of the file); where it does not build, config 0 runs and
+// g_cfg_misses counts it. The plan, its config (with what that owns) and
+// workspace go to out. Returns a cuDNN status; *why names what failed.
+// Called with g_lock held.
 static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
                                      bool want_deterministic, int64_t max_ws,
-                                     cudnnBackendDescriptor_t* plan,
-                                     cudnnBackendDescriptor_t* cfg, int64_t* ws,
-                                     const char** why) {
-  *plan = NULL;
-  *cfg = NULL;
+                                     int pick, aplan_t* out, const char** why) {
   cudnnBackendDescriptor_t graph =
       gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
@@ -437,96 +784,74 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
     *why = g->what;
     return g->st;
   }
-  static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A,
-                                                  CUDNN_HEUR_MODE_FALLBACK};
-  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED, st;
   *why = "no engine config finalized an execution plan";
-  for (int m = 0; m < 2 && !*plan; m++) {
-    cudnnBackendDescriptor_t heur = NULL;
-    cudnnStatus_t st =
-        cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
-    if (st != CUDNN_STATUS_SUCCESS) return st;
-    st = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-    if (st == CUDNN_STATUS_SUCCESS)
-      st = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE,
-                                    CUDNN_TYPE_HEUR_MODE, 1, &modes[m]);
-    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(heur);
-    int64_t count = 0;
-    if (st == CUDNN_STATUS_SUCCESS)
-      st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                    NULL);
-    if (st != CUDNN_STATUS_SUCCESS || count <= 0) {
-      if (st != CUDNN_STATUS_SUCCESS) {
-        last = st;
-        *why = "engine heuristics";
-      }
-      cudnnBackendDestroyDescriptor(heur);
-      continue;
+  acands_t l = {NULL, 0, 0};
+  cudnnBackendDescriptor_t plan = NULL;
+  int64_t ws = 0;
+  int keep = -1, source = 0;
+  char d[256];
+  // config 0
+  for (int i = 0; !plan; i++) {
+    while (i == l.n && source < 2) {
+      st = heur_configs(graph, source++, &l, why);
+      if (st != CUDNN_STATUS_SUCCESS) last = st;
     }
-    cudnnBackendDescriptor_t* cfgs = (cudnnBackendDescriptor_t*)calloc(
-        (size_t)count, sizeof(cudnnBackendDescriptor_t));
-    int64_t made = 0;
-    if (!cfgs) {
-      cudnnBackendDestroyDescriptor(heur);
-      return CUDNN_STATUS_ALLOC_FAILED;
-    }
-    for (; made < count; made++)
-      if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
-                                       &cfgs[made]) != CUDNN_STATUS_SUCCESS)
-        break;
-    int64_t got = 0;
-    st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, made, &got,
-                                  cfgs);
-    if (st != CUDNN_STATUS_SUCCESS) got = 0;
-    for (int64_t i = 0; i < got && !*plan; i++) {
-      if (want_deterministic && cfg_nondeterministic(cfgs[i])) continue;
-      cudnnBackendDescriptor_t p = NULL;
-      st = cudnnBackendCreateDescriptor(
-          CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
-      if (st != CUDNN_STATUS_SUCCESS) break;
-      (void)cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-                                     CUDNN_TYPE_HANDLE, 1, &h);
-      st = cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
-      if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(p);
-      int64_t n = 0, bytes = 0;
-      if (st == CUDNN_STATUS_SUCCESS)
-        st = cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                      CUDNN_TYPE_INT64, 1, &n, &bytes);
-      if (st == CUDNN_STATUS_SUCCESS && bytes > max_ws) {
-        TR_LOG_DEBUG(KERN,
-                     "cuDNN attention: heuristics %d config %lld skipped: "
-                     "workspace %lld bytes, above %lld",
-                     m, (long long)i, (long long)bytes, (long long)max_ws);
-        *why =
-            "each engine config that finalized wants a workspace above "
-            "a quarter of the free device memory";
-        cudnnBackendDestroyDescriptor(p);
-        continue;
-      }
-      if (st == CUDNN_STATUS_SUCCESS) {
-        TR_LOG_DEBUG(KERN,
-                     "cuDNN attention: heuristics %d config %lld finalized, "
-                     "workspace %lld bytes",
-                     m, (long long)i, (long long)bytes);
-        *plan = p;
-        *cfg = cfgs[i];
-        cfgs[i] = NULL;
-        *ws = bytes;
-      } else {
-        last = st;
-        cudnnBackendDestroyDescriptor(p);
-      }
-    }
-    for (int64_t i = 0; i < made; i++)
-      if (cfgs[i]) cudnnBackendDestroyDescriptor(cfgs[i]);
-    free(cfgs);
-    cudnnBackendDestroyDescriptor(heur);
+    if (i == l.n) break;
+    cfg_desc(l.v[i].cfg, d, sizeof d);
+    plan = plan_try(&l.v[i], d, h, want_deterministic, max_ws, &ws, &st, why);
+    if (plan)
+      keep = i;
+    else
+      last = st;
   }
-  return *plan ? CUDNN_STATUS_SUCCESS : last;
+  if (plan && pick > 0) {
+    // the list config K indexes: the rest of both heuristics' lists, then
+    // the variants of config 0
+    for (; source < 2; source++) {
+      st = heur_configs(graph, source, &l, why);
+      (void)st;
+    }
+    knob_variants(graph, l.v[keep].cfg, &l);
+    for (int i = keep + 1; i < l.n; i++) {
+      cfg_desc(l.v[i].cfg, d, sizeof d);
+      TR_LOG_DEBUG(KERN, "cuDNN attention: config %d: %s (%s #%lld)", i - keep,
+                   d,
+                   l.v[i].source == 0   ? "heuristics A"
+                   : l.v[i].source == 1 ? "fallback list"
+                                        : "knob variant",
+                   (long long)l.v[i].index);
+    }
+    int i = keep + pick;
+    int64_t ws_k = 0;
+    cudnnBackendDescriptor_t pk = NULL;
+    if (i < l.n) {
+      cfg_desc(l.v[i].cfg, d, sizeof d);
+      pk = plan_try(&l.v[i], d, h, want_deterministic, max_ws, &ws_k, &st, why);
+    }
+    if (pk) {
+      cudnnBackendDestroyDescriptor(plan);
+      plan = pk;
+      ws = ws_k;
+      keep = i;
+    } else {
+      g_cfg_misses++;
+      TR_LOG_DEBUG(KERN, "cuDNN attention: config %d %s: config 0 runs", pick,
+                   i < l.n ? "does not build" : "does not exist");
+    }
+  }
+  if (plan) {
+    acand_t* c = &l.v[keep];
+    out->plan = plan;
+    out->cfg = c->cfg;
+    memcpy(out->own, c->own, sizeof out->own);
+    out->n_own = c->n_own;
+    out->ws = ws;
+    c->cfg = NULL;
+    c->n_own = 0;
+  }
+  cands_release(&l);
+  return plan ? CUDNN_STATUS_SUCCESS : last;
 }
 
 // dims/strides helpers: a [B, heads, rows, cols] tensor, and the row-major
@@ -870,6 +1195,8 @@ static int plan_build(const akey_t* k, aplan_t** out) {
   else
     (void)cudaGetLastError();
   const char* why_direct = ""; /* why the direct-dQ graph got no plan */
+  int pick = g_cfg_pick >= 0 ? g_cfg_pick
+                             : (int)tr_param_int(TR_PARAM_CUDNN_ATTN_CONFIG);
   for (int t = 0; t < tries && !p->plan; t++) {
     gb_t* g = (gb_t*)calloc(1, sizeof *g);
     if (!g) {
@@ -882,7 +1209,7 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       graph_bwd(g, k, direct);
     else
       graph_fwd(g, k);
-    st = plan_from_graph(g, h, direct, max_ws, &p->plan, &p->cfg, &p->ws, &why);
+    st = plan_from_graph(g, h, direct, max_ws, pick, p, &why);
     if (!p->plan) {
       if (direct) why_direct = why;
       gb_release(g);
@@ -1472,12 +1799,14 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
   return rc;
 }
 
-void tr__cudnn_attn_release(void) {
-  pthread_mutex_lock(&g_lock);
+// Drop every cached plan (g_lock held).
+static void plans_drop(void) {
   for (int i = 0; i < g_n_plans; i++) {
     aplan_t* p = g_plans[i];
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
     if (p->cfg) cudnnBackendDestroyDescriptor(p->cfg);
+    for (int j = p->n_own - 1; j >= 0; j--)
+      cudnnBackendDestroyDescriptor(p->own[j]);
     if (p->graph) {
       gb_release(p->graph);
       free(p->graph);
@@ -1487,6 +1816,25 @@ void tr__cudnn_attn_release(void) {
   free(g_plans);
   g_plans = NULL;
   g_n_plans = g_cap_plans = 0;
+}
+
+extern "C" void tr_kern_cuda_set_attn_config(int k) {
+  pthread_mutex_lock(&g_lock);
+  g_cfg_pick = k < 0 ? -1 : k;
+  plans_drop();
+  pthread_mutex_unlock(&g_lock);
+}
+
+extern "C" int64_t tr_kern_cuda_attn_config_misses(void) {
+  pthread_mutex_lock(&g_lock);
+  int64_t n = g_cfg_misses;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+void tr__cudnn_attn_release(void) {
+  pthread_mutex_lock(&g_lock);
+  plans_drop();
   for (int d = 0; d < TR_MAX_DEVICES; d++)
     if (g_handles[d]) {
       cudnnDestroy(g_handles[d]);
@@ -1494,5 +1842,10 @@ void tr__cudnn_attn_release(void) {
     }
   pthread_mutex_unlock(&g_lock);
 }
+
+#else
+
+extern "C" void tr_kern_cuda_set_attn_config(int k) { (void)k; }
+extern "C" int64_t tr_kern_cuda_attn_config_misses(void) { return 0; }
 
 #endif  // HAVE_CUDNN
