@@ -87,7 +87,7 @@
 # dump folders: /tmp/trainrun-gpu-train), LLMC_BUILD_TIMEOUT (300),
 # TRAINRUN (./trainrun), TRAINRUN_FLAGS (extra overrides), PYTHON
 # (python3), LLMC_SRC (peers/llm.c), LLMC_BIN (a built train_gpt2cu: no
-# build), LLMC_FLAGS (extra train_gpt2cu flags), TORCH_FLAGS (extra flags
+# build; one that is not there exits 2 before any run), LLMC_FLAGS (extra train_gpt2cu flags), TORCH_FLAGS (extra flags
 # for the PyTorch scripts). A CPU smoke test of the script itself (llm.c
 # needs CUDA: leave it out of PROGRAMS, --dry-run prints its commands):
 #   TRAINRUN_FLAGS="--training.device cpu --model.flavor debugmodel" \
@@ -299,6 +299,14 @@ echo "== gpu_train $mode: B=$B T=$T steps=$steps (median of steps > $skip)" \
   "rounds ${rounds//$'\n'/ } out=$out"
 echo "   programs: ${progs[*]}"
 conf="mode=$mode B=$B T=$T steps=$steps skip=$skip"
+# a prebuilt llm.c that is not there is the caller's error, not a failed
+# run of llm.c: refused before anything is written to OUTDIR
+if [ "$dry" = 0 ] && [ "$want_llmc" = 1 ] && [ -n "${LLMC_BIN:-}" ] &&
+  [ ! -x "$LLMC_BIN" ]; then
+  echo "gpu_train: LLMC_BIN=$LLMC_BIN is not an executable (build it with" \
+    "bench/gpu_train.sh --build-llmc DIR, or leave LLMC_BIN unset)" >&2
+  exit 2
+fi
 if [ "$dry" = 0 ]; then
   mkdir -p "$out" "$data" || exit 1
   if [ -s "$out/bench.conf" ] && [ "$(cat "$out/bench.conf")" != "$conf" ]; then
