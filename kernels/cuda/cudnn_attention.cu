@@ -471,8 +471,10 @@ static int cfg_knobs(cudnnBackendDescriptor_t cfg, cudnnBackendKnobType_t* type,
 }
 
 // "engine 8, knobs 24=26 14=2" (knob type = value): the debug log's name
-// of an engine config.
+// of an engine config ("" when the log would not show it: no queries).
 static void cfg_desc(cudnnBackendDescriptor_t cfg, char* buf, size_t len) {
+  buf[0] = '\0';
+  if (!tr_log_enabled(TR_LOG_DEBUG, TR_SUB_KERN)) return;
   int64_t gidx = -1, n = 0;
   cudnnBackendDescriptor_t eng = cfg_engine(cfg);
   if (eng) {
