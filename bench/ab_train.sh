@@ -24,7 +24,10 @@
 #
 # Environment: AB_GPT2_STEPS (40), AB_FSDP_STEPS (24, also llama and
 # docs), AB_SKIP (8),
-# AB_JOBS ("gpt2 fsdp"), PYTHON (python3), AB_TIMEOUT (s per run, 240).
+# AB_JOBS ("gpt2 fsdp"), PYTHON (python3), AB_TIMEOUT (s per run, 240),
+# AB_ENV_A and AB_ENV_B (VAR=value words that side's runs get in their
+# environment: one build against itself with another setting, e.g.
+# `AB_ENV_B="TRAINRUN_CUDNN_ATTN_CONFIG=2" bench/ab_train.sh .gpu .gpu OUT`).
 set -u
 
 [ $# -ge 3 ] || {
@@ -32,6 +35,17 @@ set -u
   exit 2
 }
 A=$1 B=$2 OUT=$3 RUNS=${4:-3}
+read -r -a ENV_A <<<"${AB_ENV_A:-}"
+read -r -a ENV_B <<<"${AB_ENV_B:-}"
+for e in "${ENV_A[@]}" "${ENV_B[@]}"; do
+  case $e in
+    [A-Za-z_]*=*) ;;
+    *)
+      echo "ab_train: AB_ENV_A/AB_ENV_B: '$e' is not VAR=value" >&2
+      exit 2
+      ;;
+  esac
+done
 PY=${PYTHON:-python3}
 GPT2_STEPS=${AB_GPT2_STEPS:-40}
 FSDP_STEPS=${AB_FSDP_STEPS:-24}
@@ -83,8 +97,10 @@ run() {
       exit 2
       ;;
   esac
+  local envs=("${ENV_A[@]}")
+  [ "$label" = B ] && envs=("${ENV_B[@]}")
   # args: the job file, the shard's name, then the job's own flags
-  CUDA_VISIBLE_DEVICES=$gpus timeout "$TMO" "$dir/trainrun" "${args[0]}" \
+  env CUDA_VISIBLE_DEVICES=$gpus "${envs[@]}" timeout "$TMO" "$dir/trainrun" "${args[0]}" \
     --training.dataset_path "$OUT/data/${args[1]}.bin" "${args[@]:2}" \
     --training.steps "$steps" --job.dump_folder "$d" \
     --validation.enable=false >"$d.log" 2>&1
