@@ -9,7 +9,7 @@ NAME.metrics.jsonl, a PyTorch peer's NAME.jsonl, llm.c's NAME.log).
 
 Checks: a screening round first, packed into the budget; a configuration
 and its _nosync twin in one call; a run the deadline cut (rc "skipped") is
-still to do, a failed one is not; rounds 2-3 take trainrun, each peer's
+still to do, a failed one is not, a timed-out one once more; rounds 2-3 take trainrun, each peer's
 fastest configuration and those within 3% of it, nothing else; "complete"
 after 3 rounds; bench/multi_gpu.sh's keys: the checkpoint run once, in
 round 1, and PyTorch FSDP2's fastest per model. Exit 0 / 1.
@@ -100,6 +100,18 @@ def gpt2_cases(tmp):
     check(p != "error" and "torch_autotune" in p[2]
           and "torch_autotune_nosync" in p[2],
           f"a configuration with its _nosync twin: {p}")
+    # a run that timed out is to do once more; after its retry (the first
+    # attempt in timed-out/) a second timeout counts as done
+    one_gpu_run(out, "llmc", 1, rc="124", wall=150)
+    p = plan(out, "gpt2", GPT2_KEYS, "--budget", "480")
+    check(p != "error" and p[0] == 1 and "llmc" in p[2],
+          f"a timed-out run runs once more: {p}")
+    os.makedirs(os.path.join(out, "timed-out"))
+    write(os.path.join(out, "timed-out", "llmc_r1.rc"), "124\n")
+    p = plan(out, "gpt2", GPT2_KEYS, "--budget", "480")
+    check(p != "error" and "llmc" not in p[2],
+          f"a run that timed out twice is done (failed): {p}")
+    one_gpu_run(out, "llmc", 1, 450000)
     p = plan(out, "gpt2", GPT2_KEYS, "--budget", "200")
     check(p != "error" and p[2] == ["torch_compile_nosync"],
           f"within a 200 s budget only what fits (autotune: 420 s): {p}")

@@ -25,6 +25,9 @@
 # max-autotune's grew to 355 MB) travels as those parts: CACHE_PARTS (a
 # folder of an earlier call's cache.tgz.NN) is unpacked into CACHE first,
 # where CACHE holds no files.
+# A planned run that timed out before runs once more, its first attempt's
+# files moved into OUTDIR/timed-out/ (summarize.py counts a second timeout
+# as a failed run).
 # Prints the plan; exits 0 with nothing run when the protocol is complete.
 set -u
 dry=()
@@ -96,6 +99,22 @@ REPS=$(printf '%s\n' "$line" | sed -n 's/.* REPS=\([0-9]*\).*/\1/p')
   echo "protocol_call: cannot read the plan's line: $line" >&2
   exit 2
 }
+# a planned run that timed out the first time (summarize.py's RETRIED):
+# its files move into OUTDIR/timed-out/ and it runs once more (the
+# multigpu checkpoint run has no round in its name and is not retried)
+if [ ${#dry[@]} = 0 ]; then
+  for k in $PROGRAMS; do
+    for ((r = FIRST_REP; r < FIRST_REP + REPS; r++)); do
+      n=${k}_r$r
+      if [ "$(cat "$out/$n.rc" 2>/dev/null)" != 124 ] ||
+        [ -e "$out/timed-out/$n.rc" ]; then
+        continue
+      fi
+      mkdir -p "$out/timed-out" && mv "$out/$n".* "$out/timed-out/" || exit 1
+      echo "protocol_call: $n timed out before: its files are in $out/timed-out/, it runs again"
+    done
+  done
+fi
 mkdir -p "$cache/inductor" "$cache/triton" || exit 1
 export TORCHINDUCTOR_CACHE_DIR="$cache/inductor"
 export TRITON_CACHE_DIR="$cache/triton"

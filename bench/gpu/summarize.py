@@ -68,6 +68,30 @@ def read_rc(out, name):
         return None
 
 
+# A run that timed out (exit 124: a cold compile can outlast it) runs once
+# more: protocol_call.sh moves the first attempt's files into this folder
+# before the retry, and a run whose first attempt is there is done.
+RETRIED = "timed-out"
+
+
+def first_timeout(out, name):
+    """True when run NAME timed out and has not been retried yet."""
+    return (read_rc(out, name) == "124" and not os.path.exists(
+        os.path.join(out, RETRIED, name + ".rc")))
+
+
+def retried_note(out):
+    """The README's line on first attempts that timed out, if any."""
+    d = os.path.join(out, RETRIED)
+    n = len([f for f in os.listdir(d) if f.endswith(".rc")]) \
+        if os.path.isdir(d) else 0
+    if not n:
+        return []
+    return [f"First attempts that timed out and ran once more (a cold "
+            f"compile can outlast a run's timeout; the retry's files are "
+            f"the ones above): [{RETRIED}/]({RETRIED}/), {n} run(s).", ""]
+
+
 def run_wall(out, name):
     """A run's wall seconds (NAME.wall), or None."""
     try:
@@ -476,6 +500,7 @@ def one_gpu_main(a):
           "versions-CALL_ID.txt: GPU, driver, CUDA, NCCL, PyTorch, llm.c's "
           "and trainrun's commits, one per call; shards.txt: the data's "
           "sha256.", ""]
+    L += retried_note(out)
     if os.path.exists(os.path.join(out, "NOTES.md")):
         L += ["What happened to this folder (runs moved aside, corrections "
               "to the versions files): [NOTES.md](NOTES.md).", ""]
@@ -608,9 +633,11 @@ def plan_main(a):
         if family_of(k) == "ckpt" and read_rc(out, k) is not None:
             runs[k] = [(1, k)]
     tps = program_tps(out, mode, runs, a, conf) if runs else {}
-    # a run the call's deadline skipped is still to do; failed ones count
+    # a run the call's deadline skipped is still to do, and one that timed
+    # out, once (RETRIED); failed ones count
     done = {k: {r for r, name in runs.get(k, [])
-                if read_rc(out, name) not in (None, "skipped")}
+                if read_rc(out, name) not in (None, "skipped")
+                and not first_timeout(out, name)}
             for k in keys}
     todo = [k for k in keys if 1 not in done[k]]
     first = 1
@@ -1206,7 +1233,8 @@ def multigpu_main(a):
         w, rc = run_wall(out, nm), read_rc(out, nm)
         if w is not None or rc is not None:
             L.append(f"| {nm} | {fmt(w, 'd')} | {rc} |")
-    L += ["", "## Environment", "", "```", env, "```", ""]
+    L += [""] + retried_note(out)
+    L += ["## Environment", "", "```", env, "```", ""]
     text = "\n".join(L)
     sys.stdout.write(text)
     for fn in ("summary.md", "README.md"):
