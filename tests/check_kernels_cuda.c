@@ -1937,9 +1937,9 @@ START_TEST(test_attention_cudnn) {
 END_TEST
 
 /* cuDNN's other engine configs (tr_kern_cuda_set_attn_config: the
- * heuristics' later configs, then knob variants of the first; a graph with
- * fewer runs its last): each computes the same attention, D 64 and 128,
- * GQA and MQA, += and =, and documents (the ragged graph) */
+ * heuristics' later configs, then knob variants of the first; a graph
+ * without config k runs config 0): each computes the same attention, D 64
+ * and 128, GQA and MQA, += and =, and documents (the ragged graph) */
 START_TEST(test_attention_cudnn_configs) {
   for (int k = 1; k <= 6; k++) {
     tr_kern_cuda_set_attn_config(k);
