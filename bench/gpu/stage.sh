@@ -25,22 +25,25 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 dest=$2
 [ -x "$build/.libs/trainrun" ] || { echo "stage.sh: $build/.libs/trainrun is not built" >&2; exit 1; }
+# DEST is replaced whole: never a tree of sources or a build
+if [ -e "$dest/.git" ] || [ -e "$dest/configure.ac" ] || [ "$(basename "$dest")" = . ]; then
+  echo "stage.sh: $dest holds sources: give a folder of its own (.gpu)" >&2
+  exit 2
+fi
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/kern"
 cp "$build/.libs/trainrun" "$build/.libs/trainrund" "$dest/bin/"
 cp -L "$build/.libs/libtrainrun.so.0" "$dest/lib/"
-kern=
 for p in bench/kernels_bench bench/coll_bench tests/check_kernels_cuda tests/check_pg_nccl; do
   b=$build/$(dirname "$p")/.libs/$(basename "$p")
-  [ -x "$b" ] || continue
-  cp "$b" "$dest/kern/"
-  kern="$kern $b"
+  if [ -x "$b" ]; then cp "$b" "$dest/kern/"; fi
 done
 # what the GPU machine lacks: all but glibc, the C++ runtime, the CUDA family,
 # Open MPI and OpenBLAS (it has its own)
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcudnn|libnccl|libnvidia|libnvrtc|libnvJitLink|libmpi|libopen-rte|libopen-pal|libz\.|libudev|libevent|libgomp|libopenblas|libblas|liblapack|libgfortran|libquadmath)'
-# shellcheck disable=SC2086
-for f in "$dest/bin/trainrun" "$dest/bin/trainrund" "$dest/lib/libtrainrun.so.0" $kern; do
+for f in "$dest/bin/trainrun" "$dest/bin/trainrund" "$dest/lib/libtrainrun.so.0" \
+  "$dest"/kern/*; do
+  [ -e "$f" ] || continue # no kernel programs built
   LD_LIBRARY_PATH=$build/.libs ldd "$f" | awk '$3 ~ /^\// {print $1, $3}' |
     while read -r name path; do
       if ! echo "$name" | grep -Eq "$skip" && [ ! -e "$dest/lib/$name" ]; then
