@@ -12,7 +12,9 @@
 # bench/gpu/stage.sh BUILD .gpu, bench/gpu_train.sh --build-llmc peers/llmc-bin (llm.c
 # f1e2ace and cudnn-frontend cloned into peers/llm.c, peers/llm.c/COMMIT written by
 # `git -C peers/llm.c log -1 --format='%H %cd' > peers/llm.c/COMMIT`).
-. .gpu/env.sh >/dev/null 2>&1
+# G: the staged build (default .gpu; another stage.sh folder keeps one build through a protocol)
+G=${G:-.gpu}
+. "$G/env.sh" >/dev/null 2>&1
 MODE=${MODE:-gpt2}
 case $MODE in
   gpt2) O=bench/results/2026-11-28-protocol-gpt2-h200 C=.gpucache-h200 ;;
@@ -29,7 +31,7 @@ while :; do
   left=$((END - SECONDS))
   [ $left -ge 90 ] || break
   i=$((i + 1))
-  BUDGET=$((left - 20)) BENCH_DEADLINE=$left MG_DEADLINE=$left TRAINRUN=.gpu/trainrun \
+  BUDGET=$((left - 20)) BENCH_DEADLINE=$left MG_DEADLINE=$left TRAINRUN=$G/trainrun \
     LLMC_BIN=$PWD/peers/llmc-bin/train_gpt2cu bench/gpu/protocol_call.sh "$MODE" "$O" "$C" > "$OUT/share$i.log" 2>&1
   echo "share $i rc=$? $(date +%T) $(grep -m1 '^PROGRAMS=' "$OUT/share$i.log")" >> "$OUT/runs.txt"
   (cd "$OUT" && tar czf results.tgz -C "$OLDPWD" "$O")

@@ -1,0 +1,1 @@
++ .gpu1/trainrun bench/gpu/gpt2_124m.toml --training.dataset_path /tmp/trainrun-gpu-train/data/train.bin --training.local_batch_size 64 --training.seq_len 1024 --training.steps 60 --job.dump_folder /tmp/trainrun-gpu-train/trainrun_r3

@@ -1,0 +1,1 @@
++ .gpu1/trainrun bench/gpu/llama3_1b.toml --training.dataset_path /tmp/trainrun-gpu-train/data/train.bin --training.local_batch_size 8 --training.seq_len 2048 --training.steps 30 --job.dump_folder /tmp/trainrun-gpu-train/trainrun_r1
