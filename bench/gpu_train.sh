@@ -261,7 +261,8 @@ case " ${progs[*]} " in *" llmc"*) [ "$mode" = gpt2 ] && want_llmc=1 ;; esac
 # NAME.wall; a failure is
 # reported and the caller goes on. TMO is cut so that the whole call
 # ends by DEADLINE; a run that the cut timed out is recorded as skipped
-# (NAME.rc "skipped"), still to do for summarize.py --plan.
+# (NAME.rc "skipped"), still to do for summarize.py --plan, and the
+# seconds it ran before the cut in NAME.cut (the plan gives it more).
 run() {
   name=$1 tmo=$2 cut=0
   shift 2
@@ -281,6 +282,7 @@ run() {
   if [ "$rc" -eq 124 ] && [ "$cut" = 1 ]; then
     echo "  $name: skipped (cut to $tmo s by the deadline, $DEADLINE s)"
     echo skipped > "$out/$name.rc"
+    echo $((SECONDS - t0)) > "$out/$name.cut"
     return 0
   fi
   echo "$rc" > "$out/$name.rc"

@@ -278,8 +278,9 @@ stamp() {
 # run NAME TMO STAMP CMD...: CMD under timeout (TMO, cut so that every run
 # has ended by DEADLINE), its output in OUT/NAME.log (each line time-stamped
 # when STAMP is 1), its exit status in OUT/NAME.rc ("skipped" when the
-# deadline left no time, or when the cut timeout ended it: still to do), its
-# wall time in OUT/NAME.wall. Never fails.
+# deadline left no time, or when the cut timeout ended it: still to do, with
+# the seconds it ran before the cut in OUT/NAME.cut), its wall time in
+# OUT/NAME.wall. Never fails.
 run() {
   local name=$1 tmo=$2 st=$3 rc t0 cut=0
   shift 3
@@ -307,6 +308,7 @@ run() {
     echo "  $name: skipped (cut to $tmo s by the deadline, $DEADLINE s)"
     echo skipped > "$OUT/$name.rc"
     echo 0 > "$OUT/$name.wall"
+    echo $((SECONDS - t0)) > "$OUT/$name.cut"
     return 0
   fi
   echo "$rc" > "$OUT/$name.rc"

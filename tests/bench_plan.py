@@ -9,7 +9,9 @@ NAME.metrics.jsonl, a PyTorch peer's NAME.jsonl, llm.c's NAME.log).
 
 Checks: a screening round first, packed into the budget; a configuration
 and its _nosync twin in one call; a run the deadline cut (rc "skipped") is
-still to do, a failed one is not, a timed-out one once more; rounds 2-3 take trainrun, each peer's
+still to do (needing 1.25 times what it ran when the deadline cut it), a
+failed one is not, a timed-out one once more; nothing when nothing fits a
+call's last seconds, the cheapest in a whole call; rounds 2-3 take trainrun, each peer's
 fastest configuration and those within 3% of it, nothing else; "complete"
 after 3 rounds; bench/multi_gpu.sh's keys: the checkpoint run once, in
 round 1, and PyTorch FSDP2's fastest per model. Exit 0 / 1.
@@ -25,6 +27,7 @@ SUMMARIZE = os.path.join(TOP, "bench", "gpu", "summarize.py")
 GPT2_KEYS = ("trainrun llmc llmc_r0_ge1 llmc_r0_ge2 torch_eager torch_compile "
              "torch_compile_nosync torch_autotune torch_autotune_nosync")
 failures = []
+LAST = [""]  # the last plan's output
 
 
 def check(cond, what):
@@ -64,6 +67,7 @@ def plan(out, mode, keys, *extra):
     r = subprocess.run([sys.executable, SUMMARIZE, "--plan", "--mode", mode,
                         "--out", out, "--programs", keys, "--skip", "3",
                         *extra], capture_output=True, text=True)
+    LAST[0] = r.stdout + r.stderr
     if r.returncode != 0:
         print(r.stdout + r.stderr)
         return "error"
@@ -117,6 +121,19 @@ def gpt2_cases(tmp):
           f"within a 200 s budget only what fits (autotune: 420 s): {p}")
     check(p != "error" and p[3] == 30,
           f"a skipped run's wall (0) is not its cost: its class's (30 s): {p}")
+    # what is left does not fit a call's last 100 s: nothing runs (the
+    # autotune pair needs 420 s); a whole call's budget runs the cheapest
+    one_gpu_run(out, "torch_compile_nosync", 1, rc="skipped", wall=0)
+    write(os.path.join(out, "torch_compile_nosync_r1.cut"), "200\n")
+    p = plan(out, "gpt2", GPT2_KEYS, "--budget", "200")
+    check(p == "error" and "none fits the budget (200 s)" in LAST[0]
+          and "~250 s" in LAST[0],
+          f"a run cut after 200 s needs 250; nothing fits 200 s: {LAST[0]}")
+    p = plan(out, "gpt2", GPT2_KEYS, "--budget", "200", "--call-budget",
+             "200")
+    check(p != "error" and p[2] == ["torch_compile_nosync"] and p[3] == 250,
+          f"a whole call runs the cheapest (the cut run, 250 s), alone: {p}")
+    os.remove(os.path.join(out, "torch_compile_nosync_r1.cut"))
     # screening done: rounds 2-3 of trainrun, llm.c's fastest and those
     # within 3% (llmc at 450 is 3.2% below 465: out), PyTorch's fastest
     # (compile_nosync 470) and within 3% (autotune 460; compile 443 out)

@@ -28,7 +28,8 @@
 # A planned run that timed out before runs once more, its first attempt's
 # files moved into OUTDIR/timed-out/ (summarize.py counts a second timeout
 # as a failed run).
-# Prints the plan; exits 0 with nothing run when the protocol is complete.
+# Prints the plan; exits 0 with nothing run when the protocol is complete
+# or nothing left fits BUDGET (a whole call, 480 s or more, runs one).
 set -u
 dry=()
 if [ "${1:-}" = --dry-run ]; then
@@ -90,7 +91,7 @@ fi
 plan=$("$PY" bench/gpu/summarize.py --plan --mode "$mode" --out "$out" \
   --programs "$keys" --budget "${BUDGET:-480}" "${warm[@]}") || exit 2
 echo "$plan"
-line=$(printf '%s\n' "$plan" | grep '^PROGRAMS=') || exit 0 # complete
+line=$(printf '%s\n' "$plan" | grep '^PROGRAMS=') || exit 0 # complete, or nothing fits BUDGET
 # PROGRAMS="a b" FIRST_REP=n REPS=m: the words summarize.py prints
 PROGRAMS=$(printf '%s\n' "$line" | sed -n 's/^PROGRAMS="\([^"]*\)".*/\1/p')
 FIRST_REP=$(printf '%s\n' "$line" | sed -n 's/.* FIRST_REP=\([0-9]*\).*/\1/p')

@@ -22,14 +22,18 @@ each program's configuration, precision recipe and raw files. Also
 OUTDIR/results.json.
 
   summarize.py --plan --out OUTDIR --programs "KEY ..." [--mode M]
-               [--budget S] [--reps N] [--within PCT]
+               [--budget S] [--call-budget S] [--reps N] [--within PCT]
 
 The next call's share of the protocol (docs/PERFORMANCE.md): PROGRAMS,
 FIRST_REP and REPS for bench/gpu_train.sh, from the runs already in OUTDIR
 (the screening round first, then rounds 2 .. N of trainrun and of each
 peer's fastest configuration and those within PCT of it), packed into S
 seconds (480) by each program's NAME.wall (else a typical figure); a
-run that a call's deadline skipped is still to do.
+run that a call's deadline skipped is still to do, and one it cut after
+NAME.cut seconds counts as needing 1.25 times that. What does not fit S
+waits for a later call, except that a whole call's budget (--call-budget,
+480) runs the cheapest program even when it needs more; when nothing
+fits, the plan says so and prints no PROGRAMS.
 
   summarize.py --mode multigpu --out OUTDIR [--gpu NAME] [--nproc N]
                [--command CMD]
@@ -558,9 +562,21 @@ def wall_class(key):
     return m.group(1) if m else "compile"
 
 
+def run_cut(out, name):
+    """The seconds a run ran before a call's deadline cut it (NAME.cut),
+    or None."""
+    try:
+        with open(os.path.join(out, name + ".cut")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def wall_of(out, mode, key, runs):
     """The median wall seconds of key's runs in out, else of the runs of
-    its class (wall_class) in out, else the default."""
+    its class (wall_class) in out, else the default; at least 1.25 times
+    the longest that a deadline cut one of key's runs after (it needed
+    more than it had)."""
     def walls(keys):
         w = []
         for k in keys:
@@ -572,7 +588,10 @@ def wall_of(out, mode, key, runs):
         return w
     w = walls([key]) or walls([k for k in runs
                                if wall_class(k) == wall_class(key)])
-    return benchlib.median(w) if w else DEFAULT_WALL[mode][wall_class(key)]
+    est = benchlib.median(w) if w else DEFAULT_WALL[mode][wall_class(key)]
+    cuts = [c for c in (run_cut(out, name) for _, name in runs.get(key, []))
+            if c is not None]
+    return max([est] + [1.25 * c for c in cuts])
 
 
 def family_of(key):
@@ -677,15 +696,28 @@ def plan_main(a):
             ws.append(w if runs.get(g[1]) else min(w, warm_w))
         groups.append((g, ws))
     # the cheapest groups a program first, so that a call runs the most
-    # programs; then the listed order within the call
+    # programs; then the listed order within the call. A group that does
+    # not fit is passed over (its first program alone where that fits),
+    # except that a whole call's budget (--call-budget) always runs one:
+    # a call cannot give a run more
     share, used = [], 0.0
     for g, ws in sorted(groups, key=lambda x: sum(x[1]) / len(x[0])):
-        if share and used + sum(ws) > a.budget:
-            if used + ws[0] > a.budget or len(g) == 1:
+        if used + sum(ws) > a.budget:
+            if used + ws[0] <= a.budget:
+                g, ws = g[:1], ws[:1]
+            else:
                 continue
-            g, ws = g[:1], ws[:1]
         share += g
         used += sum(ws)
+    if not share and a.budget >= a.call_budget:
+        g, ws = min(groups, key=lambda x: x[1][0])
+        share, used = g[:1], ws[0]
+    if not share:
+        least = min(ws[0] for _, ws in groups)
+        print(f"# round {first}: {len(todo)} program(s) left; none fits "
+              f"the budget ({a.budget:.0f} s): the cheapest needs ~"
+              f"{least:.0f} s")
+        return 0
     share = [k for k in todo if k in share]
     # the next rounds too when the whole round's share fits again
     reps = 1
@@ -716,6 +748,9 @@ def main():
     p.add_argument("--plan", action="store_true",
                    help="print the next call's PROGRAMS, FIRST_REP, REPS")
     p.add_argument("--programs", default="", help="plan: every program key")
+    p.add_argument("--call-budget", type=float, default=480,
+                   help="plan: a whole call's budget; one this large runs "
+                   "a program that needs more (a call gives no more)")
     p.add_argument("--budget", type=float, default=480,
                    help="plan: seconds of runs a call may hold (the shards"
                    " and start-up take the rest of gpu_train.sh's 540)")
