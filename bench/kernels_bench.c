@@ -27,10 +27,11 @@
  *             candidate algorithms ("#k"; #1 is the heuristic's pick)
  *   -c n      each cuDNN attention row (attention ... cudnn, docs cudnn)
  *             again with cuDNN's engine configs 1 to n ("cfg k"; config 0,
- *             the heuristics' first, is the plain row;
+ *             the heuristics' first, is the plain row, no configs timed;
  *             tr_kern_cuda_set_attn_config; `TRAINRUN_LOG_LEVEL=debug
  *             TRAINRUN_LOG_SUBSYS=kernels` names each config's engine and
- *             knobs)
+ *             knobs). Without -c the plain row runs the config that the
+ *             timings at first use chose (TRAINRUN_CUDNN_ATTN_TUNE)
  *   -w ms     before each row, ms of large GEMMs with no gap before the
  *             timed runs: rows timed at a loaded GPU's clocks
  *   -d        deterministic kernels ([debug] deterministic: cuDNN's
@@ -157,6 +158,7 @@ static double time_ms(bench_fn fn, void* ctx) {
   /* the GEMMs' timed candidates (TRAINRUN_GEMM_TUNE) are read and the
    * fastest kept, as the trainer does before each step */
   tr_kern_cuda_gemm_tune_apply();
+  tr_kern_cuda_attn_tune_apply(); /* cuDNN attention's too */
   if (heat_ms > 0) heat(); /* the timed runs follow it with no gap */
   cudaEvent_t* ev = malloc(sizeof(cudaEvent_t) * (size_t)(2 * iters));
   for (int i = 0; i < 2 * iters; i++) CK(cudaEventCreate(&ev[i]));
@@ -995,6 +997,7 @@ int main(int argc, char** argv) {
                 optarg);
         return 2;
       }
+      if (attn_configs > 0) tr_kern_cuda_set_attn_tune(1); /* config 0 */
     } else if (opt == 'q') {
       quick = 1;
     } else if (opt == 'd') {

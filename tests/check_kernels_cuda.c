@@ -1957,6 +1957,30 @@ START_TEST(test_attention_cudnn_configs) {
 }
 END_TEST
 
+/* cuDNN engine configs timed at first use (tr_kern_cuda_set_attn_tune):
+ * the first calls time the candidates and still compute the right
+ * result; after tr_kern_cuda_attn_tune_apply (the trainer's step begin)
+ * each graph runs its fastest config, which computes it too */
+START_TEST(test_attention_cudnn_tune) {
+  tr_kern_cuda_set_attn_tune(4);
+  int64_t t0 = 0, c0 = 0, t1 = 0, c1 = 0;
+  tr_kern_cuda_attn_tune_stats(&t0, &c0);
+  for (int pass = 0; pass < 2; pass++) {
+    run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 2, 200, 8, 2, 64, 1);
+    run_attention(TR_BF16, TR_CUDA_ATTN_CUDNN, 1, 77, 4, 1, 128, 0);
+    run_attention_masked(TR_BF16, TR_CUDA_ATTN_CUDNN, TR_CUDA_ATTN_CUDNN, 2,
+                         160, 8, 2, 64, 0, 1, 0, 0);
+    ck_assert_int_eq(tr_cuda_synchronize(), 0);
+    tr_kern_cuda_attn_tune_apply();
+  }
+  tr_kern_cuda_attn_tune_stats(&t1, &c1);
+  printf("cudnn attention tuning: %lld graphs timed, %lld switched\n",
+         (long long)(t1 - t0), (long long)(c1 - c0));
+  ck_assert_msg(t1 > t0, "no cuDNN attention graph had a second config");
+  tr_kern_cuda_set_attn_tune(-1);
+}
+END_TEST
+
 /* document masks on cuDNN (each document a sequence of a ragged graph;
  * TR_CUDA_ATTN_CUDNN fails instead of falling back, so these prove it
  * ran): documents of 1 to 120 rows in every row, then with the last row
@@ -2265,6 +2289,7 @@ static Suite* cuda_suite(void) {
 #ifdef HAVE_CUDNN
   tcase_add_test(tc, test_attention_cudnn);
   tcase_add_test(tc, test_attention_cudnn_configs);
+  tcase_add_test(tc, test_attention_cudnn_tune);
   tcase_add_test(tc, test_attention_cudnn_mixed);
   tcase_add_test(tc, test_attention_cudnn_docs_det);
   tcase_add_test(tc, test_attention_cudnn_docs);

@@ -325,6 +325,24 @@ tr_cuda_attn_impl_t tr_kern_cuda_get_attention(void);
  * runs). No-ops in builds without cuDNN. Process-wide. */
 void tr_kern_cuda_set_attn_config(int k);
 int64_t tr_kern_cuda_attn_config_misses(void);
+/* cuDNN attention's engine configs timed at each graph's first use, as
+ * the GEMMs' algorithms are (tr_kern_cuda_set_gemm_tune): config 0 and the
+ * next n - 1 entries of the list above that build (a workspace of at most
+ * 256 MiB, or config 0's) run once each, then in 5 interleaved rounds with
+ * an event after each run, on the call's stream and tensors before its
+ * real run; tr_kern_cuda_attn_tune_apply then keeps the fastest where it
+ * beats config 0 by 3%. 1: config 0 only, no timing; 0 or -1:
+ * TRAINRUN_CUDNN_ATTN_TUNE (default 4). A config k set above, [debug]
+ * deterministic, and the backward before cuDNN 9.6 time nothing. Drops
+ * every cached cuDNN attention plan, as tr_kern_cuda_set_attn_config. */
+void tr_kern_cuda_set_attn_tune(int n);
+/* Switch every cuDNN attention graph whose timings have completed (no
+ * wait) to its fastest config; between steps, as
+ * tr_kern_cuda_gemm_tune_apply (the trainer calls both before each). */
+void tr_kern_cuda_attn_tune_apply(void);
+/* The graphs whose candidates were timed, and those where another config
+ * than config 0 won. */
+void tr_kern_cuda_attn_tune_stats(int64_t* timed, int64_t* changed);
 
 /* [debug] deterministic (process-wide; set before the first kernel):
  * refuse the kernels whose results are not bit-reproducible. The one such

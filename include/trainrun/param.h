@@ -57,6 +57,10 @@ typedef enum {
      "heuristics' first that builds; k: the k-th entry after it in their "    \
      "list, then variants of it with one knob changed; config 0 where k "     \
      "does not build), for measuring the others")                              \
+  XX(CUDNN_ATTN_TUNE, "TRAINRUN_CUDNN_ATTN_TUNE", INT, "4", 1, 8,              \
+     "cuDNN attention: engine configs timed at each graph's first use (the "  \
+     "heuristics' first that builds and the next that build), the fastest "   \
+     "kept where 3% faster than the first (1: the first, no timing)")         \
   XX(STORE_TOKEN, "TRAINRUN_STORE_TOKEN", STRING, "", 0, 0,                    \
      "shared secret trainrun store clients prove before any command")          \
   XX(STORE_MAX_KEY, "TRAINRUN_STORE_MAX_KEY_BYTES", INT, "8192", 1, 1048576,   \

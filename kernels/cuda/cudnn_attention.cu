@@ -77,6 +77,22 @@
 // (tr_kern_cuda_attn_config_misses counts it). The debug log names each
 // entry (engine, knob type = value) and what its plan needed.
 //
+// Configs timed at first use (TRAINRUN_CUDNN_ATTN_TUNE, 4;
+// tr_kern_cuda_set_attn_tune): a graph also builds the next entries of
+// that list that build, up to 4 with config 0 (a workspace of at most 256
+// MiB or config 0's), and its first call runs each once, then 5 rounds of
+// one run each in turn with an event after every run, on the call's
+// stream and tensors before the real run (as the GEMM tuning does:
+// interleaved, every config sees the same clocks; every run writes the
+// whole result, which the real run writes again). Before each step
+// (tr_kern_cuda_attn_tune_apply), a graph whose timings have completed
+// runs from then on the config with the shortest run where that beats
+// config 0's by 3%. On an H200 the forward's second heuristics entry
+// (engine 2 with another tile knob) took 7-9% less than the first on
+// every shape kernels_bench times; no backward entry beat the first
+// (bench/results/2026-11-28-session17). None under [debug] deterministic
+// (timed picks vary from run to run) or with a config k set.
+//
 // Execution plans are built once per (device, direction, shape, strides)
 // and cached; a shape cuDNN declines is remembered, warned about once, and
 // answered TR_EUNSUPPORTED at once afterwards (the caller falls back to the
@@ -371,17 +387,39 @@ typedef struct {
   int64_t qs, kvs, dqs, dkvs;
 } akey_t;
 
+#define ATUNE_MAX 8      // TRAINRUN_CUDNN_ATTN_TUNE's bound
+#define ATUNE_REPS 5     // timed runs a candidate
+#define ATUNE_MARGIN 0.03  // another config must be this much faster
+#define ATUNE_EVENTS (1 + ATUNE_REPS * ATUNE_MAX)
+#define ATUNE_WS_MAX ((int64_t)1 << 28)  // a candidate's workspace bound
+
+// An engine config's finalized execution plan, the config and what it owns
+// (a knob variant's engine and knob choices, alive with cfg).
+typedef struct {
+  cudnnBackendDescriptor_t plan;
+  cudnnBackendDescriptor_t cfg;
+  cudnnBackendDescriptor_t own[KNOB_MAX + 1];
+  int n_own;
+  int64_t ws;  // the plan's workspace bytes
+} aexec_t;
+
+enum { ATUNE_OFF, ATUNE_READY, ATUNE_TIMING };
+
 typedef struct {
   akey_t key;
   int supported;                   // 0: cuDNN declined (warned once)
   int direct_dq;                   // bwd: dQ written by the fused kernel
-  cudnnBackendDescriptor_t plan;   // finalized execution plan
-  cudnnBackendDescriptor_t cfg;    // its engine config
-  cudnnBackendDescriptor_t own[KNOB_MAX + 1];  // a knob variant's engine
-  int n_own;                       // and knob choices, alive with cfg
+  aexec_t ex[ATUNE_MAX];           // ex[0]: config 0 (or config k); more:
+  int nex;                         // the candidates timed at first use
+  int cur;                         // the one that runs
+  int tune;                        // ATUNE_*: candidates not yet run,
+  cudaEvent_t ev[ATUNE_EVENTS];    // their timings in flight (an event
+  signed char ev_cand[ATUNE_EVENTS];  // after each run; ev_cand: whose)
+  int nev;
   gb_t* graph;                     // the graph's descriptors, kept alive
-                                   // as long as the plan that uses them
-  int64_t ws;                      // the plan's workspace bytes
+                                   // as long as the plans that use them
+  int64_t ws;                      // the workspace a call gives: the
+                                   // largest candidate's while timing
 } aplan_t;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -390,6 +428,9 @@ static aplan_t** g_plans;
 static int g_n_plans, g_cap_plans;
 static int g_cfg_pick = -1;   // tr_kern_cuda_set_attn_config; -1: the param
 static int64_t g_cfg_misses;  // plans built without the config asked for
+static int g_tune = -1;       // tr_kern_cuda_set_attn_tune; -1: the param
+static int g_tune_pending;    // plans whose timings are in flight
+static int64_t g_tune_timed, g_tune_changed;  // tr_kern_cuda_attn_tune_stats
 
 static const char* st_name(cudnnStatus_t st) { return cudnnGetErrorString(st); }
 
@@ -759,18 +800,62 @@ static cudnnBackendDescriptor_t plan_try(const acand_t* c, const char* d,
   return p;
 }
 
+// Grow l, the list after config 0 (its entry keep): the rest of both
+// heuristics' lists (from *source), then the knob variants of config 0
+// (once, *variants). 0 when nothing is left to add. A heuristics query
+// that fails only leaves fewer entries.
+static int list_more(cudnnBackendDescriptor_t graph, acands_t* l, int keep,
+                     int* source, int* variants) {
+  const char* why = "";
+  int n0 = l->n;
+  while (l->n == n0) {
+    if (*source < 2) {
+      (void)heur_configs(graph, (*source)++, l, &why);
+    } else if (!*variants) {
+      *variants = 1;
+      knob_variants(graph, l->v[keep].cfg, l);
+    } else {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+// Move candidate c with its plan into e.
+static void exec_take(aexec_t* e, acand_t* c, cudnnBackendDescriptor_t plan,
+                      int64_t ws) {
+  e->plan = plan;
+  e->cfg = c->cfg;
+  memcpy(e->own, c->own, sizeof e->own);
+  e->n_own = c->n_own;
+  e->ws = ws;
+  c->cfg = NULL;
+  c->n_own = 0;
+}
+
+static void exec_release(aexec_t* e) {
+  if (e->plan) cudnnBackendDestroyDescriptor(e->plan);
+  if (e->cfg) cudnnBackendDestroyDescriptor(e->cfg);
+  for (int j = e->n_own - 1; j >= 0; j--)
+    cudnnBackendDestroyDescriptor(e->own[j]);
+  memset(e, 0, sizeof *e);
+}
+
 // Finalize the operation graph of g, and take config 0, the first engine
 // config of the heuristics' list (mode A, then the fallback list) whose
 // execution plan builds and passes the filters (plan_try). With pick K >
 // 0, config K is the K-th entry after it in the list that goes on with
 // the rest of both heuristics' lists and then the knob variants of config
 // 0 (see the top of the file); where it does not build, config 0 runs and
-// g_cfg_misses counts it. The plan, its config (with what that owns) and
-// workspace go to out. Returns a cuDNN status; *why names what failed.
-// Called with g_lock held.
+// g_cfg_misses counts it. Else with tune N > 1 the next N - 1 entries of
+// that list that build (workspace at most ATUNE_WS_MAX, or config 0's)
+// follow config 0 as candidates to time at first use. The plans, their
+// configs (with what those own) and workspaces go to out->ex. Returns a
+// cuDNN status; *why names what failed. Called with g_lock held.
 static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
                                      bool want_deterministic, int64_t max_ws,
-                                     int pick, aplan_t* out, const char** why) {
+                                     int pick, int tune, aplan_t* out,
+                                     const char** why) {
   cudnnBackendDescriptor_t graph =
       gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
@@ -791,7 +876,7 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
   acands_t l = {NULL, 0, 0};
   cudnnBackendDescriptor_t plan = NULL;
   int64_t ws = 0;
-  int keep = -1, source = 0;
+  int keep = -1, source = 0, variants = 0;
   char d[256];
   // config 0
   for (int i = 0; !plan; i++) {
@@ -808,11 +893,9 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
       last = st;
   }
   if (plan && pick > 0) {
-    // the list config K indexes: the rest of both heuristics' lists, then
-    // the variants of config 0
-    // (a heuristics query that fails only leaves fewer entries)
-    for (; source < 2; source++) (void)heur_configs(graph, source, &l, why);
-    knob_variants(graph, l.v[keep].cfg, &l);
+    // the list config K indexes, whole for the debug log
+    while (list_more(graph, &l, keep, &source, &variants)) {
+    }
     for (int i = keep + 1; i < l.n; i++) {
       cfg_desc(l.v[i].cfg, d, sizeof d);
       TR_LOG_DEBUG(KERN, "cuDNN attention: config %d: %s (%s #%lld)", i - keep,
@@ -841,14 +924,25 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
     }
   }
   if (plan) {
-    acand_t* c = &l.v[keep];
-    out->plan = plan;
-    out->cfg = c->cfg;
-    memcpy(out->own, c->own, sizeof out->own);
-    out->n_own = c->n_own;
+    exec_take(&out->ex[0], &l.v[keep], plan, ws);
+    out->nex = 1;
+    out->cur = 0;
     out->ws = ws;
-    c->cfg = NULL;
-    c->n_own = 0;
+  }
+  if (plan && pick <= 0 && tune > 1) {
+    int64_t cap = ws > ATUNE_WS_MAX ? ws : ATUNE_WS_MAX;
+    if (cap > max_ws) cap = max_ws;
+    const char* whyk = "";
+    for (int i = keep + 1; out->nex < tune && out->nex < ATUNE_MAX; i++) {
+      if (i == l.n && !list_more(graph, &l, keep, &source, &variants)) break;
+      cfg_desc(l.v[i].cfg, d, sizeof d);
+      int64_t ws_k = 0;
+      cudnnBackendDescriptor_t pk =
+          plan_try(&l.v[i], d, h, want_deterministic, cap, &ws_k, &st, &whyk);
+      if (!pk) continue;
+      exec_take(&out->ex[out->nex++], &l.v[i], pk, ws_k);
+      if (ws_k > out->ws) out->ws = ws_k;
+    }
   }
   cands_release(&l);
   return plan ? CUDNN_STATUS_SUCCESS : last;
@@ -1197,7 +1291,13 @@ static int plan_build(const akey_t* k, aplan_t** out) {
   const char* why_direct = ""; /* why the direct-dQ graph got no plan */
   int pick = g_cfg_pick >= 0 ? g_cfg_pick
                              : (int)tr_param_int(TR_PARAM_CUDNN_ATTN_CONFIG);
-  for (int t = 0; t < tries && !p->plan; t++) {
+  // timed picks differ from run to run, as timings do: none under
+  // [debug] deterministic
+  int tune = g_tune >= 1 ? g_tune : (int)tr_param_int(TR_PARAM_CUDNN_ATTN_TUNE);
+  // (before cuDNN 9.6 the caller zeroes the backward's dQ accumulator: once)
+  if (tr__cuda_deterministic() || (k->bwd && cudnnGetVersion() < 90600))
+    tune = 1;
+  for (int t = 0; t < tries && !p->nex; t++) {
     gb_t* g = (gb_t*)calloc(1, sizeof *g);
     if (!g) {
       free(p);
@@ -1209,8 +1309,8 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       graph_bwd(g, k, direct);
     else
       graph_fwd(g, k);
-    st = plan_from_graph(g, h, direct, max_ws, pick, p, &why);
-    if (!p->plan) {
+    st = plan_from_graph(g, h, direct, max_ws, pick, tune, p, &why);
+    if (!p->nex) {
       if (direct) why_direct = why;
       gb_release(g);
       free(g);
@@ -1218,13 +1318,14 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       p->graph = g;
       p->supported = 1;
       p->direct_dq = direct;
-      if (p->ws > ((int64_t)1 << 28)) {
+      p->tune = p->nex > 1 ? ATUNE_READY : ATUNE_OFF;
+      if (p->ex[0].ws > ((int64_t)1 << 28)) {
         char d[128];
         key_desc(k, d, sizeof d);
         TR_LOG_WARN(KERN,
                     "cuDNN attention %s: its plan takes a %.2f GiB "
                     "workspace at each call",
-                    d, (double)p->ws / (double)((int64_t)1 << 30));
+                    d, (double)p->ex[0].ws / (double)((int64_t)1 << 30));
       }
       if (k->bwd && !direct && det) {
         char d[128];
@@ -1240,7 +1341,7 @@ static int plan_build(const akey_t* k, aplan_t** out) {
       }
     }
   }
-  if (!p->plan) {
+  if (!p->nex) {
     char d[128];
     key_desc(k, d, sizeof d);
     TR_LOG_WARN(KERN,
@@ -1272,9 +1373,11 @@ static int plan_get(const akey_t* k, aplan_t** out) {
   return 0;
 }
 
-// Run plan p with the given tensors (g_lock held).
-static int plan_run(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
-                    void** ptrs, void* ws) {
+// Run execution plan `plan` with the given tensors (g_lock held): a cuDNN
+// status, quiet.
+static cudnnStatus_t plan_exec(cudnnBackendDescriptor_t plan, cudnnHandle_t h,
+                               int n, const int64_t* uids, void** ptrs,
+                               void* ws) {
   cudnnBackendDescriptor_t vp = NULL;
   cudnnStatus_t st =
       cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
@@ -1288,8 +1391,121 @@ static int plan_run(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
     st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
                                   CUDNN_TYPE_VOID_PTR, 1, &ws);
   if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(vp);
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(h, p->plan, vp);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(h, plan, vp);
   if (vp) cudnnBackendDestroyDescriptor(vp);
+  return st;
+}
+
+static void tune_events_free(aplan_t* p) {
+  for (int j = 0; j < p->nev; j++) cudaEventDestroy(p->ev[j]);
+  p->nev = 0;
+}
+
+// Enqueue the timings of p's candidates on s with the call's tensors,
+// before its real run (g_lock held): each candidate once to warm up, then
+// ATUNE_REPS rounds of one run each, in turn, with an event after every
+// run (interleaved, every candidate runs at the same clocks, as the GEMM
+// tuning's do). Every candidate computes the whole result, and the real
+// run after them writes it again. The host never waits:
+// tr_kern_cuda_attn_tune_apply reads the timings. A plan whose timings
+// cannot start (an error pending, stream capture, a failed launch of
+// config 0) keeps config 0. Quiet: what fails here leaves no error behind.
+static void tune_start(aplan_t* p, cudnnHandle_t h, int n,
+                       const int64_t* uids, void** ptrs, void* ws,
+                       cudaStream_t s) {
+  p->tune = ATUNE_OFF;
+  if (cudaPeekAtLastError() != cudaSuccess) return;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess ||
+      cap != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return;
+  }
+  int live[ATUNE_MAX], nlive = 0;
+  for (int i = 0; i < p->nex; i++) {  // the warm-up round
+    live[i] = plan_exec(p->ex[i].plan, h, n, uids, ptrs, ws) ==
+              CUDNN_STATUS_SUCCESS;
+    nlive += live[i];
+  }
+  int want = nlive > 1 && live[0] ? 1 + ATUNE_REPS * nlive : 0;
+  for (p->nev = 0; p->nev < want; p->nev++)
+    if (cudaEventCreateWithFlags(&p->ev[p->nev], cudaEventDefault) !=
+        cudaSuccess)
+      break;
+  int nrec = 0;
+  if (p->nev == want && want && cudaEventRecord(p->ev[0], s) == cudaSuccess)
+    nrec = 1;
+  for (int r = 0; nrec && r < ATUNE_REPS; r++)
+    for (int i = 0; nrec && i < p->nex; i++) {
+      if (!live[i]) continue;
+      if (plan_exec(p->ex[i].plan, h, n, uids, ptrs, ws) !=
+              CUDNN_STATUS_SUCCESS ||
+          cudaEventRecord(p->ev[nrec], s) != cudaSuccess) {
+        r = ATUNE_REPS;
+        break;
+      }
+      p->ev_cand[nrec++] = (signed char)i;
+    }
+  for (int j = nrec; j < p->nev; j++) cudaEventDestroy(p->ev[j]);
+  p->nev = nrec;
+  (void)cudaGetLastError();  // not the caller's error
+  if (p->nev > 1) {
+    p->tune = ATUNE_TIMING;
+    __atomic_store_n(&g_tune_pending, 1, __ATOMIC_RELAXED);
+  } else {
+    tune_events_free(p);
+  }
+}
+
+// Read p's timings when they have completed (no wait; g_lock held) and run
+// the candidate with the shortest run from now on where it beats config
+// 0's shortest by ATUNE_MARGIN. The plans not chosen stay built until the
+// plans are dropped (a real run of config 0 may still be in flight).
+static void tune_finish(aplan_t* p) {
+  cudaError_t q = cudaEventQuery(p->ev[p->nev - 1]);
+  if (q == cudaErrorNotReady) return;
+  float best[ATUNE_MAX];
+  for (int i = 0; i < ATUNE_MAX; i++) best[i] = -1.0f;
+  for (int j = 1; q == cudaSuccess && j < p->nev; j++) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, p->ev[j - 1], p->ev[j]) != cudaSuccess) {
+      q = cudaErrorUnknown;
+      break;
+    }
+    int c = p->ev_cand[j];
+    if (best[c] < 0.0f || ms < best[c]) best[c] = ms;
+  }
+  (void)cudaGetLastError();
+  tune_events_free(p);
+  p->tune = ATUNE_OFF;
+  if (q != cudaSuccess || best[0] <= 0.0f) return;
+  int pick = 0;
+  for (int i = 1; i < p->nex; i++)
+    if (best[i] > 0.0f && best[i] < best[pick]) pick = i;
+  if (pick && best[pick] > (float)(1.0 - ATUNE_MARGIN) * best[0]) pick = 0;
+  g_tune_timed++;
+  char d[128];
+  key_desc(&p->key, d, sizeof d);
+  TR_LOG_DEBUG(KERN,
+               "cuDNN attention %s: config 0 %.4f ms, candidate %d of %d "
+               "%.4f ms: %s",
+               d, (double)best[0], pick, p->nex, (double)best[pick],
+               pick ? "switched" : "config 0 kept");
+  if (pick) {
+    g_tune_changed++;
+    p->cur = pick;
+    p->ws = p->ex[pick].ws;
+  } else {
+    p->ws = p->ex[0].ws;
+  }
+}
+
+// Run plan p's chosen config with the given tensors (g_lock held); its
+// candidates' timings first at its first run.
+static int plan_run(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
+                    void** ptrs, void* ws, cudaStream_t s) {
+  if (p->tune == ATUNE_READY) tune_start(p, h, n, uids, ptrs, ws, s);
+  cudnnStatus_t st = plan_exec(p->ex[p->cur].plan, h, n, uids, ptrs, ws);
   if (st != CUDNN_STATUS_SUCCESS) {
     TR_LOG_ERROR(KERN, "cuDNN attention execute failed: %s", st_name(st));
     return TR_ECUDA;
@@ -1689,7 +1905,7 @@ int tr__cudnn_attn_fwd(bf16* out, float* lse, const bf16* q, const bf16* k,
       rc = docs_fill(&docs, ws + o_docs, N, &m, &ro, &len, s);
       vp_add_docs(&vp, &key, ro, len, docs_pitch(&docs));
     }
-    if (rc == 0) rc = plan_run(p, h, vp.n, vp.uids, vp.ptrs, ws);
+    if (rc == 0) rc = plan_run(p, h, vp.n, vp.uids, vp.ptrs, ws, s);
     if (rc == 0 && key.docs) rc = lse_rows(stats, lse, N, T, H, 0, s);
     tr__cuda_tmp_free(ws, s);
   }
@@ -1786,7 +2002,7 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
       if (rc == 0) rc = docs_fill(&docs, ws + o_docs, N, &m, &ro, &len, s);
       vp_add_docs(&vp, &key, ro, len, docs_pitch(&docs));
     }
-    if (rc == 0) rc = plan_run(p, h, vp.n, vp.uids, vp.ptrs, ws);
+    if (rc == 0) rc = plan_run(p, h, vp.n, vp.uids, vp.ptrs, ws, s);
     if (rc == 0 && accumulate) {
       rc = acc_rows(dq, tq, N, (int)HD, qs, HD, s);
       if (rc == 0) rc = acc_rows(dk, tk, N, (int)KD, kvs, KD, s);
@@ -1803,10 +2019,8 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
 static void plans_drop(void) {
   for (int i = 0; i < g_n_plans; i++) {
     aplan_t* p = g_plans[i];
-    if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
-    if (p->cfg) cudnnBackendDestroyDescriptor(p->cfg);
-    for (int j = p->n_own - 1; j >= 0; j--)
-      cudnnBackendDestroyDescriptor(p->own[j]);
+    tune_events_free(p);
+    for (int j = 0; j < p->nex; j++) exec_release(&p->ex[j]);
     if (p->graph) {
       gb_release(p->graph);
       free(p->graph);
@@ -1832,6 +2046,41 @@ extern "C" int64_t tr_kern_cuda_attn_config_misses(void) {
   return n;
 }
 
+extern "C" void tr_kern_cuda_set_attn_tune(int n) {
+  pthread_mutex_lock(&g_lock);
+  g_tune = n < 1 ? -1 : n;
+  plans_drop();
+  pthread_mutex_unlock(&g_lock);
+}
+
+extern "C" void tr_kern_cuda_attn_tune_apply(void) {
+  // every step calls this: once the timings are read, it takes no lock
+  if (__atomic_load_n(&g_tune_pending, __ATOMIC_RELAXED) == 0) return;
+  pthread_mutex_lock(&g_lock);
+  int64_t t0 = g_tune_timed, c0 = g_tune_changed, left = 0;
+  for (int i = 0; i < g_n_plans; i++) {
+    if (g_plans[i]->tune == ATUNE_TIMING) tune_finish(g_plans[i]);
+    left += g_plans[i]->tune == ATUNE_TIMING;
+  }
+  if (!left) __atomic_store_n(&g_tune_pending, 0, __ATOMIC_RELAXED);
+  if (g_tune_timed > t0)
+    TR_LOG_INFO(KERN,
+                "cuDNN attention tuning: %lld more graph(s) timed, another "
+                "engine config than the heuristics' first kept for %lld (so "
+                "far %lld of %lld)",
+                (long long)(g_tune_timed - t0), (long long)(g_tune_changed - c0),
+                (long long)g_tune_changed, (long long)g_tune_timed);
+  pthread_mutex_unlock(&g_lock);
+}
+
+extern "C" void tr_kern_cuda_attn_tune_stats(int64_t* timed,
+                                             int64_t* changed) {
+  pthread_mutex_lock(&g_lock);
+  if (timed) *timed = g_tune_timed;
+  if (changed) *changed = g_tune_changed;
+  pthread_mutex_unlock(&g_lock);
+}
+
 void tr__cudnn_attn_release(void) {
   pthread_mutex_lock(&g_lock);
   plans_drop();
@@ -1847,5 +2096,12 @@ void tr__cudnn_attn_release(void) {
 
 extern "C" void tr_kern_cuda_set_attn_config(int k) { (void)k; }
 extern "C" int64_t tr_kern_cuda_attn_config_misses(void) { return 0; }
+extern "C" void tr_kern_cuda_set_attn_tune(int n) { (void)n; }
+extern "C" void tr_kern_cuda_attn_tune_apply(void) {}
+extern "C" void tr_kern_cuda_attn_tune_stats(int64_t* timed,
+                                             int64_t* changed) {
+  if (timed) *timed = 0;
+  if (changed) *changed = 0;
+}
 
 #endif  // HAVE_CUDNN

@@ -522,6 +522,12 @@ struct tail_state {
 };
 __thread tail_state tail;
 
+// Before each training step: the GEMMs' and cuDNN attention's timed picks.
+static void cu_step_begin(void) {
+  tr_kern_cuda_gemm_tune_apply();
+  tr_kern_cuda_attn_tune_apply();
+}
+
 void cu_step_tail_release(void) {
   if (tail.host) cudaFreeHost(tail.host);
   if (tail.ev) cudaEventDestroy(tail.ev);
@@ -660,7 +666,7 @@ void fill(tr_kern_ops_t* t, const char* name) {
   t->step_tail = cu_step_tail;
   t->step_tail_wait = cu_step_tail_wait;
   t->step_tail_release = cu_step_tail_release;
-  t->step_begin = tr_kern_cuda_gemm_tune_apply;
+  t->step_begin = cu_step_begin;
   t->scale = cu_scale<DT>;
   t->add = cu_add<DT>;
   t->accumulate = cu_accumulate<DT>;
