@@ -323,15 +323,34 @@ run() {
   return 0
 }
 
+# gpu_uuids: the UUIDs of this script's GPUs (gpus: CUDA_VISIBLE_DEVICES's
+# UUIDs or indices, nvidia-smi's order, which is CUDA's for GPUs of one
+# kind), one a line
+gpu_uuids() {
+  local g
+  for g in "${gpus[@]}"; do
+    case $g in
+      GPU-*) echo "$g" ;;
+      *) nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null |
+        tr -d ' ' | awk -F, -v i="$g" '$1 == i { print $2 }' ;;
+    esac
+  done
+}
+
 # gpu_drain NAME: after a sub-run, wait up to 20 s for the processes it
-# left on the GPUs (a worker that outlived a timeout) to end, then SIGKILL
-# them by pid, so that the next sub-run finds the GPUs free; noted in
-# OUT/NAME.log
+# left on this script's GPUs (a worker that outlived a timeout) to end,
+# then SIGKILL them by pid, so that the next sub-run finds the GPUs free;
+# noted in OUT/NAME.log. Processes on other GPUs (another protocol stream
+# of bench/gpu/protocol_streams.sh) are not this script's.
 gpu_drain() {
   [ "$mode" = gpu ] || return 0
-  local i pids
+  local i pids mine
+  mine=$(gpu_uuids)
   for ((i = 0; i < 20; i++)); do
-    pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
+    pids=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader 2>/dev/null |
+      tr -d ' ' | awk -F, -v mine="$mine" 'BEGIN { n = split(mine, u, "\n")
+        for (j = 1; j <= n; j++) ours[u[j]] = 1 }
+        ($2 in ours) { print $1 }')
     [ -z "$pids" ] && return 0
     sleep 1
   done

@@ -6,7 +6,8 @@
 TESTS += tests/layers.test
 EXTRA_DIST += tests/layers.test tests/layers.py
 
-# The GPU protocol's plan over calls (bench/gpu/summarize.py --plan), on
+# The GPU protocol's plan over calls (bench/gpu/summarize.py --plan) and its
+# concurrent streams (bench/gpu/protocol_streams.sh, a stand-in for the runs), on
 # output folders the test makes.
-TESTS += tests/bench_plan.test
-EXTRA_DIST += tests/bench_plan.test tests/bench_plan.py
+TESTS += tests/bench_plan.test tests/bench_streams.test
+EXTRA_DIST += tests/bench_plan.test tests/bench_plan.py tests/bench_streams.test
