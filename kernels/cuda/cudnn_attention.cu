@@ -387,8 +387,8 @@ typedef struct {
   int64_t qs, kvs, dqs, dkvs;
 } akey_t;
 
-#define ATUNE_MAX 8      // TRAINRUN_CUDNN_ATTN_TUNE's bound
-#define ATUNE_REPS 5     // timed runs a candidate
+#define ATUNE_MAX 8        // TRAINRUN_CUDNN_ATTN_TUNE's bound
+#define ATUNE_REPS 5       // timed runs a candidate
 #define ATUNE_MARGIN 0.03  // another config must be this much faster
 #define ATUNE_EVENTS (1 + ATUNE_REPS * ATUNE_MAX)
 #define ATUNE_WS_MAX ((int64_t)1 << 28)  // a candidate's workspace bound
@@ -407,19 +407,21 @@ enum { ATUNE_OFF, ATUNE_READY, ATUNE_TIMING };
 
 typedef struct {
   akey_t key;
-  int supported;                   // 0: cuDNN declined (warned once)
-  int direct_dq;                   // bwd: dQ written by the fused kernel
-  aexec_t ex[ATUNE_MAX];           // ex[0]: config 0 (or config k); more:
-  int nex;                         // the candidates timed at first use
-  int cur;                         // the one that runs
-  int tune;                        // ATUNE_*: candidates not yet run,
-  cudaEvent_t ev[ATUNE_EVENTS];    // their timings in flight (an event
-  signed char ev_cand[ATUNE_EVENTS];  // after each run; ev_cand: whose)
+  int supported;  // 0: cuDNN declined (warned once)
+  int direct_dq;  // bwd: dQ written by the fused kernel
+  // ex[0]: config 0 (or config k); then the candidates timed at first use
+  aexec_t ex[ATUNE_MAX];
+  int nex;
+  int cur;   // the one that runs
+  int tune;  // ATUNE_*: candidates not yet run, or their timings in flight
+  // an event after each timed run; ev_cand: whose run it followed
+  cudaEvent_t ev[ATUNE_EVENTS];
+  signed char ev_cand[ATUNE_EVENTS];
   int nev;
-  gb_t* graph;                     // the graph's descriptors, kept alive
-                                   // as long as the plans that use them
-  int64_t ws;                      // the workspace a call gives: the
-                                   // largest candidate's while timing
+  // the graph's descriptors, kept alive as long as the plans that use them
+  gb_t* graph;
+  // the workspace a call gives: the largest candidate's while timing
+  int64_t ws;
 } aplan_t;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1410,9 +1412,8 @@ static void tune_events_free(aplan_t* p) {
 // tr_kern_cuda_attn_tune_apply reads the timings. A plan whose timings
 // cannot start (an error pending, stream capture, a failed launch of
 // config 0) keeps config 0. Quiet: what fails here leaves no error behind.
-static void tune_start(aplan_t* p, cudnnHandle_t h, int n,
-                       const int64_t* uids, void** ptrs, void* ws,
-                       cudaStream_t s) {
+static void tune_start(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
+                       void** ptrs, void* ws, cudaStream_t s) {
   p->tune = ATUNE_OFF;
   if (cudaPeekAtLastError() != cudaSuccess) return;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -1423,8 +1424,8 @@ static void tune_start(aplan_t* p, cudnnHandle_t h, int n,
   }
   int live[ATUNE_MAX], nlive = 0;
   for (int i = 0; i < p->nex; i++) {  // the warm-up round
-    live[i] = plan_exec(p->ex[i].plan, h, n, uids, ptrs, ws) ==
-              CUDNN_STATUS_SUCCESS;
+    live[i] =
+        plan_exec(p->ex[i].plan, h, n, uids, ptrs, ws) == CUDNN_STATUS_SUCCESS;
     nlive += live[i];
   }
   int want = nlive > 1 && live[0] ? 1 + ATUNE_REPS * nlive : 0;
@@ -2068,13 +2069,13 @@ extern "C" void tr_kern_cuda_attn_tune_apply(void) {
                 "cuDNN attention tuning: %lld more graph(s) timed, another "
                 "engine config than the heuristics' first kept for %lld (so "
                 "far %lld of %lld)",
-                (long long)(g_tune_timed - t0), (long long)(g_tune_changed - c0),
-                (long long)g_tune_changed, (long long)g_tune_timed);
+                (long long)(g_tune_timed - t0),
+                (long long)(g_tune_changed - c0), (long long)g_tune_changed,
+                (long long)g_tune_timed);
   pthread_mutex_unlock(&g_lock);
 }
 
-extern "C" void tr_kern_cuda_attn_tune_stats(int64_t* timed,
-                                             int64_t* changed) {
+extern "C" void tr_kern_cuda_attn_tune_stats(int64_t* timed, int64_t* changed) {
   pthread_mutex_lock(&g_lock);
   if (timed) *timed = g_tune_timed;
   if (changed) *changed = g_tune_changed;
@@ -2098,8 +2099,7 @@ extern "C" void tr_kern_cuda_set_attn_config(int k) { (void)k; }
 extern "C" int64_t tr_kern_cuda_attn_config_misses(void) { return 0; }
 extern "C" void tr_kern_cuda_set_attn_tune(int n) { (void)n; }
 extern "C" void tr_kern_cuda_attn_tune_apply(void) {}
-extern "C" void tr_kern_cuda_attn_tune_stats(int64_t* timed,
-                                             int64_t* changed) {
+extern "C" void tr_kern_cuda_attn_tune_stats(int64_t* timed, int64_t* changed) {
   if (timed) *timed = 0;
   if (changed) *changed = 0;
 }
