@@ -209,6 +209,42 @@ int tr__cuda_sm_count(void);
 // Largest dynamic shared memory a block may opt into, in bytes.
 int tr__cuda_smem_optin(void);
 
+// ---- candidates timed in interleaved rounds (tune.cu): the GEMMs'
+// algorithms and cuDNN attention's engine configs ----
+
+#define TR_TUNE_CANDS 16  // candidates a timing holds
+#define TR_TUNE_REPS 5    // timed runs a candidate
+
+typedef struct {
+  // ev[0] before the first timed run, ev[j] (0 < j < n) after a run of
+  // candidate cand[j]
+  cudaEvent_t ev[1 + TR_TUNE_REPS * TR_TUNE_CANDS];
+  signed char cand[1 + TR_TUNE_REPS * TR_TUNE_CANDS];
+  int n;
+} tr__tune_t;
+
+// One launch of candidate i in the caller's context ctx: 0, or nonzero
+// when it failed.
+typedef int (*tr__tune_launch_fn)(void* ctx, int i);
+
+// Enqueue on s: ev[0], then TR_TUNE_REPS rounds of one launch of each
+// candidate i < ncand with live[i] (the caller's warm-up round found it
+// runs), in turn, an event after each; a failed launch or record stops the
+// rounds there. Nothing unless live[0] (the pick to compare with) and
+// another candidate are live. 1: timings under way (t->n > 1); 0: none (t
+// empty). An error it met is cleared: it is not the caller's.
+int tr__tune_rounds(tr__tune_t* t, int ncand, const int* live,
+                    tr__tune_launch_fn launch, void* ctx, cudaStream_t s);
+// No wait: once t's last event has completed, best[i] (i < ncand) gets
+// candidate i's shortest run in ms (-1: none), t's events are freed and 1
+// is returned; -1 (t freed) when the timings failed or t holds none; 0
+// while they still run.
+int tr__tune_read(tr__tune_t* t, int ncand, float* best);
+void tr__tune_free(tr__tune_t* t);
+// 1 when timings may be enqueued on s: no error pending (it is the
+// caller's: timing runs would clear it) and s not capturing a graph.
+int tr__tune_may_start(cudaStream_t s);
+
 // ---- swiglu.cu ----
 
 // tr_kern_cuda_swiglu_bwd with dgate and dup overwritten (not added to):

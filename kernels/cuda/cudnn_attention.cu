@@ -388,9 +388,7 @@ typedef struct {
 } akey_t;
 
 #define ATUNE_MAX 8        // TRAINRUN_CUDNN_ATTN_TUNE's bound
-#define ATUNE_REPS 5       // timed runs a candidate
 #define ATUNE_MARGIN 0.03  // another config must be this much faster
-#define ATUNE_EVENTS (1 + ATUNE_REPS * ATUNE_MAX)
 #define ATUNE_WS_MAX ((int64_t)1 << 28)  // a candidate's workspace bound
 
 // An engine config's finalized execution plan, the config and what it owns
@@ -414,10 +412,7 @@ typedef struct {
   int nex;
   int cur;   // the one that runs
   int tune;  // ATUNE_*: candidates not yet run, or their timings in flight
-  // an event after each timed run; ev_cand: whose run it followed
-  cudaEvent_t ev[ATUNE_EVENTS];
-  signed char ev_cand[ATUNE_EVENTS];
-  int nev;
+  tr__tune_t timing;
   // the graph's descriptors, kept alive as long as the plans that use them
   gb_t* graph;
   // the workspace a call gives: the largest candidate's while timing
@@ -1398,63 +1393,41 @@ static cudnnStatus_t plan_exec(cudnnBackendDescriptor_t plan, cudnnHandle_t h,
   return st;
 }
 
-static void tune_events_free(aplan_t* p) {
-  for (int j = 0; j < p->nev; j++) cudaEventDestroy(p->ev[j]);
-  p->nev = 0;
+// A candidate's run for tr__tune_rounds: the call's tensors.
+typedef struct {
+  aplan_t* p;
+  cudnnHandle_t h;
+  int n;
+  const int64_t* uids;
+  void** ptrs;
+  void* ws;
+} cand_ctx_t;
+
+static int cand_run(void* ctx, int i) {
+  cand_ctx_t* c = (cand_ctx_t*)ctx;
+  return plan_exec(c->p->ex[i].plan, c->h, c->n, c->uids, c->ptrs, c->ws) !=
+         CUDNN_STATUS_SUCCESS;
 }
 
 // Enqueue the timings of p's candidates on s with the call's tensors,
 // before its real run (g_lock held): each candidate once to warm up, then
-// ATUNE_REPS rounds of one run each, in turn, with an event after every
-// run (interleaved, every candidate runs at the same clocks, as the GEMM
-// tuning's do). Every candidate computes the whole result, and the real
-// run after them writes it again. The host never waits:
-// tr_kern_cuda_attn_tune_apply reads the timings. A plan whose timings
-// cannot start (an error pending, stream capture, a failed launch of
-// config 0) keeps config 0. Quiet: what fails here leaves no error behind.
+// interleaved rounds (tr__tune_rounds). Every candidate computes the whole
+// result, and the real run after them writes it again. The host never
+// waits: tr_kern_cuda_attn_tune_apply reads the timings. A plan whose
+// timings cannot start (an error pending, stream capture, a failed launch
+// of config 0) keeps config 0. Quiet: what fails here leaves no error
+// behind.
 static void tune_start(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
                        void** ptrs, void* ws, cudaStream_t s) {
   p->tune = ATUNE_OFF;
-  if (cudaPeekAtLastError() != cudaSuccess) return;
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess ||
-      cap != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    return;
-  }
-  int live[ATUNE_MAX], nlive = 0;
-  for (int i = 0; i < p->nex; i++) {  // the warm-up round
-    live[i] =
-        plan_exec(p->ex[i].plan, h, n, uids, ptrs, ws) == CUDNN_STATUS_SUCCESS;
-    nlive += live[i];
-  }
-  int want = nlive > 1 && live[0] ? 1 + ATUNE_REPS * nlive : 0;
-  for (p->nev = 0; p->nev < want; p->nev++)
-    if (cudaEventCreateWithFlags(&p->ev[p->nev], cudaEventDefault) !=
-        cudaSuccess)
-      break;
-  int nrec = 0;
-  if (p->nev == want && want && cudaEventRecord(p->ev[0], s) == cudaSuccess)
-    nrec = 1;
-  for (int r = 0; nrec && r < ATUNE_REPS; r++)
-    for (int i = 0; nrec && i < p->nex; i++) {
-      if (!live[i]) continue;
-      if (plan_exec(p->ex[i].plan, h, n, uids, ptrs, ws) !=
-              CUDNN_STATUS_SUCCESS ||
-          cudaEventRecord(p->ev[nrec], s) != cudaSuccess) {
-        r = ATUNE_REPS;
-        break;
-      }
-      p->ev_cand[nrec++] = (signed char)i;
-    }
-  for (int j = nrec; j < p->nev; j++) cudaEventDestroy(p->ev[j]);
-  p->nev = nrec;
-  (void)cudaGetLastError();  // not the caller's error
-  if (p->nev > 1) {
+  if (!tr__tune_may_start(s)) return;
+  cand_ctx_t cc = {p, h, n, uids, ptrs, ws};
+  int live[ATUNE_MAX];
+  for (int i = 0; i < p->nex; i++) live[i] = cand_run(&cc, i) == 0;  // warm-up
+  (void)cudaGetLastError();  // a candidate's failure is not the caller's
+  if (tr__tune_rounds(&p->timing, p->nex, live, cand_run, &cc, s)) {
     p->tune = ATUNE_TIMING;
     __atomic_store_n(&g_tune_pending, 1, __ATOMIC_RELAXED);
-  } else {
-    tune_events_free(p);
   }
 }
 
@@ -1463,23 +1436,11 @@ static void tune_start(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
 // 0's shortest by ATUNE_MARGIN. The plans not chosen stay built until the
 // plans are dropped (a real run of config 0 may still be in flight).
 static void tune_finish(aplan_t* p) {
-  cudaError_t q = cudaEventQuery(p->ev[p->nev - 1]);
-  if (q == cudaErrorNotReady) return;
   float best[ATUNE_MAX];
-  for (int i = 0; i < ATUNE_MAX; i++) best[i] = -1.0f;
-  for (int j = 1; q == cudaSuccess && j < p->nev; j++) {
-    float ms = 0.0f;
-    if (cudaEventElapsedTime(&ms, p->ev[j - 1], p->ev[j]) != cudaSuccess) {
-      q = cudaErrorUnknown;
-      break;
-    }
-    int c = p->ev_cand[j];
-    if (best[c] < 0.0f || ms < best[c]) best[c] = ms;
-  }
-  (void)cudaGetLastError();
-  tune_events_free(p);
+  int got = tr__tune_read(&p->timing, p->nex, best);
+  if (got == 0) return;
   p->tune = ATUNE_OFF;
-  if (q != cudaSuccess || best[0] <= 0.0f) return;
+  if (got < 0 || best[0] <= 0.0f) return;
   int pick = 0;
   for (int i = 1; i < p->nex; i++)
     if (best[i] > 0.0f && best[i] < best[pick]) pick = i;
@@ -2020,7 +1981,7 @@ int tr__cudnn_attn_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
 static void plans_drop(void) {
   for (int i = 0; i < g_n_plans; i++) {
     aplan_t* p = g_plans[i];
-    tune_events_free(p);
+    tr__tune_free(&p->timing);
     for (int j = 0; j < p->nex; j++) exec_release(&p->ex[j]);
     if (p->graph) {
       gb_release(p->graph);

@@ -11,6 +11,7 @@ KERNELS_CUDA_SOURCES = \
 	kernels/cuda/swiglu.cu \
 	kernels/cuda/reduce.cu \
 	kernels/cuda/norms.cu \
+	kernels/cuda/tune.cu \
 	kernels/cuda/matmul.cu \
 	kernels/cuda/encoder.cu \
 	kernels/cuda/rope.cu \

@@ -28,7 +28,7 @@
 // The heuristic's first algorithm is not always the fastest for a shape.
 // A plan keeps its first TRAINRUN_GEMM_TUNE (8; tr_kern_cuda_set_gemm_tune;
 // 1 under [debug] deterministic) candidates. At the plan's first use the
-// candidates run once each to warm up, then TUNE_REPS rounds of one run
+// candidates run once each to warm up, then 5 rounds of one run
 // each, in turn, with an event after every run, on the same stream before
 // the real GEMM and with the real operands. Interleaved, every candidate
 // runs at the same clocks: a GEMM's time depends on the load just before it
@@ -59,12 +59,10 @@
 #include "trainrun/param.h"
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
-#define TUNE_MAX 16                         // TRAINRUN_GEMM_TUNE's bound
-#define TUNE_REPS 5                         // timed runs a candidate
+#define TUNE_MAX TR_TUNE_CANDS              // TRAINRUN_GEMM_TUNE's bound (16)
 #define TUNE_MARGIN 0.03  // another pick must be this much faster
 // runs this short may time the host's launches, not the GPU's: kept as is
 #define TUNE_FLOOR_MS 0.02f
-#define TUNE_EVENTS (1 + TUNE_REPS * TUNE_MAX)
 #define TUNE_SCRATCH_MAX ((size_t)256 << 20)  // beta != 0: C's scratch
 
 // cuBLASLt's functions (cublaslt_load.cu), set with the first handle;
@@ -99,15 +97,12 @@ typedef struct {
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;  // the one that runs
   size_t ws;
-  // the heuristic's candidates (cand[0] its pick) and their timing events:
-  // ev[0] before the first timed run, ev[j] (j < nev) after a run of
-  // candidate ev_cand[j]
+  // the heuristic's candidates (cand[0] its pick) and their timings
   tune_state_t tune;
-  int ncand, nev;
+  int ncand;
   cublasLtMatmulAlgo_t cand[TUNE_MAX];
   size_t cand_ws[TUNE_MAX];
-  cudaEvent_t ev[TUNE_EVENTS];
-  signed char ev_cand[TUNE_EVENTS];
+  tr__tune_t timing;
 } plan_t;
 
 static pthread_mutex_t lt_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -142,16 +137,11 @@ static int align_batched(const void* p, int64_t stride, int dt) {
   return s < a ? s : a;
 }
 
-static void tune_events_free(plan_t* p) {
-  for (int i = 0; i < p->nev; i++) cudaEventDestroy(p->ev[i]);
-  p->nev = 0;
-}
-
 static void plan_free(plan_t* p) {
   if (!p) return;
   if (p->tune == TUNE_TIMING)
     __atomic_sub_fetch(&tune_pending, 1, __ATOMIC_RELAXED);
-  tune_events_free(p);
+  tr__tune_free(&p->timing);
   if (p->desc) lt->cublasLtMatmulDescDestroy(p->desc);
   if (p->la) lt->cublasLtMatrixLayoutDestroy(p->la);
   if (p->lb) lt->cublasLtMatrixLayoutDestroy(p->lb);
@@ -323,6 +313,21 @@ static cublasStatus_t cand_launch(plan_t* p, cublasLtHandle_t h,
                             p->cand_ws[i], s);
 }
 
+// A candidate's run for tr__tune_rounds: cand_launch in a context.
+typedef struct {
+  plan_t* p;
+  cublasLtHandle_t h;
+  const tr_cuda_gemm_t* g;
+  void *C, *ws;
+  cudaStream_t s;
+} cand_ctx_t;
+
+static int cand_run(void* ctx, int i) {
+  cand_ctx_t* c = (cand_ctx_t*)ctx;
+  return cand_launch(c->p, c->h, c->g, c->C, i, c->p->cand_ws[i] ? c->ws : NULL,
+                     c->s) != CUBLAS_STATUS_SUCCESS;
+}
+
 // The bytes a row-major [M, N] operand with row stride ld spans, over
 // batch batches stride apart (elements of size es).
 static size_t span_bytes(int64_t M, int64_t N, int64_t ld, int64_t batch,
@@ -342,15 +347,7 @@ static size_t span_bytes(int64_t M, int64_t N, int64_t ld, int64_t batch,
 static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
                        const void* aux, cudaStream_t s) {
   p->tune = TUNE_OFF;
-  // an error already pending is the caller's: no tuning (it would be
-  // cleared with the tuning's own below)
-  if (cudaPeekAtLastError() != cudaSuccess) return;
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &cap) != cudaSuccess ||
-      cap != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    return;
-  }
+  if (!tr__tune_may_start(s)) return;
   const plan_key_t* k = &p->key;
   size_t es = tr_dtype_size((tr_dtype_t)k->c_type);
   size_t cbytes = span_bytes(k->M, k->N, k->ldc, k->batch, k->sc, es);
@@ -380,47 +377,16 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
     nlive += live[i];
     failed |= !live[i];
   }
-  // no timed rounds without the heuristic's pick to compare with
-  int want = nlive > 1 && live[0] ? 1 + TUNE_REPS * nlive : 0;
-  for (p->nev = 0; p->nev < want; p->nev++)
-    if (cudaEventCreate(&p->ev[p->nev]) != cudaSuccess) {
-      failed = 1;
-      tune_events_free(p);
-      break;
-    }
-  // the rounds; where a launch or a record fails, the runs stop there (an
-  // event must follow each run for the runs' times to be told apart)
-  int nrec = 0;
-  if (p->nev) {
-    if (cudaEventRecord(p->ev[0], s) == cudaSuccess)
-      nrec = 1;
-    else
-      failed = 1;
-  }
-  for (int r = 0; nrec && r < TUNE_REPS; r++)
-    for (int i = 0; nrec && i < p->ncand; i++) {
-      if (!live[i]) continue;
-      if (cand_launch(p, h, g, C, i, p->cand_ws[i] ? ws : NULL, s) !=
-              CUBLAS_STATUS_SUCCESS ||
-          cudaEventRecord(p->ev[nrec], s) != cudaSuccess) {
-        failed = 1;
-        r = TUNE_REPS;
-        break;
-      }
-      p->ev_cand[nrec++] = (signed char)i;
-    }
-  for (int j = nrec; j < p->nev; j++) cudaEventDestroy(p->ev[j]);
-  p->nev = nrec;
+  cand_ctx_t cc = {p, h, g, C, ws, s};
+  int timing = tr__tune_rounds(&p->timing, p->ncand, live, cand_run, &cc, s);
   if (ws && cudaFreeAsync(ws, s) != cudaSuccess) failed = 1;
   if (bytes && C && cudaFreeAsync(C, s) != cudaSuccess) failed = 1;
   // what failed here is not the caller's error: the later launch checks
   // (TR_CUDA_LAUNCHED) must not see it
   if (failed) (void)cudaGetLastError();
-  if (p->nev > 1) {
+  if (timing) {
     p->tune = TUNE_TIMING;
     __atomic_add_fetch(&tune_pending, 1, __ATOMIC_RELAXED);
-  } else {
-    tune_events_free(p);
   }
 }
 
@@ -428,23 +394,11 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
 // one with the shortest run where it beats the heuristic's shortest by
 // TUNE_MARGIN (lt_lock held). Not yet done: ask again at the next apply.
 static void tune_finish(plan_t* p) {
-  cudaError_t q = cudaEventQuery(p->ev[p->nev - 1]);
-  if (q == cudaErrorNotReady) {  // no error (the runtime keeps it as one)
-    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
-    return;
-  }
   float best_ms[TUNE_MAX];
-  for (int i = 0; i < p->ncand; i++) best_ms[i] = -1;
-  int failed = q != cudaSuccess;
-  for (int j = 1; q == cudaSuccess && j < p->nev; j++) {
-    float ms;
-    int i = p->ev_cand[j];
-    if (cudaEventElapsedTime(&ms, p->ev[j - 1], p->ev[j]) != cudaSuccess) {
-      failed = 1;
-      continue;
-    }
-    if (best_ms[i] < 0 || ms < best_ms[i]) best_ms[i] = ms;
-  }
+  int got = tr__tune_read(&p->timing, p->ncand, best_ms);
+  if (got == 0) return;
+  if (got < 0)
+    for (int i = 0; i < p->ncand; i++) best_ms[i] = -1;
   if (tr_log_enabled(TR_LOG_DEBUG, TR_SUB_KERN)) {
     char line[512];
     int n = 0;
@@ -455,7 +409,6 @@ static void tune_finish(plan_t* p) {
                  (long long)p->key.M, (long long)p->key.N, (long long)p->key.K,
                  line);
   }
-  if (failed) (void)cudaGetLastError();  // as in tune_start
   int best = -1;
   for (int i = 1; i < p->ncand; i++)
     if (best_ms[i] >= 0 && (best < 0 || best_ms[i] < best_ms[best])) best = i;
@@ -474,7 +427,6 @@ static void tune_finish(plan_t* p) {
                  (long long)p->key.batch, best + 1, p->ncand, best_ms[best],
                  best_ms[0]);
   }
-  tune_events_free(p);
   p->tune = TUNE_OFF;
   __atomic_sub_fetch(&tune_pending, 1, __ATOMIC_RELAXED);
 }
