@@ -1121,9 +1121,15 @@ int main(int argc, char** argv) {
   {
     const int LB = quick ? 2 : 16, LC = 2048, LF = 8192;
     const int64_t LN = (int64_t)LB * T;
+    /* the model's GEMMs: wq, wk and wv (wk's shape twice), w1 and w3 (w1's
+     * twice), w2; then "qkv" and "w1|w3", one GEMM over the concatenated
+     * weights, which the model does not run: what fusing would gain */
+    bench_linear("llama wq", LN, LC, LC, 0, 0);
+    bench_linear("llama wk", LN, LC, 512, 0, 0);
+    bench_linear("llama w1", LN, LC, LF, 0, 0);
+    bench_linear("llama w2", LN, LF, LC, 0, 0);
     bench_linear("llama qkv", LN, LC, LC + 2 * 512, 0, 0);
     bench_linear("llama w1|w3", LN, LC, 2 * LF, 0, 0);
-    bench_linear("llama w2", LN, LF, LC, 0, 0);
     bench_attention("llama", LB, T, 32, 8, 64);
     if (wanted("rmsnorm")) {
       norm_ctx c;
