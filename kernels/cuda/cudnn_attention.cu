@@ -797,12 +797,13 @@ static cudnnBackendDescriptor_t plan_try(const acand_t* c, const char* d,
   return p;
 }
 
-// Grow l, the list after config 0 (its entry keep): the rest of both
-// heuristics' lists (from *source), then the knob variants of config 0
-// (once, *variants). 0 when nothing is left to add. A heuristics query
-// that fails only leaves fewer entries.
-static int list_more(cudnnBackendDescriptor_t graph, acands_t* l, int keep,
-                     int* source, int* variants) {
+// Grow l, the list after config 0 (engine config cfg0): the rest of both
+// heuristics' lists (from *source), then the knob variants of cfg0 (once,
+// *variants). 0 when nothing is left to add. A heuristics query that fails
+// only leaves fewer entries.
+static int list_more(cudnnBackendDescriptor_t graph, acands_t* l,
+                     cudnnBackendDescriptor_t cfg0, int* source,
+                     int* variants) {
   const char* why = "";
   int n0 = l->n;
   while (l->n == n0) {
@@ -810,7 +811,7 @@ static int list_more(cudnnBackendDescriptor_t graph, acands_t* l, int keep,
       (void)heur_configs(graph, (*source)++, l, &why);
     } else if (!*variants) {
       *variants = 1;
-      knob_variants(graph, l->v[keep].cfg, l);
+      knob_variants(graph, cfg0, l);
     } else {
       return 0;
     }
@@ -891,7 +892,7 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
   }
   if (plan && pick > 0) {
     // the list config K indexes, whole for the debug log
-    while (list_more(graph, &l, keep, &source, &variants)) {
+    while (list_more(graph, &l, l.v[keep].cfg, &source, &variants)) {
     }
     for (int i = keep + 1; i < l.n; i++) {
       cfg_desc(l.v[i].cfg, d, sizeof d);
@@ -931,7 +932,9 @@ static cudnnStatus_t plan_from_graph(gb_t* g, cudnnHandle_t h,
     if (cap > max_ws) cap = max_ws;
     const char* whyk = "";
     for (int i = keep + 1; out->nex < tune && out->nex < ATUNE_MAX; i++) {
-      if (i == l.n && !list_more(graph, &l, keep, &source, &variants)) break;
+      // (config 0's engine config has moved to out->ex[0])
+      if (i == l.n && !list_more(graph, &l, out->ex[0].cfg, &source, &variants))
+        break;
       cfg_desc(l.v[i].cfg, d, sizeof d);
       int64_t ws_k = 0;
       cudnnBackendDescriptor_t pk =
