@@ -436,8 +436,12 @@ def one_gpu_main(a):
         mark = ""
         if p is bests.get("PyTorch") or p is bests.get("llm.c"):
             mark = " (fastest)"
+        # no figure: failed, or only cut by a call's deadline (still to run)
+        cut = all(r["status"] == "skipped" for r in p["runs"])
         figure = (spread([r["tps"] for r in p["runs"] if "tps" in r])
-                  if p.get("tps") else "failed")
+                  if p.get("tps") else
+                  "still to run (cut by a call's deadline)" if cut else
+                  "failed")
         files = ", ".join(f"[{r['round']}]({r['raw']})" for r in p["runs"])
         fails = [f"r{r['round']}: {r['status']} ([log]({r['log']}))"
                  for r in p["runs"] if "tps" not in r]
