@@ -241,6 +241,12 @@ int tr__tune_rounds(tr__tune_t* t, int ncand, const int* live,
 // while they still run.
 int tr__tune_read(tr__tune_t* t, int ncand, float* best);
 void tr__tune_free(tr__tune_t* t);
+// The candidate to keep from tr__tune_read's best[] (n candidates, 0 the
+// pick to compare with): the one with the shortest run where it beats
+// candidate 0's by 3% and candidate 0's run took at least 20 us (shorter
+// ones may time the host's launches, not the GPU's), else 0; -1 when
+// candidate 0 or every other has no run (nothing was compared).
+int tr__tune_pick(const float* best, int n);
 // 1 when timings may be enqueued on s: no error pending (it is the
 // caller's: timing runs would clear it) and s not capturing a graph.
 int tr__tune_may_start(cudaStream_t s);

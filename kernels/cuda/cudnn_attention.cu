@@ -87,7 +87,7 @@
 // whole result, which the real run writes again). Before each step
 // (tr_kern_cuda_attn_tune_apply), a graph whose timings have completed
 // runs from then on the config with the shortest run where that beats
-// config 0's by 3%. On an H200 the forward's second heuristics entry
+// config 0's by 3% (and config 0's took 20 us or more: tr__tune_pick). On an H200 the forward's second heuristics entry
 // (engine 2 with another tile knob) took 7-9% less than the first on
 // every shape kernels_bench times; no backward entry beat the first
 // (bench/results/2026-11-28-session17). None under [debug] deterministic
@@ -387,8 +387,7 @@ typedef struct {
   int64_t qs, kvs, dqs, dkvs;
 } akey_t;
 
-#define ATUNE_MAX 8        // TRAINRUN_CUDNN_ATTN_TUNE's bound
-#define ATUNE_MARGIN 0.03  // another config must be this much faster
+#define ATUNE_MAX 8                      // TRAINRUN_CUDNN_ATTN_TUNE's bound
 #define ATUNE_WS_MAX ((int64_t)1 << 28)  // a candidate's workspace bound
 
 // An engine config's finalized execution plan, the config and what it owns
@@ -1435,19 +1434,17 @@ static void tune_start(aplan_t* p, cudnnHandle_t h, int n, const int64_t* uids,
 }
 
 // Read p's timings when they have completed (no wait; g_lock held) and run
-// the candidate with the shortest run from now on where it beats config
-// 0's shortest by ATUNE_MARGIN. The plans not chosen stay built until the
-// plans are dropped (a real run of config 0 may still be in flight).
+// the candidate tr__tune_pick keeps from now on. The plans not chosen stay
+// built until the plans are dropped (a real run of config 0 may still be
+// in flight).
 static void tune_finish(aplan_t* p) {
   float best[ATUNE_MAX];
   int got = tr__tune_read(&p->timing, p->nex, best);
   if (got == 0) return;
   p->tune = ATUNE_OFF;
-  if (got < 0 || best[0] <= 0.0f) return;
-  int pick = 0;
-  for (int i = 1; i < p->nex; i++)
-    if (best[i] > 0.0f && best[i] < best[pick]) pick = i;
-  if (pick && best[pick] > (float)(1.0 - ATUNE_MARGIN) * best[0]) pick = 0;
+  int pick = got > 0 ? tr__tune_pick(best, p->nex) : -1;
+  p->ws = p->ex[pick > 0 ? pick : 0].ws;
+  if (pick < 0) return;
   g_tune_timed++;
   char d[128];
   key_desc(&p->key, d, sizeof d);
@@ -1459,9 +1456,6 @@ static void tune_finish(aplan_t* p) {
   if (pick) {
     g_tune_changed++;
     p->cur = pick;
-    p->ws = p->ex[pick].ws;
-  } else {
-    p->ws = p->ex[0].ws;
   }
 }
 

@@ -40,7 +40,7 @@
 // tr_kern_cuda_gemm_tune_apply, which the trainer calls before each step,
 // reads the timings that have completed and switches a plan to the
 // candidate with the shortest run where that beats the heuristic's shortest
-// by TUNE_MARGIN (and takes over 20 us), so that a step's GEMMs (an
+// by 3% (and takes over 20 us: tr__tune_pick), so that a step's GEMMs (an
 // activation recomputation's too) keep one algorithm each. The scratch and
 // the candidates' workspace come from the stream's pool, which keeps its
 // memory for later temporaries (runtime.cu). PyTorch's TunableOp times cuBLASLt's
@@ -60,9 +60,6 @@
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
 #define TUNE_MAX TR_TUNE_CANDS              // TRAINRUN_GEMM_TUNE's bound (16)
-#define TUNE_MARGIN 0.03  // another pick must be this much faster
-// runs this short may time the host's launches, not the GPU's: kept as is
-#define TUNE_FLOOR_MS 0.02f
 #define TUNE_SCRATCH_MAX ((size_t)256 << 20)  // beta != 0: C's scratch
 
 // cuBLASLt's functions (cublaslt_load.cu), set with the first handle;
@@ -392,7 +389,8 @@ static void tune_start(plan_t* p, cublasLtHandle_t h, const tr_cuda_gemm_t* g,
 
 // Once the candidates' runs are done (no wait: cudaEventQuery), keep the
 // one with the shortest run where it beats the heuristic's shortest by
-// TUNE_MARGIN (lt_lock held). Not yet done: ask again at the next apply.
+// 3% (tr__tune_pick; lt_lock held). Not yet done: ask again at the next
+// apply.
 static void tune_finish(plan_t* p) {
   float best_ms[TUNE_MAX];
   int got = tr__tune_read(&p->timing, p->ncand, best_ms);
@@ -409,14 +407,9 @@ static void tune_finish(plan_t* p) {
                  (long long)p->key.M, (long long)p->key.N, (long long)p->key.K,
                  line);
   }
-  int best = -1;
-  for (int i = 1; i < p->ncand; i++)
-    if (best_ms[i] >= 0 && (best < 0 || best_ms[i] < best_ms[best])) best = i;
-  if (best_ms[0] >= 0 && best > 0) {  // the heuristic's pick was timed too
+  int best = tr__tune_pick(best_ms, p->ncand);
+  if (best >= 0) {  // the heuristic's pick was timed against another
     tune_timed++;
-    if (best_ms[best] >= (1.0f - (float)TUNE_MARGIN) * best_ms[0] ||
-        best_ms[0] < TUNE_FLOOR_MS)
-      best = 0;
     if (best > 0) tune_changed++;
     p->algo = p->cand[best];
     p->ws = p->cand_ws[best];

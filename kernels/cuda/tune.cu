@@ -68,6 +68,19 @@ int tr__tune_rounds(tr__tune_t* t, int ncand, const int* live,
   return 0;
 }
 
+#define TUNE_MARGIN 0.03f    // another candidate must be this much faster
+#define TUNE_FLOOR_MS 0.02f  // runs this short may time the host's launches
+
+int tr__tune_pick(const float* best, int n) {
+  int pick = -1;
+  for (int i = 1; i < n; i++)
+    if (best[i] >= 0.0f && (pick < 0 || best[i] < best[pick])) pick = i;
+  if (n < 1 || best[0] < 0.0f || pick < 0) return -1;
+  if (best[pick] >= (1.0f - TUNE_MARGIN) * best[0] || best[0] < TUNE_FLOOR_MS)
+    pick = 0;
+  return pick;
+}
+
 int tr__tune_read(tr__tune_t* t, int ncand, float* best) {
   if (t->n < 2) return -1;
   cudaError_t q = cudaEventQuery(t->ev[t->n - 1]);
