@@ -25,6 +25,9 @@
 # Environment: AB_GPT2_STEPS (40), AB_FSDP_STEPS (24, also llama and
 # docs), AB_SKIP (8),
 # AB_JOBS ("gpt2 fsdp"), PYTHON (python3), AB_TIMEOUT (s per run, 240),
+# AB_GPUS (the GPUs the jobs run on, "0,1": one-GPU jobs take the first, so
+# that a call can run this beside other work on a machine's other GPUs; one
+# index runs only the one-GPU jobs),
 # AB_ENV_A and AB_ENV_B (VAR=value words that side's runs get in their
 # environment: one build against itself with another setting, e.g.
 # `AB_ENV_B="TRAINRUN_CUDNN_ATTN_CONFIG=2" bench/ab_train.sh .gpu .gpu OUT`).
@@ -52,6 +55,12 @@ FSDP_STEPS=${AB_FSDP_STEPS:-24}
 SKIP=${AB_SKIP:-8}
 JOBS=${AB_JOBS:-gpt2 fsdp}
 TMO=${AB_TIMEOUT:-240}
+GPUS=${AB_GPUS:-0,1}
+[[ $GPUS =~ ^[0-9]+(,[0-9]+)?$ ]] || {
+  echo "ab_train: AB_GPUS '$GPUS' is not one or two GPU indexes, e.g. 1 or 2,3" >&2
+  exit 2
+}
+GPU1=${GPUS%%,*}
 for d in "$A" "$B"; do
   [ -x "$d/trainrun" ] || {
     echo "ab_train: no executable $d/trainrun" >&2
@@ -75,16 +84,16 @@ esac
 # run JOB LABEL DIR ROUND: one run into $OUT/JOB-LABEL-ROUND
 run() {
   local job=$1 label=$2 dir=$3 r=$4 d="$OUT/$1-$2-$4"
-  local gpus=0 steps=$FSDP_STEPS args
+  local gpus=$GPU1 steps=$FSDP_STEPS args
   rm -rf "$d"
   case $job in
     gpt2) steps=$GPT2_STEPS args=(bench/gpu/gpt2_124m.toml gpt2) ;;
     ddp)
-      gpus=0,1 steps=$GPT2_STEPS args=(bench/gpu/gpt2_124m.toml gpt2
+      gpus=$GPUS steps=$GPT2_STEPS args=(bench/gpu/gpt2_124m.toml gpt2
         --nproc-per-node 2 --parallelism.data_parallel_replicate_degree 2)
       ;;
     fsdp)
-      gpus=0,1 args=(bench/gpu/llama3_1b.toml llama --nproc-per-node 2
+      gpus=$GPUS args=(bench/gpu/llama3_1b.toml llama --nproc-per-node 2
         --parallelism.data_parallel_shard_degree 2)
       ;;
     llama) args=(bench/gpu/llama3_1b.toml llama) ;;
@@ -109,8 +118,8 @@ run() {
 }
 
 for job in $JOBS; do
-  case $job in fsdp | ddp) [ "$ngpu" -lt 2 ] ;; *) false ;; esac && {
-    echo "ab_train: $job needs 2 GPUs ($ngpu visible): skipped"
+  case $job in fsdp | ddp) [ "$ngpu" -lt 2 ] || [ "$GPUS" = "$GPU1" ] ;; *) false ;; esac && {
+    echo "ab_train: $job needs 2 GPUs ($ngpu visible, AB_GPUS $GPUS): skipped"
     continue
   }
   for r in $(seq 1 "$RUNS"); do

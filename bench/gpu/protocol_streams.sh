@@ -12,7 +12,8 @@
 # its own (setsid) under `taskset -c CORES`, with its own scratch folder
 # (/tmp/trainrun-stream-N) and compile cache (.gpucache-MODE), its files in
 # $OUT/MODE-N (protocol_loop.sh's: results.tgz, share logs, runs.txt,
-# smi.csv). Within a stream the programs alternate as always; two streams
+# smi.csv), packed at the end with streams.txt into $OUT/streams.tgz.
+# Within a stream the programs alternate as always; two streams
 # share the host's memory and PCIe but no GPU and no core, so a compile in
 # one does not take the cores of another's runs. The GPUs, streams and
 # cores are written to $OUT/streams.txt, to be kept with the results.
@@ -57,4 +58,13 @@ for s in "${specs[@]}"; do
 done
 for p in "${pids[@]}"; do wait "$p"; done
 cat "$OUT"/*/runs.txt 2> /dev/null
+# One archive: a device call returns a limited number of files, and three
+# streams' logs (session 18's first call) are more than that.
+dirs=()
+for ((i = 1; i <= n; i++)); do
+  IFS=: read -r mode _ <<< "${specs[i - 1]}"
+  dirs+=("$mode-$i")
+done
+(cd "$OUT" && tar czf streams.tgz streams.txt "${dirs[@]}" && rm -rf "${dirs[@]}") ||
+  echo "protocol_streams: packing $OUT/streams.tgz failed; the files stay in $OUT" >&2
 exit 0
