@@ -80,8 +80,9 @@
 #
 # Environment: PROGRAMS, FIRST_REP, REPS (above), BENCH_B (batch), BENCH_T
 # (sequence), BENCH_SKIP, BENCH_TIMEOUT (s per program; 150 for gpt2, 240
-# for llama1b), BENCH_TIMEOUT_AUTOTUNE (s for the max-autotune and TunableOp programs,
-# 420), BENCH_TOKENS (shard size), BENCH_VOCAB (token range of the shards),
+# for llama1b), BENCH_TIMEOUT_AUTOTUNE (s for the max-autotune and TunableOp
+# programs: 420 for gpt2, 540 for llama1b, whose cold max-autotune compile took
+# 388 s before step 1 on an H200), BENCH_TOKENS (shard size), BENCH_VOCAB (token range of the shards),
 # BENCH_GPU (0), BENCH_DEADLINE (s by which every run has ended: timeouts
 # are cut to fit, 540), BENCH_SCRATCH (shards, llm.c's build and trainrun's
 # dump folders: /tmp/trainrun-gpu-train), LLMC_BUILD_TIMEOUT (300),
@@ -109,7 +110,7 @@ PY=${PYTHON:-python3}
 TRAINRUN=${TRAINRUN:-./trainrun}
 LLMC_SRC=${LLMC_SRC:-peers/llm.c}
 TMO=${BENCH_TIMEOUT:-}
-TMO_AUTOTUNE=${BENCH_TIMEOUT_AUTOTUNE:-420}
+TMO_AUTOTUNE=${BENCH_TIMEOUT_AUTOTUNE:-}
 DEADLINE=${BENCH_DEADLINE:-540}
 SCRATCH=${BENCH_SCRATCH:-/tmp/trainrun-gpu-train}
 LLMC_BUILD_TMO=${LLMC_BUILD_TIMEOUT:-300}
@@ -219,6 +220,7 @@ if [ "$mode" = gpt2 ]; then
   ntok=${BENCH_TOKENS:-33554432}
   toml=bench/gpu/gpt2_124m.toml
   TMO=${TMO:-150}
+  TMO_AUTOTUNE=${TMO_AUTOTUNE:-420}
   torch_script=bench/peers/gpt2_torch.py
   known="trainrun llmc llmc_r0_ge1 llmc_r0_ge2 $(bench_torch_keys torch v50304)"
 else
@@ -230,6 +232,7 @@ else
   ntok=${BENCH_TOKENS:-16777216}
   toml=bench/gpu/llama3_1b.toml
   TMO=${TMO:-240} # torch.compile of 16 Llama blocks takes a while
+  TMO_AUTOTUNE=${TMO_AUTOTUNE:-540}
   torch_script=bench/peers/llama_torch.py
   known="trainrun $(bench_torch_keys torch)"
 fi
