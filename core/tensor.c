@@ -436,6 +436,68 @@ double tr_tensor_get(const tr_tensor_t* t, int64_t i) {
 
 /* ---- copy and fill ---- */
 
+/* dst = src on the host, of one shape, either strided. Dims of size 1
+ * drop out and neighbours that both sides lay out as one run merge, so
+ * a narrowed [B, T, W] chunk is B runs of T x W elements. The outer dims
+ * are walked with a counter (no division per element) and the innermost
+ * is moved as a run: memcpy where both sides have unit stride and one
+ * dtype, else element by element (a dtype conversion). */
+static void copy_strided_cpu(tr_tensor_t* dst, const tr_tensor_t* src) {
+  int64_t shp[TR_MAX_DIMS], ds[TR_MAX_DIMS], ss[TR_MAX_DIMS];
+  int nd = 0;
+  for (int d = 0; d < src->ndim; d++) {
+    if (src->shape[d] == 1) continue;
+    if (nd > 0 && ds[nd - 1] == dst->stride[d] * src->shape[d] &&
+        ss[nd - 1] == src->stride[d] * src->shape[d]) {
+      shp[nd - 1] *= src->shape[d]; /* the previous dim continues here */
+      ds[nd - 1] = dst->stride[d];
+      ss[nd - 1] = src->stride[d];
+      continue;
+    }
+    shp[nd] = src->shape[d];
+    ds[nd] = dst->stride[d];
+    ss[nd] = src->stride[d];
+    nd++;
+  }
+  if (nd == 0) { /* one element */
+    shp[0] = 1;
+    ds[0] = ss[0] = 1;
+    nd = 1;
+  }
+  int64_t run = shp[nd - 1], rds = ds[nd - 1], rss = ss[nd - 1];
+  size_t es = tr_dtype_size(src->dtype);
+  int same = dst->dtype == src->dtype;
+  int memcpy_run = same && rds == 1 && rss == 1;
+  char* dbase = dst->storage->data;
+  const char* sbase = src->storage->data;
+  int64_t idx[TR_MAX_DIMS] = {0};
+  int64_t doff = dst->offset, soff = src->offset;
+  for (;;) {
+    if (memcpy_run) {
+      memcpy(dbase + doff * (int64_t)es, sbase + soff * (int64_t)es,
+             (size_t)run * es);
+    } else if (same && src->dtype == TR_F32) {
+      float* d = (float*)dbase + doff;
+      const float* sp = (const float*)sbase + soff;
+      for (int64_t i = 0; i < run; i++) d[i * rds] = sp[i * rss];
+    } else {
+      for (int64_t i = 0; i < run; i++)
+        store_elem(dbase, dst->dtype, doff + i * rds,
+                   load_elem(sbase, src->dtype, soff + i * rss));
+    }
+    int d = nd - 2; /* the next run: a counter over the outer dims */
+    for (; d >= 0; d--) {
+      doff += ds[d];
+      soff += ss[d];
+      if (++idx[d] < shp[d]) break;
+      doff -= ds[d] * shp[d];
+      soff -= ss[d] * shp[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
 int tr_tensor_copy(tr_tensor_t* dst, const tr_tensor_t* src) {
   if (!tr_tensor_same_shape(dst, src)) return TR_ESHAPE;
   if (!dst->storage || !src->storage) return tr_tensor_numel(dst) ? TR_EINVAL : 0;
@@ -447,16 +509,7 @@ int tr_tensor_copy(tr_tensor_t* dst, const tr_tensor_t* src) {
       memmove(tr_tensor_data(dst), tr_tensor_data(src), tr_tensor_nbytes(src));
       return 0;
     }
-    if (dst->dtype == src->dtype && dst->dtype == TR_F32) {
-      const float* s = src->storage->data;
-      float* d = dst->storage->data;
-      for (int64_t i = 0; i < n; i++) d[elem_offset(dst, i)] = s[elem_offset(src, i)];
-      return 0;
-    }
-    for (int64_t i = 0; i < n; i++) {
-      double v = load_elem(src->storage->data, src->dtype, elem_offset(src, i));
-      store_elem(dst->storage->data, dst->dtype, elem_offset(dst, i), v);
-    }
+    copy_strided_cpu(dst, src);
     return 0;
   }
 #ifdef HAVE_CUDA

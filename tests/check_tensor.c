@@ -219,6 +219,55 @@ START_TEST(test_copy_converts_and_gathers) {
 }
 END_TEST
 
+/* Strided host copies move runs: a narrowed source (a CP chunk of
+ * [B, T, W] is B runs) into a transposed, narrowed destination, in one
+ * dtype and converting, leave every element where the logical index puts
+ * it and the destination's other elements as they were. */
+START_TEST(test_copy_strided_views) {
+  int64_t shape[4] = {2, 5, 6, 3};
+  tr_tensor_t src = arange(4, shape), a, b;
+  ck_assert_int_eq(tr_tensor_narrow(&a, &src, 1, 1, 3), 0);
+  ck_assert_int_eq(tr_tensor_narrow(&b, &a, 2, 2, 1), 0); /* [2,3,1,3] */
+  tr_tensor_release(&a);
+  ck_assert_int_eq(tr_tensor_narrow(&a, &src, 1, 1, 3), 0); /* [2,3,6,3] */
+  for (int dt = 0; dt < 2; dt++) {
+    tr_dtype_t type = dt ? TR_BF16 : TR_F32;
+    /* the destination: [2,3,3,7] zeros, narrowed to [2,3,3,6] and
+     * transposed to [2,3,6,3] */
+    int64_t big[4] = {2, 3, 3, 7};
+    tr_tensor_t z, zn, zt, zb, zbn;
+    ck_assert_int_eq(tr_tensor_zeros(&z, type, TR_DEVICE_CPU, 4, big), 0);
+    ck_assert_int_eq(tr_tensor_narrow(&zn, &z, 3, 1, 6), 0);
+    ck_assert_int_eq(tr_tensor_transpose(&zt, &zn, 2, 3), 0);
+    ck_assert_int_eq(tr_tensor_copy(&zt, &a), 0);
+    for (int64_t i = 0; i < tr_tensor_numel(&a); i++)
+      ck_assert_double_eq(tr_tensor_get(&zt, i), tr_tensor_get(&a, i));
+    double sum = 0, want = 0;
+    for (int64_t i = 0; i < tr_tensor_numel(&z); i++) sum += tr_tensor_get(&z, i);
+    for (int64_t i = 0; i < tr_tensor_numel(&a); i++) want += tr_tensor_get(&a, i);
+    ck_assert_double_eq(sum, want); /* nothing outside the view written */
+    /* a size-1 dim in the middle, into a contiguous destination */
+    ck_assert_int_eq(tr_tensor_empty(&zb, type, TR_DEVICE_CPU, 4, b.shape), 0);
+    ck_assert_int_eq(tr_tensor_copy(&zb, &b), 0);
+    for (int64_t i = 0; i < tr_tensor_numel(&b); i++)
+      ck_assert_double_eq(tr_tensor_get(&zb, i), tr_tensor_get(&b, i));
+    /* and back into a strided view of the source's layout */
+    ck_assert_int_eq(tr_tensor_narrow(&zbn, &zt, 2, 4, 1), 0);
+    ck_assert_int_eq(tr_tensor_copy(&zbn, &zb), 0);
+    for (int64_t i = 0; i < tr_tensor_numel(&b); i++)
+      ck_assert_double_eq(tr_tensor_get(&zbn, i), tr_tensor_get(&b, i));
+    tr_tensor_release(&zbn);
+    tr_tensor_release(&zb);
+    tr_tensor_release(&zt);
+    tr_tensor_release(&zn);
+    tr_tensor_release(&z);
+  }
+  tr_tensor_release(&b);
+  tr_tensor_release(&a);
+  tr_tensor_release(&src);
+}
+END_TEST
+
 START_TEST(test_allocator_accounting) {
   tr_mem_stats_t s0, s1, s2;
   tr_mem_stats(TR_MEM_HOST, 0, &s0);
@@ -326,6 +375,7 @@ int main(void) {
   tcase_add_test(tc, test_reshape);
   tcase_add_test(tc, test_in_place_views_keep_one_reference);
   tcase_add_test(tc, test_copy_converts_and_gathers);
+  tcase_add_test(tc, test_copy_strided_views);
   tcase_add_test(tc, test_bad_shapes);
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
