@@ -243,8 +243,10 @@ START_TEST(test_copy_strided_views) {
     for (int64_t i = 0; i < tr_tensor_numel(&a); i++)
       ck_assert_double_eq(tr_tensor_get(&zt, i), tr_tensor_get(&a, i));
     double sum = 0, want = 0;
-    for (int64_t i = 0; i < tr_tensor_numel(&z); i++) sum += tr_tensor_get(&z, i);
-    for (int64_t i = 0; i < tr_tensor_numel(&a); i++) want += tr_tensor_get(&a, i);
+    for (int64_t i = 0; i < tr_tensor_numel(&z); i++)
+      sum += tr_tensor_get(&z, i);
+    for (int64_t i = 0; i < tr_tensor_numel(&a); i++)
+      want += tr_tensor_get(&a, i);
     ck_assert_double_eq(sum, want); /* nothing outside the view written */
     /* a size-1 dim in the middle, into a contiguous destination */
     ck_assert_int_eq(tr_tensor_empty(&zb, type, TR_DEVICE_CPU, 4, b.shape), 0);
