@@ -3,7 +3,8 @@
  * its sends and receives (tr_pp_lower), and each rank's list run by the
  * executor (tr_pp_exec_step) on 2 and 4 forked Gloo ranks
  * (tests/pg_suite.h), against one rank running the same micro-batches as
- * a plain loop of forward and backward.
+ * a plain loop of forward and backward (rank 0 runs it and broadcasts its
+ * gradients, loss and token count).
  *
  * An 8-layer debug model of each family (GPT-2 with its tied embedding,
  * Llama with GQA); every generator (GPipe, 1F1B, Interleaved1F1B,
@@ -148,6 +149,27 @@ static int ascending_backwards(const tr_pp_schedule_t* s, int n_stages) {
 }
 static double g_worst_loss, g_worst_norm; /* over a body, rank 0 prints */
 
+/* The one rank's gradients, computed on rank 0 only, to every rank as
+ * one flat broadcast (flat: fp32, their numel), bit for bit. */
+static int bcast_grads(tr_model_t* ref, tr_tensor_t* flat, tr_pg_t* pg) {
+  char* at = tr_tensor_data(flat);
+  int root = tr_pg_rank(pg) == 0;
+  for (int i = 0; i < ref->n_params; i++) {
+    size_t n = tr_tensor_nbytes(&ref->params[i].grad);
+    if (root) memcpy(at, tr_tensor_data(&ref->params[i].grad), n);
+    at += n;
+  }
+  int rc = tr_pg_broadcast(pg, flat, 0, NULL);
+  if (rc < 0 || root) return rc;
+  at = tr_tensor_data(flat);
+  for (int i = 0; i < ref->n_params; i++) {
+    size_t n = tr_tensor_nbytes(&ref->params[i].grad);
+    memcpy(tr_tensor_data(&ref->params[i].grad), at, n);
+    at += n;
+  }
+  return 0;
+}
+
 /* One schedule: kind on pp = world size ranks with m micro-batches. */
 static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
   int pp = tr_pg_size(pg), rank = tr_pg_rank(pg);
@@ -212,13 +234,20 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
                     .fsdp_action = cb_fsdp};
   int identical = 1;
   int ordered = ascending_backwards(&compute, sp.n_stages);
+  /* the one rank runs on rank 0 alone (every rank running it took most of
+   * this test's time); its gradients, loss and count go to the others */
+  int64_t ref_numel = 0;
+  for (int i = 0; i < ref.n_params; i++)
+    ref_numel += tr_tensor_numel(&ref.params[i].grad);
+  tr_tensor_t flat;
+  PCHECK_RC(tr_tensor_empty(&flat, TR_F32, TR_DEVICE_CPU, 1, &ref_numel));
   for (int step = 1; step <= STEPS; step++) {
     make_batch(c.vocab_size, step, m);
     /* the one rank: a plain loop over the same micro-batches */
     PCHECK_RC(tr_model_zero_grad(&ref));
     double ref_loss = 0;
     int64_t ref_valid = 0;
-    for (int64_t i = 0; i < m; i++) {
+    for (int64_t i = 0; i < m && rank == 0; i++) {
       tr_model_mb_t mb;
       PCHECK_RC(tr_model_mb_init(&ref, &mb, B, T, g_tok[i], g_tgt[i]));
       mb.loss_scale = (float)(1.0 / (double)g_valid);
@@ -228,6 +257,11 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
       ref_valid += mb.n_valid;
       tr_model_mb_release(&ref, &mb);
     }
+    PCHECK_RC(bcast_grads(&ref, &flat, pg));
+    double got[2] = {ref_loss, (double)ref_valid}; /* zeros but on rank 0 */
+    PCHECK_RC(tr_dp_sum_over(pg, got, 2));
+    ref_loss = got[0];
+    ref_valid = (int64_t)got[1];
     /* the pipeline */
     PCHECK_RC(tr_model_zero_grad(&mod));
     cb.reduce_grads = cb.unshards = cb.reshards = 0;
@@ -271,7 +305,7 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
     PCHECK(dn < 1e-6);
     if (dn > g_worst_norm) g_worst_norm = dn;
     if (step == STEPS) break;
-    ts_adamw(&ref, rm, rv, NULL, step);
+    if (rank == 0) ts_adamw(&ref, rm, rv, NULL, step);
     ts_adamw(&mod, pm, pv, own, step);
     /* the one rank takes the pipeline's weights that were summed in
      * another order: the tied table, or all where the stages' backwards
@@ -301,6 +335,7 @@ static int run_schedule(tr_pg_t* pg, tr_pp_kind_t kind, int64_t m) {
    * stage's backwards in micro-batch order (the tied table aside) */
   if (ordered) PCHECK(identical);
   g_identical = identical;
+  tr_tensor_release(&flat);
   ts_free_moments(&ref, rm, rv);
   ts_free_moments(&mod, pm, pv);
   free(own);
