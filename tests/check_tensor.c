@@ -3,6 +3,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,6 +300,45 @@ START_TEST(test_allocator_accounting) {
 }
 END_TEST
 
+/* A freed host block of 128 KiB or more is kept and serves the next
+ * allocation of its size (no new mapping), counted as freed meanwhile. */
+START_TEST(test_host_blocks_reused) {
+  int64_t shape[1] = {65536}; /* 256 KiB of fp32 */
+  tr_tensor_t a, b;
+  tr_mem_stats_t s0, s1;
+  tr_mem_stats(TR_MEM_HOST, 0, &s0);
+  ck_assert_int_eq(tr_tensor_empty(&a, TR_F32, TR_DEVICE_CPU, 1, shape), 0);
+  void* pa = tr_tensor_data(&a);
+  memset(pa, 7, tr_tensor_nbytes(&a));
+  tr_tensor_release(&a);
+  tr_mem_stats(TR_MEM_HOST, 0, &s1);
+  ck_assert_int_eq(s1.current_bytes, s0.current_bytes);
+  ck_assert_int_eq(s1.live_allocs, s0.live_allocs);
+  ck_assert_int_eq(tr_tensor_empty(&b, TR_F32, TR_DEVICE_CPU, 1, shape), 0);
+  ck_assert_ptr_eq(tr_tensor_data(&b), pa);
+  ck_assert_uint_eq((uintptr_t)tr_tensor_data(&b) % 64, 0);
+  memset(tr_tensor_data(&b), 0, tr_tensor_nbytes(&b)); /* usable again */
+  tr_tensor_release(&b);
+  tr_mem_stats(TR_MEM_HOST, 0, &s1);
+  ck_assert_int_eq(s1.total_allocs - s0.total_allocs, 2);
+  ck_assert_int_eq(s1.current_bytes, s0.current_bytes);
+}
+END_TEST
+
+#ifdef __SANITIZE_ADDRESS__
+/* Under ASan a kept block is poisoned: a write after its free aborts
+ * (ASAN_OPTIONS abort_on_error=1, as CI runs). */
+START_TEST(test_host_block_use_after_free_caught) {
+  int64_t shape[1] = {65536};
+  tr_tensor_t a;
+  ck_assert_int_eq(tr_tensor_empty(&a, TR_F32, TR_DEVICE_CPU, 1, shape), 0);
+  volatile float* p = tr_tensor_data(&a);
+  tr_tensor_release(&a);
+  p[100] = 1.0f;
+}
+END_TEST
+#endif
+
 START_TEST(test_pinned_and_wrap) {
   int64_t shape[1] = {256};
   tr_mem_stats_t s0, s1;
@@ -382,6 +422,13 @@ int main(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
   tcase_add_test(tc, test_allocator_accounting);
+  tcase_add_test(tc, test_host_blocks_reused);
+#ifdef __SANITIZE_ADDRESS__
+  if (strstr(getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "",
+             "abort_on_error=1"))
+    tcase_add_test_raise_signal(tc, test_host_block_use_after_free_caught,
+                                SIGABRT);
+#endif
   tcase_add_test(tc, test_pinned_and_wrap);
   tcase_add_test(tc, test_device_tensor_without_gpu);
   suite_add_tcase(s, tc);
