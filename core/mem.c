@@ -126,15 +126,16 @@ static int hc_put(void* p, size_t n) {
       abort();
     }
   if (hc.n < HC_SLOTS && hc.bytes + n <= HC_BYTES) {
+    /* poisoned before another thread can take it */
+#ifdef __SANITIZE_ADDRESS__
+    ASAN_POISON_MEMORY_REGION(p, n);
+#endif
     uintptr_t a = (uintptr_t)p & (~(uintptr_t)p + 1);
     hc.b[hc.n++] = (hc_block_t){p, n, (size_t)a};
     hc.bytes += n;
     kept = 1;
   }
   hc_unlock();
-#ifdef __SANITIZE_ADDRESS__
-  if (kept) ASAN_POISON_MEMORY_REGION(p, n);
-#endif
   return kept;
 }
 
