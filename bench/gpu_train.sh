@@ -82,7 +82,8 @@
 # (sequence), BENCH_SKIP, BENCH_TIMEOUT (s per program; 150 for gpt2, 240
 # for llama1b), BENCH_TIMEOUT_AUTOTUNE (s for the max-autotune and TunableOp
 # programs: 420 for gpt2, 540 for llama1b, whose cold max-autotune compile took
-# 388 s before step 1 on an H200), BENCH_TOKENS (shard size), BENCH_VOCAB (token range of the shards),
+# 388 s before step 1 on an H200), BENCH_TOKENS (shard size), BENCH_VOCAB
+# (token range of the shards),
 # BENCH_GPU (0), BENCH_DEADLINE (s by which every run has ended: timeouts
 # are cut to fit, 540), BENCH_SCRATCH (shards, llm.c's build and trainrun's
 # dump folders: /tmp/trainrun-gpu-train), LLMC_BUILD_TIMEOUT (300),

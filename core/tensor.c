@@ -441,7 +441,9 @@ double tr_tensor_get(const tr_tensor_t* t, int64_t i) {
  * a narrowed [B, T, W] chunk is B runs of T x W elements. The outer dims
  * are walked with a counter (no division per element) and the innermost
  * is moved as a run: memcpy where both sides have unit stride and one
- * dtype, else element by element (a dtype conversion). */
+ * dtype (memmove where they share a storage: ASan's memmove is a plain
+ * byte loop, its memcpy libc's), else element by element (a dtype
+ * conversion). Two contiguous tensors of one dtype are one run. */
 static void copy_strided_cpu(tr_tensor_t* dst, const tr_tensor_t* src) {
   int64_t shp[TR_MAX_DIMS], ds[TR_MAX_DIMS], ss[TR_MAX_DIMS];
   int nd = 0;
@@ -507,23 +509,13 @@ int tr_tensor_copy(tr_tensor_t* dst, const tr_tensor_t* src) {
   if (!dst->storage || !src->storage) return tr_tensor_numel(dst) ? TR_EINVAL : 0;
   int64_t n = tr_tensor_numel(src);
   if (n == 0) return 0;
-  int both_contig = tr_tensor_is_contiguous(dst) && tr_tensor_is_contiguous(src);
   if (dst->device.type == TR_DEV_CPU && src->device.type == TR_DEV_CPU) {
-    if (both_contig && dst->dtype == src->dtype) {
-      /* memmove only where the two may overlap: ASan's memmove is a plain
-       * byte loop, its memcpy the libc one */
-      if (dst->storage == src->storage)
-        memmove(tr_tensor_data(dst), tr_tensor_data(src),
-                tr_tensor_nbytes(src));
-      else
-        memcpy(tr_tensor_data(dst), tr_tensor_data(src), tr_tensor_nbytes(src));
-      return 0;
-    }
-    copy_strided_cpu(dst, src);
+    copy_strided_cpu(dst, src); /* contiguous ones: one memcpy */
     return 0;
   }
 #ifdef HAVE_CUDA
-  if (!both_contig) return TR_EUNSUPPORTED; /* strided device copies: not here */
+  if (!tr_tensor_is_contiguous(dst) || !tr_tensor_is_contiguous(src))
+    return TR_EUNSUPPORTED; /* strided device copies: not here */
   if (dst->dtype == src->dtype)
     return tr__cuda_memcpy(tr_tensor_data(dst), tr_tensor_data(src),
                            tr_tensor_nbytes(src));

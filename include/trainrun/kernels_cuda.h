@@ -331,8 +331,8 @@ int64_t tr_kern_cuda_attn_config_misses(void);
  * 256 MiB, or config 0's) run once each, then in 5 interleaved rounds with
  * an event after each run, on the call's stream and tensors before its
  * real run; tr_kern_cuda_attn_tune_apply then keeps the fastest where it
- * beats config 0 by 3% (and config 0 takes 20 us or more, as for GEMMs). 1: config 0 only, no timing; 0 or -1:
- * TRAINRUN_CUDNN_ATTN_TUNE (default 4). A config k set above, [debug]
+ * beats config 0 by 3% (and config 0 takes 20 us or more, as for GEMMs).
+ * 1: config 0 only, no timing; 0 or -1: TRAINRUN_CUDNN_ATTN_TUNE (default 4). A config k set above, [debug]
  * deterministic, and the backward before cuDNN 9.6 time nothing. Drops
  * every cached cuDNN attention plan, as tr_kern_cuda_set_attn_config. */
 void tr_kern_cuda_set_attn_tune(int n);

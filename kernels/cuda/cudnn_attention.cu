@@ -87,9 +87,10 @@
 // whole result, which the real run writes again). Before each step
 // (tr_kern_cuda_attn_tune_apply), a graph whose timings have completed
 // runs from then on the config with the shortest run where that beats
-// config 0's by 3% (and config 0's took 20 us or more: tr__tune_pick). On an H200 the forward's second heuristics entry
-// (engine 2 with another tile knob) took 7-9% less than the first on
-// every shape kernels_bench times; no backward entry beat the first
+// config 0's by 3% (and config 0's took 20 us or more: tr__tune_pick). On
+// an H200 the forward's second heuristics entry (engine 2 with another
+// tile knob) took 7-9% less than the first on every shape kernels_bench
+// times; no backward entry beat the first
 // (bench/results/2026-11-28-session17). None under [debug] deterministic
 // (timed picks vary from run to run) or with a config k set.
 //
